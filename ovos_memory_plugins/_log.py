@@ -1,0 +1,42 @@
+"""Logging: everything goes through ``ovos_utils.log.LOG``; repeated failures are logged once."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ovos_utils.log import LOG
+
+__all__ = ["LOG", "LogOnce"]
+
+
+class LogOnce:
+    """Logs a failure the first time it happens and stays quiet until it is cleared.
+
+    A dead LLM endpoint or a missing plugin would otherwise write one line per turn; users want
+    one line when it breaks and one when it recovers.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def error(self, key: str, msg: str, *args: Any) -> bool:
+        return self._emit(LOG.error, key, msg, *args)
+
+    def warning(self, key: str, msg: str, *args: Any) -> bool:
+        return self._emit(LOG.warning, key, msg, *args)
+
+    def clear(self, key: str, recovered_msg: str | None = None) -> None:
+        with self._lock:
+            was_failing = key in self._seen
+            self._seen.discard(key)
+        if was_failing and recovered_msg:
+            LOG.info(recovered_msg)
+
+    def _emit(self, log_fn: Any, key: str, msg: str, *args: Any) -> bool:
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+        log_fn(msg % args if args else msg)
+        return True

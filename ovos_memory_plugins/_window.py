@@ -1,0 +1,111 @@
+"""A verbatim window of recent messages per session: the engine of short-term and recency."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ._compat import AgentMessage
+from ._log import LOG
+from ._memory import MemoryPlugin
+from .config import option
+from .errors import ConfigError, MemoryPluginError
+from .messages import (
+    check_session_id,
+    check_utterance,
+    coerce_messages,
+    context_window,
+    from_dict,
+    system_message,
+    to_dict,
+    user_message,
+)
+from .storage import BACKENDS, WindowPolicy, open_window_store
+
+__all__ = ["WindowConfig", "WindowMemory"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowConfig:
+    max_history: int = option(10, "messages kept per session; one exchange is two; 0 keeps all", minimum=0)
+    max_turns: int | None = option(
+        None, "exchanges kept per session (sets max_history to twice this when given)", kind=int, minimum=0)
+    max_age: float | None = option(None, "seconds after which a message is forgotten; null keeps them", kind=float,
+                                   minimum=0)
+    system_prompt: str = option("", "persona system prompt, sent first as a system message")
+    db_path: str | None = option(
+        None, "file that keeps the window across restarts (.json: JSON, else SQLite); null: RAM only", kind=str)
+    backend: str | None = option(None, "store for db_path: sqlite, json or memory; null guesses from the path",
+                                 kind=str, choices=BACKENDS)
+
+    @property
+    def window_size(self) -> int:
+        return 2 * self.max_turns if self.max_turns is not None else self.max_history
+
+
+class WindowMemory(MemoryPlugin):
+    """Keeps the last messages of each session and sends them before the utterance.
+
+    Subclasses choose defaults through ``Config`` and whether an answer whose question was
+    trimmed away is dropped from the context (``drop_leading_answers``).
+    """
+
+    Config: ClassVar[type] = WindowConfig
+    drop_leading_answers: ClassVar[bool] = False
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        super().__init__(config)
+        s = self.settings
+        self.policy = WindowPolicy(max_messages=s.window_size, max_age=s.max_age)
+        try:
+            self._window = open_window_store(s.db_path, s.backend, table="window")
+        except MemoryPluginError as exc:
+            raise ConfigError(f"{self.plugin_name}: cannot open db_path {s.db_path!r}: {exc}") from exc
+
+    # -- the OPM contract ----------------------------------------------------------------
+    def get_history(self, session_id: str) -> list[AgentMessage]:
+        check_session_id(session_id)
+        try:
+            return self._window.load(session_id, self.policy)
+        except MemoryPluginError as exc:
+            LOG.error(f"{self.plugin_name}: cannot read history of {session_id!r}: {exc}")
+            return []
+
+    def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
+        check_session_id(session_id)
+        messages = coerce_messages(new_messages)
+        if not messages:
+            return
+        try:
+            self._window.append(session_id, messages, self.policy)
+        except MemoryPluginError as exc:
+            LOG.error(f"{self.plugin_name}: could not store {len(messages)} message(s) of {session_id!r}: {exc}")
+
+    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
+        text = check_utterance(utterance)
+        history = context_window(self.get_history(session_id), self.drop_leading_answers)
+        prompt = self.system_prompt.strip()
+        return ([system_message(prompt)] if prompt else []) + history + [user_message(text)]
+
+    # -- data ownership ------------------------------------------------------------------
+    def sessions(self) -> list[str]:
+        return self._window.sessions()
+
+    def forget(self, session_id: str) -> dict[str, int]:
+        check_session_id(session_id)
+        return {"messages": self._window.forget(session_id)}
+
+    def export(self, session_id: str) -> dict[str, Any]:
+        data = super().export(session_id)
+        data["window"] = [to_dict(m) for m in self.get_history(session_id)]
+        return data
+
+    def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
+        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
+        messages = [from_dict(d) for d in data.get("window", [])]
+        self.update_history(messages, sid)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._window.close()
+        super().close()

@@ -1,0 +1,101 @@
+"""A background thread that keeps slow work (embedding, LLM calls) off the turn.
+
+The owner supplies ``step()``: do one batch of pending work and return True while more is
+pending. ``notify()`` wakes the thread after new work is queued, ``flush()`` waits until every
+batch queued before the call is done, ``close()`` drains and stops. A ``step`` that raises is
+logged once and retried after ``retry_delay``; the thread never dies of it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from ._log import LogOnce
+
+__all__ = ["BackgroundWorker"]
+
+
+class BackgroundWorker:
+    def __init__(self, name: str, step: Callable[[], bool], retry_delay: float = 5.0, poll: float | None = None):
+        """
+        Args:
+            name: thread name, also used in log lines.
+            step: does one batch; returns True while more work is pending.
+            retry_delay: seconds to wait after ``step`` raised.
+            poll: if set, also wake every ``poll`` seconds (work queued by other processes).
+        """
+        self.name = name
+        self._step = step
+        self._retry_delay = retry_delay
+        self._poll = poll
+        self._cond = threading.Condition()
+        self._requested = 0  # notify() calls so far
+        self._settled = 0    # the request count at the last moment step() found nothing left
+        self._failing = False
+        self._stop = False
+        self._log = LogOnce()
+        self._thread: threading.Thread | None = None
+
+    def notify(self) -> None:
+        """New work was queued: start the thread if needed and wake it."""
+        with self._cond:
+            self._requested += 1
+            if self._thread is None and not self._stop:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the work queued before this call is done; False on timeout or failure."""
+        if self._thread is None:
+            return True
+        self.notify()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            target = self._requested
+            while self._settled < target and not self._failing:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return self._settled >= target
+
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Drain what is queued (up to ``timeout``), then stop the thread."""
+        drained = self.flush(timeout)
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return drained
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+                seen = self._requested
+            try:
+                more = self._step()
+            except Exception as exc:  # noqa: BLE001 - the worker must outlive any failure
+                self._log.error("step", "%s: background work failed (%s); will retry", self.name, exc)
+                self._wait(failing=True, timeout=self._retry_delay)
+                continue
+            self._log.clear("step", f"{self.name}: background work recovered")
+            if more:
+                continue
+            with self._cond:
+                self._settled = max(self._settled, seen)
+                self._failing = False
+                self._cond.notify_all()
+                if self._requested == seen and not self._stop:
+                    self._cond.wait(self._poll)
+
+    def _wait(self, failing: bool, timeout: float | None) -> None:
+        with self._cond:
+            self._failing = failing
+            self._cond.notify_all()
+            if not self._stop:
+                self._cond.wait(timeout)

@@ -1,0 +1,73 @@
+"""The one exception tree of ovos-memory-plugins.
+
+::
+
+    MemoryPluginError
+    ├── ConfigError (also a ValueError)      bad config key or value, raised at construction
+    ├── MissingDependencyError (ImportError) an optional extra is not installed
+    ├── StorageError                         a store could not be read or written
+    │   ├── StoreUnavailable                 the store cannot be opened or reached
+    │   └── MigrationError                   the schema could not be brought up to date
+    ├── LLMError                             the chat endpoint failed
+    │   ├── LLMTimeout
+    │   └── LLMUnavailable                   refused, unreachable, or circuit open
+    └── EmbeddingsError                      the embedder or vector store failed
+
+The three contract methods never let a ``MemoryPluginError`` escape at run time: they log it
+once and degrade (no recall, no summary, no facts). Config errors are the exception: they are
+raised at construction so that a broken persona fails to load loudly.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "EmbeddingsError",
+    "LLMError",
+    "LLMTimeout",
+    "LLMUnavailable",
+    "MemoryPluginError",
+    "MigrationError",
+    "MissingDependencyError",
+    "StorageError",
+    "StoreUnavailable",
+]
+
+
+class MemoryPluginError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(MemoryPluginError, ValueError):
+    """A config key or value is invalid; the message names the key and what is allowed."""
+
+
+class MissingDependencyError(MemoryPluginError, ImportError):
+    """An optional dependency is missing; the message names the ``pip install`` that fixes it."""
+
+
+class StorageError(MemoryPluginError):
+    """A store could not be read or written."""
+
+
+class StoreUnavailable(StorageError):
+    """The store cannot be opened or reached (a locked file, a dead server)."""
+
+
+class MigrationError(StorageError):
+    """The store's schema could not be brought up to date."""
+
+
+class LLMError(MemoryPluginError):
+    """The OpenAI-compatible chat endpoint failed."""
+
+
+class LLMTimeout(LLMError):
+    """The chat endpoint did not answer within ``request_timeout``."""
+
+
+class LLMUnavailable(LLMError):
+    """The chat endpoint refused the connection, is unreachable, or its circuit is open."""
+
+
+class EmbeddingsError(MemoryPluginError):
+    """The embedder or the vector store failed."""

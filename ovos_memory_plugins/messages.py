@@ -1,0 +1,212 @@
+"""Message helpers: validation at the boundary, normalisation, and a dict round-trip.
+
+Nothing here mutates the caller's objects: every function that keeps a message keeps a copy.
+
+Normalisation (seed 000, and every backend's verbatim window here)::
+
+    >>> from ovos_memory_plugins.messages import fold_into
+    >>> from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+    >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
+    >>> pop, add = fold_into(AgentMessage(U, "hanging?"), [AgentMessage(U, "hi"), AgentMessage(A, "hello")])
+    >>> pop, [m.content for m in add]
+    (True, ['hi', 'hello'])
+    >>> pop, add = fold_into(AgentMessage(A, "part one"), [AgentMessage(A, "part two")])
+    >>> pop, [m.content for m in add]
+    (True, ['part one\\npart two'])
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ._compat import HAS_TOOLS, AgentMessage, MessageRole, ToolCall, make_message, tool_fields
+from ._log import LOG
+
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "check_session_id",
+    "check_utterance",
+    "clean_text",
+    "coerce_messages",
+    "context_window",
+    "copy_message",
+    "fold_into",
+    "from_dict",
+    "is_role",
+    "role_of",
+    "to_dict",
+    "user_message",
+]
+
+#: Longer message contents are truncated (with one warning) so that a runaway reply cannot make
+#: every later turn slow. 100,000 characters is about 25,000 tokens, more than any chat reply.
+MAX_MESSAGE_CHARS = 100_000
+
+_ROLES = {r.value: r for r in MessageRole}
+_warned_truncation = False
+
+
+def role_of(msg: Any) -> str:
+    """The role of ``msg`` as its plain string value (``"user"``, ``"assistant"``, ...)."""
+    role = msg.role
+    value = role.value if isinstance(role, MessageRole) else role
+    if value not in _ROLES and value != "tool":
+        raise ValueError(f"unknown message role {role!r}; expected one of {sorted(_ROLES)}")
+    return str(value)
+
+
+def is_role(msg: Any, role: str) -> bool:
+    return role_of(msg) == role
+
+
+def clean_text(text: str) -> str:
+    """Text that any store can hold: lone surrogates replaced, and bounded in length."""
+    global _warned_truncation
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates (from a bad decoder upstream) cannot be stored as UTF-8.
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    if len(text) > MAX_MESSAGE_CHARS:
+        if not _warned_truncation:
+            _warned_truncation = True
+            LOG.warning(f"message of {len(text)} characters truncated to {MAX_MESSAGE_CHARS}")
+        text = text[:MAX_MESSAGE_CHARS]
+    return text
+
+
+def check_session_id(session_id: Any) -> str:
+    if not isinstance(session_id, str):
+        raise TypeError(f"session_id must be a str, not {type(session_id).__name__}")
+    return session_id
+
+
+def check_utterance(utterance: Any) -> str:
+    """The stripped utterance; a non-string is a ``TypeError`` naming the argument."""
+    if not isinstance(utterance, str):
+        raise TypeError(f"utterance must be a str, not {type(utterance).__name__}")
+    return clean_text(utterance).strip()
+
+
+def copy_message(msg: AgentMessage) -> AgentMessage:
+    """A copy that shares no mutable state (tool call lists) with ``msg``."""
+    if dataclasses.is_dataclass(msg) and not isinstance(msg, type):
+        return copy.deepcopy(msg)
+    return make_message(msg.role, msg.content, **copy.deepcopy(tool_fields(msg)))
+
+
+def coerce_messages(new_messages: Any) -> list[AgentMessage]:
+    """Validate an ``update_history`` argument and return clean copies.
+
+    Accepts ``AgentMessage`` objects (or anything with ``role`` and ``content``) and dicts with
+    ``role`` and ``content`` keys. Raises ``TypeError``/``ValueError`` naming the bad item.
+    """
+    if new_messages is None or isinstance(new_messages, (str, bytes)) or not isinstance(new_messages, Iterable):
+        raise TypeError(f"new_messages must be a list of AgentMessage, not {type(new_messages).__name__}")
+    out = []
+    for i, item in enumerate(new_messages):
+        msg = from_dict(item) if isinstance(item, dict) else item
+        if not hasattr(msg, "role") or not hasattr(msg, "content"):
+            raise TypeError(f"new_messages[{i}] is a {type(item).__name__}, not an AgentMessage")
+        if not isinstance(msg.content, str):
+            raise TypeError(f"new_messages[{i}].content must be a str, not {type(msg.content).__name__}")
+        role_of(msg)
+        msg = copy_message(msg)
+        msg.content = clean_text(msg.content)
+        out.append(msg)
+    return out
+
+
+def _mergeable(a: AgentMessage, b: AgentMessage) -> bool:
+    # Tool-call turns are never merged: their ids pair them with TOOL results.
+    return (
+        is_role(a, "assistant") and is_role(b, "assistant")
+        and not getattr(a, "tool_calls", None) and not getattr(b, "tool_calls", None)
+    )
+
+
+def fold_into(tail: AgentMessage | None, new: Sequence[AgentMessage]) -> tuple[bool, list[AgentMessage]]:
+    """Normalise ``new`` against the last stored message ``tail``.
+
+    Rules, applied to each new message in turn: a USER after a USER replaces it (the first was
+    a question that got no answer); an ASSISTANT after an ASSISTANT is merged into one message
+    joined by a newline (one answer recorded in several calls).
+
+    Returns ``(pop_tail, to_append)``: whether the stored ``tail`` must be removed, and the
+    messages to append after that. ``new`` is not modified; merged messages are new objects.
+    """
+    work: list[AgentMessage] = [tail] if tail is not None else []
+    for msg in new:
+        last = work[-1] if work else None
+        if last is not None and is_role(last, "user") and is_role(msg, "user"):
+            work.pop()
+        elif last is not None and _mergeable(last, msg):
+            work.pop()
+            msg = dataclasses.replace(copy_message(msg), content=last.content + "\n" + msg.content)
+        work.append(msg)
+    if tail is not None and work and work[0] is tail:
+        return False, work[1:]
+    return tail is not None, work
+
+
+def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool = False) -> list[AgentMessage]:
+    """The part of a window that goes into a prompt.
+
+    Trailing USER messages are dropped (the current utterance is appended after the window, and
+    two USER turns in a row confuse chat models). With ``drop_leading_answers``, messages before
+    the first USER are dropped too: an answer whose question was trimmed away (seed 000).
+    TOOL results left at the start by trimming are always dropped: without their tool call
+    they are invalid for every chat API.
+    """
+    end = len(history)
+    while end and is_role(history[end - 1], "user"):
+        end -= 1
+    start = 0
+    while start < end and (
+        is_role(history[start], "tool") or (drop_leading_answers and not is_role(history[start], "user"))
+    ):
+        start += 1
+    return list(history[start:end])
+
+
+def user_message(utterance: str) -> AgentMessage:
+    return AgentMessage(MessageRole.USER, utterance)
+
+
+def system_message(text: str) -> AgentMessage:
+    return AgentMessage(MessageRole.SYSTEM, text)
+
+
+def _tool_call_to_dict(call: Any) -> dict[str, Any]:
+    if isinstance(call, dict):
+        return {"id": call.get("id", ""), "name": call.get("name", ""), "arguments": call.get("arguments") or {}}
+    return {"id": call.id, "name": call.name, "arguments": dict(call.arguments or {})}
+
+
+def to_dict(msg: AgentMessage, ts: float | None = None) -> dict[str, Any]:
+    """A JSON-ready dict of ``msg``: ``{"role", "content"}``, plus ``ts`` and tool fields if set."""
+    out: dict[str, Any] = {"role": role_of(msg), "content": msg.content}
+    if ts is not None:
+        out["ts"] = ts
+    fields = tool_fields(msg)
+    if "tool_calls" in fields:
+        out["tool_calls"] = [_tool_call_to_dict(c) for c in fields.pop("tool_calls")]
+    out.update(fields)
+    return out
+
+
+def from_dict(data: dict[str, Any]) -> AgentMessage:
+    """The inverse of :func:`to_dict`. Tool fields are dropped on an OPM that cannot hold them."""
+    if "role" not in data or "content" not in data:
+        raise ValueError(f"a message dict needs 'role' and 'content' keys, got {sorted(data)}")
+    role = data["role"]
+    role = _ROLES.get(role, role) if isinstance(role, str) else role
+    extra: dict[str, Any] = {}
+    if HAS_TOOLS:
+        if data.get("tool_calls"):
+            extra["tool_calls"] = [ToolCall(**_tool_call_to_dict(c)) for c in data["tool_calls"]]
+        extra["tool_call_id"] = data.get("tool_call_id")
+        extra["name"] = data.get("name")
+    return make_message(role, data["content"], **extra)

@@ -1,0 +1,139 @@
+"""A JSON file of ``{session_id: record}``, the reference package's format, made safe.
+
+* Every write is atomic: a temp file in the same folder, fsync, ``os.replace``, fsync of the
+  folder. A crash leaves the old file or the new one, never half of one.
+* Read-modify-write holds an exclusive ``flock`` on ``<file>.lock``, so several processes
+  (two satellites, one file) never lose each other's updates.
+* A file that does not parse is moved aside to ``<file>.corrupt-<time>`` (never overwriting an
+  earlier one) with an ERROR naming both paths, and the store starts empty: the bad bytes stay
+  on disk for the user to inspect.
+
+Each save costs O(file size). Prefer the SQLite store beyond a few hundred sessions.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Callable
+
+from .._log import LOG
+from ..errors import StorageError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: thread safety only
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["JsonRecordStore"]
+
+
+class JsonRecordStore:
+    def __init__(self, path: str):
+        self.path = path
+        self._lock = threading.RLock()
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with self._locked():
+            if not os.path.exists(path):
+                self._write({})
+
+    def load(self, session_id: str) -> dict[str, Any]:
+        with self._locked():
+            return copy.deepcopy(self._read().get(session_id, {}))
+
+    def save(self, session_id: str, record: dict[str, Any]) -> None:
+        self.update(session_id, lambda _old: record)
+
+    def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        with self._locked():
+            data = self._read()
+            record = fn(copy.deepcopy(data.get(session_id, {})))
+            data[session_id] = record
+            self._write(data)
+            return record
+
+    def sessions(self) -> list[str]:
+        with self._locked():
+            return sorted(self._read())
+
+    def delete(self, session_id: str) -> bool:
+        with self._locked():
+            data = self._read()
+            if session_id not in data:
+                return False
+            del data[session_id]
+            self._write(data)
+            return True
+
+    def close(self) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock:
+            if fcntl is None:
+                yield
+                return
+            with open(self.path + ".lock", "a") as lock_file:
+                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+            if not isinstance(data, dict):
+                raise ValueError(f"top level is a {type(data).__name__}, not an object")
+            return data
+        except FileNotFoundError:
+            return {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._quarantine(exc)
+            return {}
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.path}: {exc}") from exc
+
+    def _quarantine(self, exc: Exception) -> None:
+        target = f"{self.path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+        n = 1
+        while os.path.exists(target):
+            target = f"{self.path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+            n += 1
+        os.replace(self.path, target)
+        LOG.error(f"memory store {self.path} is corrupt ({exc}); moved it to {target} and started empty")
+        self._write({})
+
+    def _write(self, data: dict[str, Any]) -> None:
+        folder = os.path.dirname(self.path) or "."
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, ensure_ascii=False, indent=2)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot write {self.path}: {exc}") from exc
+            raise
+        _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    # The rename is durable only once the directory entry is on disk.
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,76 @@
+"""Stores held in RAM: the reference implementations, and what ``":memory:"`` gives."""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from typing import Any, Callable
+
+from .._compat import AgentMessage
+from ..messages import copy_message
+from .policy import WindowPolicy
+from .windows import Entry, append_entries, prune_entries
+
+__all__ = ["MemoryRecordStore", "MemoryWindowStore"]
+
+
+class MemoryWindowStore:
+    """Each session's window as a list of ``(timestamp, message copy)`` in RAM."""
+
+    def __init__(self) -> None:
+        self._windows: dict[str, list[Entry]] = {}
+        self._lock = threading.Lock()
+
+    def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
+        with self._lock:
+            entries = self._windows.get(session_id, [])
+            self._windows[session_id] = append_entries(entries, messages, policy, time.time())
+
+    def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
+        with self._lock:
+            entries = prune_entries(self._windows.get(session_id, []), policy, time.time())
+            return [copy_message(msg) for _, msg in entries]
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            return sorted(self._windows)
+
+    def forget(self, session_id: str) -> int:
+        with self._lock:
+            return len(self._windows.pop(session_id, []))
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryRecordStore:
+    """One dict per session in RAM; every read and write is a deep copy."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def load(self, session_id: str) -> dict[str, Any]:
+        with self._lock:
+            return copy.deepcopy(self._records.get(session_id, {}))
+
+    def save(self, session_id: str, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._records[session_id] = copy.deepcopy(record)
+
+    def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        with self._lock:
+            record = fn(copy.deepcopy(self._records.get(session_id, {})))
+            self._records[session_id] = copy.deepcopy(record)
+            return record
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            return sorted(self._records)
+
+    def delete(self, session_id: str) -> bool:
+        with self._lock:
+            return self._records.pop(session_id, None) is not None
+
+    def close(self) -> None:
+        pass

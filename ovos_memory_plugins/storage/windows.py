@@ -1,0 +1,186 @@
+"""Window stores on durable storage: SQLite rows, or a field of a record store (JSON)."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+from .._compat import AgentMessage
+from ..messages import fold_into, from_dict, to_dict
+from .policy import WindowPolicy
+from .sqlite import Database, release_database
+
+__all__ = ["RecordWindowStore", "SqliteWindowStore", "append_entries", "prune_entries", "safe_table_name"]
+
+Entry = tuple[float, AgentMessage]
+
+
+def safe_table_name(name: str) -> str:
+    """``name`` reduced to ``[A-Za-z0-9_]``, prefixed ``t_`` when empty or starting with a digit."""
+    clean = re.sub(r"[^A-Za-z0-9_]", "", name or "")
+    return clean if clean and not clean[0].isdigit() else f"t_{clean}"
+
+
+def prune_entries(entries: list[Entry], policy: WindowPolicy, now: float) -> list[Entry]:
+    """Drop entries older than ``max_age``, then all but the newest ``max_messages``."""
+    cutoff = policy.cutoff(now)
+    if cutoff is not None:
+        entries = [e for e in entries if e[0] >= cutoff]
+    if policy.max_messages and len(entries) > policy.max_messages:
+        entries = entries[-policy.max_messages:]
+    return entries
+
+
+def append_entries(entries: list[Entry], messages: list[AgentMessage], policy: WindowPolicy, now: float) -> list[Entry]:
+    """The window after normalising and appending ``messages`` (a new list; ``entries`` unchanged)."""
+    entries = list(entries)
+    if policy.normalise:
+        pop_tail, to_add = fold_into(entries[-1][1] if entries else None, messages)
+        if pop_tail:
+            entries.pop()
+    else:
+        to_add = list(messages)
+    entries.extend((now, msg) for msg in to_add)
+    return prune_entries(entries, policy, now)
+
+
+class RecordWindowStore:
+    """A window kept as ``record["buffer"] = [{"ts", "role", "content", ...}]`` in a record store.
+
+    This is the reference package's JSON format for recency, so its files load unchanged.
+    """
+
+    def __init__(self, records: Any, field: str = "buffer", owns_store: bool = False):
+        self._records = records
+        self._field = field
+        self._owns = owns_store
+
+    def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
+        now = time.time()
+
+        def change(record: dict[str, Any]) -> dict[str, Any]:
+            entries = append_entries(self._entries(record), messages, policy, now)
+            record[self._field] = [to_dict(msg, ts) for ts, msg in entries]
+            return record
+
+        self._records.update(session_id, change)
+
+    def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
+        entries = prune_entries(self._entries(self._records.load(session_id)), policy, time.time())
+        return [msg for _, msg in entries]
+
+    def sessions(self) -> list[str]:
+        return self._records.sessions()
+
+    def forget(self, session_id: str) -> int:
+        count = len(self._records.load(session_id).get(self._field, []))
+        self._records.delete(session_id)
+        return count
+
+    def close(self) -> None:
+        if self._owns:
+            self._records.close()
+
+    def _entries(self, record: dict[str, Any]) -> list[Entry]:
+        return [(float(d.get("ts", 0.0)), from_dict(d)) for d in record.get(self._field, [])]
+
+
+_WINDOW_MIGRATIONS = (
+    """
+    CREATE TABLE IF NOT EXISTS {t} (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: ids never reused after deletes
+        session_id TEXT NOT NULL,
+        ts REAL NOT NULL,                      -- unix time the message was stored
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        extra TEXT                             -- JSON of tool fields, NULL for plain messages
+    );
+    CREATE INDEX IF NOT EXISTS {t}_by_session ON {t} (session_id, id);
+    """,
+)
+
+
+class SqliteWindowStore:
+    """Each message one row: appends and trims cost O(new messages), whatever the window size."""
+
+    def __init__(self, db: Database, table: str = "window", owns_db: bool = False):
+        self.db = db
+        self.table = safe_table_name(table)
+        self._owns = owns_db
+        db.migrate(f"window:{self.table}", [m.format(t=self.table) for m in _WINDOW_MIGRATIONS])
+
+    def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy, con: Any = None) -> None:
+        """Normalise, append and trim in one transaction (or inside the caller's ``con``)."""
+        if con is None:
+            with self.db.atomic() as con:
+                self._append(con, session_id, messages, policy)
+        else:
+            self._append(con, session_id, messages, policy)
+
+    def _append(self, con: Any, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
+        t, now = self.table, time.time()
+        to_add = list(messages)
+        if policy.normalise:
+            row = con.execute(
+                f"SELECT id, role, content, extra FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            tail = _row_message(row[1:]) if row else None
+            pop_tail, to_add = fold_into(tail, messages)
+            if pop_tail:
+                con.execute(f"DELETE FROM {t} WHERE id = ?", (row[0],))
+        con.executemany(
+            f"INSERT INTO {t} (session_id, ts, role, content, extra) VALUES (?, ?, ?, ?, ?)",
+            [(session_id, now, *_message_row(m)) for m in to_add],
+        )
+        self._trim(con, session_id, policy, now)
+
+    def _trim(self, con: Any, session_id: str, policy: WindowPolicy, now: float) -> None:
+        t = self.table
+        cutoff = policy.cutoff(now)
+        if cutoff is not None:
+            con.execute(f"DELETE FROM {t} WHERE session_id = ? AND ts < ?", (session_id, cutoff))
+        if policy.max_messages:
+            row = con.execute(
+                f"SELECT id FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
+                (session_id, policy.max_messages - 1),
+            ).fetchone()
+            if row:
+                con.execute(f"DELETE FROM {t} WHERE session_id = ? AND id < ?", (session_id, row[0]))
+
+    def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
+        t = self.table
+        cutoff = policy.cutoff()
+        limit = policy.max_messages or -1
+        rows = self.db.execute(
+            f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND ts >= ? ORDER BY id DESC LIMIT ?",
+            (session_id, cutoff if cutoff is not None else float("-inf"), limit),
+        )
+        return [_row_message(r) for r in reversed(rows)]
+
+    def sessions(self) -> list[str]:
+        return [r[0] for r in self.db.execute(f"SELECT DISTINCT session_id FROM {self.table} ORDER BY session_id")]
+
+    def forget(self, session_id: str, con: Any = None) -> int:
+        if con is None:
+            with self.db.atomic() as con:
+                return self.forget(session_id, con)
+        return con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount
+
+    def close(self) -> None:
+        if self._owns:
+            self._owns = False
+            release_database(self.db)
+
+
+def _message_row(msg: AgentMessage) -> tuple[str, str, str | None]:
+    data = to_dict(msg)
+    role, content = data.pop("role"), data.pop("content")
+    return role, content, json.dumps(data, ensure_ascii=False) if data else None
+
+
+def _row_message(row: Any) -> AgentMessage:
+    data = json.loads(row[2]) if row[2] else {}
+    data.update(role=row[0], content=row[1])
+    return from_dict(data)

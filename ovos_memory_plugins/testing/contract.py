@@ -1,0 +1,211 @@
+"""The memory-plugin contract as executable checks (a conformance kit).
+
+Usage from a third-party plugin's tests::
+
+    from ovos_memory_plugins.testing import check_backend
+
+    def test_my_backend_follows_the_contract(tmp_path):
+        check_backend(lambda overrides: MyMemory({"db_path": str(tmp_path / "m.db"), **overrides}))
+
+``factory(overrides)`` must return a *fresh, empty* memory each call, with ``overrides``
+merged into its config. Backends with background work must make it visible after ``flush()``.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .._compat import AgentMessage, MessageRole
+
+__all__ = ["CONTRACT_CHECKS", "check_backend"]
+
+Factory = Callable[[dict[str, Any]], Any]
+U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
+
+
+def _sid() -> str:
+    return f"contract-{uuid.uuid4().hex[:8]}"
+
+
+def _close(memory: Any) -> None:
+    if hasattr(memory, "close"):
+        memory.close()
+
+
+def _flush(memory: Any) -> None:
+    if hasattr(memory, "flush"):
+        memory.flush()
+
+
+def _role(msg: AgentMessage) -> str:
+    return msg.role.value if isinstance(msg.role, MessageRole) else str(msg.role)
+
+
+def check_last_message_is_the_stripped_utterance(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        sid = _sid()
+        for utterance in ("  hello there  ", "what is my name?"):
+            ctx = memory.build_conversation_context(utterance, sid)
+            assert ctx, "build_conversation_context returned no messages"
+            assert _role(ctx[-1]) == "user", f"last message is {_role(ctx[-1])}, not user"
+            assert ctx[-1].content == utterance.strip()
+        memory.update_history([AgentMessage(U, "my name is Ana"), AgentMessage(A, "Hello Ana")], sid)
+        _flush(memory)
+        ctx = memory.build_conversation_context("  and now?", sid)
+        assert _role(ctx[-1]) == "user" and ctx[-1].content == "and now?"
+    finally:
+        _close(memory)
+
+
+def check_first_message_may_be_the_system_prompt(factory: Factory) -> None:
+    memory = factory({"system_prompt": "You are Contract Bot."})
+    try:
+        ctx = memory.build_conversation_context("hi", _sid())
+        assert _role(ctx[0]) == "system", f"first message is {_role(ctx[0])}, expected the system prompt"
+        assert "You are Contract Bot." in ctx[0].content
+        systems = [m for m in ctx if "You are Contract Bot." in m.content]
+        assert len(systems) == 1, "the system prompt appears more than once"
+    finally:
+        _close(memory)
+
+
+def check_no_system_message_without_a_prompt_or_memory(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        ctx = memory.build_conversation_context("hi", _sid())
+        assert [_role(m) for m in ctx] == ["user"], f"an empty memory added {[_role(m) for m in ctx[:-1]]}"
+    finally:
+        _close(memory)
+
+
+def check_history_is_kept_in_order(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        sid = _sid()
+        memory.update_history([AgentMessage(U, "first question"), AgentMessage(A, "first answer")], sid)
+        memory.update_history([AgentMessage(U, "second question"), AgentMessage(A, "second answer")], sid)
+        _flush(memory)
+        history = memory.get_history(sid)
+        assert isinstance(history, list)
+        contents = [m.content for m in history]
+        if contents:  # fact-only memories keep no turns
+            order = [c for c in contents if c in ("first question", "first answer", "second question", "second answer")]
+            assert order == sorted(order, key=["first question", "first answer", "second question",
+                                               "second answer"].index), f"history out of order: {contents}"
+            assert contents[-1] == "second answer"
+    finally:
+        _close(memory)
+
+
+def check_unknown_session_is_empty(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        assert memory.get_history(_sid()) == []
+    finally:
+        _close(memory)
+
+
+def check_sessions_are_isolated(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        a, b = _sid(), _sid()
+        memory.update_history([AgentMessage(U, "my secret word is marmalade"), AgentMessage(A, "noted")], a)
+        _flush(memory)
+        assert all("marmalade" not in m.content for m in memory.get_history(b))
+        ctx = memory.build_conversation_context("what is my secret word marmalade?", b)
+        leaked = [m.content for m in ctx[:-1] if "marmalade" in m.content]
+        assert not leaked, f"session {b} sees session {a}'s memory: {leaked}"
+    finally:
+        _close(memory)
+
+
+def check_callers_objects_are_not_mutated(factory: Factory) -> None:
+    config: dict[str, Any] = {"system_prompt": "Be brief."}
+    snapshot = repr(config)
+    memory = factory(config)
+    try:
+        sid = _sid()
+        first = [AgentMessage(U, "q"), AgentMessage(A, "part one")]
+        second = [AgentMessage(A, "part two")]
+        memory.update_history(first, sid)
+        memory.update_history(second, sid)
+        assert second[0].content == "part two", "update_history mutated the caller's message"
+        assert first[1].content == "part one"
+        assert repr(config) == snapshot, "the plugin mutated the caller's config dict"
+        history = memory.get_history(sid)
+        if history:
+            history[-1].content = "tampered"
+            assert all(m.content != "tampered" for m in memory.get_history(sid)), "get_history leaks stored objects"
+    finally:
+        _close(memory)
+
+
+def check_empty_update_is_a_no_op(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        sid = _sid()
+        memory.update_history([], sid)
+        memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], sid)
+        memory.update_history([], sid)
+        ctx = memory.build_conversation_context("next", sid)
+        assert ctx[-1].content == "next"
+    finally:
+        _close(memory)
+
+
+def check_bad_arguments_are_clear_errors(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        for call in (
+            lambda: memory.build_conversation_context(None, _sid()),
+            lambda: memory.update_history(None, _sid()),
+            lambda: memory.update_history([AgentMessage(U, None)], _sid()),
+            lambda: memory.get_history(None),
+        ):
+            try:
+                call()
+            except (TypeError, ValueError):
+                continue
+            raise AssertionError("bad input was accepted silently instead of raising TypeError/ValueError")
+    finally:
+        _close(memory)
+
+
+def check_hostile_text_is_harmless(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        sid = "../../etc/passwd"
+        nasty = ['"NEAR(a b)" OR x*', "'; DROP TABLE x; --", "\x00nul", "\ud800 bad surrogate", "مرحبا 👋", "   "]
+        for text in nasty:
+            memory.update_history([AgentMessage(U, text), AgentMessage(A, text)], sid)
+        _flush(memory)
+        for text in nasty:
+            ctx = memory.build_conversation_context(text, sid)
+            assert _role(ctx[-1]) == "user"
+    finally:
+        _close(memory)
+
+
+CONTRACT_CHECKS: tuple[Callable[[Factory], None], ...] = (
+    check_last_message_is_the_stripped_utterance,
+    check_first_message_may_be_the_system_prompt,
+    check_no_system_message_without_a_prompt_or_memory,
+    check_history_is_kept_in_order,
+    check_unknown_session_is_empty,
+    check_sessions_are_isolated,
+    check_callers_objects_are_not_mutated,
+    check_empty_update_is_a_no_op,
+    check_bad_arguments_are_clear_errors,
+    check_hostile_text_is_harmless,
+)
+
+
+def check_backend(factory: Factory) -> None:
+    """Run every contract check; the first failure raises ``AssertionError`` naming the rule."""
+    for check in CONTRACT_CHECKS:
+        try:
+            check(factory)
+        except AssertionError as exc:
+            raise AssertionError(f"{check.__name__}: {exc}") from exc

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import importlib.metadata
+import itertools
+import os
+
+import pytest
+
+from tests.factories import all_factories
+
+
+def our_entry_points() -> list[importlib.metadata.EntryPoint]:
+    eps = importlib.metadata.entry_points(group="opm.agents.memory")
+    return sorted((ep for ep in eps if ep.dist and ep.dist.name == "ovos-memory-plugins"), key=lambda e: e.name)
+
+
+@pytest.fixture(autouse=True)
+def _private_data_home(tmp_path_factory, monkeypatch):
+    """Default paths point into a temporary folder: tests never touch the user's memory."""
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home))
+    yield home
+
+
+@pytest.fixture
+def factories():
+    return all_factories()
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def make_memory(tmp_path):
+    """``make_memory(entry_point, **overrides)``: a fresh memory for that backend, in tmp_path."""
+    built = []
+    table = all_factories()
+
+    def make(name, overrides=None):
+        folder = tmp_path / f"m{next(_counter)}"
+        folder.mkdir()
+        memory = table[name](folder, dict(overrides or {}))
+        built.append(memory)
+        return memory
+
+    yield make
+    for memory in built:
+        if hasattr(memory, "close"):
+            memory.close()
+
+
+def redis_url() -> str:
+    return os.environ.get("OVOS_MEMORY_REDIS_URL", "redis://127.0.0.1:6379/15")

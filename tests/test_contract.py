@@ -1,0 +1,42 @@
+"""Every entry point of this distribution passes the memory-plugin contract (seed 002)."""
+from __future__ import annotations
+
+import pytest
+from ovos_plugin_manager.agents import load_memory_plugin
+from ovos_plugin_manager.templates.agents import AgentContextManager
+
+from ovos_memory_plugins.testing import CONTRACT_CHECKS
+from tests.conftest import our_entry_points
+from tests.factories import all_factories
+
+ENTRY_POINTS = [ep.name for ep in our_entry_points()]
+
+
+def test_the_distribution_registers_the_documented_entry_points():
+    assert {"ovos-memory-plugin-short-term", "ovos-memory-plugin-recency"} <= set(ENTRY_POINTS)
+
+
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_each_entry_point_loads_an_agent_context_manager_through_opm(name):
+    cls = load_memory_plugin(name)
+    assert cls is not None, f"load_memory_plugin({name!r}) found nothing"
+    assert issubclass(cls, AgentContextManager)
+
+
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_each_entry_point_has_a_test_factory(name):
+    assert name in all_factories(), f"tests/factories has no module for {name}"
+
+
+@pytest.mark.parametrize("check", CONTRACT_CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_contract(name, check, tmp_path):
+    make = all_factories()[name]
+    counter = iter(range(1000))
+
+    def factory(overrides):
+        folder = tmp_path / f"f{next(counter)}"
+        folder.mkdir()
+        return make(folder, overrides)
+
+    check(factory)
