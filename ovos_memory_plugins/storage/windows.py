@@ -149,6 +149,14 @@ class SqliteWindowStore:
             if row:
                 con.execute(f"DELETE FROM {t} WHERE session_id = ? AND id < ?", (session_id, row[0]))
 
+    def tail(self, session_id: str, con: Any) -> AgentMessage | None:
+        """The last stored message of the session, read inside the caller's transaction."""
+        row = con.execute(
+            f"SELECT role, content, extra FROM {self.table} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        return _row_message(row) if row else None
+
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
         t = self.table
         cutoff = policy.cutoff()

@@ -1,0 +1,143 @@
+"""The document log every retrieval backend keeps beside its index.
+
+Each stored exchange is a row here first (same transaction as the verbatim window); the
+backend's index (FTS5, vectors) is derived from it. That gives ids that never repeat
+(``AUTOINCREMENT``), a durable queue for indexing in the background (rows with
+``indexed = 0``), expiry, ``forget`` and ``export`` for every backend alike.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ._compat import AgentMessage
+from .messages import is_role
+from .storage.sqlite import Database
+
+__all__ = ["Document", "DocumentLog", "exchange_texts", "format_exchange"]
+
+_DOC_MIGRATIONS = (
+    """
+    CREATE TABLE IF NOT EXISTS {t} (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, so index rows never point at a new doc
+        doc_id TEXT NOT NULL UNIQUE,           -- "<session_id>_<n>", n counting from 0 per session
+        session_id TEXT NOT NULL,
+        ts REAL NOT NULL,
+        content TEXT NOT NULL,
+        metadata TEXT NOT NULL,                -- JSON
+        indexed INTEGER NOT NULL DEFAULT 0     -- 0: waiting for the backend's index
+    );
+    CREATE INDEX IF NOT EXISTS {t}_by_session ON {t} (session_id, id);
+    CREATE INDEX IF NOT EXISTS {t}_pending ON {t} (indexed, id);
+    -- The next n per session. Never decremented: ids do not repeat after deletes or restarts.
+    CREATE TABLE IF NOT EXISTS {t}_seq (session_id TEXT PRIMARY KEY, next INTEGER NOT NULL);
+    """,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One stored item: ``doc_id`` is ``"<session_id>_<n>"``, unique for the life of the store."""
+
+    doc_id: str
+    text: str
+    session_id: str
+    metadata: dict[str, Any]
+    ts: float
+    rowid: int
+
+
+def format_exchange(question: str | None, answer: str | None) -> str:
+    """``"Q: <question>\\nA: <answer>"``, or ``"Q: <question>"`` for a question never answered."""
+    if answer is None:
+        return f"Q: {question or ''}".strip()
+    return f"Q: {question or ''}\nA: {answer}".strip()
+
+
+def exchange_texts(tail: AgentMessage | None, messages: Sequence[AgentMessage]) -> list[tuple[str | None, str | None]]:
+    """The ``(question, answer)`` pairs to store for ``messages`` appended after ``tail``.
+
+    Each non-empty ASSISTANT pairs with the pending USER question. A USER followed by another
+    USER is still stored, as a question alone: what the user said matters even when the answer
+    was cut off (a stopped stream). A question still waiting for its answer is not stored yet.
+    """
+    pending = tail.content if tail is not None and is_role(tail, "user") else None
+    out: list[tuple[str | None, str | None]] = []
+    for msg in messages:
+        if is_role(msg, "user"):
+            if pending is not None and pending.strip():
+                out.append((pending, None))
+            pending = msg.content
+        elif is_role(msg, "assistant") and msg.content.strip():
+            out.append((pending, msg.content))
+            pending = None
+    return out
+
+
+class DocumentLog:
+    """The ``<prefix>_docs`` table of a backend's database."""
+
+    def __init__(self, db: Database, table: str):
+        self.db = db
+        self.table = table
+        db.migrate(f"docs:{table}", [m.format(t=table) for m in _DOC_MIGRATIONS])
+
+    def add(self, con: Any, session_id: str, text: str, metadata: dict[str, Any], indexed: bool) -> Document:
+        now = time.time()
+        meta = {**metadata, "content": text, "session_id": session_id, "ts": now}
+        n = con.execute(
+            f"INSERT INTO {self.table}_seq (session_id, next) VALUES (?, 1) "
+            "ON CONFLICT(session_id) DO UPDATE SET next = next + 1 RETURNING next",
+            (session_id,),
+        ).fetchone()[0] - 1
+        doc_id = f"{session_id}_{n}"
+        cur = con.execute(
+            f"INSERT INTO {self.table} (doc_id, session_id, ts, content, metadata, indexed) VALUES (?, ?, ?, ?, ?, ?)",
+            (doc_id, session_id, now, text, json.dumps(meta, ensure_ascii=False), int(indexed)),
+        )
+        return Document(doc_id, text, session_id, meta, now, int(cur.lastrowid))
+
+    def pending(self, limit: int, con: Any = None) -> list[Document]:
+        sql = f"SELECT {_COLUMNS} FROM {self.table} WHERE indexed = 0 ORDER BY id LIMIT ?"
+        rows = con.execute(sql, (limit,)).fetchall() if con is not None else self.db.execute(sql, (limit,))
+        return [_document(r) for r in rows]
+
+    def mark_indexed(self, con: Any, rowids: Sequence[int], indexed: bool = True) -> None:
+        con.executemany(f"UPDATE {self.table} SET indexed = ? WHERE id = ?", [(int(indexed), r) for r in rowids])
+
+    def count_pending(self) -> int:
+        return int(self.db.execute(f"SELECT COUNT(*) FROM {self.table} WHERE indexed = 0")[0][0])
+
+    def for_session(self, session_id: str) -> list[Document]:
+        rows = self.db.execute(
+            f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ? ORDER BY id",
+            (session_id,))
+        return [_document(r) for r in rows]
+
+    def delete_session(self, con: Any, session_id: str) -> list[Document]:
+        """Delete the session's documents; its id counter stays, so new ids never reuse old ones."""
+        rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ?", (session_id,)).fetchall()
+        con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,))
+        return [_document(r) for r in rows]
+
+    def delete_older_than(self, con: Any, cutoff: float) -> list[Document]:
+        rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE ts < ?", (cutoff,)).fetchall()
+        con.execute(f"DELETE FROM {self.table} WHERE ts < ?", (cutoff,))
+        return [_document(r) for r in rows]
+
+    def sessions(self) -> list[str]:
+        return [r[0] for r in self.db.execute(f"SELECT DISTINCT session_id FROM {self.table}")]
+
+    def count(self) -> int:
+        return int(self.db.execute(f"SELECT COUNT(*) FROM {self.table}")[0][0])
+
+
+_COLUMNS = "id, doc_id, session_id, ts, content, metadata"
+
+
+def _document(row: Any) -> Document:
+    rowid, doc_id, session_id, ts, content, metadata = row
+    return Document(doc_id, content, session_id, json.loads(metadata), ts, rowid)

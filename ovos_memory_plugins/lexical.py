@@ -1,0 +1,148 @@
+"""``LexicalMemory``: keyword recall with SQLite FTS5 and BM25, no model, fully offline.
+
+Drop-in with the reference (``db_path``, ``table``, score = -bm25, every base key), plus:
+
+* the verbatim window and the documents live in the same file, in one transaction per update;
+* stop words of the configured languages are left out of the query, so "what is my name"
+  searches for "name", not for every exchange containing "is";
+* user text never reaches ``MATCH`` raw: each term is quoted, so ``NEAR``, ``OR``, ``*``,
+  quotes and hyphens in an utterance are plain words;
+* diacritics are folded (``café`` finds ``cafe``), and ids never repeat across restarts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ._documents import Document
+from ._stopwords import LANGUAGES, normalise_term, stopwords
+from .common import MemoryHit
+from .config import option
+from .errors import ConfigError
+from .retrieval import BaseRetrievalMemory, RetrievalConfig
+
+__all__ = ["LexicalConfig", "LexicalMemory", "match_expression"]
+
+#: Query terms beyond this many are ignored: a 1 MB utterance must not build a 1 MB MATCH.
+MAX_QUERY_TERMS = 32
+
+_TERM = re.compile(r"[^\W_]+", re.UNICODE)
+
+_FTS_MIGRATIONS = (
+    """
+    CREATE VIRTUAL TABLE IF NOT EXISTS {t} USING fts5(
+        content,
+        session_id UNINDEXED,
+        tokenize = 'unicode61 remove_diacritics 2'
+    );
+    """,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LexicalConfig(RetrievalConfig):
+    table: str = option("lexical_memory", "FTS5 table name (reduced to [A-Za-z0-9_])")
+    stopword_languages: list[str] | None = option(
+        list(LANGUAGES), "languages whose stop words are left out of queries; [] keeps every word",
+        key="retrieval.stopword_languages", kind=list)
+    extra_stopwords: list[str] = option([], "more words to leave out of queries", key="retrieval.extra_stopwords")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = sorted(set(self.stopword_languages or ()) - set(LANGUAGES))
+        if unknown:
+            raise ConfigError(
+                f"'retrieval.stopword_languages' has {unknown}; supported languages are {', '.join(LANGUAGES)}")
+
+
+def match_expression(text: str, ignore: frozenset[str] = frozenset()) -> str:
+    """An FTS5 query matching any content term of ``text``, safe for any input.
+
+    >>> match_expression('What\\'s NEAR "AND" café-au-lait_x 42?')
+    '"what" OR "s" OR "near" OR "and" OR "cafe" OR "au" OR "lait" OR "x" OR "42"'
+    >>> match_expression("what is my name", frozenset({"what", "is", "my"}))
+    '"name"'
+    """
+    terms: list[str] = []
+    for match in _TERM.finditer(text):
+        term = normalise_term(match.group())
+        if term and term not in ignore and term not in terms:
+            terms.append(term)
+            if len(terms) == MAX_QUERY_TERMS:
+                break
+    # Each term is a quoted string: inside quotes FTS5 operators and syntax are plain text.
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
+class LexicalMemory(BaseRetrievalMemory):
+    """Keyword recall over every stored exchange.
+
+    Example::
+
+        memory = LexicalMemory({"db_path": "~/.local/share/ovos/lexical_memory.db",
+                                "retrieval": {"max_num_results": 3}})
+    """
+
+    Config: ClassVar[type] = LexicalConfig
+    plugin_name: ClassVar[str] = "ovos-memory-plugin-lexical"
+    default_db_name: ClassVar[str] = "lexical_memory.db"
+
+    def __init__(self, config: dict[str, Any] | None = None):
+        super().__init__(config)
+        s = self.settings
+        self._ignore = stopwords(s.stopword_languages or (), s.extra_stopwords)
+        self._fts = self._create_fts()
+
+    def _table_prefix(self) -> str:
+        return self.settings.table
+
+    def _create_fts(self) -> str | None:
+        from .storage.windows import safe_table_name
+
+        table = safe_table_name(self.settings.table)
+        try:
+            self._db.migrate(f"fts:{table}", [m.format(t=table) for m in _FTS_MIGRATIONS])
+        except Exception as exc:  # noqa: BLE001 - an SQLite built without FTS5
+            if "fts5" not in str(exc).lower():
+                raise
+            self._log.error("fts5", "%s: this SQLite has no FTS5 (%s); keyword recall is off",
+                            self.plugin_name, exc)
+            return None
+        return table
+
+    # -- hooks -----------------------------------------------------------------------------
+    def _store_documents(self, docs: Sequence[Document]) -> None:
+        if self._fts is None:
+            return
+        with self._db.atomic() as con:
+            con.executemany(f"INSERT OR REPLACE INTO {self._fts} (rowid, content, session_id) VALUES (?, ?, ?)",
+                            [(d.rowid, d.text, d.session_id) for d in docs])
+
+    def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
+        raise NotImplementedError("LexicalMemory indexes through _store_documents")
+
+    def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
+        expression = match_expression(query, self._ignore)
+        if not expression or self._fts is None:
+            return []
+        t, docs = self._fts, self._docs.table
+        where = "AND session_id = ?" if session_id is not None else ""
+        params: list[Any] = [expression, *([session_id] if session_id is not None else []), top_k]
+        rows = self._db.execute(
+            f"SELECT d.doc_id, d.content, d.metadata, f.rank FROM "
+            f"(SELECT rowid, bm25({t}) AS rank FROM {t} WHERE {t} MATCH ? {where} ORDER BY rank LIMIT ?) AS f "
+            f"JOIN {docs} AS d ON d.id = f.rowid ORDER BY f.rank",
+            params,
+        )
+        return [MemoryHit(content, doc_id, -rank, json.loads(meta)) for doc_id, content, meta, rank in rows]
+
+    def _delete_documents(self, docs: Sequence[Document]) -> None:
+        if self._fts is None or not docs:
+            return
+        with self._db.atomic() as con:
+            con.executemany(f"DELETE FROM {self._fts} WHERE rowid = ?", [(d.rowid,) for d in docs])
+
+

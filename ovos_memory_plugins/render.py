@@ -1,0 +1,46 @@
+"""Turning recalled hits into the context block, within an optional token budget."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from ._tokens import estimate_tokens
+from .common import MemoryHit
+
+__all__ = ["ContextStyle", "render_hits"]
+
+DEFAULT_HEADER = (
+    "Use the following recalled context to answer the user's question. "
+    "If the answer is not in the context, rely on the conversation instead."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextStyle:
+    chunk_prefix: str = "- "
+    chunk_separator: str = "\n\n"
+    include_sources: bool = False
+
+
+def render_chunk(hit: MemoryHit, style: ContextStyle) -> str:
+    if style.include_sources and hit.source:
+        return f"{style.chunk_prefix}[{hit.source}] {hit.content}"
+    return f"{style.chunk_prefix}{hit.content}"
+
+
+def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int | None = None) -> str:
+    """Join the hits as chunks; with ``max_tokens``, keep the best-ranked chunks that fit.
+
+    >>> render_hits([MemoryHit("Q: a\\nA: b", "s_1"), MemoryHit("c")], ContextStyle(include_sources=True))
+    '- [s_1] Q: a\\nA: b\\n\\n- c'
+    """
+    chunks, used = [], 0
+    for hit in hits:
+        chunk = render_chunk(hit, style)
+        if max_tokens is not None:
+            cost = estimate_tokens(chunk)
+            if used + cost > max_tokens:
+                continue  # a shorter, lower-ranked chunk may still fit
+            used += cost
+        chunks.append(chunk)
+    return style.chunk_separator.join(chunks)

@@ -1,0 +1,201 @@
+"""The retrieval base: message shapes of the five inject modes, recall knobs, persistence."""
+from __future__ import annotations
+
+import pytest
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from ovos_memory_plugins._compat import HAS_TOOLS
+from ovos_memory_plugins.errors import ConfigError
+from ovos_memory_plugins.lexical import LexicalMemory
+
+U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
+CHUNK = "- [s1_0] Q: secret word is marmalade\nA: noted"
+
+
+def lexical(tmp_path, **config):
+    return LexicalMemory({"db_path": str(tmp_path / "lex.db"), **config})
+
+
+def shaped(ctx):
+    return [(m.role.value if hasattr(m.role, "value") else m.role, m.content) for m in ctx]
+
+
+@pytest.fixture
+def primed(tmp_path):
+    """One stored exchange, then a window of q/a and a dangling question (SPEC B 4.2 example)."""
+    def make(mode):
+        m = lexical(tmp_path / mode, inject_mode=mode, system_prompt="BASE.", max_history=3,
+                    context={"header": "HDR", "include_sources": True})
+        m.update_history([AgentMessage(U, "secret word is marmalade"), AgentMessage(A, "noted")], "s1")
+        m.update_history([AgentMessage(U, "q"), AgentMessage(A, "a"), AgentMessage(U, "dangling")], "s1")
+        return m
+    return make
+
+
+def test_system_mode_puts_recall_in_its_own_system_message(primed):
+    ctx = primed("system").build_conversation_context("what is the secret word", "s1")
+    assert shaped(ctx) == [
+        ("system", "BASE."),
+        ("system", f"HDR\n\nContext:\n{CHUNK}"),
+        ("user", "q"), ("assistant", "a"),
+        ("user", "what is the secret word"),
+    ]
+
+
+def test_developer_mode_uses_a_developer_message(primed):
+    ctx = primed("developer").build_conversation_context("what is the secret word", "s1")
+    assert shaped(ctx)[1] == ("developer", f"HDR\n\nContext:\n{CHUNK}")
+
+
+def test_system_prompt_mode_folds_recall_into_one_system_message(primed):
+    ctx = primed("system_prompt").build_conversation_context("what is the secret word", "s1")
+    assert shaped(ctx)[0] == ("system", f"BASE.\n\nHDR\n\nContext:\n{CHUNK}")
+    assert [r for r, _ in shaped(ctx)].count("system") == 1
+
+
+def test_user_mode_prepends_recall_to_the_user_turn(primed):
+    ctx = primed("user").build_conversation_context("  what is the secret word ", "s1")
+    assert shaped(ctx)[0] == ("system", "BASE.")
+    assert shaped(ctx)[-1] == ("user", f"HDR\n\nContext:\n{CHUNK}\n\nQuestion: what is the secret word")
+
+
+@pytest.mark.skipif(not HAS_TOOLS, reason="tool messages need the pre-release OPM (run in the pre-release CI job)")
+def test_tool_mode_adds_a_tool_call_and_its_result(primed):
+    memory = primed("tool")
+    ctx = memory.build_conversation_context("what is the secret word", "s1")
+    call, result = ctx[-3], ctx[-2]
+    assert call.role == A and call.content == "" and call.tool_calls[0].id == "memrag_s1_0"
+    assert call.tool_calls[0].name == "search_memory"
+    assert call.tool_calls[0].arguments == {"query": "what is the secret word"}
+    assert result.role == MessageRole.TOOL and result.content == CHUNK
+    assert result.tool_call_id == "memrag_s1_0" and result.name == "search_memory"
+    again = memory.build_conversation_context("what is the secret word", "s1")
+    assert again[-3].tool_calls[0].id == "memrag_s1_1"
+
+
+@pytest.mark.skipif(HAS_TOOLS, reason="checks the stable OPM without ToolCall")
+def test_tool_mode_without_toolcall_support_is_a_clear_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="ToolCall"):
+        lexical(tmp_path, inject_mode="tool")
+
+
+@pytest.mark.parametrize("key, value", [("inject_mode", "banner"), ("scope", "planet"),
+                                        ("retrieval", {"query_mode": "psychic"}),
+                                        ("retrieval", {"max_num_results": 0}), ("max_history", -1)])
+def test_bad_values_are_rejected_at_construction_naming_the_key(tmp_path, key, value):
+    with pytest.raises(ConfigError) as err:
+        lexical(tmp_path, **{key: value})
+    assert (key if not isinstance(value, dict) else next(iter(value))) in str(err.value)
+
+
+def test_no_hits_degrades_to_prompt_history_and_utterance(tmp_path):
+    m = lexical(tmp_path, system_prompt="BASE.")
+    m.update_history([AgentMessage(U, "hello"), AgentMessage(A, "hi")], "s")
+    assert shaped(m.build_conversation_context("zebra crossing", "s")) == [
+        ("system", "BASE."), ("user", "hello"), ("assistant", "hi"), ("user", "zebra crossing")]
+
+
+def test_recall_already_in_the_window_is_not_injected_twice(tmp_path):
+    m = lexical(tmp_path)
+    m.update_history([AgentMessage(U, "my dog is called Rex"), AgentMessage(A, "Nice name!")], "s")
+    ctx = m.build_conversation_context("what is my dog called", "s")
+    assert [msg.content for msg in ctx].count("my dog is called Rex") == 1
+    assert not any("Context:" in msg.content for msg in ctx)
+
+
+def test_recall_outside_the_window_is_injected(tmp_path):
+    m = lexical(tmp_path, max_history=2)
+    m.update_history([AgentMessage(U, "my dog is called Rex"), AgentMessage(A, "Nice name!")], "s")
+    m.update_history([AgentMessage(U, "weather tomorrow"), AgentMessage(A, "sunny")], "s")
+    ctx = m.build_conversation_context("what is my dog called", "s")
+    assert "Q: my dog is called Rex\nA: Nice name!" in ctx[0].content
+    assert [msg.content for msg in ctx[1:]] == ["weather tomorrow", "sunny", "what is my dog called"]
+
+
+def test_min_score_and_top_k_limit_hits(tmp_path):
+    m = lexical(tmp_path, retrieval={"max_num_results": 2})
+    for i in range(5):
+        m.update_history([AgentMessage(U, f"apple number {i}"), AgentMessage(A, "ok")], "s")
+    assert len(m.search("apple", "s")) == 2
+    assert len(m.search("apple", "s", top_k=4)) == 4
+    strict = lexical(tmp_path, retrieval={"min_score": 1e9})
+    assert strict.search("apple", "s") == []
+
+
+def test_session_scope_is_the_default_and_global_scope_shares(tmp_path):
+    m = lexical(tmp_path)
+    m.update_history([AgentMessage(U, "my password hint is lighthouse"), AgentMessage(A, "ok")], "alice")
+    for i in range(30):  # bob's many matching exchanges must not crowd out alice's single one
+        m.update_history([AgentMessage(U, f"lighthouse trivia {i}"), AgentMessage(A, "ok")], "bob")
+    assert [h.metadata["session_id"] for h in m.search("lighthouse", "alice")] == ["alice"]
+    shared = lexical(tmp_path, scope="global")
+    assert {h.metadata["session_id"] for h in shared.search("lighthouse", "alice", top_k=50)} == {"alice", "bob"}
+
+
+def test_history_query_mode_folds_earlier_user_turns(tmp_path):
+    m = lexical(tmp_path, retrieval={"query_mode": "history", "query_history_turns": 2})
+    history = [AgentMessage(U, "one"), AgentMessage(A, "x"), AgentMessage(U, "two"), AgentMessage(U, "three")]
+    assert m.build_query("four", history) == "two three four"
+    assert lexical(tmp_path).build_query("four", history) == "four"
+
+
+def test_window_and_recall_survive_a_restart_with_unique_ids(tmp_path):
+    m = lexical(tmp_path, max_history=4)
+    m.update_history([AgentMessage(U, "I parked on level three"), AgentMessage(A, "noted")], "s")
+    m.close()
+    m = lexical(tmp_path, max_history=4)
+    assert [x.content for x in m.get_history("s")] == ["I parked on level three", "noted"]
+    m.update_history([AgentMessage(U, "I parked on level five"), AgentMessage(A, "noted again")], "s")
+    ids = [h.source for h in m.search("parked level", "s")]
+    assert sorted(ids) == ["s_0", "s_1"]
+
+
+def test_a_hanging_question_is_still_stored(tmp_path):
+    m = lexical(tmp_path)
+    m.update_history([AgentMessage(U, "remember the blue umbrella")], "s")
+    m.update_history([AgentMessage(U, "what time is it"), AgentMessage(A, "noon")], "s")
+    assert any("blue umbrella" in h.content for h in m.search("umbrella", "s"))
+    assert [x.content for x in m.get_history("s")] == ["what time is it", "noon"]
+
+
+def test_forget_removes_window_and_documents_of_one_session_only(tmp_path):
+    m = lexical(tmp_path)
+    for sid in ("a", "b"):
+        m.update_history([AgentMessage(U, f"kiwi fact for {sid}"), AgentMessage(A, "ok")], sid)
+    assert m.forget("a") == {"messages": 2, "documents": 1}
+    assert m.get_history("a") == [] and m.search("kiwi", "a") == []
+    assert len(m.search("kiwi", "b")) == 1
+    assert m.export("a")["documents"] == []
+
+
+def test_export_then_import_restores_a_session(tmp_path):
+    m = lexical(tmp_path)
+    m.update_history([AgentMessage(U, "my bike is green"), AgentMessage(A, "cool")], "s")
+    data = m.export("s")
+    other = lexical(tmp_path / "other")
+    other.import_session(data, "t")
+    assert [x.content for x in other.get_history("t")] == ["my bike is green", "cool"]
+    assert other.search("bike", "t")[0].content == "Q: my bike is green\nA: cool"
+
+
+def test_max_age_expires_documents_from_recall(tmp_path, monkeypatch):
+    import time as time_module
+
+    m = lexical(tmp_path, max_age=60)
+    m.update_history([AgentMessage(U, "the code is 4417"), AgentMessage(A, "ok")], "s")
+    assert m.search("code", "s")
+    real = time_module.time
+    monkeypatch.setattr(time_module, "time", lambda: real() + 3600)
+    assert m.search("code", "s") == []
+    assert m.get_history("s") == []
+
+
+def test_max_context_tokens_bounds_window_and_recall(tmp_path):
+    m = lexical(tmp_path, max_history=0, max_context_tokens=60)
+    for i in range(20):
+        m.update_history([AgentMessage(U, f"fact {i} about the garden shed roof"), AgentMessage(A, "ok " * 5)], "s")
+    ctx = m.build_conversation_context("tell me about the garden shed", "s")
+    from ovos_memory_plugins._tokens import estimate_tokens
+
+    assert sum(estimate_tokens(x.content) for x in ctx) <= 60 + 4 * len(ctx)
+    assert ctx[-1].content == "tell me about the garden shed"
