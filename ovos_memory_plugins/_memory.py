@@ -32,7 +32,7 @@ class MemoryPlugin(AgentContextManager):
         raw = dict(config or {})
         private = {k: v for k, v in raw.items() if k.startswith("_")}
         public = copy.deepcopy({k: v for k, v in raw.items() if not k.startswith("_")})
-        self.settings = parse_config(self.Config, public, self.plugin_name, self.extra_config_keys)
+        self.settings: Any = parse_config(self.Config, public, self.plugin_name, self.extra_config_keys)
         super().__init__({**public, **private})
         self._closed = False
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ._log import LogOnce
 
@@ -32,7 +32,7 @@ class BackgroundWorker:
         self._cond = threading.Condition()
         self._requested = 0  # notify() calls so far
         self._settled = 0    # the request count at the last moment step() found nothing left
-        self._failing = False
+        self._failed = -1    # the request count seen by the last step() that raised
         self._stop = False
         self._log = LogOnce()
         self._thread: threading.Thread | None = None
@@ -50,11 +50,13 @@ class BackgroundWorker:
         """Wait until the work queued before this call is done; False on timeout or failure."""
         if self._thread is None:
             return True
+        if self._stop:
+            return self._settled >= self._requested
         self.notify()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._requested
-            while self._settled < target and not self._failing:
+            while self._settled < target and self._failed < target:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -81,21 +83,20 @@ class BackgroundWorker:
                 more = self._step()
             except Exception as exc:  # noqa: BLE001 - the worker must outlive any failure
                 self._log.error("step", "%s: background work failed (%s); will retry", self.name, exc)
-                self._wait(failing=True, timeout=self._retry_delay)
+                self._wait_after_failure(seen)
                 continue
             self._log.clear("step", f"{self.name}: background work recovered")
             if more:
                 continue
             with self._cond:
                 self._settled = max(self._settled, seen)
-                self._failing = False
                 self._cond.notify_all()
                 if self._requested == seen and not self._stop:
                     self._cond.wait(self._poll)
 
-    def _wait(self, failing: bool, timeout: float | None) -> None:
+    def _wait_after_failure(self, seen: int) -> None:
         with self._cond:
-            self._failing = failing
+            self._failed = max(self._failed, seen)
             self._cond.notify_all()
             if not self._stop:
-                self._cond.wait(timeout)
+                self._cond.wait(self._retry_delay)

@@ -106,7 +106,8 @@ def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> A
         raise ConfigError(f"{owner}: '{key}' must not be null")
     kind = meta["kind"]
     # bool is an int in Python; a boolean where a number is expected is a mistake.
-    bad_bool = isinstance(value, bool) and kind is not bool and bool not in (kind if isinstance(kind, tuple) else (kind,))
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    bad_bool = isinstance(value, bool) and bool not in kinds
     if kind is not object and (bad_bool or not isinstance(value, kind)):
         raise ConfigError(f"{owner}: '{key}' must be {_type_name(kind)}, got {type(value).__name__} {value!r}")
     if meta["choices"] is not None and value not in meta["choices"]:

@@ -376,11 +376,12 @@ def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMess
     present = {m.content.strip() for m in window}
     out = []
     for hit in hits:
-        answer, question = hit.metadata.get("answer"), hit.metadata.get("question")
+        answer = hit.metadata.get("answer")
+        question = (hit.metadata.get("question") or "").strip()
         if answer is not None:
-            dup = answer.strip() in present and (not (question or "").strip() or question.strip() in present)
+            dup = answer.strip() in present and (not question or question in present)
         else:
-            dup = hit.content.strip() in present or (question or "").strip() in present
+            dup = hit.content.strip() in present or (bool(question) and question in present)
         if not dup:
             out.append(hit)
     return out

@@ -15,7 +15,8 @@ in RAM, a ``.json`` file uses the JSON store, anything else is SQLite (the defau
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .._compat import AgentMessage
 from .._paths import is_memory_path, resolve_path

@@ -19,8 +19,8 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .._log import LOG
 from ..errors import StorageError

@@ -4,7 +4,8 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._compat import AgentMessage
 from ..messages import copy_message

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .sqlite import Database, release_database
 from .windows import safe_table_name

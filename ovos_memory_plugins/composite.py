@@ -1,0 +1,323 @@
+"""``CompositeMemory``: several memories in one ``memory_module`` slot, fused into one context.
+
+Members are any ``opm.agents.memory`` plugins. Those with ``search()`` are *retrievers*: their
+hits are fused (rrf by default) into one deduplicated ranked list. The others are *plain*
+members (a summary, facts, a window): they contribute the system blocks they add. The
+*primary* member (default: the first) provides the verbatim history. ``update_history``
+writes through to every member. A member that fails to load, or raises at run time, is
+skipped and logged once; the turn goes on without it.
+
+Differences from the reference, all deliberate: ``min_score`` applies after fusion (to the
+fused score for rrf and weighted), ``search()`` returns the fused hits (so a composite can be
+a member or a tool), plain members are asked only for their added blocks and never duplicate
+a system prompt, recall already in the window is not injected again, ``max_context_tokens``
+bounds the whole added context, and ``preset: "hybrid"`` gives the recommended members.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from ._compat import AgentMessage
+from ._log import LogOnce
+from ._plugins import load_memory_class
+from ._tokens import estimate_tokens
+from .common import MemoryHit
+from .config import option
+from .errors import ConfigError
+from .fusion import FUSION_MODES, fuse
+from .inject import assemble_context
+from .messages import check_session_id, check_utterance, coerce_messages, context_window, is_role
+from .render import render_hits
+from .retrieval import BaseRetrievalMemory, RetrievalConfig, _chunk_budget, _fit_window, drop_window_duplicates
+from .storage.sqlite import Database
+
+__all__ = ["HYBRID_PRESET", "CompositeConfig", "CompositeMemory", "Member"]
+
+COMPOSITE = "ovos-memory-plugin-composite"
+
+#: The recommended hybrid: a verbatim window, keyword and semantic recall, and user facts.
+HYBRID_PRESET: tuple[dict[str, Any], ...] = (
+    {"module": "ovos-memory-plugin-recency", "config": {"max_history": 10, "db_path": "hybrid_recency.db"}},
+    {"module": "ovos-memory-plugin-lexical", "config": {"db_path": "hybrid_lexical.db"}},
+    {"module": "ovos-memory-plugin-local-rag", "config": {"db_path": "hybrid_local_rag.db",
+                                                          "collection": "ovos_hybrid_rag"}},
+    {"module": "ovos-memory-plugin-entity", "config": {"db_path": "hybrid_entity.json"}},
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompositeConfig(RetrievalConfig):
+    members: list[Any] = option([], 'members: {"module", "weight", "config"} dicts or bare entry-point names')
+    preset: str | None = option(None, "hybrid: recency + lexical + local-rag + entity when members is empty",
+                                kind=str, choices=("hybrid",))
+    primary: str | None = option(None, "member whose history is the verbatim window; null: the first", kind=str)
+    fusion: str = option("rrf", "how retriever hits are fused", choices=FUSION_MODES)
+    rrf_k: int = option(60, "rrf constant k", minimum=1)
+    top_k: int | None = option(None, "recalled items (top level; falls back to retrieval.max_num_results)",
+                               key="max_num_results", kind=int, minimum=1)
+    member_fetch_k: int | None = option(None, "hits asked of each retriever; null: 2 x max_num_results",
+                                        kind=int, minimum=1)
+    dedup: bool = option(True, "fuse identical texts from several retrievers into one")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for i, spec in enumerate(self.members):
+            if not isinstance(spec, (str, Mapping)) or (isinstance(spec, Mapping) and not spec.get("module")):
+                raise ConfigError(f"'members[{i}]' must be an entry-point name or a dict with a 'module' key")
+
+
+@dataclasses.dataclass
+class Member:
+    name: str          # unique within the composite (module, or module#2 for repeats)
+    module: str
+    weight: float
+    memory: Any
+
+    @property
+    def is_retriever(self) -> bool:
+        return callable(getattr(self.memory, "search", None))
+
+
+class CompositeMemory(BaseRetrievalMemory):
+    """Fuses its members; see the module docstring.
+
+    Example::
+
+        CompositeMemory({"members": ["ovos-memory-plugin-recency",
+                                     {"module": "ovos-memory-plugin-lexical", "weight": 1.0}],
+                         "fusion": "rrf", "max_num_results": 5})
+    """
+
+    Config: ClassVar[type] = CompositeConfig
+    plugin_name: ClassVar[str] = COMPOSITE
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        super().__init__(config)
+        s = self.settings
+        self.k = s.top_k or s.max_num_results
+        self.fetch_k = s.member_fetch_k or max(2 * self.k, self.k)
+        self._member_log = LogOnce()
+        self.members = self._load_members()
+        self.primary = self._choose_primary()
+        self._tool_ids: dict[str, itertools.count[int]] = defaultdict(itertools.count)
+
+    # The composite stores nothing itself: its window and documents are its members'.
+    def _open_db(self) -> Database:
+        return Database(":memory:")
+
+    # -- members ---------------------------------------------------------------------------
+    def _load_members(self) -> list[Member]:
+        specs = list(self.settings.members) or (list(HYBRID_PRESET) if self.settings.preset == "hybrid" else [])
+        members: list[Member] = []
+        for spec in specs:
+            module, weight, config = _parse_member(spec)
+            if module == COMPOSITE and not config.get("members"):
+                self._member_log.error(f"self:{module}", "%s: a member cannot be the composite itself; skipped",
+                                       self.plugin_name)
+                continue
+            memory = self._build_member(module, config)
+            if memory is not None:
+                repeat = sum(1 for m in members if m.module == module)
+                members.append(Member(module if not repeat else f"{module}#{repeat + 1}", module, weight, memory))
+        if not members:
+            self._member_log.warning("none", "%s: no members loaded; acting as a passthrough", self.plugin_name)
+        return members
+
+    def _build_member(self, module: str, config: dict[str, Any]) -> Any:
+        cls = load_memory_class(module)
+        if cls is None:
+            self._member_log.error(f"load:{module}", "%s: member %r is not installed; skipped", self.plugin_name,
+                                   module)
+            return None
+        config = dict(config)
+        config.setdefault("system_prompt", "")  # the composite's prompt is the one sent, once
+        if _accepts(cls, "scope"):
+            config.setdefault("scope", self.settings.scope)
+        try:
+            return cls(config=config)
+        except Exception as exc:  # noqa: BLE001 - one broken member must not take the persona down
+            self._member_log.error(f"load:{module}", "%s: member %r failed to start (%s); skipped",
+                                   self.plugin_name, module, exc)
+            return None
+
+    def _choose_primary(self) -> Member | None:
+        wanted = self.settings.primary
+        if wanted:
+            for member in self.members:
+                if wanted in (member.name, member.module):
+                    return member
+            self._member_log.warning("primary", "%s: primary %r is not a loaded member; using the first",
+                                     self.plugin_name, wanted)
+        return self.members[0] if self.members else None
+
+    def _call(self, member: Member, op: str, fn: Any, default: Any) -> Any:
+        try:
+            result = fn()
+        except (TypeError, ValueError) as exc:
+            if op == "update":  # bad input was validated already; a member rejecting it is its own bug
+                self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed: %s", self.plugin_name,
+                                       member.name, op, exc)
+                return default
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed (%s); skipped this turn",
+                                   self.plugin_name, member.name, op, exc)
+            return default
+        self._member_log.clear(f"{op}:{member.name}", f"{self.plugin_name}: member {member.name!r} {op} works again")
+        return result
+
+    # -- the OPM contract --------------------------------------------------------------------
+    def get_history(self, session_id: str) -> list[AgentMessage]:
+        sid = check_session_id(session_id)
+        if self.primary is None:
+            return []
+        return list(self._call(self.primary, "history", lambda: self.primary.memory.get_history(sid), []))
+
+    def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
+        sid = check_session_id(session_id)
+        messages = coerce_messages(new_messages)
+        if not messages:
+            return
+        for member in self.members:
+            self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
+
+    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
+        text = check_utterance(utterance)
+        sid = check_session_id(session_id)
+        history = self.get_history(sid)
+        window = context_window(history)
+        extra = self._extra_system(text, sid)
+        budget = self._recall_budget(text)
+        if budget is not None:
+            budget -= sum(estimate_tokens(m.content) + 4 for m in extra)
+            window, budget = _fit_window(window, max(0, budget))
+        hits = self._fused(self.build_query(text, history), sid, window) if text else []
+        context = render_hits(hits, self.style, _chunk_budget(budget, self.injection.header))
+        tool_id = f"memrag_{sid}_{next(self._tool_ids[sid])}" if context and self.injection.mode == "tool" else ""
+        return assemble_context(text, window, context, self.injection, self.system_prompt, extra, tool_id)
+
+    # -- retrieval -------------------------------------------------------------------------
+    def search(self, query: str, session_id: str | None = None, top_k: int | None = None) -> list[MemoryHit]:
+        """The fused, deduplicated hits of every retriever member."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, not {type(query).__name__}")
+        if session_id is not None:
+            check_session_id(session_id)
+        return self._fused(query, session_id, (), top_k)
+
+    def _fused(self, query: str, session_id: str | None, window: Sequence[AgentMessage],
+               top_k: int | None = None) -> list[MemoryHit]:
+        k = self.k if top_k is None else int(top_k)
+        if k <= 0 or not query.strip():
+            return []
+        fetch_k = max(self.fetch_k, k)
+        lists = []
+        for member in self.members:
+            if not member.is_retriever:
+                continue
+            hits = self._call(member, "search",
+                              lambda m=member: m.memory.search(query, session_id, top_k=fetch_k), [])
+            if self.settings.dedup_history and window:
+                hits = drop_window_duplicates(hits, window)
+            tagged = [dataclasses.replace(h, metadata={**h.metadata, "retriever": member.name}) for h in hits]
+            lists.append((member.name, member.weight, tagged))
+        fused = fuse(self.settings.fusion, lists, self.settings.rrf_k, self.settings.dedup)
+        return self._above_min_score(fused)[:k]
+
+    def _above_min_score(self, hits: list[MemoryHit]) -> list[MemoryHit]:
+        floor = self.settings.min_score
+        if floor is None:
+            return hits
+        # rrf and weighted rank by the fused score, so that is the scale min_score speaks.
+        fused = self.settings.fusion in ("rrf", "weighted")
+        return [h for h in hits if (h.metadata.get("fusion_score", 0.0) if fused else h.score) >= floor]
+
+    def _extra_system(self, utterance: str, session_id: str) -> list[AgentMessage]:
+        """The system blocks plain members add (a summary, facts), asked as cheaply as they allow."""
+        blocks: list[AgentMessage] = []
+        for member in self.members:
+            if member is self.primary or member.is_retriever:
+                continue
+            blocks.extend(self._call(member, "context", lambda m=member: _added_blocks(m.memory, utterance,
+                                                                                        session_id), []))
+        return blocks
+
+    # -- data ownership ----------------------------------------------------------------------
+    def sessions(self) -> list[str]:
+        found: set[str] = set()
+        for member in self.members:
+            found.update(self._call(member, "sessions", lambda m=member: list(m.memory.sessions()), [])
+                         if hasattr(member.memory, "sessions") else [])
+        return sorted(found)
+
+    def forget(self, session_id: str) -> dict[str, Any]:
+        sid = check_session_id(session_id)
+        return {m.name: self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
+                for m in self.members if hasattr(m.memory, "forget")}
+
+    def export(self, session_id: str) -> dict[str, Any]:
+        sid = check_session_id(session_id)
+        data: dict[str, Any] = {"plugin": self.plugin_name, "session_id": sid, "members": {}}
+        for m in self.members:
+            if hasattr(m.memory, "export"):
+                data["members"][m.name] = self._call(m, "export", lambda m=m: m.memory.export(sid), {})
+        return data
+
+    def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
+        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
+        exported = data.get("members", {})
+        for m in self.members:
+            if m.name in exported and hasattr(m.memory, "import_session"):
+                self._call(m, "import", lambda m=m: m.memory.import_session(exported[m.name], sid), None)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        results = [self._call(m, "flush", lambda m=m: m.memory.flush(timeout), False)
+                   for m in self.members if hasattr(m.memory, "flush")]
+        return all(r is not False for r in results)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        for m in self.members:
+            if hasattr(m.memory, "close"):
+                self._call(m, "close", m.memory.close, None)
+        super().close()
+
+
+def _parse_member(spec: Any) -> tuple[str, float, dict[str, Any]]:
+    if isinstance(spec, str):
+        return spec, 1.0, {}
+    weight = spec.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise ConfigError(f"member {spec.get('module')!r}: 'weight' must be a number, got {weight!r}")
+    config = spec.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"member {spec.get('module')!r}: 'config' must be a dict")
+    return str(spec["module"]), float(weight), dict(config)
+
+
+def _accepts(cls: type, key: str) -> bool:
+    config_cls = getattr(cls, "Config", None)
+    if config_cls is None or not dataclasses.is_dataclass(config_cls):
+        return True  # a third-party plugin: push it, as the reference does
+    return any(f.name == key or f.metadata.get("key") == key for f in dataclasses.fields(config_cls))
+
+
+def _added_blocks(memory: Any, utterance: str, session_id: str) -> list[AgentMessage]:
+    blocks = getattr(memory, "context_blocks", None)
+    if callable(blocks):
+        return list(blocks(session_id))
+    # A plugin without the cheap call: build its context and keep the system blocks it leads
+    # with, minus its own system prompt (members are built with an empty one).
+    own = (getattr(memory, "system_prompt", "") or "").strip()
+    out = []
+    for msg in memory.build_conversation_context(utterance, session_id):
+        if not (is_role(msg, "system") or is_role(msg, "developer")):
+            break
+        if msg.content.strip() and msg.content.strip() != own:
+            out.append(msg)
+    return out

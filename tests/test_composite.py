@@ -1,0 +1,194 @@
+"""CompositeMemory: member loading, write-through, fusion, plain-member blocks, fault isolation."""
+from __future__ import annotations
+
+import pytest
+from ovos_plugin_manager.templates.agents import AgentContextManager, AgentMessage, MessageRole
+
+from ovos_memory_plugins import composite as composite_module
+from ovos_memory_plugins.common import MemoryHit
+from ovos_memory_plugins.composite import CompositeMemory
+from ovos_memory_plugins.errors import ConfigError
+from ovos_memory_plugins.fusion import fuse
+from ovos_memory_plugins.recency import RecencyMemory
+
+U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
+
+
+class FactsMemory(AgentContextManager):
+    """A plain member that adds a system block (like entity) and has a system prompt of its own."""
+
+    instances: list = []
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.updates = []
+        self.context_calls = 0
+        FactsMemory.instances.append(self)
+
+    def get_history(self, session_id):
+        return []
+
+    def update_history(self, new_messages, session_id):
+        self.updates.append((session_id, [m.content for m in new_messages]))
+
+    def build_conversation_context(self, utterance, session_id):
+        self.context_calls += 1
+        prompt = [AgentMessage(S, self.system_prompt)] if self.system_prompt else []
+        return prompt + [AgentMessage(S, "Known facts about the user:\n- likes tea"), AgentMessage(U, utterance)]
+
+
+class BrokenAtStart(AgentContextManager):
+    def __init__(self, config=None):
+        raise RuntimeError("cannot start")
+
+    def get_history(self, session_id):
+        return []
+
+    def update_history(self, new_messages, session_id):
+        pass
+
+    def build_conversation_context(self, utterance, session_id):
+        return []
+
+
+class FlakyRetriever(RecencyMemory):
+    fail = True
+
+    def search(self, query, session_id=None, top_k=None):
+        if FlakyRetriever.fail:
+            raise RuntimeError("index offline")
+        return [MemoryHit("Q: flaky\nA: ok", "f_0", 1.0, {"session_id": session_id})]
+
+    def update_history(self, new_messages, session_id):
+        if FlakyRetriever.fail:
+            raise RuntimeError("disk full")
+        super().update_history(new_messages, session_id)
+
+
+@pytest.fixture
+def fake_plugins(monkeypatch):
+    real = composite_module.load_memory_class
+    extra = {"test-facts": FactsMemory, "test-broken": BrokenAtStart, "test-flaky": FlakyRetriever}
+    monkeypatch.setattr(composite_module, "load_memory_class", lambda name: extra.get(name) or real(name))
+    FactsMemory.instances = []
+    FlakyRetriever.fail = True
+
+
+def hybrid(tmp_path, *extra, **config):
+    members = [
+        {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db"), "max_history": 2}},
+        {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}},
+        *extra,
+    ]
+    return CompositeMemory({"members": members, **config})
+
+
+def test_the_reference_fusion_example():
+    a = [MemoryHit("x", score=0.9), MemoryHit("y", score=0.5)]
+    b = [MemoryHit("y", score=12), MemoryHit("z", score=3)]
+    lists = [("A", 1.0, a), ("B", 2.0, b)]
+    assert [(h.content, round(h.metadata["fusion_score"], 5)) for h in fuse("rrf", lists)] == [
+        ("y", 0.04892), ("z", 0.03226), ("x", 0.01639)]
+    assert [h.content for h in fuse("priority", lists)] == ["x", "y"]
+    assert [h.content for h in fuse("merge", lists, dedup=False)] == ["y", "z", "x", "y"]
+    assert "fusion_score" not in a[0].metadata, "members' hits must not be mutated"
+    with pytest.raises(ValueError):
+        fuse("average", lists)
+
+
+def test_unknown_fusion_is_a_config_error():
+    with pytest.raises(ConfigError, match="'fusion'"):
+        CompositeMemory({"fusion": "average"})
+
+
+def test_zero_members_is_a_passthrough():
+    memory = CompositeMemory({"system_prompt": "Hi."})
+    memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "s")
+    assert [(m.role, m.content) for m in memory.build_conversation_context(" x ", "s")] == [(S, "Hi."), (U, "x")]
+    assert memory.search("x", "s") == []
+
+
+def test_members_that_are_missing_broken_or_the_composite_itself_are_skipped(tmp_path, fake_plugins):
+    memory = hybrid(tmp_path, "no-such-plugin", "test-broken", "ovos-memory-plugin-composite")
+    assert [m.module for m in memory.members] == ["ovos-memory-plugin-recency", "ovos-memory-plugin-lexical"]
+
+
+def test_update_history_writes_through_to_every_member_and_history_comes_from_the_primary(tmp_path, fake_plugins):
+    memory = hybrid(tmp_path, "test-facts")
+    memory.update_history([AgentMessage(U, "my tea is green"), AgentMessage(A, "noted")], "s")
+    assert FactsMemory.instances[0].updates == [("s", ["my tea is green", "noted"])]
+    assert [m.content for m in memory.get_history("s")] == ["my tea is green", "noted"]
+    assert memory.members[1].memory.search("tea", "s")[0].content == "Q: my tea is green\nA: noted"
+    named = hybrid(tmp_path, primary="ovos-memory-plugin-lexical")
+    assert named.primary.module == "ovos-memory-plugin-lexical"
+
+
+def test_plain_members_add_their_blocks_once_without_duplicating_prompts(tmp_path, fake_plugins):
+    memory = hybrid(tmp_path, {"module": "test-facts", "config": {"system_prompt": "member prompt"}},
+                    system_prompt="Composite prompt.")
+    ctx = memory.build_conversation_context("hello", "s")
+    assert [(m.role, m.content) for m in ctx] == [
+        (S, "Composite prompt."), (S, "Known facts about the user:\n- likes tea"), (U, "hello")]
+    plain = hybrid(tmp_path, "test-facts", system_prompt="Composite prompt.")
+    assert [m.content for m in plain.build_conversation_context("hello", "s")].count("Composite prompt.") == 1
+
+
+def test_recall_is_fused_deduplicated_against_the_window_and_tagged(tmp_path):
+    memory = hybrid(tmp_path)
+    memory.update_history([AgentMessage(U, "my locker code is 4417"), AgentMessage(A, "noted")], "s")
+    memory.update_history([AgentMessage(U, "what time is it"), AgentMessage(A, "noon")], "s")
+    ctx = memory.build_conversation_context("what is my locker code", "s")
+    assert ctx[0].role == S and "Q: my locker code is 4417\nA: noted" in ctx[0].content
+    assert [m.content for m in ctx[1:]] == ["what time is it", "noon", "what is my locker code"]
+    hits = memory.search("locker code", "s")
+    assert hits and hits[0].metadata["retriever"] == "ovos-memory-plugin-lexical"
+    assert "fusion_score" in hits[0].metadata
+    window_only = memory.build_conversation_context("what time is it", "s")
+    assert not any("Context:" in m.content for m in window_only), "the window's own exchange was recalled again"
+
+
+def test_min_score_applies_to_the_fused_score(tmp_path):
+    memory = hybrid(tmp_path, min_score=None)
+    memory.update_history([AgentMessage(U, "the spare key is under the mat"), AgentMessage(A, "ok")], "s")
+    assert memory.search("spare key", "s")
+    strict = hybrid(tmp_path, retrieval={"min_score": 0.5})  # rrf scores are at most ~1/61 per member
+    assert strict.search("spare key", "s") == []
+
+
+def test_max_num_results_is_a_top_level_key(tmp_path):
+    memory = hybrid(tmp_path, max_num_results=2)
+    for i in range(6):
+        memory.update_history([AgentMessage(U, f"banana fact {i}"), AgentMessage(A, "ok")], "s")
+    assert memory.k == 2 and memory.fetch_k == 4
+    assert len(memory.search("banana", "s")) == 2
+    assert hybrid(tmp_path, retrieval={"max_num_results": 3}).k == 3
+
+
+def test_a_member_failing_at_run_time_costs_only_its_own_part(tmp_path, fake_plugins):
+    memory = hybrid(tmp_path, "test-flaky")
+    memory.update_history([AgentMessage(U, "the car is blue"), AgentMessage(A, "ok")], "s")
+    ctx = memory.build_conversation_context("what colour is the car", "s")
+    assert ctx[-1].content == "what colour is the car"
+    FlakyRetriever.fail = False
+    assert any(h.metadata["retriever"] == "test-flaky" for h in memory.search("flaky", "s"))
+
+
+def test_forget_and_export_fan_out(tmp_path):
+    memory = hybrid(tmp_path)
+    memory.update_history([AgentMessage(U, "secret"), AgentMessage(A, "kept")], "s")
+    exported = memory.export("s")
+    assert set(exported["members"]) == {"ovos-memory-plugin-recency", "ovos-memory-plugin-lexical"}
+    assert memory.forget("s") == {"ovos-memory-plugin-recency": {"messages": 2},
+                                  "ovos-memory-plugin-lexical": {"messages": 2, "documents": 1}}
+    assert memory.get_history("s") == [] and memory.search("secret", "s") == []
+    memory.import_session(exported)
+    assert memory.search("secret", "s")
+
+
+def test_a_composite_can_be_a_member_of_a_composite(tmp_path):
+    inner = {"module": "ovos-memory-plugin-composite", "config": {"members": [
+        {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "inner.db")}}]}}
+    outer = CompositeMemory({"members": [
+        {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}}, inner]})
+    outer.update_history([AgentMessage(U, "the boat is called Wave"), AgentMessage(A, "nice")], "s")
+    assert outer.search("boat", "s")[0].content == "Q: the boat is called Wave\nA: nice"

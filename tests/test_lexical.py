@@ -1,0 +1,101 @@
+"""LexicalMemory: safe keyword queries, stop words, one file shared by several processes."""
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from ovos_memory_plugins.lexical import LexicalMemory, match_expression
+
+U, A = MessageRole.USER, MessageRole.ASSISTANT
+FTS_SYNTAX = st.text(alphabet=st.sampled_from(list('"\'*-()^:+{}[],.NEAROTDn \x00é你😀')) , max_size=40) | \
+    st.lists(st.sampled_from(["NEAR", "AND", "OR", "NOT", "*", '"', "(", ")", "-", "^", "col:", "{a b}", "'"]),
+             max_size=12).map(" ".join)
+
+
+def test_stop_words_keep_what_is_my_name_from_recalling_everything(tmp_path):
+    m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
+    m.update_history([AgentMessage(U, "my name is Ana"), AgentMessage(A, "Hello Ana")], "s")
+    for filler in ("what is the weather", "it is raining", "is it late"):
+        m.update_history([AgentMessage(U, filler), AgentMessage(A, "it is what it is")], "s")
+    hits = m.search("what is my name", "s")
+    assert [h.content for h in hits] == ["Q: my name is Ana\nA: Hello Ana"]
+
+
+def test_without_stop_words_every_exchange_with_is_matches(tmp_path):
+    m = LexicalMemory({"db_path": str(tmp_path / "l.db"), "retrieval": {"stopword_languages": []}})
+    m.update_history([AgentMessage(U, "my name is Ana"), AgentMessage(A, "Hello Ana")], "s")
+    m.update_history([AgentMessage(U, "it is raining"), AgentMessage(A, "ok")], "s")
+    assert len(m.search("what is my name", "s")) == 2
+
+
+def test_portuguese_stop_words_and_diacritics(tmp_path):
+    m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
+    m.update_history([AgentMessage(U, "o meu café favorito é o expresso"), AgentMessage(A, "anotado")], "s")
+    m.update_history([AgentMessage(U, "o dia está bonito"), AgentMessage(A, "é verdade")], "s")
+    hits = m.search("qual é o meu cafe favorito", "s")
+    assert len(hits) == 1 and "expresso" in hits[0].content
+
+
+def test_fts_operators_in_an_utterance_are_plain_words(tmp_path):
+    m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
+    m.update_history([AgentMessage(U, "NEAR the OR gate"), AgentMessage(A, "ok")], "s")
+    m.update_history([AgentMessage(U, "gate keeper"), AgentMessage(A, "ok")], "s")
+    assert match_expression('NEAR(a b) "x" -y*') == '"near" OR "a" OR "b" OR "x" OR "y"'
+    assert {h.content.split("\n")[0] for h in m.search('"NEAR" gate*', "s")} == {"Q: NEAR the OR gate",
+                                                                                   "Q: gate keeper"}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=FTS_SYNTAX)
+def test_hostile_query_strings_never_raise(tmp_path, text):
+    m = LexicalMemory({"db_path": str(tmp_path / "h.db")})
+    try:
+        m.update_history([AgentMessage(U, text), AgentMessage(A, text)], "s")
+        m.search(text, "s")
+        ctx = m.build_conversation_context(text, "s")
+        assert ctx[-1].role == U and ctx[-1].content == text.strip()
+    finally:
+        m.close()
+
+
+def test_one_transaction_per_update_keeps_window_and_index_consistent(tmp_path):
+    path = tmp_path / "l.db"
+    m = LexicalMemory({"db_path": str(path)})
+    for i in range(50):
+        m.update_history([AgentMessage(U, f"item {i}"), AgentMessage(A, "ok")], "s")
+    m.close()
+    con = sqlite3.connect(path)
+    docs = con.execute("SELECT COUNT(*) FROM lexical_memory_docs WHERE indexed = 1").fetchone()[0]
+    fts = con.execute("SELECT COUNT(*) FROM lexical_memory").fetchone()[0]
+    assert docs == fts == 50
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def _writer(path: str, name: str, count: int) -> None:
+    m = LexicalMemory({"db_path": path, "max_history": 0})
+    for i in range(count):
+        m.update_history([AgentMessage(U, f"{name} question {i}"), AgentMessage(A, f"{name} answer {i}")], "shared")
+    m.close()
+
+
+def test_two_processes_writing_one_file_lose_nothing(tmp_path):
+    path = str(tmp_path / "shared.db")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, name, 300)) for name in ("alpha", "beta")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    m = LexicalMemory({"db_path": path, "max_history": 0})
+    history = [x.content for x in m.get_history("shared")]
+    assert len(history) == 1200
+    for name in ("alpha", "beta"):
+        answers = [c for c in history if c.startswith(f"{name} answer")]
+        assert answers == [f"{name} answer {i}" for i in range(300)]
+    docs = m.export("shared")["documents"]
+    assert len(docs) == 600 and len({d["doc_id"] for d in docs}) == 600

@@ -1,0 +1,91 @@
+"""Normalisation rules (seed 000) as properties, and the dict round-trip."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from ovos_memory_plugins._compat import HAS_TOOLS, make_message
+from ovos_memory_plugins.messages import (
+    MAX_MESSAGE_CHARS,
+    coerce_messages,
+    context_window,
+    fold_into,
+    from_dict,
+    is_role,
+    to_dict,
+)
+
+U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
+message = st.builds(AgentMessage, st.sampled_from([U, A]), st.text(max_size=8))
+
+
+def apply(stored, new):
+    pop, add = fold_into(stored[-1] if stored else None, new)
+    return (stored[:-1] if pop else stored) + add
+
+
+@given(st.lists(st.lists(message, max_size=4), max_size=8))
+def test_a_window_never_holds_two_user_or_two_assistant_messages_in_a_row(updates):
+    window = []
+    for new in updates:
+        window = apply(window, new)
+    for a, b in zip(window, window[1:]):
+        assert a.role != b.role
+
+
+@given(st.lists(message, max_size=6), st.lists(message, max_size=6))
+def test_folding_never_mutates_its_inputs_and_keeps_every_assistant_word(stored, new):
+    before = [(m.role, m.content) for m in stored + new]
+    window = apply(list(stored), new)
+    assert [(m.role, m.content) for m in stored + new] == before
+    said = "".join(m.content for m in new if m.role == A)
+    kept = "".join(m.content for m in window if m.role == A).replace("\n", "")
+    assert said.replace("\n", "") in kept
+
+
+def test_a_hanging_question_is_replaced_by_the_next_one():
+    pop, add = fold_into(AgentMessage(U, "hello?"), [AgentMessage(U, "hi"), AgentMessage(A, "hey")])
+    assert pop and [m.content for m in add] == ["hi", "hey"]
+
+
+def test_consecutive_answers_merge_with_a_newline_into_a_new_object():
+    tail, new = AgentMessage(A, "one"), AgentMessage(A, "two")
+    pop, add = fold_into(tail, [new])
+    assert pop and add[0].content == "one\ntwo" and add[0] is not new and new.content == "two"
+
+
+def test_context_window_drops_trailing_questions_and_optionally_leading_answers():
+    h = [AgentMessage(A, "orphan"), AgentMessage(U, "q"), AgentMessage(A, "a"), AgentMessage(U, "dangling")]
+    assert [m.content for m in context_window(h)] == ["orphan", "q", "a"]
+    assert [m.content for m in context_window(h, drop_leading_answers=True)] == ["q", "a"]
+
+
+@pytest.mark.parametrize("bad, error", [(None, TypeError), ("text", TypeError), ([object()], TypeError),
+                                        ([AgentMessage(U, None)], TypeError), ([AgentMessage("bot", "x")], ValueError),
+                                        ([{"content": "x"}], ValueError)])
+def test_bad_updates_are_clear_errors(bad, error):
+    with pytest.raises(error):
+        coerce_messages(bad)
+
+
+def test_dicts_are_accepted_and_text_is_made_storable():
+    huge = AgentMessage(A, "x" * (MAX_MESSAGE_CHARS + 5))
+    out = coerce_messages([{"role": "user", "content": "bad \ud800 surrogate"}, huge])
+    assert is_role(out[0], "user") and "\ud800" not in out[0].content
+    assert len(out[1].content) == MAX_MESSAGE_CHARS
+
+
+def test_round_trip_keeps_tool_fields_when_opm_has_them():
+    if HAS_TOOLS:
+        from ovos_plugin_manager.templates.agents import ToolCall
+
+        msg = make_message(A, "", tool_calls=[ToolCall(id="c1", name="search", arguments={"q": "x"})])
+        back = from_dict(to_dict(msg))
+        assert back.tool_calls[0].id == "c1" and back.tool_calls[0].arguments == {"q": "x"}
+        tool = make_message(MessageRole.TOOL, "result", tool_call_id="c1", name="search")
+        assert to_dict(tool) == {"role": "tool", "content": "result", "tool_call_id": "c1", "name": "search"}
+    else:
+        assert to_dict(AgentMessage(U, "x")) == {"role": "user", "content": "x"}
+        assert from_dict({"role": "assistant", "content": "y", "tool_calls": [{"id": "c"}]}).content == "y"

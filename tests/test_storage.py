@@ -1,0 +1,187 @@
+"""Durable stores: atomic transactions, migrations, restarts, corrupt files, several processes."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sqlite3
+
+import pytest
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from ovos_memory_plugins.errors import StorageError
+from ovos_memory_plugins.storage import WindowPolicy, backend_for, open_record_store, open_window_store
+from ovos_memory_plugins.storage.jsonfile import JsonRecordStore
+from ovos_memory_plugins.storage.queue import MemoryJobQueue, SqliteJobQueue
+from ovos_memory_plugins.storage.sqlite import Database
+
+U, A = MessageRole.USER, MessageRole.ASSISTANT
+KEEP_ALL = WindowPolicy()
+
+
+def test_backend_is_chosen_from_the_path_unless_named():
+    assert backend_for(None) == backend_for(":memory:") == "memory"
+    assert backend_for("/x/m.json") == "json" and backend_for("/x/m.db") == "sqlite"
+    assert backend_for("/x/m.db", "json") == "json"
+
+
+def test_atomic_rolls_back_everything_on_error(tmp_path):
+    db = Database(str(tmp_path / "a.db"))
+    db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
+    with pytest.raises(RuntimeError), db.atomic() as con:
+        con.execute("INSERT INTO t VALUES (1)")
+        raise RuntimeError("boom")
+    assert db.execute("SELECT COUNT(*) FROM t")[0][0] == 0
+
+
+def test_nested_atomic_blocks_are_savepoints(tmp_path):
+    db = Database(str(tmp_path / "a.db"))
+    db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
+    with db.atomic() as con:
+        con.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises(ValueError), db.atomic() as inner:
+            inner.execute("INSERT INTO t VALUES (2)")
+            raise ValueError
+    assert db.execute("SELECT x FROM t") == [(1,)]
+
+
+def test_migrations_apply_once_and_in_order(tmp_path):
+    path = str(tmp_path / "m.db")
+    steps = ["CREATE TABLE t (x INTEGER)", "ALTER TABLE t ADD COLUMN y TEXT"]
+    Database(path).migrate("c", steps[:1])
+    db = Database(path)
+    db.migrate("c", steps)
+    db.migrate("c", steps)
+    assert [r[1] for r in db.execute("PRAGMA table_info(t)")] == ["x", "y"]
+    assert db.execute("SELECT version FROM ovos_memory_migrations WHERE component = 'c'") == [(1,), (2,)]
+
+
+def test_sqlite_errors_become_storage_errors(tmp_path):
+    db = Database(str(tmp_path / "e.db"))
+    with pytest.raises(StorageError):
+        db.execute("SELECT * FROM missing_table")
+
+
+@pytest.mark.parametrize("name", ["w.db", "w.json"])
+def test_a_window_survives_a_restart_with_tool_fields(tmp_path, name):
+    from ovos_memory_plugins._compat import HAS_TOOLS, make_message
+
+    path = str(tmp_path / name)
+    store = open_window_store(path)
+    msgs = [AgentMessage(U, "q")]
+    if HAS_TOOLS:
+        from ovos_plugin_manager.templates.agents import ToolCall
+
+        msgs.append(make_message(A, "", tool_calls=[ToolCall(id="t1", name="lookup", arguments={"k": 1})]))
+        msgs.append(make_message(MessageRole.TOOL, "42", tool_call_id="t1", name="lookup"))
+    msgs.append(AgentMessage(A, "the answer"))
+    store.append("s", msgs, KEEP_ALL)
+    store.close()
+    again = open_window_store(path).load("s", KEEP_ALL)
+    assert [m.content for m in again] == [m.content for m in msgs]
+    if HAS_TOOLS:
+        assert again[1].tool_calls[0].arguments == {"k": 1} and again[2].tool_call_id == "t1"
+
+
+def test_reference_json_files_load_unchanged(tmp_path):
+    path = tmp_path / "recency.json"
+    path.write_text(json.dumps({"s": {"buffer": [{"ts": 1e10, "role": "user", "content": "hi"},
+                                                 {"ts": 1e10, "role": "assistant", "content": "hello"}]}}))
+    assert [m.content for m in open_window_store(str(path)).load("s", KEEP_ALL)] == ["hi", "hello"]
+
+
+def test_a_corrupt_json_file_is_quarantined_not_overwritten(tmp_path):
+    path = tmp_path / "store.json"
+    path.write_text('{"s": {"facts": ["half a reco')
+    store = JsonRecordStore(str(path))
+    assert store.load("s") == {}
+    moved = [p for p in os.listdir(tmp_path) if p.startswith("store.json.corrupt-")]
+    assert len(moved) == 1 and (tmp_path / moved[0]).read_text() == '{"s": {"facts": ["half a reco'
+    store.save("s", {"facts": ["new"]})
+    assert json.loads(path.read_text()) == {"s": {"facts": ["new"]}}
+    path.write_text("[1, 2]")  # valid JSON, wrong shape: also quarantined, a second file
+    assert store.load("s") == {}
+    assert len([p for p in os.listdir(tmp_path) if ".corrupt-" in p]) == 2
+
+
+def test_json_writes_leave_no_temp_files(tmp_path):
+    store = JsonRecordStore(str(tmp_path / "s.json"))
+    for i in range(20):
+        store.update("s", lambda r, i=i: {**r, str(i): i})
+    assert sorted(os.listdir(tmp_path)) == ["s.json", "s.json.lock"]
+    assert len(store.load("s")) == 20
+
+
+def test_record_update_is_read_modify_write(tmp_path):
+    for path in (str(tmp_path / "r.db"), str(tmp_path / "r.json"), ":memory:"):
+        store = open_record_store(path)
+        for _ in range(5):
+            store.update("s", lambda r: {"n": r.get("n", 0) + 1})
+        assert store.load("s") == {"n": 5} and store.sessions() == ["s"]
+        assert store.delete("s") and store.load("s") == {}
+
+
+def _append_many(path: str, name: str, count: int) -> None:
+    store = open_window_store(path)
+    for i in range(count):
+        store.append("shared", [AgentMessage(U, f"{name} q{i}"), AgentMessage(A, f"{name} a{i}")], KEEP_ALL)
+    store.close()
+
+
+@pytest.mark.parametrize("name, count", [("w.db", 1000), ("w.json", 250)])
+def test_two_processes_appending_lose_no_update(tmp_path, name, count):
+    path = str(tmp_path / name)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(path, who, count)) for who in ("p1", "p2")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+        assert p.exitcode == 0
+    window = [m.content for m in open_window_store(path).load("shared", KEEP_ALL)]
+    assert len(window) == 4 * count
+    for who in ("p1", "p2"):
+        assert [c for c in window if c.startswith(f"{who} a")] == [f"{who} a{i}" for i in range(count)]
+    # pairs stay together: every question is followed by its own answer
+    for q, a in zip(window[::2], window[1::2]):
+        assert q.replace(" q", " a") == a
+
+
+def test_window_trim_by_count_and_age(tmp_path):
+    import time
+
+    for path in (str(tmp_path / "t.db"), str(tmp_path / "t.json"), ":memory:"):
+        store = open_window_store(path)
+        for i in range(6):
+            store.append("s", [AgentMessage(U, f"q{i}"), AgentMessage(A, f"a{i}")], WindowPolicy(max_messages=4))
+        assert [m.content for m in store.load("s", WindowPolicy(max_messages=4))] == ["q4", "a4", "q5", "a5"]
+        time.sleep(0.01)
+        assert store.load("s", WindowPolicy(max_age=0.001, max_messages=4)) == []
+        assert store.forget("s") == 4 and store.load("s", KEEP_ALL) == []
+
+
+def test_job_queues_survive_restart_and_forget(tmp_path):
+    path = str(tmp_path / "q.db")
+    q = SqliteJobQueue(Database(path))
+    q.put("a", {"n": 1})
+    q.put("b", {"n": 2})
+    again = SqliteJobQueue(Database(path))
+    jobs = again.take()
+    assert [(j.session_id, j.payload) for j in jobs] == [("a", {"n": 1}), ("b", {"n": 2})]
+    again.failed([jobs[0].id])
+    assert again.take()[0].attempts == 1
+    assert again.forget("a") == 1
+    again.done([jobs[1].id])
+    assert again.pending() == 0
+    mem = MemoryJobQueue()
+    job_id = mem.put("s", {"x": 1})
+    mem.done([job_id])
+    assert mem.pending() == 0
+
+
+def test_wal_mode_and_busy_timeout_are_set(tmp_path):
+    db = Database(str(tmp_path / "w.db"))
+    assert db.execute("PRAGMA journal_mode")[0][0] == "wal"
+    assert db.execute("PRAGMA busy_timeout")[0][0] >= 1000
+    con = sqlite3.connect(tmp_path / "w.db")
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

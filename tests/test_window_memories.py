@@ -1,0 +1,109 @@
+"""BasicShortTermMemory (seed 000) and RecencyMemory (seed 002, SPEC B 4.4)."""
+from __future__ import annotations
+
+import pytest
+from ovos_plugin_manager.agents import load_memory_plugin
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from ovos_memory_plugins.recency import RecencyMemory
+from ovos_memory_plugins.short_term import BasicShortTermMemory
+
+U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
+
+
+def contents(msgs):
+    return [m.content for m in msgs]
+
+
+def test_the_seed_000_example_context():
+    memory = BasicShortTermMemory(config={"max_history": 10, "system_prompt": "You are a helpful assistant."})
+    memory.update_history([AgentMessage(U, "what is 2+2?"), AgentMessage(A, "4")], "sess-123")
+    ctx = memory.build_conversation_context("what is the capital of France?", "sess-123")
+    assert [(m.role, m.content) for m in ctx] == [
+        (S, "You are a helpful assistant."), (U, "what is 2+2?"), (A, "4"), (U, "what is the capital of France?")]
+
+
+def test_short_term_defaults_to_five_messages_and_drops_an_answer_cut_from_its_question():
+    memory = BasicShortTermMemory()
+    for i in range(3):
+        memory.update_history([AgentMessage(U, f"q{i}"), AgentMessage(A, f"a{i}")], "s")
+    assert contents(memory.get_history("s")) == ["a0", "q1", "a1", "q2", "a2"]
+    assert contents(memory.build_conversation_context("next", "s")) == ["q1", "a1", "q2", "a2", "next"]
+
+
+def test_short_term_empty_update_is_a_no_op_not_an_index_error():
+    memory = BasicShortTermMemory()
+    memory.update_history([], "new")
+    memory.update_history([], "new")
+    memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "new")
+    assert contents(memory.get_history("new")) == ["q", "a"]
+
+
+def test_short_term_merges_answers_recorded_in_several_calls_without_touching_the_caller():
+    memory = BasicShortTermMemory()
+    memory.update_history([AgentMessage(U, "tell me a story")], "s")
+    first, second = AgentMessage(A, "Once upon a time"), AgentMessage(A, "the end.")
+    memory.update_history([first], "s")
+    memory.update_history([second], "s")
+    assert contents(memory.get_history("s")) == ["tell me a story", "Once upon a time\nthe end."]
+    assert second.content == "the end."
+
+
+def test_short_term_keeps_its_window_across_restarts_with_db_path(tmp_path):
+    path = str(tmp_path / "persona.db")
+    memory = BasicShortTermMemory({"db_path": path})
+    memory.update_history([AgentMessage(U, "my name is Ana"), AgentMessage(A, "hi Ana")], "s")
+    memory.close()
+    assert contents(BasicShortTermMemory({"db_path": path}).get_history("s")) == ["my name is Ana", "hi Ana"]
+
+
+def test_short_term_is_registered_as_the_persona_default_replacement():
+    cls = load_memory_plugin("ovos-memory-plugin-short-term")
+    assert cls is BasicShortTermMemory
+    memory = cls(config={})
+    memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "s")
+    assert list(memory.session2history) == ["s"]
+
+
+def test_recency_zero_keeps_everything_and_max_age_forgets(monkeypatch):
+    import time as time_module
+
+    memory = RecencyMemory({"max_history": 0, "max_age": 60})
+    for i in range(30):
+        memory.update_history([AgentMessage(U, f"q{i}"), AgentMessage(A, f"a{i}")], "s")
+    assert len(memory.get_history("s")) == 60
+    real = time_module.time
+    monkeypatch.setattr(time_module, "time", lambda: real() + 120)
+    assert memory.get_history("s") == []
+    assert contents(memory.build_conversation_context("hi", "s")) == ["hi"]
+
+
+def test_recency_context_strips_the_prompt_and_drops_trailing_questions():
+    memory = RecencyMemory({"system_prompt": "  Be kind.  "})
+    memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a"), AgentMessage(U, "unanswered")], "s")
+    ctx = memory.build_conversation_context("  new  ", "s")
+    assert [(m.role, m.content) for m in ctx] == [(S, "Be kind."), (U, "q"), (A, "a"), (U, "new")]
+
+
+def test_the_seed_003_example_keeps_string_roles_as_given(capsys):
+    m = RecencyMemory({"max_turns": 2})
+    m.update_history([AgentMessage(role="user", content="my dog is called Rex"),
+                      AgentMessage(role="assistant", content="Noted.")], "demo")
+    for msg in m.build_conversation_context("what is my dog called?", "demo"):
+        print(msg.role, "|", msg.content)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["user | my dog is called Rex", "assistant | Noted."]
+    assert lines[2].endswith("| what is my dog called?")
+
+
+@pytest.mark.parametrize("path", ["r.db", "r.json"])
+def test_recency_persists_and_exports(tmp_path, path):
+    memory = RecencyMemory({"db_path": str(tmp_path / path), "max_history": 4})
+    memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "s")
+    data = memory.export("s")
+    assert data["window"] == [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    assert memory.sessions() == ["s"]
+    assert memory.forget("s") == {"messages": 2}
+    assert memory.get_history("s") == []
+    memory.import_session(data)
+    assert contents(memory.get_history("s")) == ["q", "a"]

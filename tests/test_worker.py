@@ -1,0 +1,68 @@
+"""The background worker: flush waits for queued work, failures are retried, close drains."""
+from __future__ import annotations
+
+import threading
+import time
+
+from ovos_memory_plugins._worker import BackgroundWorker
+
+
+def test_flush_waits_for_everything_queued_before_it():
+    queue, done = list(range(10)), []
+
+    def step():
+        if not queue:
+            return False
+        time.sleep(0.005)
+        done.append(queue.pop(0))
+        return bool(queue)
+
+    worker = BackgroundWorker("t", step)
+    worker.notify()
+    assert worker.flush(10)
+    assert done == list(range(10))
+    worker.close()
+
+
+def test_a_failing_step_is_retried_and_does_not_kill_the_thread():
+    attempts = []
+
+    def step():
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise RuntimeError("temporary")
+        return False
+
+    worker = BackgroundWorker("t", step, retry_delay=0.01)
+    worker.notify()
+    deadline = time.time() + 5
+    while len(attempts) < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    assert worker.flush(5) and len(attempts) >= 3
+    worker.close()
+
+
+def test_flush_without_work_returns_at_once_and_close_is_idempotent():
+    worker = BackgroundWorker("t", lambda: False)
+    assert worker.flush(0.1)
+    worker.notify()
+    assert worker.close(5)
+    assert worker.close(5)
+
+
+def test_flush_reports_false_while_the_work_keeps_failing():
+    stop = threading.Event()
+
+    def step():
+        if not stop.is_set():
+            raise RuntimeError("down")
+        return False
+
+    worker = BackgroundWorker("t", step, retry_delay=0.01)
+    worker.notify()
+    time.sleep(0.05)
+    assert worker.flush(0.2) is False
+    stop.set()
+    worker.notify()
+    assert worker.flush(5)
+    worker.close()
