@@ -1,0 +1,109 @@
+"""LexicalMemory latency at 1k, 10k and 100k stored exchanges on a file DB (issue 3).
+
+Workload: SPEC B 5.2 (8-word user + 15-word assistant turns from 3,000 synthetic tokens and 16
+common words); then alternating build_conversation_context (6-word query) and update_history.
+Baselines measured in the same run on the same machine:
+
+* ``raw insert``: one plain FTS5 INSERT + COMMIT per exchange through sqlite3 (WAL, NORMAL), the
+  least a durable keyword store can do per update;
+* ``raw match``: the same OR-of-terms FTS5 MATCH (stop words removed, session filter) + bm25
+  ORDER BY on that raw table, the least a keyword recall can do per turn.
+
+Usage: python benchmarks/bench_lexical.py [--quick] [--sizes 1000,10000,100000]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _worker import Workload, _messages  # noqa: E402
+
+from ovos_memory_plugins._stopwords import LANGUAGES, stopwords  # noqa: E402
+from ovos_memory_plugins.lexical import LexicalMemory, match_expression  # noqa: E402
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[int(0.9 * (len(ordered) - 1))]
+
+
+def measure_ours(folder: str, n: int, calls: int) -> dict[str, tuple[float, float]]:
+    work = Workload(seed=1)
+    memory = LexicalMemory({"db_path": os.path.join(folder, "lex.db")})
+    for _ in range(n):
+        memory.update_history(_messages(*work.exchange()), "bench")
+    build, update = [], []
+    for i in range(calls):
+        if i % 2 == 0:
+            query = work.query()
+            t = time.perf_counter()
+            memory.build_conversation_context(query, "bench")
+            build.append((time.perf_counter() - t) * 1e6)
+        else:
+            msgs = _messages(*work.exchange())
+            t = time.perf_counter()
+            memory.update_history(msgs, "bench")
+            update.append((time.perf_counter() - t) * 1e6)
+    memory.close()
+    return {"build": percentiles(build), "update": percentiles(update)}
+
+
+def measure_raw(folder: str, n: int, calls: int) -> dict[str, tuple[float, float]]:
+    work = Workload(seed=1)
+    con = sqlite3.connect(os.path.join(folder, "raw.db"), isolation_level=None)
+    con.execute("PRAGMA journal_mode = WAL")
+    con.execute("PRAGMA synchronous = NORMAL")
+    con.execute("CREATE VIRTUAL TABLE t USING fts5(content, session_id UNINDEXED)")
+
+    def insert(user: str, assistant: str) -> None:
+        con.execute("BEGIN")
+        con.execute("INSERT INTO t (content, session_id) VALUES (?, ?)", (f"Q: {user}\nA: {assistant}", "bench"))
+        con.execute("COMMIT")
+
+    for _ in range(n):
+        insert(*work.exchange())
+    match, add = [], []
+    for i in range(calls):
+        if i % 2 == 0:
+            expression = match_expression(work.query(), stopwords(LANGUAGES))
+            t = time.perf_counter()
+            con.execute("SELECT rowid, content, bm25(t) AS r FROM t WHERE t MATCH ? AND session_id = ? "
+                        "ORDER BY r LIMIT 5", (expression, "bench")).fetchall()
+            match.append((time.perf_counter() - t) * 1e6)
+        else:
+            user, assistant = work.exchange()
+            t = time.perf_counter()
+            insert(user, assistant)
+            add.append((time.perf_counter() - t) * 1e6)
+    con.close()
+    return {"build": percentiles(match), "update": percentiles(add)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1k only, 100 calls")
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--calls", type=int, default=300)
+    args = parser.parse_args()
+    sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
+    calls = 100 if args.quick else args.calls
+    print(f"# LexicalMemory on a file DB; {calls} alternating calls; load average {os.getloadavg()[0]:.2f}")
+    print("| N | build med / p90 µs | raw match med / p90 | ratio | update med / p90 µs | raw insert med / p90 | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as folder:
+            ours = measure_ours(folder, n, calls)
+            raw = measure_raw(folder, n, calls)
+        b, rb, u, ru = ours["build"], raw["build"], ours["update"], raw["update"]
+        print(f"| {n:,} | {b[0]:.0f} / {b[1]:.0f} | {rb[0]:.0f} / {rb[1]:.0f} | {b[0] / rb[0]:.1f}x "
+              f"| {u[0]:.0f} / {u[1]:.0f} | {ru[0]:.0f} / {ru[1]:.0f} | {u[0] / ru[0]:.1f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
