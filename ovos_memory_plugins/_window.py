@@ -87,6 +87,10 @@ class WindowMemory(MemoryPlugin):
         prompt = self.system_prompt.strip()
         return ([system_message(prompt)] if prompt else []) + history + [user_message(text)]
 
+    def context_blocks(self, session_id: str) -> list[AgentMessage]:
+        """System blocks this memory adds besides its prompt: none (the window is not a block)."""
+        return []
+
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
         return self._window.sessions()
