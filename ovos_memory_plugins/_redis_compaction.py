@@ -1,0 +1,68 @@
+"""When to compact a short-term list and how much of it (pure functions, no Redis)."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from ._redis_store import Item
+
+__all__ = ["CompactionPolicy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionPolicy:
+    """
+    Args:
+        token_threshold: compact when the list holds this many tokens (0: off).
+        round_threshold: compact when the list holds this many exchanges (0: off).
+        keep_recent: the newest exchanges, never compacted.
+    """
+
+    token_threshold: int = 4000
+    round_threshold: int = 0
+    keep_recent: int = 2
+
+    def due(self, tokens: int, rounds: int) -> bool:
+        """Whether a list with these counters should be compacted."""
+        if rounds <= self.keep_recent:
+            return False
+        return bool(self.token_threshold and tokens >= self.token_threshold) or bool(
+            self.round_threshold and rounds >= self.round_threshold)
+
+    def cut(self, items: Sequence[Item]) -> int:
+        """How many of the oldest items to fold into the summary (0: none).
+
+        Cuts fall on exchange boundaries (before a USER message) and never into the newest
+        ``keep_recent`` exchanges. The token trigger keeps about half the threshold of recent
+        messages (seed 004): at the threshold it folds the oldest half; after a burst it folds
+        more, at most twice the threshold per round, so one summary request stays small. The
+        round trigger folds all but ``keep_recent`` exchanges.
+
+            >>> from ovos_memory_plugins._redis_store import Item
+            >>> def item(user, tokens): return Item("", None, tokens, user)
+            >>> items = [item(True, 10), item(False, 10)] * 4                 # 4 exchanges, 80 tokens
+            >>> CompactionPolicy(token_threshold=80, keep_recent=1).cut(items)  # the oldest ~40 tokens
+            4
+            >>> CompactionPolicy(token_threshold=0, round_threshold=4, keep_recent=1).cut(items)
+            6
+        """
+        users = [i for i, item in enumerate(items) if item.is_user]
+        limit = len(items)  # keep_recent 0: everything may go
+        if self.keep_recent:
+            limit = users[-self.keep_recent] if len(users) >= self.keep_recent else 0
+        cuts = [i for i in users if 0 < i <= limit]
+        if limit == len(items) and limit:
+            cuts.append(limit)
+        if not cuts:
+            return 0
+        total = sum(item.tokens for item in items)
+        if self.token_threshold and total >= self.token_threshold:
+            half = self.token_threshold / 2
+            target = min(max(half, total - half), 4 * half)
+            prefix = [0]
+            for item in items:
+                prefix.append(prefix[-1] + item.tokens)
+            return next((c for c in cuts if prefix[c] >= target), cuts[-1])
+        if self.round_threshold and len(users) >= self.round_threshold:
+            return cuts[-1]
+        return 0

@@ -1,0 +1,164 @@
+"""Key layout and the Lua scripts of the Redis memory: every change of shared data is one script.
+
+A Lua script runs atomically on the server, so two satellites writing the same session can
+never interleave half-updates. The scripts stay dumb on purpose: the message normalisation
+(``messages.fold_into``) runs in Python, and the append script only applies it if the list's
+tail is still the one Python folded against (compare-and-set). On a mismatch it returns the
+real tail and the client folds again. Nothing here parses JSON on the server.
+
+Keys of one session (``{sid}`` is a hash tag: on a Redis Cluster all keys of a session share a
+slot, which multi-key scripts need)::
+
+    <prefix>:{<sid>}:short    list of JSON messages, oldest first (RPUSH appends, LTRIM compacts)
+    <prefix>:{<sid>}:meta     hash: seq (message id counter), tokens and rounds of the list,
+                              compacted (messages folded into the summary so far)
+    <prefix>:{<sid>}:summary  the long-term summary (a string)
+    <prefix>:{<sid>}:lock     the compaction lease (a random token, with an expiry)
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+__all__ = [
+    "APPEND",
+    "COMMIT",
+    "KINDS",
+    "READ",
+    "RELEASE",
+    "RENEW",
+    "SessionKeys",
+    "glob_escape",
+    "session_from_key",
+]
+
+KINDS = ("short", "meta", "summary", "lock")
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionKeys:
+    short: str
+    meta: str
+    summary: str
+    lock: str
+
+    @classmethod
+    def of(cls, prefix: str, session_id: str) -> SessionKeys:
+        return cls(*(f"{prefix}:{{{session_id}}}:{kind}" for kind in KINDS))
+
+    def all(self) -> tuple[str, ...]:
+        return (self.short, self.meta, self.summary, self.lock)
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis MATCH pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def session_from_key(prefix: str, key: str, kind: str = "meta") -> str | None:
+    """The session id of ``<prefix>:{<sid>}:<kind>``, or None for any other key."""
+    head, tail = f"{prefix}:{{", f"}}:{kind}"
+    if key.startswith(head) and key.endswith(tail) and len(key) >= len(head) + len(tail):
+        return key[len(head):len(key) - len(tail)]
+    return None
+
+
+# Shared by every script: set or clear a key's expiry (0 milliseconds means "never expires").
+_REFRESH = """
+local function refresh(key, ms)
+  ms = tonumber(ms)
+  if ms > 0 then redis.call('PEXPIRE', key, ms) else redis.call('PERSIST', key) end
+end
+"""
+
+#: KEYS: short, meta, summary.
+#: ARGV: expected tail ('' = empty list), pop (1/0), popped tokens, popped is user (1/0),
+#:       short ttl ms, long ttl ms, meta ttl ms, then (json without its id, tokens, is user) per message.
+#: Returns {0, real tail} when the tail changed, else {1, new tail, tokens, rounds}.
+APPEND = _REFRESH + """
+local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('EXISTS', short) == 0 then
+  -- the list expired or was never written: its counters start again (seq keeps counting)
+  redis.call('HSET', meta, 'tokens', 0, 'rounds', 0)
+end
+local tail = redis.call('LINDEX', short, -1) or ''
+if tail ~= ARGV[1] then return {0, tail} end
+local tokens, rounds = 0, 0
+if ARGV[2] == '1' then
+  redis.call('RPOP', short)
+  tokens = tokens - tonumber(ARGV[3])
+  if ARGV[4] == '1' then rounds = rounds - 1 end
+end
+local items = {}
+for i = 8, #ARGV, 3 do
+  local id = redis.call('HINCRBY', meta, 'seq', 1)
+  items[#items + 1] = '{"id":' .. id .. ',' .. string.sub(ARGV[i], 2)
+  tokens = tokens + tonumber(ARGV[i + 1])
+  if ARGV[i + 2] == '1' then rounds = rounds + 1 end
+end
+if #items > 0 then redis.call('RPUSH', short, unpack(items)) end
+tokens = redis.call('HINCRBY', meta, 'tokens', tokens)
+rounds = redis.call('HINCRBY', meta, 'rounds', rounds)
+refresh(short, ARGV[5])
+refresh(summary, ARGV[6])
+refresh(meta, ARGV[7])
+return {1, redis.call('LINDEX', short, -1) or '', tokens, rounds}
+"""
+
+#: KEYS: short, meta, summary.  ARGV: short ttl ms, long ttl ms, meta ttl ms, newest n (0 = all).
+#: Returns {summary, "[item,item,...]"}: one JSON array, so the client parses one reply and one
+#: document instead of one per message. Reading is activity: every TTL is refreshed.
+READ = _REFRESH + """
+local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
+local n = tonumber(ARGV[4])
+local items
+if n > 0 then items = redis.call('LRANGE', short, -n, -1) else items = redis.call('LRANGE', short, 0, -1) end
+local text = redis.call('GET', summary) or ''
+if #items > 0 then refresh(short, ARGV[1]) end
+if text ~= '' then refresh(summary, ARGV[2]) end
+if redis.call('EXISTS', meta) == 1 then refresh(meta, ARGV[3]) end
+return {text, '[' .. table.concat(items, ',') .. ']'}
+"""
+
+#: KEYS: short, meta, summary, lock.
+#: ARGV: lease token, summary read, new summary, n, tokens of the n, rounds of the n,
+#:       short ttl ms, long ttl ms, meta ttl ms, then the n raw items that were read.
+#: Folds the first n items into the summary only if the lease is still ours, the summary is
+#: unchanged and the list still starts with exactly those n items (the optimistic check).
+#: Returns {1, tokens left, rounds left}, or {-1} lease lost, {-2} summary changed, {-3} list changed.
+COMMIT = _REFRESH + """
+local short, meta, summary, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if redis.call('GET', lock) ~= ARGV[1] then return {-1} end
+if (redis.call('GET', summary) or '') ~= ARGV[2] then return {-2} end
+local n = tonumber(ARGV[4])
+local head = redis.call('LRANGE', short, 0, n - 1)
+if #head ~= n then return {-3} end
+for i = 1, n do
+  if head[i] ~= ARGV[9 + i] then return {-3} end
+end
+redis.call('LTRIM', short, n, -1)
+local tokens = redis.call('HINCRBY', meta, 'tokens', -tonumber(ARGV[5]))
+local rounds = redis.call('HINCRBY', meta, 'rounds', -tonumber(ARGV[6]))
+redis.call('HINCRBY', meta, 'compacted', n)
+if ARGV[3] == '' then
+  redis.call('DEL', summary)
+else
+  redis.call('SET', summary, ARGV[3])
+  refresh(summary, ARGV[8])
+end
+if redis.call('EXISTS', short) == 1 then refresh(short, ARGV[7]) end
+refresh(meta, ARGV[9])
+return {1, tokens, rounds}
+"""
+
+#: KEYS: lock.  ARGV: token, lease ms.  Extends the lease only if it is still ours.
+RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+#: KEYS: lock.  ARGV: token.  Releases the lease only if it is still ours.
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""

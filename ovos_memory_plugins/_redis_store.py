@@ -1,0 +1,274 @@
+"""The Redis side of ``RedisMemory``: the connection, the scripts, and one method per operation.
+
+Every method turns Redis failures into this package's errors: ``StoreUnavailable`` when the
+server cannot be reached (logged once, then no new attempt for ``retry_after`` seconds, so a
+dead server costs one quick failure per period and not one per turn), ``StorageError`` for any
+other Redis error. Recovery is logged once too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from . import _redis_scripts as scripts
+from ._compat import AgentMessage, MessageRole
+from ._log import LogOnce
+from ._redis_lease import Lease
+from ._tokens import estimate_tokens
+from .errors import ConfigError, MissingDependencyError, StorageError, StoreUnavailable
+from .messages import fold_into, from_dict, is_role, to_dict
+
+__all__ = ["Item", "RedisStore", "decode", "decode_array", "encode", "message_of"]
+
+_INSTALL = "pip install 'ovos-memory-plugins[redis]'"
+_APPEND_ATTEMPTS = 64  # compare-and-set retries when other writers keep moving the tail
+_BATCH = 500           # messages per append script call (Lua's unpack has a stack limit)
+_TAILS = 1024          # sessions whose last raw item is remembered (saves a read per append)
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """A decoded list item: the message plus what the counters need."""
+
+    raw: str
+    message: AgentMessage
+    tokens: int
+    is_user: bool
+
+
+def message_tokens(msg: AgentMessage) -> int:
+    tokens = estimate_tokens(msg.content)
+    if getattr(msg, "tool_calls", None):
+        tokens += estimate_tokens(json.dumps(to_dict(msg)["tool_calls"]))
+    return tokens
+
+
+def encode(msg: AgentMessage, now: float) -> tuple[str, int, int]:
+    """(JSON without its id, tokens, 1 if USER): the append script adds the id."""
+    data = to_dict(msg, round(now, 3))
+    tokens = message_tokens(msg)
+    data["tok"] = tokens
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")), tokens, int(is_role(msg, "user"))
+
+
+_ROLES = {r.value: r for r in MessageRole}
+_TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
+
+
+def message_of(data: dict[str, Any]) -> AgentMessage:
+    """The message of a decoded item (ids, token counts and timestamps are ignored)."""
+    if any(k in data for k in _TOOL_KEYS):
+        return from_dict(data)
+    return AgentMessage(_ROLES.get(data["role"], data["role"]), data["content"])
+
+
+def decode_array(blob: str) -> list[AgentMessage]:
+    """The messages of a ``[item,item,...]`` reply of the read script."""
+    return [message_of(d) for d in json.loads(blob)]
+
+
+def decode(raw: str) -> Item:
+    data = json.loads(raw)
+    tokens = int(data.pop("tok", 0))
+    data.pop("id", None)
+    msg = from_dict(data)
+    return Item(raw, msg, tokens, is_role(msg, "user"))
+
+
+def _ms(seconds: float | None) -> int:
+    return int(seconds * 1000) if seconds else 0
+
+
+def safe_url(url: str) -> str:
+    """The URL without credentials, for messages and log lines."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
+    except ValueError:
+        return "<unparseable url>"
+
+
+class RedisStore:
+    """Short-term lists, summaries and leases of one key prefix on one Redis server."""
+
+    def __init__(self, url: str, prefix: str, short_ttl: float | None, long_ttl: float | None,
+                 socket_timeout: float, retry_after: float, owner: str):
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError as exc:
+            raise MissingDependencyError(f"{owner} needs the redis client: {_INSTALL}") from exc
+        self.where = safe_url(url)
+        self.prefix = prefix
+        self._owner = owner
+        self._retry_after = retry_after
+        self._errors = redis.RedisError
+        self._down_errors = (redis.ConnectionError, redis.TimeoutError)
+        try:
+            # No I/O here: the pool connects on first use. No client-side retries: see the module doc.
+            self.client = redis.Redis.from_url(
+                url, decode_responses=True, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
+                retry=Retry(NoBackoff(), 0))
+        except ValueError as exc:
+            raise ConfigError(f"{owner}: 'url' {self.where!r} is not a Redis URL: {exc}") from exc
+        register = self.client.register_script
+        self._append, self._read, self._commit = register(scripts.APPEND), register(scripts.READ), register(
+            scripts.COMMIT)
+        self._renew, self._release = register(scripts.RENEW), register(scripts.RELEASE)
+        # short, long, meta: the counters must outlive both the list and the summary.
+        self._ttls = [_ms(short_ttl), _ms(long_ttl), max(_ms(short_ttl), _ms(long_ttl))
+                      if short_ttl and long_ttl else 0]
+        self._log = LogOnce()
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+        self._tails: dict[str, str] = {}
+
+    def keys(self, session_id: str) -> scripts.SessionKeys:
+        return scripts.SessionKeys.of(self.prefix, session_id)
+
+    # -- error handling ------------------------------------------------------------------
+    def io(self, fn: Callable[[], Any]) -> Any:
+        """Run one Redis call; failures become StorageError/StoreUnavailable, logged once."""
+        if time.monotonic() < self._down_until:
+            raise StoreUnavailable(f"Redis at {self.where} is down (next attempt within {self._retry_after:g}s)")
+        try:
+            result = fn()
+        except self._down_errors as exc:
+            self._down_until = time.monotonic() + self._retry_after
+            self._log.error("down", "%s: Redis at %s is unreachable (%s); turns are answered from the in-process "
+                            "cache and new messages are held until it is back", self._owner, self.where, exc)
+            raise StoreUnavailable(str(exc)) from exc
+        except self._errors as exc:
+            self._log.error("error", "%s: Redis at %s failed: %s", self._owner, self.where, exc)
+            raise StorageError(str(exc)) from exc
+        self._log.clear("down", f"{self._owner}: Redis at {self.where} is reachable again")
+        self._log.clear("error")
+        return result
+
+    @staticmethod
+    def _call(script: Any, keys: list[str], args: list[Any]) -> Callable[[], Any]:
+        return lambda: script(keys=keys, args=args)
+
+    # -- operations ----------------------------------------------------------------------
+    def append(self, session_id: str, messages: Sequence[AgentMessage]) -> tuple[int, int]:
+        """Normalise (``fold_into``) and append; returns the list's (tokens, exchanges) after."""
+        result = (0, 0)
+        for start in range(0, len(messages), _BATCH):
+            result = self._append_batch(session_id, list(messages[start:start + _BATCH]))
+        return result
+
+    def _append_batch(self, session_id: str, messages: list[AgentMessage]) -> tuple[int, int]:
+        keys = self.keys(session_id)
+        with self._lock:
+            tail_raw = self._tails.get(session_id)
+        if tail_raw is None:
+            tail_raw = self.io(lambda: self.client.lindex(keys.short, -1)) or ""
+        now = time.time()
+        for _ in range(_APPEND_ATTEMPTS):
+            tail = decode(tail_raw) if tail_raw else None
+            pop, add = fold_into(tail.message if tail else None, messages)
+            popped = tail if pop else None
+            args: list[Any] = [tail_raw, int(pop), popped.tokens if popped else 0,
+                               int(bool(popped and popped.is_user)), *self._ttls]
+            for msg in add:
+                args.extend(encode(msg, now))
+            ok, raw, *counts = self.io(self._call(self._append, [keys.short, keys.meta, keys.summary], args))
+            if ok:
+                with self._lock:
+                    if len(self._tails) >= _TAILS:
+                        self._tails.clear()
+                    self._tails[session_id] = raw
+                return int(counts[0]), int(counts[1])
+            tail_raw = raw  # another writer moved the tail: fold against the real one
+        raise StorageError(f"could not append to {session_id!r}: the tail kept changing")
+
+    def forget_tail(self, session_id: str) -> None:
+        with self._lock:
+            self._tails.pop(session_id, None)
+
+    def read(self, session_id: str, newest: int = 0) -> tuple[str, str]:
+        """``(summary, JSON array of the newest items or all)``; refreshes both TTLs (reading is activity).
+
+        The array stays a string until :func:`decode_array`: callers can keep it as an immutable
+        snapshot for free.
+        """
+        keys = self.keys(session_id)
+        summary, blob = self.io(self._call(self._read, [keys.short, keys.meta, keys.summary], [*self._ttls, newest]))
+        return summary, blob
+
+    def summary(self, session_id: str) -> str:
+        return self.io(lambda: self.client.get(self.keys(session_id).summary)) or ""
+
+    def snapshot(self, session_id: str) -> tuple[str, list[Item]]:
+        """``(summary, every item)`` read atomically, without refreshing TTLs (for compaction)."""
+        keys = self.keys(session_id)
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.get(keys.summary)
+            pipe.lrange(keys.short, 0, -1)
+            return pipe.execute()
+
+        summary, raws = self.io(read)
+        return summary or "", [decode(raw) for raw in raws]
+
+    def commit(self, session_id: str, lease: Lease, summary: str, new_summary: str,
+               head: Sequence[Item]) -> tuple[int, int, int]:
+        """Fold ``head`` into the summary if nothing changed; ``(status, tokens, exchanges)`` left.
+
+        Status 1: committed; -1: the lease was lost; -2: the summary changed; -3: the list no
+        longer starts with ``head`` (see ``_redis_scripts.COMMIT``).
+        """
+        keys = self.keys(session_id)
+        args: list[Any] = [lease.token, summary, new_summary, len(head), sum(i.tokens for i in head),
+                           sum(i.is_user for i in head), *self._ttls, *(i.raw for i in head)]
+        status, *left = self.io(self._call(self._commit, [keys.short, keys.meta, keys.summary, keys.lock], args))
+        return (int(status), int(left[0]), int(left[1])) if status == 1 else (int(status), 0, 0)
+
+    def lease(self, session_id: str, seconds: float) -> Lease:
+        return Lease(self.client, self.keys(session_id).lock, seconds, self._renew, self._release)
+
+    def set_summary(self, session_id: str, text: str) -> None:
+        """Replace the summary (import); also creates the counters so the session is listed."""
+        keys = self.keys(session_id)
+
+        def write() -> None:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.set(keys.summary, text, px=self._ttls[1] or None)
+            pipe.hsetnx(keys.meta, "seq", 0)
+            if self._ttls[2]:
+                pipe.pexpire(keys.meta, self._ttls[2])
+            pipe.execute()
+
+        self.io(write)
+
+    def forget(self, session_id: str) -> tuple[int, int]:
+        """Delete every key of the session; ``(messages, summaries)`` that were there."""
+        keys = self.keys(session_id)
+        self.forget_tail(session_id)
+
+        def delete() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.llen(keys.short)
+            pipe.exists(keys.summary)
+            pipe.delete(*keys.all())
+            return pipe.execute()
+
+        messages, summaries, _ = self.io(delete)
+        return int(messages), int(summaries)
+
+    def sessions(self) -> list[str]:
+        pattern = scripts.glob_escape(self.prefix) + ":{*}:meta"
+        keys = self.io(lambda: list(self.client.scan_iter(match=pattern, count=1000)))
+        found = (scripts.session_from_key(self.prefix, k) for k in keys)
+        return sorted({sid for sid in found if sid is not None})
+
+    def close(self) -> None:
+        self.client.close()

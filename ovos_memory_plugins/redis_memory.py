@@ -1,0 +1,406 @@
+"""``RedisMemory``: a short-term window and a long-term summary per session, shared through Redis.
+
+Built from seed 004 (miso-agent's ``TempMemory``) as an OVOS memory plugin, so that several
+satellites or processes share one conversation memory. Per session: a Redis list of messages
+(appends are one ``RPUSH``, O(1)) and a summary string. When the list reaches
+``compact_token_threshold`` tokens (or ``compact_threshold`` exchanges), the oldest exchanges
+(about half the token threshold) are summarised in the background, through an
+OpenAI-compatible LLM or, offline, extractively, and folded into the summary.
+
+Where we differ from the reference (docs/backends/redis.md): real token estimates (not bytes/4);
+both TTLs refreshed on every append and read; a summary bounded to ``max_summary_tokens``;
+compaction in a background thread that commits only if the list still starts with what it read;
+one compactor per session (a renewed lease); round-based compaction usable on its own; the turn
+is still answered while Redis is down.
+
+Example::
+
+    memory = RedisMemory({"url": "redis://127.0.0.1:6379/0", "system_prompt": "Be brief."})
+    memory.update_history([AgentMessage(MessageRole.USER, "hi"),
+                           AgentMessage(MessageRole.ASSISTANT, "hello")], "kitchen")
+    memory.build_conversation_context("what did I say?", "kitchen")
+    # [SYSTEM "Be brief.", USER "hi", ASSISTANT "hello", USER "what did I say?"]
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from ._compat import AgentMessage, MessageRole
+from ._log import LOG, LogOnce
+from ._memory import MemoryPlugin
+from ._redis_compaction import CompactionPolicy
+from ._redis_lease import Lease
+from ._redis_store import RedisStore, decode_array
+from ._tokens import truncate_to_tokens
+from ._worker import BackgroundWorker
+from .config import option
+from .errors import LLMError, StorageError
+from .messages import (
+    check_session_id,
+    check_utterance,
+    coerce_messages,
+    context_window,
+    copy_message,
+    fold_into,
+    from_dict,
+    is_role,
+    system_message,
+    to_dict,
+    user_message,
+)
+
+__all__ = ["Exchange", "RedisConfig", "RedisMemory"]
+
+DAY = 86_400
+SUMMARY_HEADER = "[Conversation summary so far]\n"
+_CACHED_SESSIONS = 256   # sessions whose last context is kept in RAM for when Redis is down
+_CACHED_CHARS = 1 << 20  # a bigger context is not cached
+_CACHED_UPDATES = 64     # updates since the last read kept with a cached context
+_HELD_MESSAGES = 200     # messages per session held for replay while Redis is down
+_MAX_ROUNDS = 64         # compaction rounds per lease (each folds up to twice the token threshold)
+_MAX_CONFLICTS = 8       # rounds lost to concurrent changes before giving up until the next append
+
+
+@dataclasses.dataclass(frozen=True)
+class RedisConfig:
+    url: str = option("redis://localhost:6379/0", "Redis server URL (redis://, rediss:// or unix://)")
+    prefix: str = option("ovos:memory", "key prefix; memories with different prefixes never see each other")
+    compact_token_threshold: int | None = option(
+        4000, "compact when the short-term list reaches this many tokens; 0 or null: off", kind=int, minimum=0,
+        nullable=True)
+    compact_threshold: int | None = option(
+        None, "compact when the list holds this many exchanges (all but keep_recent); 0 or null: off",
+        kind=int, minimum=0)
+    keep_recent: int = option(2, "newest exchanges never compacted", minimum=0)
+    short_term_ttl: float | None = option(
+        30 * DAY, "seconds the short-term list lives after the last activity (30 days); 0 or null: forever",
+        kind=float, minimum=0, nullable=True)
+    long_term_ttl: float | None = option(
+        30 * DAY, "seconds the summary lives after the last activity (30 days); 0 or null: forever",
+        kind=float, minimum=0, nullable=True)
+    max_summary_tokens: int = option(256, "upper bound of the long-term summary", minimum=16)
+    api_url: str | None = option(
+        "http://localhost:8000/v1", "OpenAI-compatible endpoint for summaries; null: extractive only", kind=str,
+        nullable=True)
+    model: str = option("", "model name; empty asks the endpoint")
+    api_key: str | None = option(None, "bearer token for api_url", kind=str)
+    request_timeout: float = option(30.0, "seconds per summary request", minimum=0)
+    system_prompt: str = option("", "persona system prompt, sent first as a system message")
+    max_history: int | None = option(
+        None, "newest short-term messages sent in the context; 0 or null: the whole list", kind=int, minimum=0)
+    socket_timeout: float = option(2.0, "seconds to connect to or hear from Redis before it counts as down",
+                                   minimum=0.01)
+    retry_after: float = option(5.0, "seconds between reconnection attempts while Redis is down", minimum=0)
+    lock_timeout: float = option(30.0, "compaction lease in seconds (renewed while a summary is written)",
+                                 minimum=0.1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Exchange:
+    """One user turn and the reply to it (seed 004's ``Conversation``)."""
+
+    user: str
+    assistant: str
+
+    def format(self) -> str:
+        return f"User: {self.user}\nAssistant: {self.assistant}"
+
+
+@dataclasses.dataclass
+class _Snapshot:
+    summary: str
+    blob: str                       # the read script's JSON array
+    later: list[list[AgentMessage]]  # batches appended since
+
+
+class RedisMemory(MemoryPlugin):
+    """Short-term messages plus a compacted long-term summary per session, in Redis.
+
+    The context is ``[SYSTEM(system_prompt)?] + [SYSTEM("[Conversation summary so far]\\n" +
+    summary)?] + short-term messages (minus trailing USER) + USER(utterance)``.
+    """
+
+    Config: ClassVar[type] = RedisConfig
+    plugin_name: ClassVar[str] = "ovos-memory-plugin-redis"
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        super().__init__(config)
+        s = self.settings
+        self._store = RedisStore(s.url, s.prefix, s.short_term_ttl, s.long_term_ttl, s.socket_timeout,
+                                 s.retry_after, self.plugin_name)
+        self._policy = CompactionPolicy(s.compact_token_threshold or 0, s.compact_threshold or 0, s.keep_recent)
+        self._summarizer: Callable[[str, list[dict], int], str] | None = self.config.get("_summarizer")
+        self._chat: Any = None
+        self._log = LogOnce()
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, _Snapshot] = OrderedDict()  # the last read, for when Redis is down
+        self._held: dict[str, list[AgentMessage]] = {}    # written while Redis was down
+        self._due: OrderedDict[str, None] = OrderedDict()  # sessions waiting for compaction
+        self._worker = BackgroundWorker(f"{self.plugin_name}:compaction", self._compact_step, retry_delay=1.0)
+
+    # -- the OPM contract ----------------------------------------------------------------
+    def get_history(self, session_id: str) -> list[AgentMessage]:
+        return self._read(check_session_id(session_id))[1]
+
+    def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
+        check_session_id(session_id)
+        messages = coerce_messages(new_messages)
+        if not messages:
+            return
+        with self._lock:
+            held = self._held.pop(session_id, [])
+        try:
+            tokens, rounds = self._store.append(session_id, held + messages)
+        except StorageError:
+            self._hold(session_id, held + messages)
+            return
+        if held:
+            LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
+            self._log.clear("held")
+        self._cache_append(session_id, held + messages)
+        if self._policy.due(tokens, rounds):
+            with self._lock:
+                self._due[session_id] = None
+            self._worker.notify()
+
+    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
+        text = check_utterance(utterance)
+        newest = self.settings.max_history or 0
+        summary, history = self._read(check_session_id(session_id), newest)
+        if newest:
+            history = history[-newest:]  # the cached copy used while Redis is down may be longer
+        prompt = self.system_prompt.strip()
+        out = [system_message(prompt)] if prompt else []
+        if summary:
+            out.append(system_message(SUMMARY_HEADER + summary))
+        return out + context_window(history) + [user_message(text)]
+
+    def context_blocks(self, session_id: str) -> list[AgentMessage]:
+        """The system block this memory adds besides its prompt: the summary, if any (for composites)."""
+        check_session_id(session_id)
+        try:
+            summary = self._store.summary(session_id)
+        except StorageError:
+            summary = self._cached(session_id)[0]
+        return [system_message(SUMMARY_HEADER + summary)] if summary else []
+
+    # -- seed 004's API ------------------------------------------------------------------
+    def load(self, session_id: str) -> tuple[str, list[Exchange]]:
+        """``(long-term summary, short-term exchanges)``, oldest first (seed ``Load``)."""
+        summary, history = self._read(check_session_id(session_id))
+        return summary, _exchanges(history)
+
+    def load_locked(self, session_id: str, timeout: float = 10.0) -> tuple[str, list[Exchange]]:
+        """Like :meth:`load`, after any running compaction of the session has committed.
+
+        Every load is already atomic (one script reads both parts); this one also holds the
+        compaction lease while reading, so the summary is not about to change. After
+        ``timeout`` seconds it reads anyway. (Seed ``LoadLocked``.)
+        """
+        lease = self._store.lease(check_session_id(session_id), self.settings.lock_timeout)
+        try:
+            held = self._store.io(lambda: lease.acquire(wait=timeout))
+        except StorageError:
+            held = False
+        try:
+            return self.load(session_id)
+        finally:
+            if held:
+                lease.release()
+
+    def load_formatted(self, session_id: str, lock: bool = False) -> tuple[str, str]:
+        """``(summary, "User: …\\nAssistant: …" lines)`` ready for a prompt (seed ``LoadFormatted``)."""
+        summary, exchanges = self.load_locked(session_id) if lock else self.load(session_id)
+        return summary, "\n".join(e.format() for e in exchanges)
+
+    def append(self, session_id: str, exchange: Exchange | tuple[str, str]) -> None:
+        """Store one exchange (seed ``Append``): an ``Exchange`` or a ``(user, assistant)`` pair."""
+        user, assistant = (exchange.user, exchange.assistant) if isinstance(exchange, Exchange) else exchange
+        self.update_history([AgentMessage(MessageRole.USER, user), AgentMessage(MessageRole.ASSISTANT, assistant)],
+                            session_id)
+
+    # -- data ownership ------------------------------------------------------------------
+    def sessions(self) -> list[str]:
+        try:
+            return self._store.sessions()
+        except StorageError:
+            return []
+
+    def forget(self, session_id: str) -> dict[str, int]:
+        """Delete every key of the session (messages, summary, counters, lease) and the RAM copies."""
+        check_session_id(session_id)
+        messages, summaries = self._store.forget(session_id)  # raises while Redis is down: RAM stays as is
+        with self._lock:
+            self._cache.pop(session_id, None)
+            held = len(self._held.pop(session_id, []))
+            self._due.pop(session_id, None)
+        return {"messages": messages + held, "summaries": summaries}
+
+    def export(self, session_id: str) -> dict[str, Any]:
+        summary, history = self._read(check_session_id(session_id))
+        data = super().export(session_id)
+        data.update(summary=summary, window=[to_dict(m) for m in history])
+        return data
+
+    def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
+        """Load what :meth:`export` produced: the summary replaces the session's, the window is appended."""
+        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
+        summary = truncate_to_tokens(str(data.get("summary") or "").strip(), self.settings.max_summary_tokens)
+        if summary:
+            self._store.set_summary(sid, summary)
+        self.update_history([from_dict(d) for d in data.get("window", [])], sid)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self._worker.flush(timeout)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._worker.close()
+            self._store.close()
+        super().close()
+
+    # -- reads, and what is kept for when Redis is down --------------------------------------
+    def _read(self, session_id: str, newest: int = 0) -> tuple[str, list[AgentMessage]]:
+        """``(summary, newest messages or all)``; from the RAM cache (or empty) while Redis is down."""
+        try:
+            summary, blob = self._store.read(session_id, newest)
+        except StorageError:
+            return self._cached(session_id)
+        with self._lock:
+            # The reply's JSON text is an immutable snapshot: caching it costs nothing per turn.
+            if len(blob) <= _CACHED_CHARS:
+                self._cache[session_id] = _Snapshot(summary, blob, [])
+                self._cache.move_to_end(session_id)
+                while len(self._cache) > _CACHED_SESSIONS:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.pop(session_id, None)
+        return summary, decode_array(blob)
+
+    def _cached(self, session_id: str) -> tuple[str, list[AgentMessage]]:
+        """The last context read, plus what was appended since (stored or held), as copies."""
+        with self._lock:
+            snapshot = self._cache.get(session_id)
+            batches = list(snapshot.later) if snapshot else []
+            batches.append(list(self._held.get(session_id, [])))
+        history = decode_array(snapshot.blob) if snapshot else []
+        for batch in batches:
+            pop, add = fold_into(history[-1] if history else None, batch)
+            history = (history[:-1] if pop else history) + add
+        return (snapshot.summary if snapshot else ""), [copy_message(m) for m in history]
+
+    def _hold(self, session_id: str, messages: list[AgentMessage]) -> None:
+        """Keep messages written while Redis is down; the next successful update writes them first."""
+        self._store.forget_tail(session_id)
+        if len(messages) > _HELD_MESSAGES:
+            self._log.warning("held", "%s: Redis down too long; holding only the newest %d messages per session",
+                              self.plugin_name, _HELD_MESSAGES)
+            messages = messages[-_HELD_MESSAGES:]
+        with self._lock:
+            self._held[session_id] = messages
+
+    def _cache_append(self, session_id: str, messages: list[AgentMessage]) -> None:
+        with self._lock:
+            snapshot = self._cache.get(session_id)
+            if snapshot is not None:
+                snapshot.later.append(messages)  # our own copies (coerce_messages): safe to keep
+                if len(snapshot.later) > _CACHED_UPDATES:
+                    del self._cache[session_id]
+
+    # -- compaction (background) ---------------------------------------------------------
+    def _compact_step(self) -> bool:
+        with self._lock:
+            if not self._due:
+                return False
+            session_id, _ = self._due.popitem(last=False)
+        try:
+            self._compact(session_id)
+        except StorageError:
+            pass  # logged by the store; the next append over the threshold queues it again
+        with self._lock:
+            return bool(self._due)
+
+    def _compact(self, session_id: str) -> None:
+        lease = self._store.lease(session_id, self.settings.lock_timeout)
+        # Another process may be compacting this session: wait for our turn, then look again
+        # (it may have done our part, or stopped before the appends that queued us).
+        if not self._store.io(lambda: lease.acquire(wait=self.settings.lock_timeout)):
+            return
+        try:
+            conflicts = 0
+            for _ in range(_MAX_ROUNDS):
+                outcome = self._compact_once(session_id, lease)
+                if outcome == "done":
+                    return
+                if outcome == "conflict":
+                    conflicts += 1
+                    if conflicts >= _MAX_CONFLICTS:
+                        return
+        finally:
+            lease.release()
+
+    def _compact_once(self, session_id: str, lease: Lease) -> str:
+        """One read-summarise-commit round: "done", "more" (still over a threshold) or "conflict"."""
+        summary, items = self._store.snapshot(session_id)
+        cut = self._policy.cut(items)
+        if not cut:
+            return "done"
+        head = items[:cut]
+        # The LLM call runs outside any data lock: writers keep appending meanwhile.
+        new_summary = self._summarise(summary, [to_dict(i.message) for i in head])
+        status, tokens, rounds = self._store.commit(session_id, lease, summary, new_summary, head)
+        if status == -1:
+            LOG.warning(f"{self.plugin_name}: lost the compaction lease of {session_id!r}; summary not written")
+            return "done"
+        if status != 1:
+            LOG.debug(f"{self.plugin_name}: {session_id!r} changed during compaction; reading it again")
+            return "conflict"
+        LOG.debug(f"{self.plugin_name}: folded {cut} message(s) of {session_id!r} into its summary")
+        return "more" if self._policy.due(tokens, rounds) else "done"
+
+    def _summarise(self, previous: str, messages: list[dict[str, Any]]) -> str:
+        """The merged summary, bounded to ``max_summary_tokens``; extractive when no LLM answers."""
+        limit = self.settings.max_summary_tokens
+        if self._summarizer is not None:
+            text = self._summarizer(previous, messages, limit) or ""
+        else:
+            from ._summary import extractive_summary, llm_summary
+
+            text = ""
+            client = self._chat_client()
+            if client is not None:
+                try:
+                    text = llm_summary(client, previous, messages, limit)
+                except LLMError as exc:
+                    # ChatClient logs the endpoint failure once (and its recovery); no second line here.
+                    LOG.debug(f"{self.plugin_name}: extractive summary instead of the LLM's ({exc})")
+            if not text.strip():
+                text = extractive_summary(previous, messages, limit)
+        return truncate_to_tokens(text.strip(), limit)
+
+    def _chat_client(self) -> Any:
+        s = self.settings
+        if not s.api_url:
+            return None
+        if self._chat is None:
+            from ._llm import ChatClient
+
+            self._chat = ChatClient(s.api_url, model=s.model, timeout=s.request_timeout, api_key=s.api_key)
+        return self._chat
+
+
+def _exchanges(history: Sequence[AgentMessage]) -> list[Exchange]:
+    """Group messages into exchanges: a USER turn and the ASSISTANT text after it."""
+    pairs: list[list[str]] = []
+    for msg in history:
+        if is_role(msg, "user"):
+            pairs.append([msg.content, ""])
+        elif is_role(msg, "assistant") and msg.content:
+            if not pairs:
+                pairs.append(["", ""])
+            pairs[-1][1] = f"{pairs[-1][1]}\n{msg.content}" if pairs[-1][1] else msg.content
+    return [Exchange(u, a) for u, a in pairs]
