@@ -2,9 +2,15 @@
 
 * :func:`check_backend` runs the memory-plugin contract (seed 002's two rules, session
   isolation, input handling) against any ``AgentContextManager`` factory.
+* :class:`FakeEmbedder`: a deterministic text embedder for unit tests of retrieval logic.
+* :class:`FakeLLMServer`: a real HTTP server on 127.0.0.1 speaking the OpenAI chat API, with
+  switchable failures (slow, 500, malformed, closed), for tests of summaries and facts.
 """
 from __future__ import annotations
 
 from .contract import CONTRACT_CHECKS, check_backend
+from .embeddings import FakeEmbedder
+from .llm import FakeLLMServer, LoggedRequest, closed_port_url, free_port
 
-__all__ = ["CONTRACT_CHECKS", "check_backend"]
+__all__ = ["CONTRACT_CHECKS", "FakeEmbedder", "FakeLLMServer", "LoggedRequest", "check_backend", "closed_port_url",
+           "free_port"]

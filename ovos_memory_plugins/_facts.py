@@ -1,0 +1,370 @@
+"""Facts about the user: parsing a model's reply, rules for clear statements, and safety checks.
+
+Used by ``entity``. Four jobs:
+
+* :func:`find_json_arrays` / :func:`parse_fact_list`: the JSON array(s) in a model's reply.
+  The scan is bounded: 16,384 characters, 64 failed decodes, a run of ``[`` tried once (so
+  ``"[[[[..."`` costs one attempt), and nesting too deep for ``json`` is one more failure,
+  never a crash.
+* :func:`extract_facts`: facts from clear first-person statements without any model
+  ("my name is Ana", "I live in Lisbon", "I like jazz", "my dog is called Rex", ...), in
+  English, Portuguese, Spanish, German and French.
+* :func:`make_fact`: a fact string with its *key* (subject + attribute, e.g. ``name``,
+  ``lives_in``, ``dog.name``, ``pref:jazz``). Two facts with one key contradict each other:
+  the newer supersedes the older ("my name is Ana", then "call me Bea").
+* :func:`is_grounded` and :func:`looks_like_instruction`: a fact proposed by a model is kept
+  only if its key words appear in what the *user* said, and never if it reads like an
+  instruction. Text from the assistant (or injected into it) cannot become a fact.
+
+    >>> [f.text for f in extract_facts("Hi! My name is Ana and I live in Lisbon.")]
+    ["User's name is Ana", 'User lives in Lisbon']
+    >>> make_fact("The user's name is Bea").key
+    'name'
+    >>> parse_fact_list('Sure: ["likes jazz", "likes jazz", 3, "  "] done')
+    ['likes jazz']
+"""
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = [
+    "Fact",
+    "extract_facts",
+    "find_json_arrays",
+    "is_grounded",
+    "looks_like_instruction",
+    "make_fact",
+    "parse_fact_list",
+]
+
+
+def _wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+#: Only the start of a reply is scanned (as the reference): a fact list is short.
+MAX_SCAN_CHARS = 16_384
+#: Give up after this many candidate arrays that do not decode.
+MAX_FAILED_DECODES = 64
+#: Only the start of a very long user turn is read by the rules.
+MAX_RULE_CHARS = 8_000
+#: Facts longer than this are not short durable facts (and would bloat every prompt).
+MAX_FACT_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A fact line and what it is about.
+
+    Attributes:
+        text: the line injected under the facts header ("User's name is Ana").
+        key: subject + attribute; facts sharing a key contradict each other. Facts that no
+            rule understands get ``"text:<normalised text>"`` (dedup only, never superseded).
+        value: the normalised value ("ana"), used to tell a repeat from a change.
+    """
+
+    text: str
+    key: str
+    value: str = ""
+
+
+# -- bounded JSON-array scanning ----------------------------------------------------------
+_DECODER = json.JSONDecoder()
+
+
+def find_json_arrays(text: str, max_chars: int = MAX_SCAN_CHARS,
+                     max_failures: int = MAX_FAILED_DECODES) -> list[list[object]]:
+    """Every top-level JSON array in the first ``max_chars`` of ``text``, in order.
+
+    Each ``[`` is decoded in place; a run of ``[`` is tried once, from its last bracket (so
+    ``[["a"]]`` gives ``["a"]`` and ``"[[[[..."`` costs one attempt); a decode that fails,
+    including by nesting too deep for ``json``, counts towards ``max_failures``. Work is thus
+    bounded by ``max_chars`` times the number of attempts, whatever the input.
+    """
+    text = text[:max_chars]
+    found: list[list[object]] = []
+    failures = 0
+    i = 0
+    while len(found) < max_failures:
+        start = text.find("[", i)
+        if start < 0:
+            break
+        while start + 1 < len(text) and text[start + 1] == "[":
+            start += 1
+        try:
+            value, end = _DECODER.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            failures += 1
+            if failures >= max_failures:
+                break
+            i = start + 1
+            continue
+        found.append(value)
+        i = end
+    return found
+
+
+def parse_fact_list(text: str) -> list[str] | None:
+    """The fact strings of a model's reply; ``None`` when the reply holds no JSON array.
+
+    Only string items with a letter or digit are kept, stripped, first occurrence wins
+    (case-insensitively). An object reply such as ``{"facts": [...]}`` (JSON mode) works too.
+    """
+    arrays = find_json_arrays(text)
+    if not arrays:
+        return None
+    out: list[str] = []
+    seen: set[str] = set()
+    for array in arrays:
+        for item in array:
+            if not isinstance(item, str) or not any(c.isalnum() for c in item):
+                continue
+            item = " ".join(item.split())
+            if item.casefold() not in seen:
+                seen.add(item.casefold())
+                out.append(item)
+    return out
+
+
+# -- rules ------------------------------------------------------------------------------
+_STOP = _wordset("""
+a an the it this that these those them him her you me us something anything everything nothing there here to
+of in on at for with and or but so very really too much many lot lots bit some any my your our his their its o
+os as um uma de do da dos das em no na el la los las un una lo le les der die das ein eine den dem es ça is
+are was be been am i we they he she not no yes
+""")
+
+# The value ends at punctuation or a conjunction (en, pt, es, de, fr).
+_END = (r"(?=\s*[,.;:!?()\n]|\s+(?:and|but|so|because|though|although|while|since|who|which|e|mas|porque|"
+        r"y|pero|und|aber|weil|denn|et|mais|car|parce)\b|\s*$)")
+# At most ~80 characters: a value is a few words, and the bound keeps matching linear on
+# hostile input ("I like " repeated for pages).
+_V = r"(?P<v>[^\s,.;:!?()][^,.;:!?()\n]{0,80}?)" + _END
+_X = r"(?P<x>[^\W\d_]+(?:\s[^\W\d_]+)?)"
+
+# (pattern, key, text): key and text may use {v} (value) and {x} (attribute word(s)).
+_RULES: list[tuple[str, str, str]] = [
+    # names
+    (r"\bmy name(?:'s|\s+is)\s+" + _V, "name", "User's name is {v}"),
+    (r"\b(?:call me|i'm called|i am called|i'm named|i am named|people call me)\s+" + _V, "name",
+     "User's name is {v}"),
+    (r"\b(?:o\s+)?meu nome (?:é|e)\s+" + _V, "name", "User's name is {v}"),
+    (r"\b(?:me chamo|chamo-me)\s+" + _V, "name", "User's name is {v}"),
+    (r"\b(?:mi nombre es|me llamo)\s+" + _V, "name", "User's name is {v}"),
+    (r"\b(?:mein name ist|ich hei(?:ß|ss)e)\s+" + _V, "name", "User's name is {v}"),
+    (r"\b(?:je m'appelle|mon nom est)\s+" + _V, "name", "User's name is {v}"),
+    # named things: "my dog is called Rex", "my dog's name is Rex", "I have a cat named Tom"
+    (r"\bmy\s+" + _X + r"(?:'s name is|\s+is\s+(?:called|named))\s+" + _V, "{x}.name", "User's {x} is called {v}"),
+    (r"\bi (?:have|own|got) (?:a|an|two|three)\s+" + _X + r"\s+(?:called|named)\s+" + _V, "{x}.name",
+     "User's {x} is called {v}"),
+    (r"\bmy favou?rite\s+" + _X + r"\s+is\s+" + _V, "favorite.{x}", "User's favorite {x} is {v}"),
+    # places
+    (r"\bi(?:\s+currently)?\s+(?:live|reside)\s+in\s+" + _V, "lives_in", "User lives in {v}"),
+    (r"\bi(?:'ve|\s+have)?\s+(?:just\s+)?moved to\s+" + _V, "lives_in", "User lives in {v}"),
+    (r"\b(?:i'm|i am|i come) from\s+" + _V, "from", "User is from {v}"),
+    (r"\b(?:eu\s+)?(?:moro|vivo) (?:em|no|na|nos|nas)\s+" + _V, "lives_in", "User lives in {v}"),
+    (r"\b(?:yo\s+)?vivo en\s+" + _V, "lives_in", "User lives in {v}"),
+    (r"\b(?:ich\s+)?(?:wohne|lebe) in\s+" + _V, "lives_in", "User lives in {v}"),
+    (r"\b(?:j'habite|je vis|je vis) (?:à|a|en|au|aux)\s+" + _V, "lives_in", "User lives in {v}"),
+    # work and identity
+    (r"\bi work as (?:a |an )?" + _V, "job", "User works as {v}"),
+    (r"\bi work (?:at|for)\s+" + _V, "employer", "User works at {v}"),
+    (r"\b(?:eu\s+)?trabalho como\s+" + _V, "job", "User works as {v}"),
+    (r"\btrabajo como\s+" + _V, "job", "User works as {v}"),
+    (r"\bich arbeite als\s+" + _V, "job", "User works as {v}"),
+    (r"\bje travaille comme\s+" + _V, "job", "User works as {v}"),
+    (r"\b(?:i'm|i am)\s+(?P<v>\d{1,3})(?:\s+years?\s+old|\s*$|(?=\s*[,.!;]))", "age", "User is {v} years old"),
+    (r"\bmy birthday is\s+" + _V, "birthday", "User's birthday is {v}"),
+    (r"\b(?:i'm|i am) allergic to\s+" + _V, "allergy:{v}", "User is allergic to {v}"),
+    (r"\b(?:i'm|i am) (?:a|an)\s+" + _V, "is:{v}", "User is a {v}"),
+    # preferences: one key per object, so "I hate jazz" supersedes "I love jazz"
+    (r"\bi (?:don't|do not|dont) (?:really\s+)?(?:like|enjoy|love)\s+" + _V, "pref:{v}", "User does not like {v}"),
+    (r"\bi (?:really\s+)?(?:like|enjoy)\s+" + _V, "pref:{v}", "User likes {v}"),
+    (r"\bi (?:really\s+)?(?:love|adore)\s+" + _V, "pref:{v}", "User loves {v}"),
+    (r"\bi (?:really\s+)?(?:hate|dislike|can't stand|cannot stand)\s+" + _V, "pref:{v}", "User dislikes {v}"),
+    (r"\bi prefer\s+" + _V, "pref:{v}", "User prefers {v}"),
+    (r"\b(?:eu\s+)?gosto (?:muito )?(?:de|do|da|dos|das)\s+" + _V, "pref:{v}", "User likes {v}"),
+    (r"\b(?:eu\s+)?(?:adoro|amo)\s+" + _V, "pref:{v}", "User loves {v}"),
+    (r"\b(?:eu\s+)?odeio\s+" + _V, "pref:{v}", "User dislikes {v}"),
+    (r"\bme gustan?\s+(?:mucho\s+)?" + _V, "pref:{v}", "User likes {v}"),
+    (r"\bme encantan?\s+" + _V, "pref:{v}", "User loves {v}"),
+    (r"\b(?:yo\s+)?odio\s+" + _V, "pref:{v}", "User dislikes {v}"),
+    (r"\bich mag\s+" + _V, "pref:{v}", "User likes {v}"),
+    (r"\bich liebe\s+" + _V, "pref:{v}", "User loves {v}"),
+    (r"\bich hasse\s+" + _V, "pref:{v}", "User dislikes {v}"),
+    (r"\bj'aime (?:bien\s+)?" + _V, "pref:{v}", "User likes {v}"),
+    (r"\bj'adore\s+" + _V, "pref:{v}", "User loves {v}"),
+    (r"\bje d[ée]teste\s+" + _V, "pref:{v}", "User dislikes {v}"),
+    # anything else shaped "my X is Y" (last: the specific rules above win)
+    (r"\bmy\s+" + _X + r"\s+is\s+(?!called\b|named\b|not\b|that\b|so\b|very\b|too\b)" + _V, "{x}", "User's {x} is {v}"),
+]
+_COMPILED = [(re.compile(p, re.IGNORECASE), key, text) for p, key, text in _RULES]
+
+# "my point is", "my pleasure": not facts about the user.
+_GENERIC_X_BLOCKLIST = _wordset("""
+point question guess problem pleasure turn bad fault opinion answer concern worry issue goodness god gosh
+request bet mistake apologies apology name favorite favourite birthday guess thought idea
+""")
+_NAME_BLOCKLIST = _wordset("""
+later back again tomorrow soon sometime anytime when if now maybe please
+""")
+_TRAILING = _wordset("""
+actually really too also though anyway anyways now lol haha much indeed
+""")
+_DEGREE_WORDS = _wordset("""
+bit little lot kind sort tad huge
+""")
+_ARTICLES = re.compile(r"^(?:the|a|an|o|os|as|um|uma|el|la|los|las|un|une|le|les|l'|der|die|das|ein|eine)\s+",
+                       re.IGNORECASE)
+_WORDS = re.compile(r"[^\W_]+", re.UNICODE)
+_SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
+_MAX_VALUE_WORDS = 6
+
+
+def _norm(text: str) -> str:
+    """Lower case, apostrophes unified, accents kept (they distinguish words)."""
+    text = unicodedata.normalize("NFC", text).replace("\u2019", "'").replace("\u2018", "'")
+    return " ".join(text.split())
+
+
+def _norm_value(value: str) -> str:
+    value = _ARTICLES.sub("", value.strip().casefold())
+    return " ".join(_WORDS.findall(value))
+
+
+def _clean_value(raw: str, key: str) -> str | None:
+    words = raw.strip().strip("\"'`").split()
+    while words and words[-1].casefold() in _TRAILING:
+        words.pop()  # "I hate jazz actually"
+    value = " ".join(words)
+    if not words or len(words) > _MAX_VALUE_WORDS:
+        return None
+    content = [w for w in _WORDS.findall(value.casefold()) if w not in _STOP]
+    if not content:
+        return None  # "I like it", "I love you": nothing durable
+    if key == "name" and (len(words) > 3 or words[0].casefold() in _NAME_BLOCKLIST):
+        return None  # "call me later"
+    if key.startswith("is:") and words[0].casefold() in _DEGREE_WORDS:
+        return None  # "I'm a bit tired"
+    return value
+
+
+def _matches(sentence: str) -> list[Fact]:
+    """The facts stated in ``sentence``, in the order they are said."""
+    return [fact for _, fact in sorted(_rule_matches(sentence), key=lambda pair: pair[0])]
+
+
+def _rule_matches(sentence: str) -> Iterator[tuple[int, Fact]]:
+    taken: list[tuple[int, int]] = []
+    for pattern, key_tpl, text_tpl in _COMPILED:
+        for m in pattern.finditer(sentence):
+            if any(m.start() < e and s < m.end() for s, e in taken):
+                continue  # a more specific rule already read this part
+            groups = m.groupdict()
+            x = (groups.get("x") or "").strip()
+            if key_tpl == "{x}" and (x.casefold() in _GENERIC_X_BLOCKLIST or x.split()[-1].casefold() in
+                                     _GENERIC_X_BLOCKLIST):
+                continue
+            value = _clean_value(groups.get("v") or "", "name" if key_tpl == "name" else key_tpl)
+            if value is None:
+                continue
+            taken.append((m.start(), m.end()))
+            norm_x = " ".join(_WORDS.findall(x.casefold()))
+            key = key_tpl.format(x=norm_x, v=_norm_value(value))
+            text = text_tpl.format(x=x.lower(), v=value)
+            # When the key names the object ("pref:jazz"), what can change is the predicate
+            # ("loves" -> "dislikes"), so the whole statement is the value.
+            yield m.start(), Fact(text, key, _norm_value(text) if "{v}" in key_tpl else _norm_value(value))
+
+
+def extract_facts(user_text: str) -> list[Fact]:
+    """Facts from the user's clear first-person statements (no model); questions are skipped."""
+    facts: dict[str, Fact] = {}
+    # A spoken turn is short; a pasted document is not a list of statements about the user.
+    for sentence in _SENTENCES.split(_norm((user_text or "")[:MAX_RULE_CHARS])):
+        sentence = sentence.strip()
+        if not sentence or sentence.endswith("?") or re.match(r"(?i)(if|when|what if|suppose|se|si|wenn)\b",
+                                                               sentence):
+            continue
+        for fact in _matches(sentence):
+            facts.pop(fact.key, None)  # a later statement in one turn wins
+            facts[fact.key] = fact
+    return list(facts.values())
+
+
+# -- keys for any fact string --------------------------------------------------------------
+_THIRD_TO_FIRST = [
+    (re.compile(r"^(?:the\s+)?user's\s+", re.I), "my "),
+    (re.compile(r"^(?:the\s+)?user\s+(?:does not|doesn't)\s+", re.I), "i don't "),
+    (re.compile(r"^(?:the\s+)?user\s+is\s+", re.I), "i am "),
+    (re.compile(r"^(?:the\s+)?user\s+has\s+", re.I), "i have "),
+    (re.compile(r"^(?:the\s+)?user\s+(live|like|love|hate|enjoy|dislike|prefer|work|adore|reside|own)s\s+", re.I),
+     r"i \1 "),
+    (re.compile(r"^(?:the\s+)?user\s+moved\s+", re.I), "i moved "),
+    (re.compile(r"^(?:the\s+)?user\s+comes\s+from\s+", re.I), "i come from "),
+    (re.compile(r"^([^\W\d_]+(?:\s[^\W\d_]+)?)\s*:\s*(?=\S)", re.I), r"my \1 is "),
+]
+
+
+def make_fact(text: str) -> Fact:
+    """``text`` as a :class:`Fact`, its key found by reading it as a first-person statement."""
+    text = " ".join((text or "").split())
+    first_person = text
+    for pattern, repl in _THIRD_TO_FIRST:
+        first_person, n = pattern.subn(repl, first_person, count=1)
+        if n:
+            break
+    found = list(_matches(_norm(first_person).rstrip(".")))
+    if found:
+        return Fact(text, found[0].key, found[0].value)
+    return Fact(text, "text:" + " ".join(_WORDS.findall(text.casefold())))
+
+
+# -- safety -------------------------------------------------------------------------------
+_META = _wordset("""
+user users s name named called call lives live living life likes like liked loves love hates hate enjoys enjoy
+dislikes dislike prefers prefer works work working job favorite favourite years year old age has have is are
+was fact facts does not doesn don t from comes come moved his her their they he she them usuário usuario nome
+gosta mora vive trabalha nombre usuaria gusta nutzer benutzer heißt utilisateur
+""") | _STOP
+_INSTRUCTION = re.compile(
+    r"(?i)\b(ignore|disregard|forget|override)\b.{0,40}\b(instructions?|previous|above|prompt|rules|context)\b"
+    r"|\bsystem\s+prompt\b|\byou\s+(?:are\s+now|must|should\s+always|will\s+now)\b|\bas\s+an?\s+ai\b"
+    r"|\bjailbreak|<\|[a-z_]+\|>|\[/?inst\]|\bassistant\s*:"
+)
+
+
+def looks_like_instruction(text: str) -> bool:
+    """True for text that tries to steer the model ("ignore previous instructions", role tags)."""
+    return bool(_INSTRUCTION.search(text))
+
+
+def _stem(word: str) -> str:
+    if len(word) > 3 and word.endswith("s"):
+        word = word[:-1]
+    return word[:5]
+
+
+def is_grounded(fact: str, user_text: str) -> bool:
+    """Whether ``fact``'s key words come from ``user_text`` (what the user said).
+
+    Names and numbers must all appear; of the other content words, at least half (compared
+    by a five-letter stem, so "dogs" matches "dog" and "loves" matches "love").
+    """
+    if not fact or len(fact) > MAX_FACT_CHARS or looks_like_instruction(fact):
+        return False
+    said = {_stem(w) for w in _WORDS.findall(_norm(user_text).casefold())}
+    words = _WORDS.findall(_norm(fact))
+    tokens = [w for w in words if w.casefold() not in _META]
+    if not tokens:
+        return False
+    # Capitals mark names, except the first word of the fact (capitalised as a sentence).
+    strict = [w for i, w in enumerate(words) if w in tokens and ((i and w[:1].isupper()) or w.isdigit())]
+    if any(_stem(w.casefold()) not in said for w in strict):
+        return False
+    hits = sum(1 for w in tokens if _stem(w.casefold()) in said)
+    return hits * 2 >= len(tokens)

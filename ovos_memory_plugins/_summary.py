@@ -1,0 +1,174 @@
+"""Rolling summaries: through an LLM when one answers, extractive when none does.
+
+Used by ``longterm`` and ``redis_memory``. Both functions take the previous summary and the
+messages being folded away, and return the new summary.
+
+* :func:`llm_summary` sends the reference prompt (previous summary, then the new conversation
+  as ``role: content`` lines, then the instruction) to a :class:`~ovos_memory_plugins._llm.ChatClient`.
+* :func:`extractive_summary` needs no model: it keeps the most informative sentences, the
+  user's own statements first, within ``max_tokens``. It is what keeps a memory bounded and
+  still useful while the endpoint is down.
+
+    >>> extractive_summary("", [{"role": "user", "content": "My name is Ana. Thanks!"},
+    ...                         {"role": "assistant", "content": "Nice to meet you, Ana."}], 64)
+    'User: My name is Ana.\\nAssistant: Nice to meet you, Ana.'
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._tokens import estimate_tokens, truncate_to_tokens
+from .errors import LLMError
+
+if TYPE_CHECKING:
+    from ._llm import ChatClient
+
+__all__ = ["extractive_summary", "llm_summary", "summary_prompt"]
+
+
+def _wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+SUMMARY_INSTRUCTION = (
+    "Write a concise updated summary of the conversation so far. Keep names, facts, preferences, "
+    "decisions and open questions the user mentioned; drop small talk. Reply with the summary only."
+)
+
+# Small stop-word lists (en, pt, es, de, fr): enough to tell content words from glue words.
+STOP_WORDS = _wordset("""
+a an and are as at be been but by can could did do does for from had has have he her him his how i if in into
+is it its just me my no not of on or our out she so than that the their them then there these they this to too
+up us was we were what when where which who why will with would you your yes ok okay oh well also very really
+about all any some more most much many one get got like know think want need let o os as um uma de da do das
+dos e em no na nos nas para por que com se eu meu minha você voce ele ela é foi el la los las un una y en es
+por con mi tu yo usted del al lo le su muy pero más mas der die das ein eine und ist ich du er sie es wir ihr
+mein meine nicht mit von zu den dem auf für ja nein le les un une et est je tu il elle nous vous mon ma mes
+pas avec pour dans sur ce qui que oui non hi hey hello bye goodbye thanks thank please welcome sure great cool
+nice alright fine good okay yeah nope obrigado obrigada olá ola tchau gracias hola adiós adios danke bitte
+hallo tschüss merci bonjour salut
+""")
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_WORDS = re.compile(r"[^\W_]+", re.UNICODE)
+_FIRST_PERSON = re.compile(
+    r"\b(i|i'm|im|i've|i'd|my|mine|me|we|our|eu|meu|minha|moro|sou|yo|mi|me|ich|mein|meine|je|j'|mon|ma|mes)\b",
+    re.IGNORECASE)
+_PREFIX = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool", "developer": "Developer"}
+_ROLE_WEIGHT = {"user": 3.0, "previous": 2.5, "assistant": 1.0}
+
+
+def _role_content(message: Any) -> tuple[str, str]:
+    if isinstance(message, dict):
+        role, content = message.get("role", ""), message.get("content", "")
+    else:
+        role, content = getattr(message, "role", ""), getattr(message, "content", "")
+    role = getattr(role, "value", role)
+    return str(role or ""), str(content or "")
+
+
+def summary_prompt(previous: str, messages: Sequence[Any]) -> str:
+    """The reference prompt: previous summary, the new conversation, then the instruction."""
+    parts = []
+    if previous and previous.strip():
+        parts.append("Previous summary:\n" + previous.strip() + "\n")
+    lines = [f"{role}: {content.strip()}" for role, content in map(_role_content, messages) if content.strip()]
+    parts.append("New conversation:\n" + "\n".join(lines) + "\n")
+    parts.append(SUMMARY_INSTRUCTION)
+    return "\n".join(parts)
+
+
+def llm_summary(client: ChatClient, previous: str, messages: Sequence[Any], max_tokens: int) -> str:
+    """The model's updated summary; raises :class:`~ovos_memory_plugins.errors.LLMError` (empty too)."""
+    prompt = summary_prompt(previous, messages)
+    text = client.complete([{"role": "user", "content": prompt}], max_tokens=max_tokens)
+    text = text.strip()
+    if not text:
+        raise LLMError("the model returned an empty summary")
+    return text
+
+
+@dataclass
+class _Unit:
+    order: int
+    text: str
+    score: float
+    tokens: int
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def _content_words(words: list[str]) -> set[str]:
+    return {w.casefold() for w in words if (len(w) > 2 or w.isdigit()) and w.casefold() not in STOP_WORDS}
+
+
+def _score(kind: str, sentence: str, position: float) -> float:
+    words = _WORDS.findall(sentence)
+    content = _content_words(words)
+    if not content:
+        return 0.0  # greetings, thanks, "ok": nothing to remember
+    named = sum(1 for w in words[1:] if w[:1].isupper() or w.isdigit())
+    informative = min(3.0, 0.4 * len(content)) + min(1.5, 0.5 * named)
+    if kind not in ("user", "previous"):
+        informative /= 2  # the assistant's words echo the user's or are generated filler
+    score = _ROLE_WEIGHT.get(kind, 0.5) + informative + 0.5 * position
+    if kind == "user" and _FIRST_PERSON.search(sentence):
+        score += 1.5  # the user's own statements are what a memory is for
+    if sentence.endswith("?"):
+        score -= 1.5  # a question says less than its answer or a statement
+    return score
+
+
+def _units(previous: str, messages: Sequence[Any]) -> list[_Unit]:
+    units: list[_Unit] = []
+    seen: set[str] = set()
+
+    def add(kind: str, text: str, position: float) -> None:
+        key = " ".join(_WORDS.findall(text.casefold()))
+        if not key or key in seen:
+            return
+        seen.add(key)
+        score = _score(kind, text.split(": ", 1)[-1] if kind == "previous" else text, position)
+        if kind != "previous":
+            text = f"{_PREFIX.get(kind, kind.title())}: {text}"
+        if score > 0:
+            units.append(_Unit(len(units), text, score, estimate_tokens(text) + 1))
+
+    for line in (previous or "").splitlines():
+        for sentence in _sentences(line):
+            add("previous", sentence, 0.0)
+    total = max(1, len(messages))
+    for i, message in enumerate(messages):
+        role, content = _role_content(message)
+        for sentence in _sentences(content):
+            add(role, sentence, (i + 1) / total)
+    return units
+
+
+def extractive_summary(previous: str, messages: Sequence[Any], max_tokens: int) -> str:
+    """The previous summary and the best new sentences, within ``max_tokens``; no model needed.
+
+    Sentences are scored (the user's first-person statements highest, then the previous
+    summary, then the assistant; questions, greetings and thanks lowest), the best are kept
+    while they fit, and the result keeps their original order: previous summary first.
+    """
+    if max_tokens <= 0:
+        return ""
+    units = _units(previous, messages)
+    chosen: list[_Unit] = []
+    used = 0
+    for unit in sorted(units, key=lambda u: (-u.score, u.order)):
+        if used + unit.tokens <= max_tokens:
+            chosen.append(unit)
+            used += unit.tokens
+    if not chosen and units:
+        best = min(units, key=lambda u: (-u.score, u.order))
+        return truncate_to_tokens(best.text, max_tokens)
+    chosen.sort(key=lambda u: u.order)
+    text = "\n".join(u.text for u in chosen)
+    return text if estimate_tokens(text) <= max_tokens else truncate_to_tokens(text, max_tokens)

@@ -1,0 +1,331 @@
+"""``LongTermMemory``: a rolling summary of the conversation plus a verbatim recent window.
+
+Drop-in with the reference (keys, defaults, record format, context shape), and better where
+the reference is weak (SPEC B 6.5):
+
+* ``update_history`` only appends to the stored record and wakes a background worker, so it
+  returns in milliseconds; the summary is computed off the turn. The unsummarised messages are
+  the record itself, so a restart resumes where it stopped. ``flush()`` waits, ``close()``
+  drains.
+* While the endpoint is down, the old turns are folded into an *extractive* summary (no model)
+  so the window stays bounded, and the dead endpoint costs one attempt per back-off period
+  (:class:`~ovos_memory_plugins._llm.ChatClient`), not two HTTP calls per turn.
+* A reply recorded in two calls (merged into one message) is counted as one exchange.
+* The summary is computed outside any lock and committed only if the folded messages are
+  still the head of the record: a message appended meanwhile is never lost.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ._compat import AgentMessage
+from ._llm import ChatClient
+from ._log import LOG, LogOnce
+from ._memory import MemoryPlugin
+from ._paths import default_path, is_memory_path
+from ._summary import extractive_summary, llm_summary
+from ._tokens import estimate_tokens, truncate_to_tokens
+from ._worker import BackgroundWorker
+from .config import option
+from .errors import ConfigError, LLMError, MemoryPluginError
+from .messages import (
+    check_session_id,
+    check_utterance,
+    coerce_messages,
+    context_window,
+    fold_into,
+    from_dict,
+    is_role,
+    system_message,
+    to_dict,
+    user_message,
+)
+from .persistence import JsonStore, SqliteStore
+from .storage.memory import MemoryRecordStore
+
+# The reference module exposed its stores under these names.
+_JsonStore = JsonStore
+_SqliteStore = SqliteStore
+
+__all__ = ["LongTermConfig", "LongTermMemory"]
+
+SUMMARY_HEADER = "[Conversation summary so far]\n"
+#: Messages folded by one LLM call are bounded so the prompt fits a small local context
+#: (llama.cpp's default is 2,048 tokens); a longer backlog is folded in several calls.
+MAX_FOLD_TOKENS = 1200
+_STORE_BACKENDS = ("json", "sqlite", "memory")
+
+
+@dataclasses.dataclass(frozen=True)
+class LongTermConfig:
+    api_url: str = option("http://localhost:8000/v1", "OpenAI-compatible endpoint used for summaries")
+    model: str = option("", "model name; empty: the first model the server lists")
+    api_key: str | None = option(None, "bearer token for servers that require one", kind=str)
+    summarize_every: int = option(6, "exchanges between two summaries", minimum=1)
+    max_summary_tokens: int = option(256, "max_tokens of a summary; also bounds the offline summary", minimum=1)
+    recent_window: int = option(4, "exchanges kept verbatim after a summary; 0 keeps none", minimum=0)
+    request_timeout: float = option(30.0, "seconds one LLM request may take", minimum=0.1)
+    backend: str = option("json", "store: json or sqlite (memory keeps RAM only); anything else means json")
+    db_path: str | None = option(
+        None, "store file; default $XDG_DATA_HOME/ovos/longterm_memory.json (.db for sqlite)", kind=str)
+    system_prompt: str = option("", "persona system prompt, sent first")
+
+
+class _Conflict(Exception):
+    """The record changed under a summary being computed; it is retried from the new state."""
+
+
+class LongTermMemory(MemoryPlugin):
+    """A summary of what was said long ago, and the last exchanges word for word.
+
+    Example::
+
+        memory = LongTermMemory({"api_url": "http://127.0.0.1:8080/v1", "summarize_every": 8})
+        memory.update_history([AgentMessage(MessageRole.USER, "my name is Ana"),
+                               AgentMessage(MessageRole.ASSISTANT, "Hi Ana!")], "sess")
+        memory.build_conversation_context("what is my name?", "sess")
+        # [SYSTEM "[Conversation summary so far]\\n..." (once there is one), USER, ASSISTANT, USER]
+    """
+
+    Config: ClassVar[type] = LongTermConfig
+    plugin_name: ClassVar[str] = "ovos-memory-plugin-longterm"
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        super().__init__(config)
+        s = self.settings
+        self._store = self._open_store(s)
+        self.client = ChatClient(s.api_url, s.model, s.request_timeout, s.api_key)
+        self._log = LogOnce()
+        self._due: dict[str, None] = {}  # an ordered set of sessions with a summary due
+        self._due_lock = threading.Lock()
+        self._scan = True  # look for work left by an earlier run, once, off the turn
+        self._worker = BackgroundWorker(f"{self.plugin_name}-summaries", self._step)
+        try:
+            if self._store.sessions():
+                self._worker.notify()
+        except (MemoryPluginError, OSError) as exc:
+            LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
+
+    # -- setup ---------------------------------------------------------------------------
+    def _open_store(self, s: LongTermConfig) -> Any:
+        backend = s.backend
+        if backend not in _STORE_BACKENDS:
+            LOG.warning(f"{self.plugin_name}: unknown backend {backend!r}; using json (as the reference)")
+            backend = "json"
+        default = "longterm_memory.json" if backend == "json" else "longterm_memory.db"
+        self.db_path = s.db_path or default_path(default)
+        try:
+            if backend == "memory" or is_memory_path(self.db_path):
+                return MemoryRecordStore()
+            if backend == "sqlite":
+                return SqliteStore(self.db_path)
+            return JsonStore(self.db_path)
+        except (MemoryPluginError, OSError) as exc:
+            raise ConfigError(f"{self.plugin_name}: cannot open db_path {self.db_path!r}: {exc}") from exc
+
+    @property
+    def _keep(self) -> int:
+        return 2 * self.settings.recent_window
+
+    def _is_due(self, record: Mapping[str, Any]) -> bool:
+        return (int(record.get("exchange_count") or 0) >= self.settings.summarize_every
+                and len(record.get("recent") or []) > self._keep)
+
+    def _load(self, session_id: str) -> dict[str, Any]:
+        try:
+            return self._store.load(session_id)
+        except (MemoryPluginError, OSError) as exc:
+            self._log.error("read", f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
+            return {}
+
+    # -- the OPM contract ----------------------------------------------------------------
+    def get_history(self, session_id: str) -> list[AgentMessage]:
+        check_session_id(session_id)
+        return _messages(self._load(session_id))
+
+    def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
+        check_session_id(session_id)
+        messages = coerce_messages(new_messages)
+        if not messages:
+            return
+        now = time.time()
+
+        def append(record: dict[str, Any]) -> dict[str, Any]:
+            recent = list(record.get("recent") or [])
+            tail = _message(recent[-1]) if recent else None
+            pop_tail, to_add = fold_into(tail, messages)
+            merged = pop_tail and tail is not None and is_role(tail, "assistant")
+            if pop_tail:
+                recent.pop()
+            recent.extend(to_dict(m) for m in to_add)
+            # A reply recorded in two calls is merged into one message: one exchange, not two.
+            added = sum(1 for m in to_add if is_role(m, "assistant")) - (1 if merged else 0)
+            record.update(summary=record.get("summary") or "", recent=recent, updated_at=now,
+                          exchange_count=int(record.get("exchange_count") or 0) + max(0, added))
+            return record
+
+        try:
+            record = self._store.update(session_id, append)
+        except (MemoryPluginError, OSError) as exc:
+            LOG.error(f"{self.plugin_name}: could not store {len(messages)} message(s) of {session_id!r}: {exc}")
+            return
+        if self._is_due(record):
+            self._mark_due(session_id)
+
+    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
+        text = check_utterance(utterance)
+        check_session_id(session_id)
+        record = self._load(session_id)
+        parts = [p for p in (self.system_prompt.strip(), _summary_block(record)) if p]
+        context = [system_message("\n\n".join(parts))] if parts else []
+        return context + context_window(_messages(record)) + [user_message(text)]
+
+    def context_blocks(self, session_id: str) -> list[AgentMessage]:
+        """The summary as a system block, without the system prompt (what a composite adds)."""
+        block = _summary_block(self._load(check_session_id(session_id)))
+        return [system_message(block)] if block else []
+
+    # -- background summaries --------------------------------------------------------------
+    def _mark_due(self, session_id: str) -> None:
+        with self._due_lock:
+            self._due[session_id] = None
+        self._worker.notify()
+
+    def _step(self) -> bool:
+        if self._scan:
+            for sid in self._store.sessions():
+                if self._is_due(self._store.load(sid)):
+                    with self._due_lock:
+                        self._due[sid] = None
+            self._scan = False  # only once it succeeded: a failed scan is retried with the step
+        with self._due_lock:
+            if not self._due:
+                return False
+            session_id = next(iter(self._due))
+            del self._due[session_id]
+        try:
+            self._summarise(session_id)
+        except BaseException:
+            self._mark_due_quietly(session_id)  # the worker retries after its delay
+            raise
+        with self._due_lock:
+            return bool(self._due)
+
+    def _mark_due_quietly(self, session_id: str) -> None:
+        with self._due_lock:
+            self._due[session_id] = None
+
+    def _summarise(self, session_id: str) -> None:
+        """Fold one chunk of old messages into the summary (LLM, else extractive)."""
+        record = self._store.load(session_id)
+        if not self._is_due(record):
+            return
+        recent = list(record.get("recent") or [])
+        foldable = recent[: len(recent) - self._keep]
+        chunk = _chunk(foldable)
+        previous = str(record.get("summary") or "")
+        summary, source = self._new_summary(previous, chunk)
+        base_count = int(record.get("exchange_count") or 0)
+        partial = len(chunk) < len(foldable)
+
+        def commit(current: dict[str, Any]) -> dict[str, Any]:
+            head = list(current.get("recent") or [])
+            if str(current.get("summary") or "") != previous or head[: len(chunk)] != chunk:
+                raise _Conflict  # forgotten, re-imported or folded by another process meanwhile
+            count = int(current.get("exchange_count") or 0)
+            current.update(summary=summary, recent=head[len(chunk):], updated_at=time.time(),
+                           summary_source=source, exchange_count=count if partial else max(0, count - base_count))
+            return current
+
+        try:
+            record = self._store.update(session_id, commit)
+        except _Conflict:
+            record = self._store.load(session_id)
+        if self._is_due(record):
+            self._mark_due_quietly(session_id)
+
+    def _new_summary(self, previous: str, chunk: list[dict[str, Any]]) -> tuple[str, str]:
+        limit = self.settings.max_summary_tokens
+        if self.client.available:
+            prompt_messages = [dict(m, content=truncate_to_tokens(str(m.get("content", "")), MAX_FOLD_TOKENS))
+                               for m in chunk]
+            try:
+                return llm_summary(self.client, previous, prompt_messages, limit), "llm"
+            except LLMError:
+                pass  # the client logged it once; fall through to the offline summary
+        return extractive_summary(previous, chunk, limit), "extractive"
+
+    # -- data ownership ------------------------------------------------------------------
+    def sessions(self) -> list[str]:
+        return self._store.sessions()
+
+    def forget(self, session_id: str) -> dict[str, int]:
+        check_session_id(session_id)
+        with self._due_lock:
+            self._due.pop(session_id, None)
+        record = self._load(session_id)
+        self._store.delete(session_id)
+        return {"messages": len(record.get("recent") or []), "summaries": 1 if record.get("summary") else 0}
+
+    def export(self, session_id: str) -> dict[str, Any]:
+        data = super().export(session_id)
+        record = self._load(session_id)
+        data.update(summary=str(record.get("summary") or ""), recent=list(record.get("recent") or []),
+                    exchange_count=int(record.get("exchange_count") or 0),
+                    summary_source=str(record.get("summary_source") or ""))
+        return data
+
+    def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
+        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
+        recent = [to_dict(from_dict(dict(d))) for d in data.get("recent", [])]
+        record = {"summary": str(data.get("summary") or ""), "recent": recent, "updated_at": time.time(),
+                  "exchange_count": int(data.get("exchange_count") or 0)}
+        self._store.save(sid, record)
+        if self._is_due(record):
+            self._mark_due(sid)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> bool:
+        return self._worker.flush(timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._worker.close(timeout=self.settings.request_timeout + 5)
+        self._store.close()
+        super().close()
+
+
+def _message(data: Mapping[str, Any]) -> AgentMessage | None:
+    try:
+        return from_dict(dict(data))
+    except (TypeError, ValueError):
+        return None  # a hand-edited record: skip the bad entry rather than fail the turn
+
+
+def _messages(record: Mapping[str, Any]) -> list[AgentMessage]:
+    out = []
+    for data in record.get("recent") or []:
+        msg = _message(data) if isinstance(data, Mapping) else None
+        if msg is not None:
+            out.append(msg)
+    return out
+
+
+def _chunk(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The longest head of ``messages`` within MAX_FOLD_TOKENS (at least one message)."""
+    used = 0
+    for i, message in enumerate(messages):
+        used += estimate_tokens(str(message.get("content", "")))
+        if used > MAX_FOLD_TOKENS and i:
+            return messages[:i]
+    return messages
+
+
+def _summary_block(record: dict[str, Any]) -> str:
+    summary = str(record.get("summary") or "").strip()
+    return SUMMARY_HEADER + summary if summary else ""

@@ -1,0 +1,384 @@
+"""LongTermMemory: reference shapes and files, summaries off the turn, offline fallback, restarts.
+
+Every test talks to a real HTTP server on 127.0.0.1 (FakeLLMServer) or to a closed port.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+
+import pytest
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from ovos_memory_plugins.errors import ConfigError
+from ovos_memory_plugins.longterm import LongTermMemory, _JsonStore, _SqliteStore
+from ovos_memory_plugins.persistence import JsonStore, SqliteStore
+from ovos_memory_plugins.testing import check_backend
+from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
+
+U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
+
+
+@pytest.fixture
+def llm():
+    with FakeLLMServer(reply="SUMMARY") as server:
+        yield server
+
+
+@pytest.fixture
+def make(tmp_path):
+    made = []
+
+    def build(**config):
+        config.setdefault("db_path", str(tmp_path / "longterm.json"))
+        config.setdefault("api_url", closed_port_url())
+        memory = LongTermMemory(config)
+        made.append(memory)
+        return memory
+
+    yield build
+    for memory in made:
+        memory.close()
+
+
+def exchange(memory, i, sid="s", user=None):
+    memory.update_history([AgentMessage(U, user or f"question {i}"), AgentMessage(A, f"answer {i}")], sid)
+
+
+def roles(messages):
+    return [(m.role.value, m.content) for m in messages]
+
+
+# -- drop-in shapes ----------------------------------------------------------------------------
+def test_defaults_match_the_reference(tmp_path):
+    memory = LongTermMemory({"db_path": str(tmp_path / "lt.json")})  # no network I/O at construction
+    s = memory.settings
+    memory.close()
+    assert (s.api_url, s.model, s.summarize_every, s.max_summary_tokens, s.recent_window, s.request_timeout,
+            s.backend, s.system_prompt) == ("http://localhost:8000/v1", "", 6, 256, 4, 30.0, "json", "")
+
+
+def test_default_paths_are_under_the_xdg_data_home(tmp_path, _private_data_home):
+    json_memory = LongTermMemory({"api_url": closed_port_url()})
+    sqlite_memory = LongTermMemory({"api_url": closed_port_url(), "backend": "sqlite"})
+    try:
+        assert json_memory.db_path == str(_private_data_home / "ovos" / "longterm_memory.json")
+        assert sqlite_memory.db_path == str(_private_data_home / "ovos" / "longterm_memory.db")
+    finally:
+        json_memory.close()
+        sqlite_memory.close()
+
+
+def test_the_reference_store_aliases_are_importable_from_longterm():
+    assert _JsonStore is JsonStore and _SqliteStore is SqliteStore
+
+
+def test_context_is_system_prompt_and_summary_then_recent_without_trailing_users_then_the_utterance(make):
+    memory = make(system_prompt="  You are Bot.  ")
+    memory.import_session({"summary": "Ana lives in Lisbon.", "recent": [
+        {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "hanging"}]}, "s")
+    assert roles(memory.build_conversation_context("  next?  ", "s")) == [
+        ("system", "You are Bot.\n\n[Conversation summary so far]\nAna lives in Lisbon."),
+        ("user", "q1"), ("assistant", "a1"), ("user", "next?")]
+
+
+def test_context_has_no_system_message_without_a_prompt_or_summary(make):
+    memory = make()
+    exchange(memory, 1)
+    assert roles(memory.build_conversation_context("x", "s")) == [
+        ("user", "question 1"), ("assistant", "answer 1"), ("user", "x")]
+    memory.import_session({"summary": "gist", "recent": []}, "t")
+    assert roles(memory.build_conversation_context("x", "t")) == [
+        ("system", "[Conversation summary so far]\ngist"), ("user", "x")]
+
+
+def test_a_reference_json_file_loads_and_its_due_summary_resumes(tmp_path, llm):
+    path = tmp_path / "old.json"
+    recent = []
+    for i in range(8):
+        recent += [{"role": "user", "content": f"old q{i}"}, {"role": "assistant", "content": f"old a{i}"}]
+    path.write_text(json.dumps({"sess": {"summary": "", "recent": recent, "exchange_count": 8,
+                                         "updated_at": 1.0}}, indent=2))
+    memory = LongTermMemory({"db_path": str(path), "api_url": llm.url})
+    try:
+        assert memory.flush(10)
+        data = memory.export("sess")
+        assert data["summary"] == "SUMMARY"
+        assert [m["content"] for m in data["recent"]] == ["old q4", "old a4", "old q5", "old a5", "old q6",
+                                                          "old a6", "old q7", "old a7"]
+        assert data["exchange_count"] == 0
+        assert "old q0" in llm.chat_requests()[0].prompt
+    finally:
+        memory.close()
+    stored = json.loads(path.read_text())["sess"]
+    assert {"summary", "recent", "exchange_count", "updated_at"} <= set(stored)
+
+
+def test_a_reference_sqlite_database_loads(tmp_path):
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, summary TEXT, recent TEXT, "
+                "exchange_count INTEGER, updated_at REAL)")
+    con.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?)",
+                ("sess", "Ana likes tea.", json.dumps([{"role": "user", "content": "hi"},
+                                                        {"role": "assistant", "content": "hello"}]), 1, 1.0))
+    con.commit()
+    con.close()
+    memory = LongTermMemory({"db_path": str(path), "backend": "sqlite", "api_url": closed_port_url()})
+    try:
+        assert roles(memory.build_conversation_context("q", "sess")) == [
+            ("system", "[Conversation summary so far]\nAna likes tea."), ("user", "hi"), ("assistant", "hello"),
+            ("user", "q")]
+        exchange(memory, 2, "sess")
+        assert [m.content for m in memory.get_history("sess")][-2:] == ["question 2", "answer 2"]
+    finally:
+        memory.close()
+
+
+def test_an_unknown_backend_means_json_as_in_the_reference(make, tmp_path):
+    memory = make(backend="mongo", db_path=str(tmp_path / "x.json"))
+    exchange(memory, 1)
+    assert "s" in json.loads((tmp_path / "x.json").read_text())
+
+
+def test_bad_numbers_are_config_errors():
+    with pytest.raises(ConfigError):
+        LongTermMemory({"summarize_every": 0})
+    with pytest.raises(ConfigError):
+        LongTermMemory({"recent_window": "4"})
+
+
+# -- summaries -----------------------------------------------------------------------------
+def test_a_summary_is_made_every_summarize_every_exchanges_keeping_the_recent_window(make, llm):
+    memory = make(api_url=llm.url, summarize_every=3, recent_window=1)
+    for i in range(3):
+        exchange(memory, i)
+    assert memory.flush(10)
+    data = memory.export("s")
+    assert data["summary"] == "SUMMARY" and data["summary_source"] == "llm"
+    assert [m["content"] for m in data["recent"]] == ["question 2", "answer 2"]
+    prompt = llm.chat_requests()[0].prompt
+    assert "user: question 0\nassistant: answer 0" in prompt and "question 2" not in prompt
+
+
+def test_the_next_summary_includes_the_previous_one(make, llm):
+    memory = make(api_url=llm.url, summarize_every=2, recent_window=0)
+    llm.add_replies("FIRST", "SECOND")
+    for i in range(2):
+        exchange(memory, i)
+    memory.flush(10)
+    for i in range(2, 4):
+        exchange(memory, i)
+    memory.flush(10)
+    assert memory.export("s")["summary"] == "SECOND"
+    assert llm.chat_requests()[1].prompt.startswith("Previous summary:\nFIRST\n")
+
+
+def test_a_reply_recorded_in_two_calls_counts_as_one_exchange(make):
+    memory = make()
+    memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "part one")], "s")
+    memory.update_history([AgentMessage(A, "part two")], "s")
+    data = memory.export("s")
+    assert data["exchange_count"] == 1
+    assert [m["content"] for m in data["recent"]] == ["q", "part one\npart two"]
+
+
+def test_update_history_does_not_wait_for_a_slow_endpoint(make, llm):
+    llm.mode, llm.delay = "slow", 2.0
+    memory = make(api_url=llm.url, model="m", summarize_every=1, recent_window=0)
+    exchange(memory, 1)
+    # Had update_history waited for the 2 s summary, the summary would be there now.
+    assert memory.export("s")["summary"] == ""
+    assert memory.flush(10)
+    assert memory.export("s")["summary"] == "SUMMARY"
+
+
+def test_messages_stored_while_a_summary_is_computed_are_kept(make, llm):
+    llm.mode, llm.delay = "slow", 1.0
+    memory = make(api_url=llm.url, model="m", summarize_every=2, recent_window=0)
+    exchange(memory, 0)
+    exchange(memory, 1)
+    while llm.count("/chat/completions") == 0:  # the worker is now waiting on the model
+        time.sleep(0.01)
+    exchange(memory, 2)
+    exchange(memory, 3, user="I live in Porto")
+    llm.mode = "ok"
+    assert memory.flush(10)
+    data = memory.export("s")
+    folded = llm.chat_requests()[0].prompt
+    assert "question 0" in folded and "question 2" not in folded
+    kept = [m["content"] for m in data["recent"]]
+    assert kept == [] or kept == ["question 2", "answer 2", "I live in Porto", "answer 3"]
+    if not kept:  # summarised again: both exchanges went into the second prompt
+        assert "I live in Porto" in llm.chat_requests()[1].prompt
+
+
+def test_a_session_forgotten_while_its_summary_is_computed_stays_forgotten(make, llm):
+    llm.mode, llm.delay = "slow", 1.0
+    memory = make(api_url=llm.url, model="m", summarize_every=1, recent_window=0)
+    exchange(memory, 1, user="My name is Ana")
+    while llm.count("/chat/completions") == 0:  # the worker is now waiting on the model
+        time.sleep(0.01)
+    memory.forget("s")
+    llm.mode = "ok"
+    assert memory.flush(10)
+    assert memory.export("s")["summary"] == "" and memory.sessions() == []
+
+
+def test_close_drains_the_pending_summary(tmp_path, llm):
+    llm.mode, llm.delay = "slow", 0.5
+    path = str(tmp_path / "lt.json")
+    memory = LongTermMemory({"db_path": path, "api_url": llm.url, "summarize_every": 1, "recent_window": 0})
+    exchange(memory, 1)
+    memory.close()
+    with open(path) as f:
+        assert json.load(f)["s"]["summary"] == "SUMMARY"
+
+
+@pytest.mark.parametrize("backend", ["json", "sqlite"])
+def test_a_restart_resumes_summaries_left_unfinished(tmp_path, llm, backend):
+    path = str(tmp_path / f"lt.{backend}")
+    config = {"db_path": path, "backend": backend, "summarize_every": 2, "recent_window": 0}
+    first = LongTermMemory({**config, "api_url": closed_port_url()})
+    first._worker.notify = lambda: None  # the process "dies" before its worker runs
+    exchange(first, 0)
+    exchange(first, 1)
+    assert first.export("s")["summary"] == "" and len(first.export("s")["recent"]) == 4
+    first._store.close()
+    second = LongTermMemory({**config, "api_url": llm.url})
+    try:
+        assert second.flush(10)
+        assert second.export("s")["summary"] == "SUMMARY"
+        assert second.export("s")["recent"] == []
+    finally:
+        second.close()
+
+
+# -- offline -------------------------------------------------------------------------------
+def test_offline_the_window_stays_bounded_and_an_extractive_summary_remembers(make):
+    memory = make(summarize_every=2, recent_window=1)
+    exchange(memory, 0, user="My name is Ana and I live in Lisbon.")
+    for i in range(1, 30):
+        exchange(memory, i)
+    assert memory.flush(10)
+    data = memory.export("s")
+    assert len(data["recent"]) <= 2 * (1 + 2)
+    assert "My name is Ana and I live in Lisbon." in data["summary"]
+    assert memory.client.attempts == 1, "a dead endpoint is tried once per back-off period"
+
+
+def test_a_failing_endpoint_costs_one_request_per_back_off_period_not_two_per_turn(make, llm):
+    llm.mode = "error"
+    memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
+    for i in range(20):
+        exchange(memory, i)
+    assert memory.flush(10)
+    assert llm.count() == 1
+    assert "question 19" in memory.export("s")["summary"]
+
+
+def test_an_endpoint_slower_than_request_timeout_falls_back_to_the_extractive_summary(make, llm):
+    llm.mode, llm.delay = "slow", 3.0
+    memory = make(api_url=llm.url, model="m", request_timeout=0.3, summarize_every=1, recent_window=0)
+    exchange(memory, 1, user="I live in Porto.")
+    assert memory.flush(10)
+    assert "I live in Porto." in memory.export("s")["summary"]
+    assert memory.export("s")["summary_source"] == "extractive"
+    assert not memory.client.available
+
+
+@pytest.mark.parametrize("mode", ["malformed", "garbage", "bad_shape"])
+def test_a_broken_endpoint_falls_back_to_the_extractive_summary(make, llm, mode):
+    llm.mode = mode
+    memory = make(api_url=llm.url, model="m", summarize_every=1, recent_window=0)
+    exchange(memory, 1, user="I have a dog called Rex.")
+    assert memory.flush(10)
+    assert "I have a dog called Rex." in memory.export("s")["summary"]
+
+
+def test_an_empty_model_reply_falls_back_to_the_extractive_summary(make, llm):
+    llm.add_replies("<think>reasoning cut off")
+    memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
+    exchange(memory, 1, user="I work as a nurse.")
+    memory.flush(10)
+    assert "I work as a nurse." in memory.export("s")["summary"]
+
+
+def test_a_long_backlog_is_folded_in_prompts_that_fit_a_small_context(make, llm):
+    memory = make(api_url=llm.url, summarize_every=1000, recent_window=0)
+    long_text = " ".join(["word"] * 300)
+    memory.import_session({"summary": "", "exchange_count": 1000, "recent": [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": long_text} for i in range(40)]}, "s")
+    assert memory.flush(20)
+    assert memory.export("s")["recent"] == []
+    assert llm.count("/chat/completions") > 1
+    assert all(len(r.prompt.split()) < 2000 for r in llm.chat_requests())
+
+
+# -- ownership ------------------------------------------------------------------------------
+def test_forget_removes_the_session_and_export_import_round_trip(make):
+    memory = make()
+    exchange(memory, 1)
+    exported = memory.export("s")
+    assert memory.sessions() == ["s"]
+    assert memory.forget("s") == {"messages": 2, "summaries": 0}
+    assert memory.get_history("s") == [] and memory.sessions() == []
+    memory.import_session(exported, "t")
+    assert [m.content for m in memory.get_history("t")] == ["question 1", "answer 1"]
+
+
+def test_the_json_file_is_written_atomically_with_the_reference_layout(make, tmp_path):
+    memory = make()
+    exchange(memory, 1)
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    record = json.loads((tmp_path / "longterm.json").read_text())["s"]
+    assert record["recent"] == [{"role": "user", "content": "question 1"},
+                                {"role": "assistant", "content": "answer 1"}]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "memory"])
+def test_the_other_stores_follow_the_contract_too(tmp_path, backend):
+    counter = iter(range(100))
+    check_backend(lambda overrides: LongTermMemory({
+        "db_path": str(tmp_path / f"lt{next(counter)}.db"), "backend": backend, "api_url": closed_port_url(),
+        **overrides}))
+
+
+# -- the reference stores ---------------------------------------------------------------------------
+def test_sqlite_store_round_trips_records_and_closes_twice(tmp_path):
+    store = SqliteStore(str(tmp_path / "s.db"))
+    record = {"summary": "s", "recent": [{"role": "user", "content": "hi"}], "exchange_count": 2,
+              "updated_at": 5.0, "summary_source": "llm"}
+    store.save("a", record)
+    assert store.load("a") == record and store.load("missing") == {}
+    assert store.update("a", lambda r: {**r, "summary": "t"})["summary"] == "t"
+    assert store.sessions() == ["a"] and store.delete("a") and store.sessions() == []
+    store.close()
+    store.close()
+
+
+def test_json_store_quarantines_a_corrupt_file_and_starts_empty(tmp_path):
+    path = tmp_path / "lt.json"
+    path.write_text("{not json")
+    store = JsonStore(str(path))
+    assert store.load("a") == {}
+    store.save("a", {"summary": "fresh"})
+    assert json.loads(path.read_text()) == {"a": {"summary": "fresh"}}
+    assert [p.name for p in tmp_path.iterdir() if ".corrupt" in p.name]
+
+
+# -- opt-in: a real local model ------------------------------------------------------------------
+
+
+@pytest.mark.llm
+def test_a_real_model_summarises_the_old_turns(make, real_llm_url):
+    memory = make(api_url=real_llm_url, summarize_every=2, recent_window=0, request_timeout=120)
+    exchange(memory, 0, user="My name is Ana and I live in Lisbon.")
+    exchange(memory, 1, user="I have a dog called Rex.")
+    assert memory.flush(300)
+    data = memory.export("s")
+    assert data["recent"] == [] and data["summary"]
+    assert memory.client.available, "the summary came from the model, not the offline fallback"

@@ -1,0 +1,103 @@
+"""Rolling summaries: the extractive fallback (no model) and the LLM prompt."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from ovos_memory_plugins._llm import ChatClient
+from ovos_memory_plugins._summary import extractive_summary, llm_summary, summary_prompt
+from ovos_memory_plugins._tokens import estimate_tokens
+from ovos_memory_plugins.errors import LLMError
+from ovos_memory_plugins.testing.llm import FakeLLMServer
+
+CHAT = [
+    {"role": "user", "content": "Hi there! My name is Ana and I live in Lisbon. What's the weather like?"},
+    {"role": "assistant", "content": "Hello Ana! It is sunny in Lisbon today, around 24 degrees. Anything else?"},
+    {"role": "user", "content": "Ok, thanks. I have a dog called Rex and he is three years old."},
+    {"role": "assistant", "content": "Rex sounds lovely. Dogs that age love long walks."},
+]
+
+
+def test_extractive_summary_keeps_the_users_statements_when_the_budget_is_tight():
+    summary = extractive_summary("", CHAT, 30)
+    assert "My name is Ana and I live in Lisbon." in summary
+    assert "I have a dog called Rex" in summary
+    assert "long walks" not in summary
+
+
+def test_extractive_summary_drops_greetings_and_thanks():
+    summary = extractive_summary("", CHAT, 500)
+    lines = summary.splitlines()
+    assert "User: Hi there!" not in lines and "User: Ok, thanks." not in lines
+    assert lines[0].startswith("User: My name is Ana")
+
+
+def test_extractive_summary_keeps_the_previous_summary_first_and_the_conversation_order():
+    summary = extractive_summary("The user likes jazz.", CHAT, 500)
+    lines = summary.splitlines()
+    assert lines[0] == "The user likes jazz."
+    assert lines.index("User: My name is Ana and I live in Lisbon.") < lines.index(
+        "User: I have a dog called Rex and he is three years old.")
+
+
+def test_extractive_summary_prefers_the_previous_summary_to_assistant_chatter():
+    summary = extractive_summary("The user likes jazz and plays the cello.", CHAT[:2], 25)
+    assert "The user likes jazz and plays the cello." in summary
+    assert "24 degrees" not in summary
+
+
+def test_extractive_summary_accepts_agent_messages():
+    messages = [AgentMessage(MessageRole.USER, "I work as a nurse in Porto."),
+                AgentMessage(MessageRole.ASSISTANT, "That must be demanding.")]
+    assert "User: I work as a nurse in Porto." in extractive_summary("", messages, 100)
+
+
+def test_extractive_summary_of_nothing_is_the_previous_summary_or_empty():
+    assert extractive_summary("", [], 50) == ""
+    assert extractive_summary("Known: user is Ana.", [], 50) == "Known: user is Ana."
+    assert extractive_summary("anything", CHAT, 0) == ""
+
+
+def test_one_huge_sentence_is_truncated_to_the_budget():
+    huge = [{"role": "user", "content": "I like " + " ".join(f"word{i}" for i in range(2000))}]
+    summary = extractive_summary("", huge, 40)
+    assert summary.startswith("User: I like word0")
+    assert estimate_tokens(summary) <= 40
+
+
+messages_strategy = st.lists(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "tool"]),
+                           "content": st.text(max_size=300)}),
+    max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(previous=st.text(max_size=400), messages=messages_strategy, budget=st.integers(min_value=0, max_value=120))
+def test_extractive_summary_never_exceeds_its_token_budget(previous, messages, budget):
+    summary = extractive_summary(previous, messages, budget)
+    assert estimate_tokens(summary) <= budget
+
+
+def test_summary_prompt_has_the_reference_shape():
+    prompt = summary_prompt("Ana lives in Lisbon.", CHAT[:2])
+    assert prompt.startswith("Previous summary:\nAna lives in Lisbon.\n\nNew conversation:\nuser: Hi there!")
+    assert "\nassistant: Hello Ana!" in prompt
+    assert prompt.rstrip().endswith("Reply with the summary only.")
+    assert not summary_prompt("", CHAT[:1]).startswith("Previous summary")
+
+
+def test_llm_summary_sends_one_user_prompt_and_returns_the_stripped_reply():
+    with FakeLLMServer(replies=["<think>hmm</think>  Ana, from Lisbon, has a dog called Rex.  "]) as llm:
+        text = llm_summary(ChatClient(llm.url), "prev", CHAT, 64)
+        request = llm.chat_requests()[0]
+    assert text == "Ana, from Lisbon, has a dog called Rex."
+    assert [m["role"] for m in request.messages] == ["user"]
+    assert request.prompt == summary_prompt("prev", CHAT)
+    assert request.body["max_tokens"] == 64
+
+
+def test_llm_summary_treats_an_empty_reply_as_a_failure():
+    with FakeLLMServer(replies=["<think>only reasoning, then cut off"]) as llm, pytest.raises(LLMError):
+        llm_summary(ChatClient(llm.url), "", CHAT, 64)
