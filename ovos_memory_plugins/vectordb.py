@@ -1,0 +1,580 @@
+"""``SqliteEmbeddingsDB``: an OVOS ``EmbeddingsDB`` plugin in one SQLite file, exact top-k in numpy.
+
+Entry point ``ovos-memory-sqlite-embeddings-plugin`` (group ``opm.embeddings``), the default
+vector store of ``local-rag``. Vectors are float32 blobs and metadata JSON, in two tables of one
+SQLite file (WAL; several processes may share it). Each collection is mirrored in RAM as a
+matrix of unit rows, so a query is one matrix-vector product plus a partial sort: exact cosine
+top-k, no approximate index to build or tune. For the few thousand to a few hundred thousand
+memories a voice assistant gathers, that is faster than an ANN index and never misses.
+
+The RAM copy is updated in place by this instance's writes (append, swap-delete) and kept in
+step with other processes through two counters per collection: ``version`` (any write) and
+``epoch`` (a delete or a replaced key). When another writer only appended, just the new rows
+are read; otherwise the collection is reloaded.
+
+``query(..., where={"session_id": sid})`` filters before ranking, so a session-scoped search
+returns up to ``top_k`` hits of that session however many other sessions hold.
+
+Example::
+
+    >>> db = SqliteEmbeddingsDB({"path": ":memory:"})
+    >>> db.add_embeddings("a", [1.0, 0.0], {"session_id": "s1"})
+    array([1., 0.], dtype=float32)
+    >>> db.add_embeddings("b", [0.0, 1.0], {"session_id": "s2"})
+    array([0., 1.], dtype=float32)
+    >>> [(key, round(distance, 3)) for key, distance in db.query([1.0, 0.1], top_k=1)]
+    [('a', 0.005)]
+    >>> [key for key, _ in db.query([1.0, 0.1], where={"session_id": "s2"})]
+    ['b']
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
+
+from ._paths import default_path
+from .config import option, parse_config
+from .errors import EmbeddingsError, MissingDependencyError
+from .storage.sqlite import Database, open_database, release_database
+
+__all__ = ["Collection", "CollectionNotFound", "SqliteEmbeddingsDB", "SqliteEmbeddingsConfig"]
+
+PLUGIN_NAME = "ovos-memory-sqlite-embeddings-plugin"
+DEFAULT_FILE = "embeddings.db"
+#: Metadata keys with a RAM index, so filtering on them costs a vector compare, not a loop.
+INDEXED_KEYS = ("session_id",)
+#: Keys per ``IN (...)`` list (SQLite's default limit on variables is 999 on old builds).
+_CHUNK = 500
+
+_MIGRATIONS = (
+    """
+    CREATE TABLE IF NOT EXISTS ovos_vec_collections (
+        name TEXT PRIMARY KEY,
+        metadata TEXT NOT NULL DEFAULT '{}',   -- JSON
+        dim INTEGER,                           -- fixed by the first vector; NULL while empty
+        version INTEGER NOT NULL DEFAULT 0,    -- +1 per write: readers see another process's writes
+        epoch INTEGER NOT NULL DEFAULT 0       -- +1 per delete or replaced key: forces a full reload
+    );
+    CREATE TABLE IF NOT EXISTS ovos_vec_items (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,  -- grows only, so "rows after id N" finds appends
+        collection TEXT NOT NULL REFERENCES ovos_vec_collections (name) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        vector BLOB NOT NULL,                  -- float32, little-endian, as given (not normalised)
+        metadata TEXT,                         -- JSON, or NULL
+        UNIQUE (collection, key)
+    );
+    """,
+)
+
+#: A new collection starts at a random epoch: a reader that mirrored a deleted collection of
+#: the same name must not mistake the new one's counters for the old one's.
+_CREATE = "INSERT OR IGNORE INTO ovos_vec_collections (name, epoch) VALUES (?, abs(random() % 1000000000000))"
+
+
+class CollectionNotFound(EmbeddingsError, ValueError):
+    """``get_collection`` of a name that does not exist (OPM documents a ValueError)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Collection:
+    """What ``create_collection``/``get_collection``/``list_collections`` return."""
+
+    name: str
+    metadata: dict[str, Any]
+    dim: int | None
+    count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SqliteEmbeddingsConfig:
+    path: str | None = option(None, "SQLite file; null: $XDG_DATA_HOME/ovos/embeddings.db; "
+                              "':memory:' keeps everything in RAM", kind=str)
+    default_collection: str = option("ovos_embeddings", "collection used when a call names none")
+    use_blas: bool = option(False, "score with numpy's multithreaded BLAS (faster alone on an idle machine; "
+                            "slower next to an embedder's thread pool on a small one)")
+
+
+def _np() -> Any:
+    try:
+        import numpy
+    except ImportError as exc:  # pragma: no cover - numpy is in every extra that installs this
+        raise MissingDependencyError(f"{PLUGIN_NAME} needs numpy: pip install 'ovos-memory-plugins[local-rag]'") \
+            from exc
+    return numpy
+
+
+class _Matrix:
+    """The RAM mirror of one collection: unit rows, keys, metadata, and an index per key in
+    ``INDEXED_KEYS``. Rows are unordered: a delete moves the last row into the hole."""
+
+    def __init__(self, dim: int | None) -> None:
+        np = _np()
+        self.dim = dim
+        self.n = 0
+        self.rows = np.zeros((0, dim or 0), dtype=np.float32)
+        self.keys: list[str] = []
+        self.meta: list[dict[str, Any] | None] = []
+        self.pos: dict[str, int] = {}
+        self.codes = {k: np.zeros(0, dtype=np.int64) for k in INDEXED_KEYS}
+        self.values: dict[str, dict[Any, int]] = {k: {} for k in INDEXED_KEYS}
+        self.version = -1   # the collection's version this mirror reflects; -1: never loaded
+        self.epoch = -1
+        self.max_id = 0
+
+    def put(self, key: str, unit: Any, meta: dict[str, Any] | None) -> None:
+        row = self.pos.get(key)
+        if row is None:
+            row = self.n
+            self._grow(row + 1)
+            self.n += 1
+            self.keys.append(key)
+            self.meta.append(None)
+            self.pos[key] = row
+        self.rows[row] = unit
+        self.meta[row] = meta
+        for name in INDEXED_KEYS:
+            self.codes[name][row] = self._code(name, meta)
+
+    def extend(self, keys: list[str], units: Any, metas: list[dict[str, Any] | None]) -> None:
+        """Append rows for keys not in the mirror yet (a load: one copy, no per-row numpy calls)."""
+        start, count = self.n, len(keys)
+        self._grow(start + count)
+        self.rows[start:start + count] = units
+        self.keys.extend(keys)
+        self.meta.extend(metas)
+        self.pos.update(zip(keys, range(start, start + count)))
+        for name in INDEXED_KEYS:
+            self.codes[name][start:start + count] = [self._code(name, m) for m in metas]
+        self.n += count
+
+    def remove(self, key: str) -> None:
+        row = self.pos.pop(key, None)
+        if row is None:
+            return
+        last = self.n - 1
+        if row != last:  # fill the hole with the last row: O(dim), no reshuffle
+            self.rows[row] = self.rows[last]
+            self.keys[row] = self.keys[last]
+            self.meta[row] = self.meta[last]
+            self.pos[self.keys[row]] = row
+            for name in INDEXED_KEYS:
+                self.codes[name][row] = self.codes[name][last]
+        self.keys.pop()
+        self.meta.pop()
+        self.n = last
+
+    def mask(self, where: Mapping[str, Any]) -> Any:
+        """Boolean row mask for ``where`` (all pairs must match), or None for no filter."""
+        np = _np()
+        mask = None
+        for name, value in where.items():
+            if name in self.codes:
+                code = self.values[name].get(_hashable(value), -2)  # -2 matches no row
+                part = self.codes[name][:self.n] == code
+            else:  # not indexed: a Python pass over the metadata
+                part = np.fromiter(((m or {}).get(name) == value for m in self.meta), dtype=bool, count=self.n)
+            mask = part if mask is None else mask & part
+        return mask
+
+    def _code(self, name: str, meta: dict[str, Any] | None) -> int:
+        if not meta or name not in meta:
+            return -1
+        value = _hashable(meta[name])
+        table = self.values[name]
+        if value not in table:
+            table[value] = len(table)
+        return table[value]
+
+    def _grow(self, needed: int) -> None:
+        np = _np()
+        if needed <= len(self.rows):
+            return
+        capacity = max(needed, 2 * len(self.rows), 64)  # doubling: appends are amortised O(dim)
+        rows = np.zeros((capacity, self.dim or 0), dtype=np.float32)
+        rows[:self.n] = self.rows[:self.n]
+        self.rows = rows
+        for name in INDEXED_KEYS:
+            codes = np.full(capacity, -1, dtype=np.int64)
+            codes[:self.n] = self.codes[name][:self.n]
+            self.codes[name] = codes
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str)
+
+
+class SqliteEmbeddingsDB(EmbeddingsDB):
+    """float32 vectors and JSON metadata in SQLite; exact cosine top-k over a RAM matrix.
+
+    Args:
+        config: ``{"path": ..., "default_collection": ...}`` (see :class:`SqliteEmbeddingsConfig`).
+        path: shortcut for ``config["path"]`` (OPM callers construct DB plugins both ways).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, path: str | None = None):
+        raw = dict(config or {})
+        if path is not None:
+            raw["path"] = path
+        super().__init__(raw)
+        self.settings = parse_config(SqliteEmbeddingsConfig, raw, PLUGIN_NAME)
+        _np()
+        self.path = self.settings.path or default_path(DEFAULT_FILE)
+        self._db: Database = open_database(self.path)
+        self._db.migrate("vectordb", _MIGRATIONS)
+        self._mirrors: dict[str, _Matrix] = {}
+        self._lock = threading.RLock()  # taken inside the Database lock, never around it
+        self._closed = False
+
+    # -- collections ---------------------------------------------------------------------
+    def create_collection(self, name: str, metadata: dict[str, Any] | None = None) -> Collection:
+        """Create ``name`` if missing (idempotent); ``metadata``, when given, replaces the old."""
+        name = _check_name(name)
+        with self._db.atomic() as con:
+            con.execute(_CREATE, (name,))
+            if metadata is not None:
+                con.execute("UPDATE ovos_vec_collections SET metadata = ? WHERE name = ?",
+                            (json.dumps(dict(metadata), ensure_ascii=False), name))
+        return self.get_collection(name)
+
+    def get_collection(self, name: str) -> Collection:
+        rows = self._db.execute(
+            "SELECT c.name, c.metadata, c.dim, (SELECT COUNT(*) FROM ovos_vec_items i WHERE i.collection = c.name) "
+            "FROM ovos_vec_collections c WHERE c.name = ?", (_check_name(name),))
+        if not rows:
+            raise CollectionNotFound(f"{PLUGIN_NAME}: no collection named {name!r}")
+        return _collection(rows[0])
+
+    def delete_collection(self, name: str) -> None:
+        name = _check_name(name)
+        with self._db.atomic() as con:
+            con.execute("DELETE FROM ovos_vec_items WHERE collection = ?", (name,))
+            con.execute("DELETE FROM ovos_vec_collections WHERE name = ?", (name,))
+            with self._lock:
+                self._mirrors.pop(name, None)
+
+    def list_collections(self) -> list[Collection]:
+        rows = self._db.execute(
+            "SELECT c.name, c.metadata, c.dim, (SELECT COUNT(*) FROM ovos_vec_items i WHERE i.collection = c.name) "
+            "FROM ovos_vec_collections c ORDER BY c.name")
+        return [_collection(r) for r in rows]
+
+    # -- writes --------------------------------------------------------------------------
+    def add_embeddings(self, key: str, embedding: Any, metadata: dict[str, Any] | None = None,
+                       collection_name: str | None = None) -> Any:
+        """Store (or replace) ``key``; returns the stored float32 vector."""
+        self.add_embeddings_batch([key], [embedding], [metadata], collection_name)
+        return _vector(embedding)
+
+    def add_embeddings_batch(self, keys: Sequence[str], embeddings: Sequence[Any],
+                             metadata: Sequence[dict[str, Any] | None] | None = None,
+                             collection_name: str | None = None) -> None:
+        """Store (or replace) many vectors in one transaction."""
+        keys = [_check_key(k) for k in keys]
+        if len(embeddings) != len(keys) or (metadata is not None and len(metadata) != len(keys)):
+            raise ValueError("keys, embeddings and metadata must have the same length")
+        if not keys:
+            return
+        np = _np()
+        vectors = np.stack([_vector(e) for e in embeddings])
+        metas = [_check_meta(m) for m in (metadata if metadata is not None else [None] * len(keys))]
+        # A key given twice in one batch: the last one wins, as with separate calls.
+        last = {k: i for i, k in enumerate(keys)}
+        order = sorted(last.values())
+        name = self._name(collection_name)
+        with self._db.atomic() as con:
+            mirror = self._sync(con, name, create=True)
+            if mirror.dim is None:
+                mirror = self._fix_dim(con, name, vectors.shape[1])
+            if vectors.shape[1] != mirror.dim:
+                raise EmbeddingsError(f"{PLUGIN_NAME}: collection {name!r} holds {mirror.dim}-dim vectors, "
+                                      f"got {vectors.shape[1]} (a different embedder?)")
+            replaced = any(keys[i] in mirror.pos for i in order)
+            rows = [(name, keys[i], vectors[i].astype("<f4").tobytes(), _dump(metas[i])) for i in order]
+            try:
+                if replaced:  # a new row id, so other readers see a replacement as delete + add
+                    con.executemany("DELETE FROM ovos_vec_items WHERE collection = ? AND key = ?",
+                                    [(name, keys[i]) for i in order if keys[i] in mirror.pos])
+                con.executemany("INSERT INTO ovos_vec_items (collection, key, vector, metadata) VALUES (?, ?, ?, ?)",
+                                rows)
+                max_id = con.execute("SELECT MAX(id) FROM ovos_vec_items").fetchone()[0]
+                self._bump(con, name, mirror, replaced)
+                with self._lock:
+                    units = _unit_rows(vectors[order])
+                    for j, i in enumerate(order):
+                        mirror.put(keys[i], units[j], metas[i])
+                    mirror.max_id = max(mirror.max_id, int(max_id or 0))
+            except BaseException:
+                self._invalidate(name)  # the transaction rolls back; so must the mirror
+                raise
+
+    def delete_embeddings(self, key: str, collection_name: str | None = None) -> None:
+        self.delete_embeddings_batch([key], collection_name)
+
+    def delete_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None) -> None:
+        """Delete ``keys`` (missing ones are ignored) in one transaction."""
+        keys = [_check_key(k) for k in keys]
+        if not keys:
+            return
+        name = self._name(collection_name)
+        with self._db.atomic() as con:
+            mirror = self._sync(con, name)
+            if mirror is None:
+                return
+            present = [k for k in dict.fromkeys(keys) if k in mirror.pos]
+            if not present:
+                return
+            try:
+                con.executemany("DELETE FROM ovos_vec_items WHERE collection = ? AND key = ?",
+                                [(name, k) for k in present])
+                self._bump(con, name, mirror, True)
+                with self._lock:
+                    for key in present:
+                        mirror.remove(key)
+            except BaseException:
+                self._invalidate(name)
+                raise
+
+    # -- reads ---------------------------------------------------------------------------
+    def get_embeddings(self, key: str, collection_name: str | None = None, return_metadata: bool = False) -> Any:
+        """The stored vector (as given, not normalised), or None; with metadata: (vector, metadata)."""
+        (_, vector, meta), = self.get_embeddings_batch([key], collection_name, return_metadata=True)
+        if return_metadata:
+            return (vector, meta) if vector is not None else (None, None)
+        return vector
+
+    def get_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None,
+                             return_metadata: bool = False) -> list[tuple[Any, ...]]:
+        """``(key, vector)`` or ``(key, vector, metadata)`` per key, in order; None/{} when missing."""
+        np = _np()
+        keys = [_check_key(k) for k in keys]
+        name = self._name(collection_name)
+        found: dict[str, tuple[Any, dict[str, Any]]] = {}
+        for start in range(0, len(keys), _CHUNK):
+            chunk = keys[start:start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for key, blob, meta in self._db.execute(
+                    f"SELECT key, vector, metadata FROM ovos_vec_items WHERE collection = ? AND key IN ({marks})",
+                    (name, *chunk)):
+                found[key] = (np.frombuffer(blob, dtype="<f4").astype(np.float32), _load(meta))
+        out: list[tuple[Any, ...]] = []
+        for key in keys:
+            vector, meta = found.get(key, (None, {}))
+            out.append((key, vector, meta) if return_metadata else (key, vector))
+        return out
+
+    def count_embeddings_in_collection(self, collection_name: str | None = None) -> int:
+        rows = self._db.execute("SELECT COUNT(*) FROM ovos_vec_items WHERE collection = ?",
+                                (self._name(collection_name),))
+        return int(rows[0][0])
+
+    def query(self, embeddings: Any, top_k: int = 5, return_metadata: bool = False,
+              collection_name: str | None = None, where: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """The ``top_k`` nearest stored vectors by cosine distance (``1 - cosine``), nearest first.
+
+        Args:
+            embeddings: the query vector.
+            top_k: how many results at most.
+            return_metadata: add each item's metadata dict (a copy) as a third element.
+            collection_name: the collection; the default one when None.
+            where: ``{key: value}`` pairs the metadata must all equal; applied before ranking,
+                so up to ``top_k`` matching items come back even when others dominate.
+        """
+        np = _np()
+        q = _vector(embeddings)
+        k = int(top_k)
+        if k <= 0:
+            return []
+        norm = float(np.linalg.norm(q))
+        if norm > 0:
+            q = q / np.float32(norm)
+        name = self._name(collection_name)
+        with self._db.read() as con:
+            mirror = self._sync(con, name)
+            if mirror is None or mirror.n == 0:
+                return []
+            with self._lock:
+                if q.shape[0] != mirror.dim:
+                    raise EmbeddingsError(f"{PLUGIN_NAME}: query has {q.shape[0]} dims, collection {name!r} "
+                                          f"holds {mirror.dim}")
+                return self._top_k(mirror, q, k, return_metadata, where)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with self._lock:
+                self._mirrors.clear()
+            release_database(self._db)
+
+    def __enter__(self) -> SqliteEmbeddingsDB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------------
+    def _name(self, collection_name: str | None) -> str:
+        return _check_name(collection_name if collection_name is not None else self.settings.default_collection)
+
+    def _top_k(self, mirror: _Matrix, q: Any, k: int, return_metadata: bool,
+               where: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
+        np = _np()
+        rows = None  # the row numbers behind ``scores``; None: score i is row i
+        if where:
+            matching = np.flatnonzero(mirror.mask(where))
+            if not matching.size:
+                return []
+        if not where or 2 * matching.size > mirror.n:
+            scores = self._score(mirror.rows[:mirror.n], q)
+            if where:  # a filter keeping most rows: score them all, then drop the others
+                kept = np.full(mirror.n, -np.inf, dtype=scores.dtype)
+                kept[matching] = scores[matching]
+                scores = kept
+            limit = matching.size if where else mirror.n
+        else:  # a selective filter (one session among many): score only its rows
+            rows = matching
+            scores = self._score(mirror.rows[rows], q)
+            limit = rows.size
+        k = min(k, limit)
+        if k < scores.shape[0]:
+            picked = np.argpartition(-scores, k - 1)[:k]
+            picked = picked[np.argsort(-scores[picked], kind="stable")]
+        else:
+            picked = np.argsort(-scores, kind="stable")[:k]
+        out: list[tuple[Any, ...]] = []
+        for pos in picked.tolist():
+            row = pos if rows is None else int(rows[pos])
+            distance = max(0.0, 1.0 - float(scores[pos]))
+            if return_metadata:
+                out.append((mirror.keys[row], distance, dict(mirror.meta[row] or {})))
+            else:
+                out.append((mirror.keys[row], distance))
+        return out
+
+    def _score(self, rows: Any, q: Any) -> Any:
+        """Cosine similarity of each unit row with the unit query."""
+        if self.settings.use_blas:
+            return rows @ q
+        # numpy's own single-threaded loop, not BLAS. On a small machine the BLAS thread pool
+        # fights the embedder's (OpenMP) pool that has just run the query embedding: measured
+        # on 2 cores at 10k rows, right after an e5 call, BLAS took 3-4 ms (p90 7-40 ms) and
+        # this 0.7 ms (p90 < 1 ms). Alone on an idle machine BLAS is faster (0.1 ms).
+        return _np().einsum("ij,j->i", rows, q)
+
+    def _sync(self, con: Any, name: str, create: bool = False) -> Any:
+        """The mirror of ``name``, brought up to date with the file; None if it does not exist."""
+        row = con.execute("SELECT dim, version, epoch FROM ovos_vec_collections WHERE name = ?", (name,)).fetchone()
+        if row is None and create:
+            con.execute(_CREATE, (name,))
+            row = con.execute("SELECT dim, version, epoch FROM ovos_vec_collections WHERE name = ?", (name,)).fetchone()
+        with self._lock:
+            if row is None:
+                self._mirrors.pop(name, None)
+                return None
+            dim, version, epoch = row
+            mirror = self._mirrors.get(name)
+            if mirror is not None and (mirror.version, mirror.epoch, mirror.dim) == (version, epoch, dim):
+                return mirror
+            if mirror is None or mirror.epoch != epoch or mirror.dim != dim:
+                mirror = _Matrix(dim)  # something was deleted or replaced elsewhere: reload all
+                self._mirrors[name] = mirror
+            self._load_rows(con, name, mirror)  # only rows added since the mirror's last id
+            mirror.version, mirror.epoch = version, epoch
+            return mirror
+
+    def _load_rows(self, con: Any, name: str, mirror: _Matrix) -> None:
+        np = _np()
+        rows = con.execute("SELECT id, key, vector, metadata FROM ovos_vec_items WHERE collection = ? AND id > ? "
+                           "ORDER BY id", (name, mirror.max_id)).fetchall()
+        if not rows or mirror.dim is None:
+            return
+        matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), mirror.dim)
+        # Keys are unique per collection and a replaced key forces a full reload, so the rows
+        # after max_id are all new to the mirror.
+        mirror.extend([r[1] for r in rows], _unit_rows(matrix), [_load(r[3]) or None for r in rows])
+        mirror.max_id = int(rows[-1][0])
+
+    def _fix_dim(self, con: Any, name: str, dim: int) -> _Matrix:
+        con.execute("UPDATE ovos_vec_collections SET dim = ? WHERE name = ?", (dim, name))
+        with self._lock:
+            mirror = _Matrix(dim)
+            version, epoch = con.execute("SELECT version, epoch FROM ovos_vec_collections WHERE name = ?",
+                                         (name,)).fetchone()
+            mirror.version, mirror.epoch = version, epoch
+            self._mirrors[name] = mirror
+            return mirror
+
+    def _bump(self, con: Any, name: str, mirror: _Matrix, new_epoch: bool) -> None:
+        con.execute("UPDATE ovos_vec_collections SET version = version + 1, epoch = epoch + ? WHERE name = ?",
+                    (int(new_epoch), name))
+        with self._lock:
+            mirror.version += 1
+            mirror.epoch += int(new_epoch)
+
+    def _invalidate(self, name: str) -> None:
+        with self._lock:
+            self._mirrors.pop(name, None)
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"collection name must be a non-empty str, not {name!r}")
+    return name
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"embedding key must be a str, not {type(key).__name__}")
+    return key
+
+
+def _check_meta(meta: Any) -> dict[str, Any] | None:
+    if meta is not None and not isinstance(meta, Mapping):
+        raise TypeError(f"metadata must be a dict, not {type(meta).__name__}")
+    return dict(meta) if meta else None
+
+
+def _vector(value: Any) -> Any:
+    np = _np()
+    vector = np.asarray(value, dtype=np.float32)
+    if vector.ndim == 2 and vector.shape[0] == 1:
+        vector = vector[0]
+    if vector.ndim != 1 or vector.shape[0] == 0:
+        raise EmbeddingsError(f"{PLUGIN_NAME}: an embedding must be a non-empty 1-D vector, got shape {vector.shape}")
+    if not np.isfinite(vector).all():
+        raise EmbeddingsError(f"{PLUGIN_NAME}: the embedding holds NaN or infinite values")
+    return vector
+
+
+def _unit_rows(matrix: Any) -> Any:
+    np = _np()
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.maximum(norms, np.float32(1e-12))
+
+
+def _dump(meta: dict[str, Any] | None) -> str | None:
+    if not meta:
+        return None
+    try:
+        return json.dumps(meta, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"metadata must be JSON-serialisable: {exc}") from exc
+
+
+def _load(text: str | None) -> dict[str, Any]:
+    return json.loads(text) if text else {}
+
+
+def _collection(row: Iterable[Any]) -> Collection:
+    name, meta, dim, count = row
+    return Collection(name, _load(meta), dim, int(count))
+

