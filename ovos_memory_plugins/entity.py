@@ -26,17 +26,14 @@ from typing import Any, ClassVar
 
 from ._compat import AgentMessage
 from ._facts import Fact, extract_facts, is_grounded, make_fact, parse_fact_list
-from ._llm import ChatClient
+from ._llm_memory import EndpointConfig, chat_client, open_session_store
 from ._log import LOG, LogOnce
 from ._memory import MemoryPlugin
-from ._paths import default_path, is_memory_path
 from ._tokens import truncate_to_tokens
 from ._worker import BackgroundWorker
 from .config import option
 from .errors import ConfigError, LLMError, MemoryPluginError
 from .messages import check_session_id, check_utterance, coerce_messages, is_role, system_message, user_message
-from .persistence import JsonStore
-from .storage.memory import MemoryRecordStore
 
 __all__ = ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"]
 
@@ -57,14 +54,10 @@ MAX_PENDING = 200
 MAX_PROMPT_TOKENS = 600
 #: Pending exchanges handled in one write when the rules run without a model.
 OFFLINE_BATCH = 32
-_STORE_BACKENDS = ("json", "sqlite", "memory")
 
 
 @dataclasses.dataclass(frozen=True)
-class EntityConfig:
-    api_url: str = option("http://localhost:8000/v1", "OpenAI-compatible endpoint used for extraction")
-    model: str = option("", "model name; empty: the first model the server lists")
-    api_key: str | None = option(None, "bearer token for servers that require one", kind=str)
+class EntityConfig(EndpointConfig):
     max_facts: int = option(50, "facts kept per session (or in total with scope global); 0: no cap", minimum=0)
     max_extract_tokens: int = option(128, "max_tokens of an extraction request", minimum=1)
     request_timeout: float = option(10.0, "seconds one LLM request may take", minimum=0.1)
@@ -99,8 +92,9 @@ class EntityMemory(MemoryPlugin):
         s = self.settings
         if "{exchange}" not in s.extraction_prompt:
             raise ConfigError(f"{self.plugin_name}: 'extraction_prompt' must contain {{exchange}}")
-        self._store = self._open_store(s)
-        self.client = ChatClient(s.api_url, s.model, s.request_timeout, s.api_key)
+        self._store, self.db_path = open_session_store(self.plugin_name, s.backend, s.db_path, "entity_memory",
+                                                       unknown="memory", open_sqlite=_sqlite_facts)
+        self.client = chat_client(s)
         self._log = LogOnce()
         self._last_user: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._due: dict[str, None] = {}
@@ -112,23 +106,6 @@ class EntityMemory(MemoryPlugin):
                 self._worker.notify()  # finish what an earlier run left pending
         except (MemoryPluginError, OSError) as exc:
             LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
-
-    def _open_store(self, s: EntityConfig) -> Any:
-        backend = s.backend
-        if backend not in _STORE_BACKENDS:
-            LOG.warning(f"{self.plugin_name}: unknown backend {backend!r}; keeping facts in RAM (as the reference)")
-            backend = "memory"
-        self.db_path = s.db_path or default_path("entity_memory.db" if backend == "sqlite" else "entity_memory.json")
-        try:
-            if backend == "memory" or is_memory_path(self.db_path):
-                return MemoryRecordStore()
-            if backend == "sqlite":
-                from .storage.records import SqliteRecordStore
-                from .storage.sqlite import open_database
-                return SqliteRecordStore(open_database(self.db_path), "entity_facts", owns_db=True)
-            return JsonStore(self.db_path)
-        except (MemoryPluginError, OSError) as exc:
-            raise ConfigError(f"{self.plugin_name}: cannot open db_path {self.db_path!r}: {exc}") from exc
 
     def _key(self, session_id: str) -> str:
         return GLOBAL_KEY if self.settings.scope == "global" else session_id
@@ -379,3 +356,10 @@ def _merge(record: dict[str, Any], found: list[Fact], sid: str, max_facts: int, 
         facts = facts[-max_facts:]
     record.update(facts=facts, meta=meta, history=history[-MAX_HISTORY:])
     return record
+
+
+def _sqlite_facts(path: str) -> Any:
+    from .storage.records import SqliteRecordStore
+    from .storage.sqlite import open_database
+
+    return SqliteRecordStore(open_database(path), "entity_facts", owns_db=True)

@@ -23,15 +23,14 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._compat import AgentMessage
-from ._llm import ChatClient
+from ._llm_memory import EndpointConfig, chat_client, open_session_store
 from ._log import LOG, LogOnce
 from ._memory import MemoryPlugin
-from ._paths import default_path, is_memory_path
 from ._summary import extractive_summary, llm_summary
 from ._tokens import estimate_tokens, truncate_to_tokens
 from ._worker import BackgroundWorker
 from .config import option
-from .errors import ConfigError, LLMError, MemoryPluginError
+from .errors import LLMError, MemoryPluginError
 from .messages import (
     check_session_id,
     check_utterance,
@@ -45,7 +44,6 @@ from .messages import (
     user_message,
 )
 from .persistence import JsonStore, SqliteStore
-from .storage.memory import MemoryRecordStore
 
 # The reference module exposed its stores under these names.
 _JsonStore = JsonStore
@@ -57,18 +55,13 @@ SUMMARY_HEADER = "[Conversation summary so far]\n"
 #: Messages folded by one LLM call are bounded so the prompt fits a small local context
 #: (llama.cpp's default is 2,048 tokens); a longer backlog is folded in several calls.
 MAX_FOLD_TOKENS = 1200
-_STORE_BACKENDS = ("json", "sqlite", "memory")
 
 
 @dataclasses.dataclass(frozen=True)
-class LongTermConfig:
-    api_url: str = option("http://localhost:8000/v1", "OpenAI-compatible endpoint used for summaries")
-    model: str = option("", "model name; empty: the first model the server lists")
-    api_key: str | None = option(None, "bearer token for servers that require one", kind=str)
+class LongTermConfig(EndpointConfig):
     summarize_every: int = option(6, "exchanges between two summaries", minimum=1)
     max_summary_tokens: int = option(256, "max_tokens of a summary; also bounds the offline summary", minimum=1)
     recent_window: int = option(4, "exchanges kept verbatim after a summary; 0 keeps none", minimum=0)
-    request_timeout: float = option(30.0, "seconds one LLM request may take", minimum=0.1)
     backend: str = option("json", "store: json or sqlite (memory keeps RAM only); anything else means json")
     db_path: str | None = option(
         None, "store file; default $XDG_DATA_HOME/ovos/longterm_memory.json (.db for sqlite)", kind=str)
@@ -97,8 +90,9 @@ class LongTermMemory(MemoryPlugin):
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         s = self.settings
-        self._store = self._open_store(s)
-        self.client = ChatClient(s.api_url, s.model, s.request_timeout, s.api_key)
+        self._store, self.db_path = open_session_store(self.plugin_name, s.backend, s.db_path, "longterm_memory",
+                                                       unknown="json", open_sqlite=SqliteStore)
+        self.client = chat_client(s)
         self._log = LogOnce()
         self._due: dict[str, None] = {}  # an ordered set of sessions with a summary due
         self._due_lock = threading.Lock()
@@ -111,22 +105,6 @@ class LongTermMemory(MemoryPlugin):
             LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
 
     # -- setup ---------------------------------------------------------------------------
-    def _open_store(self, s: LongTermConfig) -> Any:
-        backend = s.backend
-        if backend not in _STORE_BACKENDS:
-            LOG.warning(f"{self.plugin_name}: unknown backend {backend!r}; using json (as the reference)")
-            backend = "json"
-        default = "longterm_memory.json" if backend == "json" else "longterm_memory.db"
-        self.db_path = s.db_path or default_path(default)
-        try:
-            if backend == "memory" or is_memory_path(self.db_path):
-                return MemoryRecordStore()
-            if backend == "sqlite":
-                return SqliteStore(self.db_path)
-            return JsonStore(self.db_path)
-        except (MemoryPluginError, OSError) as exc:
-            raise ConfigError(f"{self.plugin_name}: cannot open db_path {self.db_path!r}: {exc}") from exc
-
     @property
     def _keep(self) -> int:
         return 2 * self.settings.recent_window
