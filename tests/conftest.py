@@ -23,6 +23,20 @@ def _private_data_home(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def closing():
+    """``closing(memory)`` returns ``memory`` and closes it when the test ends."""
+    made = []
+
+    def track(memory):
+        made.append(memory)
+        return memory
+
+    yield track
+    for memory in made:
+        memory.close()
+
+
+@pytest.fixture
 def factories():
     return all_factories()
 

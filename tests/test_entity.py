@@ -25,19 +25,11 @@ def llm():
 
 
 @pytest.fixture
-def make(tmp_path):
-    made = []
-
+def make(tmp_path, closing):
     def build(**config):
-        config.setdefault("db_path", str(tmp_path / "entity.json"))
-        config.setdefault("api_url", closed_port_url())
-        memory = EntityMemory(config)
-        made.append(memory)
-        return memory
-
-    yield build
-    for memory in made:
-        memory.close()
+        return closing(EntityMemory({"db_path": str(tmp_path / "entity.json"), "api_url": closed_port_url(),
+                                     **config}))
+    return build
 
 
 def say(memory, user, answer="ok", sid="s"):

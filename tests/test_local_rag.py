@@ -34,20 +34,14 @@ def exchange(question, answer):
 
 
 @pytest.fixture
-def memories(tmp_path):
-    made = []
-
+def memories(tmp_path, closing):
     def make(config=None, embedder=None, name="rag.db"):
         config = {"db_path": str(tmp_path / name), **(config or {})}
         if embedder is not False:
             config.setdefault("_embedder", embedder or FakeEmbedder())
-        memory = LocalRAGMemory(config)
-        made.append(memory)
-        return memory
+        return closing(LocalRAGMemory(config))
 
-    yield make
-    for memory in made:
-        memory.close()
+    return make
 
 
 @pytest.fixture

@@ -28,19 +28,11 @@ def llm():
 
 
 @pytest.fixture
-def make(tmp_path):
-    made = []
-
+def make(tmp_path, closing):
     def build(**config):
-        config.setdefault("db_path", str(tmp_path / "longterm.json"))
-        config.setdefault("api_url", closed_port_url())
-        memory = LongTermMemory(config)
-        made.append(memory)
-        return memory
-
-    yield build
-    for memory in made:
-        memory.close()
+        return closing(LongTermMemory({"db_path": str(tmp_path / "longterm.json"), "api_url": closed_port_url(),
+                                       **config}))
+    return build
 
 
 def exchange(memory, i, sid="s", user=None):

@@ -49,19 +49,16 @@ def r(redis_server_url):  # noqa: F811
 
 
 @pytest.fixture
-def make(redis_server_url, r):  # noqa: F811
-    built = []
+def make(redis_server_url, r, closing):  # noqa: F811
+    prefixes = set()
 
     def make(prefix=None, **overrides):
         config = {"url": redis_server_url, "prefix": prefix or _prefix(), "api_url": None, **overrides}
-        memory = RedisMemory(config)
-        built.append(memory)
-        return memory
+        prefixes.add(config["prefix"])
+        return closing(RedisMemory(config))
 
     yield make
-    for memory in built:
-        memory.close()
-    for prefix in {m.settings.prefix for m in built}:
+    for prefix in prefixes:
         _drop(r, prefix)
 
 
