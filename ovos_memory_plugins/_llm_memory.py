@@ -1,19 +1,22 @@
-"""What the LLM-backed memories (longterm, entity) share: endpoint keys and their record store."""
+"""What the LLM-backed memories (longterm, entity) share: endpoint keys, record store, worker."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from ._llm import ChatClient
-from ._log import LOG
+from ._log import LOG, LogOnce
+from ._memory import MemoryPlugin
 from ._paths import default_path, is_memory_path
+from ._worker import BackgroundWorker
 from .config import option
 from .errors import ConfigError, MemoryPluginError
 from .persistence import JsonStore
 from .storage.memory import MemoryRecordStore
 
-__all__ = ["STORE_BACKENDS", "EndpointConfig", "chat_client", "open_session_store"]
+__all__ = ["STORE_BACKENDS", "EndpointConfig", "LLMMemory", "chat_client", "open_session_store"]
 
 STORE_BACKENDS = ("json", "sqlite", "memory")
 
@@ -53,3 +56,81 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
         return JsonStore(path), path
     except (MemoryPluginError, OSError) as exc:
         raise ConfigError(f"{owner}: cannot open db_path {path!r}: {exc}") from exc
+
+
+class LLMMemory(MemoryPlugin):
+    """Base of memories keeping one record per key and doing LLM work off the turn.
+
+    Subclasses declare ``store_stem`` (the default file name), ``unknown_backend`` and three
+    hooks: ``_open_sqlite(path)``, ``_has_work(record)`` and ``_work_on(key)``. The work queue
+    is the set of record keys with work due; the records themselves hold the work (messages not
+    yet summarised, exchanges not yet read for facts), so a restart resumes it: the first
+    worker step scans the store once.
+    """
+
+    store_stem: ClassVar[str]
+    unknown_backend: ClassVar[str] = "json"
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        super().__init__(config)
+        s = self.settings
+        self._store, self.db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
+                                                       self.unknown_backend, self._open_sqlite)
+        self.client = chat_client(s)
+        self._log = LogOnce()
+        self._due: dict[str, None] = {}  # an ordered set of keys with work due
+        self._due_lock = threading.Lock()
+        self._scan = True  # look for work left by an earlier run, once, off the turn
+        self._worker = BackgroundWorker(f"{self.plugin_name}-worker", self._step)
+        try:
+            if self._store.sessions():
+                self._worker.notify()
+        except (MemoryPluginError, OSError) as exc:
+            LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _open_sqlite(self, path: str) -> Any:
+        raise NotImplementedError
+
+    def _has_work(self, record: Mapping[str, Any]) -> bool:
+        raise NotImplementedError
+
+    def _work_on(self, key: str) -> None:
+        raise NotImplementedError
+
+    # -- shared --------------------------------------------------------------------------------
+    def _load(self, key: str) -> dict[str, Any]:
+        try:
+            return dict(self._store.load(key))
+        except (MemoryPluginError, OSError) as exc:
+            self._log.error("read", f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
+            return {}
+
+    def _mark_due(self, key: str, wake: bool = True) -> None:
+        with self._due_lock:
+            self._due[key] = None
+        if wake:
+            self._worker.notify()
+
+    def _unmark(self, key: str) -> None:
+        with self._due_lock:
+            self._due.pop(key, None)
+
+    def _step(self) -> bool:
+        if self._scan:
+            for key in self._store.sessions():
+                if self._has_work(self._store.load(key)):
+                    self._mark_due(key, wake=False)
+            self._scan = False  # only once it succeeded: a failed scan is retried with the step
+        with self._due_lock:
+            if not self._due:
+                return False
+            key = next(iter(self._due))
+            del self._due[key]
+        try:
+            self._work_on(key)
+        except BaseException:
+            self._mark_due(key, wake=False)  # the worker retries after its delay
+            raise
+        with self._due_lock:
+            return bool(self._due)

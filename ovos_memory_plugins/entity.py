@@ -26,11 +26,9 @@ from typing import Any, ClassVar
 
 from ._compat import AgentMessage
 from ._facts import Fact, extract_facts, is_grounded, make_fact, parse_fact_list
-from ._llm_memory import EndpointConfig, chat_client, open_session_store
-from ._log import LOG, LogOnce
-from ._memory import MemoryPlugin
+from ._llm_memory import EndpointConfig, LLMMemory
+from ._log import LOG
 from ._tokens import truncate_to_tokens
-from ._worker import BackgroundWorker
 from .config import option
 from .errors import ConfigError, LLMError, MemoryPluginError
 from .messages import check_session_id, check_utterance, coerce_messages, is_role, system_message, user_message
@@ -70,8 +68,12 @@ class EntityConfig(EndpointConfig):
     scope: str = option("session", "session: facts per session; global: shared by all sessions",
                         choices=("session", "global"))
 
+    def __post_init__(self) -> None:
+        if "{exchange}" not in self.extraction_prompt:
+            raise ConfigError("'extraction_prompt' must contain {exchange}, where the exchange is inserted")
 
-class EntityMemory(MemoryPlugin):
+
+class EntityMemory(LLMMemory):
     """Remembers who the user is: name, places, preferences, as a short list of facts.
 
     Example::
@@ -87,35 +89,28 @@ class EntityMemory(MemoryPlugin):
     Config: ClassVar[type] = EntityConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-entity"
 
+    store_stem: ClassVar[str] = "entity_memory"
+    unknown_backend: ClassVar[str] = "memory"
+
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
-        s = self.settings
-        if "{exchange}" not in s.extraction_prompt:
-            raise ConfigError(f"{self.plugin_name}: 'extraction_prompt' must contain {{exchange}}")
-        self._store, self.db_path = open_session_store(self.plugin_name, s.backend, s.db_path, "entity_memory",
-                                                       unknown="memory", open_sqlite=_sqlite_facts)
-        self.client = chat_client(s)
-        self._log = LogOnce()
         self._last_user: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._due: dict[str, None] = {}
-        self._lock = threading.Lock()
-        self._scan = True
-        self._worker = BackgroundWorker(f"{self.plugin_name}-facts", self._step)
-        try:
-            if self._store.sessions():
-                self._worker.notify()  # finish what an earlier run left pending
-        except (MemoryPluginError, OSError) as exc:
-            LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
+        self._lock = threading.Lock()  # guards _last_user
+
+    def _open_sqlite(self, path: str) -> Any:
+        from .storage.records import SqliteRecordStore
+        from .storage.sqlite import open_database
+
+        return SqliteRecordStore(open_database(path), "entity_facts", owns_db=True)
+
+    def _has_work(self, record: Mapping[str, Any]) -> bool:
+        return bool(record.get("pending"))
+
+    def _work_on(self, key: str) -> None:
+        self._extract_pending(key)
 
     def _key(self, session_id: str) -> str:
         return GLOBAL_KEY if self.settings.scope == "global" else session_id
-
-    def _load(self, key: str) -> dict[str, Any]:
-        try:
-            return self._store.load(key)
-        except (MemoryPluginError, OSError) as exc:
-            self._log.error("read", f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
-            return {}
 
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
@@ -151,9 +146,7 @@ class EntityMemory(MemoryPlugin):
         except (MemoryPluginError, OSError) as exc:
             LOG.error(f"{self.plugin_name}: could not queue an exchange of {session_id!r}: {exc}")
             return
-        with self._lock:
-            self._due[key] = None
-        self._worker.notify()
+        self._mark_due(key)
 
     def _pair(self, messages: list[AgentMessage], session_id: str) -> list[dict[str, Any]]:
         """Each answered user turn as a pending exchange (the user text is what facts come from)."""
@@ -187,27 +180,6 @@ class EntityMemory(MemoryPlugin):
         return [system_message(self.settings.facts_header + "\n" + "\n".join(f"- {f}" for f in facts))]
 
     # -- background extraction -------------------------------------------------------------
-    def _step(self) -> bool:
-        if self._scan:
-            for key in self._store.sessions():
-                if self._store.load(key).get("pending"):
-                    with self._lock:
-                        self._due[key] = None
-            self._scan = False  # only once it succeeded: a failed scan is retried with the step
-        with self._lock:
-            if not self._due:
-                return False
-            key = next(iter(self._due))
-            del self._due[key]
-        try:
-            self._extract_pending(key)
-        except BaseException:
-            with self._lock:
-                self._due[key] = None  # the worker retries after its delay
-            raise
-        with self._lock:
-            return bool(self._due)
-
     def _extract_pending(self, key: str) -> None:
         pending = list(self._store.load(key).get("pending") or [])
         if pending:
@@ -217,8 +189,7 @@ class EntityMemory(MemoryPlugin):
             results = [(item, self._extract(item)) for item in batch]
             self._store.update(key, lambda record: self._commit(record, results))
             if len(pending) > len(batch):
-                with self._lock:
-                    self._due[key] = None
+                self._mark_due(key, wake=False)
 
     def _extract(self, item: Mapping[str, Any]) -> list[Fact]:
         user = str(item.get("user") or "")
@@ -357,9 +328,3 @@ def _merge(record: dict[str, Any], found: list[Fact], sid: str, max_facts: int, 
     record.update(facts=facts, meta=meta, history=history[-MAX_HISTORY:])
     return record
 
-
-def _sqlite_facts(path: str) -> Any:
-    from .storage.records import SqliteRecordStore
-    from .storage.sqlite import open_database
-
-    return SqliteRecordStore(open_database(path), "entity_facts", owns_db=True)

@@ -17,18 +17,15 @@ the reference is weak (SPEC B 6.5):
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._compat import AgentMessage
-from ._llm_memory import EndpointConfig, chat_client, open_session_store
-from ._log import LOG, LogOnce
-from ._memory import MemoryPlugin
+from ._llm_memory import EndpointConfig, LLMMemory
+from ._log import LOG
 from ._summary import extractive_summary, llm_summary
 from ._tokens import estimate_tokens, truncate_to_tokens
-from ._worker import BackgroundWorker
 from .config import option
 from .errors import LLMError, MemoryPluginError
 from .messages import (
@@ -72,7 +69,7 @@ class _Conflict(Exception):
     """The record changed under a summary being computed; it is retried from the new state."""
 
 
-class LongTermMemory(MemoryPlugin):
+class LongTermMemory(LLMMemory):
     """A summary of what was said long ago, and the last exchanges word for word.
 
     Example::
@@ -87,24 +84,18 @@ class LongTermMemory(MemoryPlugin):
     Config: ClassVar[type] = LongTermConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-longterm"
 
-    def __init__(self, config: Mapping[str, Any] | None = None):
-        super().__init__(config)
-        s = self.settings
-        self._store, self.db_path = open_session_store(self.plugin_name, s.backend, s.db_path, "longterm_memory",
-                                                       unknown="json", open_sqlite=SqliteStore)
-        self.client = chat_client(s)
-        self._log = LogOnce()
-        self._due: dict[str, None] = {}  # an ordered set of sessions with a summary due
-        self._due_lock = threading.Lock()
-        self._scan = True  # look for work left by an earlier run, once, off the turn
-        self._worker = BackgroundWorker(f"{self.plugin_name}-summaries", self._step)
-        try:
-            if self._store.sessions():
-                self._worker.notify()
-        except (MemoryPluginError, OSError) as exc:
-            LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
+    store_stem: ClassVar[str] = "longterm_memory"
+    unknown_backend: ClassVar[str] = "json"
 
-    # -- setup ---------------------------------------------------------------------------
+    def _open_sqlite(self, path: str) -> Any:
+        return SqliteStore(path)
+
+    def _has_work(self, record: Mapping[str, Any]) -> bool:
+        return self._is_due(record)
+
+    def _work_on(self, key: str) -> None:
+        self._summarise(key)
+
     @property
     def _keep(self) -> int:
         return 2 * self.settings.recent_window
@@ -112,13 +103,6 @@ class LongTermMemory(MemoryPlugin):
     def _is_due(self, record: Mapping[str, Any]) -> bool:
         return (int(record.get("exchange_count") or 0) >= self.settings.summarize_every
                 and len(record.get("recent") or []) > self._keep)
-
-    def _load(self, session_id: str) -> dict[str, Any]:
-        try:
-            return self._store.load(session_id)
-        except (MemoryPluginError, OSError) as exc:
-            self._log.error("read", f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
-            return {}
 
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
@@ -167,36 +151,7 @@ class LongTermMemory(MemoryPlugin):
         block = _summary_block(self._load(check_session_id(session_id)))
         return [system_message(block)] if block else []
 
-    # -- background summaries --------------------------------------------------------------
-    def _mark_due(self, session_id: str) -> None:
-        with self._due_lock:
-            self._due[session_id] = None
-        self._worker.notify()
-
-    def _step(self) -> bool:
-        if self._scan:
-            for sid in self._store.sessions():
-                if self._is_due(self._store.load(sid)):
-                    with self._due_lock:
-                        self._due[sid] = None
-            self._scan = False  # only once it succeeded: a failed scan is retried with the step
-        with self._due_lock:
-            if not self._due:
-                return False
-            session_id = next(iter(self._due))
-            del self._due[session_id]
-        try:
-            self._summarise(session_id)
-        except BaseException:
-            self._mark_due_quietly(session_id)  # the worker retries after its delay
-            raise
-        with self._due_lock:
-            return bool(self._due)
-
-    def _mark_due_quietly(self, session_id: str) -> None:
-        with self._due_lock:
-            self._due[session_id] = None
-
+    # -- background summaries ----------------------------------------------------------------
     def _summarise(self, session_id: str) -> None:
         """Fold one chunk of old messages into the summary (LLM, else extractive)."""
         record = self._store.load(session_id)
@@ -224,7 +179,7 @@ class LongTermMemory(MemoryPlugin):
         except _Conflict:
             record = self._store.load(session_id)
         if self._is_due(record):
-            self._mark_due_quietly(session_id)
+            self._mark_due(session_id, wake=False)
 
     def _new_summary(self, previous: str, chunk: list[dict[str, Any]]) -> tuple[str, str]:
         limit = self.settings.max_summary_tokens
@@ -243,8 +198,7 @@ class LongTermMemory(MemoryPlugin):
 
     def forget(self, session_id: str) -> dict[str, int]:
         check_session_id(session_id)
-        with self._due_lock:
-            self._due.pop(session_id, None)
+        self._unmark(session_id)
         record = self._load(session_id)
         self._store.delete(session_id)
         return {"messages": len(record.get("recent") or []), "summaries": 1 if record.get("summary") else 0}
