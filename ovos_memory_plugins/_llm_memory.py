@@ -134,3 +134,14 @@ class LLMMemory(MemoryPlugin):
             raise
         with self._due_lock:
             return bool(self._due)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> bool:
+        return self._worker.flush(timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._worker.close(timeout=self.settings.request_timeout + 5)
+        self._store.close()
+        super().close()

@@ -283,17 +283,6 @@ class EntityMemory(LLMMemory):
         found = [make_fact(str(t)) for t in texts if t]
         self._store.update(self._key(sid), lambda r: _merge(r, found, sid, self.settings.max_facts, "import"))
 
-    # -- lifecycle -------------------------------------------------------------------------
-    def flush(self, timeout: float | None = None) -> bool:
-        return self._worker.flush(timeout)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._worker.close(timeout=self.settings.request_timeout + 5)
-        self._store.close()
-        super().close()
-
 
 def _meta_of(record: dict[str, Any], text: str) -> dict[str, Any]:
     meta = (record.get("meta") or {}).get(text)

@@ -220,17 +220,6 @@ class LongTermMemory(LLMMemory):
         if self._is_due(record):
             self._mark_due(sid)
 
-    # -- lifecycle -------------------------------------------------------------------------
-    def flush(self, timeout: float | None = None) -> bool:
-        return self._worker.flush(timeout)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._worker.close(timeout=self.settings.request_timeout + 5)
-        self._store.close()
-        super().close()
-
 
 def _message(data: Mapping[str, Any]) -> AgentMessage | None:
     try:
