@@ -1,0 +1,353 @@
+"""Recall on the LoCoMo dev split: does a memory's ``search`` find the turns that answer a question?
+
+Usable as a library::
+
+    from locomo import evaluate
+    report = evaluate(lambda: LexicalMemory({"db_path": ":memory:"}), ks=(5, 10))
+    report["overall"][5]["recall"]
+
+and as a command::
+
+    python benchmarks/locomo.py --backend lexical [--embedder e5|minilm] [--quick] [--json out.json]
+
+Protocol (issue 9, item 2):
+
+- One fresh memory per conversation (``factory()``; a factory that takes one argument gets the
+  conversation's session id as a hint) and one session id per conversation.
+- Sessions are fed in order through ``update_history``, one call per exchange: speaker_a is the
+  USER, speaker_b the ASSISTANT. Consecutive turns of the same speaker are joined with a newline
+  into one message (LoCoMo dev has none inside a session, but the full set may). A session that
+  opens with speaker_b (about a third do) starts with an answer that has no question in that
+  session: it is sent alone, ``update_history([assistant])``. A trailing speaker_a turn with no
+  answer is sent alone, ``update_history([user])``.
+- ``memory.flush()`` is called when it exists (backends that embed in the background).
+- For every question of the chosen categories (1 multi-hop, 2 temporal, 3 open-domain,
+  4 single-hop; 5 adversarial has no answer): ``memory.search(question, session_id, top_k=k)``
+  for each k. A question is recalled at k when the text of any of its evidence turns is contained
+  in the concatenated contents of the hits. Both sides are compared with whitespace collapsed, so
+  a backend that joins or strips lines still counts.
+- Reported per category and overall: recall@k, mean recalled characters (sum of the hits' content
+  lengths per question: the price in prompt size of that recall) and search latency median/p90.
+
+This module imports nothing from ``ovos_memory_plugins`` (only ``ovos_plugin_manager`` for the
+message type), so the side-by-side runner can run it unchanged against the reference package in
+its own virtual environment.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PATH = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
+CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+_WS = re.compile(r"\s+")
+
+
+class BackendUnavailable(RuntimeError):
+    """The requested backend cannot be built here (not written yet, or a dependency is missing)."""
+
+
+# -- data ----------------------------------------------------------------------------------------
+def locate_dataset(path: str | Path | None = None) -> Path:
+    """The LoCoMo file: ``path``, else $LOCOMO_PATH, else the shared data folder next to the repo."""
+    for candidate in (path, os.environ.get("LOCOMO_PATH"), DEFAULT_PATH,
+                      Path.cwd() / "data" / "locomo" / "locomo-dev.json"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    raise FileNotFoundError(f"locomo-dev.json not found (tried {path or DEFAULT_PATH}); set LOCOMO_PATH")
+
+
+def load_conversations(path: str | Path | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    data = json.loads(locate_dataset(path).read_text(encoding="utf-8"))
+    return data[:limit] if limit else data
+
+
+def sessions(conversation: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """The sessions of one conversation in order (``session_<n>`` keys with turns; dates skipped)."""
+    conv = conversation["conversation"]
+    keys = [k for k in conv if re.fullmatch(r"session_\d+", k) and conv[k]]
+    return [conv[k] for k in sorted(keys, key=lambda k: int(k.split("_")[1]))]
+
+
+def exchanges(conversation: dict[str, Any]) -> Iterator[list[tuple[str, str]]]:
+    """The ``update_history`` calls for one conversation, as lists of ``(role, text)``.
+
+    Pairing rules are in the module docstring: runs of one speaker are joined with a newline; a
+    speaker_a run followed by a speaker_b run is one exchange; anything unpaired is sent alone.
+    """
+    user_speaker = conversation["conversation"]["speaker_a"]
+    for turns in sessions(conversation):
+        runs: list[tuple[str, list[str]]] = []
+        for turn in turns:
+            role = "user" if turn["speaker"] == user_speaker else "assistant"
+            if runs and runs[-1][0] == role:
+                runs[-1][1].append(turn["text"])
+            else:
+                runs.append((role, [turn["text"]]))
+        i = 0
+        while i < len(runs):
+            role, texts = runs[i]
+            if role == "user" and i + 1 < len(runs):
+                yield [("user", "\n".join(texts)), ("assistant", "\n".join(runs[i + 1][1]))]
+                i += 2
+            else:
+                yield [(role, "\n".join(texts))]
+                i += 1
+
+
+def evidence_ids(raw: Sequence[str]) -> list[str]:
+    """Evidence ids, with malformed entries like ``"D8:6; D9:17"`` split on ``;`` and spaces."""
+    return [part for item in raw for part in re.split(r"[;\s]+", str(item)) if part]
+
+
+def questions(conversation: dict[str, Any], categories: Sequence[int]) -> list[dict[str, Any]]:
+    """Questions of ``categories`` with their evidence texts (evidence ids that exist only)."""
+    turns = {t["dia_id"]: t["text"] for s in sessions(conversation) for t in s}
+    out = []
+    for qa in conversation["qa"]:
+        if qa.get("category") not in categories:
+            continue
+        evidence = [turns[e] for e in evidence_ids(qa.get("evidence", [])) if e in turns]
+        if evidence:
+            out.append({"question": qa["question"], "category": qa["category"], "evidence": evidence})
+    return out
+
+
+# -- one memory ----------------------------------------------------------------------------------
+def _message(role: str, text: str) -> Any:
+    from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+    return AgentMessage(MessageRole.USER if role == "user" else MessageRole.ASSISTANT, text)
+
+
+def _content(hit: Any) -> str:
+    if isinstance(hit, str):
+        return hit
+    if isinstance(hit, dict):
+        return str(hit.get("content", ""))
+    if isinstance(hit, (tuple, list)) and hit:  # legacy (content, source, score) tuples
+        return str(hit[0])
+    return str(getattr(hit, "content", ""))
+
+
+def _squash(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def _make(factory: Callable[..., Any], hint: str) -> Any:
+    """``factory(hint)`` when the factory takes an argument, else ``factory()``."""
+    try:
+        params = [p for p in inspect.signature(factory).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    except (TypeError, ValueError):  # builtins and some callables have no signature
+        params = []
+    return factory(hint) if params else factory()
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def _feed(memory: Any, conversation: dict[str, Any], session_id: str) -> tuple[int, float]:
+    calls, start = 0, time.perf_counter()
+    for exchange in exchanges(conversation):
+        memory.update_history([_message(role, text) for role, text in exchange], session_id)
+        calls += 1
+    if callable(getattr(memory, "flush", None)):
+        memory.flush()
+    return calls, time.perf_counter() - start
+
+
+def evaluate_conversation(memory: Any, conversation: dict[str, Any], ks: Sequence[int],
+                          categories: Sequence[int], session_id: str) -> dict[str, Any]:
+    """Feed one conversation into ``memory`` and return one row per (question, k)."""
+    if not callable(getattr(memory, "search", None)):
+        raise BackendUnavailable(f"{type(memory).__name__} has no search(): recall cannot be measured")
+    calls, ingest_s = _feed(memory, conversation, session_id)
+    rows = []
+    for qa in questions(conversation, categories):
+        wanted = [_squash(e) for e in qa["evidence"]]
+        for k in ks:
+            start = time.perf_counter()
+            hits = memory.search(qa["question"], session_id, top_k=k) or []
+            latency = time.perf_counter() - start
+            contents = [_content(h) for h in hits]
+            joined = _squash("\n".join(contents))
+            rows.append({"category": qa["category"], "k": k, "hit": any(w in joined for w in wanted),
+                         "chars": sum(len(c) for c in contents), "latency_s": latency})
+    return {"rows": rows, "exchanges": calls, "ingest_s": ingest_s}
+
+
+def summarise(rows: list[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
+    """``{"overall": {k: stats}, "by_category": {cat: {k: stats}}}`` from per-question rows."""
+    def stats(subset: list[dict[str, Any]]) -> dict[str, float]:
+        lat = [r["latency_s"] * 1000 for r in subset]
+        n = len(subset)
+        return {"n": n,
+                "recall": sum(r["hit"] for r in subset) / n if n else float("nan"),
+                "mean_chars": sum(r["chars"] for r in subset) / n if n else float("nan"),
+                "latency_ms_median": statistics.median(lat) if lat else float("nan"),
+                "latency_ms_p90": _percentile(lat, 0.9)}
+
+    cats = sorted({r["category"] for r in rows})
+    return {"overall": {k: stats([r for r in rows if r["k"] == k]) for k in ks},
+            "by_category": {c: {k: stats([r for r in rows if r["k"] == k and r["category"] == c]) for k in ks}
+                            for c in cats}}
+
+
+def evaluate(factory: Callable[..., Any], ks: Sequence[int] = (5, 10), limit_conversations: int | None = None,
+             categories: Sequence[int] = (1, 2, 3, 4), path: str | Path | None = None,
+             conversations: list[dict[str, Any]] | None = None,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Recall of the memories built by ``factory`` on LoCoMo (see the module docstring).
+
+    Returns ``{"overall": {k: {n, recall, mean_chars, latency_ms_median, latency_ms_p90}},
+    "by_category": {category: {k: ...}}, "conversations": n, "exchanges": n, "ingest_s": s}``.
+    """
+    convs = conversations if conversations is not None else load_conversations(path, limit_conversations)
+    if conversations is not None and limit_conversations:
+        convs = convs[:limit_conversations]
+    rows: list[dict[str, Any]] = []
+    total_calls, total_ingest = 0, 0.0
+    for conv in convs:
+        sid = f"locomo-{conv.get('sample_id', len(rows))}"
+        memory = _make(factory, sid)
+        try:
+            result = evaluate_conversation(memory, conv, ks, categories, sid)
+        finally:
+            if callable(getattr(memory, "close", None)):
+                memory.close()
+        rows += result["rows"]
+        total_calls += result["exchanges"]
+        total_ingest += result["ingest_s"]
+        if progress:
+            progress(f"{sid}: {result['exchanges']} exchanges in {result['ingest_s']:.1f} s")
+    report = summarise(rows, ks)
+    report.update(conversations=len(convs), exchanges=total_calls, ingest_s=total_ingest, ks=list(ks))
+    return report
+
+
+# -- backends for the command line ---------------------------------------------------------------
+EMBEDDERS = {"e5": "ovos-memory-e5-embeddings-plugin", "minilm": "ovos-memory-minilm-embeddings-plugin"}
+VECTOR_DB = "ovos-memory-sqlite-embeddings-plugin"
+
+
+def load_plugin(entry_point: str) -> type:
+    """The class behind an ``opm.agents.memory`` entry point, or BackendUnavailable saying why."""
+    try:
+        from ovos_plugin_manager.agents import load_memory_plugin
+    except ImportError as exc:
+        raise BackendUnavailable(f"ovos-plugin-manager cannot load memory plugins here: {exc}") from exc
+    with contextlib.redirect_stderr(sys.stderr):
+        cls = load_memory_plugin(entry_point)
+    if cls is None:
+        raise BackendUnavailable(f"{entry_point} did not load (not written yet, or it failed to import; "
+                                 f"see the warning above)")
+    return cls
+
+
+def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[str, dict[str, Any]]:
+    """``(entry point, config)`` for a named benchmark backend whose files live in ``folder``."""
+    rag = {"db_path": str(folder / "rag.db"), "embeddings_plugin": EMBEDDERS[embedder],
+           "embeddings_db_plugin": VECTOR_DB, "embeddings_db_config": {"path": str(folder / "vectors.db")}}
+    lexical = {"db_path": str(folder / "lexical.db")}
+    member = "ovos-memory-plugin-"
+    configs = {
+        "lexical": (member + "lexical", lexical),
+        "local-rag": (member + "local-rag", rag),
+        "composite-hybrid": (member + "composite", {"members": [
+            {"module": member + "lexical", "config": lexical},
+            {"module": member + "local-rag", "config": rag}], "fusion": "rrf"}),
+        "composite-lexical": (member + "composite", {"members": [
+            {"module": member + "recency", "config": {}},
+            {"module": member + "lexical", "config": lexical}]}),
+    }
+    if backend not in configs:
+        raise BackendUnavailable(f"unknown backend {backend!r}; choose from {', '.join(configs)}")
+    return configs[backend]
+
+
+def backend_factory(backend: str, embedder: str = "e5", workdir: str | Path | None = None) -> Callable[[str], Any]:
+    """A factory building a fresh ``backend`` memory per conversation, each in its own folder."""
+    entry_point, _ = backend_config(backend, Path("."), embedder)
+    cls = load_plugin(entry_point)
+    root = Path(workdir or tempfile.mkdtemp(prefix="locomo-"))
+
+    def make(session_hint: str) -> Any:
+        folder = root / session_hint
+        folder.mkdir(parents=True, exist_ok=True)
+        return cls(backend_config(backend, folder, embedder)[1])
+
+    return make
+
+
+def format_table(report: dict[str, Any], title: str = "") -> str:
+    ks = report["ks"]
+    head = ["category", "n"] + [f"R@{k}" for k in ks] + [f"chars@{k}" for k in ks] + \
+        [f"ms@{k} med/p90" for k in ks]
+    lines = [title] if title else []
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def row(name: str, per_k: dict[Any, dict[str, float]]) -> str:
+        def get(k: int) -> dict[str, float]:  # int keys in memory, str keys after a JSON round trip
+            return per_k[k] if k in per_k else per_k[str(k)]
+
+        first = get(ks[0])
+        cells = [name, str(first["n"])] + [f"{get(k)['recall']:.3f}" for k in ks] + \
+            [f"{get(k)['mean_chars']:.0f}" for k in ks] + \
+            [f"{get(k)['latency_ms_median']:.2f} / {get(k)['latency_ms_p90']:.2f}" for k in ks]
+        return "| " + " | ".join(cells) + " |"
+
+    for cat, per_k in sorted(report["by_category"].items(), key=lambda kv: int(kv[0])):
+        lines.append(row(f"{cat} {CATEGORY_NAMES.get(int(cat), '')}", per_k))
+    lines.append(row("**all**", report["overall"]))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", default="lexical",
+                        help="lexical, local-rag, composite-hybrid (lexical + local-rag, rrf), composite-lexical")
+    parser.add_argument("--embedder", default="e5", choices=sorted(EMBEDDERS))
+    parser.add_argument("--quick", action="store_true", help="one conversation only")
+    parser.add_argument("--limit", type=int, default=None, help="number of conversations")
+    parser.add_argument("--ks", default="5,10", help="comma-separated top-k values")
+    parser.add_argument("--data", default=None, help="path to locomo-dev.json")
+    parser.add_argument("--json", default=None, help="also write the report as JSON here")
+    args = parser.parse_args(argv)
+    ks = tuple(int(k) for k in args.ks.split(","))
+    limit = 1 if args.quick else args.limit
+    try:
+        with tempfile.TemporaryDirectory(prefix="locomo-") as workdir:
+            # Anything left at a default path lands here, never in the user's real memory.
+            os.environ["XDG_DATA_HOME"] = os.path.join(workdir, "xdg")
+            factory = backend_factory(args.backend, args.embedder, workdir)
+            report = evaluate(factory, ks=ks, limit_conversations=limit, path=args.data,
+                              progress=lambda m: print(m, file=sys.stderr))
+    except BackendUnavailable as exc:
+        print(f"backend {args.backend!r} is not available: {exc}", file=sys.stderr)
+        return 2
+    label = args.backend + (f" ({args.embedder})" if args.backend in ("local-rag", "composite-hybrid") else "")
+    print(format_table(report, f"LoCoMo dev recall, {label}, {report['conversations']} conversation(s), "
+                               f"{report['exchanges']} exchanges, ingest {report['ingest_s']:.1f} s"))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""The benchmark harnesses themselves work (no timing is asserted here: that is benchmarks/' job)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+locomo = _load("locomo")
+
+
+class WordOverlapMemory:
+    """A trivial retriever: every exchange is a document, ranked by words shared with the query."""
+
+    def __init__(self):
+        self.docs: dict[str, list[str]] = {}
+        self.flushed = self.closed = False
+
+    def update_history(self, new_messages, session_id):
+        self.docs.setdefault(session_id, []).append("\n".join(m.content for m in new_messages))
+
+    def search(self, query, session_id=None, top_k=None):
+        words = set(re.findall(r"\w+", query.lower()))
+        docs = self.docs.get(session_id, [])
+        ranked = sorted(docs, key=lambda d: -len(words & set(re.findall(r"\w+", d.lower()))))
+        return [{"content": d} for d in ranked[:top_k]]
+
+    def flush(self):
+        self.flushed = True
+
+    def close(self):
+        self.closed = True
+
+
+def _turn(speaker, dia_id, text):
+    return {"speaker": speaker, "dia_id": dia_id, "text": text}
+
+
+CONVERSATION = {
+    "sample_id": "tiny",
+    "conversation": {
+        "speaker_a": "Ana", "speaker_b": "Bo",
+        "session_1_date_time": "1 May 2023", "session_2_date_time": "2 May 2023", "session_3_date_time": "x",
+        "session_1": [
+            _turn("Ana", "D1:1", "I adopted a cat called Miso."),
+            _turn("Bo", "D1:2", "Lovely name!"),
+            _turn("Ana", "D1:3", "My sister lives in Porto."),
+            _turn("Ana", "D1:4", "She teaches   chemistry."),
+            _turn("Bo", "D1:5", "Porto is beautiful."),
+            _turn("Ana", "D1:6", "Bye for now."),
+        ],
+        "session_2": [
+            _turn("Bo", "D2:1", "I ran a marathon in Lisbon last week."),
+            _turn("Ana", "D2:2", "Congratulations on the marathon!"),
+            _turn("Bo", "D2:3", "Thanks, my knees hurt."),
+        ],
+    },
+    "qa": [
+        {"question": "What is the name of Ana's cat?", "answer": "Miso", "evidence": ["D1:1"], "category": 4},
+        {"question": "What does Ana's sister teach?", "answer": "chemistry", "evidence": ["D1:4; D1:3"],
+         "category": 1},
+        {"question": "Where did Bo run a marathon?", "answer": "Lisbon", "evidence": ["D2:1"], "category": 2},
+        {"question": "Does Ana own a dog?", "adversarial_answer": "yes", "evidence": ["D1:1"], "category": 5},
+    ],
+}
+
+
+def test_exchanges_pair_user_runs_with_the_following_answer_and_send_leftovers_alone():
+    calls = list(locomo.exchanges(CONVERSATION))
+    assert calls == [
+        [("user", "I adopted a cat called Miso."), ("assistant", "Lovely name!")],
+        [("user", "My sister lives in Porto.\nShe teaches   chemistry."), ("assistant", "Porto is beautiful.")],
+        [("user", "Bye for now.")],
+        [("assistant", "I ran a marathon in Lisbon last week.")],
+        [("user", "Congratulations on the marathon!"), ("assistant", "Thanks, my knees hurt.")],
+    ]
+
+
+def test_malformed_evidence_ids_are_split_on_semicolons_and_spaces():
+    assert locomo.evidence_ids(["D8:6; D9:17", "D1:2"]) == ["D8:6", "D9:17", "D1:2"]
+
+
+def test_adversarial_questions_are_left_out_by_default():
+    assert {q["category"] for q in locomo.questions(CONVERSATION, (1, 2, 3, 4))} == {1, 2, 4}
+
+
+def test_a_memory_that_returns_everything_recalls_every_question():
+    built = []
+
+    def factory(session_hint):
+        built.append(WordOverlapMemory())
+        return built[-1]
+
+    report = locomo.evaluate(factory, ks=(1, 100), conversations=[CONVERSATION])
+    assert report["overall"][100]["recall"] == 1.0
+    assert report["overall"][100]["n"] == 3
+    assert report["exchanges"] == 5
+    assert built[0].flushed and built[0].closed
+    # Recalled characters are what the hits cost: all five documents for every question.
+    total = sum(len(d) for d in built[0].docs["locomo-tiny"])
+    assert report["overall"][100]["mean_chars"] == total
+
+
+def test_recall_at_one_counts_only_questions_whose_top_hit_holds_the_evidence():
+    report = locomo.evaluate(WordOverlapMemory, ks=(1,), conversations=[CONVERSATION])
+    assert report["by_category"][4][1]["recall"] == 1.0  # "cat" and "name" point at the Miso exchange
+    assert 0.0 <= report["overall"][1]["recall"] <= 1.0
+    assert report["overall"][1]["latency_ms_p90"] >= report["overall"][1]["latency_ms_median"] >= 0
+
+
+def test_a_memory_that_finds_nothing_recalls_nothing():
+    class Empty(WordOverlapMemory):
+        def search(self, query, session_id=None, top_k=None):
+            return []
+
+    report = locomo.evaluate(Empty, ks=(5,), conversations=[CONVERSATION])
+    assert report["overall"][5]["recall"] == 0.0
+    assert report["overall"][5]["mean_chars"] == 0.0
+
+
+def test_a_memory_without_search_is_reported_as_unavailable():
+    class NoSearch:
+        def update_history(self, new_messages, session_id):
+            pass
+
+    with pytest.raises(locomo.BackendUnavailable, match="no search"):
+        locomo.evaluate(NoSearch, conversations=[CONVERSATION])
+
+
+def test_the_harness_runs_on_one_real_locomo_conversation():
+    try:
+        path = locomo.locate_dataset()
+    except FileNotFoundError:
+        pytest.skip("LoCoMo dev split not present (set LOCOMO_PATH)")
+    report = locomo.evaluate(WordOverlapMemory, ks=(5, 10), limit_conversations=1, path=path)
+    assert report["conversations"] == 1
+    assert report["overall"][10]["recall"] >= report["overall"][5]["recall"] > 0
+    assert "**all**" in locomo.format_table(report)
+
+
+def test_a_backend_that_is_not_installed_fails_with_a_clear_message():
+    with pytest.raises(locomo.BackendUnavailable, match="unknown backend"):
+        locomo.backend_config("no-such-backend", Path("."))
+
+
+# -- the side-by-side runner's pieces --------------------------------------------------------------
+worker = _load("_worker")
+report = _load("_report")
+
+
+def test_the_synthetic_workload_is_the_same_text_for_the_same_seed():
+    a, b = worker.Workload(3), worker.Workload(3)
+    user, assistant = a.exchange()
+    assert (user, assistant) == b.exchange()
+    assert len(user.split()) == 8 and len(assistant.split()) == 15 and len(a.query().split()) == 6
+    assert len(a.tokens) == worker.SYNTHETIC_TOKENS and len(worker.COMMON_WORDS) == 16
+
+
+def test_the_worker_measures_a_backend_through_its_entry_point_in_a_fresh_process(tmp_path):
+    import subprocess
+
+    task = {"task": "latency", "entry_point": "ovos-memory-plugin-recency", "config": {"db_path": "{dir}/r.json"},
+            "n": 30, "calls": 10, "workdir": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-I", str(BENCH / "_worker.py"), json.dumps(task)],
+                         capture_output=True, text=True, timeout=120).stdout
+    result = json.loads(out[out.rindex("@@RESULT@@") + len("@@RESULT@@"):])
+    assert result["ok"], result
+    assert result["stored"] == 30 and result["build_us"]["n"] == 5 and result["update_us"]["n"] == 5
+    assert result["build_us"]["p90"] >= result["build_us"]["median"] > 0
+    assert result["peak_rss_mb"] > 1
+    assert not any(tmp_path.iterdir())  # the worker's folder is removed afterwards
+
+
+def test_the_worker_reports_a_missing_entry_point_instead_of_crashing(tmp_path):
+    import subprocess
+
+    task = {"task": "startup", "entry_point": "ovos-memory-plugin-nope", "config": {}, "workdir": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-I", str(BENCH / "_worker.py"), json.dumps(task)],
+                         capture_output=True, text=True, timeout=120).stdout
+    result = json.loads(out[out.rindex("@@RESULT@@") + len("@@RESULT@@"):])
+    assert result == {"ok": False, "error": "LookupError: ovos-memory-plugin-nope is not installed or failed to import",
+                      "python": result["python"]}
+
+
+def _stats(median):
+    return {"median": median, "p90": median * 1.5, "n": 10}
+
+
+def test_the_report_shows_ratios_and_says_when_the_reference_was_not_measured():
+    cell = {"backend": "lexical", "storage": "ram", "n": 1000, "ok": True, "stored": 1000, "settle_s": 0.0,
+            "drain_s": 0.0, "populate_us_per_exchange": 10.0, "peak_rss_mb": 50.0}
+    results = {
+        "mode": "quick", "command": "python benchmarks/run.py --quick", "started": "now", "elapsed_s": 1.0,
+        "ours": "ours 1", "reference": "ref 1", "llm": "fake", "calls": 10, "budget_s": 5.0,
+        "machine": {"cpu": "cpu", "cores": 2, "memory": "1 GiB", "os": "Linux", "python": "3.11", "sqlite": "3",
+                    "filesystem_file_db": "ext4", "ram_dir": "/dev/shm"},
+        "load_before": (0.1, 0.1, 0.1), "load_after": (0.2, 0.2, 0.2),
+        "notes": ["**The reference package was not measured**: offline."],
+        "latency": [{**cell, "package": "ours", "build_us": _stats(100.0), "update_us": _stats(30.0)},
+                    {**cell, "package": "reference", "build_us": _stats(200.0), "update_us": _stats(10.0)},
+                    {"backend": "entity", "storage": "ram", "n": 1000, "package": "ours", "ok": False,
+                     "error": "no test LLM endpoint"}],
+        "startup": [{"backend": "recency", "package": package, "ok": True, "load_s": 0.01 * f, "construct_s": 0.001,
+                     "first_update_s": 0.001, "first_build_s": 0.001, "opm_import_s": 0.2, "process_wall_s": 0.3,
+                     "peak_rss_mb": 40.0} for package, f in (("ours", 1), ("reference", 2))],
+        "locomo": [],
+    }
+    text = report.render(results, [])
+    assert "| lexical | 1,000 | 100.0 / 150.0 | 200.0 / 300.0 | 0.50× |" in text
+    assert "**3.00×**" in text  # slower updates are marked, not hidden
+    assert "not available: no test LLM endpoint" in text
+    assert "The reference package was not measured" in text
+    assert "| recency | 13.0 | 23.0 | 0.57× |" in text  # plugin start-up without the host's own import
+
+
+def test_the_runner_carries_on_without_the_reference_when_its_venv_cannot_be_made(tmp_path, monkeypatch):
+    run = _load("run")
+    monkeypatch.setattr(run, "REF_VENV", tmp_path / "reference-venv")
+    python, why = run.ensure_reference(str(tmp_path / "no-such-python"), timeout=30, refresh=False)
+    assert python is None
+    assert "reference venv could not be created" in why
+    assert not (tmp_path / "reference-venv").exists()  # no half-made venv left to be reused
+
+
+def test_both_packages_get_the_same_drop_in_config_for_every_shared_backend():
+    run = _load("run")
+    for backend in run.BACKENDS:
+        for storage in run.STORAGES:
+            entry_point, config = run.backend_config(backend, storage, "http://127.0.0.1:9/v1")
+            assert entry_point == f"ovos-memory-plugin-{backend}"
+            assert ("{dir}" in json.dumps(config)) == (storage == "file" or backend == "longterm")
+    assert run.backend_config("entity", "ram", None) is None  # no endpoint: not measured, not faked
