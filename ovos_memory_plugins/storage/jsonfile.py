@@ -4,6 +4,8 @@
   folder. A crash leaves the old file or the new one, never half of one.
 * Read-modify-write holds an exclusive ``flock`` on ``<file>.lock``, so several processes
   (two satellites, one file) never lose each other's updates.
+* The parsed file is cached and read again only when it changed on disk (another inode,
+  size or mtime: every write is a rename, so any other writer's change is seen).
 * A file that does not parse is moved aside to ``<file>.corrupt-<time>`` (never overwriting an
   earlier one) with an ERROR naming both paths, and the store starts empty: the bad bytes stay
   on disk for the user to inspect.
@@ -13,7 +15,6 @@ Each save costs O(file size). Prefer the SQLite store beyond a few hundred sessi
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import tempfile
@@ -37,6 +38,7 @@ class JsonRecordStore:
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.RLock()
+        self._cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None  # (file signature, data)
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with self._locked():
             if not os.path.exists(path):
@@ -44,15 +46,15 @@ class JsonRecordStore:
 
     def load(self, session_id: str) -> dict[str, Any]:
         with self._locked():
-            return copy.deepcopy(self._read().get(session_id, {}))
+            return _copy(self._read().get(session_id, {}))
 
     def save(self, session_id: str, record: dict[str, Any]) -> None:
         self.update(session_id, lambda _old: record)
 
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         with self._locked():
-            data = self._read()
-            record = fn(copy.deepcopy(data.get(session_id, {})))
+            data = dict(self._read())  # the cached dict stays as on disk if the write fails
+            record = fn(_copy(data.get(session_id, {})))
             data[session_id] = record
             self._write(data)
             return record
@@ -63,7 +65,7 @@ class JsonRecordStore:
 
     def delete(self, session_id: str) -> bool:
         with self._locked():
-            data = self._read()
+            data = dict(self._read())
             if session_id not in data:
                 return False
             del data[session_id]
@@ -87,11 +89,16 @@ class JsonRecordStore:
                     fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
 
     def _read(self) -> dict[str, Any]:
+        """The whole file, parsed; callers must not modify it (it is the cache)."""
         try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
+            with open(self.path, "rb") as f:
+                signature = _signature(os.fstat(f.fileno()))
+                if self._cache is not None and self._cache[0] == signature:
+                    return self._cache[1]
+                data = json.loads(f.read().decode("utf-8"))
             if not isinstance(data, dict):
                 raise ValueError(f"top level is a {type(data).__name__}, not an object")
+            self._cache = (signature, data)
             return data
         except FileNotFoundError:
             return {}
@@ -108,6 +115,7 @@ class JsonRecordStore:
             target = f"{self.path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
             n += 1
         os.replace(self.path, target)
+        self._cache = None
         LOG.error(f"memory store {self.path} is corrupt ({exc}); moved it to {target} and started empty")
         self._write({})
 
@@ -119,7 +127,9 @@ class JsonRecordStore:
                 json.dump(data, f, ensure_ascii=False, indent=2)
                 f.flush()
                 os.fsync(f.fileno())
+                signature = _signature(os.fstat(f.fileno()))  # rename keeps inode, size and mtime
             os.replace(tmp, self.path)
+            self._cache = (signature, data)
         except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -127,6 +137,15 @@ class JsonRecordStore:
                 raise StorageError(f"cannot write {self.path}: {exc}") from exc
             raise
         _fsync_dir(folder)
+
+
+def _signature(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _copy(record: Any) -> Any:
+    # Records are JSON by construction; a JSON round trip copies them faster than deepcopy.
+    return json.loads(json.dumps(record))
 
 
 def _fsync_dir(folder: str) -> None:

@@ -1,7 +1,7 @@
 """Stores held in RAM: the reference implementations, and what ``":memory:"`` gives."""
 from __future__ import annotations
 
-import copy
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -45,24 +45,32 @@ class MemoryWindowStore:
 
 
 class MemoryRecordStore:
-    """One dict per session in RAM; every read and write is a deep copy."""
+    """One record per session in RAM, kept as JSON text.
+
+    Text, because it makes every read a fresh copy at C speed (deepcopy of a record with a few
+    hundred facts cost 0.4 ms a turn) and because a record that is not JSON fails here as it
+    would in a file store.
+    """
 
     def __init__(self) -> None:
-        self._records: dict[str, dict[str, Any]] = {}
+        self._records: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def load(self, session_id: str) -> dict[str, Any]:
         with self._lock:
-            return copy.deepcopy(self._records.get(session_id, {}))
+            text = self._records.get(session_id)
+        return json.loads(text) if text is not None else {}
 
     def save(self, session_id: str, record: dict[str, Any]) -> None:
+        text = json.dumps(record, ensure_ascii=False)
         with self._lock:
-            self._records[session_id] = copy.deepcopy(record)
+            self._records[session_id] = text
 
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         with self._lock:
-            record = fn(copy.deepcopy(self._records.get(session_id, {})))
-            self._records[session_id] = copy.deepcopy(record)
+            text = self._records.get(session_id)
+            record = fn(json.loads(text) if text is not None else {})
+            self._records[session_id] = json.dumps(record, ensure_ascii=False)
             return record
 
     def sessions(self) -> list[str]:
