@@ -94,7 +94,8 @@ def main() -> None:
     sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
     calls = 100 if args.quick else args.calls
     print(f"# LexicalMemory on a file DB; {calls} alternating calls; load average {os.getloadavg()[0]:.2f}")
-    print("| N | build med / p90 µs | raw match med / p90 | ratio | update med / p90 µs | raw insert med / p90 | ratio |")
+    print("| N | build med / p90 µs | raw match med / p90 | ratio "
+          "| update med / p90 µs | raw insert med / p90 | ratio |")
     print("|---|---|---|---|---|---|---|")
     for n in sizes:
         with tempfile.TemporaryDirectory() as folder:

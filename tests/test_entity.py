@@ -3,7 +3,6 @@ contradictions, scopes, prompt-injection resistance, restarts."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest

@@ -2,7 +2,6 @@
 opt-in (marker ``llm``), against a real local model at ``OVOS_MEMORY_TEST_LLM_URL``."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 
