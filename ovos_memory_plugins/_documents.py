@@ -35,6 +35,11 @@ _DOC_MIGRATIONS = (
     -- The next n per session. Never decremented: ids do not repeat after deletes or restarts.
     CREATE TABLE IF NOT EXISTS {t}_seq (session_id TEXT PRIMARY KEY, next INTEGER NOT NULL);
     """,
+    """
+    -- forget() removes a session's counter too (no trace of the id may remain), so a session id
+    -- used again starts above every n ever given to a forgotten session: ids still never repeat.
+    CREATE TABLE IF NOT EXISTS {t}_floor (id INTEGER PRIMARY KEY CHECK (id = 1), next INTEGER NOT NULL);
+    """,
 )
 
 
@@ -89,7 +94,8 @@ class DocumentLog:
         now = time.time()
         meta = {**metadata, "content": text, "session_id": session_id, "ts": now}
         n = con.execute(
-            f"INSERT INTO {self.table}_seq (session_id, next) VALUES (?, 1) "
+            f"INSERT INTO {self.table}_seq (session_id, next) "
+            f"VALUES (?, COALESCE((SELECT next FROM {self.table}_floor WHERE id = 1), 0) + 1) "
             "ON CONFLICT(session_id) DO UPDATE SET next = next + 1 RETURNING next",
             (session_id,),
         ).fetchone()[0] - 1
@@ -108,6 +114,15 @@ class DocumentLog:
     def mark_indexed(self, con: Any, rowids: Sequence[int], indexed: bool = True) -> None:
         con.executemany(f"UPDATE {self.table} SET indexed = ? WHERE id = ?", [(int(indexed), r) for r in rowids])
 
+    def holds_only(self, session_id: str) -> bool:
+        """True when every document belongs to ``session_id`` (then a session filter is a no-op).
+
+        Each session that ever stored a document has a counter row, so one row naming this
+        session proves it; expired or forgotten sessions can only make the answer a safe False.
+        """
+        rows = self.db.execute(f"SELECT session_id FROM {self.table}_seq LIMIT 2")
+        return len(rows) == 1 and rows[0][0] == session_id
+
     def count_pending(self) -> int:
         return int(self.db.execute(f"SELECT COUNT(*) FROM {self.table} WHERE indexed = 0")[0][0])
 
@@ -118,9 +133,14 @@ class DocumentLog:
         return [_document(r) for r in rows]
 
     def delete_session(self, con: Any, session_id: str) -> list[Document]:
-        """Delete the session's documents; its id counter stays, so new ids never reuse old ones."""
+        """Delete the session's documents and its id counter, raising the floor new counters start from."""
         rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ?", (session_id,)).fetchall()
         con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,))
+        seq = con.execute(f"SELECT next FROM {self.table}_seq WHERE session_id = ?", (session_id,)).fetchone()
+        if seq:
+            con.execute(f"INSERT INTO {self.table}_floor (id, next) VALUES (1, ?) "
+                        "ON CONFLICT(id) DO UPDATE SET next = MAX(next, excluded.next)", (seq[0],))
+            con.execute(f"DELETE FROM {self.table}_seq WHERE session_id = ?", (session_id,))
         return [_document(r) for r in rows]
 
     def delete_older_than(self, con: Any, cutoff: float) -> list[Document]:

@@ -96,6 +96,7 @@ class LexicalMemory(BaseRetrievalMemory):
     Config: ClassVar[type] = LexicalConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-lexical"
     default_db_name: ClassVar[str] = "lexical_memory.db"
+    index_in_database: ClassVar[bool] = True
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
@@ -137,6 +138,10 @@ class LexicalMemory(BaseRetrievalMemory):
         if not expression or self._fts is None:
             return []
         t, docs = self._fts, self._docs.table
+        if session_id is not None and self._docs.holds_only(session_id):
+            # Filtering on the UNINDEXED session column reads every matching row's content: 40%
+            # of a 10k-exchange query. A store holding one session (one persona, one user) skips it.
+            session_id = None
         where = "AND session_id = ?" if session_id is not None else ""
         params: list[Any] = [expression, *([session_id] if session_id is not None else []), top_k]
         rows = self._db.execute(
@@ -152,5 +157,8 @@ class LexicalMemory(BaseRetrievalMemory):
             return
         with self._db.atomic() as con:
             con.executemany(f"DELETE FROM {self._fts} WHERE rowid = ?", [(d.rowid,) for d in docs])
+            # FTS5 records a delete as a marker in a new segment; the terms stay in the old one
+            # until a merge. 'optimize' rewrites the index without them (forget means forget).
+            con.execute(f"INSERT INTO {self._fts}({self._fts}) VALUES ('optimize')")
 
 
