@@ -134,8 +134,13 @@ class RedisStore:
         return scripts.SessionKeys.of(self.prefix, session_id)
 
     # -- error handling ------------------------------------------------------------------
-    def io(self, fn: Callable[[], Any]) -> Any:
-        """Run one Redis call; failures become StorageError/StoreUnavailable, logged once."""
+    def io(self, fn: Callable[[], Any], write: bool = False) -> Any:
+        """Run one Redis call; failures become StorageError/StoreUnavailable, logged once.
+
+        Reads and writes are logged apart: under ``maxmemory`` (OOM) reads succeed while every
+        write fails, and a successful read must not make the next failed write log again.
+        """
+        kind = "write-error" if write else "read-error"
         if time.monotonic() < self._down_until:
             raise StoreUnavailable(f"Redis at {self.where} is down (next attempt within {self._retry_after:g}s)")
         try:
@@ -146,10 +151,10 @@ class RedisStore:
                             "cache and new messages are held until it is back", self._owner, self.where, exc)
             raise StoreUnavailable(str(exc)) from exc
         except self._errors as exc:
-            self._log.error("error", "%s: Redis at %s failed: %s", self._owner, self.where, exc)
+            self._log.error(kind, "%s: Redis at %s failed: %s", self._owner, self.where, exc)
             raise StorageError(str(exc)) from exc
         self._log.clear("down", f"{self._owner}: Redis at {self.where} is reachable again")
-        self._log.clear("error")
+        self._log.clear(kind)
         return result
 
     @staticmethod
@@ -179,7 +184,8 @@ class RedisStore:
                                int(bool(popped and popped.is_user)), *self._ttls]
             for msg in add:
                 args.extend(encode(msg, now))
-            ok, raw, *counts = self.io(self._call(self._append, [keys.short, keys.meta, keys.summary], args))
+            ok, raw, *counts = self.io(self._call(self._append, [keys.short, keys.meta, keys.summary], args),
+                                       write=True)
             if ok:
                 with self._lock:
                     if len(self._tails) >= _TAILS:
@@ -229,7 +235,8 @@ class RedisStore:
         keys = self.keys(session_id)
         args: list[Any] = [lease.token, summary, new_summary, len(head), sum(i.tokens for i in head),
                            sum(i.is_user for i in head), *self._ttls, *(i.raw for i in head)]
-        status, *left = self.io(self._call(self._commit, [keys.short, keys.meta, keys.summary, keys.lock], args))
+        status, *left = self.io(self._call(self._commit, [keys.short, keys.meta, keys.summary, keys.lock], args),
+                                write=True)
         return (int(status), int(left[0]), int(left[1])) if status == 1 else (int(status), 0, 0)
 
     def lease(self, session_id: str, seconds: float) -> Lease:
@@ -247,7 +254,7 @@ class RedisStore:
                 pipe.pexpire(keys.meta, self._ttls[2])
             pipe.execute()
 
-        self.io(write)
+        self.io(write, write=True)
 
     def forget(self, session_id: str) -> tuple[int, int]:
         """Delete every key of the session; ``(messages, summaries)`` that were there."""
@@ -261,7 +268,7 @@ class RedisStore:
             pipe.delete(*keys.all())
             return pipe.execute()
 
-        messages, summaries, _ = self.io(delete)
+        messages, summaries, _ = self.io(delete, write=True)
         return int(messages), int(summaries)
 
     def sessions(self) -> list[str]:

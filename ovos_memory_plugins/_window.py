@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._compat import AgentMessage
-from ._log import LOG
+from ._log import LogOnce
 from ._memory import MemoryPlugin
 from .config import option
 from .errors import ConfigError, MemoryPluginError
@@ -57,6 +57,7 @@ class WindowMemory(MemoryPlugin):
         super().__init__(config)
         s = self.settings
         self.policy = WindowPolicy(max_messages=s.window_size, max_age=s.max_age)
+        self._log = LogOnce()  # a full disk or a locked file: one line when it breaks, one when it recovers
         try:
             self._window = open_window_store(s.db_path, s.backend, table="window")
         except MemoryPluginError as exc:
@@ -66,10 +67,12 @@ class WindowMemory(MemoryPlugin):
     def get_history(self, session_id: str) -> list[AgentMessage]:
         check_session_id(session_id)
         try:
-            return self._window.load(session_id, self.policy)
+            history = self._window.load(session_id, self.policy)
         except MemoryPluginError as exc:
-            LOG.error(f"{self.plugin_name}: cannot read history of {session_id!r}: {exc}")
+            self._log.error("read", "%s: cannot read the history (%s); answering without it", self.plugin_name, exc)
             return []
+        self._log.clear("read", f"{self.plugin_name}: reading the history works again")
+        return history
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         check_session_id(session_id)
@@ -79,7 +82,10 @@ class WindowMemory(MemoryPlugin):
         try:
             self._window.append(session_id, messages, self.policy)
         except MemoryPluginError as exc:
-            LOG.error(f"{self.plugin_name}: could not store {len(messages)} message(s) of {session_id!r}: {exc}")
+            self._log.error("write", "%s: could not store %d message(s) of %r: %s", self.plugin_name, len(messages),
+                            session_id, exc)
+            return
+        self._log.clear("write", f"{self.plugin_name}: storing works again")
 
     def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
         text = check_utterance(utterance)

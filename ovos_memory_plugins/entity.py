@@ -135,17 +135,24 @@ class EntityMemory(LLMMemory):
             record.setdefault("facts", [])
             pending = list(record.get("pending") or []) + exchanges
             if len(pending) > MAX_PENDING:
+                # The queue is bounded, but each exchange is the only copy of what the user said:
+                # the oldest get the offline rules now instead of the model later, never nothing.
+                overflow, pending = pending[:-MAX_PENDING], pending[-MAX_PENDING:]
                 self._log.warning("pending", f"{self.plugin_name}: more than {MAX_PENDING} exchanges await "
-                                             "extraction; dropping the oldest")
-                pending = pending[-MAX_PENDING:]
+                                             "extraction; the oldest get the offline rules only")
+                for item in overflow:
+                    _merge(record, extract_facts(str(item.get("user") or "")), str(item.get("sid") or ""),
+                           self.settings.max_facts, "rules")
             record["pending"] = pending
             return record
 
         try:
             self._store.update(key, enqueue)
         except (MemoryPluginError, OSError) as exc:
-            LOG.error(f"{self.plugin_name}: could not queue an exchange of {session_id!r}: {exc}")
+            # Once, not per turn: a full disk would otherwise write one line per exchange.
+            self._log.error("write", f"{self.plugin_name}: could not queue an exchange of {session_id!r}: {exc}")
             return
+        self._log.clear("write", f"{self.plugin_name}: storing works again")
         self._mark_due(key)
 
     def _pair(self, messages: list[AgentMessage], session_id: str) -> list[dict[str, Any]]:

@@ -23,7 +23,6 @@ from typing import Any, ClassVar
 
 from ._compat import AgentMessage
 from ._llm_memory import EndpointConfig, LLMMemory
-from ._log import LOG
 from ._summary import extractive_summary, llm_summary
 from ._tokens import estimate_tokens, truncate_to_tokens
 from .config import option
@@ -133,8 +132,11 @@ class LongTermMemory(LLMMemory):
         try:
             record = self._store.update(session_id, append)
         except (MemoryPluginError, OSError) as exc:
-            LOG.error(f"{self.plugin_name}: could not store {len(messages)} message(s) of {session_id!r}: {exc}")
+            # Once, not per turn: a full disk would otherwise write one line per exchange.
+            self._log.error("write", f"{self.plugin_name}: could not store {len(messages)} message(s) of "
+                                     f"{session_id!r}: {exc}")
             return
+        self._log.clear("write", f"{self.plugin_name}: storing works again")
         if self._is_due(record):
             self._mark_due(session_id)
 

@@ -94,7 +94,9 @@ class SqliteStore:
 
     def delete(self, session_id: str) -> bool:
         with self.db.atomic() as con:
-            return con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount > 0
+            deleted = bool(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount > 0)
+        self.db.checkpoint()  # the WAL still holds the deleted record: forget() must reach the bytes on disk
+        return deleted
 
     def close(self) -> None:
         if self._owns:

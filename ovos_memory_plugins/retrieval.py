@@ -100,6 +100,9 @@ class BaseRetrievalMemory(MemoryPlugin):
     background_index: ClassVar[bool] = False
     #: Documents indexed per batch.
     index_batch: ClassVar[int] = 32
+    #: True: the index lives in this memory's own database, so ``forget`` deletes from it in the
+    #: same transaction (a crash mid-forget cannot leave index rows of a forgotten session).
+    index_in_database: ClassVar[bool] = False
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -213,7 +216,10 @@ class BaseRetrievalMemory(MemoryPlugin):
             hits = self._scoped_query(query, k, only)
             self._log.clear("search", f"{self.plugin_name}: search works again")
         except Exception as exc:  # noqa: BLE001 - any backend failure costs one turn's recall, no more
-            self._log.error("search", "%s: search failed (%s); proceeding without context", self.plugin_name, exc)
+            # A WARNING: this turn only loses its recall. What broke (an embedder, the index) fails
+            # its writes too, and that is the one ERROR; two ERROR lines per cause would be noise.
+            self._log.warning("search", "%s: search failed (%s); proceeding without context", self.plugin_name,
+                              exc)
             return []
         return self._filter_hits(hits)[:k]
 
@@ -247,10 +253,24 @@ class BaseRetrievalMemory(MemoryPlugin):
         sid = check_session_id(session_id)
         if self._worker is not None:
             self._worker.flush(30)  # do not let the indexer re-add what we are deleting
+        removed: set[int] = set()  # documents whose index entries are already gone
+        if not self.index_in_database:
+            # An outside index (vectors, whose metadata holds the text) is emptied first: a crash
+            # between the steps then leaves the session whole and visible (its documents pending
+            # again, so a restart re-indexes them), never gone from export() but still on disk.
+            with self._db.atomic() as con:
+                current = self._docs.for_session(sid)
+                self._docs.mark_indexed(con, [d.rowid for d in current], False)
+            self._delete_documents(current)
+            removed = {d.rowid for d in current}
         with self._db.atomic() as con:
             messages = self._window.forget(sid, con)
             docs = self._docs.delete_session(con, sid)
-        self._delete_documents(docs)
+            if self.index_in_database:
+                self._delete_documents(docs)  # a savepoint inside this transaction
+        if not self.index_in_database:
+            self._delete_documents([d for d in docs if d.rowid not in removed])  # written meanwhile
+        self._db.checkpoint()  # the WAL still holds the deleted rows and index pages
         return {"messages": messages, "documents": len(docs)}
 
     def export(self, session_id: str) -> dict[str, Any]:
@@ -366,7 +386,10 @@ class BaseRetrievalMemory(MemoryPlugin):
         try:
             with self._db.atomic() as con:
                 doomed = self._docs.delete_older_than(con, time.time() - self.settings.max_age)
-            self._delete_documents(doomed)
+                if self.index_in_database:
+                    self._delete_documents(doomed)
+            if not self.index_in_database:
+                self._delete_documents(doomed)
         except Exception as exc:  # noqa: BLE001 - expiry is housekeeping; never fail a turn for it
             self._log.error("expire", "%s: could not expire old documents: %s", self.plugin_name, exc)
 

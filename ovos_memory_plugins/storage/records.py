@@ -58,8 +58,10 @@ class SqliteRecordStore:
     def delete(self, session_id: str, con: Any = None) -> bool:
         if con is None:
             with self.db.atomic() as con:
-                return self.delete(session_id, con)
-        return con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount > 0
+                deleted = self.delete(session_id, con)
+            self.db.checkpoint()  # the WAL still holds the deleted record
+            return deleted
+        return bool(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount > 0)
 
     def close(self) -> None:
         if self._owns:

@@ -23,7 +23,7 @@ from typing import Any
 from .._paths import MEMORY_PATH, is_memory_path, resolve_path
 from ..errors import MigrationError, StorageError, StoreUnavailable
 
-__all__ = ["Database", "connect", "map_sqlite_errors", "open_database"]
+__all__ = ["Database", "connect", "map_sqlite_errors", "open_database", "storage_error"]
 
 #: How long a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -37,17 +37,21 @@ CREATE TABLE IF NOT EXISTS ovos_memory_migrations (
 )"""
 
 
+def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
+    """The StorageError subclass for a sqlite3 error (StoreUnavailable when it is busy or locked)."""
+    if isinstance(exc, sqlite3.OperationalError) and (
+            "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc)):
+        return StoreUnavailable(f"{what}: {exc}")
+    return StorageError(f"{what}: {exc}")
+
+
 @contextlib.contextmanager
 def map_sqlite_errors(what: str) -> Iterator[None]:
     """Translate sqlite3 errors raised inside the block into StorageError subclasses."""
     try:
         yield
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc):
-            raise StoreUnavailable(f"{what}: {exc}") from exc
-        raise StorageError(f"{what}: {exc}") from exc
     except sqlite3.Error as exc:
-        raise StorageError(f"{what}: {exc}") from exc
+        raise storage_error(exc, what) from exc
 
 
 def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
@@ -66,8 +70,48 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
         if not is_memory_path(path):
             con.execute("PRAGMA journal_mode = WAL")
             con.execute(f"PRAGMA synchronous = {synchronous}")
+        # Deleted rows are overwritten with zeros, not left in free pages: forget() must really
+        # forget, also for someone reading the file's bytes.
+        con.execute("PRAGMA secure_delete = ON")
         con.execute("PRAGMA foreign_keys = ON")
     return con
+
+
+#: What SQLite says of a file that is not (or no longer) a readable database.
+_CORRUPT = ("file is not a database", "malformed", "file is encrypted")
+
+
+def _connect_or_quarantine(path: str, synchronous: str) -> sqlite3.Connection:
+    """``connect(path)``, after moving a corrupt file aside (as the JSON store does).
+
+    Only the schema is read here (cheap at any size): damage elsewhere surfaces as a
+    StorageError of the operation that meets it, logged once by the backend.
+    """
+    con = None
+    try:
+        con = connect(path, synchronous)
+        with map_sqlite_errors(f"cannot read {path}"):
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return con
+    except StorageError as exc:
+        if is_memory_path(path) or not any(sign in str(exc) for sign in _CORRUPT):
+            raise
+        reason = str(exc)
+        if con is not None:
+            with contextlib.suppress(sqlite3.Error):
+                con.close()
+    target = f"{path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while os.path.exists(target):
+        target, n = f"{path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}", n + 1
+    os.replace(path, target)
+    for suffix in ("-wal", "-shm"):  # the journal belongs to the bad file, never to the new one
+        if os.path.exists(path + suffix):
+            os.replace(path + suffix, target + suffix)
+    from .._log import LOG
+
+    LOG.error(f"memory store {path} is corrupt ({reason}); moved it to {target} and started empty")
+    return connect(path, synchronous)
 
 
 class Database:
@@ -79,7 +123,7 @@ class Database:
 
     def __init__(self, path: str, synchronous: str = "NORMAL", connection: sqlite3.Connection | None = None):
         self.path = MEMORY_PATH if is_memory_path(path) else path
-        self._con = connection if connection is not None else connect(self.path, synchronous)
+        self._con = connection if connection is not None else _connect_or_quarantine(self.path, synchronous)
         self._lock = threading.RLock()
         self._depth = 0
         self._closed = False
@@ -100,11 +144,15 @@ class Database:
                     self._con.execute("BEGIN IMMEDIATE" if self._depth == 1 else f"SAVEPOINT {savepoint}")
                 try:
                     yield self._con
-                except BaseException:
+                except BaseException as exc:
                     with contextlib.suppress(sqlite3.Error):
                         self._con.execute("ROLLBACK" if self._depth == 1 else f"ROLLBACK TO {savepoint}")
                         if self._depth > 1:
                             self._con.execute(f"RELEASE {savepoint}")
+                    if isinstance(exc, sqlite3.Error):
+                        # A statement of the block failed ("database or disk is full", say): callers
+                        # handle this package's errors, never raw sqlite3 ones.
+                        raise storage_error(exc, f"write to {self.path}") from exc
                     raise
                 with map_sqlite_errors(f"commit to {self.path}"):
                     self._con.execute("COMMIT" if self._depth == 1 else f"RELEASE {savepoint}")
@@ -154,6 +202,20 @@ class Database:
                         )
             except StorageError as exc:
                 raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
+
+    def checkpoint(self) -> bool:
+        """Copy the WAL into the database file and empty it (after a forget: the WAL still holds
+        the old pages). Best effort: False if another process's open read prevented it."""
+        if self.is_memory:
+            return True
+        with self._lock:
+            if self._closed or self._depth:
+                return False
+            try:
+                busy = self._con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error:
+                return False
+            return not busy
 
     def close(self) -> None:
         with self._lock:

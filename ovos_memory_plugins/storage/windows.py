@@ -171,10 +171,13 @@ class SqliteWindowStore:
         return [r[0] for r in self.db.execute(f"SELECT DISTINCT session_id FROM {self.table} ORDER BY session_id")]
 
     def forget(self, session_id: str, con: Any = None) -> int:
+        """Delete the session's messages (in the caller's ``con``, which then checkpoints, or alone)."""
         if con is None:
             with self.db.atomic() as con:
-                return self.forget(session_id, con)
-        return con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount
+                count = self.forget(session_id, con)
+            self.db.checkpoint()  # the WAL still holds the deleted rows
+            return count
+        return int(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount)
 
     def close(self) -> None:
         if self._owns:

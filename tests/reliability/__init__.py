@@ -1,0 +1,5 @@
+"""Reliability and security suite (issue 10): crashes, concurrency, hostile input, faults, privacy.
+
+Every test runs over every entry point that has a factory in ``tests/factories``; the figures
+go into ``docs/reliability.md`` (see ``_report.py``).
+"""

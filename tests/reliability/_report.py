@@ -1,0 +1,173 @@
+"""The figures of the reliability suite, rendered to ``docs/reliability.md``.
+
+Tests call :func:`record` with what they measured; after each call the report is rendered
+again from everything recorded in this pytest process, so it is complete when the last test
+ends (no conftest hook needed). The shape is fixed: every section and column is always
+present; a section whose tests did not run says so.
+
+The file in the tree is rewritten only when ``OVOS_MEMORY_WRITE_REPORT=1`` (CI sets it in the
+stable job, which runs the slow tests too); otherwise the report goes to a temporary file,
+so a normal test run never dirties the work tree.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SECTIONS", "record", "render", "report_path"]
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: section -> (title, intro, columns). Columns after the first are the recorded fields.
+SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "crash": (
+        "1. Crash safety (SIGKILL)",
+        "A child process calls `update_history` and acknowledges each call after it returned; the parent "
+        "SIGKILLs it at random moments (during start-up, between and inside calls), reopens the store and "
+        "checks through `export()` that every acknowledged update is present exactly once, and that an "
+        "update in flight at the kill is either wholly present or wholly absent (then the next writer starts "
+        "after it). The composite stores nothing of its own: its members are the rows here.",
+        ("backend", "run", "kills", "updates acknowledged", "updates checked", "in flight, found committed",
+         "folded into summaries", "lost"),
+    ),
+    "corruption": (
+        "1b. Damaged store files",
+        "A store file is damaged between two runs. JSON (truncated mid-way, garbage bytes, empty, not an "
+        "object, invalid UTF-8) and SQLite (garbage header, schema page overwritten, truncated mid-way): on the "
+        "next start the file is moved to `<file>.corrupt-<time>` byte for byte (SQLite: with its journal), one "
+        "ERROR names both paths, and the backend goes on with a fresh file; every turn is answered.",
+        ("store", "damages", "quarantined", "errors logged", "keeps working"),
+    ),
+    "concurrency": (
+        "2. Concurrency",
+        "Several processes, each with several threads, write one store (one session, one file or one "
+        "Redis key) at once, with summaries/compaction running where the backend has them.",
+        ("backend", "processes x threads x updates", "updates", "present exactly once", "lost", "duplicated",
+         "folded into summaries", "note"),
+    ),
+    "hostile": (
+        "3. Hostile input",
+        "Generated (hypothesis) and hand-written hostile utterances, messages and session ids through "
+        "`update_history`, `build_conversation_context` and `get_history`; no undocumented exception may "
+        "escape and no file may appear outside the configured data directory.",
+        ("backend", "inputs tried", "clear TypeError/ValueError", "escaped exceptions", "files outside data dir",
+         "1 MB turn then normal turn, time ratio"),
+    ),
+    "faults": (
+        "4. Faults",
+        "A failing dependency while turns go on: every turn is answered, the failure is logged once, "
+        "and the store is consistent afterwards.",
+        ("fault", "backend", "turns", "turns answered", "errors logged", "consistent afterwards"),
+    ),
+    "privacy": (
+        "5. Privacy",
+        "After `forget(session_id)` every SQLite table (read through SQLite), every file's raw bytes and "
+        "every Redis key and value is searched for the session id and its content; another session "
+        "must be untouched.",
+        ("backend", "places searched", "remnants found", "other session intact"),
+    ),
+}
+
+_figures: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {}
+_lock = threading.Lock()
+
+
+def report_path() -> Path:
+    if os.environ.get("OVOS_MEMORY_WRITE_REPORT") == "1":
+        return REPO / "docs" / "reliability.md"
+    # One file per test process: several test runs at once must not mix their figures.
+    return Path(tempfile.gettempdir()) / "ovos-memory-reliability" / f"report-{os.getpid()}.md"
+
+
+def record(section: str, row: tuple[str, ...] | str, **values: Any) -> None:
+    """Add a row's figures (numbers add up over calls; other values replace) and rewrite the report."""
+    key = (row,) if isinstance(row, str) else tuple(row)
+    with _lock:
+        current = _figures.setdefault(section, {}).setdefault(key, {})
+        for name, value in values.items():
+            old = current.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(old, (int, float)):
+                current[name] = old + value
+            else:
+                current[name] = value
+        text = render()
+    path = report_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value).replace("|", "\\|")
+
+
+def _totals() -> list[str]:
+    crash = _figures.get("crash", {}).values()
+    conc = _figures.get("concurrency", {}).values()
+    hostile = _figures.get("hostile", {}).values()
+    lost = sum(int(r.get("lost", 0) or 0) for r in [*crash, *conc])
+    faults = _figures.get("faults", {}).values()
+    forgets = _figures.get("privacy", {})
+    return [
+        f"- kills survived: {sum(int(r.get('kills', 0)) for r in crash):,}",
+        f"- updates checked: {sum(int(r.get('updates checked', 0)) for r in crash) + sum(int(r.get('updates', 0)) for r in conc):,}",  # noqa: E501
+        f"- hostile inputs tried: {sum(int(r.get('inputs tried', 0)) for r in hostile):,}",
+        f"- turns under an injected fault: {sum(int(r.get('turns', 0)) for r in faults):,}, all answered: "
+        f"{'yes' if all(r.get('turns') == r.get('turns answered') for r in faults) else 'no'}",
+        f"- stores checked byte by byte after forget(): {len(forgets)}, remnants found: "
+        f"{sum(int(r.get('remnants found', 0)) for r in forgets.values())}",
+        f"- updates lost: {lost:,}",
+    ]
+
+
+def render() -> str:
+    """The whole report as Markdown (fixed shape; numbers from this run)."""
+    lines = [
+        "# Reliability and security report",
+        "",
+        "Generated by the test suite in `tests/reliability/` (issue 10); do not edit by hand. Regenerate with",
+        "`OVOS_MEMORY_WRITE_REPORT=1 python -m pytest tests/reliability` (the slow tests included).",
+        f"Python {platform.python_version()}, {_opm_version()}.",
+        "",
+        "## Summary",
+        "",
+        *_totals(),
+        "",
+    ]
+    for section, (title, intro, columns) in SECTIONS.items():
+        lines += [f"## {title}", "", intro, ""]
+        rows = _figures.get(section)
+        if not rows:
+            lines += ["Not run in this session.", ""]
+            continue
+        lines.append("| " + " | ".join(columns) + " |")
+        lines.append("|" + "---|" * len(columns))
+        key_columns = len(next(iter(rows)))
+        for key in sorted(rows):
+            values = rows[key]
+            cells = list(key) + [_cell(values.get(c)) for c in columns[key_columns:]]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _opm_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"ovos-plugin-manager {version('ovos-plugin-manager')}"
+    except Exception:  # noqa: BLE001
+        return "ovos-plugin-manager (unknown version)"
