@@ -130,6 +130,31 @@ def _close(memory: Any) -> None:
         memory.close()
 
 
+def alternate_turns(memory: Any, work: Workload, calls: int, session: str = SESSION,
+                    after_update: Any = None) -> tuple[list[float], list[float], list[int]]:
+    """``calls`` alternating build_conversation_context / update_history calls.
+
+    Returns the build and update durations in seconds and the built contexts' sizes in
+    characters. ``after_update`` runs after each timed update, untimed (e.g. a flush).
+    """
+    builds, updates, sizes = [], [], []
+    for i in range(calls):
+        if i % 2 == 0:
+            query = work.query()
+            t = time.perf_counter()
+            context = memory.build_conversation_context(query, session)
+            builds.append(time.perf_counter() - t)
+            sizes.append(sum(len(m.content or "") for m in context))
+        else:
+            new = _messages(*work.exchange())
+            t = time.perf_counter()
+            memory.update_history(new, session)
+            updates.append(time.perf_counter() - t)
+            if after_update is not None:
+                after_update()
+    return builds, updates, sizes
+
+
 def run_latency(task: dict[str, Any], folder: str) -> dict[str, Any]:
     cls = _load(task["entry_point"])
     memory = cls(_fill(task["config"], folder))
@@ -148,19 +173,7 @@ def run_latency(task: dict[str, Any], folder: str) -> dict[str, Any]:
         populate_s = time.perf_counter() - start
         flush_timeout = task.get("flush_timeout_s")
         settle_s, settled = _flush(memory, flush_timeout)
-        builds, updates, sizes = [], [], []
-        for i in range(calls):
-            if i % 2 == 0:
-                query = work.query()
-                t = time.perf_counter()
-                context = memory.build_conversation_context(query, SESSION)
-                builds.append(time.perf_counter() - t)
-                sizes.append(sum(len(m.content or "") for m in context))
-            else:
-                new = _messages(*work.exchange())
-                t = time.perf_counter()
-                memory.update_history(new, SESSION)
-                updates.append(time.perf_counter() - t)
+        builds, updates, sizes = alternate_turns(memory, work, calls)
         drain_s, drained = _flush(memory, flush_timeout)
     finally:
         _close(memory)

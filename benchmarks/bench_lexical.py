@@ -22,7 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _worker import Workload, _messages  # noqa: E402
+from _worker import Workload, _messages, alternate_turns  # noqa: E402
 
 from ovos_memory_plugins._stopwords import LANGUAGES, stopwords  # noqa: E402
 from ovos_memory_plugins.lexical import LexicalMemory, match_expression  # noqa: E402
@@ -38,20 +38,9 @@ def measure_ours(folder: str, n: int, calls: int) -> dict[str, tuple[float, floa
     memory = LexicalMemory({"db_path": os.path.join(folder, "lex.db")})
     for _ in range(n):
         memory.update_history(_messages(*work.exchange()), "bench")
-    build, update = [], []
-    for i in range(calls):
-        if i % 2 == 0:
-            query = work.query()
-            t = time.perf_counter()
-            memory.build_conversation_context(query, "bench")
-            build.append((time.perf_counter() - t) * 1e6)
-        else:
-            msgs = _messages(*work.exchange())
-            t = time.perf_counter()
-            memory.update_history(msgs, "bench")
-            update.append((time.perf_counter() - t) * 1e6)
+    build, update, _ = alternate_turns(memory, work, calls, "bench")
     memory.close()
-    return {"build": percentiles(build), "update": percentiles(update)}
+    return {"build": percentiles([s * 1e6 for s in build]), "update": percentiles([s * 1e6 for s in update])}
 
 
 def measure_raw(folder: str, n: int, calls: int) -> dict[str, tuple[float, float]]:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _worker import Workload, _messages  # noqa: E402
+from _worker import Workload, _messages, alternate_turns  # noqa: E402
 
 from ovos_memory_plugins.recency import RecencyMemory  # noqa: E402
 from ovos_memory_plugins.redis_memory import RedisMemory  # noqa: E402
@@ -78,20 +78,10 @@ def run_turns(memory: Any, n: int, calls: int, after_update: Callable[[], Any] =
         memory.update_history(_messages(*work.exchange()), "bench")
     after_update()
     fill = time.perf_counter() - started
-    build, update = [], []
-    for i in range(calls):
-        if i % 2 == 0:
-            query = work.query()
-            t = time.perf_counter()
-            memory.build_conversation_context(query, "bench")
-            build.append((time.perf_counter() - t) * 1e6)
-        else:
-            msgs = _messages(*work.exchange())
-            t = time.perf_counter()
-            memory.update_history(msgs, "bench")
-            update.append((time.perf_counter() - t) * 1e6)
-            after_update()  # compaction is not counted
-    return {"build": percentiles(build), "update": percentiles(update), "fill_s": fill,
+    # compaction (after_update) is not counted
+    build, update, _ = alternate_turns(memory, work, calls, "bench", after_update=after_update)
+    return {"build": percentiles([s * 1e6 for s in build]), "update": percentiles([s * 1e6 for s in update]),
+            "fill_s": fill,
             "context": len(memory.build_conversation_context("x", "bench"))}
 
 
