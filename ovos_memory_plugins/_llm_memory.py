@@ -13,8 +13,7 @@ from ._paths import default_path, is_memory_path
 from ._worker import BackgroundWorker
 from .config import option
 from .errors import ConfigError, MemoryPluginError
-from .persistence import JsonStore
-from .storage.memory import MemoryRecordStore
+from .storage import open_record_store
 
 __all__ = ["STORE_BACKENDS", "EndpointConfig", "LLMMemory", "chat_client", "open_session_store"]
 
@@ -49,11 +48,9 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
         backend = unknown
     path = db_path or default_path(f"{stem}.db" if backend == "sqlite" else f"{stem}.json")
     try:
-        if backend == "memory" or is_memory_path(path):
-            return MemoryRecordStore(), path
-        if backend == "sqlite":
-            return open_sqlite(path), path
-        return JsonStore(path), path
+        if backend == "sqlite" and not is_memory_path(path):
+            return open_sqlite(path), path  # each backend keeps its own (reference) schema
+        return open_record_store(path, backend), path
     except (MemoryPluginError, OSError) as exc:
         raise ConfigError(f"{owner}: cannot open db_path {path!r}: {exc}") from exc
 

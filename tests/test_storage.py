@@ -12,7 +12,6 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_memory_plugins.errors import StorageError
 from ovos_memory_plugins.storage import WindowPolicy, backend_for, open_record_store, open_window_store
 from ovos_memory_plugins.storage.jsonfile import JsonRecordStore
-from ovos_memory_plugins.storage.queue import MemoryJobQueue, SqliteJobQueue
 from ovos_memory_plugins.storage.sqlite import Database
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
@@ -159,24 +158,6 @@ def test_window_trim_by_count_and_age(tmp_path):
         assert store.load("s", WindowPolicy(max_age=0.001, max_messages=4)) == []
         assert store.forget("s") == 4 and store.load("s", KEEP_ALL) == []
 
-
-def test_job_queues_survive_restart_and_forget(tmp_path):
-    path = str(tmp_path / "q.db")
-    q = SqliteJobQueue(Database(path))
-    q.put("a", {"n": 1})
-    q.put("b", {"n": 2})
-    again = SqliteJobQueue(Database(path))
-    jobs = again.take()
-    assert [(j.session_id, j.payload) for j in jobs] == [("a", {"n": 1}), ("b", {"n": 2})]
-    again.failed([jobs[0].id])
-    assert again.take()[0].attempts == 1
-    assert again.forget("a") == 1
-    again.done([jobs[1].id])
-    assert again.pending() == 0
-    mem = MemoryJobQueue()
-    job_id = mem.put("s", {"x": 1})
-    mem.done([job_id])
-    assert mem.pending() == 0
 
 
 def test_wal_mode_and_busy_timeout_are_set(tmp_path):
