@@ -38,6 +38,7 @@ def measure_ours(folder: str, n: int, calls: int) -> dict[str, tuple[float, floa
     memory = LexicalMemory({"db_path": os.path.join(folder, "lex.db")})
     for _ in range(n):
         memory.update_history(_messages(*work.exchange()), "bench")
+    memory.flush()  # background work done (the RAM postings loaded), as between a persona's turns
     build, update, _ = alternate_turns(memory, work, calls, "bench")
     memory.close()
     return {"build": percentiles([s * 1e6 for s in build]), "update": percentiles([s * 1e6 for s in update])}

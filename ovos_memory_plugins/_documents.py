@@ -40,6 +40,12 @@ _DOC_MIGRATIONS = (
     -- used again starts above every n ever given to a forgotten session: ids still never repeat.
     CREATE TABLE IF NOT EXISTS {t}_floor (id INTEGER PRIMARY KEY CHECK (id = 1), next INTEGER NOT NULL);
     """,
+    """
+    -- Only pending documents in the index: a document indexed in its own transaction (every
+    -- keyword update) no longer writes an index entry that is true of nearly every row.
+    DROP INDEX IF EXISTS {t}_pending;
+    CREATE INDEX IF NOT EXISTS {t}_pending_only ON {t} (id) WHERE indexed = 0;
+    """,
 )
 
 

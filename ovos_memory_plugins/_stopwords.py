@@ -82,6 +82,7 @@ _WORDS = {
 LANGUAGES = tuple(sorted(_WORDS))
 
 
+@lru_cache(maxsize=65536)  # speech repeats its words; the Unicode work is per character
 def normalise_term(term: str) -> str:
     """Lower case without diacritics, as FTS5's ``unicode61 remove_diacritics 2`` indexes it."""
     decomposed = unicodedata.normalize("NFKD", term.lower())

@@ -164,8 +164,8 @@ class BaseRetrievalMemory(MemoryPlugin):
         self._ensure_started()
         try:
             with self._db.atomic() as con:
-                pairs = exchange_texts(self._window.tail(sid, con), messages)
-                self._window.append(sid, messages, self.policy, con=con)
+                tail = self._window.append(sid, messages, self.policy, con=con)
+                pairs = exchange_texts(tail, messages)
                 docs = [self._docs.add(con, sid, format_exchange(q, a), {"question": q, "answer": a},
                                        indexed=not self.background_index) for q, a in pairs]
                 if docs and not self.background_index:
@@ -334,18 +334,23 @@ class BaseRetrievalMemory(MemoryPlugin):
             return
         try:
             with self._db.atomic() as con:
-                self._index_inline(con, self._docs.pending(self.index_batch * 32, con))
+                self._index_inline(con, self._docs.pending(self.index_batch * 32, con), pending=True)
         except MemoryPluginError as exc:
             self._log.error("index", "%s: indexing failed: %s", self.plugin_name, exc)
 
-    def _index_inline(self, con: Any, docs: Sequence[Document]) -> None:
-        """Index inside the caller's transaction; a failure leaves the documents pending."""
+    def _index_inline(self, con: Any, docs: Sequence[Document], pending: bool = False) -> None:
+        """Index inside the caller's transaction; a failure leaves the documents pending.
+
+        New documents are written already marked indexed (one UPDATE less per turn); ``pending``
+        ones, left by a failure or a crash, are marked once their index entries are written.
+        """
         if not docs:
             return
         try:
             with self._db.atomic():  # a savepoint: undo a half-written index, keep the documents
                 self._store_documents(docs)
-            self._docs.mark_indexed(con, [d.rowid for d in docs], True)
+            if pending:
+                self._docs.mark_indexed(con, [d.rowid for d in docs], True)
             self._log.clear("index", f"{self.plugin_name}: indexing works again")
         except Exception as exc:  # noqa: BLE001 - the window and documents are safe; retry later
             self._docs.mark_indexed(con, [d.rowid for d in docs], False)

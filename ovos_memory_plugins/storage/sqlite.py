@@ -203,6 +203,12 @@ class Database:
             except StorageError as exc:
                 raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
 
+    def connection_in_transaction(self) -> sqlite3.Connection:
+        """The connection, for a statement that must join the caller's open ``atomic()`` block."""
+        if not self._depth:
+            raise RuntimeError(f"{self.path}: this write must run inside Database.atomic()")
+        return self._con
+
     def checkpoint(self) -> bool:
         """Copy the WAL into the database file and empty it (after a forget: the WAL still holds
         the old pages). Best effort: False if another process's open read prevented it."""

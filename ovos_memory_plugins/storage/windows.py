@@ -110,23 +110,27 @@ class SqliteWindowStore:
         self._owns = owns_db
         db.migrate(f"window:{self.table}", [m.format(t=self.table) for m in _WINDOW_MIGRATIONS])
 
-    def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy, con: Any = None) -> None:
-        """Normalise, append and trim in one transaction (or inside the caller's ``con``)."""
+    def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy,
+               con: Any = None) -> AgentMessage | None:
+        """Normalise, append and trim in one transaction (or inside the caller's ``con``).
+
+        Returns the session's last message from before the append (what the new messages follow).
+        """
         if con is None:
             with self.db.atomic() as con:
-                self._append(con, session_id, messages, policy)
-        else:
-            self._append(con, session_id, messages, policy)
+                return self._append(con, session_id, messages, policy)
+        return self._append(con, session_id, messages, policy)
 
-    def _append(self, con: Any, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
+    def _append(self, con: Any, session_id: str, messages: list[AgentMessage],
+                policy: WindowPolicy) -> AgentMessage | None:
         t, now = self.table, time.time()
         to_add = list(messages)
+        row = con.execute(
+            f"SELECT id, role, content, extra FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        tail = _row_message(row[1:]) if row else None
         if policy.normalise:
-            row = con.execute(
-                f"SELECT id, role, content, extra FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
-                (session_id,),
-            ).fetchone()
-            tail = _row_message(row[1:]) if row else None
             pop_tail, to_add = fold_into(tail, messages)
             if pop_tail:
                 con.execute(f"DELETE FROM {t} WHERE id = ?", (row[0],))
@@ -135,6 +139,7 @@ class SqliteWindowStore:
             [(session_id, now, *_message_row(m)) for m in to_add],
         )
         self._trim(con, session_id, policy, now)
+        return tail
 
     def _trim(self, con: Any, session_id: str, policy: WindowPolicy, now: float) -> None:
         t = self.table
@@ -142,20 +147,12 @@ class SqliteWindowStore:
         if cutoff is not None:
             con.execute(f"DELETE FROM {t} WHERE session_id = ? AND ts < ?", (session_id, cutoff))
         if policy.max_messages:
-            row = con.execute(
-                f"SELECT id FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
-                (session_id, policy.max_messages - 1),
-            ).fetchone()
-            if row:
-                con.execute(f"DELETE FROM {t} WHERE session_id = ? AND id < ?", (session_id, row[0]))
-
-    def tail(self, session_id: str, con: Any) -> AgentMessage | None:
-        """The last stored message of the session, read inside the caller's transaction."""
-        row = con.execute(
-            f"SELECT role, content, extra FROM {self.table} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
-            (session_id,),
-        ).fetchone()
-        return _row_message(row) if row else None
+            # One statement: when the window is not full the subquery is NULL and nothing goes.
+            con.execute(
+                f"DELETE FROM {t} WHERE session_id = ? AND id < "
+                f"(SELECT id FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                (session_id, session_id, policy.max_messages - 1),
+            )
 
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
         t = self.table

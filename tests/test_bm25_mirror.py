@@ -1,0 +1,156 @@
+"""The RAM copy of the keyword postings ranks exactly as FTS5 does, and stays in step."""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from ovos_memory_plugins._bm25 import Tokenizer
+from ovos_memory_plugins.lexical import LexicalMemory
+
+U, A = MessageRole.USER, MessageRole.ASSISTANT
+SPEC = "porter unicode61 remove_diacritics 2"
+_TEXT = """dog dogs running runs ran café cafe naïve garden gardens gardening Rex Max blue bottle
+coffee walks walked walking park Lisbon Porto über straße año niño 42 x"""
+WORDS = _TEXT.split() + [f"w{i}" for i in range(300)]  # rare words: idf above FTS5's floor of 1e-6
+
+
+def exchange(rng: random.Random) -> list[AgentMessage]:
+    def words(n: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(n))
+    return [AgentMessage(U, words(rng.randint(1, 8))), AgentMessage(A, words(rng.randint(0, 12)))]
+
+
+def fts5_ranking(memory: LexicalMemory, query: str, session_id: str | None, k: int) -> list[tuple[str, float]]:
+    mirror, memory._mirror = memory._mirror, None
+    try:
+        return [(h.source, h.score) for h in memory._query_backend(query, k, session_id)]
+    finally:
+        memory._mirror = mirror
+
+
+def mirror_ranking(memory: LexicalMemory, query: str, session_id: str | None, k: int) -> list[tuple[str, float]]:
+    assert memory.flush(10), "the RAM postings did not load"
+    return [(h.source, h.score) for h in memory._query_backend(query, k, session_id)]
+
+
+def assert_same_ranking(ours: list[tuple[str, float]], fts: list[tuple[str, float]]) -> None:
+    def key(score: float) -> str:
+        return f"{score:.11g}"  # the sums may differ in the last bits
+
+    assert [key(s) for _, s in ours] == [key(s) for _, s in fts[:len(ours)]]
+    # Equal scores may come in either order (also across the cut): each hit of ours has its
+    # exact score among FTS5's (which the callers fetch deeper).
+    assert {(key(s), src) for src, s in ours} <= {(key(s), src) for src, s in fts}
+
+
+@pytest.mark.parametrize("db", ["file", ":memory:"])
+def test_rankings_equal_fts5_through_inserts_and_deletes(tmp_path, closing, db):
+    rng = random.Random(7)
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db") if db == "file" else ":memory:",
+                                    "scope": "session"}))
+    for i in range(300):
+        memory.update_history(exchange(rng), f"s{i % 3}")
+    queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5))) for _ in range(40)]
+    for step in range(3):
+        for query in queries:
+            for sid in ("s0", "s1", None):
+                assert_same_ranking(mirror_ranking(memory, query, sid, 10), fts5_ranking(memory, query, sid, 400))
+        memory.forget(f"s{step}")  # deletions change every statistic: N, average length, df
+        for _ in range(20):
+            memory.update_history(exchange(rng), "s2")
+
+
+def test_the_mirror_answers_once_loaded(tmp_path, closing):
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db")}))
+    memory.update_history([AgentMessage(U, "my dog is called Rex"), AgentMessage(A, "nice")], "s")
+    assert memory.flush(10) and memory._mirror.ready
+    calls = []
+    top = memory._mirror._snapshot.top
+    memory._mirror._snapshot.top = lambda *a: calls.append(a) or top(*a)
+    assert [h.source for h in memory.search("dogs", "s")] == ["s_0"]
+    assert calls, "the RAM postings did not answer"
+
+
+def test_ram_index_false_keeps_fts5_only(tmp_path, closing):
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db"), "ram_index": False}))
+    memory.update_history([AgentMessage(U, "my dog is called Rex"), AgentMessage(A, "nice")], "s")
+    assert memory._mirror is None and [h.source for h in memory.search("dog", "s")] == ["s_0"]
+
+
+def test_writes_of_another_process_are_seen(tmp_path, closing):
+    path = str(tmp_path / "l.db")
+    memory = closing(LexicalMemory({"db_path": path, "scope": "global"}))
+    memory.update_history([AgentMessage(U, "I walk in the park"), AgentMessage(A, "nice")], "mine")
+    assert memory.flush(10)
+    other = textwrap.dedent(f"""
+        from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+        from ovos_memory_plugins.lexical import LexicalMemory
+        m = LexicalMemory({{"db_path": {path!r}}})
+        U, A = MessageRole.USER, MessageRole.ASSISTANT
+        m.update_history([AgentMessage(U, "the park in Lisbon"), AgentMessage(A, "ok")], "theirs")
+        m.forget("mine")
+        m.close()
+    """)
+    subprocess.run([sys.executable, "-c", other], check=True, timeout=60)
+    hits = memory.search("park", None)
+    assert [h.source for h in hits] == ["theirs_0"]
+    assert_same_ranking(mirror_ranking(memory, "park lisbon", None, 5), fts5_ranking(memory, "park lisbon", None, 50))
+
+
+def test_a_document_waiting_for_its_index_entry_hands_over_to_fts5(tmp_path, closing):
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db")}))
+    memory.update_history([AgentMessage(U, "coffee in Porto"), AgentMessage(A, "ok")], "s")
+    assert memory.flush(10)
+    with memory._db.atomic() as con:  # as an indexing failure leaves it
+        memory._docs.add(con, "s", "Q: coffee in Lisbon", {}, indexed=False)
+    assert memory._mirror.search(["coffee"], 5, "s") is None
+    assert [h.source for h in memory.search("coffee", "s")] == ["s_0"]  # FTS5 answered
+    memory._index_pending_now()
+    assert memory.flush(10)
+    assert sorted(h.source for h in memory.search("coffee", "s")) == ["s_0", "s_1"]
+
+
+def test_a_pruned_deletion_log_reloads(tmp_path, closing, monkeypatch):
+    import ovos_memory_plugins.lexical as lexical
+
+    monkeypatch.setattr(lexical, "DELETION_LOG_KEEP", 1)
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db"), "scope": "global"}))
+    for sid in ("a", "b", "c"):
+        memory.update_history([AgentMessage(U, f"garden of {sid}"), AgentMessage(A, "ok")], sid)
+    assert memory.flush(10)
+    snapshot = memory._mirror._snapshot
+    memory._mirror._snapshot.deleted_seq = 0  # as if this mirror were a process that slept through
+    with memory._db.atomic() as con:
+        memory._delete_documents(memory._docs.delete_session(con, "a"))
+        memory._delete_documents(memory._docs.delete_session(con, "b"))
+    assert memory.flush(10) and memory._mirror._snapshot is not snapshot
+    assert [h.source for h in memory.search("garden", None)] == ["c_0"]
+
+
+def test_non_latin_queries_and_documents_rank_as_fts5(tmp_path, closing):
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db")}))
+    texts = ["Καλημέρα κόσμε", "Привет мир, как дела", "東京 タワー 😀 tokyo", "naïve café in Zürich"]
+    for text in texts:
+        memory.update_history([AgentMessage(U, text), AgentMessage(A, "ok")], "s")
+    for query in ("κόσμε", "мир дела", "tokyo", "cafe zurich", "東京"):
+        assert_same_ranking(mirror_ranking(memory, query, "s", 5), fts5_ranking(memory, query, "s", 50))
+
+
+LATIN = st.text(alphabet=st.sampled_from(list("abcXYZ éÉçñßøÆœĳ ſ-'.,!?_0123456789\n\tªº²½µ×÷")), max_size=60)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(LATIN | st.text(max_size=20), min_size=1, max_size=4))
+def test_word_by_word_tokenizing_equals_fts5_on_the_whole_text(texts):
+    tokenizer = Tokenizer(SPEC)
+    try:
+        assert tokenizer.counts(texts) == tokenizer._fts5_counts(texts)
+    finally:
+        tokenizer.close()
