@@ -265,11 +265,21 @@ def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[st
     rag = {"db_path": str(folder / "rag.db"), "embeddings_plugin": EMBEDDERS[embedder],
            "embeddings_db_plugin": VECTOR_DB, "embeddings_db_config": {"path": str(folder / "vectors.db")}}
     lexical = {"db_path": str(folder / "lexical.db")}
+    # The hybrid preset's retrievers (ovos_memory_plugins.composite.HYBRID_PRESET, not imported:
+    # this module also runs against the reference package): each exchange indexed with its neighbours.
+    neighbours = {"retrieval": {"neighbour_weight": 0.5}}
     member = "ovos-memory-plugin-"
     configs = {
         "lexical": (member + "lexical", lexical),
         "local-rag": (member + "local-rag", rag),
+        "lexical-neighbours": (member + "lexical", {**lexical, **neighbours}),
+        "local-rag-neighbours": (member + "local-rag", {**rag, **neighbours}),
         "composite-hybrid": (member + "composite", {"members": [
+            {"module": member + "recency", "config": {"db_path": str(folder / "recency.db")}},
+            {"module": member + "lexical", "config": {**lexical, **neighbours}},
+            {"module": member + "local-rag", "config": {**rag, **neighbours}},
+            {"module": member + "entity", "config": {"db_path": str(folder / "entity.json")}}], "fusion": "rrf"}),
+        "composite-plain": (member + "composite", {"members": [
             {"module": member + "lexical", "config": lexical},
             {"module": member + "local-rag", "config": rag}], "fusion": "rrf"}),
         "composite-lexical": (member + "composite", {"members": [
@@ -321,7 +331,9 @@ def format_table(report: dict[str, Any], title: str = "") -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="lexical",
-                        help="lexical, local-rag, composite-hybrid (lexical + local-rag, rrf), composite-lexical")
+                        help="lexical, local-rag, lexical-neighbours, local-rag-neighbours, composite-hybrid "
+                             "(the hybrid preset: recency + lexical + local-rag with neighbours + entity, rrf), "
+                             "composite-plain (lexical + local-rag, rrf), composite-lexical")
     parser.add_argument("--embedder", default="e5", choices=sorted(EMBEDDERS))
     parser.add_argument("--quick", action="store_true", help="one conversation only")
     parser.add_argument("--limit", type=int, default=None, help="number of conversations")
@@ -341,7 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BackendUnavailable as exc:
         print(f"backend {args.backend!r} is not available: {exc}", file=sys.stderr)
         return 2
-    label = args.backend + (f" ({args.embedder})" if args.backend in ("local-rag", "composite-hybrid") else "")
+    embeds = "rag" in args.backend or args.backend.startswith("composite-")
+    label = args.backend + (f" ({args.embedder})" if embeds else "")
     print(format_table(report, f"LoCoMo dev recall, {label}, {report['conversations']} conversation(s), "
                                f"{report['exchanges']} exchanges, ingest {report['ingest_s']:.1f} s"))
     if args.json:

@@ -66,7 +66,9 @@ QUICK = Mode("quick", (1000,), 40, 3.0, 1, 1,
              (("ours", "lexical", ""), ("reference", "lexical", "")), 90, 120, 10.0)
 FULL = Mode("full", (1000, 10_000, 100_000), 300, 150.0, 3, None,
             (("ours", "lexical", ""), ("reference", "lexical", ""), ("ours", "local-rag", "e5"),
-             ("ours", "local-rag", "minilm"), ("ours", "composite-hybrid", "e5")), 900, 1800, None)
+             ("ours", "local-rag", "minilm"), ("ours", "lexical-neighbours", ""),
+             ("ours", "local-rag-neighbours", "e5"), ("ours", "composite-plain", "e5"),
+             ("ours", "composite-hybrid", "e5")), 900, 1800, None)
 
 BACKENDS = ("recency", "lexical", "longterm", "entity", "composite")
 STORAGES = ("ram", "file")

@@ -229,6 +229,7 @@ class PostingsMirror:
         self._lock = threading.RLock()
         self._loader: threading.Thread | None = None
         self._closed = False
+        self._unusable = False  # the index holds neighbour context: its rows are not one column
         self._log = LogOnce()
         self._start_loading()
 
@@ -240,7 +241,7 @@ class PostingsMirror:
         """``(rowid, score)`` best first, or ``None``: not loaded or not in sync, ask FTS5."""
         with self._lock:
             snap = self._snapshot
-            if snap is None:
+            if snap is None or self._unusable:
                 self._start_loading()
                 return None
             made = self.tokenizer.terms(words)
@@ -256,7 +257,7 @@ class PostingsMirror:
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for loading to finish; True when the mirror is loaded and in step."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+        while not self._unusable:
             loader = self._loader
             if loader is not None:
                 loader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -270,7 +271,8 @@ class PostingsMirror:
                         return False  # a document waits for its index entry: waiting cannot help
                     self._start_loading()
                     if self._snapshot is None and (self._loader is None or not self._loader.is_alive()):
-                        return False  # the load failed (logged); FTS5 answers
+                        return self._unusable  # else the load failed (logged); FTS5 answers
+        return True  # retired: FTS5 ranks, nothing to wait for
 
     def close(self) -> None:
         with self._lock:
@@ -299,6 +301,8 @@ class PostingsMirror:
             if not row[3]:
                 break  # not in FTS5 yet: stop before it, and let FTS5 answer meanwhile
             ready.append(row)
+        if ready and self._has_context([r[0] for r in ready]):
+            return False
         for row, counts in zip(ready, self.tokenizer.counts([r[2] for r in ready])):
             snap.add(row[0], row[1], counts)
         if ready:
@@ -316,13 +320,22 @@ class PostingsMirror:
             snap.deleted_seq = rows[-1][0]
         return True
 
+    def _has_context(self, rowids: Sequence[int] | None = None) -> bool:
+        """True (and the mirror retires) when rows carry neighbour context: another writer's setting."""
+        where = f"rowid IN ({','.join(map(str, rowids))}) AND" if rowids is not None else ""
+        if self._db.execute(f"SELECT 1 FROM {self._fts} WHERE {where} ctx IS NOT NULL AND ctx != '' LIMIT 1"):
+            self._unusable, self._snapshot = True, None
+            self._log.warning("context", "keyword index %s holds neighbour context (retrieval.neighbour_weight); "
+                              "FTS5 ranks, the RAM copy is off", self._fts)
+        return self._unusable
+
     # -- loading -----------------------------------------------------------------------------
     def _reload(self) -> None:
         self._snapshot = None
         self._start_loading()
 
     def _start_loading(self) -> None:
-        if self._closed or (self._loader is not None and self._loader.is_alive()):
+        if self._closed or self._unusable or (self._loader is not None and self._loader.is_alive()):
             return
         if self._db.is_memory:  # no second connection can see it: read it here, it starts empty
             self._load(None)
@@ -338,8 +351,10 @@ class PostingsMirror:
         except Exception as exc:  # noqa: BLE001 - FTS5 keeps answering; a later search retries
             self._log.warning("load", "keyword index %s: RAM postings not loaded (%s); FTS5 answers", self._fts, exc)
             return
+        if snap is None or self._has_context():
+            return
         with self._lock:
-            if not self._closed and snap is not None:
+            if not self._closed:
                 self._snapshot = snap
 
     def _read_snapshot(self, path: str | None) -> _Snapshot | None:

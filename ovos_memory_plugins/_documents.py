@@ -132,6 +132,14 @@ class DocumentLog:
     def count_pending(self) -> int:
         return int(self.db.execute(f"SELECT COUNT(*) FROM {self.table} WHERE indexed = 0")[0][0])
 
+    def by_rowids(self, con: Any, rowids: Sequence[int]) -> list[Document]:
+        """The documents with these row ids that still exist, in id order."""
+        if not rowids:
+            return []
+        rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE id IN ({','.join('?' * len(rowids))}) "
+                           "ORDER BY id", list(rowids)).fetchall()
+        return [_document(r) for r in rows]
+
     def for_session(self, session_id: str) -> list[Document]:
         rows = self.db.execute(
             f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ? ORDER BY id",

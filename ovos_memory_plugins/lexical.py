@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from ._bm25 import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
 from ._documents import Document
+from ._neighbours import adjacent, context_text, neighbour_weight_option, survivors
 from ._stopwords import LANGUAGES, normalise_term, stopwords
 from .common import MemoryHit
 from .config import option
@@ -47,6 +48,14 @@ _FTS_MIGRATIONS = (
     -- every process drop them too (see _bm25.py). Pruned to the last DELETION_LOG_KEEP.
     CREATE TABLE IF NOT EXISTS {t}_deleted (seq INTEGER PRIMARY KEY AUTOINCREMENT, doc INTEGER NOT NULL);
     """,
+    """
+    -- A third column for the neighbouring exchanges' text (retrieval.neighbour_weight; empty when
+    -- off). FTS5 cannot add a column, so the index is rebuilt once, keeping its tokenizer.
+    CREATE VIRTUAL TABLE {t}_v3 USING fts5(content, session_id UNINDEXED, ctx, tokenize = '{tokenizer}');
+    INSERT INTO {t}_v3 (rowid, content, session_id) SELECT rowid, content, session_id FROM {t};
+    DROP TABLE {t};
+    ALTER TABLE {t}_v3 RENAME TO {t};
+    """,
 )
 
 
@@ -65,6 +74,9 @@ class LexicalConfig(RetrievalConfig):
     extra_stopwords: list[str] = option([], "more words to leave out of queries", key="retrieval.extra_stopwords")
     # Ours: FTS5 scores every matching row (~1 µs each): 3 ms a turn at 100k exchanges; the same
     # ranking from postings in RAM takes ~0.1 ms. About 10 MB per 100k exchanges.
+    neighbour_weight: float = neighbour_weight_option(
+        "weight of the neighbouring exchanges' words (the one before and after, same session) in ranking; "
+        "0 = off. The hybrid preset uses 0.5")
     ram_index: bool = option(True, "rank from a copy of the keyword postings in RAM (same results as FTS5, "
                                    "faster on large stores; false saves memory on small devices)")
 
@@ -127,7 +139,9 @@ class LexicalMemory(BaseRetrievalMemory):
         s = self.settings
         self._ignore = stopwords(s.stopword_languages or (), s.extra_stopwords)
         self._fts = self._create_fts()
-        self._mirror = self._open_mirror() if s.ram_index and self._fts is not None else None
+        # The RAM postings hold one column: with neighbour context on, FTS5 ranks.
+        use_mirror = s.ram_index and not s.neighbour_weight and self._fts is not None
+        self._mirror = self._open_mirror() if use_mirror else None
 
     def _table_prefix(self) -> str:
         return self.settings.table
@@ -136,9 +150,10 @@ class LexicalMemory(BaseRetrievalMemory):
         from .storage.windows import safe_table_name
 
         table = safe_table_name(self.settings.table)
+        # An existing index keeps the tokenizer it was built with (its terms are made by it).
+        tokenizer = table_tokenizer(self._db, table) or self.settings.tokenizer
         try:
-            self._db.migrate(f"fts:{table}", [m.format(t=table, tokenizer=self.settings.tokenizer)
-                                              for m in _FTS_MIGRATIONS])
+            self._db.migrate(f"fts:{table}", [m.format(t=table, tokenizer=tokenizer) for m in _FTS_MIGRATIONS])
         except Exception as exc:  # noqa: BLE001 - an SQLite built without FTS5
             if "fts5" not in str(exc).lower():
                 raise
@@ -159,15 +174,30 @@ class LexicalMemory(BaseRetrievalMemory):
         # Called inside the base's savepoint (_index_inline): a failure here undoes only the index.
         if self._fts is None:
             return
-        rows = [(d.rowid, d.text, d.session_id) for d in docs]
         con = self._db.connection_in_transaction()
+        if self.settings.neighbour_weight:
+            for doc in docs:  # in order: each document is the next neighbour of the one before
+                self._insert(con, [(doc.rowid, doc.text, doc.session_id,
+                                    context_text(con, self._docs.table, doc.session_id, doc.rowid))])
+                before, _ = adjacent(con, self._docs.table, doc.session_id, doc.rowid)
+                if before is not None:
+                    self._refresh_context(con, before[0], doc.session_id)
+            return
+        self._insert(con, [(d.rowid, d.text, d.session_id, None) for d in docs])
+
+    def _insert(self, con: Any, rows: list[tuple[int, str, str, str | None]]) -> None:
+        sql = f"INTO {self._fts} (rowid, content, session_id, ctx) VALUES (?, ?, ?, ?)"
         try:
-            con.executemany(f"INSERT INTO {self._fts} (rowid, content, session_id) VALUES (?, ?, ?)", rows)
+            con.executemany(f"INSERT {sql}", rows)
         except sqlite3.IntegrityError:
             # A document indexed before (an import re-run): replace it. Rare, so the common insert
             # skips REPLACE's lookup and delete of an old row.
-            con.executemany(f"INSERT OR REPLACE INTO {self._fts} (rowid, content, session_id) VALUES (?, ?, ?)",
-                            rows)
+            con.executemany(f"INSERT OR REPLACE {sql}", rows)
+
+    def _refresh_context(self, con: Any, rowid: int, session_id: str) -> None:
+        """Rebuild a document's neighbour column from the log (emptied when the option is off)."""
+        text = context_text(con, self._docs.table, session_id, rowid) if self.settings.neighbour_weight else None
+        con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (text, rowid))
 
     def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
         raise NotImplementedError("LexicalMemory indexes through _store_documents")
@@ -185,10 +215,14 @@ class LexicalMemory(BaseRetrievalMemory):
             # of a 10k-exchange query. A store holding one session (one persona, one user) skips it.
             session_id = None
         where = "AND session_id = ?" if session_id is not None else ""
-        params: list[Any] = [_or_of(words), *([session_id] if session_id is not None else []), top_k]
+        weight = self.settings.neighbour_weight
+        # Off, the query names the content column: context left by an earlier setting never matches.
+        match = _or_of(words) if weight else f"content : ({_or_of(words)})"
+        params: list[Any] = [match, *([session_id] if session_id is not None else []), top_k]
         rows = self._db.execute(
             f"SELECT d.doc_id, d.content, d.metadata, -f.rank FROM "
-            f"(SELECT rowid, bm25({t}) AS rank FROM {t} WHERE {t} MATCH ? {where} ORDER BY rank LIMIT ?) AS f "
+            f"(SELECT rowid, bm25({t}, 1.0, 0.0, {float(weight)!r}) AS rank FROM {t} "
+            f"WHERE {t} MATCH ? {where} ORDER BY rank LIMIT ?) AS f "
             f"JOIN {docs} AS d ON d.id = f.rowid ORDER BY f.rank",
             params,
         )
@@ -209,6 +243,11 @@ class LexicalMemory(BaseRetrievalMemory):
             return
         with self._db.atomic() as con:
             con.executemany(f"DELETE FROM {self._fts} WHERE rowid = ?", [(d.rowid,) for d in docs])
+            for rowid, session_id in survivors(con, self._docs.table, docs):
+                # A deleted exchange must not live on as a neighbour's context (forget means forget).
+                if con.execute(f"SELECT ctx FROM {self._fts} WHERE rowid = ?", (rowid,)).fetchone() not in (
+                        None, (None,), ("",)):
+                    self._refresh_context(con, rowid, session_id)
             con.executemany(f"INSERT INTO {self._fts}_deleted (doc) VALUES (?)", [(d.rowid,) for d in docs])
             con.execute(f"DELETE FROM {self._fts}_deleted WHERE seq <= "
                         f"(SELECT MAX(seq) FROM {self._fts}_deleted) - ?", (DELETION_LOG_KEEP,))

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 from ._documents import Document
 from ._log import LogOnce
+from ._neighbours import NeighbourVectors, neighbour_weight_option
 from .common import MemoryHit
 from .config import option
 from .errors import EmbeddingsError
@@ -65,6 +66,9 @@ class LocalRAGConfig(RetrievalConfig):
     embeddings_db_config: dict[str, Any] = option({}, "config passed to the vector store; for the default "
                                                   "store, no path means the memory's own db_path")
     collection: str = option("ovos_local_rag", "collection (vector store namespace) of this memory")
+    neighbour_weight: float = neighbour_weight_option(
+        "mix the neighbouring exchanges' vectors (before and after, same session) into each stored one: "
+        "v + w * (v_before + v_after) / 2; 0 = off. Our SQLite store only. The hybrid preset uses 0.5")
 
 
 class PluginSlot:
@@ -181,6 +185,8 @@ class LocalRAGMemory(BaseRetrievalMemory):
                                        self._log, self.plugin_name, on_ready=self._resume_indexing)
         self._owns_db = "_db" not in self.config
         self._db_filters = False  # the store takes where={"session_id": ...}: no over-fetching
+        self._neighbours = NeighbourVectors(self._db, f"{self._docs.table}_own_vectors", self._docs,
+                                            s.neighbour_weight) if s.neighbour_weight else None
 
     def _search(self, query: str, session_id: str | None = None,
                 top_k: int | None = None) -> list[tuple[str, str, float]]:
@@ -199,8 +205,26 @@ class LocalRAGMemory(BaseRetrievalMemory):
             return
         embedder, db = self._embedding_slot.get(), self._vector_slot.get()
         vectors = _embed_passages(embedder, [d.text for d in docs])
+        if self._mixes_neighbours() and all(d.rowid for d in docs):
+            self._write(db, self._neighbours.store(docs, vectors))  # type: ignore[union-attr]
+            return
         db.add_embeddings_batch([d.doc_id for d in docs], vectors, [_portable(d) for d in docs],
                                 collection_name=self.settings.collection)
+
+    def _mixes_neighbours(self) -> bool:
+        # Rewriting a neighbour's vector needs replace-by-key, which only our store promises.
+        if self._neighbours is None:
+            return False
+        if not self._db_filters:
+            self._log.warning("neighbours", "%s: retrieval.neighbour_weight needs the SQLite vector store "
+                              "(%s); vectors are stored unmixed", self.plugin_name, DEFAULT_DB)
+            return False
+        return True
+
+    def _write(self, db: Any, items: list[tuple[Document, Any]]) -> None:
+        if items:
+            db.add_embeddings_batch([d.doc_id for d, _ in items], [v for _, v in items],
+                                    [_portable(d) for d, _ in items], collection_name=self.settings.collection)
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         try:
@@ -225,6 +249,8 @@ class LocalRAGMemory(BaseRetrievalMemory):
         except EmbeddingsError:
             return  # queries check the document log, so the orphaned vectors are never recalled
         db.delete_embeddings_batch([d.doc_id for d in docs], collection_name=self.settings.collection)
+        if self._mixes_neighbours():
+            self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
 
     def _close_backend(self) -> None:
         db = self._vector_slot.loaded
@@ -294,6 +320,8 @@ class LocalRAGMemory(BaseRetrievalMemory):
             db.delete_collection(self.settings.collection)
             with self._db.atomic() as con:
                 con.execute(f"UPDATE {self._docs.table} SET indexed = 0")
+                if self._neighbours is not None:
+                    self._neighbours.clear(con)
             if self._worker is not None:
                 self._worker.notify()
         db.create_collection(self.settings.collection, {**collection.metadata, "embedder": model})

