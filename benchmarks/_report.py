@@ -292,13 +292,21 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "call per exchange), then `search(question, session_id, top_k=k)`; a question is recalled when the "
               "text of one of its evidence turns is inside the hits. *chars* is the mean total length of the hits "
               "(what the recall costs in prompt size). See `benchmarks/locomo.py` for the exact protocol. "
-              "Data: Maharana et al., ACL 2024, CC BY-NC 4.0.", ""] + locomo_tables(results)
+              "Data: Maharana et al., ACL 2024, CC BY-NC 4.0.",
+              "",
+              "*-neighbours* rows index each exchange with the exchanges before and after it "
+              "(`retrieval.neighbour_weight: 0.5`); *composite-plain* fuses lexical and local-rag at their "
+              "defaults (rrf); *composite-hybrid* is the hybrid preset (recency + lexical + local-rag, both "
+              "with neighbours, + entity; rrf).", ""] + locomo_tables(results)
     if images:
         lines += ["## Plots", ""] + [f"![{name}](img/{name})" for name in images] + [""]
     lines += ["## Reproduce", "", "```", "make bench        # python benchmarks/run.py --full",
               "make bench-quick  # python benchmarks/run.py --quick (CI smoke run, < 2 minutes)",
               "python benchmarks/locomo.py --backend lexical|local-rag|composite-hybrid [--embedder e5|minilm]",
+              "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5 (issue 3)",
+              "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members' (issue 6)",
               "```", "",
+              "The last two scripts' outputs, with the targets they are held to: [targets.md](targets.md).", "",
               f"Raw numbers of this run: `.bench-cache/{results.get('raw', 'results.json')}` (not committed).", ""]
     return "\n".join(lines)
 

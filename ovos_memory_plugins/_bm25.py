@@ -22,6 +22,7 @@ background thread with its own connection; until it finishes, FTS5 answers.
 from __future__ import annotations
 
 import array
+import pathlib
 import re
 import sqlite3
 import threading
@@ -303,8 +304,10 @@ class PostingsMirror:
             ready.append(row)
         if ready and self._has_context([r[0] for r in ready]):
             return False
-        for row, counts in zip(ready, self.tokenizer.counts([r[2] for r in ready])):
-            snap.add(row[0], row[1], counts)
+        for start in range(0, len(ready), 2_000):  # in slices: a word list per document costs memory
+            chunk = ready[start:start + 2_000]
+            for row, counts in zip(chunk, self.tokenizer.counts([r[2] for r in chunk])):
+                snap.add(row[0], row[1], counts)
         if ready:
             snap.max_id = ready[-1][0]
         return len(ready) == len(rows)
@@ -358,7 +361,10 @@ class PostingsMirror:
                 self._snapshot = snap
 
     def _read_snapshot(self, path: str | None) -> _Snapshot | None:
-        con: Any = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False) if path else None
+        # A read-only connection of its own (WAL lets it read beside the writer); as_uri() escapes
+        # '?', '#' and '%' in the path.
+        con: Any = sqlite3.connect(f"{pathlib.Path(path).resolve().as_uri()}?mode=ro", uri=True,
+                                   check_same_thread=False) if path else None
         try:
             if con is None:
                 with self._db.read() as shared:

@@ -154,3 +154,9 @@ def test_word_by_word_tokenizing_equals_fts5_on_the_whole_text(texts):
         assert tokenizer.counts(texts) == tokenizer._fts5_counts(texts)
     finally:
         tokenizer.close()
+
+
+def test_a_path_with_uri_characters_loads(tmp_path, closing):
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "we?ird #name%20.db")}))
+    memory.update_history([AgentMessage(U, "garden party"), AgentMessage(A, "ok")], "s")
+    assert memory.flush(10) and memory._mirror.ready
