@@ -39,21 +39,27 @@ def adjacent(con: Any, docs_table: str, session_id: str, rowid: int) -> tuple[An
     return before, after
 
 
-def context_text(con: Any, docs_table: str, session_id: str, rowid: int) -> str:
-    """The neighbours' texts, one per line: what a keyword index adds to the exchange."""
-    return "\n".join(row[2] for row in adjacent(con, docs_table, session_id, rowid) if row is not None)
+def context_text(before: Any, after: Any) -> str:
+    """The neighbours' texts (rows from :func:`adjacent`), one per line."""
+    return "\n".join(row[2] for row in (before, after) if row is not None)
 
 
 def survivors(con: Any, docs_table: str, deleted: Sequence[Document]) -> list[tuple[int, str]]:
     """``(id, session_id)`` of remaining documents that had a deleted one as a neighbour.
 
-    Call after the rows are gone from the log.
+    Call after the rows are gone from the log. A session with nothing left (forget) costs one query.
     """
-    found: dict[int, str] = {}
+    by_session: dict[str, list[Document]] = {}
     for doc in deleted:
-        for row in adjacent(con, docs_table, doc.session_id, doc.rowid):
-            if row is not None:
-                found[row[0]] = doc.session_id
+        by_session.setdefault(doc.session_id, []).append(doc)
+    found: dict[int, str] = {}
+    for session_id, docs in by_session.items():
+        if not con.execute(f"SELECT 1 FROM {docs_table} WHERE session_id = ? LIMIT 1", (session_id,)).fetchone():
+            continue
+        for doc in docs:
+            for row in adjacent(con, docs_table, session_id, doc.rowid):
+                if row is not None:
+                    found[row[0]] = session_id
     return sorted(found.items())
 
 
@@ -103,9 +109,11 @@ class NeighbourVectors:
             own = self._raw(con, doc.rowid)
             if own is None:
                 continue  # not embedded yet: its turn comes when it is
-            around = [self._raw(con, row[0]) for row in adjacent(con, self._docs.table, doc.session_id, doc.rowid)
-                      if row is not None]
-            mixed = own + self.weight * sum((v for v in around if v is not None), own * 0) / 2
+            mixed = own.copy()
+            for row in adjacent(con, self._docs.table, doc.session_id, doc.rowid):
+                neighbour = self._raw(con, row[0]) if row is not None else None
+                if neighbour is not None:  # a missing or not yet embedded neighbour counts as zero
+                    mixed += self.weight * neighbour / 2
             out.append((doc, mixed / (float((mixed * mixed).sum()) ** 0.5 or 1.0)))
         return out
 

@@ -72,11 +72,11 @@ class LexicalConfig(RetrievalConfig):
         list(LANGUAGES), "languages whose stop words are left out of queries; [] keeps every word",
         key="retrieval.stopword_languages", kind=list)
     extra_stopwords: list[str] = option([], "more words to leave out of queries", key="retrieval.extra_stopwords")
-    # Ours: FTS5 scores every matching row (~1 µs each): 3 ms a turn at 100k exchanges; the same
-    # ranking from postings in RAM takes ~0.1 ms. About 10 MB per 100k exchanges.
     neighbour_weight: float = neighbour_weight_option(
         "weight of the neighbouring exchanges' words (the one before and after, same session) in ranking; "
         "0 = off. The hybrid preset uses 0.5")
+    # Ours: FTS5 scores every matching row (~1 µs each): 3 ms a turn at 100k exchanges; the same
+    # ranking from postings in RAM takes ~0.1 ms. About 10 MB per 100k exchanges.
     ram_index: bool = option(True, "rank from a copy of the keyword postings in RAM (same results as FTS5, "
                                    "faster on large stores; false saves memory on small devices)")
 
@@ -177,9 +177,8 @@ class LexicalMemory(BaseRetrievalMemory):
         con = self._db.connection_in_transaction()
         if self.settings.neighbour_weight:
             for doc in docs:  # in order: each document is the next neighbour of the one before
-                self._insert(con, [(doc.rowid, doc.text, doc.session_id,
-                                    context_text(con, self._docs.table, doc.session_id, doc.rowid))])
-                before, _ = adjacent(con, self._docs.table, doc.session_id, doc.rowid)
+                before, after = adjacent(con, self._docs.table, doc.session_id, doc.rowid)
+                self._insert(con, [(doc.rowid, doc.text, doc.session_id, context_text(before, after))])
                 if before is not None:
                     self._refresh_context(con, before[0], doc.session_id)
             return
@@ -196,7 +195,8 @@ class LexicalMemory(BaseRetrievalMemory):
 
     def _refresh_context(self, con: Any, rowid: int, session_id: str) -> None:
         """Rebuild a document's neighbour column from the log (emptied when the option is off)."""
-        text = context_text(con, self._docs.table, session_id, rowid) if self.settings.neighbour_weight else None
+        text = context_text(*adjacent(con, self._docs.table, session_id, rowid)) \
+            if self.settings.neighbour_weight else None
         con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (text, rowid))
 
     def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
@@ -245,8 +245,8 @@ class LexicalMemory(BaseRetrievalMemory):
             con.executemany(f"DELETE FROM {self._fts} WHERE rowid = ?", [(d.rowid,) for d in docs])
             for rowid, session_id in survivors(con, self._docs.table, docs):
                 # A deleted exchange must not live on as a neighbour's context (forget means forget).
-                if con.execute(f"SELECT ctx FROM {self._fts} WHERE rowid = ?", (rowid,)).fetchone() not in (
-                        None, (None,), ("",)):
+                row = con.execute(f"SELECT ctx FROM {self._fts} WHERE rowid = ?", (rowid,)).fetchone()
+                if row is not None and row[0]:
                     self._refresh_context(con, rowid, session_id)
             con.executemany(f"INSERT INTO {self._fts}_deleted (doc) VALUES (?)", [(d.rowid,) for d in docs])
             con.execute(f"DELETE FROM {self._fts}_deleted WHERE seq <= "
