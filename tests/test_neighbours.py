@@ -126,3 +126,12 @@ def test_the_hybrid_preset_recalls_through_neighbours(tmp_path, closing, monkeyp
     feed(memory)
     memory.flush(60)
     assert "s_1" in [h.source for h in memory.search("adoption agency", "s")]
+
+
+@pytest.mark.parametrize("cls", [LexicalMemory, LocalRAGMemory])
+@pytest.mark.parametrize("bad", [-0.5, "much"])
+def test_a_bad_neighbour_weight_is_a_clear_error(tmp_path, cls, bad):
+    from ovos_memory_plugins.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="neighbour_weight"):
+        cls({"db_path": str(tmp_path / "m.db"), "retrieval": {"neighbour_weight": bad}})
