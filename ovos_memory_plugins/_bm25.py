@@ -3,18 +3,19 @@
 Why: FTS5 scores every row matching any query term, with a lookup of that row's length each:
 about 1 µs a row, so 3 ms a turn at 100,000 stored exchanges. The same BM25 over numpy arrays
 of postings takes a tenth of that. FTS5 stays the durable index and the fallback: the mirror
-answers only while it is provably in sync with the database, and ``search`` returns ``None``
+answers only while it is provably in step with the document log, and ``search`` returns ``None``
 (use FTS5) whenever it is not.
 
 How it stays in sync, across threads and processes sharing the file:
 
-* new documents: the document log's ids only grow (AUTOINCREMENT); each search reads
-  ``max(id)`` and tokenizes the rows above the last one seen with FTS5's own tokenizer (a
+* new documents: the document log's ids only grow (AUTOINCREMENT); each search reads the
+  rows above the last one seen and tokenizes them with FTS5's own tokenizer (a
   private in-memory FTS5 table), so both sides see the same terms;
 * deletions (forget, expiry) append the deleted ids to a log table in the same transaction;
   each search reads the new entries and drops those documents from the statistics;
-* a document still waiting for its index entry (indexing failed) stops the mirror at that id
-  until it is indexed: until then FTS5 answers.
+* documents still waiting for their FTS5 entries (indexing runs in background batches) are in
+  the log already, so they are ranked as FTS5 will rank them once indexed: recall does not wait
+  for the indexer.
 
 The first load reads every posting through ``fts5vocab`` (about 3 s per 100,000 exchanges), on a
 background thread with its own connection; until it finishes, FTS5 answers.
@@ -147,18 +148,22 @@ class _Snapshot:
     def add(self, rowid: int, session_id: str, counts: dict[str, int]) -> None:
         pos = len(self.rowids)
         self.rowids.append(rowid)
-        length = sum(counts.values())
+        length = self.add_postings(pos, counts)
         self.lengths.append(length)
         self.sessions.append(self.session_codes.setdefault(session_id, len(self.session_codes)))
         self.alive.append(1)
         self.n_alive += 1
         self.total_tokens += length
+
+    def add_postings(self, pos: int, counts: dict[str, int]) -> int:
+        """Record the terms of the document at ``pos``; returns its length in tokens."""
         for term, tf in counts.items():
             entry = self.postings.get(term)
             if entry is None:
                 entry = self.postings[term] = (array.array("i"), array.array("i"))
             entry[0].append(pos)
             entry[1].append(tf)
+        return sum(counts.values())
 
     def delete(self, rowids: Iterable[int]) -> None:
         import numpy as np
@@ -186,10 +191,10 @@ class _Snapshot:
         entries = [e for e in map(self.postings.get, terms) if e is not None]
         if not entries:
             return []
-        # All phrases at once (term order kept, so each row's sum adds up in FTS5's order).
+        # All phrases at once, in query order: each document's sum then adds up in FTS5's order.
         pos = np.concatenate([np.frombuffer(e[0], dtype=np.int32) for e in entries])
         tf = np.concatenate([np.frombuffer(e[1], dtype=np.int32) for e in entries]).astype(np.float64)
-        sizes = np.fromiter((len(e[0]) for e in entries), dtype=np.int64, count=len(entries))
+        sizes = np.array([len(e[0]) for e in entries])
         if self.n_alive < len(self.alive):  # deleted documents stay in the postings, masked
             keep = np.frombuffer(self.alive, dtype=np.uint8)[pos]
             df = np.add.reduceat(keep.astype(np.int64), np.cumsum(sizes) - sizes)
@@ -202,17 +207,23 @@ class _Snapshot:
         lengths = np.frombuffer(self.lengths, dtype=np.int32)[pos]
         avgdl = self.total_tokens / self.n_alive
         weight = np.repeat(idf, sizes) * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * lengths / avgdl)))
-        docs, inverse = np.unique(pos, return_inverse=True)
-        scores = np.bincount(inverse.ravel(), weights=weight)
         if code is not None:
-            mine = np.frombuffer(self.sessions, dtype=np.int32)[docs] == code
-            docs, scores = docs[mine], scores[mine]
+            mine = np.frombuffer(self.sessions, dtype=np.int32)[pos] == code
+            if not mine.all():
+                pos, weight = pos[mine], weight[mine]
+                if not len(pos):
+                    return []
+        # Sum per document: a stable sort groups each document's terms, still in query order.
+        order = np.argsort(pos, kind="stable")
+        pos = pos[order]
+        starts = np.flatnonzero(np.concatenate(([True], pos[1:] != pos[:-1])))
+        docs, scores = pos[starts], np.add.reduceat(weight[order], starts)
         if len(docs) > top_k:
             best = np.argpartition(-scores, top_k - 1)[:top_k]
             docs, scores = docs[best], scores[best]
         rowids = np.frombuffer(self.rowids, dtype=np.int64)[docs]
         order = np.lexsort((rowids, -scores))
-        return [(int(rowids[i]), float(scores[i])) for i in order]
+        return list(zip(rowids[order].tolist(), scores[order].tolist()))
 
 
 class PostingsMirror:
@@ -268,8 +279,6 @@ class PostingsMirror:
                 if self._closed or (deadline is not None and time.monotonic() >= deadline):
                     return False
                 if self._loader is None or not self._loader.is_alive():
-                    if self._snapshot is not None:
-                        return False  # a document waits for its index entry: waiting cannot help
                     self._start_loading()
                     if self._snapshot is None and (self._loader is None or not self._loader.is_alive()):
                         return self._unusable  # else the load failed (logged); FTS5 answers
@@ -285,48 +294,48 @@ class PostingsMirror:
 
     # -- keeping in step ---------------------------------------------------------------------
     def _sync(self, snap: _Snapshot) -> bool:
-        max_id, deleted_seq = self._db.execute(
-            f"SELECT (SELECT COALESCE(MAX(id), 0) FROM {self._docs}), "
-            f"(SELECT COALESCE(MAX(seq), 0) FROM {self._deleted})")[0]
-        if deleted_seq > snap.deleted_seq and not self._apply_deletions(snap):
+        """Apply what was written since the last sync; False (and reloading) when that cannot be done."""
+        gap = -1 if self._db.is_memory else self.reload_gap + 1
+        # One statement a search: documents added, then documents deleted (their id in ``doc``).
+        rows = self._db.execute(
+            f"SELECT * FROM (SELECT id, session_id, content FROM {self._docs} WHERE id > ? ORDER BY id LIMIT ?) "
+            f"UNION ALL SELECT * FROM (SELECT NULL, seq, doc FROM {self._deleted} WHERE seq > ? ORDER BY seq)",
+            (snap.max_id, gap, snap.deleted_seq))
+        added = [r for r in rows if r[0] is not None]
+        if len(added) < len(rows) and not self._apply_deletions(snap, [r[1:] for r in rows if r[0] is None]):
             return False
-        if max_id <= snap.max_id:
-            return True
-        if max_id - snap.max_id > self.reload_gap and not self._db.is_memory:
+        if gap > 0 and len(added) >= gap:  # another process wrote a lot: load afresh, in the background
             self._reload()
             return False
-        rows = self._db.execute(
-            f"SELECT id, session_id, content, indexed FROM {self._docs} WHERE id > ? ORDER BY id", (snap.max_id,))
-        ready = []
-        for row in rows:
-            if not row[3]:
-                break  # not in FTS5 yet: stop before it, and let FTS5 answer meanwhile
-            ready.append(row)
-        if ready and self._has_context([r[0] for r in ready]):
-            return False
-        for start in range(0, len(ready), 2_000):  # in slices: a word list per document costs memory
-            chunk = ready[start:start + 2_000]
+        self._add_documents(snap, added)
+        if added:
+            snap.max_id = added[-1][0]
+        return True
+
+    def _add_documents(self, snap: _Snapshot, rows: Sequence[Any]) -> None:
+        """Tokenize ``(id, session_id, content)`` rows (in id order) into ``snap``."""
+        for start in range(0, len(rows), 2_000):  # in slices: a word list per document costs memory
+            chunk = rows[start:start + 2_000]
             for row, counts in zip(chunk, self.tokenizer.counts([r[2] for r in chunk])):
                 snap.add(row[0], row[1], counts)
-        if ready:
-            snap.max_id = ready[-1][0]
-        return len(ready) == len(rows)
 
-    def _apply_deletions(self, snap: _Snapshot) -> bool:
-        rows = self._db.execute(
-            f"SELECT seq, doc FROM {self._deleted} WHERE seq > ? ORDER BY seq", (snap.deleted_seq,))
-        if rows and rows[0][0] != snap.deleted_seq + 1:
+    def _apply_deletions(self, snap: _Snapshot, rows: Sequence[Any]) -> bool:
+        """Drop the documents of deletion-log rows ``(seq, doc)``, in seq order."""
+        if rows[0][0] != snap.deleted_seq + 1:
             self._reload()  # entries this mirror never saw were pruned: start again
             return False
         snap.delete(r[1] for r in rows)
-        if rows:
-            snap.deleted_seq = rows[-1][0]
+        snap.deleted_seq = rows[-1][0]
         return True
 
-    def _has_context(self, rowids: Sequence[int] | None = None) -> bool:
-        """True (and the mirror retires) when rows carry neighbour context: another writer's setting."""
-        where = f"rowid IN ({','.join(map(str, rowids))}) AND" if rowids is not None else ""
-        if self._db.execute(f"SELECT 1 FROM {self._fts} WHERE {where} ctx IS NOT NULL AND ctx != '' LIMIT 1"):
+    def _has_context(self) -> bool:
+        """True (and the mirror retires) when rows carry neighbour context: written with another setting.
+
+        Checked at load. A process running with a different ``retrieval.neighbour_weight`` on the
+        same file while this one runs is not detected until the next load: meanwhile this copy
+        ranks on the exchanges' own words (document lengths then differ slightly from FTS5's).
+        """
+        if self._db.execute(f"SELECT 1 FROM {self._fts} WHERE ctx IS NOT NULL AND ctx != '' LIMIT 1"):
             self._unusable, self._snapshot = True, None
             self._log.warning("context", "keyword index %s holds neighbour context (retrieval.neighbour_weight); "
                               "FTS5 ranks, the RAM copy is off", self._fts)
@@ -377,15 +386,14 @@ class PostingsMirror:
 
     def _read_from(self, con: Any) -> _Snapshot | None:
         snap = _Snapshot()
-        if con.execute(f"SELECT 1 FROM {self._docs} WHERE indexed = 0 LIMIT 1").fetchone():
-            return None  # a document waiting for its index entry: a later search tries again
         snap.max_id, snap.deleted_seq = con.execute(
             f"SELECT (SELECT COALESCE(MAX(id), 0) FROM {self._docs}), "
             f"(SELECT COALESCE(MAX(seq), 0) FROM {self._deleted})").fetchone()
-        docs = con.execute(f"SELECT id, session_id FROM {self._docs} ORDER BY id").fetchall()
-        pos_of = {}
-        for pos, (rowid, session_id) in enumerate(docs):
-            pos_of[rowid] = pos
+        docs = con.execute(f"SELECT id, session_id, indexed FROM {self._docs} ORDER BY id").fetchall()
+        pos_of: dict[int, int] = {}
+        pending_pos: dict[int, int] = {}  # documents not in FTS5 yet
+        for pos, (rowid, session_id, indexed) in enumerate(docs):
+            (pos_of if indexed else pending_pos)[rowid] = pos
             snap.rowids.append(rowid)
             snap.sessions.append(snap.session_codes.setdefault(session_id, len(snap.session_codes)))
         lengths = [0] * len(docs)
@@ -402,6 +410,12 @@ class PostingsMirror:
             entry[0].append(at)  # type: ignore[index]
             entry[1].append(tf)  # type: ignore[index]
             lengths[at] += tf
+        if pending_pos:  # not in FTS5 yet (the indexer batches): their terms come from their text
+            rows = con.execute(f"SELECT id, content FROM {self._docs} WHERE indexed = 0 ORDER BY id").fetchall()
+            for (rowid, _), counts in zip(rows, self.tokenizer.counts([r[1] for r in rows])):
+                at = pending_pos.get(rowid)
+                if at is not None:
+                    lengths[at] = snap.add_postings(at, counts)
         snap.lengths.extend(lengths)
         snap.alive.extend(b"\x01" * len(docs))
         snap.n_alive = len(docs)

@@ -129,6 +129,9 @@ class DocumentLog:
         rows = self.db.execute(f"SELECT session_id FROM {self.table}_seq LIMIT 2")
         return len(rows) == 1 and rows[0][0] == session_id
 
+    def has_pending(self) -> bool:
+        return bool(self.db.execute(f"SELECT 1 FROM {self.table} WHERE indexed = 0 LIMIT 1"))
+
     def count_pending(self) -> int:
         return int(self.db.execute(f"SELECT COUNT(*) FROM {self.table} WHERE indexed = 0")[0][0])
 

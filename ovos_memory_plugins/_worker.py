@@ -4,6 +4,9 @@ The owner supplies ``step()``: do one batch of pending work and return True whil
 pending. ``notify()`` wakes the thread after new work is queued, ``flush()`` waits until every
 batch queued before the call is done, ``close()`` drains and stops. A ``step`` that raises is
 logged once and retried after ``retry_delay``; the thread never dies of it.
+
+With ``batch_delay``, work arriving in a burst is gathered for that long before ``step`` runs,
+so one transaction carries many items; ``flush()`` and ``close()`` cut the wait short.
 """
 from __future__ import annotations
 
@@ -17,18 +20,23 @@ __all__ = ["BackgroundWorker"]
 
 
 class BackgroundWorker:
-    def __init__(self, name: str, step: Callable[[], bool], retry_delay: float = 5.0, poll: float | None = None):
+    def __init__(self, name: str, step: Callable[[], bool], retry_delay: float = 5.0, poll: float | None = None,
+                 batch_delay: float = 0.0):
         """
         Args:
             name: thread name, also used in log lines.
             step: does one batch; returns True while more work is pending.
             retry_delay: seconds to wait after ``step`` raised.
             poll: if set, also wake every ``poll`` seconds (work queued by other processes).
+            batch_delay: seconds to let new work gather before a step (0: start at once).
         """
         self.name = name
         self._step = step
         self._retry_delay = retry_delay
         self._poll = poll
+        self._batch_delay = batch_delay
+        self._hurry = False  # flush() or close() waits: skip the batching delay
+        self._gathering = False
         self._cond = threading.Condition()
         self._requested = 0  # notify() calls so far
         self._settled = 0    # the request count at the last moment step() found nothing left
@@ -44,7 +52,8 @@ class BackgroundWorker:
             if self._thread is None and not self._stop:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            if not self._gathering:  # waking a gathering thread per item would cost each caller a switch
+                self._cond.notify_all()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the work queued before this call is done; False on timeout or failure."""
@@ -55,6 +64,8 @@ class BackgroundWorker:
         self.notify()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            self._hurry = True
+            self._cond.notify_all()
             target = self._requested
             while self._settled < target and self._failed < target:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -74,8 +85,11 @@ class BackgroundWorker:
         return drained
 
     def _run(self) -> None:
+        gather = True  # woken by new work (not continuing a backlog): let the burst gather
         while True:
             with self._cond:
+                if gather:
+                    self._gather()
                 if self._stop:
                     return
                 seen = self._requested
@@ -86,6 +100,7 @@ class BackgroundWorker:
                 self._wait_after_failure(seen)
                 continue
             self._log.clear("step", f"{self.name}: background work recovered")
+            gather = not more
             if more:
                 continue
             with self._cond:
@@ -93,6 +108,17 @@ class BackgroundWorker:
                 self._cond.notify_all()
                 if self._requested == seen and not self._stop:
                     self._cond.wait(self._poll)
+
+    def _gather(self) -> None:
+        """Wait up to ``batch_delay`` (condition held) unless someone is waiting for the work."""
+        deadline = time.monotonic() + self._batch_delay
+        self._gathering = True
+        while not (self._stop or self._hurry):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._cond.wait(remaining)
+        self._gathering = self._hurry = False
 
     def _wait_after_failure(self, seen: int) -> None:
         with self._cond:

@@ -3,6 +3,7 @@
 Drop-in with the reference (``db_path``, ``table``, score = -bm25, every base key), plus:
 
 * the verbatim window and the documents live in the same file, in one transaction per update;
+  the FTS5 entries follow in background batches, and recall never waits for them;
 * stop words of the configured languages are left out of the query, so "what is my name"
   searches for "name", not for every exchange containing "is";
 * user text never reaches ``MATCH`` raw: each term is quoted, so ``NEAR``, ``OR``, ``*``,
@@ -133,6 +134,12 @@ class LexicalMemory(BaseRetrievalMemory):
     plugin_name: ClassVar[str] = "ovos-memory-plugin-lexical"
     default_db_name: ClassVar[str] = "lexical_memory.db"
     index_in_database: ClassVar[bool] = True
+    # Writing FTS5 costs more than the rest of an update together (its own pages, and a segment
+    # per commit). Off the turn, a burst of exchanges shares one commit; meanwhile the RAM
+    # postings cover documents not indexed yet, and an FTS5 query first indexes what is pending.
+    background_index: ClassVar[bool] = True
+    index_batch: ClassVar[int] = 500
+    index_delay: ClassVar[float] = 0.05
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
@@ -171,7 +178,7 @@ class LexicalMemory(BaseRetrievalMemory):
 
     # -- hooks -----------------------------------------------------------------------------
     def _store_documents(self, docs: Sequence[Document]) -> None:
-        # Called inside the base's savepoint (_index_inline): a failure here undoes only the index.
+        # Called inside the transaction that marks them indexed (the base's _index_step).
         if self._fts is None:
             return
         con = self._db.connection_in_transaction()
@@ -209,6 +216,7 @@ class LexicalMemory(BaseRetrievalMemory):
         ranked = self._mirror.search(words, top_k, session_id) if self._mirror is not None else None
         if ranked is not None:
             return self._hits(ranked)
+        self._index_before_query()
         t, docs = self._fts, self._docs.table
         if session_id is not None and self._docs.holds_only(session_id):
             # Filtering on the UNINDEXED session column reads every matching row's content: 40%
@@ -227,6 +235,15 @@ class LexicalMemory(BaseRetrievalMemory):
             params,
         )
         return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score in rows]
+
+    def _index_before_query(self) -> None:
+        """Index what the background indexer has not yet, so FTS5 ranks every stored exchange."""
+        if not self._docs.has_pending():
+            return
+        try:
+            self._index_pending_here()
+        except Exception as exc:  # noqa: BLE001 - rank what is indexed; the indexer retries the rest
+            self._log.error("index", "%s: failed to index stored exchanges: %s; will retry", self.plugin_name, exc)
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[MemoryHit]:
         if not ranked:

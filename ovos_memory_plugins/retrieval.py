@@ -100,6 +100,8 @@ class BaseRetrievalMemory(MemoryPlugin):
     background_index: ClassVar[bool] = False
     #: Documents indexed per batch.
     index_batch: ClassVar[int] = 32
+    #: Seconds the background indexer lets new documents gather, so one batch carries a burst.
+    index_delay: ClassVar[float] = 0.0
     #: True: the index lives in this memory's own database, so ``forget`` deletes from it in the
     #: same transaction (a crash mid-forget cannot leave index rows of a forgotten session).
     index_in_database: ClassVar[bool] = False
@@ -121,8 +123,8 @@ class BaseRetrievalMemory(MemoryPlugin):
         self._updates = 0
         self._started = False
         self._start_lock = threading.Lock()
-        self._worker = BackgroundWorker(f"{self.plugin_name}-indexer", self._index_step) \
-            if self.background_index else None
+        self._worker = BackgroundWorker(f"{self.plugin_name}-indexer", self._index_step,
+                                        batch_delay=self.index_delay) if self.background_index else None
 
     # -- hooks for subclasses --------------------------------------------------------------
     def _table_prefix(self) -> str:
@@ -357,6 +359,15 @@ class BaseRetrievalMemory(MemoryPlugin):
             self._log.error("index", "%s: failed to store document(s): %s; will retry", self.plugin_name, exc)
 
     def _index_step(self) -> bool:
+        """Index one batch of pending documents; True while more are pending. Raises on failure."""
+        if self.index_in_database:
+            # The index is in this file: entries and marks commit together, one commit a batch.
+            with self._db.atomic() as con:
+                docs = self._docs.pending(self.index_batch, con)
+                if docs:
+                    self._store_documents(docs)
+                    self._docs.mark_indexed(con, [d.rowid for d in docs], True)
+            return len(docs) == self.index_batch
         docs = self._docs.pending(self.index_batch)
         if not docs:
             return False
@@ -364,6 +375,11 @@ class BaseRetrievalMemory(MemoryPlugin):
         with self._db.atomic() as con:
             self._docs.mark_indexed(con, [d.rowid for d in docs], True)
         return len(docs) == self.index_batch
+
+    def _index_pending_here(self) -> None:
+        """Index every pending document in this thread, now (a query about to read the index)."""
+        while self._index_step():
+            pass
 
     def _scoped_query(self, query: str, k: int, session_id: str | None) -> list[MemoryHit]:
         if self._query_takes_session:

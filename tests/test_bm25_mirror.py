@@ -104,17 +104,44 @@ def test_writes_of_another_process_are_seen(tmp_path, closing):
     assert_same_ranking(mirror_ranking(memory, "park lisbon", None, 5), fts5_ranking(memory, "park lisbon", None, 50))
 
 
-def test_a_document_waiting_for_its_index_entry_hands_over_to_fts5(tmp_path, closing):
+def test_documents_not_indexed_yet_rank_at_once_as_fts5_will(tmp_path, closing):
     memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db")}))
     memory.update_history([AgentMessage(U, "coffee in Porto"), AgentMessage(A, "ok")], "s")
     assert memory.flush(10)
-    with memory._db.atomic() as con:  # as an indexing failure leaves it
-        memory._docs.add(con, "s", "Q: coffee in Lisbon", {}, indexed=False)
-    assert memory._mirror.search(["coffee"], 5, "s") is None
-    assert [h.source for h in memory.search("coffee", "s")] == ["s_0"]  # FTS5 answered
-    memory._index_pending_now()
-    assert memory.flush(10)
-    assert sorted(h.source for h in memory.search("coffee", "s")) == ["s_0", "s_1"]
+    with memory._db.atomic() as con:  # as the indexer leaves it before its batch (or a failure)
+        memory._docs.add(con, "s", "Q: coffee in Lisbon, coffee", {}, indexed=False)
+    ranked = memory._mirror.search(["coffee"], 5, "s")
+    assert ranked is not None and [rowid for rowid, _ in ranked] == [2, 1]
+    assert memory._docs.count_pending() == 1
+    fts = fts5_ranking(memory, "coffee", "s", 5)  # an FTS5 query indexes what is pending first
+    assert memory._docs.count_pending() == 0
+    assert_same_ranking(mirror_ranking(memory, "coffee", "s", 5), fts)
+
+
+def test_a_mirror_loaded_while_documents_wait_for_the_indexer_ranks_them(tmp_path, closing):
+    path = str(tmp_path / "l.db")
+    first = closing(LexicalMemory({"db_path": path}))
+    first.update_history([AgentMessage(U, "coffee in Porto"), AgentMessage(A, "ok")], "s")
+    assert first.flush(10)
+    with first._db.atomic() as con:  # another process stored these and has not indexed them yet
+        for text in ("Q: coffee in Lisbon, coffee", "Q: tea in Braga"):
+            first._docs.add(con, "s", text, {}, indexed=False)
+    second = closing(LexicalMemory({"db_path": path}))
+    second._started = True  # only load the postings: leave the pending rows to the other process
+    assert second._mirror.wait(10)
+    loaded = [(h.source, h.score) for h in second._query_backend("coffee tea", 5, "s")]
+    assert second._docs.count_pending() == 2  # the mirror answered; nothing was indexed
+    assert_same_ranking(loaded, fts5_ranking(first, "coffee tea", "s", 5))
+
+
+def test_an_exchange_is_recalled_right_after_it_is_stored_on_every_path(tmp_path, closing):
+    for config in ({}, {"ram_index": False}, {"retrieval": {"neighbour_weight": 0.5}}):
+        memory = closing(LexicalMemory({"db_path": str(tmp_path / f"{len(config)}{config}.db"), **config}))
+        for i in range(20):
+            memory.update_history([AgentMessage(U, f"note {i} about turnips"), AgentMessage(A, "ok")], "s")
+        assert [h.source for h in memory.search("turnips", "s", top_k=1)], config
+        memory.update_history([AgentMessage(U, "my cat is Rex"), AgentMessage(A, "noted")], "s")
+        assert [h.source for h in memory.search("Rex", "s")][:1] == ["s_20"], config
 
 
 def test_a_pruned_deletion_log_reloads(tmp_path, closing, monkeypatch):

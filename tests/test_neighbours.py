@@ -37,6 +37,7 @@ def test_lexical_finds_the_answer_through_the_exchange_before(tmp_path, closing)
 def test_lexical_context_is_rebuilt_when_a_neighbour_expires(tmp_path, closing):
     memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db"), "retrieval": {"neighbour_weight": 0.5}}))
     feed(memory)
+    assert memory.flush(10)  # the background indexer has written the FTS5 rows
     with memory._db.atomic() as con:  # the first exchange expires
         memory._delete_documents(memory._docs.delete_older_than(con, memory._docs.for_session("s")[1].ts))
     rows = memory._db.execute(f"SELECT rowid, ctx FROM {memory._fts}")
@@ -46,7 +47,9 @@ def test_lexical_context_is_rebuilt_when_a_neighbour_expires(tmp_path, closing):
 
 def test_turning_the_option_off_stops_matching_old_context(tmp_path, closing):
     path = str(tmp_path / "l.db")
-    feed(closing(LexicalMemory({"db_path": path, "retrieval": {"neighbour_weight": 0.5}})))
+    before = LexicalMemory({"db_path": path, "retrieval": {"neighbour_weight": 0.5}})
+    feed(before)
+    before.close()  # the persona restarts with the option off
     memory = closing(LexicalMemory({"db_path": path}))
     assert memory.flush(10)  # the RAM copy retires: the index holds context it cannot rank
     assert memory._mirror._unusable
@@ -57,7 +60,9 @@ def test_an_index_from_before_the_context_column_is_migrated(tmp_path, closing):
     import sqlite3
 
     path = str(tmp_path / "old.db")
-    feed(closing(LexicalMemory({"db_path": path})))
+    old = LexicalMemory({"db_path": path})
+    feed(old)
+    old.close()
     con = sqlite3.connect(path)
     con.execute("DROP TABLE lexical_memory")  # rebuild the version-1 layout with its rows
     con.execute("CREATE VIRTUAL TABLE lexical_memory USING fts5(content, session_id UNINDEXED, "

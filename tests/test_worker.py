@@ -66,3 +66,26 @@ def test_flush_reports_false_while_the_work_keeps_failing():
     worker.notify()
     assert worker.flush(5)
     worker.close()
+
+
+def test_a_burst_gathers_into_one_step_and_flush_does_not_wait_out_the_delay():
+    queued, batches = [], []
+
+    def step():
+        if queued:
+            batches.append(list(queued))
+            queued.clear()
+        return False
+
+    worker = BackgroundWorker("t", step, batch_delay=30.0)
+    for item in range(50):
+        queued.append(item)
+        worker.notify()
+    assert batches == []  # still gathering: nothing ran per item
+    started = time.monotonic()
+    assert worker.flush(20)  # would time out if flush waited for the 30 s delay
+    assert time.monotonic() - started < 20
+    assert batches == [list(range(50))]
+    queued.append(50)
+    worker.notify()
+    assert worker.close(20) and batches[-1] == [50]  # close drains without waiting the delay either
