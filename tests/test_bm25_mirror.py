@@ -187,3 +187,29 @@ def test_a_path_with_uri_characters_loads(tmp_path, closing):
     memory = closing(LexicalMemory({"db_path": str(tmp_path / "we?ird #name%20.db")}))
     memory.update_history([AgentMessage(U, "garden party"), AgentMessage(A, "ok")], "s")
     assert memory.flush(10) and memory._mirror.ready
+
+
+def test_exchanges_killed_before_their_index_batch_are_indexed_at_the_next_start(tmp_path, closing):
+    import sqlite3
+
+    path = str(tmp_path / "l.db")
+    child = textwrap.dedent(f"""
+        import os, signal
+        from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+        from ovos_memory_plugins.lexical import LexicalMemory
+        LexicalMemory.index_delay = 30.0  # the batch never comes: killed first
+        m = LexicalMemory({{"db_path": {path!r}}})
+        for i in range(30):
+            m.update_history([AgentMessage(MessageRole.USER, f"parcel {{i}} went to shelf{{i}}"),
+                              AgentMessage(MessageRole.ASSISTANT, "ok")], "s")
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    assert subprocess.run([sys.executable, "-c", child], timeout=60).returncode == -9
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT COUNT(*) FROM lexical_memory_docs WHERE indexed = 0").fetchone()[0] == 30
+    assert raw.execute("SELECT COUNT(*) FROM lexical_memory").fetchone()[0] == 0
+    raw.close()
+    memory = closing(LexicalMemory({"db_path": path, "ram_index": False}))  # FTS5 ranks
+    assert [h.source for h in memory.search("shelf29", "s")] == ["s_29"]
+    assert memory.flush(10) and memory._docs.count_pending() == 0
+    assert memory._db.execute("SELECT COUNT(*) FROM lexical_memory")[0][0] == 30
