@@ -17,93 +17,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ._log import LOG
-from ._persona import MemorySlot, PersonaError, load_persona, memory_class, open_memory, parse_persona
-from .errors import ConfigError, LLMError, LLMUnavailable, MemoryPluginError
+from ._cli_chat import cmd_ask, cmd_chat, cmd_demo
+from ._cli_output import (
+    EXIT_ENDPOINT,
+    EXIT_ERROR,
+    EXIT_INPUT,
+    EXIT_NO_SESSION,
+    UI,
+    CLIError,
+    Text,
+    count_items,
+    escape,
+    logs_to_stderr,
+)
+from ._persona import PersonaError, load_persona, memory_class, open_memory, parse_persona
+from .errors import ConfigError, LLMError, MemoryPluginError
 
 __all__ = ["CLIError", "build_parser", "main"]
-
-EXIT_ERROR, EXIT_INPUT, EXIT_ENDPOINT, EXIT_NO_SESSION = 1, 2, 3, 4
-
-
-class CLIError(Exception):
-    """A failure reported as one line, with its exit status."""
-
-    def __init__(self, message: str, code: int = EXIT_INPUT):
-        super().__init__(message)
-        self.code = code
-
-
-# -- output ----------------------------------------------------------------------------------
-def escape(text: str) -> str:
-    """User text in rich markup (a message may contain "[bold]")."""
-    from rich.markup import escape as _escape
-
-    return _escape(text)
-
-
-def Text(text: str, style: str = "") -> Any:  # noqa: N802 - reads like rich's class
-    from rich.text import Text as _Text
-
-    return _Text(text, style=style)
-
-
-class _UI:
-    def __init__(self) -> None:
-        from rich.console import Console
-
-        self.out = Console(highlight=False)
-        self.err = Console(stderr=True, highlight=False)
-
-    def write(self, text: str) -> None:
-        """Plain text on stdout (JSON, streamed replies): no markup, no wrapping."""
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
-
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at the time (stdout carries JSON and replies)."""
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def _logs_to_stderr(level: str) -> Iterator[None]:
-    """ovos_utils' LOG writes to stdout; here it goes to stderr, at ``level``."""
-    original = LOG.__dict__["create_logger"]
-    old_level = LOG.level
-
-    def fix(logger: logging.Logger) -> logging.Logger:
-        for i, handler in enumerate(logger.handlers):
-            if type(handler) is logging.StreamHandler and handler.stream in (sys.stdout, sys.__stdout__):
-                replacement = _StderrHandler()
-                replacement.setFormatter(handler.formatter)
-                logger.handlers[i] = replacement
-        return logger
-
-    def create_logger(cls: Any, name: str, tostdout: bool = True) -> logging.Logger:
-        return fix(original.__func__(cls, name, tostdout))
-
-    LOG.create_logger = classmethod(create_logger)  # type: ignore[method-assign,assignment]
-    for logger in list(LOG._loggers.values()):
-        fix(logger)
-    LOG.set_level(level)
-    try:
-        yield
-    finally:
-        LOG.create_logger = original  # type: ignore[method-assign]
-        LOG.set_level(old_level)
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -181,7 +115,7 @@ def _short(text: str, width: int = 160) -> str:
 
 
 # -- management commands ---------------------------------------------------------------------
-def cmd_sessions(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_sessions(args: argparse.Namespace, ui: UI) -> int:
     with _backend(args) as memory:
         found = _sessions(memory)
         if found is None:
@@ -193,7 +127,7 @@ def cmd_sessions(args: argparse.Namespace, ui: _UI) -> int:
     return 0
 
 
-def cmd_show(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_show(args: argparse.Namespace, ui: UI) -> int:
     from rich.table import Table
 
     with _backend(args) as memory:
@@ -226,7 +160,7 @@ def _highlights(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str
         yield f"{prefix}documents", f"{len(docs)} stored for recall"
 
 
-def cmd_search(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_search(args: argparse.Namespace, ui: UI) -> int:
     from rich.table import Table
 
     with _backend(args) as memory:
@@ -247,17 +181,12 @@ def cmd_search(args: argparse.Namespace, ui: _UI) -> int:
     return 0
 
 
-def _count(counts: Any) -> int:
-    if isinstance(counts, Mapping):
-        return sum(_count(v) for v in counts.values())
-    return int(counts) if isinstance(counts, (int, float)) and not isinstance(counts, bool) else 0
 
-
-def cmd_forget(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
     with _backend(args) as memory:
         _require_session(memory, args.session)
         counts = memory.forget(args.session)
-        lines = [f"forgot session {args.session!r}: {_count(counts)} item(s) deleted"]
+        lines = [f"forgot session {args.session!r}: {count_items(counts)} item(s) deleted"]
         for key, value in (counts or {}).items():
             if isinstance(value, Mapping):
                 detail = ", ".join(f"{k} {v}" for k, v in value.items()) or "nothing"
@@ -268,7 +197,7 @@ def cmd_forget(args: argparse.Namespace, ui: _UI) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_export(args: argparse.Namespace, ui: UI) -> int:
     with _backend(args) as memory:
         if args.all:
             data: dict[str, Any] = {"plugin": getattr(memory, "plugin_name", ""),
@@ -291,7 +220,7 @@ def _import_items(data: Any, path: str) -> list[Mapping[str, Any]]:
     return items
 
 
-def cmd_import(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_import(args: argparse.Namespace, ui: UI) -> int:
     from rich.progress import Progress
 
     items = _import_items(_read_json(args.file, "export file"), args.file)
@@ -314,7 +243,7 @@ def cmd_import(args: argparse.Namespace, ui: _UI) -> int:
     return 0
 
 
-def cmd_stats(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
     from rich.table import Table
 
     with _backend(args) as memory:
@@ -345,7 +274,7 @@ def _tally(data: Mapping[str, Any]) -> tuple[int, int, int]:
     return docs, facts, summary
 
 
-def cmd_check_config(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
     from ._chat import find_endpoint
 
     data = _read_json(args.file, "config file")
@@ -397,7 +326,7 @@ def _check_block(module: str, block: Mapping[str, Any], where: str = "") -> list
     return problems
 
 
-def cmd_plugins(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_plugins(args: argparse.Namespace, ui: UI) -> int:
     import importlib.metadata
 
     from rich.table import Table
@@ -420,157 +349,11 @@ def cmd_plugins(args: argparse.Namespace, ui: _UI) -> int:
     return 0
 
 
-def cmd_docs_table(args: argparse.Namespace, ui: _UI) -> int:
+def cmd_docs_table(args: argparse.Namespace, ui: UI) -> int:
     from ._docs import config_table
 
     ui.write(config_table(args.entry_point) + "\n")
     return 0
-
-
-# -- persona commands ------------------------------------------------------------------------
-def _persona_parts(args: argparse.Namespace) -> tuple[Any, Any, MemorySlot]:
-    from ._chat import ChatEndpoint, find_endpoint
-
-    persona = load_persona(args.persona)
-    found = find_endpoint(persona.handlers, persona.data)
-    if found is None:
-        raise CLIError(f"persona {persona.name!r} has no OpenAI-compatible handler (an 'api_url' block); "
-                       f"handlers: {', '.join(persona.handlers)}")
-    endpoint = ChatEndpoint(found[1], timeout=args.timeout)
-    try:
-        slot = MemorySlot(persona.memory_module, persona.memory_config)
-    except MemoryPluginError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - ovos-persona would fail to load this persona too
-        raise CLIError(f"memory plugin '{persona.memory_module}' failed to start: {exc}", EXIT_ERROR) from None
-    return persona, endpoint, slot
-
-
-def _show_dropped(ui: _UI, endpoint: Any, dropped: int, warned: list[bool]) -> None:
-    if dropped and not warned[0]:
-        warned[0] = True
-        ui.err.print(f"[yellow]warning:[/yellow] {dropped} system message(s) dropped: 'allow_system_prompts' is "
-                     f"off in the handler block, so memory injected as system messages is not sent")
-
-
-def cmd_ask(args: argparse.Namespace, ui: _UI) -> int:
-    persona, endpoint, slot = _persona_parts(args)
-    try:
-        messages = slot.context(args.question, args.session)  # reads memory; records nothing
-        if args.show_context:
-            from .messages import role_of
-
-            for msg in messages[:-1]:
-                ui.err.print(Text(f"[{role_of(msg)}] {msg.content}", style="dim"))
-        payload, dropped = endpoint.prepare(messages)
-        _show_dropped(ui, endpoint, dropped, [False])
-        ui.write(endpoint.complete(payload) + "\n")
-    finally:
-        slot.close()
-    return 0
-
-
-def cmd_chat(args: argparse.Namespace, ui: _UI) -> int:
-    persona, endpoint, slot = _persona_parts(args)
-    interactive = sys.stdin.isatty()
-    memory_note = persona.memory_module or "none"
-    if slot.enabled and slot.memory is None:
-        ui.err.print(f"[yellow]warning:[/yellow] memory plugin '{escape(str(slot.module))}' not available; "
-                     "chatting without memory (it is adopted if it gets installed during the chat)")
-    ui.err.print(f"persona [bold]{escape(persona.name)}[/bold], session [bold]{escape(args.session)}[/bold], memory "
-                 f"{escape(memory_note)}, endpoint {escape(endpoint.api_url)}. Commands: /show /forget /quit")
-    warned = [False]
-    failed = False
-    try:
-        while True:
-            try:
-                line = input("you> " if interactive else "")
-            except EOFError:
-                break
-            except KeyboardInterrupt:
-                ui.err.print("")
-                break
-            text = line.strip()
-            if not text:
-                continue
-            if text.startswith("/"):
-                if _chat_command(text, args.session, slot, ui):
-                    break
-                continue
-            had_memory = slot.memory is not None
-            try:
-                _exchange(text, args, ui, endpoint, slot, warned)
-                if slot.memory is not None and not had_memory:
-                    ui.err.print(f"[green]memory plugin '{escape(str(slot.module))}' is available now; memory "
-                                 "enabled[/green]")
-                failed = False
-            except LLMUnavailable as exc:
-                raise CLIError(f"chat endpoint unreachable: {exc}", EXIT_ENDPOINT) from None
-            except LLMError as exc:
-                failed = True
-                print(f"ovos-memory: error: chat endpoint failed: {exc}", file=sys.stderr)
-    finally:
-        slot.close()
-    return EXIT_ENDPOINT if failed else 0
-
-
-def _exchange(text: str, args: argparse.Namespace, ui: _UI, endpoint: Any, slot: MemorySlot,
-              warned: list[bool]) -> None:
-    messages = slot.context(text, args.session)
-    payload, dropped = endpoint.prepare(messages)
-    _show_dropped(ui, endpoint, dropped, warned)
-    parts: list[str] = []
-    interrupted = False
-    if args.no_stream:
-        parts.append(endpoint.complete(payload))
-        ui.write(parts[0])
-    else:
-        stream = endpoint.stream(payload)
-        try:
-            for piece in stream:
-                parts.append(piece)
-                ui.write(piece)
-        except KeyboardInterrupt:
-            interrupted = True  # what was said so far is still an answer the user heard
-        finally:
-            stream.close()
-    ui.write("\n")
-    answer = "".join(parts).strip()
-    if answer:
-        slot.remember(text, answer, args.session)
-    if interrupted:
-        ui.err.print("[dim](interrupted; the partial answer was remembered)[/dim]")
-
-
-def _chat_command(text: str, session_id: str, slot: MemorySlot, ui: _UI) -> bool:
-    """Runs an in-chat command; True means quit."""
-    command = text.split()[0].lower()
-    memory = slot.get()
-    if command in ("/quit", "/exit", "/q"):
-        return True
-    if command == "/show":
-        if memory is None:
-            ui.err.print("no memory")
-        else:
-            from .messages import role_of
-
-            for msg in memory.get_history(session_id):
-                ui.out.print(f"[bold]{role_of(msg)}[/bold]: {escape(msg.content)}")
-    elif command == "/forget":
-        if memory is None or not callable(getattr(memory, "forget", None)):
-            ui.err.print("this memory cannot forget")
-        else:
-            ui.out.print(Text(f"forgot {_count(memory.forget(session_id))} item(s) of session {session_id!r}"))
-    else:
-        ui.err.print("commands: /show (what is remembered), /forget (this session), /quit")
-    return False
-
-
-def cmd_demo(args: argparse.Namespace, ui: _UI) -> int:
-    from ._demo import run_demo
-
-    result = run_demo(ui.out, args.data_dir, args.verbose)
-    return 0 if result["right"] else EXIT_ERROR
 
 
 # -- parser ------------------------------------------------------------------------------------
@@ -658,8 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     # repeat it, so only errors are logged unless asked for more.
     level = "DEBUG" if args.debug else "INFO" if args.verbose else "ERROR"
     try:
-        with _logs_to_stderr(level):
-            return int(args.func(args, _UI()))
+        with logs_to_stderr(level):
+            return int(args.func(args, UI()))
     except CLIError as exc:
         code, message = exc.code, str(exc)
     except (PersonaError, ConfigError) as exc:

@@ -1,0 +1,97 @@
+"""Output and errors of the ``ovos-memory`` command: rich consoles, one-line failures, logs on stderr."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ._log import LOG
+
+__all__ = ["EXIT_ENDPOINT", "EXIT_ERROR", "EXIT_INPUT", "EXIT_NO_SESSION", "UI", "CLIError", "Text", "count_items",
+           "escape", "logs_to_stderr"]
+
+EXIT_ERROR, EXIT_INPUT, EXIT_ENDPOINT, EXIT_NO_SESSION = 1, 2, 3, 4
+
+
+class CLIError(Exception):
+    """A failure reported as one line, with its exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_INPUT):
+        super().__init__(message)
+        self.code = code
+
+
+# -- output ----------------------------------------------------------------------------------
+def escape(text: str) -> str:
+    """User text in rich markup (a message may contain "[bold]")."""
+    from rich.markup import escape as _escape
+
+    return _escape(text)
+
+
+def Text(text: str, style: str = "") -> Any:  # noqa: N802 - reads like rich's class
+    from rich.text import Text as _Text
+
+    return _Text(text, style=style)
+
+
+class UI:
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.out = Console(highlight=False)
+        self.err = Console(stderr=True, highlight=False)
+
+    def write(self, text: str) -> None:
+        """Plain text on stdout (JSON, streamed replies): no markup, no wrapping."""
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (stdout carries JSON and replies)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def logs_to_stderr(level: str) -> Iterator[None]:
+    """ovos_utils' LOG writes to stdout; here it goes to stderr, at ``level``."""
+    original = LOG.__dict__["create_logger"]
+    old_level = LOG.level
+
+    def fix(logger: logging.Logger) -> logging.Logger:
+        for i, handler in enumerate(logger.handlers):
+            if type(handler) is logging.StreamHandler and handler.stream in (sys.stdout, sys.__stdout__):
+                replacement = _StderrHandler()
+                replacement.setFormatter(handler.formatter)
+                logger.handlers[i] = replacement
+        return logger
+
+    def create_logger(cls: Any, name: str, tostdout: bool = True) -> logging.Logger:
+        return fix(original.__func__(cls, name, tostdout))
+
+    LOG.create_logger = classmethod(create_logger)  # type: ignore[method-assign,assignment]
+    for logger in list(LOG._loggers.values()):
+        fix(logger)
+    LOG.set_level(level)
+    try:
+        yield
+    finally:
+        LOG.create_logger = original  # type: ignore[method-assign]
+        LOG.set_level(old_level)
+
+
+def count_items(counts: Any) -> int:
+    """The total of a (nested) mapping of counts, as forget() returns."""
+    if isinstance(counts, Mapping):
+        return sum(count_items(v) for v in counts.values())
+    return int(counts) if isinstance(counts, (int, float)) and not isinstance(counts, bool) else 0
