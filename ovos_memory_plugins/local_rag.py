@@ -175,6 +175,9 @@ class LocalRAGMemory(BaseRetrievalMemory):
     plugin_name: ClassVar[str] = "ovos-memory-plugin-local-rag"
     default_db_name: ClassVar[str] = "local_rag_memory.db"
     background_index: ClassVar[bool] = True
+    # Embedding starts once the turn is over: it does not compete with the rest of the update
+    # (a composite's other members), and a burst (an import) is embedded in one batch.
+    index_delay: ClassVar[float] = 0.05
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
