@@ -42,6 +42,8 @@ K1, B = 1.2, 0.75
 WARM_DOCUMENTS = 5_000
 #: Deleted ids kept in the log for mirrors of other processes; one further behind reloads.
 DELETION_LOG_KEEP = 100_000
+#: Documents tokenized at a time when catching up (a word list per document costs memory).
+SLICE = 2_000
 
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'([^']*)'", re.IGNORECASE)
 
@@ -62,6 +64,9 @@ class Tokenizer:
     independent alphanumeric runs, so its terms are the cached terms of its words. Any other
     text goes to FTS5 whole.
     """
+
+    #: Words whose terms are cached (a few MB); past this the cache starts again.
+    cache_limit = 200_000
 
     def __init__(self, spec: str):
         self._con = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
@@ -94,9 +99,10 @@ class Tokenizer:
         """The terms FTS5 makes of each word, in order (usually one)."""
         with self._lock:
             new = [w for w in dict.fromkeys(words) if w not in self._words]
+            if new and len(self._words) + len(new) > self.cache_limit:
+                self._words.clear()  # bounded memory; then every word of this call is new
+                new = list(dict.fromkeys(words))
             if new:
-                if len(self._words) + len(new) > 200_000:
-                    self._words.clear()
                 self._words.update(zip(new, self._fts5_terms(new)))
             return [self._words[w] for w in words]
 
@@ -308,16 +314,15 @@ class PostingsMirror:
             self._reload()
             return False
         self._add_documents(snap, added)
-        if added:
-            snap.max_id = added[-1][0]
         return True
 
     def _add_documents(self, snap: _Snapshot, rows: Sequence[Any]) -> None:
         """Tokenize ``(id, session_id, content)`` rows (in id order) into ``snap``."""
-        for start in range(0, len(rows), 2_000):  # in slices: a word list per document costs memory
-            chunk = rows[start:start + 2_000]
+        for start in range(0, len(rows), SLICE):  # in slices: a word list per document costs memory
+            chunk = rows[start:start + SLICE]
             for row, counts in zip(chunk, self.tokenizer.counts([r[2] for r in chunk])):
                 snap.add(row[0], row[1], counts)
+            snap.max_id = chunk[-1][0]  # should a later slice fail, the next sync resumes after this one
 
     def _apply_deletions(self, snap: _Snapshot, rows: Sequence[Any]) -> bool:
         """Drop the documents of deletion-log rows ``(seq, doc)``, in seq order."""
@@ -411,11 +416,12 @@ class PostingsMirror:
             entry[1].append(tf)  # type: ignore[index]
             lengths[at] += tf
         if pending_pos:  # not in FTS5 yet (the indexer batches): their terms come from their text
-            rows = con.execute(f"SELECT id, content FROM {self._docs} WHERE indexed = 0 ORDER BY id").fetchall()
-            for (rowid, _), counts in zip(rows, self.tokenizer.counts([r[1] for r in rows])):
-                at = pending_pos.get(rowid)
-                if at is not None:
-                    lengths[at] = snap.add_postings(at, counts)
+            cursor = con.execute(f"SELECT id, content FROM {self._docs} WHERE indexed = 0 ORDER BY id")
+            while rows := cursor.fetchmany(SLICE):
+                for (rowid, _), counts in zip(rows, self.tokenizer.counts([r[1] for r in rows])):
+                    at = pending_pos.get(rowid)
+                    if at is not None:
+                        lengths[at] = snap.add_postings(at, counts)
         snap.lengths.extend(lengths)
         snap.alive.extend(b"\x01" * len(docs))
         snap.n_alive = len(docs)

@@ -26,13 +26,15 @@ from ._neighbours import adjacent, context_text, neighbour_weight_option, surviv
 from ._stopwords import LANGUAGES, normalise_term, stopwords
 from .common import MemoryHit
 from .config import option
-from .errors import ConfigError
+from .errors import ConfigError, StoreUnavailable
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
 
 __all__ = ["LexicalConfig", "LexicalMemory", "match_expression", "query_words"]
 
 #: Query terms beyond this many are ignored: a 1 MB utterance must not build a 1 MB MATCH.
 MAX_QUERY_TERMS = 32
+#: How long an FTS5 query waits for another process's write lock to index what is pending.
+QUERY_INDEX_WAIT_S = 0.1
 
 _TERM = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -183,10 +185,11 @@ class LexicalMemory(BaseRetrievalMemory):
             return
         con = self._db.connection_in_transaction()
         if self.settings.neighbour_weight:
+            batch = {d.rowid for d in docs}
             for doc in docs:  # in order: each document is the next neighbour of the one before
                 before, after = adjacent(con, self._docs.table, doc.session_id, doc.rowid)
                 self._insert(con, [(doc.rowid, doc.text, doc.session_id, context_text(before, after))])
-                if before is not None:
+                if before is not None and before[0] not in batch:  # one of this batch already has us
                     self._refresh_context(con, before[0], doc.session_id)
             return
         self._insert(con, [(d.rowid, d.text, d.session_id, None) for d in docs])
@@ -237,13 +240,22 @@ class LexicalMemory(BaseRetrievalMemory):
         return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score in rows]
 
     def _index_before_query(self) -> None:
-        """Index what the background indexer has not yet, so FTS5 ranks every stored exchange."""
+        """Index a batch of what the background indexer has not yet, so FTS5 ranks it too.
+
+        Bounded: one batch, and a short wait for another process's write lock. What is left
+        (a backlog after a crash, a busy file) the indexer does, and this turn ranks without it.
+        """
         if not self._docs.has_pending():
             return
         try:
-            self._index_pending_here()
+            more = self._index_step(busy_wait=QUERY_INDEX_WAIT_S)
+        except StoreUnavailable:
+            more = True  # another process is writing: not a failure
         except Exception as exc:  # noqa: BLE001 - rank what is indexed; the indexer retries the rest
             self._log.error("index", "%s: failed to index stored exchanges: %s; will retry", self.plugin_name, exc)
+            more = True
+        if more and self._worker is not None:
+            self._worker.notify()
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[MemoryHit]:
         if not ranked:

@@ -253,8 +253,10 @@ class BaseRetrievalMemory(MemoryPlugin):
 
     def forget(self, session_id: str) -> dict[str, int]:
         sid = check_session_id(session_id)
-        if self._worker is not None:
-            self._worker.flush(30)  # do not let the indexer re-add what we are deleting
+        if self._worker is not None and not self.index_in_database:
+            # An outside index: do not let the indexer re-add what we are deleting. (An index in
+            # this file reads its queue inside its own transaction: nothing to wait for.)
+            self._worker.flush(30)
         removed: set[int] = set()  # documents whose index entries are already gone
         if not self.index_in_database:
             # An outside index (vectors, whose metadata holds the text) is emptied first: a crash
@@ -298,6 +300,8 @@ class BaseRetrievalMemory(MemoryPlugin):
         if self._worker is None:
             return True
         self._ensure_started()
+        if self._docs.has_pending():
+            self._worker.notify()  # also what another process left pending
         return self._worker.flush(timeout)
 
     def close(self) -> None:
@@ -358,15 +362,20 @@ class BaseRetrievalMemory(MemoryPlugin):
             self._docs.mark_indexed(con, [d.rowid for d in docs], False)
             self._log.error("index", "%s: failed to store document(s): %s; will retry", self.plugin_name, exc)
 
-    def _index_step(self) -> bool:
-        """Index one batch of pending documents; True while more are pending. Raises on failure."""
+    def _index_step(self, busy_wait: float | None = None) -> bool:
+        """Index one batch of pending documents; True while more are pending.
+
+        Raises on failure, after committing what could be indexed (in-database indexes).
+        ``busy_wait`` bounds the wait for another process's write lock (in-database indexes).
+        """
         if self.index_in_database:
             # The index is in this file: entries and marks commit together, one commit a batch.
-            with self._db.atomic() as con:
+            with self._db.atomic(busy_wait) as con:
                 docs = self._docs.pending(self.index_batch, con)
-                if docs:
-                    self._store_documents(docs)
-                    self._docs.mark_indexed(con, [d.rowid for d in docs], True)
+                done, failure = self._store_each(docs)
+                self._docs.mark_indexed(con, done, True)
+            if failure is not None:
+                raise failure
             return len(docs) == self.index_batch
         docs = self._docs.pending(self.index_batch)
         if not docs:
@@ -376,10 +385,28 @@ class BaseRetrievalMemory(MemoryPlugin):
             self._docs.mark_indexed(con, [d.rowid for d in docs], True)
         return len(docs) == self.index_batch
 
-    def _index_pending_here(self) -> None:
-        """Index every pending document in this thread, now (a query about to read the index)."""
-        while self._index_step():
-            pass
+    def _store_each(self, docs: Sequence[Document]) -> tuple[list[int], Exception | None]:
+        """Store ``docs`` in savepoints: the batch, else one by one, so one bad document does not
+        hold up the others. Returns the rowids stored and the first failure."""
+        if not docs:
+            return [], None
+        try:
+            with self._db.atomic():
+                self._store_documents(docs)
+            return [d.rowid for d in docs], None
+        except Exception as exc:  # noqa: BLE001 - retried below, one by one
+            if len(docs) == 1:
+                return [], exc
+        done: list[int] = []
+        failure: Exception | None = None
+        for doc in docs:
+            try:
+                with self._db.atomic():
+                    self._store_documents([doc])
+                done.append(doc.rowid)
+            except Exception as exc:  # noqa: BLE001 - stays pending; the caller reports the first
+                failure = failure or exc
+        return done, failure
 
     def _scoped_query(self, query: str, k: int, session_id: str | None) -> list[MemoryHit]:
         if self._query_takes_session:

@@ -213,3 +213,58 @@ def test_exchanges_killed_before_their_index_batch_are_indexed_at_the_next_start
     assert [h.source for h in memory.search("shelf29", "s")] == ["s_29"]
     assert memory.flush(10) and memory._docs.count_pending() == 0
     assert memory._db.execute("SELECT COUNT(*) FROM lexical_memory")[0][0] == 30
+
+
+def test_the_word_cache_starts_again_when_full_without_losing_words(monkeypatch):
+    monkeypatch.setattr(Tokenizer, "cache_limit", 3)
+    tok = Tokenizer(SPEC)
+    try:
+        assert tok.terms(["dogs", "running", "café"]) == [("dog",), ("run",), ("cafe",)]
+        assert tok.terms(["dogs", "gardens"]) == [("dog",), ("garden",)]  # cached word + new one past the limit
+    finally:
+        tok.close()
+
+
+def test_one_document_that_cannot_be_indexed_does_not_hold_up_the_others(tmp_path, closing, monkeypatch):
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db")}))
+    real = LexicalMemory._store_documents
+
+    def store(self, docs):
+        if any("poison" in d.text for d in docs):
+            raise RuntimeError("cannot index this one")
+        real(self, docs)
+
+    monkeypatch.setattr(LexicalMemory, "_store_documents", store)
+    memory._started = True  # drive the indexer by hand
+    memory._worker = None
+    for text in ("apples", "poison ivy", "pears"):
+        memory.update_history([AgentMessage(U, text), AgentMessage(A, "ok")], "s")
+    with pytest.raises(RuntimeError, match="cannot index"):
+        memory._index_step()
+    indexed = {r[0] for r in memory._db.execute(f"SELECT rowid FROM {memory._fts}")}
+    assert indexed == {1, 3} and memory._docs.count_pending() == 1  # the bad one waits for a retry
+    assert memory._mirror.wait(10)
+    assert [h.source for h in memory.search("poison", "s")] == ["s_1"]  # still recalled, from RAM
+
+
+def test_a_query_does_not_wait_for_another_writer_to_index(tmp_path, closing):
+    import sqlite3
+    import time
+
+    path = str(tmp_path / "l.db")
+    memory = closing(LexicalMemory({"db_path": path, "ram_index": False}))
+    memory.update_history([AgentMessage(U, "old note about turnips"), AgentMessage(A, "ok")], "s")
+    assert memory.flush(10)
+    worker, memory._worker = memory._worker, None  # the next exchange stays pending: only the query indexes it
+    memory.update_history([AgentMessage(U, "new note about turnips"), AgentMessage(A, "ok")], "s")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process is writing (a long forget, an import)
+    try:
+        started = time.monotonic()
+        assert [h.source for h in memory.search("turnips", "s")] == ["s_0"]  # what is indexed
+        assert time.monotonic() - started < 10  # not the 30 s busy timeout
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert sorted(h.source for h in memory.search("turnips", "s")) == ["s_0", "s_1"]
+    worker.close()

@@ -140,3 +140,18 @@ def test_a_bad_neighbour_weight_is_a_clear_error(tmp_path, cls, bad):
 
     with pytest.raises(ConfigError, match="neighbour_weight"):
         cls({"db_path": str(tmp_path / "m.db"), "retrieval": {"neighbour_weight": bad}})
+
+
+def test_lexical_context_is_the_same_indexed_in_one_batch_or_one_by_one(tmp_path, closing):
+    conversation = [(f"question {i} about topic{i}", f"answer {i}") for i in range(6)]
+    settings = {"retrieval": {"neighbour_weight": 0.5}}
+    batched = closing(LexicalMemory({"db_path": str(tmp_path / "b.db"), **settings}))
+    single = closing(LexicalMemory({"db_path": str(tmp_path / "s.db"), **settings}))
+    for question, answer in conversation:
+        for memory in (batched, single):
+            memory.update_history([AgentMessage(U, question), AgentMessage(A, answer)], "s")
+        assert single.flush(10)  # one exchange per index batch
+    assert batched.flush(10)  # all of them in one
+    rows = [m._db.execute(f"SELECT rowid, content, ctx FROM {m._fts} ORDER BY rowid") for m in (batched, single)]
+    assert rows[0] == rows[1] and len(rows[0]) == 6
+    assert "topic1" in rows[0][0][2] and "topic0" in rows[0][1][2] and "topic2" in rows[0][1][2]

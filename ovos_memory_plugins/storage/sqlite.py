@@ -133,15 +133,22 @@ class Database:
         return self.path == MEMORY_PATH
 
     @contextlib.contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction: everything in the block commits together or not at all."""
+    def atomic(self, busy_wait: float | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction: everything in the block commits together or not at all.
+
+        ``busy_wait``: seconds to wait for another process's write lock instead of
+        ``BUSY_TIMEOUT_S`` (StoreUnavailable after that); optional work passes a short one.
+        """
         with self._lock:
             self._check_open()
             self._depth += 1
             savepoint = f"sp{self._depth}"
             try:
                 with map_sqlite_errors(f"write to {self.path}"):
-                    self._con.execute("BEGIN IMMEDIATE" if self._depth == 1 else f"SAVEPOINT {savepoint}")
+                    if self._depth == 1:
+                        self._begin(busy_wait)
+                    else:
+                        self._con.execute(f"SAVEPOINT {savepoint}")
                 try:
                     yield self._con
                 except BaseException as exc:
@@ -158,6 +165,16 @@ class Database:
                     self._con.execute("COMMIT" if self._depth == 1 else f"RELEASE {savepoint}")
             finally:
                 self._depth -= 1
+
+    def _begin(self, busy_wait: float | None) -> None:
+        if busy_wait is None:
+            self._con.execute("BEGIN IMMEDIATE")
+            return
+        self._con.execute(f"PRAGMA busy_timeout = {int(busy_wait * 1000)}")
+        try:
+            self._con.execute("BEGIN IMMEDIATE")
+        finally:
+            self._con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
