@@ -260,10 +260,10 @@ class LocalRAGMemory(BaseRetrievalMemory):
         if db is not None and self._owns_db and hasattr(db, "close"):
             db.close()
 
-    def _index_step(self) -> bool:
+    def _index_step(self, busy_wait: float | None = None) -> bool:
         if not self._plugins_ready():
             return False  # the slot logged why; the documents stay pending until it recovers
-        return super()._index_step()
+        return super()._index_step(busy_wait)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for background indexing; False if it timed out or a plugin is unavailable."""
