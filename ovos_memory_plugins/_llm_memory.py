@@ -103,6 +103,14 @@ class LLMMemory(MemoryPlugin):
             self._log.error("read", f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
             return {}
 
+    def _load_field(self, key: str, field: str) -> Any:
+        """One field of a record: a turn reads the facts, not the queue of exchanges beside them."""
+        try:
+            return self._store.load_field(key, field)
+        except (MemoryPluginError, OSError) as exc:
+            self._log.error("read", f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
+            return None
+
     def _mark_due(self, key: str, wake: bool = True) -> None:
         with self._due_lock:
             self._due[key] = None

@@ -121,7 +121,7 @@ class EntityMemory(LLMMemory):
     def facts(self, session_id: str) -> list[str]:
         """The facts injected for ``session_id`` (superseded ones excluded)."""
         check_session_id(session_id)
-        return [str(f) for f in self._load(self._key(session_id)).get("facts") or []]
+        return [str(f) for f in self._load_field(self._key(session_id), "facts") or []]
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         check_session_id(session_id)

@@ -120,6 +120,19 @@ def test_record_update_is_read_modify_write(tmp_path):
         assert store.delete("s") and store.load("s") == {}
 
 
+def test_a_record_field_loads_alone_as_a_copy_in_every_store(tmp_path):
+    for path in (str(tmp_path / "r.db"), str(tmp_path / "r.json"), ":memory:"):
+        store = open_record_store(path)
+        store.save("s", {"facts": ["likes tea", {"k": 1}], "pending": [{"user": "x"}] * 50, "name": "Ana"})
+        facts = store.load_field("s", "facts")
+        assert facts == ["likes tea", {"k": 1}], path
+        facts.append("changed")  # a copy: the store is untouched
+        assert store.load_field("s", "facts") == ["likes tea", {"k": 1}], path
+        assert store.load_field("s", "name") == "Ana" and store.load_field("s", "missing") is None, path
+        assert store.load_field("nobody", "facts") is None, path
+        store.close()
+
+
 def _append_many(path: str, name: str, count: int) -> None:
     store = open_window_store(path)
     for i in range(count):

@@ -48,6 +48,11 @@ class JsonRecordStore:
         with self._locked():
             return _copy(self._read().get(session_id, {}))
 
+    def load_field(self, session_id: str, field: str) -> Any:
+        """A copy of one field of the record (None if absent): cheap when the rest is large."""
+        with self._locked():
+            return _copy(self._read().get(session_id, {}).get(field))
+
     def save(self, session_id: str, record: dict[str, Any]) -> None:
         self.update(session_id, lambda _old: record)
 

@@ -61,6 +61,9 @@ class MemoryRecordStore:
             text = self._records.get(session_id)
         return json.loads(text) if text is not None else {}
 
+    def load_field(self, session_id: str, field: str) -> Any:
+        return self.load(session_id).get(field)
+
     def save(self, session_id: str, record: dict[str, Any]) -> None:
         text = json.dumps(record, ensure_ascii=False)
         with self._lock:

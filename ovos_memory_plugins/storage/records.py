@@ -35,6 +35,13 @@ class SqliteRecordStore:
         rows = self.db.execute(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,))
         return json.loads(rows[0][0]) if rows else {}
 
+    def load_field(self, session_id: str, field: str) -> Any:
+        """One field of the record (None if absent), parsed by SQLite without the rest."""
+        rows = self.db.execute(
+            f"SELECT json_quote(json_extract(data, '$.' || json_quote(?))) FROM {self.table} WHERE session_id = ?",
+            (field, session_id))
+        return json.loads(rows[0][0]) if rows and rows[0][0] is not None else None
+
     def save(self, session_id: str, record: dict[str, Any], con: Any = None) -> None:
         if con is None:
             with self.db.atomic() as con:
