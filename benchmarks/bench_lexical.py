@@ -9,6 +9,10 @@ Baselines measured in the same run on the same machine:
 * ``raw match``: the same OR-of-terms FTS5 MATCH (stop words removed, session filter) + bm25
   ORDER BY on that raw table, the least a keyword recall can do per turn.
 
+Our update commits the window and the document log; the FTS5 entries are written by a
+background thread in batches (the raw insert baseline writes FTS5 in the call). The last column
+is that thread's time spent per timed exchange, so nothing is hidden.
+
 Usage: python benchmarks/bench_lexical.py [--quick] [--sizes 1000,10000,100000]
 """
 from __future__ import annotations
@@ -39,9 +43,24 @@ def measure_ours(folder: str, n: int, calls: int) -> dict[str, tuple[float, floa
     for _ in range(n):
         memory.update_history(_messages(*work.exchange()), "bench")
     memory.flush()  # background work done (the RAM postings loaded), as between a persona's turns
+    indexing = [0.0]  # seconds the background indexer spent on the timed turns' exchanges
+    step = memory._index_step
+
+    def timed_step(*args: object, **kwargs: object) -> bool:
+        t = time.perf_counter()
+        try:
+            return step(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            indexing[0] += time.perf_counter() - t
+
+    memory._index_step = timed_step  # type: ignore[method-assign]  # a query's catch-up
+    memory._worker._step = timed_step  # type: ignore[union-attr]  # the background thread
     build, update, _ = alternate_turns(memory, work, calls, "bench")
+    memory.flush()
     memory.close()
-    return {"build": percentiles([s * 1e6 for s in build]), "update": percentiles([s * 1e6 for s in update])}
+    per_exchange = indexing[0] / max(1, len(update)) * 1e6
+    return {"build": percentiles([s * 1e6 for s in build]), "update": percentiles([s * 1e6 for s in update]),
+            "indexing": (per_exchange, per_exchange)}
 
 
 def measure_raw(folder: str, n: int, calls: int) -> dict[str, tuple[float, float]]:
@@ -85,15 +104,16 @@ def main() -> None:
     calls = 100 if args.quick else args.calls
     print(f"# LexicalMemory on a file DB; {calls} alternating calls; load average {os.getloadavg()[0]:.2f}")
     print("| N | build med / p90 µs | raw match med / p90 | ratio "
-          "| update med / p90 µs | raw insert med / p90 | ratio |")
-    print("|---|---|---|---|---|---|---|")
+          "| update med / p90 µs | raw insert med / p90 | ratio | background indexing µs/exchange |")
+    print("|---|---|---|---|---|---|---|---|")
     for n in sizes:
         with tempfile.TemporaryDirectory() as folder:
             ours = measure_ours(folder, n, calls)
             raw = measure_raw(folder, n, calls)
         b, rb, u, ru = ours["build"], raw["build"], ours["update"], raw["update"]
         print(f"| {n:,} | {b[0]:.0f} / {b[1]:.0f} | {rb[0]:.0f} / {rb[1]:.0f} | {b[0] / rb[0]:.1f}x "
-              f"| {u[0]:.0f} / {u[1]:.0f} | {ru[0]:.0f} / {ru[1]:.0f} | {u[0] / ru[0]:.1f}x |", flush=True)
+              f"| {u[0]:.0f} / {u[1]:.0f} | {ru[0]:.0f} / {ru[1]:.0f} | {u[0] / ru[0]:.1f}x "
+              f"| {ours['indexing'][0]:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ __all__ = ["BackgroundWorker"]
 
 class BackgroundWorker:
     def __init__(self, name: str, step: Callable[[], bool], retry_delay: float = 5.0, poll: float | None = None,
-                 batch_delay: float = 0.0):
+                 batch_delay: float = 0.0, failure_level: str = "error"):
         """
         Args:
             name: thread name, also used in log lines.
@@ -29,12 +29,15 @@ class BackgroundWorker:
             retry_delay: seconds to wait after ``step`` raised.
             poll: if set, also wake every ``poll`` seconds (work queued by other processes).
             batch_delay: seconds to let new work gather before a step (0: start at once).
+            failure_level: how a failing step is logged (once): "error", or "warning" when
+                nothing is lost meanwhile and the owner reports the cause itself.
         """
         self.name = name
         self._step = step
         self._retry_delay = retry_delay
         self._poll = poll
         self._batch_delay = batch_delay
+        self._report_failure = getattr(LogOnce, failure_level)
         self._hurry = False  # flush() or close() waits: skip the batching delay
         self._gathering = False
         self._cond = threading.Condition()
@@ -96,7 +99,7 @@ class BackgroundWorker:
             try:
                 more = self._step()
             except Exception as exc:  # noqa: BLE001 - the worker must outlive any failure
-                self._log.error("step", "%s: background work failed (%s); will retry", self.name, exc)
+                self._report_failure(self._log, "step", "%s: background work failed (%s); will retry", self.name, exc)
                 self._wait_after_failure(seen)
                 continue
             self._log.clear("step", f"{self.name}: background work recovered")

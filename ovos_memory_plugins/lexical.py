@@ -142,6 +142,9 @@ class LexicalMemory(BaseRetrievalMemory):
     background_index: ClassVar[bool] = True
     index_batch: ClassVar[int] = 500
     index_delay: ClassVar[float] = 0.05
+    # Every exchange is safe in the document log and recalled from the RAM postings meanwhile, so
+    # a failing batch is a WARNING; the cause (a full disk) fails update_history too, the ERROR.
+    index_failure_level: ClassVar[str] = "warning"
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
@@ -252,7 +255,7 @@ class LexicalMemory(BaseRetrievalMemory):
         except StoreUnavailable:
             more = True  # another process is writing: not a failure
         except Exception as exc:  # noqa: BLE001 - rank what is indexed; the indexer retries the rest
-            self._log.error("index", "%s: failed to index stored exchanges: %s; will retry", self.plugin_name, exc)
+            self._log.warning("index", "%s: failed to index stored exchanges: %s; will retry", self.plugin_name, exc)
             more = True
         if more and self._worker is not None:
             self._worker.notify()

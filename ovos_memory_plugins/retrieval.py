@@ -102,6 +102,9 @@ class BaseRetrievalMemory(MemoryPlugin):
     index_batch: ClassVar[int] = 32
     #: Seconds the background indexer lets new documents gather, so one batch carries a burst.
     index_delay: ClassVar[float] = 0.0
+    #: How a failing background index step is logged (once): "warning" when recall does not
+    #: depend on it and the write that fails with it (a full disk) is the one ERROR.
+    index_failure_level: ClassVar[str] = "error"
     #: True: the index lives in this memory's own database, so ``forget`` deletes from it in the
     #: same transaction (a crash mid-forget cannot leave index rows of a forgotten session).
     index_in_database: ClassVar[bool] = False
@@ -123,8 +126,8 @@ class BaseRetrievalMemory(MemoryPlugin):
         self._updates = 0
         self._started = False
         self._start_lock = threading.Lock()
-        self._worker = BackgroundWorker(f"{self.plugin_name}-indexer", self._index_step,
-                                        batch_delay=self.index_delay) if self.background_index else None
+        self._worker = BackgroundWorker(f"{self.plugin_name}-indexer", self._index_step, batch_delay=self.index_delay,
+                                        failure_level=self.index_failure_level) if self.background_index else None
 
     # -- hooks for subclasses --------------------------------------------------------------
     def _table_prefix(self) -> str:
