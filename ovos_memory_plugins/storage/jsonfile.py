@@ -5,7 +5,8 @@
 * Read-modify-write holds an exclusive ``flock`` on ``<file>.lock``, so several processes
   (two satellites, one file) never lose each other's updates.
 * The parsed file is cached and read again only when it changed on disk (another inode,
-  size or mtime: every write is a rename, so any other writer's change is seen).
+  size or mtime: every write is a rename, so any other writer's change is seen). A read
+  whose cache is current takes no lock, so it never waits for a write's fsync.
 * A file that does not parse is moved aside to ``<file>.corrupt-<time>`` (never overwriting an
   earlier one) with an ERROR naming both paths, and the store starts empty: the bad bytes stay
   on disk for the user to inspect.
@@ -45,13 +46,11 @@ class JsonRecordStore:
                 self._write({})
 
     def load(self, session_id: str) -> dict[str, Any]:
-        with self._locked():
-            return _copy(self._read().get(session_id, {}))
+        return _copy(self._current().get(session_id, {}))
 
     def load_field(self, session_id: str, field: str) -> Any:
         """A copy of one field of the record (None if absent): cheap when the rest is large."""
-        with self._locked():
-            return _copy(self._read().get(session_id, {}).get(field))
+        return _copy(self._current().get(session_id, {}).get(field))
 
     def save(self, session_id: str, record: dict[str, Any]) -> None:
         self.update(session_id, lambda _old: record)
@@ -92,6 +91,19 @@ class JsonRecordStore:
                     yield
                 finally:
                     fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+
+    def _current(self) -> dict[str, Any]:
+        """The parsed file for a read, without waiting for a writer when the cache is current.
+
+        Every write is a rename, so the file on disk is always a whole one: a reader whose cache
+        matches it needs no lock, and a turn never waits for a background write's fsync.
+        """
+        cache = self._cache
+        with contextlib.suppress(OSError):
+            if cache is not None and cache[0] == _signature(os.stat(self.path)):
+                return cache[1]
+        with self._locked():  # changed on disk (another process) or missing: read (or quarantine) it
+            return self._read()
 
     def _read(self) -> dict[str, Any]:
         """The whole file, parsed; callers must not modify it (it is the cache)."""
