@@ -133,6 +133,35 @@ def test_a_record_field_loads_alone_as_a_copy_in_every_store(tmp_path):
         store.close()
 
 
+def test_a_json_read_does_not_wait_for_a_writer_holding_the_lock(tmp_path):
+    import threading
+
+    store = JsonRecordStore(str(tmp_path / "s.json"))
+    store.save("s", {"facts": ["likes tea"]})
+    holding, release = threading.Event(), threading.Event()
+
+    def slow_writer():  # as a background write stuck in its fsync
+        with store._locked():
+            holding.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=slow_writer)
+    writer.start()
+    try:
+        assert holding.wait(10)
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append(store.load_field("s", "facts")))
+        reader.start()
+        reader.join(10)
+        assert got == [["likes tea"]]  # answered while the writer still holds the lock
+    finally:
+        release.set()
+        writer.join(10)
+    other = JsonRecordStore(str(tmp_path / "s.json"))  # another process's view, then its write
+    other.save("s", {"facts": ["likes coffee"]})
+    assert store.load_field("s", "facts") == ["likes coffee"]  # a change on disk is read again
+
+
 def _append_many(path: str, name: str, count: int) -> None:
     store = open_window_store(path)
     for i in range(count):
