@@ -268,3 +268,12 @@ def test_a_query_does_not_wait_for_another_writer_to_index(tmp_path, closing):
         other.close()
     assert sorted(h.source for h in memory.search("turnips", "s")) == ["s_0", "s_1"]
     worker.close()
+
+
+def test_flush_indexes_what_another_process_left_pending(tmp_path, closing):
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db")}))
+    assert memory.search("anything", "s") == []  # started: no indexer thread yet (nothing stored here)
+    with memory._db.atomic() as con:  # another process stored this and died before its batch
+        memory._docs.add(con, "s", "Q: the spare key is under the mat", {}, indexed=False)
+    assert memory.flush(10) and memory._docs.count_pending() == 0
+    assert memory._db.execute(f"SELECT COUNT(*) FROM {memory._fts}")[0][0] == 1
