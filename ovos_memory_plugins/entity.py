@@ -50,8 +50,12 @@ MAX_HISTORY = 100
 MAX_PENDING = 200
 #: Each side of an exchange sent for extraction is cut to this many tokens.
 MAX_PROMPT_TOKENS = 600
-#: Pending exchanges handled in one write when the rules run without a model.
+#: Pending exchanges handled in one write at most.
 OFFLINE_BATCH = 32
+#: With a model, the extractions done so far are written once a batch has run this long: a fast
+#: local model shares one write among many exchanges, a slow one still commits each (the write
+#: rewrites the whole record, and update_history waits for it).
+MODEL_COMMIT_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,12 +194,16 @@ class EntityMemory(LLMMemory):
     def _extract_pending(self, key: str) -> None:
         pending = list(self._store.load(key).get("pending") or [])
         if pending:
-            # One model call per exchange; without a model the rules are cheap, so a backlog
-            # is committed in one write (fewer writes competing with the turns for the file).
-            batch = pending[:1] if self.client.available else pending[:OFFLINE_BATCH]
-            results = [(item, self._extract(item)) for item in batch]
+            # One model call per exchange, one write per batch (fewer writes competing with the
+            # turns for the file); a slow model's batch is written after each call.
+            results = []
+            started = time.monotonic()
+            for item in pending[:OFFLINE_BATCH]:
+                results.append((item, self._extract(item)))
+                if self.client.available and time.monotonic() - started >= MODEL_COMMIT_S:
+                    break
             self._store.update(key, lambda record: self._commit(record, results))
-            if len(pending) > len(batch):
+            if len(pending) > len(results):
                 self._mark_due(key, wake=False)
 
     def _extract(self, item: Mapping[str, Any]) -> list[Fact]:

@@ -186,6 +186,24 @@ def test_a_restart_extracts_what_was_left_pending(tmp_path, llm):
         memory.close()
 
 
+def test_a_fast_model_shares_one_write_among_several_extractions(tmp_path, llm):
+    llm.reply = lambda m: "[]"
+    path = tmp_path / "entity.json"
+    pending = [{"id": f"x{i}", "sid": "s", "user": f"I like colour {i}", "assistant": "ok", "ts": 1.0}
+               for i in range(10)]
+    path.write_text(json.dumps({"s": {"facts": [], "pending": pending}}))
+    memory = EntityMemory({"db_path": str(path), "api_url": llm.url})
+    writes = []
+    real_update = memory._store.update
+    memory._store.update = lambda key, fn: (writes.append(key), real_update(key, fn))[1]
+    try:
+        assert memory.flush(10) and memory.export("s")["pending"] == 0
+        assert len(llm.chat_requests()) == 10  # one model call per exchange...
+        assert 1 <= len(writes) < 10  # ...but not one rewrite of the record per call
+    finally:
+        memory.close()
+
+
 def test_a_question_and_its_answer_recorded_in_two_calls_are_one_exchange(make):
     memory = make()
     memory.update_history([AgentMessage(U, "My name is Ana")], "s")
