@@ -162,6 +162,31 @@ def test_a_json_read_does_not_wait_for_a_writer_holding_the_lock(tmp_path):
     assert store.load_field("s", "facts") == ["likes coffee"]  # a change on disk is read again
 
 
+def test_a_short_busy_wait_gives_up_on_a_locked_file_and_keeps_the_connection_timeout(tmp_path):
+    import time
+
+    from ovos_memory_plugins.errors import StoreUnavailable
+
+    con = sqlite3.connect(str(tmp_path / "b.db"), isolation_level=None, check_same_thread=False)
+    con.execute("PRAGMA busy_timeout = 1234")
+    db = Database(str(tmp_path / "b.db"), connection=con)
+    db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
+    other = sqlite3.connect(str(tmp_path / "b.db"), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable), db.atomic(busy_wait=0.05):
+            pass
+        assert time.monotonic() - started < 1.2  # gave up before the connection's own 1.234 s
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert con.execute("PRAGMA busy_timeout").fetchone()[0] == 1234
+    with db.atomic() as c:
+        c.execute("INSERT INTO t VALUES (1)")
+    assert db.execute("SELECT COUNT(*) FROM t")[0][0] == 1
+
+
 def _append_many(path: str, name: str, count: int) -> None:
     store = open_window_store(path)
     for i in range(count):

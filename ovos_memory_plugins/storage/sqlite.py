@@ -170,11 +170,12 @@ class Database:
         if busy_wait is None:
             self._con.execute("BEGIN IMMEDIATE")
             return
+        usual = int(self._con.execute("PRAGMA busy_timeout").fetchone()[0])  # an injected connection's own
         self._con.execute(f"PRAGMA busy_timeout = {int(busy_wait * 1000)}")
         try:
             self._con.execute("BEGIN IMMEDIATE")
         finally:
-            self._con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            self._con.execute(f"PRAGMA busy_timeout = {usual}")
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
