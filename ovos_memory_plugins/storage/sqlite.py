@@ -37,10 +37,13 @@ CREATE TABLE IF NOT EXISTS ovos_memory_migrations (
 )"""
 
 
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
 def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
     """The StorageError subclass for a sqlite3 error (StoreUnavailable when it is busy or locked)."""
-    if isinstance(exc, sqlite3.OperationalError) and (
-            "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc)):
+    if _is_busy(exc) or (isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc)):
         return StoreUnavailable(f"{what}: {exc}")
     return StorageError(f"{what}: {exc}")
 
@@ -68,13 +71,35 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if not is_memory_path(path):
-            con.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(con)
             con.execute(f"PRAGMA synchronous = {synchronous}")
         # Deleted rows are overwritten with zeros, not left in free pages: forget() must really
         # forget, also for someone reading the file's bytes.
         con.execute("PRAGMA secure_delete = ON")
         con.execute("PRAGMA foreign_keys = ON")
     return con
+
+
+def _enable_wal(con: sqlite3.Connection) -> None:
+    """Switch ``con``'s file to WAL, retrying while another process holds it.
+
+    Changing the journal mode needs the file to itself, and SQLite reports a conflict between
+    two connections that both hold a read lock at once, without calling the busy handler
+    (waiting could deadlock). Two processes opening a new file together meet exactly that,
+    so the retry happens here, with the same overall patience as the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.005
+    while True:
+        try:
+            con.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
 
 
 #: What SQLite says of a file that is not (or no longer) a readable database.
