@@ -38,16 +38,14 @@ from typing import Any
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
 from ._paths import default_path
+from ._vector_matrix import PLUGIN_NAME, Matrix, as_vector, numpy_module, unit_rows
 from .config import option, parse_config
-from .errors import EmbeddingsError, MissingDependencyError
+from .errors import EmbeddingsError
 from .storage.sqlite import Database, open_database, release_database
 
 __all__ = ["Collection", "CollectionNotFound", "SqliteEmbeddingsDB", "SqliteEmbeddingsConfig"]
 
-PLUGIN_NAME = "ovos-memory-sqlite-embeddings-plugin"
 DEFAULT_FILE = "embeddings.db"
-#: Metadata keys with a RAM index, so filtering on them costs a vector compare, not a loop.
-INDEXED_KEYS = ("session_id",)
 #: Keys per ``IN (...)`` list (SQLite's default limit on variables is 999 on old builds).
 _CHUNK = 500
 
@@ -99,119 +97,6 @@ class SqliteEmbeddingsConfig:
                             "slower next to an embedder's thread pool on a small one)")
 
 
-def _np() -> Any:
-    try:
-        import numpy
-    except ImportError as exc:  # pragma: no cover - numpy is in every extra that installs this
-        raise MissingDependencyError(f"{PLUGIN_NAME} needs numpy: pip install 'ovos-memory-plugins[local-rag]'") \
-            from exc
-    return numpy
-
-
-class _Matrix:
-    """The RAM mirror of one collection: unit rows, keys, metadata, and an index per key in
-    ``INDEXED_KEYS``. Rows are unordered: a delete moves the last row into the hole."""
-
-    def __init__(self, dim: int | None) -> None:
-        np = _np()
-        self.dim = dim
-        self.n = 0
-        self.rows = np.zeros((0, dim or 0), dtype=np.float32)
-        self.keys: list[str] = []
-        self.meta: list[dict[str, Any] | None] = []
-        self.pos: dict[str, int] = {}
-        self.codes = {k: np.zeros(0, dtype=np.int64) for k in INDEXED_KEYS}
-        self.values: dict[str, dict[Any, int]] = {k: {} for k in INDEXED_KEYS}
-        self.version = -1   # the collection's version this mirror reflects; -1: never loaded
-        self.epoch = -1
-        self.max_id = 0
-
-    def put(self, key: str, unit: Any, meta: dict[str, Any] | None) -> None:
-        row = self.pos.get(key)
-        if row is None:
-            row = self.n
-            self._grow(row + 1)
-            self.n += 1
-            self.keys.append(key)
-            self.meta.append(None)
-            self.pos[key] = row
-        self.rows[row] = unit
-        self.meta[row] = meta
-        for name in INDEXED_KEYS:
-            self.codes[name][row] = self._code(name, meta)
-
-    def extend(self, keys: list[str], units: Any, metas: list[dict[str, Any] | None]) -> None:
-        """Append rows for keys not in the mirror yet (a load: one copy, no per-row numpy calls)."""
-        start, count = self.n, len(keys)
-        self._grow(start + count)
-        self.rows[start:start + count] = units
-        self.keys.extend(keys)
-        self.meta.extend(metas)
-        self.pos.update(zip(keys, range(start, start + count)))
-        for name in INDEXED_KEYS:
-            self.codes[name][start:start + count] = [self._code(name, m) for m in metas]
-        self.n += count
-
-    def remove(self, key: str) -> None:
-        row = self.pos.pop(key, None)
-        if row is None:
-            return
-        last = self.n - 1
-        if row != last:  # fill the hole with the last row: O(dim), no reshuffle
-            self.rows[row] = self.rows[last]
-            self.keys[row] = self.keys[last]
-            self.meta[row] = self.meta[last]
-            self.pos[self.keys[row]] = row
-            for name in INDEXED_KEYS:
-                self.codes[name][row] = self.codes[name][last]
-        self.keys.pop()
-        self.meta.pop()
-        self.n = last
-
-    def mask(self, where: Mapping[str, Any]) -> Any:
-        """Boolean row mask for ``where`` (all pairs must match), or None for no filter."""
-        np = _np()
-        mask = None
-        for name, value in where.items():
-            if name in self.codes:
-                code = self.values[name].get(_hashable(value), -2)  # -2 matches no row
-                part = self.codes[name][:self.n] == code
-            else:  # not indexed: a Python pass over the metadata
-                part = np.fromiter(((m or {}).get(name) == value for m in self.meta), dtype=bool, count=self.n)
-            mask = part if mask is None else mask & part
-        return mask
-
-    def _code(self, name: str, meta: dict[str, Any] | None) -> int:
-        if not meta or name not in meta:
-            return -1
-        value = _hashable(meta[name])
-        table = self.values[name]
-        if value not in table:
-            table[value] = len(table)
-        return table[value]
-
-    def _grow(self, needed: int) -> None:
-        np = _np()
-        if needed <= len(self.rows):
-            return
-        capacity = max(needed, 2 * len(self.rows), 64)  # doubling: appends are amortised O(dim)
-        rows = np.zeros((capacity, self.dim or 0), dtype=np.float32)
-        rows[:self.n] = self.rows[:self.n]
-        self.rows = rows
-        for name in INDEXED_KEYS:
-            codes = np.full(capacity, -1, dtype=np.int64)
-            codes[:self.n] = self.codes[name][:self.n]
-            self.codes[name] = codes
-
-
-def _hashable(value: Any) -> Any:
-    try:
-        hash(value)
-        return value
-    except TypeError:
-        return json.dumps(value, sort_keys=True, default=str)
-
-
 class SqliteEmbeddingsDB(EmbeddingsDB):
     """float32 vectors and JSON metadata in SQLite; exact cosine top-k over a RAM matrix.
 
@@ -226,11 +111,11 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
             raw["path"] = path
         super().__init__(raw)
         self.settings = parse_config(SqliteEmbeddingsConfig, raw, PLUGIN_NAME)
-        _np()
+        numpy_module()
         self.path = self.settings.path or default_path(DEFAULT_FILE)
         self._db: Database = open_database(self.path)
         self._db.migrate("vectordb", _MIGRATIONS)
-        self._mirrors: dict[str, _Matrix] = {}
+        self._mirrors: dict[str, Matrix] = {}
         self._lock = threading.RLock()  # taken inside the Database lock, never around it
         self._closed = False
 
@@ -272,7 +157,7 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
                        collection_name: str | None = None) -> Any:
         """Store (or replace) ``key``; returns the stored float32 vector."""
         self.add_embeddings_batch([key], [embedding], [metadata], collection_name)
-        return _vector(embedding)
+        return as_vector(embedding)
 
     def add_embeddings_batch(self, keys: Sequence[str], embeddings: Sequence[Any],
                              metadata: Sequence[dict[str, Any] | None] | None = None,
@@ -283,8 +168,8 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
             raise ValueError("keys, embeddings and metadata must have the same length")
         if not keys:
             return
-        np = _np()
-        vectors = np.stack([_vector(e) for e in embeddings])
+        np = numpy_module()
+        vectors = np.stack([as_vector(e) for e in embeddings])
         metas = [_check_meta(m) for m in (metadata if metadata is not None else [None] * len(keys))]
         # A key given twice in one batch: the last one wins, as with separate calls.
         last = {k: i for i, k in enumerate(keys)}
@@ -308,7 +193,7 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
                 max_id = con.execute("SELECT MAX(id) FROM ovos_vec_items").fetchone()[0]
                 self._bump(con, name, mirror, replaced)
                 with self._lock:
-                    units = _unit_rows(vectors[order])
+                    units = unit_rows(vectors[order])
                     for j, i in enumerate(order):
                         mirror.put(keys[i], units[j], metas[i])
                     mirror.max_id = max(mirror.max_id, int(max_id or 0))
@@ -354,7 +239,7 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
     def get_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None,
                              return_metadata: bool = False) -> list[tuple[Any, ...]]:
         """``(key, vector)`` or ``(key, vector, metadata)`` per key, in order; None/{} when missing."""
-        np = _np()
+        np = numpy_module()
         keys = [_check_key(k) for k in keys]
         name = self._name(collection_name)
         found: dict[str, tuple[Any, dict[str, Any]]] = {}
@@ -388,8 +273,8 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
             where: ``{key: value}`` pairs the metadata must all equal; applied before ranking,
                 so up to ``top_k`` matching items come back even when others dominate.
         """
-        np = _np()
-        q = _vector(embeddings)
+        np = numpy_module()
+        q = as_vector(embeddings)
         k = int(top_k)
         if k <= 0:
             return []
@@ -425,9 +310,9 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
     def _name(self, collection_name: str | None) -> str:
         return _check_name(collection_name if collection_name is not None else self.settings.default_collection)
 
-    def _top_k(self, mirror: _Matrix, q: Any, k: int, return_metadata: bool,
+    def _top_k(self, mirror: Matrix, q: Any, k: int, return_metadata: bool,
                where: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
-        np = _np()
+        np = numpy_module()
         rows = None  # the row numbers behind ``scores``; None: score i is row i
         if where:
             matching = np.flatnonzero(mirror.mask(where))
@@ -468,7 +353,7 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
         # fights the embedder's (OpenMP) pool that has just run the query embedding: measured
         # on 2 cores at 10k rows, right after an e5 call, BLAS took 3-4 ms (p90 7-40 ms) and
         # this 0.7 ms (p90 < 1 ms). Alone on an idle machine BLAS is faster (0.1 ms).
-        return _np().einsum("ij,j->i", rows, q)
+        return numpy_module().einsum("ij,j->i", rows, q)
 
     def _sync(self, con: Any, name: str, create: bool = False) -> Any:
         """The mirror of ``name``, brought up to date with the file; None if it does not exist."""
@@ -485,14 +370,14 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
             if mirror is not None and (mirror.version, mirror.epoch, mirror.dim) == (version, epoch, dim):
                 return mirror
             if mirror is None or mirror.epoch != epoch or mirror.dim != dim:
-                mirror = _Matrix(dim)  # something was deleted or replaced elsewhere: reload all
+                mirror = Matrix(dim)  # something was deleted or replaced elsewhere: reload all
                 self._mirrors[name] = mirror
             self._load_rows(con, name, mirror)  # only rows added since the mirror's last id
             mirror.version, mirror.epoch = version, epoch
             return mirror
 
-    def _load_rows(self, con: Any, name: str, mirror: _Matrix) -> None:
-        np = _np()
+    def _load_rows(self, con: Any, name: str, mirror: Matrix) -> None:
+        np = numpy_module()
         rows = con.execute("SELECT id, key, vector, metadata FROM ovos_vec_items WHERE collection = ? AND id > ? "
                            "ORDER BY id", (name, mirror.max_id)).fetchall()
         if not rows or mirror.dim is None:
@@ -500,20 +385,20 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
         matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), mirror.dim)
         # Keys are unique per collection and a replaced key forces a full reload, so the rows
         # after max_id are all new to the mirror.
-        mirror.extend([r[1] for r in rows], _unit_rows(matrix), [_load(r[3]) or None for r in rows])
+        mirror.extend([r[1] for r in rows], unit_rows(matrix), [_load(r[3]) or None for r in rows])
         mirror.max_id = int(rows[-1][0])
 
-    def _fix_dim(self, con: Any, name: str, dim: int) -> _Matrix:
+    def _fix_dim(self, con: Any, name: str, dim: int) -> Matrix:
         con.execute("UPDATE ovos_vec_collections SET dim = ? WHERE name = ?", (dim, name))
         with self._lock:
-            mirror = _Matrix(dim)
+            mirror = Matrix(dim)
             version, epoch = con.execute("SELECT version, epoch FROM ovos_vec_collections WHERE name = ?",
                                          (name,)).fetchone()
             mirror.version, mirror.epoch = version, epoch
             self._mirrors[name] = mirror
             return mirror
 
-    def _bump(self, con: Any, name: str, mirror: _Matrix, new_epoch: bool) -> None:
+    def _bump(self, con: Any, name: str, mirror: Matrix, new_epoch: bool) -> None:
         con.execute("UPDATE ovos_vec_collections SET version = version + 1, epoch = epoch + ? WHERE name = ?",
                     (int(new_epoch), name))
         with self._lock:
@@ -541,24 +426,6 @@ def _check_meta(meta: Any) -> dict[str, Any] | None:
     if meta is not None and not isinstance(meta, Mapping):
         raise TypeError(f"metadata must be a dict, not {type(meta).__name__}")
     return dict(meta) if meta else None
-
-
-def _vector(value: Any) -> Any:
-    np = _np()
-    vector = np.asarray(value, dtype=np.float32)
-    if vector.ndim == 2 and vector.shape[0] == 1:
-        vector = vector[0]
-    if vector.ndim != 1 or vector.shape[0] == 0:
-        raise EmbeddingsError(f"{PLUGIN_NAME}: an embedding must be a non-empty 1-D vector, got shape {vector.shape}")
-    if not np.isfinite(vector).all():
-        raise EmbeddingsError(f"{PLUGIN_NAME}: the embedding holds NaN or infinite values")
-    return vector
-
-
-def _unit_rows(matrix: Any) -> Any:
-    np = _np()
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.maximum(norms, np.float32(1e-12))
 
 
 def _dump(meta: dict[str, Any] | None) -> str | None:
