@@ -150,6 +150,15 @@ def _units(previous: str, messages: Sequence[Any]) -> list[_Unit]:
     return units
 
 
+def _transcript(previous: str, messages: Sequence[Any]) -> str:
+    lines = [previous.strip()] if previous and previous.strip() else []
+    for message in messages:
+        role, content = _role_content(message)
+        if content.strip():
+            lines.append(f"{_PREFIX.get(role, role.title())}: {' '.join(content.split())}")
+    return "\n".join(lines)
+
+
 def extractive_summary(previous: str, messages: Sequence[Any], max_tokens: int) -> str:
     """The previous summary and the best new sentences, within ``max_tokens``; no model needed.
 
@@ -160,6 +169,10 @@ def extractive_summary(previous: str, messages: Sequence[Any], max_tokens: int) 
     if max_tokens <= 0:
         return ""
     units = _units(previous, messages)
+    if not units:
+        # Nothing scored (greetings, thanks, bare questions): the summary still records what was
+        # said, since the callers drop these messages once they have a summary of them.
+        return truncate_to_tokens(_transcript(previous, messages), max_tokens)
     chosen: list[_Unit] = []
     used = 0
     for unit in sorted(units, key=lambda u: (-u.score, u.order)):

@@ -53,7 +53,7 @@ from .messages import (
     user_message,
 )
 
-__all__ = ["Exchange", "RedisConfig", "RedisMemory"]
+__all__ = ["Conversation", "Exchange", "RedisConfig", "RedisMemory", "TempMemory"]
 
 DAY = 86_400
 SUMMARY_HEADER = "[Conversation summary so far]\n"
@@ -67,21 +67,22 @@ _MAX_CONFLICTS = 8       # rounds lost to concurrent changes before giving up un
 
 @dataclasses.dataclass(frozen=True)
 class RedisConfig:
-    url: str = option("redis://localhost:6379/0", "Redis server URL (redis://, rediss:// or unix://)")
+    url: str = option("redis://localhost:6379/0", "Redis server URL (redis://, rediss:// or unix://)",
+                      aliases=("redis_url",))
     prefix: str = option("ovos:memory", "key prefix; memories with different prefixes never see each other")
     compact_token_threshold: int | None = option(
-        4000, "compact when the short-term list reaches this many tokens; 0 or null: off", kind=int, minimum=0,
-        nullable=True)
+        4000, "compact when the short-term list reaches this many tokens; 0 or null: off; "
+        "takes precedence over compact_threshold when both are set", kind=int, minimum=0, nullable=True)
     compact_threshold: int | None = option(
-        None, "compact when the list holds this many exchanges (all but keep_recent); 0 or null: off",
-        kind=int, minimum=0)
+        None, "compact when the list holds this many exchanges (all but keep_recent); 0 or null: off; "
+        "set alone, it replaces the token threshold", kind=int, minimum=0)
     keep_recent: int = option(2, "newest exchanges never compacted", minimum=0)
     short_term_ttl: float | None = option(
         30 * DAY, "seconds the short-term list lives after the last activity (30 days); 0 or null: forever",
-        kind=float, minimum=0, nullable=True)
+        kind=float, minimum=0, nullable=True, aliases=("short_term_memory_ttl",))
     long_term_ttl: float | None = option(
         30 * DAY, "seconds the summary lives after the last activity (30 days); 0 or null: forever",
-        kind=float, minimum=0, nullable=True)
+        kind=float, minimum=0, nullable=True, aliases=("long_term_memory_ttl",))
     max_summary_tokens: int = option(256, "upper bound of the long-term summary", minimum=16)
     api_url: str | None = option(
         "http://localhost:8000/v1", "OpenAI-compatible endpoint for summaries; null: extractive only", kind=str,
@@ -97,6 +98,32 @@ class RedisConfig:
     retry_after: float = option(5.0, "seconds between reconnection attempts while Redis is down", minimum=0)
     lock_timeout: float = option(30.0, "compaction lease in seconds (renewed while a summary is written)",
                                  minimum=0.1)
+
+
+def _exchange_pair(exchange: Any) -> tuple[str, str]:
+    if isinstance(exchange, Exchange):
+        pair: Any = (exchange.user, exchange.assistant)
+    elif isinstance(exchange, Mapping):
+        pair = (exchange.get("user"), exchange.get("assistant"))
+    elif isinstance(exchange, (tuple, list)) and len(exchange) == 2:
+        pair = tuple(exchange)
+    else:
+        pair = None
+    if pair is None or not all(isinstance(text, str) for text in pair):
+        raise TypeError("an exchange is an Exchange(user, assistant), a {'user': str, 'assistant': str} dict "
+                        f"or a (user, assistant) pair of str, not {exchange!r}"[:300])
+    return pair[0], pair[1]
+
+
+def _compaction_policy(s: RedisConfig, token_threshold_given: bool) -> CompactionPolicy:
+    """Seed 004's rules: the token threshold is the default; ``compact_threshold`` alone replaces
+    it (round-based); when both are set, the token threshold takes precedence."""
+    tokens, rounds = s.compact_token_threshold or 0, s.compact_threshold or 0
+    if rounds and not token_threshold_given:
+        tokens = 0
+    elif rounds and tokens:
+        rounds = 0
+    return CompactionPolicy(tokens, rounds, s.keep_recent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +159,7 @@ class RedisMemory(MemoryPlugin):
         s = self.settings
         self._store = RedisStore(s.url, s.prefix, s.short_term_ttl, s.long_term_ttl, s.socket_timeout,
                                  s.retry_after, self.plugin_name)
-        self._policy = CompactionPolicy(s.compact_token_threshold or 0, s.compact_threshold or 0, s.keep_recent)
+        self._policy = _compaction_policy(s, token_threshold_given="compact_token_threshold" in self.config)
         self._summarizer: Callable[[str, list[dict], int], str] | None = self.config.get("_summarizer")
         self._chat: Any = None
         self._log = LogOnce()
@@ -217,9 +244,11 @@ class RedisMemory(MemoryPlugin):
         summary, exchanges = self.load_locked(session_id) if lock else self.load(session_id)
         return summary, "\n".join(e.format() for e in exchanges)
 
-    def append(self, session_id: str, exchange: Exchange | tuple[str, str]) -> None:
-        """Store one exchange (seed ``Append``): an ``Exchange`` or a ``(user, assistant)`` pair."""
-        user, assistant = (exchange.user, exchange.assistant) if isinstance(exchange, Exchange) else exchange
+    def append(self, session_id: str, exchange: Exchange | Mapping[str, str] | tuple[str, str]) -> None:
+        """Store one exchange (seed ``Append``): an ``Exchange``, a ``{"user", "assistant"}`` dict
+        or a ``(user, assistant)`` pair."""
+        check_session_id(session_id)
+        user, assistant = _exchange_pair(exchange)
         self.update_history([AgentMessage(MessageRole.USER, user), AgentMessage(MessageRole.ASSISTANT, assistant)],
                             session_id)
 
@@ -404,3 +433,8 @@ def _exchanges(history: Sequence[AgentMessage]) -> list[Exchange]:
                 pairs.append(["", ""])
             pairs[-1][1] = f"{pairs[-1][1]}\n{msg.content}" if pairs[-1][1] else msg.content
     return [Exchange(u, a) for u, a in pairs]
+
+
+#: Seed 004's names for the memory and for one exchange.
+TempMemory = RedisMemory
+Conversation = Exchange

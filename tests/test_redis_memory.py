@@ -218,6 +218,59 @@ def test_round_based_compaction_works_on_its_own(make):
     assert "Ana" in summary and "Porto" in summary
 
 
+def test_compact_threshold_alone_replaces_the_default_token_threshold(make):
+    memory = make(compact_threshold=100, keep_recent=1)  # seed 004: round-based "overrides" the default
+    for i in range(60):
+        exchange(memory, "s", f"My favourite number is {i} and I like the colour blue.", f"Noted, {i}.")
+    memory.flush()
+    assert summary_of(memory, "s") == "" and len(memory.get_history("s")) == 120  # over 4,000 tokens, kept
+
+
+def test_the_token_threshold_takes_precedence_when_both_are_set(make):
+    memory = make(compact_threshold=3, compact_token_threshold=4000, keep_recent=1)
+    for i in range(4):
+        exchange(memory, "s", f"My name is Ana {i}.", "Hello Ana.")
+    memory.flush()
+    assert summary_of(memory, "s") == "" and len(memory.get_history("s")) == 8
+
+
+def test_the_token_trigger_folds_about_half_the_threshold_after_a_small_overshoot():
+    from ovos_memory_plugins._redis_compaction import CompactionPolicy
+
+    items = _items(*[("u", 50), ("a", 50)] * 40, ("u", 25), ("a", 25))  # 4,050 tokens, threshold 4,000
+    cut = CompactionPolicy(token_threshold=4000, keep_recent=2).cut(items)
+    assert sum(i.tokens for i in items[:cut]) == 2000  # "the oldest ... totaling approximately n/2"
+
+
+def test_compacting_small_talk_offline_still_leaves_a_summary(make):
+    memory = make(compact_threshold=3, keep_recent=2)
+    for user, assistant in (("hi", "hello"), ("thanks", "you are welcome"), ("ok", "sure")):
+        exchange(memory, "s", user, assistant)
+    memory.flush()
+    summary, exchanges = memory.load("s")
+    assert len(exchanges) == 2 and "hi" in summary and "hello" in summary  # folded, not dropped
+
+
+def test_the_seed_names_and_ttl_keys_are_accepted(make):
+    from ovos_memory_plugins import redis_memory
+
+    assert redis_memory.TempMemory is RedisMemory and redis_memory.Conversation is Exchange
+    memory = make(short_term_memory_ttl=60, long_term_memory_ttl=120)
+    assert (memory.settings.short_term_ttl, memory.settings.long_term_ttl) == (60, 120)
+
+
+def test_append_takes_a_dict_and_refuses_what_is_not_an_exchange(make):
+    memory = make()
+    memory.append("s", {"user": "u4", "assistant": "a4"})
+    assert memory.load("s")[1] == [Exchange("u4", "a4")]
+    for bad in ("u4", ("u", 4), {"user": "u"}, None):
+        with pytest.raises(TypeError, match="exchange"):
+            memory.append("s", bad)
+    with pytest.raises(TypeError):
+        memory.append(Exchange("u", "a"), "s")  # the arguments the wrong way round
+    assert memory.load("s")[1] == [Exchange("u4", "a4")]
+
+
 def test_the_summary_is_bounded_to_max_summary_tokens(make):
     memory = make(compact_threshold=2, compact_token_threshold=0, keep_recent=0, max_summary_tokens=20,
                   _summarizer=lambda previous, messages, limit: "word " * 500)
@@ -539,7 +592,7 @@ def test_the_policy_never_cuts_into_the_newest_exchanges_nor_mid_exchange():
     assert CompactionPolicy(token_threshold=0, round_threshold=3, keep_recent=0).cut(items) == 6
 
 
-def test_after_a_burst_the_policy_folds_down_to_about_half_the_threshold():
+def test_after_a_burst_the_policy_folds_down_below_the_threshold():
     from ovos_memory_plugins._redis_compaction import CompactionPolicy
 
     items = _items(*[("u", 10), ("a", 10)] * 20)  # 400 tokens against a threshold of 100
