@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
-__all__ = ["MEMORY_PATH", "data_dir", "default_path", "is_memory_path", "resolve_path"]
+__all__ = ["MEMORY_PATH", "data_dir", "default_path", "is_memory_path", "quarantine_file", "resolve_path"]
 
 #: The special path meaning "keep it in RAM" (as SQLite spells it).
 MEMORY_PATH = ":memory:"
@@ -37,3 +38,27 @@ def resolve_path(path: str) -> str:
     if not os.path.isabs(expanded):
         expanded = str(data_dir() / expanded)
     return os.path.abspath(expanded)
+
+
+def quarantine_file(path: str, companions: tuple[str, ...] = ()) -> str:
+    """Move a damaged store file aside and return where it went.
+
+    The first quarantine of ``path`` is ``<path>.corrupt`` (SPEC B 4.5); when that name is taken
+    by an earlier one, ``<path>.corrupt-<time>`` (``-<n>`` added if needed), so no quarantined
+    copy is ever overwritten. Each existing ``path + suffix`` in ``companions`` (SQLite's
+    ``-wal`` and ``-shm``) moves along to ``target + suffix``: it belongs to the bad file.
+    """
+    target, n = f"{path}.corrupt", 0
+    while _taken(target, companions):
+        n += 1
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target = f"{path}.corrupt-{stamp}" if n == 1 else f"{path}.corrupt-{stamp}-{n - 1}"
+    os.replace(path, target)
+    for suffix in companions:
+        if os.path.exists(path + suffix):
+            os.replace(path + suffix, target + suffix)
+    return target
+
+
+def _taken(target: str, companions: tuple[str, ...]) -> bool:
+    return any(os.path.exists(target + suffix) for suffix in ("", *companions))

@@ -35,8 +35,9 @@ class WindowConfig:
     system_prompt: str = option("", "persona system prompt, sent first as a system message")
     db_path: str | None = option(
         None, "file that keeps the window across restarts (.json: JSON, else SQLite); null: RAM only", kind=str)
-    backend: str | None = option(None, "store for db_path: sqlite, json or memory; null guesses from the path",
-                                 kind=str, choices=BACKENDS)
+    backend: str | None = option(
+        None, "store for db_path: sqlite, json or memory; null: an existing file's content, else its name",
+        kind=str, choices=BACKENDS)
 
     @property
     def window_size(self) -> int:

@@ -211,8 +211,17 @@ def cmd_export(args: argparse.Namespace, ui: UI) -> int:
     return 0
 
 
-def _import_items(data: Any, path: str) -> list[Mapping[str, Any]]:
-    items = data.get("sessions") if isinstance(data, Mapping) and "sessions" in data else data
+def _import_items(data: Any, path: str, every: bool = False) -> list[Mapping[str, Any]]:
+    """The session exports in a file: ``{"sessions": [...]}`` (export --all), a list, or one session.
+
+    ``every`` (import --all) insists on the export --all shape, so a single-session file given
+    by mistake is an error rather than a quiet import of one session.
+    """
+    whole = isinstance(data, Mapping) and "sessions" in data
+    if every and not (whole or isinstance(data, list)):
+        raise CLIError(f"{path!r} is a one-session export, not every session (as 'export --all' writes); "
+                       "drop --all to import it")
+    items = data.get("sessions") if whole else data
     items = items if isinstance(items, list) else [items]
     for i, item in enumerate(items):
         if not isinstance(item, Mapping) or not item.get("session_id"):
@@ -223,7 +232,9 @@ def _import_items(data: Any, path: str) -> list[Mapping[str, Any]]:
 def cmd_import(args: argparse.Namespace, ui: UI) -> int:
     from rich.progress import Progress
 
-    items = _import_items(_read_json(args.file, "export file"), args.file)
+    if args.all and args.session:
+        raise CLIError("--session only applies to a file holding one session, not --all")
+    items = _import_items(_read_json(args.file, "export file"), args.file, args.all)
     if args.session and len(items) != 1:
         raise CLIError("--session only applies to a file holding one session")
     with _backend(args) as memory:
@@ -419,6 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("import", parents=[backend], help="load what export wrote")
     p.add_argument("file", metavar="FILE.json")
     p.add_argument("--session", help="import into this session id instead")
+    p.add_argument("--all", action="store_true",
+                   help="the file holds every session, as 'export --all' writes (checked); without it both shapes load")
     p.set_defaults(func=cmd_import)
     p = sub.add_parser("stats", parents=[backend], help="sessions and what each holds")
     p.add_argument("--limit", type=int, default=50, help="sessions listed (default: %(default)s)")

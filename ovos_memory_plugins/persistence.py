@@ -6,8 +6,8 @@ rec)``, ``close()``), so code and files written for it keep working, plus ``upda
 
 * ``JsonStore`` writes atomically *and* holds a file lock across read-modify-write, so two
   processes sharing the file never lose each other's updates (the reference's lock is per
-  instance); a corrupt file is moved to a new ``<file>.corrupt-<time>`` instead of overwriting
-  the previous one.
+  instance); a corrupt file is moved to ``<file>.corrupt`` (``<file>.corrupt-<time>`` when an
+  earlier copy holds that name) instead of being overwritten.
 * ``SqliteStore`` keeps the reference table ``sessions(session_id, summary, recent,
   exchange_count, updated_at)`` (an old database opens unchanged), in WAL mode, one
   transaction per save; keys beyond those columns are kept in an added ``extra`` JSON column.

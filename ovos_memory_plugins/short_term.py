@@ -5,16 +5,23 @@ Differences from ovos-persona's class, all deliberate:
 * an empty update is a no-op (the original raises ``IndexError``);
 * the caller's messages are never mutated (the original edits ``new[0].content`` on merge);
 * ``db_path`` optionally keeps the window across restarts (the original is RAM only).
+
+``session2history`` is kept as in the original (``{session_id: [AgentMessage]}``, SPEC B 3.2),
+but as a live view over the window store rather than a dict, so code that seeds or edits it
+directly also works when the window lives in SQLite or JSON. See :class:`SessionHistoryView`.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from typing import Any, ClassVar
 
+from ._compat import AgentMessage
 from ._window import WindowConfig, WindowMemory
 from .config import option
+from .messages import check_session_id, coerce_messages
 
-__all__ = ["BasicShortTermMemory", "ShortTermConfig"]
+__all__ = ["BasicShortTermMemory", "SessionHistoryView", "ShortTermConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +46,133 @@ class BasicShortTermMemory(WindowMemory):
     drop_leading_answers: ClassVar[bool] = True
 
     @property
-    def session2history(self) -> dict[str, list]:
-        """A snapshot ``{session_id: [AgentMessage]}``, as ovos-persona's attribute reads."""
-        return {sid: self.get_history(sid) for sid in self.sessions()}
+    def session2history(self) -> SessionHistoryView:
+        """``{session_id: [AgentMessage]}`` as ovos-persona's attribute, live over the window store."""
+        return SessionHistoryView(self)
+
+    @session2history.setter
+    def session2history(self, value: Mapping[str, Iterable[Any]]) -> None:
+        """Replace every session, as assigning the original's dict does: sessions not in ``value`` are dropped."""
+        if not isinstance(value, Mapping):
+            raise TypeError(f"session2history must be a mapping of session id to messages, not {type(value).__name__}")
+        # Validate (and copy) everything before the store changes: a bad item leaves it untouched.
+        wanted = {check_session_id(sid): coerce_messages(messages) for sid, messages in list(value.items())}
+        for sid in self.sessions():
+            if sid not in wanted:
+                self._window.forget(sid)
+        for sid, messages in wanted.items():
+            self._replace_window(sid, messages)
+
+    def _replace_window(self, session_id: str, messages: Iterable[Any]) -> None:
+        """Make ``messages`` the session's whole window (normalised and trimmed as by update_history).
+
+        Unlike ``update_history`` a store failure raises: this is an explicit edit of the data,
+        and its caller must know it did not happen.
+        """
+        check_session_id(session_id)
+        copies = coerce_messages(messages)  # before forgetting: a bad message keeps the old window
+        self._window.forget(session_id)
+        if copies:
+            self._window.append(session_id, copies, self.policy)
+
+
+class SessionHistoryView(MutableMapping[str, list]):
+    """``memory.session2history``: the sessions' windows as a mutable mapping.
+
+    * ``view[sid]`` is the window (``KeyError`` for an unknown session, as the original's dict),
+      as a :class:`LiveHistory` list: ``append``, ``extend``, item assignment and every other
+      list mutation write the whole window back to the store at once.
+    * ``view[sid] = messages`` replaces the window with copies of ``messages`` (the caller's
+      list and messages are never modified); ``del view[sid]`` forgets the session.
+    * iteration and ``len`` list the stored sessions.
+
+    Writes go through the window rules of ``update_history``: the window is normalised (a USER
+    after a USER replaces it, consecutive answers merge), trimmed to ``max_history``, and its
+    messages are timestamped at the write (``max_age`` counts from there). A window left empty is
+    no session at all (stores keep no empty windows). A write is forget-then-append, two steps:
+    another process reading the same file in between sees the session empty for that instant.
+    """
+
+    def __init__(self, memory: BasicShortTermMemory):
+        self._memory = memory
+
+    def __getitem__(self, session_id: str) -> LiveHistory:
+        history = self._memory.get_history(session_id)
+        if not history and session_id not in self._memory.sessions():
+            raise KeyError(session_id)
+        return LiveHistory(self._memory, session_id, history)
+
+    def __setitem__(self, session_id: str, messages: Iterable[Any]) -> None:
+        self._memory._replace_window(session_id, messages)
+
+    def __delitem__(self, session_id: str) -> None:
+        if session_id not in self._memory.sessions():
+            raise KeyError(session_id)
+        self._memory.forget(session_id)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._memory.sessions()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._memory.sessions())
+
+    def __len__(self) -> int:
+        return len(self._memory.sessions())
+
+    def setdefault(self, session_id: str, default: Iterable[Any] | None = None) -> LiveHistory:  # type: ignore[override]
+        """The live window, stored first as ``default`` when the session is unknown.
+
+        Returns the live list even when the window is empty, so ``setdefault(sid, []).append(m)``
+        stores ``m`` as ``dict.setdefault`` would.
+        """
+        if session_id not in self:
+            self[session_id] = list(default or [])
+        return LiveHistory(self._memory, session_id, self._memory.get_history(session_id))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({ {sid: list(self[sid]) for sid in self}!r})"
+
+
+class LiveHistory(list):
+    """One session's window as a list bound to its memory: each mutation writes it back whole.
+
+    If the write fails (a message that is not one, a store error), the list is restored to what
+    it held before and the error is raised.
+    """
+
+    def __init__(self, memory: BasicShortTermMemory, session_id: str, messages: Iterable[AgentMessage] = ()):
+        super().__init__(messages)
+        self._memory = memory
+        self._session_id = session_id
+
+    def _write_back(self, before: list) -> None:
+        try:
+            self._memory._replace_window(self._session_id, self)
+        except BaseException:
+            list.__setitem__(self, slice(None), before)
+            raise
+
+    def copy(self) -> list:  # type: ignore[override]
+        """A plain, unbound list (as ``list.copy``)."""
+        return list(self)
+
+    def __reduce__(self) -> Any:  # pickles and deep copies are plain lists: the memory is no part of them
+        return list, (list(self),)
+
+
+def _writing(method: Callable[..., Any]) -> Callable[..., Any]:
+    def mutate(self: LiveHistory, *args: Any, **kwargs: Any) -> Any:
+        before = list(self)
+        result = method(self, *args, **kwargs)
+        self._write_back(before)
+        return result
+
+    mutate.__name__ = method.__name__
+    mutate.__doc__ = method.__doc__
+    return mutate
+
+
+for _name in ("append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse",
+              "__setitem__", "__delitem__", "__iadd__", "__imul__"):
+    setattr(LiveHistory, _name, _writing(getattr(list, _name)))
+del _name

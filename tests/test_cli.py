@@ -189,6 +189,33 @@ def test_export_all_and_import_of_many_sessions(lexical, tmp_path, capsys):
     assert capsys.readouterr().out.split() == ["car", "kitchen"]
 
 
+def test_import_all_loads_what_export_all_wrote(lexical, tmp_path, capsys):
+    assert main(["export", "--all", *lexical]) == 0
+    dump = tmp_path / "all.json"
+    dump.write_text(capsys.readouterr().out)
+    target = ["--module", "ovos-memory-plugin-recency", "--config", json.dumps({"db_path": str(tmp_path / "r.db")})]
+    assert main(["import", str(dump), "--all", *target]) == 0
+    assert "imported 2 session(s)" in capsys.readouterr().out
+    assert main(["sessions", *target]) == 0
+    assert capsys.readouterr().out.split() == ["car", "kitchen"]
+
+
+def test_import_all_of_a_one_session_export_is_one_line(lexical, tmp_path, capsys):
+    assert main(["export", "kitchen", *lexical]) == 0
+    dump = tmp_path / "kitchen.json"
+    dump.write_text(capsys.readouterr().out)
+    code = main(["import", str(dump), "--all", *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, ["kitchen.json", "one-session", "--all"])
+
+
+def test_import_all_with_a_session_is_one_line(lexical, tmp_path, capsys):
+    assert main(["export", "--all", *lexical]) == 0
+    dump = tmp_path / "all.json"
+    dump.write_text(capsys.readouterr().out)
+    code = main(["import", str(dump), "--all", "--session", "x", *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, ["--session", "--all"])
+
+
 def test_import_of_a_file_that_is_not_an_export_is_one_line(lexical, tmp_path, capsys):
     junk = tmp_path / "junk.json"
     junk.write_text(json.dumps([{"hello": 1}]))

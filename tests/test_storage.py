@@ -5,6 +5,7 @@ import json
 import multiprocessing
 import os
 import sqlite3
+from pathlib import Path
 
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
@@ -22,6 +23,41 @@ def test_backend_is_chosen_from_the_path_unless_named():
     assert backend_for(None) == backend_for(":memory:") == "memory"
     assert backend_for("/x/m.json") == "json" and backend_for("/x/m.db") == "sqlite"
     assert backend_for("/x/m.db", "json") == "json"
+
+
+def test_an_existing_file_is_opened_by_its_content_not_its_name(tmp_path):
+    sqlite_file, json_file = tmp_path / "memory.json", tmp_path / "memory.db"
+    sqlite3.connect(str(sqlite_file)).execute("CREATE TABLE t (x)").connection.close()
+    json_file.write_text('  \n {"s": {}}')
+    assert backend_for(str(sqlite_file)) == "sqlite" and backend_for(str(json_file)) == "json"
+    assert backend_for(str(json_file), "sqlite") == "sqlite"  # a named backend still wins
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "junk.db").write_bytes(b"\x00garbage")
+    assert backend_for(str(tmp_path / "empty.json")) == "json"  # nothing to read: the name decides
+    assert backend_for(str(tmp_path / "junk.db")) == "sqlite"
+    assert backend_for(str(tmp_path / "new_file")) == "sqlite"
+
+
+REFERENCE_RECENCY = {"s1": {"buffer": [{"ts": 1e10, "role": "user", "content": "hi"},
+                                       {"ts": 1e10, "role": "assistant", "content": "hello"}]},
+                     "s2": {"buffer": [{"ts": 1e10, "role": "user", "content": "bye"}]}}
+
+
+@pytest.mark.parametrize("name", ["recency_memory", "recency.db"])
+def test_a_reference_recency_json_file_loads_unchanged_at_any_path(tmp_path, name):
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    path = tmp_path / name
+    path.write_text(json.dumps(REFERENCE_RECENCY))
+    memory = RecencyMemory({"db_path": str(path)})
+    assert memory.sessions() == ["s1", "s2"]
+    assert [m.content for m in memory.get_history("s1")] == ["hi", "hello"]
+    memory.update_history([AgentMessage(A, "again")], "s2")
+    memory.close()
+    assert sorted(os.listdir(tmp_path)) == [name, f"{name}.lock"]  # nothing quarantined, no SQLite beside it
+    saved = json.loads(path.read_text())
+    assert saved["s1"] == REFERENCE_RECENCY["s1"]
+    assert [e["content"] for e in saved["s2"]["buffer"]] == ["bye", "again"]
 
 
 def test_atomic_rolls_back_everything_on_error(tmp_path):
@@ -94,13 +130,40 @@ def test_a_corrupt_json_file_is_quarantined_not_overwritten(tmp_path):
     path.write_text('{"s": {"facts": ["half a reco')
     store = JsonRecordStore(str(path))
     assert store.load("s") == {}
-    moved = [p for p in os.listdir(tmp_path) if p.startswith("store.json.corrupt-")]
-    assert len(moved) == 1 and (tmp_path / moved[0]).read_text() == '{"s": {"facts": ["half a reco'
+    assert (tmp_path / "store.json.corrupt").read_text() == '{"s": {"facts": ["half a reco'
     store.save("s", {"facts": ["new"]})
     assert json.loads(path.read_text()) == {"s": {"facts": ["new"]}}
     path.write_text("[1, 2]")  # valid JSON, wrong shape: also quarantined, a second file
     assert store.load("s") == {}
-    assert len([p for p in os.listdir(tmp_path) if ".corrupt-" in p]) == 2
+    assert (tmp_path / "store.json.corrupt").read_text() == '{"s": {"facts": ["half a reco'  # the first one kept
+    later = [p for p in os.listdir(tmp_path) if p.startswith("store.json.corrupt-")]
+    assert len(later) == 1 and (tmp_path / later[0]).read_text() == "[1, 2]"
+
+
+def test_a_corrupt_sqlite_file_is_quarantined_with_its_journal_never_over_an_earlier_one(tmp_path):
+    path = tmp_path / "store.db"
+    for round_ in range(2):
+        path.write_bytes(b"this is not a database" * 100)
+        (tmp_path / "store.db-wal").write_bytes(b"journal %d" % round_)
+        db = Database(str(path))
+        db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
+        db.close()
+    assert (tmp_path / "store.db.corrupt").read_bytes() == b"this is not a database" * 100
+    assert (tmp_path / "store.db.corrupt-wal").read_bytes() == b"journal 0"
+    later = [p for p in os.listdir(tmp_path) if p.startswith("store.db.corrupt-") and not p.endswith(("-wal", "-shm"))]
+    assert len(later) == 1 and (tmp_path / (later[0] + "-wal")).read_bytes() == b"journal 1"
+
+
+def test_quarantine_takes_a_new_name_while_any_earlier_copy_holds_one(tmp_path):
+    from ovos_memory_plugins._paths import quarantine_file
+
+    path = str(tmp_path / "f")
+    targets = []
+    for n in range(3):
+        (tmp_path / "f").write_text(str(n))
+        targets.append(quarantine_file(path))
+    assert targets[0] == path + ".corrupt" and len(set(targets)) == 3
+    assert [Path(t).read_text() for t in targets] == ["0", "1", "2"] and not os.path.exists(path)
 
 
 def test_json_writes_leave_no_temp_files(tmp_path):

@@ -107,3 +107,111 @@ def test_recency_persists_and_exports(tmp_path, path):
     assert memory.get_history("s") == []
     memory.import_session(data)
     assert contents(memory.get_history("s")) == ["q", "a"]
+
+
+# -- session2history: the original's attribute, live over every window store ------------------
+STORES = {"ram": None, "sqlite": "w.db", "json": "w.json"}
+
+
+@pytest.fixture(params=list(STORES))
+def short_term(request, tmp_path):
+    name = STORES[request.param]
+    memory = BasicShortTermMemory({"max_history": 10, **({"db_path": str(tmp_path / name)} if name else {})})
+    yield memory
+    memory.close()
+
+
+def test_session2history_assignment_seeds_a_session_with_copies(short_term):
+    seeded = [AgentMessage(U, "what is 2+2?"), AgentMessage(A, "4")]
+    short_term.session2history["s"] = seeded
+    assert contents(short_term.get_history("s")) == ["what is 2+2?", "4"]
+    assert contents(short_term.build_conversation_context("and 3+3?", "s")) == ["what is 2+2?", "4", "and 3+3?"]
+    seeded.append(AgentMessage(U, "later"))  # the caller's list is not the stored one
+    seeded[0].content = "changed"
+    assert contents(short_term.get_history("s")) == ["what is 2+2?", "4"]
+
+
+def test_session2history_assignment_replaces_the_whole_window(short_term):
+    short_term.update_history([AgentMessage(U, "old q"), AgentMessage(A, "old a")], "s")
+    short_term.session2history["s"] = [AgentMessage(U, "new q"), AgentMessage(A, "new a")]
+    assert contents(short_term.get_history("s")) == ["new q", "new a"]
+
+
+def test_appending_to_a_list_from_session2history_is_stored(short_term):
+    short_term.update_history([AgentMessage(U, "q1"), AgentMessage(A, "a1")], "t")
+    history = short_term.session2history["t"]
+    history.append(AgentMessage(U, "q2"))
+    history.extend([AgentMessage(A, "a2")])
+    assert contents(short_term.get_history("t")) == ["q1", "a1", "q2", "a2"]
+    history[0] = AgentMessage(U, "first")
+    del history[-2:]
+    assert contents(short_term.get_history("t")) == ["first", "a1"]
+    history += [AgentMessage(U, "q3")]
+    assert contents(short_term.get_history("t")) == ["first", "a1", "q3"]
+
+
+def test_session2history_writes_follow_the_window_rules(short_term):
+    # a USER after a USER replaces it, answers merge, the window keeps max_history messages
+    short_term.session2history["s"] = [AgentMessage(U, "hanging"), AgentMessage(U, "q"), AgentMessage(A, "a"),
+                                       AgentMessage(A, "b")]
+    assert contents(short_term.get_history("s")) == ["q", "a\nb"]
+    short_term.session2history["s"] = [AgentMessage(U if i % 2 == 0 else A, str(i)) for i in range(12)]
+    assert contents(short_term.get_history("s")) == [str(i) for i in range(2, 12)]
+
+
+def test_a_bad_message_appended_through_session2history_changes_nothing(short_term):
+    short_term.session2history["s"] = [AgentMessage(U, "q"), AgentMessage(A, "a")]
+    history = short_term.session2history["s"]
+    with pytest.raises(TypeError):
+        history.append("not a message")
+    assert contents(history) == ["q", "a"]
+    assert contents(short_term.get_history("s")) == ["q", "a"]
+
+
+def test_session2history_lists_and_deletes_sessions_like_a_dict(short_term):
+    short_term.update_history([AgentMessage(U, "q")], "a")
+    short_term.update_history([AgentMessage(U, "q")], "b")
+    view = short_term.session2history
+    assert list(view) == ["a", "b"] and len(view) == 2 and "a" in view and "zz" not in view
+    with pytest.raises(KeyError):
+        view["zz"]
+    assert view.get("zz") is None
+    del view["a"]
+    assert list(short_term.session2history) == ["b"] and short_term.get_history("a") == []
+    with pytest.raises(KeyError):
+        del view["a"]
+
+
+def test_session2history_setdefault_returns_a_live_list_for_a_new_session(short_term):
+    short_term.session2history.setdefault("new", []).append(AgentMessage(U, "hello"))
+    assert contents(short_term.get_history("new")) == ["hello"]
+
+
+def test_assigning_a_whole_dict_to_session2history_replaces_every_session(short_term):
+    short_term.update_history([AgentMessage(U, "dropped")], "old")
+    short_term.update_history([AgentMessage(U, "replaced")], "kept")
+    short_term.session2history = {"kept": [AgentMessage(U, "q"), AgentMessage(A, "a")],
+                                  "new": [AgentMessage(U, "n")]}
+    assert list(short_term.session2history) == ["kept", "new"]
+    assert contents(short_term.get_history("kept")) == ["q", "a"] and short_term.get_history("old") == []
+    assert short_term.session2history == {"kept": [AgentMessage(U, "q"), AgentMessage(A, "a")],
+                                          "new": [AgentMessage(U, "n")]}
+
+
+def test_a_bad_dict_assigned_to_session2history_leaves_the_store_untouched(short_term):
+    short_term.update_history([AgentMessage(U, "q")], "s")
+    with pytest.raises(TypeError):
+        short_term.session2history = {"s": [AgentMessage(U, "fine")], "t": ["not a message"]}
+    with pytest.raises(TypeError):
+        short_term.session2history = [("s", [])]
+    assert list(short_term.session2history) == ["s"] and contents(short_term.get_history("s")) == ["q"]
+
+
+def test_session2history_writes_survive_a_restart(tmp_path):
+    path = str(tmp_path / "persona.db")
+    memory = BasicShortTermMemory({"db_path": path})
+    memory.session2history["s"] = [AgentMessage(U, "my name is Ana")]
+    memory.session2history["s"].append(AgentMessage(A, "hi Ana"))
+    memory.close()
+    again = BasicShortTermMemory({"db_path": path})
+    assert contents(again.session2history["s"]) == ["my name is Ana", "hi Ana"]

@@ -10,8 +10,10 @@ Two kinds of store, each with a reference implementation in RAM and durable ones
   ``update(session_id, fn)`` is an atomic read-modify-write.
 
 :func:`open_window_store` and :func:`open_record_store` choose the implementation from the
-``backend`` name or, when that is not given, from the path: ``":memory:"`` or ``None`` keeps it
-in RAM, a ``.json`` file uses the JSON store, anything else is SQLite (the default).
+``backend`` name or, when that is not given, from the file itself (:func:`backend_for`):
+``":memory:"`` or ``None`` keeps it in RAM; an existing file is read by its first bytes (the
+SQLite header: SQLite; ``{``: JSON, as the reference writes at any path, suffix or not); any
+other path (a new or empty file) by its name: ``.json`` is JSON, anything else SQLite.
 """
 from __future__ import annotations
 
@@ -55,15 +57,38 @@ class RecordStore(Protocol):
     def close(self) -> None: ...
 
 
+#: The first 16 bytes of every SQLite database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
 def backend_for(path: str | None, backend: str | None = None) -> str:
-    """The store backend for ``path``: explicit ``backend`` first, then the path's shape."""
+    """The store backend for ``path``: explicit ``backend`` first, then the file's content, then its name.
+
+    The content wins over the name because the reference writes JSON at any path (its default
+    ``~/.local/share/recency_memory`` has no suffix): judged by name, such a file would be
+    opened as SQLite and quarantined as corrupt.
+    """
     if is_memory_path(path):
         return "memory"
     if backend:
         if backend not in BACKENDS:
             raise ConfigError(f"'backend' is {backend!r}; allowed values are {', '.join(map(repr, BACKENDS))}")
         return backend
-    return "json" if str(path).lower().endswith(".json") else "sqlite"
+    return _backend_by_content(str(path)) or ("json" if str(path).lower().endswith(".json") else "sqlite")
+
+
+def _backend_by_content(path: str) -> str | None:
+    """``"sqlite"`` or ``"json"`` when the file's first bytes say so; None if absent, empty or unclear."""
+    try:
+        with open(resolve_path(path), "rb") as f:
+            head = f.read(4096)
+    except OSError:  # missing (a new store) or unreadable: the name decides, the store reports errors
+        return None
+    if head.startswith(_SQLITE_HEADER):
+        return "sqlite"
+    if head.lstrip(b" \t\r\n").startswith(b"{"):
+        return "json"
+    return None  # damaged or foreign bytes: the store of the name's kind quarantines them
 
 
 def open_window_store(path: str | None, backend: str | None = None, table: str = "window") -> WindowStore:

@@ -7,9 +7,9 @@
 * The parsed file is cached and read again only when it changed on disk (another inode,
   size or mtime: every write is a rename, so any other writer's change is seen). A read
   whose cache is current takes no lock, so it never waits for a write's fsync.
-* A file that does not parse is moved aside to ``<file>.corrupt-<time>`` (never overwriting an
-  earlier one) with an ERROR naming both paths, and the store starts empty: the bad bytes stay
-  on disk for the user to inspect.
+* A file that does not parse is moved aside to ``<file>.corrupt`` (``<file>.corrupt-<time>``
+  when an earlier quarantine holds that name: none is ever overwritten) with an ERROR naming
+  both paths, and the store starts empty: the bad bytes stay on disk for the user to inspect.
 
 Each save costs O(file size). Prefer the SQLite store beyond a few hundred sessions.
 """
@@ -20,11 +20,11 @@ import json
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._log import LOG
+from .._paths import quarantine_file
 from ..errors import StorageError
 
 try:
@@ -126,12 +126,7 @@ class JsonRecordStore:
             raise StorageError(f"cannot read {self.path}: {exc}") from exc
 
     def _quarantine(self, exc: Exception) -> None:
-        target = f"{self.path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
-        n = 1
-        while os.path.exists(target):
-            target = f"{self.path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
-            n += 1
-        os.replace(self.path, target)
+        target = quarantine_file(self.path)
         self._cache = None
         LOG.error(f"memory store {self.path} is corrupt ({exc}); moved it to {target} and started empty")
         self._write({})

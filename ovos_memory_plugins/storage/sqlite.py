@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._paths import MEMORY_PATH, is_memory_path, resolve_path
+from .._paths import MEMORY_PATH, is_memory_path, quarantine_file, resolve_path
 from ..errors import MigrationError, StorageError, StoreUnavailable
 
 __all__ = ["Database", "connect", "map_sqlite_errors", "open_database", "storage_error"]
@@ -125,14 +125,8 @@ def _connect_or_quarantine(path: str, synchronous: str) -> sqlite3.Connection:
         if con is not None:
             with contextlib.suppress(sqlite3.Error):
                 con.close()
-    target = f"{path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
-    n = 1
-    while os.path.exists(target):
-        target, n = f"{path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}", n + 1
-    os.replace(path, target)
-    for suffix in ("-wal", "-shm"):  # the journal belongs to the bad file, never to the new one
-        if os.path.exists(path + suffix):
-            os.replace(path + suffix, target + suffix)
+    # the journal belongs to the bad file, never to the new one
+    target = quarantine_file(path, companions=("-wal", "-shm"))
     from .._log import LOG
 
     LOG.error(f"memory store {path} is corrupt ({reason}); moved it to {target} and started empty")

@@ -38,7 +38,8 @@ SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "1b. Damaged store files",
         "A store file is damaged between two runs. JSON (truncated mid-way, garbage bytes, empty, not an "
         "object, invalid UTF-8) and SQLite (garbage header, schema page overwritten, truncated mid-way): on the "
-        "next start the file is moved to `<file>.corrupt-<time>` byte for byte (SQLite: with its journal), one "
+        "next start the file is moved to `<file>.corrupt` (`<file>.corrupt-<time>` when an earlier copy holds that "
+        "name) byte for byte (SQLite: with its journal), one "
         "ERROR names both paths, and the backend goes on with a fresh file; every turn is answered.",
         ("store", "damages", "quarantined", "errors logged", "keeps working"),
     ),

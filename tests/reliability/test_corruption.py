@@ -57,7 +57,7 @@ def test_a_damaged_json_store_is_quarantined_and_the_backend_keeps_working(entry
         memory.build_conversation_context("hello?", "s")
         memory.update_history(exchange("new", 1), "s")
         found = _markers(memory, "s")
-    quarantined = sorted(folder.glob(f"{store.name}.corrupt-*"))
+    quarantined = sorted(folder.glob(f"{store.name}.corrupt*"))
     assert len(quarantined) == 1, f"expected one quarantined copy, found {quarantined}"
     assert quarantined[0].read_bytes() == damaged, "the quarantined copy is not the damaged file"
     corrupt_errors = [e for e in logs.errors if "corrupt" in e and str(quarantined[0]) in e]
@@ -103,7 +103,7 @@ def test_a_damaged_sqlite_store_never_breaks_a_turn(name, entry_point, variant, 
             answered += context[-1].content == "hello?"
             memory.update_history(exchange("new", n), "s")
         found = _markers(memory, "s")
-    quarantined = sorted(p for p in folder.glob(f"{store.name}.corrupt-*") if not p.name.endswith(("-wal", "-shm")))
+    quarantined = sorted(p for p in folder.glob(f"{store.name}.corrupt*") if not p.name.endswith(("-wal", "-shm")))
     assert answered == 3
     assert len(quarantined) <= 1
     if quarantined:  # a damaged schema: moved aside, one ERROR, a fresh store that works
