@@ -8,13 +8,14 @@ Used by ``entity``. Four jobs:
   never a crash.
 * :func:`extract_facts`: facts from clear first-person statements without any model
   ("my name is Ana", "I live in Lisbon", "I like jazz", "my dog is called Rex", ...), in
-  English, Portuguese, Spanish, German and French.
+  English, Portuguese, Spanish, German and French. ``entity`` uses them when no model answers.
 * :func:`make_fact`: a fact string with its *key* (subject + attribute, e.g. ``name``,
   ``lives_in``, ``dog.name``, ``pref:jazz``). Two facts with one key contradict each other:
   the newer supersedes the older ("my name is Ana", then "call me Bea").
-* :func:`is_grounded` and :func:`looks_like_instruction`: a fact proposed by a model is kept
-  only if its key words appear in what the *user* said, and never if it reads like an
-  instruction. Text from the assistant (or injected into it) cannot become a fact.
+* :func:`is_grounded` and :func:`looks_like_instruction`: whether a fact proposed by a model
+  has its key words in what the *user* said and reads like no instruction. ``entity`` applies
+  them with ``grounded_facts: true``, so text from the assistant (or injected into it) cannot
+  become a fact.
 
     >>> [f.text for f in extract_facts("Hi! My name is Ana and I live in Lisbon.")]
     ["User's name is Ana", 'User lives in Lisbon']

@@ -5,10 +5,13 @@ better where the reference is weak (SPEC B 6.6):
 
 * extraction runs in a background worker from a durable pending list (in the same record), so
   ``update_history`` returns in milliseconds and a restart resumes unfinished work;
-* without an endpoint (or while it is down) facts still come from the user's clear
+* when the model answers, its reply *is* the extraction (as the reference: merged as returned,
+  deduplicated case-insensitively, capped; ``[]`` adds nothing); only when no model answers
+  (no endpoint, an error, the circuit breaker open) do facts come from the user's clear
   first-person statements (:func:`~ovos_memory_plugins._facts.extract_facts`);
-* a fact proposed by the model is kept only if its key words appear in what the *user* said,
-  and never if it reads like an instruction, so the assistant's text (or an injection in it)
+* a proposed fact that reads like an instruction ("ignore previous instructions", role tags)
+  is never kept; ``grounded_facts: true`` (opt-in) also keeps a model's fact only if its key
+  words appear in what the *user* said, so the assistant's text (or an injection in it)
   cannot become a "fact";
 * a newer fact about the same thing ("call me Bea" after "my name is Ana") supersedes the
   older one, which is kept as history (exported, never injected);
@@ -25,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._compat import AgentMessage
-from ._facts import Fact, extract_facts, is_grounded, make_fact, parse_fact_list
+from ._facts import MAX_FACT_CHARS, Fact, extract_facts, is_grounded, looks_like_instruction, make_fact, parse_fact_list
 from ._llm_memory import EndpointConfig, LLMMemory
 from ._log import LOG
 from ._tokens import truncate_to_tokens
@@ -60,6 +63,10 @@ MODEL_COMMIT_S = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class EntityConfig(EndpointConfig):
+    # null (or ""): no model at all, facts come from the offline rules only.
+    api_url: str | None = option(  # type: ignore[assignment]
+        "http://localhost:8000/v1",
+        "OpenAI-compatible endpoint (a local llama.cpp or Ollama); null: offline rules only", nullable=True, kind=str)
     max_facts: int = option(50, "facts kept per session (or in total with scope global); 0: no cap", minimum=0)
     max_extract_tokens: int = option(128, "max_tokens of an extraction request", minimum=1)
     request_timeout: float = option(10.0, "seconds one LLM request may take", minimum=0.1)
@@ -71,6 +78,9 @@ class EntityConfig(EndpointConfig):
     system_prompt: str = option("", "persona system prompt, sent first")
     scope: str = option("session", "session: facts per session; global: shared by all sessions",
                         choices=("session", "global"))
+    grounded_facts: bool = option(
+        False, "keep a model's fact only if its key words are in the user's own words; turn on for small local "
+               "models, which sometimes take facts from the assistant's reply")
 
     def __post_init__(self) -> None:
         if "{exchange}" not in self.extraction_prompt:
@@ -200,17 +210,17 @@ class EntityMemory(LLMMemory):
             started = time.monotonic()
             for item in pending[:OFFLINE_BATCH]:
                 results.append((item, self._extract(item)))
-                if self.client.available and time.monotonic() - started >= MODEL_COMMIT_S:
+                if self.settings.api_url and self.client.available and time.monotonic() - started >= MODEL_COMMIT_S:
                     break
             self._store.update(key, lambda record: self._commit(record, results))
             if len(pending) > len(results):
                 self._mark_due(key, wake=False)
 
     def _extract(self, item: Mapping[str, Any]) -> list[Fact]:
+        """The facts of one exchange: the model's when it answers, else the offline rules."""
         user = str(item.get("user") or "")
-        rules = extract_facts(user)
-        if not self.client.available:
-            return rules
+        if not self.settings.api_url or not self.client.available:
+            return extract_facts(user)
         # Bounded so a pasted document cannot overflow a small local model's context.
         exchange = (f"User: {truncate_to_tokens(user, MAX_PROMPT_TOKENS)}\n"
                     f"Assistant: {truncate_to_tokens(str(item.get('assistant') or ''), MAX_PROMPT_TOKENS)}")
@@ -219,20 +229,30 @@ class EntityMemory(LLMMemory):
             reply = self.client.complete([{"role": "user", "content": prompt}],
                                          max_tokens=self.settings.max_extract_tokens)
         except LLMError:
-            return rules  # the client logged it once
+            return extract_facts(user)  # no model answered (the client logged it once)
+        # The model answered: its list is the extraction, as in the reference, even when it is
+        # empty. Adding rule facts here would store what the model judged not worth keeping.
+        # Never a "fact": an instruction to the model ("ignore previous instructions", role tags)
+        # or a pasted paragraph. No honest extraction looks like either.
+        proposed = [text for text in self._parse_reply(reply)
+                    if len(text) <= MAX_FACT_CHARS and not looks_like_instruction(text)]
+        if self.settings.grounded_facts:
+            kept = [text for text in proposed if is_grounded(text, user)]
+            if len(kept) < len(proposed):
+                LOG.debug(f"{self.plugin_name}: dropped {len(proposed) - len(kept)} fact(s) not stated by the user")
+            proposed = kept
+        return [make_fact(text) for text in proposed]
+
+    def _parse_reply(self, reply: str) -> list[str]:
+        """The fact strings of a reply; a reply without a JSON array holds none (warned once)."""
         proposed = parse_fact_list(reply)
         if proposed is None:
             if reply.strip():
                 self._log.warning("garbage", f"{self.plugin_name}: the model's reply held no JSON array; "
                                              f"ignored (first seen: {reply[:80]!r})")
-            proposed = []
-        else:
-            self._log.clear("garbage")
-        kept = [make_fact(text) for text in proposed if is_grounded(text, user)]
-        if len(kept) < len(proposed):
-            LOG.debug(f"{self.plugin_name}: dropped {len(proposed) - len(kept)} fact(s) not stated by the user")
-        keys = {f.key for f in kept}
-        return kept + [f for f in rules if f.key not in keys]
+            return []
+        self._log.clear("garbage")
+        return proposed
 
     def _commit(self, record: dict[str, Any], results: list[tuple[Mapping[str, Any], list[Fact]]]) -> dict[str, Any]:
         for item, found in results:
