@@ -71,20 +71,28 @@ def format_exchange(question: str | None, answer: str | None) -> str:
 def exchange_texts(tail: AgentMessage | None, messages: Sequence[AgentMessage]) -> list[tuple[str | None, str | None]]:
     """The ``(question, answer)`` pairs to store for ``messages`` appended after ``tail``.
 
-    Each non-empty ASSISTANT pairs with the pending USER question. A USER followed by another
-    USER is still stored, as a question alone: what the user said matters even when the answer
-    was cut off (a stopped stream). A question still waiting for its answer is not stored yet.
+    Each non-empty ASSISTANT pairs with the latest USER question (a second reply to one
+    question pairs with it too, as in the reference). A USER followed by another USER is still
+    stored, as a question alone: what the user said matters even when the answer was cut off
+    (a stopped stream). A question still waiting for its answer is not stored yet.
+
+        >>> from ovos_memory_plugins._compat import AgentMessage, MessageRole
+        >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
+        >>> exchange_texts(None, [AgentMessage(U, "q1"), AgentMessage(U, "q2"), AgentMessage(A, "a"),
+        ...                       AgentMessage(A, "b"), AgentMessage(U, "q3")])
+        [('q1', None), ('q2', 'a'), ('q2', 'b')]
     """
-    pending = tail.content if tail is not None and is_role(tail, "user") else None
+    question = tail.content if tail is not None and is_role(tail, "user") else None
+    answered = False
     out: list[tuple[str | None, str | None]] = []
     for msg in messages:
         if is_role(msg, "user"):
-            if pending is not None and pending.strip():
-                out.append((pending, None))
-            pending = msg.content
+            if question is not None and question.strip() and not answered:
+                out.append((question, None))
+            question, answered = msg.content, False
         elif is_role(msg, "assistant") and msg.content.strip():
-            out.append((pending, msg.content))
-            pending = None
+            out.append((question, msg.content))
+            answered = True
     return out
 
 

@@ -3,8 +3,9 @@
 ``ovos_plugin_manager.agents.load_memory_plugin`` imports every plugin of the group on every
 call and has no cache; a composite with four members, or a persona retrying a missing plugin,
 would pay that each time. Here a name is looked up through ``importlib.metadata`` (which
-imports only the one plugin asked for), falling back to OPM, and a found class is cached. A
-miss is not cached: a plugin installed later is found on the next call (late adoption).
+imports only the one plugin asked for), falling back to OPM. A class found through entry
+points is cached; OPM's answer and a miss are not: a plugin installed later is found on the
+next call (late adoption).
 """
 from __future__ import annotations
 
@@ -23,18 +24,22 @@ _lock = threading.Lock()
 
 
 def load_memory_class(name: str, group: str = MEMORY_GROUP) -> type | None:
-    """The class registered as ``name`` in ``group``, or None. Errors while importing are logged."""
+    """The class registered as ``name`` in ``group``, or None. Errors while importing are logged.
+
+    Entry points are cached (installed packages do not change under a running process); what
+    ovos-plugin-manager's loader returns is not, so a plugin it finds later, or a patched
+    loader in a test, is seen on the next call.
+    """
     key = (group, name)
     with _lock:
         if key in _cache:
             return _cache[key]
     found = _from_metadata(name, group)
-    if found is None and group == MEMORY_GROUP:
-        found = _from_opm(name)
     if found is not None:
         with _lock:
             _cache[key] = found
-    return found
+        return found
+    return _from_opm(name) if group == MEMORY_GROUP else None
 
 
 def _from_metadata(name: str, group: str) -> type | None:

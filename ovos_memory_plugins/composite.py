@@ -132,7 +132,7 @@ class CompositeMemory(BaseRetrievalMemory):
         return members
 
     def _build_member(self, module: str, config: dict[str, Any]) -> Any:
-        cls = load_memory_class(module)
+        cls = load_memory_plugin(module)
         if cls is None:
             self._member_log.error(f"load:{module}", "%s: member %r is not installed; skipped", self.plugin_name,
                                    module)
@@ -213,6 +213,14 @@ class CompositeMemory(BaseRetrievalMemory):
             check_session_id(session_id)
         return self._fused(query, session_id, (), top_k)
 
+    # The base's two hooks: a composite stores nothing itself (update_history writes through to
+    # the members) and queries by fusing them.
+    def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
+        return None
+
+    def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
+        return self._fused(query, session_id, (), top_k)
+
     def _fused(self, query: str, session_id: str | None, window: Sequence[AgentMessage],
                top_k: int | None = None) -> list[MemoryHit]:
         k = self.k if top_k is None else int(top_k)
@@ -244,7 +252,7 @@ class CompositeMemory(BaseRetrievalMemory):
         """The system blocks plain members add (a summary, facts), asked as cheaply as they allow."""
         blocks: list[AgentMessage] = []
         for member in self.members:
-            if member is self.primary or member.is_retriever:
+            if member.is_retriever:  # a plain primary's summary or facts count too
                 continue
             blocks.extend(self._call(member, "context", lambda m=member: _added_blocks(m.memory, utterance,
                                                                                         session_id), []))
@@ -309,6 +317,12 @@ def _accepts(cls: type, key: str) -> bool:
     if config_cls is None or not dataclasses.is_dataclass(config_cls):
         return True  # a third-party plugin: push it, as the reference does
     return any(f.name == key or f.metadata.get("key") == key for f in dataclasses.fields(config_cls))
+
+
+def load_memory_plugin(name: str) -> type | None:
+    """The memory class registered as ``name``, or None: this package's entry points first, then
+    ovos-plugin-manager's loader. Members are loaded through this name (patch it in tests)."""
+    return load_memory_class(name)
 
 
 def _added_blocks(memory: Any, utterance: str, session_id: str) -> list[AgentMessage]:

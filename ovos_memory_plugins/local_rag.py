@@ -53,6 +53,15 @@ _OWN = {
     "ovos-memory-minilm-embeddings-plugin": ("ovos_memory_plugins.embedders", "MiniLMEmbedder"),
     DEFAULT_DB: ("ovos_memory_plugins.vectordb", "SqliteEmbeddingsDB"),
 }
+#: The reference's default stack (seed 003), which needs a C++ build and a model download. When a
+#: persona names one and it is not installed, the built-in equivalent is used (warned once), so
+#: a reference persona file still recalls by meaning, offline.
+REFERENCE_STACK = {
+    "ovos-gguf-embeddings-plugin": DEFAULT_EMBEDDER,
+    "ovos-chromadb-embeddings-plugin": DEFAULT_DB,
+}
+#: Seconds a query waits for the indexer to embed the few exchanges stored just before it.
+QUERY_CATCH_UP_S = 2.0
 #: Seconds before retrying a plugin that failed to load; doubles per failure up to the maximum.
 RETRY_FIRST_S = 10.0
 RETRY_MAX_S = 600.0
@@ -211,8 +220,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         if self._mixes_neighbours() and all(d.rowid for d in docs):
             self._write(db, self._neighbours.store(docs, vectors))  # type: ignore[union-attr]
             return
-        db.add_embeddings_batch([d.doc_id for d in docs], vectors, [_portable(d) for d in docs],
-                                collection_name=self.settings.collection)
+        _add_vectors(db, [d.doc_id for d in docs], vectors, [_portable(d) for d in docs], self.settings.collection)
 
     def _mixes_neighbours(self) -> bool:
         # Rewriting a neighbour's vector needs replace-by-key, which only our store promises.
@@ -226,14 +234,15 @@ class LocalRAGMemory(BaseRetrievalMemory):
 
     def _write(self, db: Any, items: list[tuple[Document, Any]]) -> None:
         if items:
-            db.add_embeddings_batch([d.doc_id for d, _ in items], [v for _, v in items],
-                                    [_portable(d) for d, _ in items], collection_name=self.settings.collection)
+            _add_vectors(db, [d.doc_id for d, _ in items], [v for _, v in items], [_portable(d) for d, _ in items],
+                         self.settings.collection)
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         try:
             embedder, db = self._embedding_slot.get(), self._vector_slot.get()
         except EmbeddingsError:
             return []  # already logged once by the slot; the turn goes on without recall
+        self._catch_up()
         vector = _embed_query(embedder, query)
         collection = self.settings.collection
         if session_id is not None and self._db_filters:
@@ -244,6 +253,19 @@ class LocalRAGMemory(BaseRetrievalMemory):
                             collection_name=collection)
         return self._hits(rows, session_id)[:top_k]
 
+    def _catch_up(self) -> None:
+        """Let the indexer embed the few exchanges stored just before this query, so the last
+        turn is recalled on the next one, as with the reference's synchronous store.
+
+        Only a handful: a backlog (an import, a new model re-embedding everything) is left to the
+        indexer, and this turn ranks what is embedded. Between spoken turns the indexer is long
+        done and this costs one indexed lookup.
+        """
+        if self._worker is None or not self._docs.has_pending():
+            return
+        if self._docs.count_pending() <= self.index_batch:
+            BaseRetrievalMemory.flush(self, QUERY_CATCH_UP_S)
+
     def _delete_documents(self, docs: Sequence[Document]) -> None:
         if not docs:
             return
@@ -251,7 +273,13 @@ class LocalRAGMemory(BaseRetrievalMemory):
             db = self._vector_slot.get()
         except EmbeddingsError:
             return  # queries check the document log, so the orphaned vectors are never recalled
-        db.delete_embeddings_batch([d.doc_id for d in docs], collection_name=self.settings.collection)
+        keys, collection = [d.doc_id for d in docs], self.settings.collection
+        batch = getattr(db, "delete_embeddings_batch", None)
+        if batch is not None:
+            batch(keys, collection_name=collection)
+        else:  # a store with only the single-key call
+            for key in keys:
+                db.delete_embeddings(key, collection_name=collection)
         if self._mixes_neighbours():
             self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
 
@@ -281,8 +309,9 @@ class LocalRAGMemory(BaseRetrievalMemory):
         injected = self.config.get("_embedder")
         if injected is not None:
             return injected
-        cls = find_plugin_class(self.settings.embeddings_plugin, TEXT_EMBEDDINGS_GROUP)
-        embedder = cls(dict(self.settings.embeddings_config))  # positional, as the reference does
+        cls, config = self._plugin_or_builtin(self.settings.embeddings_plugin, TEXT_EMBEDDINGS_GROUP,
+                                              self.settings.embeddings_config)
+        embedder = cls(dict(config))  # positional, as the reference does
         if hasattr(embedder, "load"):  # ours: load and verify now, so a problem is reported here
             embedder.load()
         return embedder
@@ -290,9 +319,10 @@ class LocalRAGMemory(BaseRetrievalMemory):
     def _build_db(self) -> Any:
         db = self.config.get("_db")
         if db is None:
-            cls = find_plugin_class(self.settings.embeddings_db_plugin, EMBEDDINGS_DB_GROUP)
-            config = dict(self.settings.embeddings_db_config)
-            if self.settings.embeddings_db_plugin == DEFAULT_DB and not config.get("path"):
+            cls, config = self._plugin_or_builtin(self.settings.embeddings_db_plugin, EMBEDDINGS_DB_GROUP,
+                                                  self.settings.embeddings_db_config)
+            config = dict(config)
+            if cls is find_plugin_class(DEFAULT_DB, EMBEDDINGS_DB_GROUP) and not config.get("path"):
                 config["path"] = self._db.path  # one file: window, documents and vectors
             db = construct_db(cls, config)
         from .vectordb import SqliteEmbeddingsDB
@@ -300,6 +330,20 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._db_filters = isinstance(db, SqliteEmbeddingsDB)
         self._prepare_collection(db)
         return db
+
+    def _plugin_or_builtin(self, name: str, group: str, config: Mapping[str, Any]) -> tuple[type, Mapping[str, Any]]:
+        """The class registered as ``name`` with its config, or, for a reference default that is
+        not installed, the built-in equivalent with its defaults (warned once)."""
+        try:
+            return find_plugin_class(name, group), config
+        except EmbeddingsError as exc:
+            builtin = REFERENCE_STACK.get(name)
+            if builtin is None:
+                raise
+            self._log.warning(f"builtin:{name}", "%s: %s; using the built-in %r instead (offline). Install %r to "
+                              "use it; what is embedded meanwhile stays with the built-in one", self.plugin_name,
+                              exc, builtin, name)
+            return find_plugin_class(builtin, group), {}
 
     def _prepare_collection(self, db: Any) -> None:
         """Create the collection once; re-embed everything if it holds another model's vectors."""
@@ -368,6 +412,16 @@ def _embed_passages(embedder: Any, texts: list[str]) -> list[Any]:
     if len(vectors) != len(texts):
         raise EmbeddingsError(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
     return vectors
+
+
+def _add_vectors(db: Any, keys: list[str], vectors: Sequence[Any], metas: list[dict[str, Any]],
+                 collection: str) -> None:
+    batch = getattr(db, "add_embeddings_batch", None)
+    if batch is not None:
+        batch(keys, vectors, metas, collection_name=collection)
+        return
+    for key, vector, meta in zip(keys, vectors, metas):  # a store with only the single-key call
+        db.add_embeddings(key, vector, metadata=meta, collection_name=collection)
 
 
 def _embed_query(embedder: Any, text: str) -> Any:

@@ -16,6 +16,7 @@ recall against the window, ``max_context_tokens``, ``forget``/``export``, expiry
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import inspect
 import itertools
@@ -27,7 +28,7 @@ from typing import Any, ClassVar
 
 from ._compat import AgentMessage
 from ._documents import Document, DocumentLog, exchange_texts, format_exchange
-from ._log import LogOnce
+from ._log import LOG, LogOnce
 from ._memory import MemoryPlugin
 from ._paths import default_path
 from ._tokens import estimate_tokens
@@ -54,8 +55,8 @@ class RetrievalConfig:
     max_num_results: int = option(5, "top-k recalled items", key="retrieval.max_num_results", minimum=1)
     min_score: float | None = option(None, "drop hits scoring below this (backend scale); null keeps all",
                                      key="retrieval.min_score", kind=float)
-    query_mode: str = option("utterance", "utterance: search the turn; history: fold in earlier user turns",
-                             key="retrieval.query_mode", choices=QUERY_MODES)
+    query_mode: str = option("utterance", "utterance: search the turn; history: fold in earlier user turns "
+                             "(any other value acts like utterance)", key="retrieval.query_mode")
     query_history_turns: int = option(3, "user turns folded into the query in history mode",
                                       key="retrieval.query_history_turns", minimum=0)
     header: str = option(DEFAULT_HEADER, "text before the recalled chunks", key="context.header")
@@ -89,7 +90,7 @@ class RetrievalConfig:
                 raise ConfigError(f"'{name}' may only use the fields {', '.join(fields)}: {exc!r}") from exc
 
 
-class BaseRetrievalMemory(MemoryPlugin):
+class BaseRetrievalMemory(MemoryPlugin, abc.ABC):
     """Base of retrieval backends; see the module docstring for the hooks."""
 
     Config: ClassVar[type] = RetrievalConfig
@@ -113,6 +114,8 @@ class BaseRetrievalMemory(MemoryPlugin):
         super().__init__(config)
         s = self.settings
         check_inject_mode(s.inject_mode, self.plugin_name)
+        if s.query_mode not in QUERY_MODES:  # the reference's rule: a persona with a typo still loads
+            LOG.warning(f"{self.plugin_name}: unknown retrieval.query_mode {s.query_mode!r} acts like 'utterance'")
         self.injection = Injection(s.inject_mode, s.header, s.system_prompt_template, s.user_template, s.tool_name)
         self.style = ContextStyle(s.chunk_prefix, s.chunk_separator, s.include_sources)
         self.policy = WindowPolicy(max_messages=s.max_history, max_age=s.max_age)
@@ -133,15 +136,17 @@ class BaseRetrievalMemory(MemoryPlugin):
     def _table_prefix(self) -> str:
         return "retrieval"
 
+    @abc.abstractmethod
     def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Index one document (``doc_id`` is unique for ever); a batch calls ``_store_documents``."""
 
     def _store_documents(self, docs: Sequence[Document]) -> None:
         for doc in docs:
             self._store_document(doc.doc_id, doc.text, doc.session_id, doc.metadata)
 
+    @abc.abstractmethod
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
-        raise NotImplementedError
+        """The best ``top_k`` hits for ``query`` (of ``session_id`` only, when given), best first."""
 
     def _delete_documents(self, docs: Sequence[Document]) -> None:
         """Remove documents from the index; the default cannot, so the index keeps them."""
@@ -221,8 +226,9 @@ class BaseRetrievalMemory(MemoryPlugin):
             hits = self._scoped_query(query, k, only)
             self._log.clear("search", f"{self.plugin_name}: search works again")
         except Exception as exc:  # noqa: BLE001 - any backend failure costs one turn's recall, no more
-            # A WARNING: this turn only loses its recall. What broke (an embedder, the index) fails
-            # its writes too, and that is the one ERROR; two ERROR lines per cause would be noise.
+            # Logged once, as a WARNING: this turn only loses its recall. What broke (an embedder,
+            # the index) fails its writes too, and that is the one ERROR; the reference logs an
+            # ERROR per turn.
             self._log.warning("search", "%s: search failed (%s); proceeding without context", self.plugin_name,
                               exc)
             return []

@@ -67,9 +67,9 @@ class FlakyRetriever(RecencyMemory):
 
 @pytest.fixture
 def fake_plugins(monkeypatch):
-    real = composite_module.load_memory_class
+    real = composite_module.load_memory_plugin
     extra = {"test-facts": FactsMemory, "test-broken": BrokenAtStart, "test-flaky": FlakyRetriever}
-    monkeypatch.setattr(composite_module, "load_memory_class", lambda name: extra.get(name) or real(name))
+    monkeypatch.setattr(composite_module, "load_memory_plugin", lambda name: extra.get(name) or real(name))
     FactsMemory.instances = []
     FlakyRetriever.fail = True
 
@@ -94,6 +94,24 @@ def test_the_reference_fusion_example():
     assert "fusion_score" not in a[0].metadata, "members' hits must not be mutated"
     with pytest.raises(ValueError):
         fuse("average", lists)
+
+
+def test_a_plain_primary_still_adds_its_system_block(tmp_path, fake_plugins):
+    memory = CompositeMemory({"members": ["test-facts", {"module": "ovos-memory-plugin-lexical",
+                                                         "config": {"db_path": str(tmp_path / "l.db")}}]})
+    assert memory.primary.module == "test-facts"
+    ctx = memory.build_conversation_context("what do I drink?", "s")
+    assert [(m.role, m.content) for m in ctx] == [(S, "Known facts about the user:\n- likes tea"),
+                                                  (U, "what do I drink?")]
+
+
+def test_members_are_found_through_the_opm_loader_every_time(monkeypatch):
+    import ovos_plugin_manager.agents as opm_agents
+
+    monkeypatch.setattr(opm_agents, "load_memory_plugin", lambda name: FactsMemory if name == "opm-only" else None)
+    assert CompositeMemory({"members": ["opm-only"]}).members[0].module == "opm-only"
+    monkeypatch.setattr(opm_agents, "load_memory_plugin", lambda name: None)  # uninstalled since
+    assert CompositeMemory({"members": ["opm-only"]}).members == []
 
 
 def test_unknown_fusion_is_a_config_error():

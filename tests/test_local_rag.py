@@ -379,6 +379,96 @@ def test_an_injected_third_party_store_works_and_is_filtered_by_session(memories
     assert [m.content for m in memory.build_conversation_context("dog Rex", "a")[:-1]] != []
 
 
+class SingleKeyDB:
+    """A store with only the calls the reference makes: no batch add or delete."""
+
+    def __init__(self):
+        self.items = {}
+
+    def create_collection(self, name, metadata=None):
+        return name
+
+    def add_embeddings(self, key, embedding, metadata=None, collection_name=None):
+        self.items[key] = (np.asarray(embedding), metadata)
+        return embedding
+
+    def delete_embeddings(self, key, collection_name=None):
+        self.items.pop(key, None)
+
+    def query(self, embeddings, top_k=5, return_metadata=False, collection_name=None):
+        scored = sorted(((1 - float(v @ embeddings), k, m) for k, (v, m) in self.items.items()))[:top_k]
+        return [(k, d, m) for d, k, m in scored]
+
+
+def test_a_store_without_batch_calls_gets_one_call_per_vector(memories):
+    store = SingleKeyDB()
+    memory = memories({"_db": store, "max_history": 0})
+    memory.update_history(exchange("my dog Rex", "ok"), "a")
+    memory.update_history(exchange("the cat Tom", "ok"), "a")
+    assert memory.flush(30) and sorted(store.items) == ["a_0", "a_1"]
+    assert memory.search("dog Rex", "a")[0].source == "a_0"
+    memory.forget("a")
+    assert store.items == {}
+
+
+def test_the_last_exchange_is_recalled_on_the_very_next_turn(memories):
+    memory = memories({"max_history": 0})
+    memory.update_history(exchange("my dog is called Rex", "nice"), "s")
+    assert memory.search("dog Rex", "s")[0].source == "s_0"  # no flush(): the query waits for it
+    memory.update_history(exchange("the meeting moved to Friday", "noted"), "s")
+    assert "meeting" in recalled(memory.build_conversation_context("meeting Friday", "s"))
+
+
+def test_a_query_does_not_wait_for_a_backlog(memories, monkeypatch):
+    embedder = GatedEmbedder()  # passages wait at the gate: the backlog cannot shrink
+    memory = memories({"max_history": 0}, embedder=embedder)
+    for i in range(memory.index_batch + 1):
+        memory.update_history(exchange(f"q{i}", f"a{i}"), "s")
+    waits = []
+    real_flush = local_rag.BaseRetrievalMemory.flush
+    monkeypatch.setattr(local_rag.BaseRetrievalMemory, "flush", lambda self, timeout=None: waits.append(timeout))
+    memory.search("q1", "s")
+    assert waits == []  # more than a batch pending: the turn ranks what is embedded
+    monkeypatch.setattr(local_rag.BaseRetrievalMemory, "flush", real_flush)
+    embedder.gate.set()
+    assert memory.flush(30) and memory.search("q1", "s")
+
+
+def test_the_reference_vector_store_falls_back_to_the_built_in_one(memories, logged, monkeypatch):
+    real = local_rag.find_plugin_class
+
+    def only_ours(name, group):
+        if name in local_rag.REFERENCE_STACK:
+            raise EmbeddingsError(f"no {group} plugin named {name!r} is installed")
+        return real(name, group)
+
+    monkeypatch.setattr(local_rag, "find_plugin_class", only_ours)
+    memory = memories({"embeddings_db_plugin": "ovos-chromadb-embeddings-plugin",
+                       "embeddings_db_config": {"path": "/nonexistent/chroma"}, "max_history": 0})
+    memory.update_history(exchange("my dog is called Rex", "nice"), "s")
+    assert memory.search("dog Rex", "s")[0].source == "s_0"
+    store = memory._vector_slot.loaded
+    assert isinstance(store, SqliteEmbeddingsDB) and store.path == memory._db.path  # not the chroma path
+    warned = [line for line in logged if "ovos-chromadb-embeddings-plugin" in line]
+    assert len(warned) == 1 and "built-in" in warned[0]
+
+
+@needs_e5
+def test_the_seed_003_persona_block_recalls_by_meaning_offline(no_network, tmp_path, monkeypatch):
+    if importlib.util.find_spec("ovos_gguf_embeddings") or importlib.util.find_spec("ovos_chromadb_embeddings"):
+        pytest.skip("the reference stack is installed here; this checks the fallback without it")
+    monkeypatch.chdir(tmp_path)
+    block = {"embeddings_plugin": "ovos-gguf-embeddings-plugin",
+             "embeddings_config": {"model": "paraphrase-multilingual-minilm-l12-v2"},
+             "embeddings_db_plugin": "ovos-chromadb-embeddings-plugin",
+             "embeddings_db_config": {"path": "~/.local/share/ovos-memory/chroma"},
+             "scope": "global", "retrieval": {"max_num_results": 3}}
+    with LocalRAGMemory(block) as memory:
+        memory.update_history(exchange("my dog is called Rex", "What a nice name!"), "s")
+        memory.update_history(exchange("the meeting moved to Friday", "Noted."), "s")
+        assert "Rex" in memory.search("what is my pet's name?", "s")[0].content
+
+
 def test_vector_stores_are_constructed_the_way_ovos_callers_do():
     class WithConfig:
         def __init__(self, config=None):

@@ -80,12 +80,54 @@ def test_tool_mode_without_toolcall_support_is_a_clear_config_error(tmp_path):
 
 
 @pytest.mark.parametrize("key, value", [("inject_mode", "banner"), ("scope", "planet"),
-                                        ("retrieval", {"query_mode": "psychic"}),
                                         ("retrieval", {"max_num_results": 0}), ("max_history", -1)])
 def test_bad_values_are_rejected_at_construction_naming_the_key(tmp_path, key, value):
     with pytest.raises(ConfigError) as err:
         lexical(tmp_path, **{key: value})
     assert (key if not isinstance(value, dict) else next(iter(value))) in str(err.value)
+
+
+def test_an_unknown_query_mode_acts_like_utterance(tmp_path, monkeypatch):
+    from ovos_memory_plugins._log import LOG
+
+    warned = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    m = lexical(tmp_path, retrieval={"query_mode": "psychic"})
+    assert any("psychic" in w for w in warned)
+    history = [AgentMessage(U, "tell me about zebras"), AgentMessage(A, "striped")]
+    assert m.build_query("and lions?", history) == "and lions?"
+
+
+def test_the_base_is_abstract_until_both_hooks_are_written():
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+
+    with pytest.raises(TypeError, match="abstract"):
+        BaseRetrievalMemory({"db_path": ":memory:"})
+
+    class OnlyStores(BaseRetrievalMemory):
+        def _store_document(self, doc_id, text, session_id, metadata):
+            pass
+
+    with pytest.raises(TypeError, match="_query_backend"):
+        OnlyStores({"db_path": ":memory:"})
+
+
+def test_a_failing_backend_is_logged_once_and_the_turn_goes_on(tmp_path, monkeypatch):
+    from ovos_memory_plugins._log import LOG
+
+    errors = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: errors.append(str(msg) % a if a else str(msg)))
+    m = lexical(tmp_path, system_prompt="BASE.")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("index offline")
+
+    monkeypatch.setattr(m, "_query_backend", broken)
+    monkeypatch.setattr(m, "_query_takes_session", True)
+    for _ in range(3):
+        assert shaped(m.build_conversation_context("zebra", "s")) == [("system", "BASE."), ("user", "zebra")]
+    assert [e for e in errors if "search failed (index offline); proceeding without context" in e] == [errors[0]]
+    assert len(errors) == 1
 
 
 def test_no_hits_degrades_to_prompt_history_and_utterance(tmp_path):
@@ -199,3 +241,10 @@ def test_max_context_tokens_bounds_window_and_recall(tmp_path):
 
     assert sum(estimate_tokens(x.content) for x in ctx) <= 60 + 4 * len(ctx)
     assert ctx[-1].content == "tell me about the garden shed"
+
+
+def test_a_second_reply_is_stored_with_the_question_it_answers(tmp_path):
+    m = lexical(tmp_path)
+    m.update_history([AgentMessage(U, "delta dog"), AgentMessage(A, "echo eel"), AgentMessage(A, "foxtrot fish")], "s")
+    docs = [d["content"] for d in m.export("s")["documents"]]
+    assert docs == ["Q: delta dog\nA: echo eel", "Q: delta dog\nA: foxtrot fish"]
