@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+# Above the reference (1.2.3a1) we replace: a persona or package requiring
+# "ovos-memory-plugins>=1.2" accepts this drop-in.
+__version__ = "1.3.0"
 
 _EXPORTS = {
     "BaseRetrievalMemory": "ovos_memory_plugins.retrieval",
