@@ -15,7 +15,9 @@ from .messages import (
     check_utterance,
     coerce_messages,
     context_window,
+    fit_window,
     from_dict,
+    message_tokens,
     system_message,
     to_dict,
     user_message,
@@ -35,6 +37,9 @@ class WindowConfig:
     system_prompt: str = option("", "persona system prompt, sent first as a system message")
     db_path: str | None = option(
         None, "file that keeps the window across restarts (.json: JSON, else SQLite); null: RAM only", kind=str)
+    max_context_tokens: int | None = option(
+        None, "token budget for the whole context; the oldest messages are left out first, the system prompt "
+        "and the utterance always fit; null: unbounded", kind=int, minimum=1)
     backend: str | None = option(
         None, "store for db_path: sqlite, json or memory; null: an existing file's content, else its name",
         kind=str, choices=BACKENDS)
@@ -92,6 +97,10 @@ class WindowMemory(MemoryPlugin):
         text = check_utterance(utterance)
         history = context_window(self.get_history(session_id), self.drop_leading_answers)
         prompt = self.system_prompt.strip()
+        budget = self.settings.max_context_tokens
+        if budget is not None:
+            budget -= message_tokens(prompt) + message_tokens(text)
+            history, _ = fit_window(history, max(0, budget), self.drop_leading_answers)
         return ([system_message(prompt)] if prompt else []) + history + [user_message(text)]
 
     def context_blocks(self, session_id: str) -> list[AgentMessage]:

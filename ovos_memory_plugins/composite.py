@@ -24,15 +24,22 @@ from typing import Any, ClassVar
 from ._compat import AgentMessage
 from ._log import LogOnce
 from ._plugins import load_memory_class
-from ._tokens import estimate_tokens
 from .common import MemoryHit
 from .config import option
 from .errors import ConfigError
 from .fusion import FUSION_MODES, fuse
 from .inject import assemble_context
-from .messages import check_session_id, check_utterance, coerce_messages, context_window, is_role
+from .messages import (
+    check_session_id,
+    check_utterance,
+    coerce_messages,
+    context_window,
+    fit_window,
+    is_role,
+    message_tokens,
+)
 from .render import render_hits
-from .retrieval import BaseRetrievalMemory, RetrievalConfig, _chunk_budget, _fit_window, drop_window_duplicates
+from .retrieval import BaseRetrievalMemory, RetrievalConfig, _chunk_budget, drop_window_duplicates
 from .storage.sqlite import Database
 
 __all__ = ["HYBRID_PRESET", "CompositeConfig", "CompositeMemory", "Member"]
@@ -197,8 +204,8 @@ class CompositeMemory(BaseRetrievalMemory):
         extra = self._extra_system(text, sid)
         budget = self._recall_budget(text)
         if budget is not None:
-            budget -= sum(estimate_tokens(m.content) + 4 for m in extra)
-            window, budget = _fit_window(window, max(0, budget))
+            budget -= sum(message_tokens(m.content) for m in extra)
+            window, budget = fit_window(window, max(0, budget))
         hits = self._fused(self.build_query(text, history), sid, window) if text else []
         context = render_hits(hits, self.style, _chunk_budget(budget, self.injection.header))
         tool_id = f"memrag_{sid}_{next(self._tool_ids[sid])}" if context and self.injection.mode == "tool" else ""

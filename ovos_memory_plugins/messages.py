@@ -23,6 +23,7 @@ from typing import Any
 
 from ._compat import HAS_TOOLS, AgentMessage, MessageRole, ToolCall, make_message, tool_fields
 from ._log import LOG
+from ._tokens import estimate_tokens
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -228,3 +229,32 @@ def from_dict(data: dict[str, Any]) -> AgentMessage:
         extra["tool_call_id"] = data.get("tool_call_id")
         extra["name"] = data.get("name")
     return make_message(role, data["content"], **extra)
+
+
+#: Tokens a chat template spends per message besides its text (role markers, separators).
+MESSAGE_OVERHEAD_TOKENS = 4
+
+
+def message_tokens(text: str) -> int:
+    """Tokens one message of ``text`` costs in a prompt (0 for no text: no message is sent)."""
+    return estimate_tokens(text) + MESSAGE_OVERHEAD_TOKENS if text else 0
+
+
+def fit_window(window: Sequence[AgentMessage], budget: int,
+               drop_leading_answers: bool = False) -> tuple[list[AgentMessage], int]:
+    """The newest messages of ``window`` that fit ``budget`` tokens, and the tokens left over.
+
+    The oldest go first; the result is a valid context window (see :func:`context_window`).
+
+        >>> msgs = [AgentMessage(MessageRole.USER, "one two"), AgentMessage(MessageRole.ASSISTANT, "three")]
+        >>> [m.content for m in fit_window(msgs, 6)[0]], [m.content for m in fit_window(msgs, 100)[0]]
+        (['three'], ['one two', 'three'])
+    """
+    costs = [message_tokens(m.content) for m in window]
+    start, total = 0, sum(costs)
+    while start < len(window) and total > budget:
+        total -= costs[start]
+        start += 1
+    kept = context_window(window[start:], drop_leading_answers)
+    used = sum(message_tokens(m.content) for m in kept)
+    return kept, max(0, budget - used)

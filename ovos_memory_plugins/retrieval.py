@@ -37,7 +37,17 @@ from .common import MemoryHit
 from .config import option
 from .errors import ConfigError, MemoryPluginError
 from .inject import INJECT_MODES, Injection, assemble_context, check_inject_mode
-from .messages import check_session_id, check_utterance, coerce_messages, context_window, from_dict, is_role, to_dict
+from .messages import (
+    check_session_id,
+    check_utterance,
+    coerce_messages,
+    context_window,
+    fit_window,
+    from_dict,
+    is_role,
+    message_tokens,
+    to_dict,
+)
 from .render import DEFAULT_HEADER, ContextStyle, render_hits
 from .storage import WindowPolicy
 from .storage.sqlite import Database, open_database, release_database
@@ -195,7 +205,7 @@ class BaseRetrievalMemory(MemoryPlugin, abc.ABC):
         window = context_window(history)
         budget = self._recall_budget(text)
         if budget is not None:
-            window, budget = _fit_window(window, budget)
+            window, budget = fit_window(window, budget)
         hits = self.recall(self.build_query(text, history), sid, window) if text else []
         context = render_hits(hits, self.style, _chunk_budget(budget, self.injection.header))
         tool_id = ""
@@ -434,7 +444,7 @@ class BaseRetrievalMemory(MemoryPlugin, abc.ABC):
     def _recall_budget(self, utterance: str) -> int | None:
         if self.settings.max_context_tokens is None:
             return None
-        return self.settings.max_context_tokens - estimate_tokens(self.system_prompt) - estimate_tokens(utterance)
+        return self.settings.max_context_tokens - message_tokens(self.system_prompt) - message_tokens(utterance)
 
     def _maybe_expire(self) -> None:
         self._updates += 1
@@ -465,16 +475,6 @@ def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMess
         if not dup:
             out.append(hit)
     return out
-
-
-def _fit_window(window: list[AgentMessage], budget: int) -> tuple[list[AgentMessage], int]:
-    """Drop the oldest messages until the window fits ``budget``; returns what is left for recall."""
-    costs = [estimate_tokens(m.content) + 4 for m in window]  # ~4 tokens of per-message overhead
-    start = 0
-    while start < len(window) and sum(costs[start:]) > budget:
-        start += 1
-    kept = context_window(window[start:])
-    return kept, max(0, budget - sum(estimate_tokens(m.content) + 4 for m in kept))
 
 
 def _chunk_budget(budget: int | None, header: str) -> int | None:

@@ -215,3 +215,20 @@ def test_session2history_writes_survive_a_restart(tmp_path):
     memory.close()
     again = BasicShortTermMemory({"db_path": path})
     assert contents(again.session2history["s"]) == ["my name is Ana", "hi Ana"]
+
+
+@pytest.mark.parametrize("cls", [RecencyMemory, BasicShortTermMemory])
+def test_max_context_tokens_leaves_out_the_oldest_messages_first(cls):
+    from ovos_memory_plugins._tokens import estimate_tokens
+
+    memory = cls({"max_history": 0, "max_context_tokens": 60, "system_prompt": "Be brief."})
+    for i in range(10):
+        memory.update_history([AgentMessage(U, f"question number {i} about the weather"),
+                               AgentMessage(A, f"answer number {i}: sunny")], "s")
+    ctx = memory.build_conversation_context("and tomorrow?", "s")
+    assert ctx[0].content == "Be brief." and ctx[-1].content == "and tomorrow?"
+    assert sum(estimate_tokens(m.content) + 4 for m in ctx) <= 60
+    kept = [m.content for m in ctx[1:-1]]
+    assert kept and kept[-1] == "answer number 9: sunny" and kept[0].startswith("question")  # newest, whole pairs
+    unbounded = cls({"max_history": 0}).build_conversation_context("x", "s")
+    assert len(unbounded) == 1  # another instance, no shared state; the budget is per memory
