@@ -346,11 +346,19 @@ def test_a_plugin_slot_retries_with_back_off_and_logs_recovery(monkeypatch, logg
     assert infos == ["owner: embedder 'x' loaded"]
 
 
-class ListDB:
-    """A minimal third-party-style store: no ``where``, no close, config-less constructor."""
+class _ItemsDB:
+    """Vectors in a dict, exact cosine query: what the third-party-style stores below share."""
 
     def __init__(self):
         self.items = {}
+
+    def query(self, embeddings, top_k=5, return_metadata=False, collection_name=None):
+        scored = sorted(((1 - float(v @ embeddings), k, m) for k, (v, m) in self.items.items()))[:top_k]
+        return [(k, d, m) for d, k, m in scored]
+
+
+class ListDB(_ItemsDB):
+    """A minimal third-party-style store: no ``where``, no close, config-less constructor."""
 
     def create_collection(self, name, metadata=None):
         raise RuntimeError("already exists")  # some stores do this; it must not matter
@@ -362,10 +370,6 @@ class ListDB:
     def delete_embeddings_batch(self, keys, collection_name=None):
         for key in keys:
             self.items.pop(key, None)
-
-    def query(self, embeddings, top_k=5, return_metadata=False, collection_name=None):
-        scored = sorted(((1 - float(v @ embeddings), k, m) for k, (v, m) in self.items.items()))[:top_k]
-        return [(k, d, m) for d, k, m in scored]
 
 
 def test_an_injected_third_party_store_works_and_is_filtered_by_session(memories):
@@ -379,11 +383,8 @@ def test_an_injected_third_party_store_works_and_is_filtered_by_session(memories
     assert [m.content for m in memory.build_conversation_context("dog Rex", "a")[:-1]] != []
 
 
-class SingleKeyDB:
+class SingleKeyDB(_ItemsDB):
     """A store with only the calls the reference makes: no batch add or delete."""
-
-    def __init__(self):
-        self.items = {}
 
     def create_collection(self, name, metadata=None):
         return name
@@ -394,10 +395,6 @@ class SingleKeyDB:
 
     def delete_embeddings(self, key, collection_name=None):
         self.items.pop(key, None)
-
-    def query(self, embeddings, top_k=5, return_metadata=False, collection_name=None):
-        scored = sorted(((1 - float(v @ embeddings), k, m) for k, (v, m) in self.items.items()))[:top_k]
-        return [(k, d, m) for d, k, m in scored]
 
 
 def test_a_store_without_batch_calls_gets_one_call_per_vector(memories):
