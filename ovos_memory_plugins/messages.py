@@ -174,8 +174,9 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
     """The part of a window that goes into a prompt.
 
     Trailing USER messages are dropped (the current utterance is appended after the window, and
-    two USER turns in a row confuse chat models). With ``drop_leading_answers``, messages before
-    the first USER are dropped too: an answer whose question was trimmed away (seed 000).
+    two USER turns in a row confuse chat models). With ``drop_leading_answers``, leading ASSISTANT
+    messages are dropped too: an answer whose question was trimmed away (seed 000); a leading
+    SYSTEM or DEVELOPER note stays, as in ovos-persona.
     TOOL results left at the start by trimming are always dropped: without their tool call
     they are invalid for every chat API.
     """
@@ -184,7 +185,7 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
         end -= 1
     start = 0
     while start < end and (
-        is_role(history[start], "tool") or (drop_leading_answers and not is_role(history[start], "user"))
+        is_role(history[start], "tool") or (drop_leading_answers and is_role(history[start], "assistant"))
     ):
         start += 1
     return list(history[start:end])

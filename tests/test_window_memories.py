@@ -232,3 +232,14 @@ def test_max_context_tokens_leaves_out_the_oldest_messages_first(cls):
     assert kept and kept[-1] == "answer number 9: sunny" and kept[0].startswith("question")  # newest, whole pairs
     unbounded = cls({"max_history": 0}).build_conversation_context("x", "s")
     assert len(unbounded) == 1  # another instance, no shared state; the budget is per memory
+
+
+def test_short_term_keeps_a_leading_system_note_and_drops_only_answers():
+    memory = BasicShortTermMemory({"max_history": 0})
+    memory.update_history([AgentMessage(S, "sys note"), AgentMessage(U, "u3"), AgentMessage(A, "a3")], "s")
+    assert [(m.role, m.content) for m in memory.build_conversation_context("z", "s")] == [
+        (S, "sys note"), (U, "u3"), (A, "a3"), (U, "z")]
+    trimmed = BasicShortTermMemory({"max_history": 3})
+    trimmed.update_history([AgentMessage(U, "u1"), AgentMessage(A, "a1"), AgentMessage(U, "u2"),
+                            AgentMessage(A, "a2")], "s")
+    assert [m.content for m in trimmed.build_conversation_context("z", "s")] == ["u2", "a2", "z"]
