@@ -4,7 +4,10 @@ Differences from ovos-persona's class, all deliberate:
 
 * an empty update is a no-op (the original raises ``IndexError``);
 * the caller's messages are never mutated (the original edits ``new[0].content`` on merge);
-* ``db_path`` optionally keeps the window across restarts (the original is RAM only).
+* ``db_path`` optionally keeps the window across restarts (the original is RAM only);
+* every message of an update is normalised, not only the first against the window: one update
+  ``[USER q1, USER q2, ASSISTANT a1, ASSISTANT a2]`` is kept as ``[USER q2, ASSISTANT "a1\na2"]``
+  (seed 002); for the persona's own ``[USER, ASSISTANT]`` pairs the two agree.
 
 ``session2history`` is kept as in the original (``{session_id: [AgentMessage]}``, SPEC B 3.2),
 but as a live view over the window store rather than a dict, so code that seeds or edits it
