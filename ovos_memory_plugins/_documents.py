@@ -72,9 +72,11 @@ def exchange_texts(tail: AgentMessage | None, messages: Sequence[AgentMessage]) 
     """The ``(question, answer)`` pairs to store for ``messages`` appended after ``tail``.
 
     Each non-empty ASSISTANT pairs with the latest USER question (a second reply to one
-    question pairs with it too, as in the reference). A USER followed by another USER is still
-    stored, as a question alone: what the user said matters even when the answer was cut off
-    (a stopped stream). A question still waiting for its answer is not stored yet.
+    question in the same update pairs with it too, as in the reference; a reply arriving in an
+    update of its own after the first one was stored, with ``tail`` an ASSISTANT, has none).
+    A USER followed by another USER is still stored, as a question alone: what the user said
+    matters even when the answer was cut off (a stopped stream). A question still waiting for
+    its answer is not stored yet.
 
         >>> from ovos_memory_plugins._compat import AgentMessage, MessageRole
         >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
@@ -140,8 +142,12 @@ class DocumentLog:
     def has_pending(self) -> bool:
         return bool(self.db.execute(f"SELECT 1 FROM {self.table} WHERE indexed = 0 LIMIT 1"))
 
-    def count_pending(self) -> int:
-        return int(self.db.execute(f"SELECT COUNT(*) FROM {self.table} WHERE indexed = 0")[0][0])
+    def count_pending(self, limit: int | None = None) -> int:
+        """Documents waiting for the index; with ``limit``, counting stops there (cheap on a backlog)."""
+        if limit is None:
+            return int(self.db.execute(f"SELECT COUNT(*) FROM {self.table} WHERE indexed = 0")[0][0])
+        return int(self.db.execute(
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM {self.table} WHERE indexed = 0 LIMIT ?)", (limit,))[0][0])
 
     def by_rowids(self, con: Any, rowids: Sequence[int]) -> list[Document]:
         """The documents with these row ids that still exist, in id order."""

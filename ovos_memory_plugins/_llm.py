@@ -141,7 +141,7 @@ class ChatClient:
         backoff: (first, maximum) seconds the circuit stays open after a failure.
     """
 
-    def __init__(self, api_url: str, model: str = "", timeout: float = 30.0, api_key: str | None = None,
+    def __init__(self, api_url: str | None, model: str = "", timeout: float = 30.0, api_key: str | None = None,
                  backoff: tuple[float, float] = (5.0, 300.0)):
         self.api_url = (api_url or "").rstrip("/")
         self.model = model or ""
@@ -163,8 +163,8 @@ class ChatClient:
     # -- public API ----------------------------------------------------------------------
     @property
     def available(self) -> bool:
-        """False while the circuit is open (a recent failure); True otherwise."""
-        return not self._breaker.is_open()
+        """False with no endpoint configured, or while the circuit is open (a recent failure)."""
+        return bool(self.api_url) and not self._breaker.is_open()
 
     @property
     def retry_in(self) -> float:
@@ -204,6 +204,8 @@ class ChatClient:
             LLMTimeout: no answer within ``timeout``.
             LLMError: an HTTP error status or a reply that is not a chat completion.
         """
+        if not self.api_url:  # configured without a model: not a failure, nothing to log
+            raise LLMUnavailable("no LLM endpoint is configured (api_url is empty)")
         if not self._breaker.acquire():
             raise LLMUnavailable(f"{self.api_url}: endpoint unavailable; next try in {self.retry_in:.0f}s")
         try:

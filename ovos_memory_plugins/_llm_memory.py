@@ -22,7 +22,9 @@ STORE_BACKENDS = ("json", "sqlite", "memory")
 
 @dataclasses.dataclass(frozen=True)
 class EndpointConfig:
-    api_url: str = option("http://localhost:8000/v1", "OpenAI-compatible endpoint (a local llama.cpp or Ollama)")
+    api_url: str | None = option("http://localhost:8000/v1", "OpenAI-compatible endpoint (a local llama.cpp or "
+                                 "Ollama); null or empty: no model, the offline fallback only", kind=str,
+                                 nullable=True)
     model: str = option("", "model name; empty: the first model the server lists")
     api_key: str | None = option(None, "bearer token for servers that require one", kind=str)
     request_timeout: float = option(30.0, "seconds one LLM request may take", minimum=0.1)

@@ -33,9 +33,9 @@ class CompactionPolicy:
         """How many of the oldest items to fold into the summary (0: none).
 
         Cuts fall on exchange boundaries (before a USER message) and never into the newest
-        ``keep_recent`` exchanges. The token trigger folds the oldest messages totalling about
-        half the threshold (seed 004); after a burst it folds enough to bring the list below the
-        threshold, at most twice the threshold per round, so one summary request stays small.
+        ``keep_recent`` exchanges. The token trigger keeps about half the threshold of recent
+        messages (seed 004): at the threshold it folds the oldest half; after a burst it folds
+        more, at most twice the threshold per round, so one summary request stays small.
         The round trigger folds all but ``keep_recent`` exchanges.
 
             >>> from ovos_memory_plugins._redis_store import Item
@@ -58,7 +58,7 @@ class CompactionPolicy:
         total = sum(item.tokens for item in items)
         if self.token_threshold and total >= self.token_threshold:
             half = self.token_threshold / 2
-            target = min(max(half, total - self.token_threshold), 4 * half)
+            target = min(max(half, total - half), 4 * half)
             prefix = [0]
             for item in items:
                 prefix.append(prefix[-1] + item.tokens)

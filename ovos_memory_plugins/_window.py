@@ -36,7 +36,8 @@ class WindowConfig:
                                    minimum=0)
     system_prompt: str = option("", "persona system prompt, sent first as a system message")
     db_path: str | None = option(
-        None, "file that keeps the window across restarts (.json: JSON, else SQLite); null: RAM only", kind=str)
+        None, "file that keeps the window across restarts (a new file: .json is JSON, else SQLite; an existing "
+        "one: its content decides); null: RAM only", kind=str)
     max_context_tokens: int | None = option(
         None, "token budget for the whole context; the oldest messages are left out first, the system prompt "
         "and the utterance always fit; null: unbounded", kind=int, minimum=1)

@@ -44,6 +44,7 @@ class BackgroundWorker:
         self._requested = 0  # notify() calls so far
         self._settled = 0    # the request count at the last moment step() found nothing left
         self._failed = -1    # the request count seen by the last step() that raised
+        self._failing = False  # the last step() raised (until one succeeds)
         self._stop = False
         self._log = LogOnce()
         self._thread: threading.Thread | None = None
@@ -99,9 +100,11 @@ class BackgroundWorker:
             try:
                 more = self._step()
             except Exception as exc:  # noqa: BLE001 - the worker must outlive any failure
+                self._failing = True
                 self._report_failure(self._log, "step", "%s: background work failed (%s); will retry", self.name, exc)
                 self._wait_after_failure(seen)
                 continue
+            self._failing = False
             self._log.clear("step", f"{self.name}: background work recovered")
             gather = not more
             if more:
@@ -111,6 +114,11 @@ class BackgroundWorker:
                 self._cond.notify_all()
                 if self._requested == seen and not self._stop:
                     self._cond.wait(self._poll)
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last step raised: waiting for the work now would wait for a retry."""
+        return self._failing
 
     def _gather(self) -> None:
         """Wait up to ``batch_delay`` (condition held) unless someone is waiting for the work."""

@@ -166,14 +166,20 @@ class CompositeMemory(BaseRetrievalMemory):
         return self.members[0] if self.members else None
 
     def _call(self, member: Member, op: str, fn: Any, default: Any) -> Any:
+        """``fn()``, or ``default`` when the member fails (logged once per member and op).
+
+        On a turn (``_TURN_OPS``) nothing a member raises escapes: the input was validated here,
+        so even a TypeError or ValueError is the member's own bug. Elsewhere (import, export, ...)
+        those two still reach the caller, who asked for that operation and must learn it failed.
+        """
         try:
             result = fn()
         except (TypeError, ValueError) as exc:
-            if op == "update":  # bad input was validated already; a member rejecting it is its own bug
-                self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed: %s", self.plugin_name,
-                                       member.name, op, exc)
-                return default
-            raise
+            if op not in _TURN_OPS:
+                raise
+            self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed: %s", self.plugin_name,
+                                   member.name, op, exc)
+            return default
         except Exception as exc:  # noqa: BLE001
             self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed (%s); skipped this turn",
                                    self.plugin_name, member.name, op, exc)
@@ -324,6 +330,10 @@ def _accepts(cls: type, key: str) -> bool:
     if config_cls is None or not dataclasses.is_dataclass(config_cls):
         return True  # a third-party plugin: push it, as the reference does
     return any(f.name == key or f.metadata.get("key") == key for f in dataclasses.fields(config_cls))
+
+
+#: The operations of a turn: a member failing in one of them costs its part of the turn only.
+_TURN_OPS = frozenset({"history", "update", "search", "context"})
 
 
 def load_memory_plugin(name: str) -> type | None:

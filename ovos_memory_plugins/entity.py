@@ -63,10 +63,6 @@ MODEL_COMMIT_S = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class EntityConfig(EndpointConfig):
-    # null (or ""): no model at all, facts come from the offline rules only.
-    api_url: str | None = option(  # type: ignore[assignment]
-        "http://localhost:8000/v1",
-        "OpenAI-compatible endpoint (a local llama.cpp or Ollama); null: offline rules only", nullable=True, kind=str)
     max_facts: int = option(50, "facts kept per session (or in total with scope global); 0: no cap", minimum=0)
     max_extract_tokens: int = option(128, "max_tokens of an extraction request", minimum=1)
     request_timeout: float = option(10.0, "seconds one LLM request may take", minimum=0.1)
@@ -210,7 +206,7 @@ class EntityMemory(LLMMemory):
             started = time.monotonic()
             for item in pending[:OFFLINE_BATCH]:
                 results.append((item, self._extract(item)))
-                if self.settings.api_url and self.client.available and time.monotonic() - started >= MODEL_COMMIT_S:
+                if self.client.available and time.monotonic() - started >= MODEL_COMMIT_S:
                     break
             self._store.update(key, lambda record: self._commit(record, results))
             if len(pending) > len(results):
@@ -219,7 +215,7 @@ class EntityMemory(LLMMemory):
     def _extract(self, item: Mapping[str, Any]) -> list[Fact]:
         """The facts of one exchange: the model's when it answers, else the offline rules."""
         user = str(item.get("user") or "")
-        if not self.settings.api_url or not self.client.available:
+        if not self.client.available:
             return extract_facts(user)
         # Bounded so a pasted document cannot overflow a small local model's context.
         exchange = (f"User: {truncate_to_tokens(user, MAX_PROMPT_TOKENS)}\n"

@@ -187,6 +187,9 @@ class LocalRAGMemory(BaseRetrievalMemory):
     # Embedding starts once the turn is over: it does not compete with the rest of the update
     # (a composite's other members), and a burst (an import) is embedded in one batch.
     index_delay: ClassVar[float] = 0.05
+    # Documents wait in the durable queue and are retried: nothing is lost, so a WARNING. A broken
+    # embedder or store also fails the turn's search (or the slot's load), which is the ERROR.
+    index_failure_level: ClassVar[str] = "warning"
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -258,13 +261,14 @@ class LocalRAGMemory(BaseRetrievalMemory):
         turn is recalled on the next one, as with the reference's synchronous store.
 
         Only a handful: a backlog (an import, a new model re-embedding everything) is left to the
-        indexer, and this turn ranks what is embedded. Between spoken turns the indexer is long
-        done and this costs one indexed lookup.
+        indexer, and so is a failing index step (its retry is not this turn's to wait for); the
+        turn then ranks what is embedded. Between spoken turns the indexer is long done and this
+        costs one indexed lookup.
         """
-        if self._worker is None or not self._docs.has_pending():
+        if self._worker is None or self._worker.failing:
             return
-        if self._docs.count_pending() <= self.index_batch:
-            BaseRetrievalMemory.flush(self, QUERY_CATCH_UP_S)
+        if 0 < self._docs.count_pending(limit=self.index_batch + 1) <= self.index_batch:
+            self._worker.flush(QUERY_CATCH_UP_S)
 
     def _delete_documents(self, docs: Sequence[Document]) -> None:
         if not docs:
@@ -273,13 +277,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
             db = self._vector_slot.get()
         except EmbeddingsError:
             return  # queries check the document log, so the orphaned vectors are never recalled
-        keys, collection = [d.doc_id for d in docs], self.settings.collection
-        batch = getattr(db, "delete_embeddings_batch", None)
-        if batch is not None:
-            batch(keys, collection_name=collection)
-        else:  # a store with only the single-key call
-            for key in keys:
-                db.delete_embeddings(key, collection_name=collection)
+        _delete_vectors(db, [d.doc_id for d in docs], self.settings.collection)
         if self._mixes_neighbours():
             self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
 
@@ -309,8 +307,8 @@ class LocalRAGMemory(BaseRetrievalMemory):
         injected = self.config.get("_embedder")
         if injected is not None:
             return injected
-        cls, config = self._plugin_or_builtin(self.settings.embeddings_plugin, TEXT_EMBEDDINGS_GROUP,
-                                              self.settings.embeddings_config)
+        _, cls, config = self._plugin_or_builtin(self.settings.embeddings_plugin, TEXT_EMBEDDINGS_GROUP,
+                                                 self.settings.embeddings_config)
         embedder = cls(dict(config))  # positional, as the reference does
         if hasattr(embedder, "load"):  # ours: load and verify now, so a problem is reported here
             embedder.load()
@@ -319,10 +317,10 @@ class LocalRAGMemory(BaseRetrievalMemory):
     def _build_db(self) -> Any:
         db = self.config.get("_db")
         if db is None:
-            cls, config = self._plugin_or_builtin(self.settings.embeddings_db_plugin, EMBEDDINGS_DB_GROUP,
-                                                  self.settings.embeddings_db_config)
+            name, cls, config = self._plugin_or_builtin(self.settings.embeddings_db_plugin, EMBEDDINGS_DB_GROUP,
+                                                        self.settings.embeddings_db_config)
             config = dict(config)
-            if cls is find_plugin_class(DEFAULT_DB, EMBEDDINGS_DB_GROUP) and not config.get("path"):
+            if name == DEFAULT_DB and not config.get("path"):
                 config["path"] = self._db.path  # one file: window, documents and vectors
             db = construct_db(cls, config)
         from .vectordb import SqliteEmbeddingsDB
@@ -331,11 +329,12 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._prepare_collection(db)
         return db
 
-    def _plugin_or_builtin(self, name: str, group: str, config: Mapping[str, Any]) -> tuple[type, Mapping[str, Any]]:
-        """The class registered as ``name`` with its config, or, for a reference default that is
-        not installed, the built-in equivalent with its defaults (warned once)."""
+    def _plugin_or_builtin(self, name: str, group: str,
+                           config: Mapping[str, Any]) -> tuple[str, type, Mapping[str, Any]]:
+        """``(name, class, config)`` of the plugin registered as ``name``, or, for a reference
+        default that is not installed, of the built-in equivalent with its defaults (warned once)."""
         try:
-            return find_plugin_class(name, group), config
+            return name, find_plugin_class(name, group), config
         except EmbeddingsError as exc:
             builtin = REFERENCE_STACK.get(name)
             if builtin is None:
@@ -343,7 +342,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
             self._log.warning(f"builtin:{name}", "%s: %s; using the built-in %r instead (offline). Install %r to "
                               "use it; what is embedded meanwhile stays with the built-in one", self.plugin_name,
                               exc, builtin, name)
-            return find_plugin_class(builtin, group), {}
+            return builtin, find_plugin_class(builtin, group), {}
 
     def _prepare_collection(self, db: Any) -> None:
         """Create the collection once; re-embed everything if it holds another model's vectors."""
@@ -414,14 +413,23 @@ def _embed_passages(embedder: Any, texts: list[str]) -> list[Any]:
     return vectors
 
 
+# A store that does not subclass OPM's EmbeddingsDB may lack the batch calls (the reference
+# calls only the single-key ones); OPM's base class loops the same way.
 def _add_vectors(db: Any, keys: list[str], vectors: Sequence[Any], metas: list[dict[str, Any]],
                  collection: str) -> None:
-    batch = getattr(db, "add_embeddings_batch", None)
-    if batch is not None:
-        batch(keys, vectors, metas, collection_name=collection)
+    if hasattr(db, "add_embeddings_batch"):
+        db.add_embeddings_batch(keys, vectors, metas, collection_name=collection)
         return
-    for key, vector, meta in zip(keys, vectors, metas):  # a store with only the single-key call
+    for key, vector, meta in zip(keys, vectors, metas):
         db.add_embeddings(key, vector, metadata=meta, collection_name=collection)
+
+
+def _delete_vectors(db: Any, keys: list[str], collection: str) -> None:
+    if hasattr(db, "delete_embeddings_batch"):
+        db.delete_embeddings_batch(keys, collection_name=collection)
+        return
+    for key in keys:
+        db.delete_embeddings(key, collection_name=collection)
 
 
 def _embed_query(embedder: Any, text: str) -> Any:

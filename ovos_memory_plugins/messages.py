@@ -27,15 +27,18 @@ from ._tokens import estimate_tokens
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
+    "MESSAGE_OVERHEAD_TOKENS",
     "check_session_id",
     "check_utterance",
     "clean_text",
     "coerce_messages",
     "context_window",
     "copy_message",
+    "fit_window",
     "fold_into",
     "from_dict",
     "is_role",
+    "message_tokens",
     "role_of",
     "to_dict",
     "user_message",
@@ -245,17 +248,22 @@ def fit_window(window: Sequence[AgentMessage], budget: int,
                drop_leading_answers: bool = False) -> tuple[list[AgentMessage], int]:
     """The newest messages of ``window`` that fit ``budget`` tokens, and the tokens left over.
 
-    The oldest go first; the result is a valid context window (see :func:`context_window`).
+    The oldest go first, and an answer whose question the cut left out goes with it; the result
+    is a valid context window (see :func:`context_window`).
 
-        >>> msgs = [AgentMessage(MessageRole.USER, "one two"), AgentMessage(MessageRole.ASSISTANT, "three")]
-        >>> [m.content for m in fit_window(msgs, 6)[0]], [m.content for m in fit_window(msgs, 100)[0]]
-        (['three'], ['one two', 'three'])
+        >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
+        >>> msgs = [AgentMessage(U, "hello there"), AgentMessage(A, "hi"),
+        ...         AgentMessage(U, "one two"), AgentMessage(A, "three")]
+        >>> [m.content for m in fit_window(msgs, 100)[0]]
+        ['hello there', 'hi', 'one two', 'three']
+        >>> [m.content for m in fit_window(msgs, 16)[0]]  # room for "hi", not for its question
+        ['one two', 'three']
     """
     costs = [message_tokens(m.content) for m in window]
     start, total = 0, sum(costs)
     while start < len(window) and total > budget:
         total -= costs[start]
         start += 1
-    kept = context_window(window[start:], drop_leading_answers)
+    kept = context_window(window[start:], drop_leading_answers or start > 0)  # a cut orphans no answer
     used = sum(message_tokens(m.content) for m in kept)
     return kept, max(0, budget - used)

@@ -236,11 +236,10 @@ class BaseRetrievalMemory(MemoryPlugin, abc.ABC):
             hits = self._scoped_query(query, k, only)
             self._log.clear("search", f"{self.plugin_name}: search works again")
         except Exception as exc:  # noqa: BLE001 - any backend failure costs one turn's recall, no more
-            # Logged once, as a WARNING: this turn only loses its recall. What broke (an embedder,
-            # the index) fails its writes too, and that is the one ERROR; the reference logs an
-            # ERROR per turn.
-            self._log.warning("search", "%s: search failed (%s); proceeding without context", self.plugin_name,
-                              exc)
+            # An ERROR as in the reference (SPEC B 4.2), but once per outage, not per turn. Indexers
+            # whose queue is durable log their own failure as a WARNING, so one cause (a broken
+            # embedder fails both) is one ERROR.
+            self._log.error("search", "%s: search failed (%s); proceeding without context", self.plugin_name, exc)
             return []
         return self._filter_hits(hits)[:k]
 

@@ -16,6 +16,7 @@ directly also works when the window lives in SQLite or JSON. See :class:`Session
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, ClassVar
 
@@ -73,10 +74,12 @@ class BasicShortTermMemory(WindowMemory):
         and its caller must know it did not happen.
         """
         check_session_id(session_id)
-        copies = coerce_messages(messages)  # before forgetting: a bad message keeps the old window
-        self._window.forget(session_id)
-        if copies:
-            self._window.append(session_id, copies, self.policy)
+        self._window.replace(session_id, coerce_messages(messages), self.policy)  # one atomic write
+
+    def _stored_window(self, session_id: str) -> list[AgentMessage]:
+        """The session's window; unlike ``get_history`` a store failure raises, so an edit of
+        what could not be read never overwrites what is stored."""
+        return self._window.load(check_session_id(session_id), self.policy)
 
 
 class SessionHistoryView(MutableMapping[str, list]):
@@ -92,15 +95,15 @@ class SessionHistoryView(MutableMapping[str, list]):
     Writes go through the window rules of ``update_history``: the window is normalised (a USER
     after a USER replaces it, consecutive answers merge), trimmed to ``max_history``, and its
     messages are timestamped at the write (``max_age`` counts from there). A window left empty is
-    no session at all (stores keep no empty windows). A write is forget-then-append, two steps:
-    another process reading the same file in between sees the session empty for that instant.
+    no session at all (stores keep no empty windows). Each write replaces the window in one
+    transaction: a crash keeps the old window or the new one, never neither.
     """
 
     def __init__(self, memory: BasicShortTermMemory):
         self._memory = memory
 
     def __getitem__(self, session_id: str) -> LiveHistory:
-        history = self._memory.get_history(session_id)
+        history = self._memory._stored_window(session_id)
         if not history and session_id not in self._memory.sessions():
             raise KeyError(session_id)
         return LiveHistory(self._memory, session_id, history)
@@ -130,7 +133,7 @@ class SessionHistoryView(MutableMapping[str, list]):
         """
         if session_id not in self:
             self[session_id] = list(default or [])
-        return LiveHistory(self._memory, session_id, self._memory.get_history(session_id))
+        return LiveHistory(self._memory, session_id, self._memory._stored_window(session_id))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({ {sid: list(self[sid]) for sid in self}!r})"
@@ -154,6 +157,9 @@ class LiveHistory(list):
         except BaseException:
             list.__setitem__(self, slice(None), before)
             raise
+        # Read back what was stored: normalising and trimming may have changed it, and a later
+        # mutation must start from that, not from this list's own idea of the window.
+        list.__setitem__(self, slice(None), self._memory._stored_window(self._session_id))
 
     def copy(self) -> list:  # type: ignore[override]
         """A plain, unbound list (as ``list.copy``)."""
@@ -164,14 +170,13 @@ class LiveHistory(list):
 
 
 def _writing(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
     def mutate(self: LiveHistory, *args: Any, **kwargs: Any) -> Any:
         before = list(self)
         result = method(self, *args, **kwargs)
         self._write_back(before)
         return result
 
-    mutate.__name__ = method.__name__
-    mutate.__doc__ = method.__doc__
     return mutate
 
 

@@ -210,3 +210,25 @@ def test_a_composite_can_be_a_member_of_a_composite(tmp_path):
         {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}}, inner]})
     outer.update_history([AgentMessage(U, "the boat is called Wave"), AgentMessage(A, "nice")], "s")
     assert outer.search("boat", "s")[0].content == "Q: the boat is called Wave\nA: nice"
+
+
+class CorruptFacts(FactsMemory):
+    """A plain member whose store is damaged: reading it raises a ValueError (as json does)."""
+
+    def build_conversation_context(self, utterance, session_id):
+        raise ValueError("Expecting value: line 1 column 1 (char 0)")
+
+    def import_session(self, data, session_id=None):
+        raise ValueError("not an export of this memory")
+
+
+def test_a_member_raising_a_value_error_on_a_turn_is_skipped(tmp_path, monkeypatch):
+    real = composite_module.load_memory_plugin
+    monkeypatch.setattr(composite_module, "load_memory_plugin",
+                        lambda name: CorruptFacts if name == "test-corrupt" else real(name))
+    memory = hybrid(tmp_path, "test-corrupt")
+    memory.update_history([AgentMessage(U, "my cat is Tom"), AgentMessage(A, "nice")], "s")
+    ctx = memory.build_conversation_context("what is my cat called?", "s")
+    assert ctx[-1].content == "what is my cat called?"
+    with pytest.raises(ValueError, match="not an export"):
+        memory.import_session({"members": {"test-corrupt": {}}}, "s")  # an explicit operation reports bad data

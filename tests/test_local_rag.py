@@ -431,6 +431,30 @@ def test_a_query_does_not_wait_for_a_backlog(memories, monkeypatch):
     assert memory.flush(30) and memory.search("q1", "s")
 
 
+class PassageFailingEmbedder(FakeEmbedder):
+    """Embeds queries; every passage fails (a model that crashes on long inputs, say)."""
+
+    def encode(self, texts, query=False):
+        if not query:
+            raise RuntimeError("passage embedding crashed")
+        return super().encode(texts, query)
+
+
+def test_a_query_does_not_wait_for_an_indexer_that_is_failing(memories, monkeypatch, logged):
+    import time
+
+    memory = memories({"max_history": 0}, embedder=PassageFailingEmbedder())
+    memory.update_history(exchange("my dog Rex", "ok"), "s")
+    deadline = time.monotonic() + 10
+    while not memory._worker.failing and time.monotonic() < deadline:
+        memory._worker.notify()
+        time.sleep(0.01)
+    assert memory._worker.failing
+    waits = []
+    monkeypatch.setattr(memory._worker, "flush", lambda timeout=None: waits.append(timeout))
+    assert memory.search("dog Rex", "s") == [] and waits == []  # the retry is the indexer's, not the turn's
+
+
 def test_the_reference_vector_store_falls_back_to_the_built_in_one(memories, logged, monkeypatch):
     real = local_rag.find_plugin_class
 

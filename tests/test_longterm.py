@@ -374,3 +374,18 @@ def test_a_real_model_summarises_the_old_turns(make, real_llm_url):
     data = memory.export("s")
     assert data["recent"] == [] and data["summary"]
     assert memory.client.available, "the summary came from the model, not the offline fallback"
+
+
+def test_a_null_api_url_summarises_offline_without_a_request_or_an_error(make, monkeypatch):
+    from ovos_memory_plugins._log import LOG
+
+    logged = []
+    monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: logged.append(str(msg)))
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: logged.append(str(msg)))
+    memory = make(api_url=None, summarize_every=2, recent_window=1)
+    exchange(memory, 0, user="My name is Ana and I live in Lisbon.")
+    for i in range(1, 6):
+        exchange(memory, i)
+    assert memory.flush(10)
+    assert "My name is Ana and I live in Lisbon." in memory.export("s")["summary"]
+    assert memory.client.attempts == 0 and logged == []

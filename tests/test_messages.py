@@ -89,3 +89,15 @@ def test_round_trip_keeps_tool_fields_when_opm_has_them():
     else:
         assert to_dict(AgentMessage(U, "x")) == {"role": "user", "content": "x"}
         assert from_dict({"role": "assistant", "content": "y", "tool_calls": [{"id": "c"}]}).content == "y"
+
+
+def test_a_budget_cut_never_leaves_an_answer_without_its_question():
+    from ovos_memory_plugins.messages import fit_window, message_tokens
+
+    msgs = [AgentMessage(U, "one two three four five six"), AgentMessage(A, "ok"),
+            AgentMessage(U, "five"), AgentMessage(A, "fine")]
+    budget = sum(message_tokens(m.content) for m in msgs[1:])  # room for everything but the first question
+    kept, left = fit_window(msgs, budget)
+    assert [m.content for m in kept] == ["five", "fine"]
+    assert left == budget - message_tokens("five") - message_tokens("fine")
+    assert fit_window(msgs, 10_000)[0] == msgs  # everything fits: nothing dropped

@@ -239,7 +239,7 @@ def test_the_token_trigger_folds_about_half_the_threshold_after_a_small_overshoo
 
     items = _items(*[("u", 50), ("a", 50)] * 40, ("u", 25), ("a", 25))  # 4,050 tokens, threshold 4,000
     cut = CompactionPolicy(token_threshold=4000, keep_recent=2).cut(items)
-    assert sum(i.tokens for i in items[:cut]) == 2000  # "the oldest ... totaling approximately n/2"
+    assert 2000 <= sum(i.tokens for i in items[:cut]) <= 2100  # "the oldest ... totaling approximately n/2"
 
 
 def test_compacting_small_talk_offline_still_leaves_a_summary(make):
@@ -592,7 +592,7 @@ def test_the_policy_never_cuts_into_the_newest_exchanges_nor_mid_exchange():
     assert CompactionPolicy(token_threshold=0, round_threshold=3, keep_recent=0).cut(items) == 6
 
 
-def test_after_a_burst_the_policy_folds_down_below_the_threshold():
+def test_after_a_burst_the_policy_folds_down_to_about_half_the_threshold():
     from ovos_memory_plugins._redis_compaction import CompactionPolicy
 
     items = _items(*[("u", 10), ("a", 10)] * 20)  # 400 tokens against a threshold of 100

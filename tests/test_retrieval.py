@@ -112,11 +112,11 @@ def test_the_base_is_abstract_until_both_hooks_are_written():
         OnlyStores({"db_path": ":memory:"})
 
 
-def test_a_failing_backend_is_logged_once_and_the_turn_goes_on(tmp_path, monkeypatch):
+def test_a_failing_backend_is_logged_once_as_an_error_and_the_turn_goes_on(tmp_path, monkeypatch):
     from ovos_memory_plugins._log import LOG
 
     errors = []
-    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: errors.append(str(msg) % a if a else str(msg)))
+    monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: errors.append(str(msg) % a if a else str(msg)))
     m = lexical(tmp_path, system_prompt="BASE.")
 
     def broken(*args, **kwargs):

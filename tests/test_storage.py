@@ -342,3 +342,31 @@ def test_connections_opening_one_new_file_at_once_all_succeed(tmp_path):
         for t in threads:
             t.join()
         assert errors == [], f"round {round_}"
+
+
+@pytest.mark.parametrize("name", ["r.db", "r.json", ":memory:"])
+def test_replace_makes_the_window_whole_and_an_empty_one_is_no_session(tmp_path, name):
+    store = open_window_store(name if name == ":memory:" else str(tmp_path / name))
+    store.append("s", [AgentMessage(U, "old q"), AgentMessage(A, "old a")], KEEP_ALL)
+    store.replace("s", [AgentMessage(U, "new q"), AgentMessage(A, "new a")], KEEP_ALL)
+    assert [m.content for m in store.load("s", KEEP_ALL)] == ["new q", "new a"]
+    store.replace("s", [], KEEP_ALL)
+    assert store.load("s", KEEP_ALL) == [] and "s" not in store.sessions()
+    store.close()
+
+
+def test_a_replace_that_fails_halfway_keeps_the_old_window(tmp_path, monkeypatch):
+    from ovos_memory_plugins.storage.windows import SqliteWindowStore
+
+    store = open_window_store(str(tmp_path / "r.db"))
+    store.append("s", [AgentMessage(U, "old q"), AgentMessage(A, "old a")], KEEP_ALL)
+
+    def crash(*args, **kwargs):
+        raise OSError("power cut after the delete")
+
+    monkeypatch.setattr(SqliteWindowStore, "_append", crash)
+    with pytest.raises(OSError):
+        store.replace("s", [AgentMessage(U, "new q")], KEEP_ALL)
+    monkeypatch.undo()
+    assert [m.content for m in store.load("s", KEEP_ALL)] == ["old q", "old a"]
+    store.close()

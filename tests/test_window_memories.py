@@ -243,3 +243,30 @@ def test_short_term_keeps_a_leading_system_note_and_drops_only_answers():
     trimmed.update_history([AgentMessage(U, "u1"), AgentMessage(A, "a1"), AgentMessage(U, "u2"),
                             AgentMessage(A, "a2")], "s")
     assert [m.content for m in trimmed.build_conversation_context("z", "s")] == ["u2", "a2", "z"]
+
+
+def test_a_live_history_reads_back_what_the_window_rules_stored(short_term):
+    short_term.session2history["s"] = [AgentMessage(U, "q0"), AgentMessage(A, "a0")]
+    history = short_term.session2history["s"]
+    history.append(AgentMessage(U, "q1"))
+    history.append(AgentMessage(U, "q2"))  # a USER after a USER replaces it
+    assert contents(history) == ["q0", "a0", "q2"] == contents(short_term.get_history("s"))
+    history.pop()
+    assert contents(short_term.get_history("s")) == ["q0", "a0"]  # q1 does not come back
+
+
+def test_a_window_that_cannot_be_read_is_not_overwritten_through_the_view(tmp_path, monkeypatch):
+    from ovos_memory_plugins.errors import StoreUnavailable
+
+    memory = BasicShortTermMemory({"db_path": str(tmp_path / "w.db")})
+    memory.update_history([AgentMessage(U, "q0"), AgentMessage(A, "a0")], "s")
+
+    def busy(*args, **kwargs):
+        raise StoreUnavailable("database is locked")
+
+    monkeypatch.setattr(memory._window, "load", busy)
+    with pytest.raises(StoreUnavailable):
+        memory.session2history["s"].append(AgentMessage(U, "lost?"))
+    monkeypatch.undo()
+    assert contents(memory.get_history("s")) == ["q0", "a0"]
+    memory.close()

@@ -27,6 +27,14 @@ class MemoryWindowStore:
             entries = self._windows.get(session_id, [])
             self._windows[session_id] = append_entries(entries, messages, policy, time.time())
 
+    def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
+        with self._lock:
+            entries = append_entries([], messages, policy, time.time())
+            if entries:
+                self._windows[session_id] = entries
+            else:
+                self._windows.pop(session_id, None)
+
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
         with self._lock:
             entries = prune_entries(self._windows.get(session_id, []), policy, time.time())

@@ -101,7 +101,6 @@ def _enable_wal(con: sqlite3.Connection) -> None:
         pause = min(pause * 2, 0.1)
 
 
-
 #: What SQLite says of a file that is not (or no longer) a readable database.
 _CORRUPT = ("file is not a database", "malformed", "file is encrypted")
 

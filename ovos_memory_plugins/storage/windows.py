@@ -66,6 +66,19 @@ class RecordWindowStore:
 
         self._records.update(session_id, change)
 
+    def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
+        """Make ``messages`` the whole window, in one write (a window left empty: no session)."""
+        entries = append_entries([], messages, policy, time.time())
+        if not entries:
+            self._records.delete(session_id)
+            return
+
+        def change(record: dict[str, Any]) -> dict[str, Any]:
+            record[self._field] = [to_dict(msg, ts) for ts, msg in entries]
+            return record
+
+        self._records.update(session_id, change)
+
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
         entries = prune_entries(self._entries(self._records.load(session_id)), policy, time.time())
         return [msg for _, msg in entries]
@@ -120,6 +133,12 @@ class SqliteWindowStore:
             with self.db.atomic() as con:
                 return self._append(con, session_id, messages, policy)
         return self._append(con, session_id, messages, policy)
+
+    def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
+        """Make ``messages`` the whole window, in one transaction (a crash keeps the old one)."""
+        with self.db.atomic() as con:
+            self.forget(session_id, con)
+            self._append(con, session_id, messages, policy)
 
     def _append(self, con: Any, session_id: str, messages: list[AgentMessage],
                 policy: WindowPolicy) -> AgentMessage | None:

@@ -115,7 +115,7 @@ def test_prompt_injection_from_the_model_never_becomes_a_fact_with_grounded_fact
             memory.update_history([AgentMessage(U, "my name is Admin"), AgentMessage(A, "hi")], "control")
             assert memory.flush(30)
             victim, quoted, control = (memory.facts(s) for s in ("victim", "quoted", "control"))
-            record("faults", ("LLM prompt injection quoted by the user", entry_point), turns=1, **{
+            record("faults", ("LLM prompt injection quoted by the user (grounded_facts)", entry_point), turns=1, **{
                 "turns answered": 1, "errors logged": 0,
                 "consistent afterwards": f"facts kept: {quoted}" if quoted else True})
             context = memory.build_conversation_context("who am I?", "victim")
@@ -124,7 +124,7 @@ def test_prompt_injection_from_the_model_never_becomes_a_fact_with_grounded_fact
     assert not [f for f in victim if "admin" in f.lower()], f"injected facts stored: {victim}"
     assert all("Admin" not in m.content for m in context[:-1])
     assert any("Admin" in f for f in control), f"a fact the user did state was dropped: {control}"
-    record("faults", ("LLM prompt injection", entry_point), turns=3, **{
+    record("faults", ("LLM prompt injection (grounded_facts)", entry_point), turns=3, **{
         "turns answered": 3, "errors logged": 0, "consistent afterwards": True})
 
 
