@@ -143,7 +143,7 @@ class ChatClient:
 
     def __init__(self, api_url: str | None, model: str = "", timeout: float = 30.0, api_key: str | None = None,
                  backoff: tuple[float, float] = (5.0, 300.0)):
-        self.api_url = (api_url or "").rstrip("/")
+        self.api_url = (api_url or "").strip().rstrip("/")
         self.model = model or ""
         self.timeout = float(timeout)
         self.api_key = api_key
@@ -182,7 +182,7 @@ class ChatClient:
         """
         if self.model or self._resolved is not None:
             return self.model or self._resolved or ""
-        if not self._breaker.acquire():
+        if not self.api_url or not self._breaker.acquire():
             return ""
         try:
             model = self._model_for_request()
@@ -278,7 +278,10 @@ class ChatClient:
             headers["Content-Type"] = "application/json"
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(url, data=payload, headers=headers, method=method)
+        try:
+            request = urllib.request.Request(url, data=payload, headers=headers, method=method)
+        except ValueError as exc:  # not a URL (no scheme): a configuration error, reported as the LLM failing
+            raise LLMUnavailable(f"{url}: {exc}") from exc
         self.attempts += 1
         try:
             with self._opener.open(request, timeout=timeout) as resp:

@@ -168,14 +168,15 @@ class CompositeMemory(BaseRetrievalMemory):
     def _call(self, member: Member, op: str, fn: Any, default: Any) -> Any:
         """``fn()``, or ``default`` when the member fails (logged once per member and op).
 
-        On a turn (``_TURN_OPS``) nothing a member raises escapes: the input was validated here,
-        so even a TypeError or ValueError is the member's own bug. Elsewhere (import, export, ...)
-        those two still reach the caller, who asked for that operation and must learn it failed.
+        On a turn, flush or close (``_SKIP_OPS``) nothing a member raises escapes: the input was
+        validated here, so even a TypeError or ValueError is the member's own bug. Elsewhere
+        (import, export, ...) those two still reach the caller, who asked for that operation and
+        must learn it failed.
         """
         try:
             result = fn()
         except (TypeError, ValueError) as exc:
-            if op not in _TURN_OPS:
+            if op not in _SKIP_OPS:
                 raise
             self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed: %s", self.plugin_name,
                                    member.name, op, exc)
@@ -332,8 +333,9 @@ def _accepts(cls: type, key: str) -> bool:
     return any(f.name == key or f.metadata.get("key") == key for f in dataclasses.fields(config_cls))
 
 
-#: The operations of a turn: a member failing in one of them costs its part of the turn only.
-_TURN_OPS = frozenset({"history", "update", "search", "context"})
+#: Operations where a failing member is logged and skipped whatever it raises: those of a turn
+#: (it costs its part of the turn only), and flush/close (the other members still get theirs).
+_SKIP_OPS = frozenset({"history", "update", "search", "context", "flush", "close"})
 
 
 def load_memory_plugin(name: str) -> type | None:

@@ -85,8 +85,8 @@ class RedisConfig:
         kind=float, minimum=0, nullable=True, aliases=("long_term_memory_ttl",))
     max_summary_tokens: int = option(256, "upper bound of the long-term summary", minimum=16)
     api_url: str | None = option(
-        "http://localhost:8000/v1", "OpenAI-compatible endpoint for summaries; null: extractive only", kind=str,
-        nullable=True)
+        "http://localhost:8000/v1", "OpenAI-compatible endpoint for summaries; null or empty: extractive only",
+        kind=str, nullable=True)
     model: str = option("", "model name; empty asks the endpoint")
     api_key: str | None = option(None, "bearer token for api_url", kind=str)
     request_timeout: float = option(30.0, "seconds per summary request", minimum=0)

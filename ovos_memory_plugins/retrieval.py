@@ -383,34 +383,48 @@ class BaseRetrievalMemory(MemoryPlugin, abc.ABC):
     def _index_step(self, busy_wait: float | None = None) -> bool:
         """Index one batch of pending documents; True while more are pending.
 
-        Raises on failure, after committing what could be indexed (in-database indexes).
-        ``busy_wait`` bounds the wait for another process's write lock (in-database indexes).
+        A batch that fails is retried one document at a time, so a document the backend cannot
+        take (one the embedder rejects, say) holds up no other; it stays queued, and the step
+        raises after committing what was indexed. ``busy_wait`` bounds the wait for another
+        process's write lock (in-database indexes).
         """
         if self.index_in_database:
             # The index is in this file: entries and marks commit together, one commit a batch.
             with self._db.atomic(busy_wait) as con:
                 docs = self._docs.pending(self.index_batch, con)
-                done, failure = self._store_each(docs)
+                done, failure = self._store_each(docs, savepoints=True)
                 self._docs.mark_indexed(con, done, True)
-            if failure is not None:
-                raise failure
-            return len(docs) == self.index_batch
-        docs = self._docs.pending(self.index_batch)
-        if not docs:
-            return False
-        self._store_documents(docs)  # slow (embedding): outside any transaction
-        with self._db.atomic() as con:
-            self._docs.mark_indexed(con, [d.rowid for d in docs], True)
+        else:
+            docs = self._docs.pending(self.index_batch)
+            if not docs:
+                return False
+            done, failure = self._store_each(docs, savepoints=False)  # slow (embedding): outside any transaction
+            with self._db.atomic() as con:
+                self._docs.mark_indexed(con, done, True)
+        if failure is not None:
+            if done:  # the backend works, some documents do not: worth an ERROR of its own, once
+                self._log.error("unindexable", "%s: %d of %d document(s) could not be indexed (%s); they stay "
+                                "queued and are retried", self.plugin_name, len(docs) - len(done), len(docs), failure)
+            raise failure
         return len(docs) == self.index_batch
 
-    def _store_each(self, docs: Sequence[Document]) -> tuple[list[int], Exception | None]:
-        """Store ``docs`` in savepoints: the batch, else one by one, so one bad document does not
-        hold up the others. Returns the rowids stored and the first failure."""
+    def _store_each(self, docs: Sequence[Document], savepoints: bool) -> tuple[list[int], Exception | None]:
+        """Store ``docs``: the batch, else one by one. Returns the rowids stored and the first failure.
+
+        ``savepoints``: each attempt in its own savepoint (an index in this database), so a
+        failed attempt leaves no partial rows.
+        """
+        def attempt(batch: Sequence[Document]) -> None:
+            if savepoints:
+                with self._db.atomic():
+                    self._store_documents(batch)
+            else:
+                self._store_documents(batch)
+
         if not docs:
             return [], None
         try:
-            with self._db.atomic():
-                self._store_documents(docs)
+            attempt(docs)
             return [d.rowid for d in docs], None
         except Exception as exc:  # noqa: BLE001 - retried below, one by one
             if len(docs) == 1:
@@ -419,8 +433,7 @@ class BaseRetrievalMemory(MemoryPlugin, abc.ABC):
         failure: Exception | None = None
         for doc in docs:
             try:
-                with self._db.atomic():
-                    self._store_documents([doc])
+                attempt([doc])
                 done.append(doc.rowid)
             except Exception as exc:  # noqa: BLE001 - stays pending; the caller reports the first
                 failure = failure or exc

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, ClassVar
 
@@ -49,6 +50,10 @@ class BasicShortTermMemory(WindowMemory):
     plugin_name: ClassVar[str] = "ovos-memory-plugin-short-term"
     drop_leading_answers: ClassVar[bool] = True
 
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        super().__init__(config)
+        self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
+
     @property
     def session2history(self) -> SessionHistoryView:
         """``{session_id: [AgentMessage]}`` as ovos-persona's attribute, live over the window store."""
@@ -67,14 +72,14 @@ class BasicShortTermMemory(WindowMemory):
         for sid, messages in wanted.items():
             self._replace_window(sid, messages)
 
-    def _replace_window(self, session_id: str, messages: Iterable[Any]) -> None:
+    def _replace_window(self, session_id: str, messages: Iterable[Any]) -> list[AgentMessage]:
         """Make ``messages`` the session's whole window (normalised and trimmed as by update_history).
 
         Unlike ``update_history`` a store failure raises: this is an explicit edit of the data,
-        and its caller must know it did not happen.
+        and its caller must know it did not happen. Returns the window as stored.
         """
         check_session_id(session_id)
-        self._window.replace(session_id, coerce_messages(messages), self.policy)  # one atomic write
+        return self._window.replace(session_id, coerce_messages(messages), self.policy)  # one atomic write
 
     def _stored_window(self, session_id: str) -> list[AgentMessage]:
         """The session's window; unlike ``get_history`` a store failure raises, so an edit of
@@ -151,15 +156,19 @@ class LiveHistory(list):
         self._memory = memory
         self._session_id = session_id
 
+    def _refresh(self) -> None:
+        """Start from the stored window: an update_history since this list was read must not be lost."""
+        list.__setitem__(self, slice(None), self._memory._stored_window(self._session_id))
+
     def _write_back(self, before: list) -> None:
         try:
-            self._memory._replace_window(self._session_id, self)
+            stored = self._memory._replace_window(self._session_id, self)
         except BaseException:
             list.__setitem__(self, slice(None), before)
             raise
-        # Read back what was stored: normalising and trimming may have changed it, and a later
-        # mutation must start from that, not from this list's own idea of the window.
-        list.__setitem__(self, slice(None), self._memory._stored_window(self._session_id))
+        # What was stored: normalising and trimming may have changed it, and a later mutation
+        # must start from that, not from this list's own idea of the window.
+        list.__setitem__(self, slice(None), stored)
 
     def copy(self) -> list:  # type: ignore[override]
         """A plain, unbound list (as ``list.copy``)."""
@@ -172,9 +181,14 @@ class LiveHistory(list):
 def _writing(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def mutate(self: LiveHistory, *args: Any, **kwargs: Any) -> Any:
-        before = list(self)
-        result = method(self, *args, **kwargs)
-        self._write_back(before)
+        # One edit at a time per memory, each applied to the window as stored now, as edits of
+        # ovos-persona's one shared list would be. (Another process's update_history between
+        # the read and the write can still be lost: edit a shared file through update_history.)
+        with self._memory._edit_lock:
+            self._refresh()
+            before = list(self)
+            result = method(self, *args, **kwargs)
+            self._write_back(before)
         return result
 
     return mutate

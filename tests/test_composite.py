@@ -232,3 +232,19 @@ def test_a_member_raising_a_value_error_on_a_turn_is_skipped(tmp_path, monkeypat
     assert ctx[-1].content == "what is my cat called?"
     with pytest.raises(ValueError, match="not an export"):
         memory.import_session({"members": {"test-corrupt": {}}}, "s")  # an explicit operation reports bad data
+
+
+class BadClose(FactsMemory):
+    def close(self):
+        raise ValueError("already closed elsewhere")
+
+
+def test_close_reaches_every_member_even_if_one_raises(tmp_path, monkeypatch):
+    real = composite_module.load_memory_plugin
+    monkeypatch.setattr(composite_module, "load_memory_plugin",
+                        lambda name: BadClose if name == "test-badclose" else real(name))
+    memory = CompositeMemory({"members": ["test-badclose", {"module": "ovos-memory-plugin-lexical",
+                                                            "config": {"db_path": str(tmp_path / "l.db")}}]})
+    lexical = memory.members[1].memory
+    memory.close()
+    assert lexical._closed

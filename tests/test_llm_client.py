@@ -256,3 +256,17 @@ def test_a_real_model_answers_in_json_mode_or_without_it(real_llm_url):
     text = client.complete([{"role": "user", "content": 'Return a JSON object {"ok": true}.'}], max_tokens=32,
                            json_mode=True)
     assert isinstance(text, str)
+
+
+@pytest.mark.parametrize("url", [None, "", "   "])
+def test_no_endpoint_is_unavailable_without_a_request_or_an_error(url):
+    client = ChatClient(url)
+    assert client.available is False and client.resolve_model() == ""
+    with pytest.raises(LLMUnavailable, match="no LLM endpoint"):
+        client.complete([{"role": "user", "content": "hi"}])
+    assert client.attempts == 0
+
+
+def test_an_endpoint_that_is_not_a_url_fails_as_an_llm_error():
+    with pytest.raises(LLMError, match="/v1/chat/completions"):
+        ChatClient("/v1", model="m").complete([{"role": "user", "content": "hi"}])

