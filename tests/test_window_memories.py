@@ -306,3 +306,14 @@ def test_a_replaced_window_leaves_no_trace_in_the_file(tmp_path):
     on_disk = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("w.db"))
     assert b"4711-secret" not in on_disk
     memory.close()
+
+
+def test_a_json_window_of_the_wrong_shape_degrades_the_turn_instead_of_raising(tmp_path):
+    import json
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"s": [{"role": "user", "content": "hi"}]}))  # a list where a record belongs
+    memory = RecencyMemory({"db_path": str(path), "system_prompt": "Be kind."})
+    assert [(m.role, m.content) for m in memory.build_conversation_context("x", "s")] == [(S, "Be kind."), (U, "x")]
+    memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "t")  # other sessions still work
+    assert contents(memory.get_history("t")) == ["q", "a"]

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from .._compat import AgentMessage
+from ..errors import StorageError
 from ..messages import copy_message, fold_into, from_dict, to_dict
 from .policy import WindowPolicy
 from .sqlite import Database, release_database
@@ -98,8 +99,14 @@ class RecordWindowStore:
         if self._owns:
             self._records.close()
 
-    def _entries(self, record: dict[str, Any]) -> list[Entry]:
-        return [(float(d.get("ts", 0.0)), from_dict(d)) for d in record.get(self._field, [])]
+    def _entries(self, record: Any) -> list[Entry]:
+        """The stored messages; a record of another shape (a hand-edited file) is a StorageError,
+        so the turn degrades as for any unreadable store instead of raising."""
+        try:
+            return [(float(d.get("ts", 0.0)), from_dict(d)) for d in record.get(self._field, [])]
+        except (AttributeError, TypeError, ValueError, KeyError) as exc:
+            raise StorageError(f"a window record is malformed (expected {{{self._field!r}: [{{role, content, "
+                               f"ts}}, ...]}}): {exc}") from exc
 
 
 _WINDOW_MIGRATIONS = (
