@@ -13,9 +13,10 @@ Used by ``entity``. Four jobs:
   ``lives_in``, ``dog.name``, ``pref:jazz``). Two facts with one key contradict each other:
   the newer supersedes the older ("my name is Ana", then "call me Bea").
 * :func:`is_grounded` and :func:`looks_like_instruction`: whether a fact proposed by a model
-  has its key words in what the *user* said and reads like no instruction. ``entity`` applies
-  them with ``grounded_facts: true``, so text from the assistant (or injected into it) cannot
-  become a fact.
+  has its key words in what the *user* said and reads like no instruction. ``entity`` always
+  drops a fact that reads like an instruction, and with ``grounded_facts: true`` also one not
+  grounded in the user's words, so text from the assistant (or injected into it) cannot become
+  a fact.
 
     >>> [f.text for f in extract_facts("Hi! My name is Ana and I live in Lisbon.")]
     ["User's name is Ana", 'User lives in Lisbon']

@@ -5,7 +5,7 @@ help LGBTQ+ folks" answers a question about an adoption agency asked one exchang
 the words that find it are next door. Backends can index each exchange with its neighbours:
 keyword recall as a second FTS5 column, semantic recall by mixing the neighbours' vectors in
 (``retrieval.neighbour_weight``). On LoCoMo dev that lifts recall@5 of the hybrid preset from
-0.70 to 0.79 (docs/benchmarks.md).
+0.70 to 0.77 (docs/benchmarks.md).
 
 The document log is the truth: neighbours are the adjacent rows of the session by id, so a
 deleted (forgotten, expired) exchange stops being anyone's neighbour, and :func:`survivors`

@@ -7,8 +7,9 @@ better where the reference is weak (SPEC B 6.6):
   ``update_history`` returns in milliseconds and a restart resumes unfinished work;
 * when the model answers, its reply *is* the extraction (as the reference: merged as returned,
   deduplicated case-insensitively, capped; ``[]`` adds nothing); only when no model answers
-  (no endpoint, an error, the circuit breaker open) do facts come from the user's clear
-  first-person statements (:func:`~ovos_memory_plugins._facts.extract_facts`);
+  (no endpoint, an error, the circuit breaker open), and for the oldest exchanges of a backlog
+  over 200, do facts come from the user's clear first-person statements
+  (:func:`~ovos_memory_plugins._facts.extract_facts`);
 * a proposed fact that reads like an instruction ("ignore previous instructions", role tags)
   is never kept; ``grounded_facts: true`` (opt-in) also keeps a model's fact only if its key
   words appear in what the *user* said, so the assistant's text (or an injection in it)

@@ -10,9 +10,11 @@ defaults work on a machine with no network:
   file (under ``$XDG_DATA_HOME/ovos``, never the working directory), next to the verbatim
   window and the document log.
 
-Any other installed ``opm.embeddings.text`` / ``opm.embeddings`` plugin works by name. A plugin
-that is missing or fails to load is logged once with the fix and retried with back-off; the
-entry points are not rescanned on every turn, and turns go on without recall meanwhile.
+Any other installed ``opm.embeddings.text`` / ``opm.embeddings`` plugin works by name. A missing
+reference default (``ovos-gguf-embeddings-plugin``, ``ovos-chromadb-embeddings-plugin``) is
+replaced by the built-in equivalent, with one warning. Any other plugin that is missing or fails
+to load is logged once with the fix and retried with back-off; the entry points are not
+rescanned on every turn, and turns go on without recall meanwhile.
 
 ``update_history`` only writes the window and the document log (one transaction); a background
 worker embeds and indexes the documents from that durable log, so embedding never delays a
