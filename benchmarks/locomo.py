@@ -286,6 +286,8 @@ def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[st
             {"module": member + "recency", "config": {}},
             {"module": member + "lexical", "config": lexical}]}),
     }
+    configs["composite-hybrid-weighted"] = (configs["composite-hybrid"][0],
+                                            {**configs["composite-hybrid"][1], "fusion": "weighted"})
     if backend not in configs:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose from {', '.join(configs)}")
     return configs[backend]
@@ -333,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backend", default="lexical",
                         help="lexical, local-rag, lexical-neighbours, local-rag-neighbours, composite-hybrid "
                              "(the hybrid preset: recency + lexical + local-rag with neighbours + entity, rrf), "
+                             "composite-hybrid-weighted (the same with weighted fusion), "
                              "composite-plain (lexical + local-rag, rrf), composite-lexical")
     parser.add_argument("--embedder", default="e5", choices=sorted(EMBEDDERS))
     parser.add_argument("--quick", action="store_true", help="one conversation only")
