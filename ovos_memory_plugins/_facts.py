@@ -173,7 +173,7 @@ _RULES: list[tuple[str, str, str]] = [
     (r"\b(?:ich\s+)?(?:wohne|lebe) in\s+" + _V, "lives_in", "User lives in {v}"),
     (r"\b(?:j'habite|je vis|je vis) (?:à|a|en|au|aux)\s+" + _V, "lives_in", "User lives in {v}"),
     # work and identity
-    (r"\bi work as (?:a |an )?" + _V, "job", "User works as {v}"),
+    (r"\bi work as\s+" + _V, "job", "User works as {v}"),  # the article stays: "as a nurse"
     (r"\bi work (?:at|for)\s+" + _V, "employer", "User works at {v}"),
     (r"\b(?:eu\s+)?trabalho como\s+" + _V, "job", "User works as {v}"),
     (r"\btrabajo como\s+" + _V, "job", "User works as {v}"),
@@ -223,6 +223,10 @@ bit little lot kind sort tad huge
 _ARTICLES = re.compile(r"^(?:the|a|an|o|os|as|um|uma|el|la|los|las|un|une|le|les|l'|der|die|das|ein|eine)\s+",
                        re.IGNORECASE)
 _WORDS = re.compile(r"[^\W_]+", re.UNICODE)
+# The fact speaks of the user in the third person, so a first-person word left in the value
+# ("my sister is coming with me") must not read as the assistant speaking.
+_FIRST_PERSON = {"me": "them", "my": "their", "mine": "theirs", "myself": "themselves"}
+_FIRST_PERSON_WORD = re.compile(r"\b(?:me|my|mine|myself)\b", re.IGNORECASE)
 _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
 _MAX_VALUE_WORDS = 6
 
@@ -255,6 +259,16 @@ def _clean_value(raw: str, key: str) -> str | None:
     return value
 
 
+def _attribute(x: str) -> str:
+    """The attribute as said, its first word in lower case: "Dog" -> "dog", "sister Lena" stays."""
+    first, _, rest = x.partition(" ")
+    return f"{first.lower()} {rest}" if rest else first.lower()
+
+
+def _third_person(value: str) -> str:
+    return _FIRST_PERSON_WORD.sub(lambda m: _FIRST_PERSON[m.group(0).lower()], value)
+
+
 def _matches(sentence: str) -> list[Fact]:
     """The facts stated in ``sentence``, in the order they are said."""
     return [fact for _, fact in sorted(_rule_matches(sentence), key=lambda pair: pair[0])]
@@ -277,7 +291,7 @@ def _rule_matches(sentence: str) -> Iterator[tuple[int, Fact]]:
             taken.append((m.start(), m.end()))
             norm_x = " ".join(_WORDS.findall(x.casefold()))
             key = key_tpl.format(x=norm_x, v=_norm_value(value))
-            text = text_tpl.format(x=x.lower(), v=value)
+            text = text_tpl.format(x=_attribute(x), v=_third_person(value))
             # When the key names the object ("pref:jazz"), what can change is the predicate
             # ("loves" -> "dislikes"), so the whole statement is the value.
             yield m.start(), Fact(text, key, _norm_value(text) if "{v}" in key_tpl else _norm_value(value))
