@@ -140,9 +140,9 @@ os as um uma de do da dos das em no na el la los las un una lo le les der die da
 are was be been am i we they he she not no yes
 """)
 
-# The value ends at punctuation or a conjunction (en, pt, es, de, fr).
-_END = (r"(?=\s*[,.;:!?()\n]|\s+(?:and|but|so|because|though|although|while|since|who|which|e|mas|porque|"
-        r"y|pero|und|aber|weil|denn|et|mais|car|parce)\b|\s*$)")
+# The value ends at punctuation, a spaced dash or a conjunction (en, pt, es, de, fr).
+_END = (r"(?=\s*[,.;:!?()\n]|\s+[-\u2013\u2014]\s|\s+(?:and|but|so|because|though|although|while|since|who|"
+        r"which|e|mas|porque|y|pero|und|aber|weil|denn|et|mais|car|parce)\b|\s*$)")
 # At most ~80 characters: a value is a few words, and the bound keeps matching linear on
 # hostile input ("I like " repeated for pages).
 _V = r"(?P<v>[^\s,.;:!?()][^,.;:!?()\n]{0,80}?)" + _END
@@ -220,13 +220,26 @@ actually really too also though anyway anyways now lol haha much indeed
 _DEGREE_WORDS = _wordset("""
 bit little lot kind sort tad huge
 """)
+# A value opening like a clause ("I love how it shows...", "what I love is awesome") or with a
+# pronoun ("I like it after a day out") says nothing durable on its own. English only: the
+# other languages' rules are narrower.
+_CLAUSE_OPENERS = _wordset("""
+is are was were am be been has have had will would can could should does did it that this these those
+them him her you how what when where why whether if
+""")
+# A value cut off after one of these ("I'm a part of", "I love camping with the") is a fragment.
+# Not "on", "in", "to": they end phrasal verbs ("something I keep working on").
+_DANGLING = _wordset("""
+of the a an and or my your their our his her
+""")
 _ARTICLES = re.compile(r"^(?:the|a|an|o|os|as|um|uma|el|la|los|las|un|une|le|les|l'|der|die|das|ein|eine)\s+",
                        re.IGNORECASE)
 _WORDS = re.compile(r"[^\W_]+", re.UNICODE)
 # The fact speaks of the user in the third person, so a first-person word left in the value
 # ("my sister is coming with me") must not read as the assistant speaking.
-_FIRST_PERSON = {"me": "them", "my": "their", "mine": "theirs", "myself": "themselves"}
-_FIRST_PERSON_WORD = re.compile(r"\b(?:me|my|mine|myself)\b", re.IGNORECASE)
+_FIRST_PERSON = {"me": "them", "my": "their", "mine": "theirs", "myself": "themselves", "i": "they",
+                 "i'm": "they're", "i've": "they've", "i'd": "they'd", "i'll": "they'll", "i am": "they are"}
+_FIRST_PERSON_WORD = re.compile(r"\b(?:i am|i'm|i've|i'd|i'll|i|me|my|mine|myself)\b", re.IGNORECASE)
 _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
 _MAX_VALUE_WORDS = 6
 
@@ -256,6 +269,10 @@ def _clean_value(raw: str, key: str) -> str | None:
         return None  # "call me later"
     if key.startswith("is:") and words[0].casefold() in _DEGREE_WORDS:
         return None  # "I'm a bit tired"
+    if key != "name" and words[0].casefold() in _CLAUSE_OPENERS:
+        return None  # "I love how it looks"
+    if words[-1].casefold() in _DANGLING:
+        return None  # "I'm a part of"
     return value
 
 

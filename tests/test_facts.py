@@ -97,6 +97,8 @@ def test_an_array_embedded_in_prose_is_found(prefix, facts, suffix):
     ("My sister Lena is coming with me.", {"sister lena": "User's sister Lena is coming with them"}),
     ("My Dog is called Rex", {"dog.name": "User's dog is called Rex"}),
     ("I love cooking for my kids", {"pref:cooking for my kids": "User loves cooking for their kids"}),
+    ("my store is something I'm always working on", {"store": "User's store is something they're always working on"}),
+    ("Yeah, my family is awesome - me, the missus and the kids.", {"family": "User's family is awesome"}),
     ("I'm 34 years old", {"age": "User is 34 years old"}),
     ("My favorite color is blue", {"favorite.color": "User's favorite color is blue"}),
     ("my secret word is marmalade", {"secret word": "User's secret word is marmalade"}),
@@ -112,6 +114,8 @@ def test_clear_first_person_statements_become_facts(said, expected):
 @pytest.mark.parametrize("said", [
     "What is my name?", "Can you call me later?", "I like it", "I love you", "My point is that it fails",
     "I'm a bit tired", "If my name is Bob, what then", "The weather is nice today",
+    "I love how it shows the togetherness", "I like it after a day of volunteering", "I'm a part of",
+    "doing what I love is awesome", "I love camping with the",
 ])
 def test_questions_pronouns_and_figures_of_speech_are_not_facts(said):
     assert extract_facts(said) == []
