@@ -240,6 +240,9 @@ _WORDS = re.compile(r"[^\W_]+", re.UNICODE)
 _FIRST_PERSON = {"me": "them", "my": "their", "mine": "theirs", "myself": "themselves", "i": "they",
                  "i'm": "they're", "i've": "they've", "i'd": "they'd", "i'll": "they'll", "i am": "they are"}
 _FIRST_PERSON_WORD = re.compile(r"\b(?:i am|i'm|i've|i'd|i'll|i|me|my|mine|myself)\b", re.IGNORECASE)
+# Only statements made by an English rule are rewritten: "me" is also Spanish, French and
+# Portuguese ("cuando me llaman").
+_ENGLISH_RULE = re.compile(r"(?:my|i|i'm|i've|call me|people call me)\b", re.IGNORECASE)
 _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
 _MAX_VALUE_WORDS = 6
 
@@ -308,7 +311,8 @@ def _rule_matches(sentence: str) -> Iterator[tuple[int, Fact]]:
             taken.append((m.start(), m.end()))
             norm_x = " ".join(_WORDS.findall(x.casefold()))
             key = key_tpl.format(x=norm_x, v=_norm_value(value))
-            text = text_tpl.format(x=_attribute(x), v=_third_person(value))
+            said = _third_person(value) if _ENGLISH_RULE.match(m.group(0)) else value
+            text = text_tpl.format(x=_attribute(x), v=said)
             # When the key names the object ("pref:jazz"), what can change is the predicate
             # ("loves" -> "dislikes"), so the whole statement is the value.
             yield m.start(), Fact(text, key, _norm_value(text) if "{v}" in key_tpl else _norm_value(value))

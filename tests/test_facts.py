@@ -99,6 +99,7 @@ def test_an_array_embedded_in_prose_is_found(prefix, facts, suffix):
     ("I love cooking for my kids", {"pref:cooking for my kids": "User loves cooking for their kids"}),
     ("my store is something I'm always working on", {"store": "User's store is something they're always working on"}),
     ("Yeah, my family is awesome - me, the missus and the kids.", {"family": "User's family is awesome"}),
+    ("Me gusta cuando me llaman", {"pref:cuando me llaman": "User likes cuando me llaman"}),
     ("I'm 34 years old", {"age": "User is 34 years old"}),
     ("My favorite color is blue", {"favorite.color": "User's favorite color is blue"}),
     ("my secret word is marmalade", {"secret word": "User's secret word is marmalade"}),
