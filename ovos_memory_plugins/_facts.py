@@ -239,7 +239,9 @@ _WORDS = re.compile(r"[^\W_]+", re.UNICODE)
 # ("my sister is coming with me") must not read as the assistant speaking.
 _FIRST_PERSON = {"me": "them", "my": "their", "mine": "theirs", "myself": "themselves", "i": "they",
                  "i'm": "they're", "i've": "they've", "i'd": "they'd", "i'll": "they'll", "i am": "they are"}
-_FIRST_PERSON_WORD = re.compile(r"\b(?:i am|i'm|i've|i'd|i'll|i|me|my|mine|myself)\b", re.IGNORECASE)
+# Longest first, so "i am" and "i'm" are read before "i".
+_FIRST_PERSON_WORD = re.compile(r"\b(?:" + "|".join(sorted(_FIRST_PERSON, key=len, reverse=True)) + r")\b",
+                                re.IGNORECASE)
 # Only statements made by an English rule are rewritten: "me" is also Spanish, French and
 # Portuguese ("cuando me llaman").
 _ENGLISH_RULE = re.compile(r"(?:my|i|i'm|i've|call me|people call me)\b", re.IGNORECASE)
