@@ -1,7 +1,25 @@
-# Developer shortcuts. PYTHON must have this package installed (e.g. make bench PYTHON=/work/venv/bin/python).
+# Developer shortcuts. PYTHON must have this package installed with its [all,dev] extras
+# (scripts/test makes .venv so; e.g. make bench PYTHON=.venv/bin/python).
 PYTHON ?= python
 
-.PHONY: bench bench-quick
+.PHONY: test docs reliability-report bench bench-quick
+
+# The whole suite as CI runs it (installs and starts what it needs; see README).
+test:
+	bash scripts/test
+
+# Refresh the generated config tables in docs/backends/*.md (tests fail while they differ).
+docs:
+	$(PYTHON) -m ovos_memory_plugins._cli.docs_tables --write
+
+# Run the reliability suite (slow tests included; needs redis-server on PATH) and, only if every
+# test passed, replace docs/reliability.md with its report. A plain test run writes the report to
+# build/reports/ and never touches the tracked copy.
+reliability-report:
+	rm -rf build/reports/reliability
+	PYTHON=$(PYTHON) bash scripts/with-servers env OVOS_MEMORY_REPORT_DIR=build/reports/reliability \
+		$(PYTHON) -m pytest -p no:cacheprovider tests/reliability
+	cp build/reports/reliability/reliability.md docs/reliability.md
 
 # Side-by-side benchmarks against the public reference package (installed into .bench-cache/reference-venv)
 # and recall on LoCoMo; writes docs/benchmarks.md and docs/img/*.png.

@@ -24,7 +24,7 @@ from _worker import Workload, _messages  # noqa: E402
 
 
 def build_memories(root: str) -> dict[str, Any]:
-    from ovos_memory_plugins._plugins import load_memory_class
+    from ovos_memory_plugins._core.loading import load_memory_class
     from ovos_memory_plugins.composite import HYBRID_PRESET, CompositeMemory
 
     os.environ["XDG_DATA_HOME"] = os.path.join(root, "xdg")  # where the preset's relative paths land

@@ -1,10 +1,25 @@
-"""``MemoryHit`` and the fusion functions, at the reference package's import path."""
+"""``MemoryHit`` and the fusion functions, at the reference package's import path and names."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-__all__ = ["FUSION_MODES", "MemoryHit", "fuse", "interleave", "merge", "priority", "rrf", "weighted"]
+__all__ = [
+    "FUSION_MODES",
+    "MemoryHit",
+    "RankedLists",
+    "fuse",
+    "fuse_interleave",
+    "fuse_merge",
+    "fuse_priority",
+    "fuse_rrf",
+    "fuse_weighted",
+    "interleave",
+    "merge",
+    "priority",
+    "rrf",
+    "weighted",
+]
 
 
 @dataclasses.dataclass
@@ -24,4 +39,18 @@ class MemoryHit:
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-from .fusion import FUSION_MODES, fuse, interleave, merge, priority, rrf, weighted  # noqa: E402
+from .fusion import (  # noqa: E402 - fusion's functions return MemoryHit copies: it comes first
+    FUSION_MODES,
+    RankedLists,
+    fuse,
+    fuse_interleave,
+    fuse_merge,
+    fuse_priority,
+    fuse_rrf,
+    fuse_weighted,
+    interleave,
+    merge,
+    priority,
+    rrf,
+    weighted,
+)

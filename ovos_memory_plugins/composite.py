@@ -16,31 +16,18 @@ bounds the whole added context, and ``preset: "hybrid"`` gives the recommended m
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple
 
-from ._compat import AgentMessage
-from ._log import LogOnce
-from ._plugins import load_memory_class
+from ._core.compat import AgentMessage
+from ._core.loading import load_memory_class
+from ._core.log import LogOnce
 from .common import MemoryHit
 from .config import option
 from .errors import ConfigError
 from .fusion import FUSION_MODES, fuse
-from .inject import assemble_context
-from .messages import (
-    check_session_id,
-    check_utterance,
-    coerce_messages,
-    context_window,
-    fit_window,
-    is_role,
-    message_tokens,
-)
-from .render import render_hits
-from .retrieval import BaseRetrievalMemory, RetrievalConfig, _chunk_budget, drop_window_duplicates
-from .storage.sqlite import Database
+from .messages import check_session_id, check_utterance, clean_text, coerce_messages, is_role
+from .retrieval import BaseRetrievalMemory, RetrievalConfig, drop_window_duplicates
 
 __all__ = ["HYBRID_PRESET", "CompositeConfig", "CompositeMemory", "Member"]
 
@@ -81,16 +68,27 @@ class CompositeConfig(RetrievalConfig):
                 raise ConfigError(f"'members[{i}]' must be an entry-point name or a dict with a 'module' key")
 
 
-@dataclasses.dataclass
-class Member:
+class Member(NamedTuple):
+    """A loaded member, as the reference lists them: ``(name, instance, weight)``.
+
+    Attribute access falls through to the instance, so ``composite.primary.get_history(sid)``
+    works as well as ``name, instance, weight = composite.primary``.
+    """
+
     name: str          # unique within the composite (module, or module#2 for repeats)
-    module: str
-    weight: float
     memory: Any
+    weight: float
+
+    @property
+    def module(self) -> str:
+        return self.name.split("#", 1)[0]
 
     @property
     def is_retriever(self) -> bool:
         return callable(getattr(self.memory, "search", None))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.memory, name)
 
 
 class CompositeMemory(BaseRetrievalMemory):
@@ -105,20 +103,44 @@ class CompositeMemory(BaseRetrievalMemory):
 
     Config: ClassVar[type] = CompositeConfig
     plugin_name: ClassVar[str] = COMPOSITE
+    # It stores nothing itself: its window and documents are its members'.
+    keeps_documents: ClassVar[bool] = False
+    own_attributes: ClassVar[frozenset[str]] = frozenset({"members", "primary"})
+    live_settings: ClassVar[frozenset[str]] = BaseRetrievalMemory.live_settings | {
+        "fusion", "rrf_k", "top_k", "member_fetch_k", "dedup"}
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
+        self._member_log = LogOnce()
+        self.members: list[Member] = self._load_members()
+        self.primary: Member | None = self._choose_primary()
+
+    def _settings_changed(self) -> None:
+        super()._settings_changed()
         s = self.settings
         self.k = s.top_k or s.max_num_results
         self.fetch_k = s.member_fetch_k or max(2 * self.k, self.k)
-        self._member_log = LogOnce()
-        self.members = self._load_members()
-        self.primary = self._choose_primary()
-        self._tool_ids: dict[str, itertools.count[int]] = defaultdict(itertools.count)
 
-    # The composite stores nothing itself: its window and documents are its members'.
-    def _open_db(self) -> Database:
-        return Database(":memory:")
+    # -- the reference's attributes ----------------------------------------------------------
+    @property
+    def max_num_results(self) -> int:
+        """Recalled items: the top-level key, else ``retrieval.max_num_results``."""
+        return int(self.k)
+
+    @property
+    def member_fetch_k(self) -> int:
+        """Hits asked of each retriever before fusing."""
+        return int(self.fetch_k)
+
+    @property
+    def retrievers(self) -> list[Member]:
+        """The members with ``search()``, as ``(name, instance, weight)``."""
+        return [m for m in self.members if m.is_retriever]
+
+    @property
+    def plain(self) -> list[Member]:
+        """The members without ``search()`` (a summary, facts, a window)."""
+        return [m for m in self.members if not m.is_retriever]
 
     # -- members ---------------------------------------------------------------------------
     def _load_members(self) -> list[Member]:
@@ -133,7 +155,7 @@ class CompositeMemory(BaseRetrievalMemory):
             memory = self._build_member(module, config)
             if memory is not None:
                 repeat = sum(1 for m in members if m.module == module)
-                members.append(Member(module if not repeat else f"{module}#{repeat + 1}", module, weight, memory))
+                members.append(Member(module if not repeat else f"{module}#{repeat + 1}", memory, weight))
         if not members:
             self._member_log.warning("none", "%s: no members loaded; acting as a passthrough", self.plugin_name)
         return members
@@ -203,21 +225,6 @@ class CompositeMemory(BaseRetrievalMemory):
         for member in self.members:
             self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
 
-    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
-        text = check_utterance(utterance)
-        sid = check_session_id(session_id)
-        history = self.get_history(sid)
-        window = context_window(history)
-        extra = self._extra_system(text, sid)
-        budget = self._recall_budget(text)
-        if budget is not None:
-            budget -= sum(message_tokens(m.content) for m in extra)
-            window, budget = fit_window(window, max(0, budget))
-        hits = self._fused(self.build_query(text, history), sid, window) if text else []
-        context = render_hits(hits, self.style, _chunk_budget(budget, self.injection.header))
-        tool_id = f"memrag_{sid}_{next(self._tool_ids[sid])}" if context and self.injection.mode == "tool" else ""
-        return assemble_context(text, window, context, self.injection, self.system_prompt, extra, tool_id)
-
     # -- retrieval -------------------------------------------------------------------------
     def search(self, query: str, session_id: str | None = None, top_k: int | None = None) -> list[MemoryHit]:
         """The fused, deduplicated hits of every retriever member."""
@@ -225,12 +232,25 @@ class CompositeMemory(BaseRetrievalMemory):
             raise TypeError(f"query must be a str, not {type(query).__name__}")
         if session_id is not None:
             check_session_id(session_id)
-        return self._fused(query, session_id, (), top_k)
+        return self._fused(clean_text(query), session_id, (), top_k)
 
-    # The base's two hooks: a composite stores nothing itself (update_history writes through to
-    # the members) and queries by fusing them.
+    def recall(self, query: str, session_id: str, window: Sequence[AgentMessage] = ()) -> list[MemoryHit]:
+        """The fused hits for a turn, minus what is already verbatim in the window."""
+        return self._fused(query, session_id, window)
+
+    def store(self, text: str, session_id: str, metadata: dict[str, Any] | None = None) -> str | None:
+        """Store a free-text document in every retriever member that stores; returns the first id."""
+        sid = check_session_id(session_id)
+        text = check_utterance(text)
+        if not text:
+            return None
+        ids = [self._call(m, "store", lambda m=m: m.memory.store(text, sid, metadata), None)
+               for m in self.retrievers if callable(getattr(m.memory, "store", None))]
+        return next((i for i in ids if i), None)
+
+    # The base's two hooks are never reached: writes and queries go through the members.
     def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
-        return None
+        raise NotImplementedError("CompositeMemory stores through its members")
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         return self._fused(query, session_id, (), top_k)
@@ -251,7 +271,7 @@ class CompositeMemory(BaseRetrievalMemory):
                 hits = drop_window_duplicates(hits, window)
             tagged = [dataclasses.replace(h, metadata={**h.metadata, "retriever": member.name}) for h in hits]
             lists.append((member.name, member.weight, tagged))
-        fused = fuse(self.settings.fusion, lists, self.settings.rrf_k, self.settings.dedup)
+        fused = fuse(self.settings.fusion, lists, rrf_k=self.settings.rrf_k, dedup=self.settings.dedup)
         return self._above_min_score(fused)[:k]
 
     def _above_min_score(self, hits: list[MemoryHit]) -> list[MemoryHit]:
@@ -271,6 +291,19 @@ class CompositeMemory(BaseRetrievalMemory):
             blocks.extend(self._call(member, "context", lambda m=member: _added_blocks(m.memory, utterance,
                                                                                         session_id), []))
         return blocks
+
+    # -- session2history: the primary's windows -----------------------------------------------
+    def _stored_window(self, session_id: str) -> list[AgentMessage]:
+        if self.primary is None:
+            return []
+        return list(self.primary.memory.get_history(check_session_id(session_id)))
+
+    def _replace_window(self, session_id: str, messages: Iterable[Any]) -> list[AgentMessage]:
+        view = getattr(self.primary.memory, "session2history", None) if self.primary is not None else None
+        if view is None:
+            raise TypeError(f"{self.plugin_name}: the primary member has no session2history to edit")
+        view[check_session_id(session_id)] = list(messages)
+        return self._stored_window(session_id)
 
     # -- data ownership ----------------------------------------------------------------------
     def sessions(self) -> list[str]:

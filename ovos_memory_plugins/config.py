@@ -24,10 +24,10 @@ import difflib
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from ._log import LOG
+from ._core.log import LOG
 from .errors import ConfigError
 
-__all__ = ["UNSET", "check_config", "config_keys", "option", "parse_config"]
+__all__ = ["UNSET", "check_config", "config_keys", "option", "parse_config", "replace_setting", "setting_names"]
 
 T = TypeVar("T")
 
@@ -172,6 +172,25 @@ def parse_config(cls: type[T], raw: Mapping[str, Any] | None, owner: str,
     for problem in unknown_keys(cls, raw, extra_known):
         LOG.warning(f"{owner}: {problem}")
     return cls(**values)
+
+
+_SETTING_NAMES: dict[type, frozenset[str]] = {}
+
+
+def setting_names(cls: type) -> frozenset[str]:
+    """The field names of a config dataclass (also the instance attributes that read them)."""
+    names = _SETTING_NAMES.get(cls)
+    if names is None:
+        names = _SETTING_NAMES[cls] = frozenset(f.name for _key, f in config_keys(cls))
+    return names
+
+
+def replace_setting(settings: T, name: str, value: Any, owner: str) -> T:
+    """``settings`` with one field changed, checked as the config dict's value would be."""
+    for key, field in config_keys(type(settings)):
+        if field.name == name:
+            return dataclasses.replace(settings, **{name: _check_value(owner, key, value, field.metadata)})  # type: ignore[type-var]
+    raise AttributeError(f"{owner}: no setting {name!r}")
 
 
 def check_config(cls: type, raw: Mapping[str, Any] | None, owner: str,

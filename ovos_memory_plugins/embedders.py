@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from ovos_plugin_manager.templates.embeddings import TextEmbedder
 
-from ._log import LOG
+from ._core.log import LOG
 from .config import option, parse_config
 from .errors import EmbeddingsError, MissingDependencyError
 

@@ -1,7 +1,7 @@
 """``EntityMemory``: durable facts about the user, injected under a header on every turn.
 
 Drop-in with the reference (keys, defaults, ``{"facts": [...]}`` records, context shape), and
-better where the reference is weak (SPEC B 6.6):
+better where the reference is weak (docs/compatibility.md):
 
 * extraction runs in a background worker from a durable pending list (in the same record), so
   ``update_history`` returns in milliseconds and a restart resumes unfinished work;
@@ -9,7 +9,7 @@ better where the reference is weak (SPEC B 6.6):
   deduplicated case-insensitively, capped; ``[]`` adds nothing); only when no model answers
   (no endpoint, an error, the circuit breaker open), and for the oldest exchanges of a backlog
   over 200, do facts come from the user's clear first-person statements
-  (:func:`~ovos_memory_plugins._facts.extract_facts`);
+  (:func:`~ovos_memory_plugins._llm.fact_rules.extract_facts`);
 * a proposed fact that reads like an instruction ("ignore previous instructions", role tags)
   is never kept; ``grounded_facts: true`` (opt-in) also keeps a model's fact only if its key
   words appear in what the *user* said, so the assistant's text (or an injection in it)
@@ -28,14 +28,18 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._compat import AgentMessage
-from ._facts import MAX_FACT_CHARS, Fact, extract_facts, is_grounded, looks_like_instruction, make_fact, parse_fact_list
-from ._llm_memory import EndpointConfig, LLMMemory
-from ._log import LOG
-from ._tokens import truncate_to_tokens
+from ._core.compat import AgentMessage
+from ._core.log import LOG
+from ._core.tokens import truncate_to_tokens
+from ._llm.endpoint import EndpointConfig
+from ._llm.fact_parsing import parse_fact_list
+from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
+from ._llm.fact_safety import is_grounded, looks_like_instruction
+from ._llm.memory import LLMMemory
 from .config import option
 from .errors import ConfigError, LLMError, MemoryPluginError
 from .messages import check_session_id, check_utterance, coerce_messages, is_role, system_message, user_message
+from .storage import BACKENDS
 
 __all__ = ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"]
 
@@ -69,7 +73,7 @@ class EntityConfig(EndpointConfig):
     request_timeout: float = option(10.0, "seconds one LLM request may take", minimum=0.1)
     extraction_prompt: str = option(DEFAULT_EXTRACTION_PROMPT, "extraction prompt; must contain {exchange}")
     facts_header: str = option("Known facts about the user:", "first line of the injected facts block")
-    backend: str = option("json", "store: json, sqlite or memory (RAM only); anything else means memory")
+    backend: str = option("json", "store: json, sqlite or memory (RAM only)", choices=BACKENDS)
     db_path: str | None = option(
         None, "store file; default $XDG_DATA_HOME/ovos/entity_memory.json (.db for sqlite)", kind=str)
     system_prompt: str = option("", "persona system prompt, sent first")
@@ -101,7 +105,6 @@ class EntityMemory(LLMMemory):
     plugin_name: ClassVar[str] = "ovos-memory-plugin-entity"
 
     store_stem: ClassVar[str] = "entity_memory"
-    unknown_backend: ClassVar[str] = "memory"
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)

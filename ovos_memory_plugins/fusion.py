@@ -3,7 +3,8 @@
 Input is a list of ``(name, weight, hits)``; hits are deduplicated by their stripped text.
 Results are copies: the members' hit objects are never modified.
 
-The reference example (SPEC B 4.3), A=[x:0.9, y:0.5] with weight 1, B=[y:12, z:3] with weight 2::
+The reference package's own example (docs/compatibility.md), A=[x:0.9, y:0.5] with weight 1, B=[y:12, z:3]
+with weight 2::
 
     >>> from ovos_memory_plugins.common import MemoryHit
     >>> A = [MemoryHit("x", score=0.9), MemoryHit("y", score=0.5)]
@@ -26,10 +27,27 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .common import MemoryHit
 
-__all__ = ["FUSION_MODES", "fuse", "hit_key", "interleave", "merge", "priority", "rrf", "weighted"]
+__all__ = [
+    "FUSION_MODES",
+    "RankedLists",
+    "fuse",
+    "fuse_interleave",
+    "fuse_merge",
+    "fuse_priority",
+    "fuse_rrf",
+    "fuse_weighted",
+    "hit_key",
+    "interleave",
+    "merge",
+    "priority",
+    "rrf",
+    "weighted",
+]
 
 FUSION_MODES = ("rrf", "weighted", "merge", "priority", "interleave")
 
+#: ``[(retriever name, weight, hits best first), ...]``: the input of every fusion.
+RankedLists = list[tuple[str, float, list["MemoryHit"]]]
 Ranked = Sequence[tuple[str, float, Sequence["MemoryHit"]]]
 
 
@@ -58,13 +76,13 @@ def _fuse_scores(lists: Ranked, contribution: dict[int, list[float]]) -> list[Me
     return [_with_score(best[k], totals[k]) for k in order]
 
 
-def rrf(lists: Ranked, k: int = 60) -> list[MemoryHit]:
+def fuse_rrf(lists: Ranked, k: int = 60) -> list[MemoryHit]:
     """Reciprocal-rank fusion: score = Σ weight / (k + rank), rank from 1."""
     contribution = {i: [w / (k + r + 1) for r in range(len(hits))] for i, (_, w, hits) in enumerate(lists)}
     return _fuse_scores(lists, contribution)
 
 
-def weighted(lists: Ranked) -> list[MemoryHit]:
+def fuse_weighted(lists: Ranked) -> list[MemoryHit]:
     """Min-max normalise each list's native scores to [0, 1] (1.0 if all equal); score = Σ weight * norm."""
     contribution = {}
     for i, (_, w, hits) in enumerate(lists):
@@ -74,7 +92,7 @@ def weighted(lists: Ranked) -> list[MemoryHit]:
     return _fuse_scores(lists, contribution)
 
 
-def merge(lists: Ranked, dedup: bool = True) -> list[MemoryHit]:
+def fuse_merge(lists: Ranked, dedup: bool = True) -> list[MemoryHit]:
     """The union sorted by native score; with ``dedup`` the best-scoring copy of each text."""
     every = [copy.deepcopy(h) for _, _, hits in lists for h in hits]
     if dedup:
@@ -87,7 +105,7 @@ def merge(lists: Ranked, dedup: bool = True) -> list[MemoryHit]:
     return sorted(every, key=lambda h: h.score, reverse=True)
 
 
-def priority(lists: Ranked) -> list[MemoryHit]:
+def fuse_priority(lists: Ranked) -> list[MemoryHit]:
     """The first list, in config order, that has any hits, unchanged."""
     for _, _, hits in lists:
         if hits:
@@ -95,7 +113,7 @@ def priority(lists: Ranked) -> list[MemoryHit]:
     return []
 
 
-def interleave(lists: Ranked, dedup: bool = True) -> list[MemoryHit]:
+def fuse_interleave(lists: Ranked, dedup: bool = True) -> list[MemoryHit]:
     """Round-robin by rank over the lists in config order, skipping texts already taken."""
     out, seen = [], set()
     depth = max((len(hits) for _, _, hits in lists), default=0)
@@ -110,16 +128,20 @@ def interleave(lists: Ranked, dedup: bool = True) -> list[MemoryHit]:
     return out
 
 
-def fuse(mode: str, lists: Ranked, rrf_k: int = 60, dedup: bool = True) -> list[MemoryHit]:
+def fuse(mode: str, lists: Ranked, *, rrf_k: int = 60, dedup: bool = True) -> list[MemoryHit]:
     """Dispatch on ``mode`` (one of :data:`FUSION_MODES`); an unknown mode is a ValueError."""
     if mode == "rrf":
-        return rrf(lists, rrf_k)
+        return fuse_rrf(lists, rrf_k)
     if mode == "weighted":
-        return weighted(lists)
+        return fuse_weighted(lists)
     if mode == "merge":
-        return merge(lists, dedup)
+        return fuse_merge(lists, dedup)
     if mode == "priority":
-        return priority(lists)
+        return fuse_priority(lists)
     if mode == "interleave":
-        return interleave(lists, dedup)
+        return fuse_interleave(lists, dedup)
     raise ValueError(f"unknown fusion mode {mode!r}; allowed values are {', '.join(FUSION_MODES)}")
+
+
+# The short names of this package's 1.3 release.
+rrf, weighted, merge, priority, interleave = fuse_rrf, fuse_weighted, fuse_merge, fuse_priority, fuse_interleave

@@ -1,4 +1,4 @@
-"""The five inject modes: where recalled context goes in the message list (SPEC B 4.2).
+"""The five inject modes: where recalled context goes in the message list (the reference's shapes, docs/index.md).
 
 All shapes, with S=system, D=developer, U=user, A=assistant, T=tool::
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ._compat import HAS_TOOLS, AgentMessage, MessageRole, ToolCall, make_message
+from ._core.compat import HAS_TOOLS, AgentMessage, MessageRole, ToolCall, make_message
 from .errors import ConfigError
 
 __all__ = ["INJECT_MODES", "Injection", "assemble_context", "check_inject_mode"]

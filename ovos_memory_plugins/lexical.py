@@ -20,10 +20,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from ._bm25 import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
-from ._documents import Document
-from ._neighbours import adjacent, context_text, neighbour_weight_option, survivors
-from ._stopwords import LANGUAGES, normalise_term, stopwords
+from ._retrieval.bm25 import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
+from ._retrieval.documents import Document
+from ._retrieval.neighbours import adjacent, context_text, neighbour_weight_option, survivors
+from ._retrieval.stopwords import LANGUAGES, normalise_term, stopwords
 from .common import MemoryHit
 from .config import option
 from .errors import ConfigError, StoreUnavailable

@@ -27,7 +27,6 @@ every document is re-embedded in the background instead of mixing incompatible v
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import inspect
 import json
 import threading
@@ -35,9 +34,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ._documents import Document
-from ._log import LogOnce
-from ._neighbours import NeighbourVectors, neighbour_weight_option
+from ._core.loading import EMBEDDINGS_DB_GROUP, TEXT_EMBEDDINGS_GROUP, find_plugin_class, installed_plugins
+from ._core.log import LogOnce
+from ._retrieval.documents import Document
+from ._retrieval.neighbours import NeighbourVectors, neighbour_weight_option
 from .common import MemoryHit
 from .config import option
 from .errors import EmbeddingsError
@@ -47,15 +47,7 @@ __all__ = ["LocalRAGConfig", "LocalRAGMemory", "PluginSlot"]
 
 DEFAULT_EMBEDDER = "ovos-memory-e5-embeddings-plugin"
 DEFAULT_DB = "ovos-memory-sqlite-embeddings-plugin"
-TEXT_EMBEDDINGS_GROUP = "opm.embeddings.text"
-EMBEDDINGS_DB_GROUP = "opm.embeddings"
-#: Our own plugins, imported directly (works from a source checkout without entry points too).
-_OWN = {
-    DEFAULT_EMBEDDER: ("ovos_memory_plugins.embedders", "E5Embedder"),
-    "ovos-memory-minilm-embeddings-plugin": ("ovos_memory_plugins.embedders", "MiniLMEmbedder"),
-    DEFAULT_DB: ("ovos_memory_plugins.vectordb", "SqliteEmbeddingsDB"),
-}
-#: The reference's default stack (seed 003), which needs a C++ build and a model download. When a
+#: The reference's default stack, which needs a C++ build and a model download. When a
 #: persona names one and it is not installed, the built-in equivalent is used (warned once), so
 #: a reference persona file still recalls by meaning, offline.
 REFERENCE_STACK = {
@@ -141,22 +133,13 @@ class PluginSlot:
         return True
 
 
-def find_plugin_class(name: str, group: str) -> type:
+def plugin_class(name: str, group: str) -> type:
     """The class registered as ``name`` in ``group``; raises ``EmbeddingsError`` with the fix."""
-    if name in _OWN:
-        module, attr = _OWN[name]
-        return getattr(__import__(module, fromlist=[attr]), attr)  # type: ignore[no-any-return]
-    # Only the named entry point is imported (OPM's loaders import every plugin of the group).
-    for ep in importlib.metadata.entry_points(group=group, name=name):
-        return ep.load()  # type: ignore[no-any-return]
-    # OPM also knows deprecated group names; its finders import everything, but log no miss.
-    from ovos_plugin_manager.embeddings import find_embeddings_db_plugins, find_text_embeddings_plugins
-
-    found = (find_text_embeddings_plugins if group == TEXT_EMBEDDINGS_GROUP else find_embeddings_db_plugins)()
-    if name not in found:
+    found = find_plugin_class(name, group)
+    if found is None:
         raise EmbeddingsError(f"no {group} plugin named {name!r} is installed (installed: "
-                              f"{sorted(found) or 'none'}); install it, or set the name of an installed one")
-    return found[name]  # type: ignore[no-any-return]
+                              f"{installed_plugins(group) or 'none'}); install it, or set the name of an installed one")
+    return found
 
 
 def construct_db(cls: type, config: Mapping[str, Any]) -> Any:
@@ -336,7 +319,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         """``(name, class, config)`` of the plugin registered as ``name``, or, for a reference
         default that is not installed, of the built-in equivalent with its defaults (warned once)."""
         try:
-            return name, find_plugin_class(name, group), config
+            return name, plugin_class(name, group), config
         except EmbeddingsError as exc:
             builtin = REFERENCE_STACK.get(name)
             if builtin is None:
@@ -344,7 +327,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
             self._log.warning(f"builtin:{name}", "%s: %s; using the built-in %r instead (offline). Install %r to "
                               "use it; what is embedded meanwhile stays with the built-in one", self.plugin_name,
                               exc, builtin, name)
-            return builtin, find_plugin_class(builtin, group), {}
+            return builtin, plugin_class(builtin, group), {}
 
     def _prepare_collection(self, db: Any) -> None:
         """Create the collection once; re-embed everything if it holds another model's vectors."""

@@ -1,7 +1,7 @@
 """``LongTermMemory``: a rolling summary of the conversation plus a verbatim recent window.
 
 Drop-in with the reference (keys, defaults, record format, context shape), and better where
-the reference is weak (SPEC B 6.5):
+the reference is weak (docs/compatibility.md):
 
 * ``update_history`` only appends to the stored record and wakes a background worker, so it
   returns in milliseconds; the summary is computed off the turn. The unsummarised messages are
@@ -9,7 +9,7 @@ the reference is weak (SPEC B 6.5):
   drains.
 * While the endpoint is down, the old turns are folded into an *extractive* summary (no model)
   so the window stays bounded, and the dead endpoint costs one attempt per back-off period
-  (:class:`~ovos_memory_plugins._llm.ChatClient`), not two HTTP calls per turn.
+  (:class:`~ovos_memory_plugins._llm.client.ChatClient`), not two HTTP calls per turn.
 * A reply recorded in two calls (merged into one message) is counted as one exchange.
 * The summary is computed outside any lock and committed only if the folded messages are
   still the head of the record: a message appended meanwhile is never lost.
@@ -21,10 +21,11 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._compat import AgentMessage
-from ._llm_memory import EndpointConfig, LLMMemory
-from ._summary import extractive_summary, llm_summary
-from ._tokens import estimate_tokens, truncate_to_tokens
+from ._core.compat import AgentMessage
+from ._core.tokens import estimate_tokens, truncate_to_tokens
+from ._llm.endpoint import EndpointConfig
+from ._llm.memory import LLMMemory
+from ._llm.summary import extractive_summary, llm_summary, summary_block
 from .config import option
 from .errors import LLMError, MemoryPluginError
 from .messages import (
@@ -40,6 +41,7 @@ from .messages import (
     user_message,
 )
 from .persistence import JsonStore, SqliteStore
+from .storage import BACKENDS
 
 # The reference module exposed its stores under these names.
 _JsonStore = JsonStore
@@ -47,7 +49,6 @@ _SqliteStore = SqliteStore
 
 __all__ = ["LongTermConfig", "LongTermMemory"]
 
-SUMMARY_HEADER = "[Conversation summary so far]\n"
 #: Messages folded by one LLM call are bounded so the prompt fits a small local context
 #: (llama.cpp's default is 2,048 tokens); a longer backlog is folded in several calls.
 MAX_FOLD_TOKENS = 1200
@@ -58,7 +59,7 @@ class LongTermConfig(EndpointConfig):
     summarize_every: int = option(6, "exchanges between two summaries", minimum=1)
     max_summary_tokens: int = option(256, "max_tokens of a summary; also bounds the offline summary", minimum=1)
     recent_window: int = option(4, "exchanges kept verbatim after a summary; 0 keeps none", minimum=0)
-    backend: str = option("json", "store: json or sqlite (memory keeps RAM only); anything else means json")
+    backend: str = option("json", "store: json, sqlite or memory (RAM only)", choices=BACKENDS)
     db_path: str | None = option(
         None, "store file; default $XDG_DATA_HOME/ovos/longterm_memory.json (.db for sqlite)", kind=str)
     system_prompt: str = option("", "persona system prompt, sent first")
@@ -84,7 +85,6 @@ class LongTermMemory(LLMMemory):
     plugin_name: ClassVar[str] = "ovos-memory-plugin-longterm"
 
     store_stem: ClassVar[str] = "longterm_memory"
-    unknown_backend: ClassVar[str] = "json"
 
     def _open_sqlite(self, path: str) -> Any:
         return SqliteStore(path)
@@ -250,5 +250,4 @@ def _chunk(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _summary_block(record: dict[str, Any]) -> str:
-    summary = str(record.get("summary") or "").strip()
-    return SUMMARY_HEADER + summary if summary else ""
+    return summary_block(str(record.get("summary") or ""))

@@ -2,7 +2,7 @@
 
 Nothing here mutates the caller's objects: every function that keeps a message keeps a copy.
 
-Normalisation (seed 000, and every backend's verbatim window here)::
+Normalisation (ovos-persona's rules, applied to every backend's verbatim window here)::
 
     >>> from ovos_memory_plugins.messages import fold_into
     >>> from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
@@ -21,9 +21,9 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._compat import HAS_TOOLS, AgentMessage, MessageRole, ToolCall, make_message, tool_fields
-from ._log import LOG
-from ._tokens import estimate_tokens
+from ._core.compat import HAS_TOOLS, AgentMessage, MessageRole, ToolCall, make_message, tool_fields
+from ._core.log import LOG
+from ._core.tokens import estimate_tokens
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -98,10 +98,14 @@ def check_session_id(session_id: Any) -> str:
 
 
 def check_utterance(utterance: Any) -> str:
-    """The stripped utterance; a non-string is a ``TypeError`` naming the argument."""
+    """The utterance, stripped and otherwise exactly as given; a non-string is a ``TypeError``.
+
+    The last message of every context is this text: whatever the caller said comes back to it
+    unchanged. What a memory stores or searches for is cleaned separately (:func:`clean_text`).
+    """
     if not isinstance(utterance, str):
         raise TypeError(f"utterance must be a str, not {type(utterance).__name__}")
-    return clean_text(utterance).strip()
+    return utterance.strip()
 
 
 def copy_message(msg: AgentMessage) -> AgentMessage:
@@ -178,7 +182,7 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
 
     Trailing USER messages are dropped (the current utterance is appended after the window, and
     two USER turns in a row confuse chat models). With ``drop_leading_answers``, leading ASSISTANT
-    messages are dropped too: an answer whose question was trimmed away (seed 000); a leading
+    messages are dropped too: an answer whose question was trimmed away (as ovos-persona does); a leading
     SYSTEM or DEVELOPER note stays, as in ovos-persona.
     TOOL results left at the start by trimming are always dropped: without their tool call
     they are invalid for every chat API.

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._paths import resolve_path
+from ._core.paths import resolve_path
 from .storage.jsonfile import JsonRecordStore
 from .storage.sqlite import Database, open_database, release_database
 from .storage.windows import safe_table_name

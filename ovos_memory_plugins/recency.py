@@ -2,14 +2,14 @@
 
 Drop-in with the reference (``max_history`` 10, 0 keeps all; ``max_age`` in seconds;
 ``system_prompt``; ``db_path``), plus: tool fields survive persistence, the window is
-normalised like every other backend's (seed 002), SQLite is used for a ``db_path`` that does
+normalised like every other backend's (docs/index.md), SQLite is used for a ``db_path`` that does
 not end in ``.json``, and several processes may share one file.
 """
 from __future__ import annotations
 
 from typing import ClassVar
 
-from ._window import WindowConfig, WindowMemory
+from ._core.window import WindowConfig, WindowMemory
 
 __all__ = ["RecencyMemory"]
 

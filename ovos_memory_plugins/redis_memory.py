@@ -1,6 +1,6 @@
 """``RedisMemory``: a short-term window and a long-term summary per session, shared through Redis.
 
-Built from seed 004 (miso-agent's ``TempMemory``) as an OVOS memory plugin, so that several
+Modelled on miso-agent's Redis ``TempMemory``, as an OVOS memory plugin, so that several
 satellites or processes share one conversation memory. Per session: a Redis list of messages
 (appends are one ``RPUSH``, O(1)) and a summary string. When the list reaches
 ``compact_token_threshold`` tokens (or ``compact_threshold`` exchanges), the oldest exchanges
@@ -29,14 +29,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ._compat import AgentMessage, MessageRole
-from ._log import LOG, LogOnce
-from ._memory import MemoryPlugin
-from ._redis_compaction import CompactionPolicy
-from ._redis_lease import Lease
-from ._redis_store import RedisStore, decode_array
-from ._tokens import truncate_to_tokens
-from ._worker import BackgroundWorker
+from ._core.compat import AgentMessage, MessageRole
+from ._core.due import DueQueue
+from ._core.log import LOG, LogOnce
+from ._core.plugin import MemoryPlugin
+from ._core.tokens import truncate_to_tokens
+from ._core.worker import BackgroundWorker
+from ._llm.endpoint import EndpointConfig, chat_client
+from ._llm.summary import extractive_summary, llm_summary, summary_block
+from ._redis.compaction import CompactionPolicy, RoundOutcome
+from ._redis.lease import Lease
+from ._redis.store import CommitStatus, RedisStore, decode_array
 from .config import option
 from .errors import LLMError, StorageError
 from .messages import (
@@ -56,7 +59,6 @@ from .messages import (
 __all__ = ["Conversation", "Exchange", "RedisConfig", "RedisMemory", "TempMemory"]
 
 DAY = 86_400
-SUMMARY_HEADER = "[Conversation summary so far]\n"
 _CACHED_SESSIONS = 256   # sessions whose last context is kept in RAM for when Redis is down
 _CACHED_CHARS = 1 << 20  # a bigger context is not cached
 _CACHED_UPDATES = 64     # updates since the last read kept with a cached context
@@ -66,7 +68,7 @@ _MAX_CONFLICTS = 8       # rounds lost to concurrent changes before giving up un
 
 
 @dataclasses.dataclass(frozen=True)
-class RedisConfig:
+class RedisConfig(EndpointConfig):
     url: str = option("redis://localhost:6379/0", "Redis server URL (redis://, rediss:// or unix://)",
                       aliases=("redis_url",))
     prefix: str = option("ovos:memory", "key prefix; memories with different prefixes never see each other")
@@ -84,12 +86,6 @@ class RedisConfig:
         30 * DAY, "seconds the summary lives after the last activity (30 days); 0 or null: forever",
         kind=float, minimum=0, nullable=True, aliases=("long_term_memory_ttl",))
     max_summary_tokens: int = option(256, "upper bound of the long-term summary", minimum=16)
-    api_url: str | None = option(
-        "http://localhost:8000/v1", "OpenAI-compatible endpoint for summaries; null or empty: extractive only",
-        kind=str, nullable=True)
-    model: str = option("", "model name; empty asks the endpoint")
-    api_key: str | None = option(None, "bearer token for api_url", kind=str)
-    request_timeout: float = option(30.0, "seconds per summary request", minimum=0)
     system_prompt: str = option("", "persona system prompt, sent first as a system message")
     max_history: int | None = option(
         None, "newest short-term messages sent in the context; 0 or null: the whole list", kind=int, minimum=0)
@@ -128,7 +124,7 @@ def _compaction_policy(s: RedisConfig, token_threshold_given: bool) -> Compactio
 
 @dataclasses.dataclass(frozen=True)
 class Exchange:
-    """One user turn and the reply to it (seed 004's ``Conversation``)."""
+    """One user turn and the reply to it (miso-agent's ``Conversation``)."""
 
     user: str
     assistant: str
@@ -161,12 +157,12 @@ class RedisMemory(MemoryPlugin):
                                  s.retry_after, self.plugin_name)
         self._policy = _compaction_policy(s, token_threshold_given="compact_token_threshold" in self.config)
         self._summarizer: Callable[[str, list[dict], int], str] | None = self.config.get("_summarizer")
-        self._chat: Any = None
+        self._client = chat_client(s)
         self._log = LogOnce()
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()  # the last read, for when Redis is down
         self._held: dict[str, list[AgentMessage]] = {}    # written while Redis was down
-        self._due: OrderedDict[str, None] = OrderedDict()  # sessions waiting for compaction
+        self._due = DueQueue()  # sessions waiting for compaction
         self._worker = BackgroundWorker(f"{self.plugin_name}:compaction", self._compact_step, retry_delay=1.0)
 
     # -- the OPM contract ----------------------------------------------------------------
@@ -190,8 +186,7 @@ class RedisMemory(MemoryPlugin):
             self._log.clear("held")
         self._cache_append(session_id, held + messages)
         if self._policy.due(tokens, rounds):
-            with self._lock:
-                self._due[session_id] = None
+            self._due.add(session_id)
             self._worker.notify()
 
     def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
@@ -202,8 +197,9 @@ class RedisMemory(MemoryPlugin):
             history = history[-newest:]  # the cached copy used while Redis is down may be longer
         prompt = self.system_prompt.strip()
         out = [system_message(prompt)] if prompt else []
-        if summary:
-            out.append(system_message(SUMMARY_HEADER + summary))
+        block = summary_block(summary)
+        if block:
+            out.append(system_message(block))
         return out + context_window(history) + [user_message(text)]
 
     def context_blocks(self, session_id: str) -> list[AgentMessage]:
@@ -213,11 +209,12 @@ class RedisMemory(MemoryPlugin):
             summary = self._store.summary(session_id)
         except StorageError:
             summary = self._cached(session_id)[0]
-        return [system_message(SUMMARY_HEADER + summary)] if summary else []
+        block = summary_block(summary)
+        return [system_message(block)] if block else []
 
-    # -- seed 004's API ------------------------------------------------------------------
+    # -- miso-agent's API --------------------------------------------------------------------
     def load(self, session_id: str) -> tuple[str, list[Exchange]]:
-        """``(long-term summary, short-term exchanges)``, oldest first (seed ``Load``)."""
+        """``(long-term summary, short-term exchanges)``, oldest first (``Load``)."""
         summary, history = self._read(check_session_id(session_id))
         return summary, _exchanges(history)
 
@@ -240,12 +237,12 @@ class RedisMemory(MemoryPlugin):
                 lease.release()
 
     def load_formatted(self, session_id: str, lock: bool = False) -> tuple[str, str]:
-        """``(summary, "User: …\\nAssistant: …" lines)`` ready for a prompt (seed ``LoadFormatted``)."""
+        """``(summary, "User: …\\nAssistant: …" lines)`` ready for a prompt (``LoadFormatted``)."""
         summary, exchanges = self.load_locked(session_id) if lock else self.load(session_id)
         return summary, "\n".join(e.format() for e in exchanges)
 
     def append(self, session_id: str, exchange: Exchange | Mapping[str, str] | tuple[str, str]) -> None:
-        """Store one exchange (seed ``Append``): an ``Exchange``, a ``{"user", "assistant"}`` dict
+        """Store one exchange (``Append``): an ``Exchange``, a ``{"user", "assistant"}`` dict
         or a ``(user, assistant)`` pair."""
         check_session_id(session_id)
         user, assistant = _exchange_pair(exchange)
@@ -266,7 +263,7 @@ class RedisMemory(MemoryPlugin):
         with self._lock:
             self._cache.pop(session_id, None)
             held = len(self._held.pop(session_id, []))
-            self._due.pop(session_id, None)
+        self._due.discard(session_id)
         return {"messages": messages + held, "summaries": summaries}
 
     def export(self, session_id: str) -> dict[str, Any]:
@@ -342,16 +339,14 @@ class RedisMemory(MemoryPlugin):
 
     # -- compaction (background) ---------------------------------------------------------
     def _compact_step(self) -> bool:
-        with self._lock:
-            if not self._due:
-                return False
-            session_id, _ = self._due.popitem(last=False)
+        session_id = self._due.pop()
+        if session_id is None:
+            return False
         try:
             self._compact(session_id)
         except StorageError:
             pass  # logged by the store; the next append over the threshold queues it again
-        with self._lock:
-            return bool(self._due)
+        return bool(self._due)
 
     def _compact(self, session_id: str) -> None:
         lease = self._store.lease(session_id, self.settings.lock_timeout)
@@ -363,33 +358,33 @@ class RedisMemory(MemoryPlugin):
             conflicts = 0
             for _ in range(_MAX_ROUNDS):
                 outcome = self._compact_once(session_id, lease)
-                if outcome == "done":
+                if outcome is RoundOutcome.DONE:
                     return
-                if outcome == "conflict":
+                if outcome is RoundOutcome.CONFLICT:
                     conflicts += 1
                     if conflicts >= _MAX_CONFLICTS:
                         return
         finally:
             lease.release()
 
-    def _compact_once(self, session_id: str, lease: Lease) -> str:
-        """One read-summarise-commit round: "done", "more" (still over a threshold) or "conflict"."""
+    def _compact_once(self, session_id: str, lease: Lease) -> RoundOutcome:
+        """One read-summarise-commit round."""
         summary, items = self._store.snapshot(session_id)
         cut = self._policy.cut(items)
         if not cut:
-            return "done"
+            return RoundOutcome.DONE
         head = items[:cut]
         # The LLM call runs outside any data lock: writers keep appending meanwhile.
         new_summary = self._summarise(summary, [to_dict(i.message) for i in head])
         status, tokens, rounds = self._store.commit(session_id, lease, summary, new_summary, head)
-        if status == -1:
+        if status is CommitStatus.LEASE_LOST:
             LOG.warning(f"{self.plugin_name}: lost the compaction lease of {session_id!r}; summary not written")
-            return "done"
-        if status != 1:
-            LOG.debug(f"{self.plugin_name}: {session_id!r} changed during compaction; reading it again")
-            return "conflict"
+            return RoundOutcome.DONE
+        if status is not CommitStatus.COMMITTED:
+            LOG.debug(f"{self.plugin_name}: {session_id!r} changed during compaction ({status.name}); reading again")
+            return RoundOutcome.CONFLICT
         LOG.debug(f"{self.plugin_name}: folded {cut} message(s) of {session_id!r} into its summary")
-        return "more" if self._policy.due(tokens, rounds) else "done"
+        return RoundOutcome.MORE if self._policy.due(tokens, rounds) else RoundOutcome.DONE
 
     def _summarise(self, previous: str, messages: list[dict[str, Any]]) -> str:
         """The merged summary, bounded to ``max_summary_tokens``; extractive when no LLM answers."""
@@ -397,29 +392,16 @@ class RedisMemory(MemoryPlugin):
         if self._summarizer is not None:
             text = self._summarizer(previous, messages, limit) or ""
         else:
-            from ._summary import extractive_summary, llm_summary
-
             text = ""
-            client = self._chat_client()
-            if client is not None:
+            if self._client.available:
                 try:
-                    text = llm_summary(client, previous, messages, limit)
+                    text = llm_summary(self._client, previous, messages, limit)
                 except LLMError as exc:
                     # ChatClient logs the endpoint failure once (and its recovery); no second line here.
                     LOG.debug(f"{self.plugin_name}: extractive summary instead of the LLM's ({exc})")
             if not text.strip():
                 text = extractive_summary(previous, messages, limit)
         return truncate_to_tokens(text.strip(), limit)
-
-    def _chat_client(self) -> Any:
-        s = self.settings
-        if not s.api_url:
-            return None
-        if self._chat is None:
-            from ._llm import ChatClient
-
-            self._chat = ChatClient(s.api_url, model=s.model, timeout=s.request_timeout, api_key=s.api_key)
-        return self._chat
 
 
 def _exchanges(history: Sequence[AgentMessage]) -> list[Exchange]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ._tokens import estimate_tokens
+from ._core.tokens import estimate_tokens
 from .common import MemoryHit
 
 __all__ = ["ContextStyle", "render_hits"]

@@ -37,8 +37,8 @@ from typing import Any
 
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
-from ._paths import default_path
-from ._vector_matrix import PLUGIN_NAME, Matrix, as_vector, numpy_module, unit_rows
+from ._core.paths import default_path
+from ._retrieval.vector_matrix import PLUGIN_NAME, Matrix, as_vector, numpy_module, unit_rows
 from .config import option, parse_config
 from .errors import EmbeddingsError
 from .storage.sqlite import Database, open_database, release_database

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from ovos_memory_plugins._bm25 import Tokenizer
+from ovos_memory_plugins._retrieval.bm25 import Tokenizer
 from ovos_memory_plugins.lexical import LexicalMemory
+from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
 SPEC = "porter unicode61 remove_diacritics 2"
@@ -36,7 +37,7 @@ def fts5_ranking(memory: LexicalMemory, query: str, session_id: str | None, k: i
 
 
 def mirror_ranking(memory: LexicalMemory, query: str, session_id: str | None, k: int) -> list[tuple[str, float]]:
-    assert memory.flush(10), "the RAM postings did not load"
+    assert memory.flush(patience(10)), "the RAM postings did not load"
     return [(h.source, h.score) for h in memory._query_backend(query, k, session_id)]
 
 
@@ -70,7 +71,7 @@ def test_rankings_equal_fts5_through_inserts_and_deletes(tmp_path, closing, db):
 def test_the_mirror_answers_once_loaded(tmp_path, closing):
     memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db")}))
     memory.update_history([AgentMessage(U, "my dog is called Rex"), AgentMessage(A, "nice")], "s")
-    assert memory.flush(10) and memory._mirror.ready
+    assert memory.flush(patience(10)) and memory._mirror.ready
     calls = []
     top = memory._mirror._snapshot.top
     memory._mirror._snapshot.top = lambda *a: calls.append(a) or top(*a)
@@ -88,7 +89,7 @@ def test_writes_of_another_process_are_seen(tmp_path, closing):
     path = str(tmp_path / "l.db")
     memory = closing(LexicalMemory({"db_path": path, "scope": "global"}))
     memory.update_history([AgentMessage(U, "I walk in the park"), AgentMessage(A, "nice")], "mine")
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     other = textwrap.dedent(f"""
         from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
         from ovos_memory_plugins.lexical import LexicalMemory
@@ -107,7 +108,7 @@ def test_writes_of_another_process_are_seen(tmp_path, closing):
 def test_documents_not_indexed_yet_rank_at_once_as_fts5_will(tmp_path, closing):
     memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db")}))
     memory.update_history([AgentMessage(U, "coffee in Porto"), AgentMessage(A, "ok")], "s")
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     with memory._db.atomic() as con:  # as the indexer leaves it before its batch (or a failure)
         memory._docs.add(con, "s", "Q: coffee in Lisbon, coffee", {}, indexed=False)
     ranked = memory._mirror.search(["coffee"], 5, "s")
@@ -122,7 +123,7 @@ def test_a_mirror_loaded_while_documents_wait_for_the_indexer_ranks_them(tmp_pat
     path = str(tmp_path / "l.db")
     first = closing(LexicalMemory({"db_path": path}))
     first.update_history([AgentMessage(U, "coffee in Porto"), AgentMessage(A, "ok")], "s")
-    assert first.flush(10)
+    assert first.flush(patience(10))
     with first._db.atomic() as con:  # another process stored these and has not indexed them yet
         for text in ("Q: coffee in Lisbon, coffee", "Q: tea in Braga"):
             first._docs.add(con, "s", text, {}, indexed=False)
@@ -151,13 +152,13 @@ def test_a_pruned_deletion_log_reloads(tmp_path, closing, monkeypatch):
     memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db"), "scope": "global"}))
     for sid in ("a", "b", "c"):
         memory.update_history([AgentMessage(U, f"garden of {sid}"), AgentMessage(A, "ok")], sid)
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     snapshot = memory._mirror._snapshot
     memory._mirror._snapshot.deleted_seq = 0  # as if this mirror were a process that slept through
     with memory._db.atomic() as con:
         memory._delete_documents(memory._docs.delete_session(con, "a"))
         memory._delete_documents(memory._docs.delete_session(con, "b"))
-    assert memory.flush(10) and memory._mirror._snapshot is not snapshot
+    assert memory.flush(patience(10)) and memory._mirror._snapshot is not snapshot
     assert [h.source for h in memory.search("garden", None)] == ["c_0"]
 
 
@@ -186,7 +187,7 @@ def test_word_by_word_tokenizing_equals_fts5_on_the_whole_text(texts):
 def test_a_path_with_uri_characters_loads(tmp_path, closing):
     memory = closing(LexicalMemory({"db_path": str(tmp_path / "we?ird #name%20.db")}))
     memory.update_history([AgentMessage(U, "garden party"), AgentMessage(A, "ok")], "s")
-    assert memory.flush(10) and memory._mirror.ready
+    assert memory.flush(patience(10)) and memory._mirror.ready
 
 
 def test_exchanges_killed_before_their_index_batch_are_indexed_at_the_next_start(tmp_path, closing):
@@ -211,7 +212,7 @@ def test_exchanges_killed_before_their_index_batch_are_indexed_at_the_next_start
     raw.close()
     memory = closing(LexicalMemory({"db_path": path, "ram_index": False}))  # FTS5 ranks
     assert [h.source for h in memory.search("shelf29", "s")] == ["s_29"]
-    assert memory.flush(10) and memory._docs.count_pending() == 0
+    assert memory.flush(patience(10)) and memory._docs.count_pending() == 0
     assert memory._db.execute("SELECT COUNT(*) FROM lexical_memory")[0][0] == 30
 
 
@@ -254,7 +255,7 @@ def test_a_query_does_not_wait_for_another_writer_to_index(tmp_path, closing):
     path = str(tmp_path / "l.db")
     memory = closing(LexicalMemory({"db_path": path, "ram_index": False}))
     memory.update_history([AgentMessage(U, "old note about turnips"), AgentMessage(A, "ok")], "s")
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     worker, memory._worker = memory._worker, None  # the next exchange stays pending: only the query indexes it
     memory.update_history([AgentMessage(U, "new note about turnips"), AgentMessage(A, "ok")], "s")
     other = sqlite3.connect(path, isolation_level=None)
@@ -275,5 +276,5 @@ def test_flush_indexes_what_another_process_left_pending(tmp_path, closing):
     assert memory.search("anything", "s") == []  # started: no indexer thread yet (nothing stored here)
     with memory._db.atomic() as con:  # another process stored this and died before its batch
         memory._docs.add(con, "s", "Q: the spare key is under the mat", {}, indexed=False)
-    assert memory.flush(10) and memory._docs.count_pending() == 0
+    assert memory.flush(patience(10)) and memory._docs.count_pending() == 0
     assert memory._db.execute(f"SELECT COUNT(*) FROM {memory._fts}")[0][0] == 1

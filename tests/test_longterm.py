@@ -17,6 +17,7 @@ from ovos_memory_plugins.longterm import LongTermMemory, _JsonStore, _SqliteStor
 from ovos_memory_plugins.persistence import JsonStore, SqliteStore
 from ovos_memory_plugins.testing import check_backend
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
+from tests._timing import patience
 
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
 
@@ -96,7 +97,7 @@ def test_a_reference_json_file_loads_and_its_due_summary_resumes(tmp_path, llm):
                                          "updated_at": 1.0}}, indent=2))
     memory = LongTermMemory({"db_path": str(path), "api_url": llm.url})
     try:
-        assert memory.flush(10)
+        assert memory.flush(patience(10))
         data = memory.export("sess")
         assert data["summary"] == "SUMMARY"
         assert [m["content"] for m in data["recent"]] == ["old q4", "old a4", "old q5", "old a5", "old q6",
@@ -130,10 +131,12 @@ def test_a_reference_sqlite_database_loads(tmp_path):
         memory.close()
 
 
-def test_an_unknown_backend_means_json_as_in_the_reference(make, tmp_path):
-    memory = make(backend="mongo", db_path=str(tmp_path / "x.json"))
-    exchange(memory, 1)
-    assert "s" in json.loads((tmp_path / "x.json").read_text())
+@pytest.mark.parametrize("backend", ["sqllite", "mongo", "JSON", ""])
+def test_an_unknown_store_backend_is_a_config_error_naming_the_allowed_ones(backend, tmp_path):
+    # The reference silently used JSON: a typo there kept summaries where nobody looked.
+    with pytest.raises(ConfigError, match="'backend' is .*allowed values are 'sqlite', 'json', 'memory'"):
+        LongTermMemory({"backend": backend, "db_path": str(tmp_path / "x.json")})
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_bad_numbers_are_config_errors():
@@ -148,7 +151,7 @@ def test_a_summary_is_made_every_summarize_every_exchanges_keeping_the_recent_wi
     memory = make(api_url=llm.url, summarize_every=3, recent_window=1)
     for i in range(3):
         exchange(memory, i)
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     data = memory.export("s")
     assert data["summary"] == "SUMMARY" and data["summary_source"] == "llm"
     assert [m["content"] for m in data["recent"]] == ["question 2", "answer 2"]
@@ -161,10 +164,10 @@ def test_the_next_summary_includes_the_previous_one(make, llm):
     llm.add_replies("FIRST", "SECOND")
     for i in range(2):
         exchange(memory, i)
-    memory.flush(10)
+    memory.flush(patience(10))
     for i in range(2, 4):
         exchange(memory, i)
-    memory.flush(10)
+    memory.flush(patience(10))
     assert memory.export("s")["summary"] == "SECOND"
     assert llm.chat_requests()[1].prompt.startswith("Previous summary:\nFIRST\n")
 
@@ -184,7 +187,7 @@ def test_update_history_does_not_wait_for_a_slow_endpoint(make, llm):
     exchange(memory, 1)
     # Had update_history waited for the 2 s summary, the summary would be there now.
     assert memory.export("s")["summary"] == ""
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     assert memory.export("s")["summary"] == "SUMMARY"
 
 
@@ -198,7 +201,7 @@ def test_messages_stored_while_a_summary_is_computed_are_kept(make, llm):
     exchange(memory, 2)
     exchange(memory, 3, user="I live in Porto")
     llm.mode = "ok"
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     data = memory.export("s")
     folded = llm.chat_requests()[0].prompt
     assert "question 0" in folded and "question 2" not in folded
@@ -216,7 +219,7 @@ def test_a_session_forgotten_while_its_summary_is_computed_stays_forgotten(make,
         time.sleep(0.01)
     memory.forget("s")
     llm.mode = "ok"
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     assert memory.export("s")["summary"] == "" and memory.sessions() == []
 
 
@@ -242,7 +245,7 @@ def test_a_restart_resumes_summaries_left_unfinished(tmp_path, llm, backend):
     first._store.close()
     second = LongTermMemory({**config, "api_url": llm.url})
     try:
-        assert second.flush(10)
+        assert second.flush(patience(10))
         assert second.export("s")["summary"] == "SUMMARY"
         assert second.export("s")["recent"] == []
     finally:
@@ -255,7 +258,7 @@ def test_offline_the_window_stays_bounded_and_an_extractive_summary_remembers(ma
     exchange(memory, 0, user="My name is Ana and I live in Lisbon.")
     for i in range(1, 30):
         exchange(memory, i)
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     data = memory.export("s")
     assert len(data["recent"]) <= 2 * (1 + 2)
     assert "My name is Ana and I live in Lisbon." in data["summary"]
@@ -267,7 +270,7 @@ def test_a_failing_endpoint_costs_one_request_per_back_off_period_not_two_per_tu
     memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
     for i in range(20):
         exchange(memory, i)
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     assert llm.count() == 1
     assert "question 19" in memory.export("s")["summary"]
 
@@ -276,7 +279,7 @@ def test_an_endpoint_slower_than_request_timeout_falls_back_to_the_extractive_su
     llm.mode, llm.delay = "slow", 3.0
     memory = make(api_url=llm.url, model="m", request_timeout=0.3, summarize_every=1, recent_window=0)
     exchange(memory, 1, user="I live in Porto.")
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     assert "I live in Porto." in memory.export("s")["summary"]
     assert memory.export("s")["summary_source"] == "extractive"
     assert not memory.client.available
@@ -287,7 +290,7 @@ def test_a_broken_endpoint_falls_back_to_the_extractive_summary(make, llm, mode)
     llm.mode = mode
     memory = make(api_url=llm.url, model="m", summarize_every=1, recent_window=0)
     exchange(memory, 1, user="I have a dog called Rex.")
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     assert "I have a dog called Rex." in memory.export("s")["summary"]
 
 
@@ -295,7 +298,7 @@ def test_an_empty_model_reply_falls_back_to_the_extractive_summary(make, llm):
     llm.add_replies("<think>reasoning cut off")
     memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
     exchange(memory, 1, user="I work as a nurse.")
-    memory.flush(10)
+    memory.flush(patience(10))
     assert "I work as a nurse." in memory.export("s")["summary"]
 
 
@@ -304,7 +307,7 @@ def test_a_long_backlog_is_folded_in_prompts_that_fit_a_small_context(make, llm)
     long_text = " ".join(["word"] * 300)
     memory.import_session({"summary": "", "exchange_count": 1000, "recent": [
         {"role": "user" if i % 2 == 0 else "assistant", "content": long_text} for i in range(40)]}, "s")
-    assert memory.flush(20)
+    assert memory.flush(patience(20))
     assert memory.export("s")["recent"] == []
     assert llm.count("/chat/completions") > 1
     assert all(len(r.prompt.split()) < 2000 for r in llm.chat_requests())
@@ -377,7 +380,7 @@ def test_a_real_model_summarises_the_old_turns(make, real_llm_url):
 
 
 def test_a_null_api_url_summarises_offline_without_a_request_or_an_error(make, monkeypatch):
-    from ovos_memory_plugins._log import LOG
+    from ovos_memory_plugins._core.log import LOG
 
     logged = []
     monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: logged.append(str(msg)))
@@ -386,6 +389,6 @@ def test_a_null_api_url_summarises_offline_without_a_request_or_an_error(make, m
     exchange(memory, 0, user="My name is Ana and I live in Lisbon.")
     for i in range(1, 6):
         exchange(memory, i)
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     assert "My name is Ana and I live in Lisbon." in memory.export("s")["summary"]
     assert memory.client.attempts == 0 and logged == []

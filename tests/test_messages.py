@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from ovos_memory_plugins._compat import HAS_TOOLS, make_message
+from ovos_memory_plugins._core.compat import HAS_TOOLS, make_message
 from ovos_memory_plugins.messages import (
     MAX_MESSAGE_CHARS,
     coerce_messages,

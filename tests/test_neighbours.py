@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ovos_memory_plugins._compat import AgentMessage, MessageRole
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins.composite import HYBRID_PRESET, CompositeMemory
 from ovos_memory_plugins.lexical import LexicalMemory
 from ovos_memory_plugins.local_rag import LocalRAGMemory
 from ovos_memory_plugins.testing.embeddings import FakeEmbedder
+from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
 CONVERSATION = [
@@ -37,7 +38,7 @@ def test_lexical_finds_the_answer_through_the_exchange_before(tmp_path, closing)
 def test_lexical_context_is_rebuilt_when_a_neighbour_expires(tmp_path, closing):
     memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db"), "retrieval": {"neighbour_weight": 0.5}}))
     feed(memory)
-    assert memory.flush(10)  # the background indexer has written the FTS5 rows
+    assert memory.flush(patience(10))  # the background indexer has written the FTS5 rows
     with memory._db.atomic() as con:  # the first exchange expires
         memory._delete_documents(memory._docs.delete_older_than(con, memory._docs.for_session("s")[1].ts))
     rows = memory._db.execute(f"SELECT rowid, ctx FROM {memory._fts}")
@@ -51,7 +52,7 @@ def test_turning_the_option_off_stops_matching_old_context(tmp_path, closing):
     feed(before)
     before.close()  # the persona restarts with the option off
     memory = closing(LexicalMemory({"db_path": path}))
-    assert memory.flush(10)  # the RAM copy retires: the index holds context it cannot rank
+    assert memory.flush(patience(10))  # the RAM copy retires: the index holds context it cannot rank
     assert memory._mirror._unusable
     assert [h.source for h in memory.search("adoption agency", "s")] == ["s_0"]
 
@@ -92,7 +93,7 @@ def test_local_rag_mixes_the_neighbours_vectors(tmp_path, closing):
     memory = closing(LocalRAGMemory({"db_path": str(tmp_path / "r.db"), "_embedder": embedder,
                                      "retrieval": {"neighbour_weight": 0.5}}))
     feed(memory)
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     own = [np.asarray(embedder.get_embeddings(d.text), dtype=float) for d in memory._docs.for_session("s")]
     assert np.allclose(stored(memory, "s_0"), unit(own[0] + 0.5 * own[1] / 2), atol=1e-5)
     assert np.allclose(stored(memory, "s_1"), unit(own[1] + 0.5 * (own[0] + own[2]) / 2), atol=1e-5)
@@ -110,7 +111,7 @@ def test_forget_leaves_no_vector_behind(tmp_path, closing):
                                      "retrieval": {"neighbour_weight": 0.5}}))
     feed(memory)
     feed(memory, "other")
-    assert memory.flush(10)
+    assert memory.flush(patience(10))
     memory.forget("s")
     db = memory._vector_slot.get()
     keys = {k for k, *_ in db.query(np.ones(64), top_k=100, collection_name=memory.settings.collection)}
@@ -129,7 +130,7 @@ def test_the_hybrid_preset_recalls_through_neighbours(tmp_path, closing, monkeyp
     memory = closing(CompositeMemory({"preset": "hybrid"}))
     assert memory.settings.fusion == "rrf"
     feed(memory)
-    memory.flush(60)
+    memory.flush(patience(60))
     assert "s_1" in [h.source for h in memory.search("adoption agency", "s")]
 
 
@@ -150,8 +151,8 @@ def test_lexical_context_is_the_same_indexed_in_one_batch_or_one_by_one(tmp_path
     for question, answer in conversation:
         for memory in (batched, single):
             memory.update_history([AgentMessage(U, question), AgentMessage(A, answer)], "s")
-        assert single.flush(10)  # one exchange per index batch
-    assert batched.flush(10)  # all of them in one
+        assert single.flush(patience(10))  # one exchange per index batch
+    assert batched.flush(patience(10))  # all of them in one
     rows = [m._db.execute(f"SELECT rowid, content, ctx FROM {m._fts} ORDER BY rowid") for m in (batched, single)]
     assert rows[0] == rows[1] and len(rows[0]) == 6
     assert "topic1" in rows[0][0][2] and "topic0" in rows[0][1][2] and "topic2" in rows[0][1][2]

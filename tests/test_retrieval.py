@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from ovos_memory_plugins._compat import HAS_TOOLS
+from ovos_memory_plugins._core.compat import HAS_TOOLS
 from ovos_memory_plugins.errors import ConfigError
 from ovos_memory_plugins.lexical import LexicalMemory
 
@@ -88,7 +88,7 @@ def test_bad_values_are_rejected_at_construction_naming_the_key(tmp_path, key, v
 
 
 def test_an_unknown_query_mode_acts_like_utterance(tmp_path, monkeypatch):
-    from ovos_memory_plugins._log import LOG
+    from ovos_memory_plugins._core.log import LOG
 
     warned = []
     monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
@@ -113,7 +113,7 @@ def test_the_base_is_abstract_until_both_hooks_are_written():
 
 
 def test_a_failing_backend_is_logged_once_as_an_error_and_the_turn_goes_on(tmp_path, monkeypatch):
-    from ovos_memory_plugins._log import LOG
+    from ovos_memory_plugins._core.log import LOG
 
     errors = []
     monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: errors.append(str(msg) % a if a else str(msg)))
@@ -237,7 +237,7 @@ def test_max_context_tokens_bounds_window_and_recall(tmp_path):
     for i in range(20):
         m.update_history([AgentMessage(U, f"fact {i} about the garden shed roof"), AgentMessage(A, "ok " * 5)], "s")
     ctx = m.build_conversation_context("tell me about the garden shed", "s")
-    from ovos_memory_plugins._tokens import estimate_tokens
+    from ovos_memory_plugins._core.tokens import estimate_tokens
 
     assert sum(estimate_tokens(x.content) for x in ctx) <= 60 + 4 * len(ctx)
     assert ctx[-1].content == "tell me about the garden shed"

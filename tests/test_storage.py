@@ -99,7 +99,7 @@ def test_sqlite_errors_become_storage_errors(tmp_path):
 
 @pytest.mark.parametrize("name", ["w.db", "w.json"])
 def test_a_window_survives_a_restart_with_tool_fields(tmp_path, name):
-    from ovos_memory_plugins._compat import HAS_TOOLS, make_message
+    from ovos_memory_plugins._core.compat import HAS_TOOLS, make_message
 
     path = str(tmp_path / name)
     store = open_window_store(path)
@@ -155,7 +155,7 @@ def test_a_corrupt_sqlite_file_is_quarantined_with_its_journal_never_over_an_ear
 
 
 def test_quarantine_takes_a_new_name_while_any_earlier_copy_holds_one(tmp_path):
-    from ovos_memory_plugins._paths import quarantine_file
+    from ovos_memory_plugins._core.paths import quarantine_file
 
     path = str(tmp_path / "f")
     targets = []

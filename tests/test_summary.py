@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from ovos_memory_plugins._llm import ChatClient
-from ovos_memory_plugins._summary import extractive_summary, llm_summary, summary_prompt
-from ovos_memory_plugins._tokens import estimate_tokens
+from ovos_memory_plugins._core.tokens import estimate_tokens
+from ovos_memory_plugins._llm.client import ChatClient
+from ovos_memory_plugins._llm.summary import extractive_summary, llm_summary, summary_prompt
 from ovos_memory_plugins.errors import LLMError
 from ovos_memory_plugins.testing.llm import FakeLLMServer
 

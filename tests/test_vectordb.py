@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from ovos_plugin_manager.embeddings import load_embeddings_db_plugin
 
-from ovos_memory_plugins._paths import data_dir
+from ovos_memory_plugins._core.paths import data_dir
 from ovos_memory_plugins.errors import EmbeddingsError
 from ovos_memory_plugins.vectordb import CollectionNotFound, SqliteEmbeddingsDB
 

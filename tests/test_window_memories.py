@@ -219,7 +219,7 @@ def test_session2history_writes_survive_a_restart(tmp_path):
 
 @pytest.mark.parametrize("cls", [RecencyMemory, BasicShortTermMemory])
 def test_max_context_tokens_leaves_out_the_oldest_messages_first(cls):
-    from ovos_memory_plugins._tokens import estimate_tokens
+    from ovos_memory_plugins._core.tokens import estimate_tokens
 
     memory = cls({"max_history": 0, "max_context_tokens": 60, "system_prompt": "Be brief."})
     for i in range(10):

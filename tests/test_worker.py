@@ -4,7 +4,8 @@ from __future__ import annotations
 import threading
 import time
 
-from ovos_memory_plugins._worker import BackgroundWorker
+from ovos_memory_plugins._core.worker import BackgroundWorker
+from tests._timing import patience
 
 
 def test_flush_waits_for_everything_queued_before_it():
@@ -19,7 +20,7 @@ def test_flush_waits_for_everything_queued_before_it():
 
     worker = BackgroundWorker("t", step)
     worker.notify()
-    assert worker.flush(10)
+    assert worker.flush(patience(10))
     assert done == list(range(10))
     worker.close()
 
@@ -83,7 +84,7 @@ def test_a_burst_gathers_into_one_step_and_flush_does_not_wait_out_the_delay():
         worker.notify()
     assert batches == []  # still gathering: nothing ran per item
     started = time.monotonic()
-    assert worker.flush(20)  # would time out if flush waited for the 30 s delay
+    assert worker.flush(patience(20))  # would time out if flush waited for the 30 s delay
     assert time.monotonic() - started < 20
     assert batches == [list(range(50))]
     queued.append(50)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .._compat import AgentMessage
-from .._paths import is_memory_path, resolve_path
+from .._core.compat import AgentMessage
+from .._core.paths import is_memory_path, resolve_path
 from ..errors import ConfigError
 from .policy import WindowPolicy
 

@@ -23,8 +23,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .._log import LOG
-from .._paths import quarantine_file
+from .._core.log import LOG
+from .._core.paths import quarantine_file
 from ..errors import StorageError
 
 try:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._compat import AgentMessage
+from .._core.compat import AgentMessage
 from ..messages import copy_message
 from .policy import WindowPolicy
 from .windows import Entry, append_entries, prune_entries

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._paths import MEMORY_PATH, is_memory_path, quarantine_file, resolve_path
+from .._core.paths import MEMORY_PATH, is_memory_path, quarantine_file, resolve_path
 from ..errors import MigrationError, StorageError, StoreUnavailable
 
 __all__ = ["Database", "connect", "map_sqlite_errors", "open_database", "storage_error"]
@@ -126,7 +126,7 @@ def _connect_or_quarantine(path: str, synchronous: str) -> sqlite3.Connection:
                 con.close()
     # the journal belongs to the bad file, never to the new one
     target = quarantine_file(path, companions=("-wal", "-shm"))
-    from .._log import LOG
+    from .._core.log import LOG
 
     LOG.error(f"memory store {path} is corrupt ({reason}); moved it to {target} and started empty")
     return connect(path, synchronous)

@@ -6,7 +6,7 @@ import re
 import time
 from typing import Any
 
-from .._compat import AgentMessage
+from .._core.compat import AgentMessage
 from ..errors import StorageError
 from ..messages import copy_message, fold_into, from_dict, to_dict
 from .policy import WindowPolicy

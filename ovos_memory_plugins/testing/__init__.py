@@ -1,6 +1,6 @@
 """Test helpers for this package and for third-party backends.
 
-* :func:`check_backend` runs the memory-plugin contract (seed 002's two rules, session
+* :func:`check_backend` runs the memory-plugin contract (the two rules of every context, session
   isolation, input handling) against any ``AgentContextManager`` factory.
 * :class:`FakeEmbedder`: a deterministic text embedder for unit tests of retrieval logic.
 * :class:`FakeLLMServer`: a real HTTP server on 127.0.0.1 speaking the OpenAI chat API, with

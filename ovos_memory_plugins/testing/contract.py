@@ -9,6 +9,13 @@ Usage from a third-party plugin's tests::
 
 ``factory(overrides)`` must return a *fresh, empty* memory each call, with ``overrides``
 merged into its config. Backends with background work must make it visible after ``flush()``.
+
+Beyond the two rules of every context (the system prompt may come first; the stripped utterance
+always comes last, exactly as given), the kit checks what a user relies on: history in order,
+sessions kept apart, the caller's objects untouched, clear errors for bad arguments, hostile
+text harmless, ``forget`` and the ``export``/``import_session`` round trip where the backend
+offers them, and, for a retriever, that ``search()`` really finds what was stored: a backend
+whose query fails (and only logs it) does not pass.
 """
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .._compat import AgentMessage, MessageRole
+from .._core.compat import AgentMessage, MessageRole
 
 __all__ = ["CONTRACT_CHECKS", "check_backend"]
 
@@ -188,6 +195,94 @@ def check_hostile_text_is_harmless(factory: Factory) -> None:
         _close(memory)
 
 
+def check_the_utterance_comes_back_exactly(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        sid = _sid()
+        for utterance in ("x" * 1_000_000 + " end", "lone \ud800 surrogate", "  tabs\tand\nnewlines\n  "):
+            ctx = memory.build_conversation_context(utterance, sid)
+            assert _role(ctx[-1]) == "user", f"last message is {_role(ctx[-1])}, not user"
+            got = ctx[-1].content
+            assert got == utterance.strip(), (
+                f"the utterance came back changed ({len(got)} chars, {got[:40]!r}...) instead of exactly, stripped")
+    finally:
+        _close(memory)
+
+
+def _mentions(memory: Any, session_id: str, word: str) -> bool:
+    history = memory.get_history(session_id)
+    ctx = memory.build_conversation_context(f"what about {word}?", session_id)
+    return any(word in m.content for m in [*history, *ctx[:-1]])
+
+
+def check_forget_removes_the_session_only(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        if not callable(getattr(memory, "forget", None)):
+            return
+        gone, kept = _sid(), _sid()
+        memory.update_history([AgentMessage(U, "my locker code is quillwort"), AgentMessage(A, "noted")], gone)
+        memory.update_history([AgentMessage(U, "my bike is called zephyrine"), AgentMessage(A, "noted")], kept)
+        _flush(memory)
+        kept_before = _mentions(memory, kept, "zephyrine")
+        memory.forget(gone)
+        _flush(memory)
+        assert not _mentions(memory, gone, "quillwort"), "forget() left the session's text in its context"
+        if callable(getattr(memory, "sessions", None)):
+            assert gone not in memory.sessions(), "forget() left the session listed"
+        assert _mentions(memory, kept, "zephyrine") == kept_before, "forget() of one session changed another"
+    finally:
+        _close(memory)
+
+
+def check_export_then_import_gives_the_session_back(factory: Factory) -> None:
+    source = factory({})
+    target = None
+    try:
+        if not (callable(getattr(source, "export", None)) and callable(getattr(source, "import_session", None))):
+            return
+        sid = _sid()
+        source.update_history([AgentMessage(U, "my cat is called pimpernel"), AgentMessage(A, "lovely name")], sid)
+        _flush(source)
+        data = source.export(sid)
+        before = [m.content for m in source.get_history(sid)]
+        target = factory({})
+        target.import_session(data)
+        _flush(target)
+        after = [m.content for m in target.get_history(sid)]
+        assert after == before, f"import_session(export()) gave the window {after}, not {before}"
+        if callable(getattr(source, "search", None)) and not _has_no_retrievers(source):
+            assert _found(target, "pimpernel cat", sid, "pimpernel"), "an imported exchange is not recalled"
+    finally:
+        _close(source)
+        if target is not None:
+            _close(target)
+
+
+def _has_no_retrievers(memory: Any) -> bool:
+    retrievers = getattr(memory, "retrievers", None)  # a composite whose members cannot search
+    return isinstance(retrievers, list) and not retrievers
+
+
+def _found(memory: Any, query: str, session_id: str, word: str) -> bool:
+    return any(word in hit.content for hit in memory.search(query, session_id, top_k=5))
+
+
+def check_a_retriever_recalls_what_it_stored(factory: Factory) -> None:
+    memory = factory({})
+    try:
+        if not callable(getattr(memory, "search", None)) or _has_no_retrievers(memory):
+            return
+        sid = _sid()
+        memory.update_history([AgentMessage(U, "my favourite animal is the axolotl"),
+                               AgentMessage(A, "axolotls are wonderful")], sid)
+        _flush(memory)
+        assert _found(memory, "favourite animal axolotl", sid, "axolotl"), (
+            "search() did not find the exchange just stored (a failing query is only logged: check the log)")
+    finally:
+        _close(memory)
+
+
 CONTRACT_CHECKS: tuple[Callable[[Factory], None], ...] = (
     check_last_message_is_the_stripped_utterance,
     check_first_message_may_be_the_system_prompt,
@@ -199,6 +294,10 @@ CONTRACT_CHECKS: tuple[Callable[[Factory], None], ...] = (
     check_empty_update_is_a_no_op,
     check_bad_arguments_are_clear_errors,
     check_hostile_text_is_harmless,
+    check_the_utterance_comes_back_exactly,
+    check_forget_removes_the_session_only,
+    check_export_then_import_gives_the_session_back,
+    check_a_retriever_recalls_what_it_stored,
 )
 
 

@@ -26,9 +26,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ovos_memory_plugins._compat import AgentMessage, MessageRole
-from ovos_memory_plugins._log import LOG
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+from ovos_memory_plugins._core.log import LOG
 from ovos_memory_plugins.testing.llm import closed_port_url
+from tests._timing import patience
 from tests.factories import all_factories
 
 REPO = Path(__file__).resolve().parents[2]
@@ -238,8 +239,9 @@ class Writer:
                 self.acks.put(line.decode().strip())
         self.acks.put(None)
 
-    def next_ack(self, timeout: float = 120.0) -> str | None:
+    def next_ack(self, timeout: float | None = None) -> str | None:
         """The next ack, or None once the child is gone and its pipe drained."""
+        timeout = patience(120) if timeout is None else timeout
         try:
             return self.acks.get(timeout=timeout)
         except queue.Empty:
@@ -250,7 +252,7 @@ class Writer:
         """Every ack left in the pipe (call after the child died)."""
         out = []
         while True:
-            item = self.next_ack(30)
+            item = self.next_ack(patience(30))
             if item is None:
                 return out
             out.append(item)
@@ -258,10 +260,10 @@ class Writer:
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()  # SIGKILL
-        self.process.wait(30)
+        self.process.wait(patience(30))
 
-    def wait(self, timeout: float = 600) -> int:
-        code = self.process.wait(timeout)
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.process.wait(patience(600) if timeout is None else timeout)
         self._log.close()
         return code
 
@@ -310,7 +312,7 @@ class Zygote:
         assert self.process.stdin is not None
         self.process.stdin.write((json.dumps(job) + "\n").encode())
         self.process.stdin.flush()
-        return ForkedWriter(self, int(self.event(120)["pid"]))
+        return ForkedWriter(self, int(self.event(patience(120))["pid"]))
 
     def output(self) -> str:
         self._log.flush()
@@ -320,7 +322,7 @@ class Zygote:
         if self.process.stdin:
             self.process.stdin.close()
         try:
-            self.process.wait(30)
+            self.process.wait(patience(30))
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
@@ -338,10 +340,10 @@ class ForkedWriter:
         self.pid = pid
         self.status: int | None = None
 
-    def next_ack(self, timeout: float = 120.0) -> str | None:
+    def next_ack(self, timeout: float | None = None) -> str | None:
         if self.status is not None:
             return None
-        event = self.zygote.event(timeout)
+        event = self.zygote.event(patience(120) if timeout is None else timeout)
         if "status" in event:
             self.status = int(event["status"])
             return None
@@ -349,7 +351,7 @@ class ForkedWriter:
 
     def rest(self) -> list[str]:
         out = []
-        while (ack := self.next_ack(120)) is not None:
+        while (ack := self.next_ack(patience(120))) is not None:
             out.append(ack)
         return out
 
@@ -357,7 +359,7 @@ class ForkedWriter:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
 
-    def wait(self, timeout: float = 600) -> int:
+    def wait(self, timeout: float | None = None) -> int:
         self.rest()
         return os.waitstatus_to_exitcode(self.status or 0)
 

@@ -24,6 +24,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from tests._timing import patience
+
 BACKEND_MODULES = ("short_term", "recency", "lexical", "local_rag", "longterm", "entity", "redis_memory",
                    "composite", "testing.embeddings", "vectordb")
 
@@ -60,7 +62,7 @@ def run_job(job: dict[str, Any], fd: int) -> int:
         w.join()
     if job.get("idle_at_end"):
         time.sleep(3600)  # the parent kills us
-    flushed = memory.flush(120) if hasattr(memory, "flush") else True
+    flushed = memory.flush(patience(120)) if hasattr(memory, "flush") else True
     memory.close()
     ack("done" if flushed else "flush-timeout")
     return 1 if failures else 0

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from ovos_memory_plugins.testing.llm import FakeLLMServer
+from tests._timing import patience
 from tests.reliability._harness import (
     Writer,
     check_exactly_once,
@@ -70,7 +71,7 @@ def concurrency_run(name: str, entry_point: str, variant: dict[str, Any], tmp_pa
                     for n in range(per_thread)]
         memory = make_memory(entry_point, folder, overrides)
         try:
-            assert memory.flush(120) is not False
+            assert memory.flush(patience(120)) is not False
             found = check_exactly_once(memory, sid, expected)
             folded = markers_in(str(memory.export(sid).get("summary") or "")) if spec.compaction else []
             assert folded or not spec.compaction, "no summary/compaction ran during the test"

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._timing import patience
 from tests.reliability._harness import exchange, make_memory, marker, recording_logs, spec_for, store_cases, views
 from tests.reliability._report import record
 
@@ -34,7 +35,7 @@ def _config(folder: Path, overrides: dict) -> dict:
 
 def _markers(memory, sid: str) -> set[str]:
     if hasattr(memory, "flush"):
-        memory.flush(30)
+        memory.flush(patience(30))
     return {m for counts in views(memory.export(sid)).values() for m in counts}
 
 
@@ -90,7 +91,7 @@ def test_a_damaged_sqlite_store_never_breaks_a_turn(name, entry_point, variant, 
     with make_memory(entry_point, folder, config) as memory:
         for n in range(30):  # a few pages
             memory.update_history(exchange("old", n), "s")
-        memory.flush(30)
+        memory.flush(patience(30))
     [store] = [p for p in folder.glob("*.db")]
     for journal in folder.glob("*.db-*"):
         journal.unlink()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from ovos_memory_plugins.testing.llm import FakeLLMServer
+from tests._timing import patience
 from tests.reliability._harness import (
     CLOSED_LLM,
     Zygote,
@@ -121,7 +122,7 @@ def _crash_loop(entry_point: str, tmp_path: Path, monkeypatch: Any, total: int, 
         with recording_logs(monkeypatch) as logs:
             memory = make_memory(entry_point, folder, overrides)
             try:
-                assert memory.flush(60) is not False, "background work did not finish after the restart"
+                assert memory.flush(patience(60)) is not False, "background work did not finish after the restart"
                 in_flight = marker(tag, acked)
                 found = check_exactly_once(memory, sid, [marker(tag, n) for n in range(acked)], [in_flight])
                 checked += acked

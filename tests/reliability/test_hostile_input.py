@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ovos_memory_plugins._compat import AgentMessage, MessageRole
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins.messages import MAX_MESSAGE_CHARS
+from tests._timing import patience
 from tests.reliability._harness import (
     entry_points,
     make_memory,
@@ -116,7 +117,7 @@ def test_generated_hostile_text_and_session_ids_never_escape_or_write_outside(en
             tried.append(1)
         for member in members_of(memory):
             if hasattr(member, "flush"):
-                assert member.flush(60) is not False
+                assert member.flush(patience(60)) is not False
     finally:
         memory.close()
     stray = _stray_files(before, root, allowed)
@@ -186,7 +187,7 @@ def test_a_one_megabyte_message_is_truncated_and_does_not_slow_later_turns(entry
         memory.update_history([AgentMessage(U, huge), AgentMessage(A, "y" * 1_000_000)], sid)
         for member in members_of(memory):
             if hasattr(member, "flush"):
-                assert member.flush(120) is not False
+                assert member.flush(patience(120)) is not False
         after = timed(turn, 7)
         lengths = [len(m.content) for m in memory.get_history(sid)]
         context = memory.build_conversation_context("and now?", sid)
@@ -217,7 +218,7 @@ def test_recalled_text_with_format_fields_is_injected_literally(entry_point, inj
         memory.update_history([AgentMessage(U, "filler three"), AgentMessage(A, "filler four")], "s")  # the window
         for member in members_of(memory):
             if hasattr(member, "flush"):
-                member.flush(30)
+                member.flush(patience(30))
         context = memory.build_conversation_context("braces alone", "fresh-session")
         recalled = memory.build_conversation_context("braces alone {0} {utterance}", "s")
     finally:
@@ -241,7 +242,7 @@ def test_one_update_with_five_thousand_messages_is_stored_whole(entry_point, tmp
         memory.update_history(messages, "bulk")
         for member in members_of(memory):
             if hasattr(member, "flush"):
-                assert member.flush(120) is not False
+                assert member.flush(patience(120)) is not False
         exported = memory.export("bulk")
         context = memory.build_conversation_context("and now?", "bulk")
     finally:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests._timing import patience
 from tests.reliability._harness import (
     entry_points,
     exchange,
@@ -60,7 +61,7 @@ def _remnants(places: list[tuple[str, str]], needles: list[str]) -> list[str]:
 def _flush(memory: Any) -> None:
     for member in members_of(memory):
         if hasattr(member, "flush"):
-            assert member.flush(30) is not False
+            assert member.flush(patience(30)) is not False
 
 
 @pytest.mark.parametrize(("name", "entry_point", "overrides"), CASES, ids=[c[0] for c in CASES])

@@ -1,4 +1,4 @@
-"""A persona JSON file and its memory, wired exactly as ovos-persona wires them (SPEC B 3.1).
+"""A persona JSON file and its memory, wired exactly as ovos-persona wires them.
 
 * ``memory_module`` absent: the persona default, ``ovos-agents-short-term-memory-plugin``.
   When ovos-persona is not installed, our ``ovos-memory-plugin-short-term`` stands in for it.
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._compat import AgentMessage, MessageRole
-from ._log import LOG
-from ._plugins import load_memory_class
-from .errors import ConfigError, MemoryPluginError
+from .._core.compat import AgentMessage, MessageRole
+from .._core.loading import load_memory_class
+from .._core.log import LOG
+from ..errors import ConfigError, MemoryPluginError
 
 __all__ = [
     "OUR_SHORT_TERM",

@@ -5,15 +5,15 @@ import argparse
 import sys
 from typing import Any
 
-from ._cli_output import EXIT_ENDPOINT, EXIT_ERROR, UI, CLIError, Text, count_items, escape
-from ._persona import MemorySlot, load_persona
-from .errors import LLMError, LLMUnavailable, MemoryPluginError
+from ..errors import LLMError, LLMUnavailable, MemoryPluginError
+from .output import EXIT_ENDPOINT, EXIT_ERROR, UI, CLIError, Text, count_items, escape
+from .persona import MemorySlot, load_persona
 
 __all__ = ["cmd_ask", "cmd_chat", "cmd_demo"]
 
 
 def _persona_parts(args: argparse.Namespace) -> tuple[Any, Any, MemorySlot]:
-    from ._chat import ChatEndpoint, find_endpoint
+    from .engine import ChatEndpoint, find_endpoint
 
     persona = load_persona(args.persona)
     found = find_endpoint(persona.handlers, persona.data)
@@ -42,7 +42,7 @@ def cmd_ask(args: argparse.Namespace, ui: UI) -> int:
     try:
         messages = slot.context(args.question, args.session)  # reads memory; records nothing
         if args.show_context:
-            from .messages import role_of
+            from ..messages import role_of
 
             for msg in messages[:-1]:
                 ui.err.print(Text(f"[{role_of(msg)}] {msg.content}", style="dim"))
@@ -136,7 +136,7 @@ def _chat_command(text: str, session_id: str, slot: MemorySlot, ui: UI) -> bool:
         if memory is None:
             ui.err.print("no memory")
         else:
-            from .messages import role_of
+            from ..messages import role_of
 
             for msg in memory.get_history(session_id):
                 ui.out.print(f"[bold]{role_of(msg)}[/bold]: {escape(msg.content)}")
@@ -151,7 +151,7 @@ def _chat_command(text: str, session_id: str, slot: MemorySlot, ui: UI) -> bool:
 
 
 def cmd_demo(args: argparse.Namespace, ui: UI) -> int:
-    from ._demo import run_demo
+    from .demo import run_demo
 
     result = run_demo(ui.out, args.data_dir, args.verbose)
     return 0 if result["right"] else EXIT_ERROR

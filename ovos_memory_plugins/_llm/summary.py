@@ -4,7 +4,7 @@ Used by ``longterm`` and ``redis_memory``. Both functions take the previous summ
 messages being folded away, and return the new summary.
 
 * :func:`llm_summary` sends the reference prompt (previous summary, then the new conversation
-  as ``role: content`` lines, then the instruction) to a :class:`~ovos_memory_plugins._llm.ChatClient`.
+  as ``role: content`` lines, then the instruction) to a :class:`~ovos_memory_plugins._llm.client.ChatClient`.
 * :func:`extractive_summary` needs no model: it keeps the most informative sentences, the
   user's own statements first, within ``max_tokens``. It is what keeps a memory bounded and
   still useful while the endpoint is down.
@@ -20,13 +20,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._tokens import estimate_tokens, truncate_to_tokens
-from .errors import LLMError
+from .._core.tokens import estimate_tokens, truncate_to_tokens
+from ..errors import LLMError
 
 if TYPE_CHECKING:
-    from ._llm import ChatClient
+    from .client import ChatClient
 
-__all__ = ["extractive_summary", "llm_summary", "summary_prompt"]
+__all__ = ["SUMMARY_HEADER", "extractive_summary", "llm_summary", "summary_block", "summary_prompt"]
+
+#: The line the summary is injected under (the reference's wording).
+SUMMARY_HEADER = "[Conversation summary so far]\n"
+
+
+def summary_block(summary: str) -> str:
+    """The summary as injected, or "" when there is none."""
+    summary = summary.strip()
+    return SUMMARY_HEADER + summary if summary else ""
 
 
 def _wordset(text: str) -> frozenset[str]:

@@ -8,6 +8,7 @@ other Redis error. Recovery is logged once too.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import threading
 import time
@@ -15,20 +16,29 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import _redis_scripts as scripts
-from ._compat import AgentMessage, MessageRole
-from ._log import LogOnce
-from ._redis_lease import Lease
-from ._tokens import estimate_tokens
-from .errors import ConfigError, MissingDependencyError, StorageError, StoreUnavailable
-from .messages import fold_into, from_dict, is_role, to_dict
+from .._core.compat import AgentMessage, MessageRole
+from .._core.log import LogOnce
+from .._core.tokens import estimate_tokens
+from ..errors import ConfigError, MissingDependencyError, StorageError, StoreUnavailable
+from ..messages import fold_into, from_dict, is_role, to_dict
+from . import scripts as scripts
+from .lease import Lease
 
-__all__ = ["Item", "RedisStore", "decode", "decode_array", "encode", "message_of"]
+__all__ = ["CommitStatus", "Item", "RedisStore", "decode", "decode_array", "encode", "message_of"]
 
 _INSTALL = "pip install 'ovos-memory-plugins[redis]'"
 _APPEND_ATTEMPTS = 64  # compare-and-set retries when other writers keep moving the tail
 _BATCH = 500           # messages per append script call (Lua's unpack has a stack limit)
 _TAILS = 1024          # sessions whose last raw item is remembered (saves a read per append)
+
+
+class CommitStatus(enum.Enum):
+    """What the commit script answered (its numeric codes are the values)."""
+
+    COMMITTED = 1
+    LEASE_LOST = -1        # another process holds the session's compaction lease now
+    SUMMARY_CHANGED = -2   # the summary was replaced meanwhile (an import, another compactor)
+    LIST_CHANGED = -3      # the list no longer starts with the messages that were summarised
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,18 +236,16 @@ class RedisStore:
         return summary or "", [decode(raw) for raw in raws]
 
     def commit(self, session_id: str, lease: Lease, summary: str, new_summary: str,
-               head: Sequence[Item]) -> tuple[int, int, int]:
-        """Fold ``head`` into the summary if nothing changed; ``(status, tokens, exchanges)`` left.
-
-        Status 1: committed; -1: the lease was lost; -2: the summary changed; -3: the list no
-        longer starts with ``head`` (see ``_redis_scripts.COMMIT``).
-        """
+               head: Sequence[Item]) -> tuple[CommitStatus, int, int]:
+        """Fold ``head`` into the summary if nothing changed; ``(status, tokens, exchanges)`` left
+        (the counters are 0 unless the status is ``COMMITTED``). See ``scripts.COMMIT``."""
         keys = self.keys(session_id)
         args: list[Any] = [lease.token, summary, new_summary, len(head), sum(i.tokens for i in head),
                            sum(i.is_user for i in head), *self._ttls, *(i.raw for i in head)]
         status, *left = self.io(self._call(self._commit, [keys.short, keys.meta, keys.summary, keys.lock], args),
                                 write=True)
-        return (int(status), int(left[0]), int(left[1])) if status == 1 else (int(status), 0, 0)
+        outcome = CommitStatus(int(status))
+        return (outcome, int(left[0]), int(left[1])) if outcome is CommitStatus.COMMITTED else (outcome, 0, 0)
 
     def lease(self, session_id: str, seconds: float) -> Lease:
         return Lease(self.client, self.keys(session_id).lock, seconds, self._renew, self._release)

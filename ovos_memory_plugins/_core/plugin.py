@@ -5,8 +5,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._compat import AgentContextManager
-from .config import parse_config
+from ..config import parse_config, replace_setting, setting_names
+from .compat import AgentContextManager
 
 __all__ = ["MemoryPlugin"]
 
@@ -18,6 +18,12 @@ class MemoryPlugin(AgentContextManager):
     fields) and ``plugin_name`` (the entry-point name, used in messages). The caller's dict is
     deep-copied into ``self.config`` and parsed once into ``self.settings``.
 
+    Every resolved setting is also an attribute of the instance, as in the reference package
+    (``memory.scope``, ``memory.max_history``, ...). Assigning one of ``live_settings`` (the
+    knobs read on every turn) checks the value as the config would and takes effect at once;
+    the others (paths, plugins, stores) are fixed at construction and assigning them is an
+    ``AttributeError`` that says so.
+
     Beyond the three contract methods every backend offers ``forget``, ``export``,
     ``import_session``, ``sessions``, ``flush`` and ``close``, and works as a context manager.
     """
@@ -26,6 +32,11 @@ class MemoryPlugin(AgentContextManager):
     plugin_name: ClassVar[str] = "ovos-memory-plugin"
     #: Keys read by something else than ``Config`` (so they are not reported as unknown).
     extra_config_keys: ClassVar[tuple[str, ...]] = ()
+    #: Settings that may be assigned after construction (see the class docstring).
+    live_settings: ClassVar[frozenset[str]] = frozenset()
+    #: Names of instance attributes that are not the setting of the same name (the composite's
+    #: ``members`` are the loaded members, not their config).
+    own_attributes: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         # Private injection keys (``_con``, ``_embedder``) hold live objects: never deep-copy them.
@@ -39,6 +50,28 @@ class MemoryPlugin(AgentContextManager):
     @property
     def system_prompt(self) -> str:
         return str(getattr(self.settings, "system_prompt", "") or "")
+
+    # -- settings as attributes ------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails: settings never shadow real attributes.
+        settings = self.__dict__.get("settings")
+        if settings is not None and not name.startswith("_") and name in setting_names(type(settings)):
+            return getattr(settings, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        settings = self.__dict__.get("settings")
+        if (settings is None or name.startswith("_") or name in self.own_attributes
+                or name not in setting_names(type(settings)) or hasattr(type(self), name)):
+            object.__setattr__(self, name, value)
+            return
+        if name not in self.live_settings:
+            raise AttributeError(f"{self.plugin_name}: {name!r} is fixed at construction; set it in the config")
+        object.__setattr__(self, "settings", replace_setting(settings, name, value, self.plugin_name))
+        self._settings_changed()
+
+    def _settings_changed(self) -> None:
+        """Rebuild what is derived from ``settings`` (after a live setting was assigned)."""
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:

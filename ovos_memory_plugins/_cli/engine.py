@@ -2,13 +2,13 @@
 
 We do not install ovos-chat-openai-plugin; its config block is read the same way (``api_url``,
 ``model``, ``key`` or ``api_key``, ``system_prompt``, ``allow_system_prompts``, ``max_tokens``,
-``temperature``) and the endpoint is called through :class:`~ovos_memory_plugins._llm.ChatClient`.
+``temperature``) and the endpoint is called through :class:`~ovos_memory_plugins._llm.client.ChatClient`.
 Streaming (``"stream": true``, server-sent events) is read here; a server that ignores
 ``stream`` and answers with one JSON completion works too.
 
 As the plugin does, system messages are dropped unless ``allow_system_prompts`` is on; unlike
 it, the CLI says so where the user sees it, because memory injected as a system message would
-silently vanish (SPEC B 6.12).
+silently vanish.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ._llm import ChatClient, strip_think
-from .errors import LLMError, LLMTimeout, LLMUnavailable
-from .messages import role_of
+from .._llm.client import ChatClient, strip_think
+from ..errors import LLMError, LLMTimeout, LLMUnavailable
+from ..messages import role_of
 
 __all__ = ["OPENAI_HANDLERS", "ChatEndpoint", "find_endpoint"]
 

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ._compat import AgentMessage, MessageRole
-from .messages import role_of
+from .._core.compat import AgentMessage, MessageRole
+from ..messages import role_of
 
 __all__ = ["QUESTIONS", "SESSIONS", "Question", "demo_config", "run_demo"]
 
@@ -74,7 +74,7 @@ def _refused_url() -> str:
 
 def demo_config(data_dir: str) -> dict[str, Any]:
     """The hybrid preset with its files in ``data_dir``, recall across sessions, and no LLM."""
-    from .composite import HYBRID_PRESET
+    from ..composite import HYBRID_PRESET
 
     members = []
     for spec in copy.deepcopy(list(HYBRID_PRESET)):
@@ -109,7 +109,7 @@ def run_demo(console: Any, data_dir: str | None = None, verbose: bool = False) -
     from rich.panel import Panel
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from .composite import CompositeMemory
+    from ..composite import CompositeMemory
 
     started = time.monotonic()
     turns = sum(len(s[2]) for s in SESSIONS)

@@ -2,11 +2,20 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
 
-from ._redis_store import Item
+from .store import Item
 
-__all__ = ["CompactionPolicy"]
+__all__ = ["CompactionPolicy", "RoundOutcome"]
+
+
+class RoundOutcome(enum.Enum):
+    """How one read-summarise-commit round of a session's compaction ended."""
+
+    DONE = "done"          # nothing (more) to fold, or the round cannot go on (lease lost)
+    MORE = "more"          # folded, and the list is still over a threshold
+    CONFLICT = "conflict"  # the list or summary changed meanwhile: read it again
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,11 +43,11 @@ class CompactionPolicy:
 
         Cuts fall on exchange boundaries (before a USER message) and never into the newest
         ``keep_recent`` exchanges. The token trigger keeps about half the threshold of recent
-        messages (seed 004): at the threshold it folds the oldest half; after a burst it folds
+        messages (as miso-agent documents it): at the threshold it folds the oldest half; after a burst it folds
         more, at most twice the threshold per round, so one summary request stays small.
         The round trigger folds all but ``keep_recent`` exchanges.
 
-            >>> from ovos_memory_plugins._redis_store import Item
+            >>> from ovos_memory_plugins._redis.store import Item
             >>> def item(user, tokens): return Item("", None, tokens, user)
             >>> items = [item(True, 10), item(False, 10)] * 4                 # 4 exchanges, 80 tokens
             >>> CompactionPolicy(token_threshold=80, keep_recent=1).cut(items)  # the oldest ~40 tokens

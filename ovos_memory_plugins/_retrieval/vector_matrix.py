@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import EmbeddingsError, MissingDependencyError
+from ..errors import EmbeddingsError, MissingDependencyError
 
 PLUGIN_NAME = "ovos-memory-sqlite-embeddings-plugin"
 #: Metadata keys with a RAM index, so filtering on them costs a vector compare, not a loop.

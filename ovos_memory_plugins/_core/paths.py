@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
-__all__ = ["MEMORY_PATH", "data_dir", "default_path", "is_memory_path", "quarantine_file", "resolve_path"]
+__all__ = [
+    "MEMORY_PATH", "data_dir", "default_name", "default_path", "is_memory_path", "quarantine_file", "resolve_path",
+]
 
 #: The special path meaning "keep it in RAM" (as SQLite spells it).
 MEMORY_PATH = ":memory:"
@@ -20,6 +23,22 @@ def data_dir() -> Path:
 def default_path(filename: str) -> str:
     """The default location of a store file named ``filename``."""
     return str(data_dir() / filename)
+
+
+def default_name(cls: type, attribute: str, suffix: str = "") -> str:
+    """The default file name of ``cls``'s store: the ``attribute`` the class itself declares, or
+    one made from its module and name, so two different backends never share a default file
+    (a subclass that declares nothing of its own does not inherit its parent's file).
+
+        >>> class MyRetriever: pass
+        >>> default_name(MyRetriever, "default_db_name", ".db")
+        'ovos_memory_plugins_core_paths_MyRetriever.db'
+    """
+    declared = cls.__dict__.get(attribute)
+    if declared:
+        return str(declared)
+    stem = "_".join(part for part in re.split(r"[^A-Za-z0-9]+", f"{cls.__module__}.{cls.__qualname__}") if part)
+    return stem + suffix
 
 
 def is_memory_path(path: str | None) -> bool:
@@ -43,7 +62,7 @@ def resolve_path(path: str) -> str:
 def quarantine_file(path: str, companions: tuple[str, ...] = ()) -> str:
     """Move a damaged store file aside and return where it went.
 
-    The first quarantine of ``path`` is ``<path>.corrupt`` (SPEC B 4.5); when that name is taken
+    The first quarantine of ``path`` is ``<path>.corrupt`` (as the reference names it); when that name is taken
     by an earlier one, ``<path>.corrupt-<time>`` (``-<n>`` added if needed), so no quarantined
     copy is ever overwritten. Each existing ``path + suffix`` in ``companions`` (SQLite's
     ``-wal`` and ``-shm``) moves along to ``target + suffix``: it belongs to the bad file.

@@ -31,8 +31,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._log import LogOnce
-from .storage.sqlite import Database
+from .._core.log import LogOnce
+from ..storage.sqlite import Database
 
 __all__ = ["PostingsMirror", "Tokenizer", "table_tokenizer"]
 

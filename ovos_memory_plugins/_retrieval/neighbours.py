@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._documents import Document, DocumentLog
-from .config import option
-from .storage.sqlite import Database
+from ..config import option
+from ..storage.sqlite import Database
+from .documents import Document, DocumentLog
 
 __all__ = ["NeighbourVectors", "adjacent", "context_text", "neighbour_weight_option", "survivors"]
 

@@ -31,8 +31,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from ._log import LOG, LogOnce
-from .errors import LLMError, LLMTimeout, LLMUnavailable
+from .._core.log import LOG, LogOnce
+from ..errors import LLMError, LLMTimeout, LLMUnavailable
 
 __all__ = ["ChatClient", "chat_complete", "resolve_model", "strip_think"]
 

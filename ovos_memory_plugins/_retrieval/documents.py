@@ -13,9 +13,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ._compat import AgentMessage
-from .messages import is_role
-from .storage.sqlite import Database
+from .._core.compat import AgentMessage
+from ..messages import is_role
+from ..storage.sqlite import Database
 
 __all__ = ["Document", "DocumentLog", "exchange_texts", "format_exchange"]
 
@@ -78,7 +78,7 @@ def exchange_texts(tail: AgentMessage | None, messages: Sequence[AgentMessage]) 
     matters even when the answer was cut off (a stopped stream). A question still waiting for
     its answer is not stored yet.
 
-        >>> from ovos_memory_plugins._compat import AgentMessage, MessageRole
+        >>> from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
         >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
         >>> exchange_texts(None, [AgentMessage(U, "q1"), AgentMessage(U, "q2"), AgentMessage(A, "a"),
         ...                       AgentMessage(A, "b"), AgentMessage(U, "q3")])
@@ -125,6 +125,12 @@ class DocumentLog:
     def pending(self, limit: int, con: Any = None) -> list[Document]:
         sql = f"SELECT {_COLUMNS} FROM {self.table} WHERE indexed = 0 ORDER BY id LIMIT ?"
         rows = con.execute(sql, (limit,)).fetchall() if con is not None else self.db.execute(sql, (limit,))
+        return [_document(r) for r in rows]
+
+    def indexed_after(self, rowid: int, limit: int) -> list[Document]:
+        """Up to ``limit`` indexed documents with a row id above ``rowid``, in id order."""
+        rows = self.db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE indexed = 1 AND id > ? ORDER BY id LIMIT ?",
+                               (rowid, limit))
         return [_document(r) for r in rows]
 
     def mark_indexed(self, con: Any, rowids: Sequence[int], indexed: bool = True) -> None:

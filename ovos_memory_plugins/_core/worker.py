@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._log import LogOnce
+from .log import LogOnce
 
 __all__ = ["BackgroundWorker"]
 

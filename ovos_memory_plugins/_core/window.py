@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from ._compat import AgentMessage
-from ._log import LogOnce
-from ._memory import MemoryPlugin
-from .config import option
-from .errors import ConfigError, MemoryPluginError
-from .messages import (
+from ..config import option
+from ..errors import ConfigError, MemoryPluginError
+from ..messages import (
     check_session_id,
     check_utterance,
     coerce_messages,
@@ -22,7 +20,11 @@ from .messages import (
     to_dict,
     user_message,
 )
-from .storage import BACKENDS, WindowPolicy, open_window_store
+from ..storage import BACKENDS, WindowPolicy, open_window_store
+from .compat import AgentMessage
+from .history_view import SessionHistoryMixin
+from .log import LogOnce
+from .plugin import MemoryPlugin
 
 __all__ = ["WindowConfig", "WindowMemory"]
 
@@ -50,11 +52,12 @@ class WindowConfig:
         return 2 * self.max_turns if self.max_turns is not None else self.max_history
 
 
-class WindowMemory(MemoryPlugin):
+class WindowMemory(SessionHistoryMixin, MemoryPlugin):
     """Keeps the last messages of each session and sends them before the utterance.
 
     Subclasses choose defaults through ``Config`` and whether an answer whose question was
-    trimmed away is dropped from the context (``drop_leading_answers``).
+    trimmed away is dropped from the context (``drop_leading_answers``). ``session2history`` is
+    the windows as a live mapping (``_core/history_view.py``).
     """
 
     Config: ClassVar[type] = WindowConfig
@@ -65,6 +68,7 @@ class WindowMemory(MemoryPlugin):
         s = self.settings
         self.policy = WindowPolicy(max_messages=s.window_size, max_age=s.max_age)
         self._log = LogOnce()  # a full disk or a locked file: one line when it breaks, one when it recovers
+        self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
         try:
             self._window = open_window_store(s.db_path, s.backend, table="window")
         except MemoryPluginError as exc:
@@ -103,6 +107,20 @@ class WindowMemory(MemoryPlugin):
             budget -= message_tokens(prompt) + message_tokens(text)
             history, _ = fit_window(history, max(0, budget), self.drop_leading_answers)
         return ([system_message(prompt)] if prompt else []) + history + [user_message(text)]
+
+    def _replace_window(self, session_id: str, messages: Iterable[Any]) -> list[AgentMessage]:
+        """Make ``messages`` the session's whole window (normalised and trimmed as by update_history).
+
+        Unlike ``update_history`` a store failure raises: this is an explicit edit of the data,
+        and its caller must know it did not happen. Returns the window as stored.
+        """
+        check_session_id(session_id)
+        return self._window.replace(session_id, coerce_messages(messages), self.policy)  # one atomic write
+
+    def _stored_window(self, session_id: str) -> list[AgentMessage]:
+        """The session's window; unlike ``get_history`` a store failure raises, so an edit of
+        what could not be read never overwrites what is stored."""
+        return self._window.load(check_session_id(session_id), self.policy)
 
     def context_blocks(self, session_id: str) -> list[AgentMessage]:
         """System blocks this memory adds besides its prompt: none (the window is not a block)."""

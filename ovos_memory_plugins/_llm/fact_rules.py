@@ -1,61 +1,33 @@
-"""Facts about the user: parsing a model's reply, rules for clear statements, and safety checks.
+"""Facts about the user from clear first-person statements, without any model.
 
-Used by ``entity``. Four jobs:
-
-* :func:`find_json_arrays` / :func:`parse_fact_list`: the JSON array(s) in a model's reply.
-  The scan is bounded: 16,384 characters, 64 failed decodes, a run of ``[`` tried once (so
-  ``"[[[[..."`` costs one attempt), and nesting too deep for ``json`` is one more failure,
-  never a crash.
-* :func:`extract_facts`: facts from clear first-person statements without any model
-  ("my name is Ana", "I live in Lisbon", "I like jazz", "my dog is called Rex", ...), in
-  English, Portuguese, Spanish, German and French. ``entity`` uses them when no model answers.
-* :func:`make_fact`: a fact string with its *key* (subject + attribute, e.g. ``name``,
-  ``lives_in``, ``dog.name``, ``pref:jazz``). Two facts with one key contradict each other:
-  the newer supersedes the older ("my name is Ana", then "call me Bea").
-* :func:`is_grounded` and :func:`looks_like_instruction`: whether a fact proposed by a model
-  has its key words in what the *user* said and reads like no instruction. ``entity`` always
-  drops a fact that reads like an instruction, and with ``grounded_facts: true`` also one not
-  grounded in the user's words, so text from the assistant (or injected into it) cannot become
-  a fact.
+:func:`extract_facts` reads statements such as "my name is Ana", "I live in Lisbon", "I like
+jazz" or "my dog is called Rex", in English, Portuguese, Spanish, German and French; ``entity``
+uses it when no model answers. :func:`make_fact` gives any fact string its *key* (subject +
+attribute, e.g. ``name``, ``lives_in``, ``dog.name``, ``pref:jazz``): two facts with one key
+contradict each other, and the newer supersedes the older ("my name is Ana", then "call me Bea").
 
     >>> [f.text for f in extract_facts("Hi! My name is Ana and I live in Lisbon.")]
     ["User's name is Ana", 'User lives in Lisbon']
     >>> make_fact("The user's name is Bea").key
     'name'
-    >>> parse_fact_list('Sure: ["likes jazz", "likes jazz", 3, "  "] done')
-    ['likes jazz']
 """
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = [
-    "Fact",
-    "extract_facts",
-    "find_json_arrays",
-    "is_grounded",
-    "looks_like_instruction",
-    "make_fact",
-    "parse_fact_list",
-]
+__all__ = ["MAX_FACT_CHARS", "STOP_WORDS", "WORD", "Fact", "extract_facts", "make_fact", "normalise", "wordset"]
 
-
-def _wordset(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-#: Only the start of a reply is scanned (as the reference): a fact list is short.
-MAX_SCAN_CHARS = 16_384
-#: Give up after this many candidate arrays that do not decode.
-MAX_FAILED_DECODES = 64
 #: Only the start of a very long user turn is read by the rules.
 MAX_RULE_CHARS = 8_000
 #: Facts longer than this are not short durable facts (and would bloat every prompt).
 MAX_FACT_CHARS = 200
+
+
+def wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
 
 
 @dataclass(frozen=True)
@@ -74,66 +46,7 @@ class Fact:
     value: str = ""
 
 
-# -- bounded JSON-array scanning ----------------------------------------------------------
-_DECODER = json.JSONDecoder()
-
-
-def find_json_arrays(text: str, max_chars: int = MAX_SCAN_CHARS,
-                     max_failures: int = MAX_FAILED_DECODES) -> list[list[object]]:
-    """Every top-level JSON array in the first ``max_chars`` of ``text``, in order.
-
-    Each ``[`` is decoded in place; a run of ``[`` is tried once, from its last bracket (so
-    ``[["a"]]`` gives ``["a"]`` and ``"[[[[..."`` costs one attempt); a decode that fails,
-    including by nesting too deep for ``json``, counts towards ``max_failures``. Work is thus
-    bounded by ``max_chars`` times the number of attempts, whatever the input.
-    """
-    text = text[:max_chars]
-    found: list[list[object]] = []
-    failures = 0
-    i = 0
-    while len(found) < max_failures:
-        start = text.find("[", i)
-        if start < 0:
-            break
-        while start + 1 < len(text) and text[start + 1] == "[":
-            start += 1
-        try:
-            value, end = _DECODER.raw_decode(text, start)
-        except (ValueError, RecursionError):
-            failures += 1
-            if failures >= max_failures:
-                break
-            i = start + 1
-            continue
-        found.append(value)
-        i = end
-    return found
-
-
-def parse_fact_list(text: str) -> list[str] | None:
-    """The fact strings of a model's reply; ``None`` when the reply holds no JSON array.
-
-    Only string items with a letter or digit are kept, stripped, first occurrence wins
-    (case-insensitively). An object reply such as ``{"facts": [...]}`` (JSON mode) works too.
-    """
-    arrays = find_json_arrays(text)
-    if not arrays:
-        return None
-    out: list[str] = []
-    seen: set[str] = set()
-    for array in arrays:
-        for item in array:
-            if not isinstance(item, str) or not any(c.isalnum() for c in item):
-                continue
-            item = " ".join(item.split())
-            if item.casefold() not in seen:
-                seen.add(item.casefold())
-                out.append(item)
-    return out
-
-
-# -- rules ------------------------------------------------------------------------------
-_STOP = _wordset("""
+STOP_WORDS = wordset("""
 a an the it this that these those them him her you me us something anything everything nothing there here to
 of in on at for with and or but so very really too much many lot lots bit some any my your our his their its o
 os as um uma de do da dos das em no na el la los las un una lo le les der die das ein eine den dem es ça is
@@ -207,34 +120,34 @@ _RULES: list[tuple[str, str, str]] = [
 _COMPILED = [(re.compile(p, re.IGNORECASE), key, text) for p, key, text in _RULES]
 
 # "my point is", "my pleasure": not facts about the user.
-_GENERIC_X_BLOCKLIST = _wordset("""
+_GENERIC_X_BLOCKLIST = wordset("""
 point question guess problem pleasure turn bad fault opinion answer concern worry issue goodness god gosh
 request bet mistake apologies apology name favorite favourite birthday guess thought idea
 """)
-_NAME_BLOCKLIST = _wordset("""
+_NAME_BLOCKLIST = wordset("""
 later back again tomorrow soon sometime anytime when if now maybe please
 """)
-_TRAILING = _wordset("""
+_TRAILING = wordset("""
 actually really too also though anyway anyways now lol haha much indeed
 """)
-_DEGREE_WORDS = _wordset("""
+_DEGREE_WORDS = wordset("""
 bit little lot kind sort tad huge
 """)
 # A value opening like a clause ("I love how it shows...", "what I love is awesome") or with a
 # pronoun ("I like it after a day out") says nothing durable on its own. English only: the
 # other languages' rules are narrower.
-_CLAUSE_OPENERS = _wordset("""
+_CLAUSE_OPENERS = wordset("""
 is are was were am be been has have had will would can could should does did it that this these those
 them him her you how what when where why whether if
 """)
 # A value cut off after one of these ("I'm a part of", "I love camping with the") is a fragment.
 # Not "on", "in", "to": they end phrasal verbs ("something I keep working on").
-_DANGLING = _wordset("""
+_DANGLING = wordset("""
 of the a an and or my your their our his her
 """)
 _ARTICLES = re.compile(r"^(?:the|a|an|o|os|as|um|uma|el|la|los|las|un|une|le|les|l'|der|die|das|ein|eine)\s+",
                        re.IGNORECASE)
-_WORDS = re.compile(r"[^\W_]+", re.UNICODE)
+WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # The fact speaks of the user in the third person, so a first-person word left in the value
 # ("my sister is coming with me") must not read as the assistant speaking.
 _FIRST_PERSON = {"me": "them", "my": "their", "mine": "theirs", "myself": "themselves", "i": "they",
@@ -249,7 +162,7 @@ _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
 _MAX_VALUE_WORDS = 6
 
 
-def _norm(text: str) -> str:
+def normalise(text: str) -> str:
     """Lower case, apostrophes unified, accents kept (they distinguish words)."""
     text = unicodedata.normalize("NFC", text).replace("\u2019", "'").replace("\u2018", "'")
     return " ".join(text.split())
@@ -257,7 +170,7 @@ def _norm(text: str) -> str:
 
 def _norm_value(value: str) -> str:
     value = _ARTICLES.sub("", value.strip().casefold())
-    return " ".join(_WORDS.findall(value))
+    return " ".join(WORD.findall(value))
 
 
 def _clean_value(raw: str, key: str) -> str | None:
@@ -267,7 +180,7 @@ def _clean_value(raw: str, key: str) -> str | None:
     value = " ".join(words)
     if not words or len(words) > _MAX_VALUE_WORDS:
         return None
-    content = [w for w in _WORDS.findall(value.casefold()) if w not in _STOP]
+    content = [w for w in WORD.findall(value.casefold()) if w not in STOP_WORDS]
     if not content:
         return None  # "I like it", "I love you": nothing durable
     if key == "name" and (len(words) > 3 or words[0].casefold() in _NAME_BLOCKLIST):
@@ -311,7 +224,7 @@ def _rule_matches(sentence: str) -> Iterator[tuple[int, Fact]]:
             if value is None:
                 continue
             taken.append((m.start(), m.end()))
-            norm_x = " ".join(_WORDS.findall(x.casefold()))
+            norm_x = " ".join(WORD.findall(x.casefold()))
             key = key_tpl.format(x=norm_x, v=_norm_value(value))
             said = _third_person(value) if _ENGLISH_RULE.match(m.group(0)) else value
             text = text_tpl.format(x=_attribute(x), v=said)
@@ -324,7 +237,7 @@ def extract_facts(user_text: str) -> list[Fact]:
     """Facts from the user's clear first-person statements (no model); questions are skipped."""
     facts: dict[str, Fact] = {}
     # A spoken turn is short; a pasted document is not a list of statements about the user.
-    for sentence in _SENTENCES.split(_norm((user_text or "")[:MAX_RULE_CHARS])):
+    for sentence in _SENTENCES.split(normalise((user_text or "")[:MAX_RULE_CHARS])):
         sentence = sentence.strip()
         if not sentence or sentence.endswith("?") or re.match(r"(?i)(if|when|what if|suppose|se|si|wenn)\b",
                                                                sentence):
@@ -357,53 +270,7 @@ def make_fact(text: str) -> Fact:
         first_person, n = pattern.subn(repl, first_person, count=1)
         if n:
             break
-    found = list(_matches(_norm(first_person).rstrip(".")))
+    found = list(_matches(normalise(first_person).rstrip(".")))
     if found:
         return Fact(text, found[0].key, found[0].value)
-    return Fact(text, "text:" + " ".join(_WORDS.findall(text.casefold())))
-
-
-# -- safety -------------------------------------------------------------------------------
-_META = _wordset("""
-user users s name named called call lives live living life likes like liked loves love hates hate enjoys enjoy
-dislikes dislike prefers prefer works work working job favorite favourite years year old age has have is are
-was fact facts does not doesn don t from comes come moved his her their they he she them usuário usuario nome
-gosta mora vive trabalha nombre usuaria gusta nutzer benutzer heißt utilisateur
-""") | _STOP
-_INSTRUCTION = re.compile(
-    r"(?i)\b(ignore|disregard|forget|override)\b.{0,40}\b(instructions?|previous|above|prompt|rules|context)\b"
-    r"|\bsystem\s+prompt\b|\byou\s+(?:are\s+now|must|should\s+always|will\s+now)\b|\bas\s+an?\s+ai\b"
-    r"|\bjailbreak|<\|[a-z_]+\|>|\[/?inst\]|\bassistant\s*:"
-)
-
-
-def looks_like_instruction(text: str) -> bool:
-    """True for text that tries to steer the model ("ignore previous instructions", role tags)."""
-    return bool(_INSTRUCTION.search(text))
-
-
-def _stem(word: str) -> str:
-    if len(word) > 3 and word.endswith("s"):
-        word = word[:-1]
-    return word[:5]
-
-
-def is_grounded(fact: str, user_text: str) -> bool:
-    """Whether ``fact``'s key words come from ``user_text`` (what the user said).
-
-    Names and numbers must all appear; of the other content words, at least half (compared
-    by a five-letter stem, so "dogs" matches "dog" and "loves" matches "love").
-    """
-    if not fact or len(fact) > MAX_FACT_CHARS or looks_like_instruction(fact):
-        return False
-    said = {_stem(w) for w in _WORDS.findall(_norm(user_text).casefold())}
-    words = _WORDS.findall(_norm(fact))
-    tokens = [w for w in words if w.casefold() not in _META]
-    if not tokens:
-        return False
-    # Capitals mark names, except the first word of the fact (capitalised as a sentence).
-    strict = [w for i, w in enumerate(words) if w in tokens and ((i and w[:1].isupper()) or w.isdigit())]
-    if any(_stem(w.casefold()) not in said for w in strict):
-        return False
-    hits = sum(1 for w in tokens if _stem(w.casefold()) in said)
-    return hits * 2 >= len(tokens)
+    return Fact(text, "text:" + " ".join(WORD.findall(text.casefold())))

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ._log import LOG
+from .._core.log import LOG
 
 __all__ = ["EXIT_ENDPOINT", "EXIT_ERROR", "EXIT_INPUT", "EXIT_NO_SESSION", "UI", "CLIError", "Text", "count_items",
            "escape", "logs_to_stderr"]

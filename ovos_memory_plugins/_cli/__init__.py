@@ -1,0 +1,2 @@
+"""The ``ovos-memory`` command's machinery: commands, the persona chat, output, the demo and
+the generated documentation tables."""

@@ -1,0 +1,300 @@
+"""A retrieval memory's own database: its verbatim window, its document log and the index queue.
+
+All three live in one SQLite file, so one transaction covers a turn: the window grows and the
+exchange becomes a document together, or neither does. The backend's index (FTS5 rows,
+vectors) is derived from the document log: documents are written ``indexed = 0`` when the
+backend indexes in the background, and a worker (or the next query) indexes them from that
+durable queue, so nothing is lost if the process dies first, and a restart resumes the work.
+
+The owner is the memory (:class:`IndexOwner`): it says how it indexes (class attributes) and
+does the indexing itself (``_store_documents``, ``_delete_documents``). ``CompositeMemory``
+has no such store: its window and documents are its members'.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol
+
+from .._core.compat import AgentMessage
+from .._core.log import LogOnce
+from .._core.worker import BackgroundWorker
+from ..errors import MemoryPluginError
+from ..storage.policy import WindowPolicy
+from ..storage.sqlite import Database, release_database
+from ..storage.windows import SqliteWindowStore, safe_table_name
+from .documents import Document, DocumentLog, exchange_texts, format_exchange
+
+__all__ = ["IndexOwner", "RetrievalStore"]
+
+
+class IndexOwner(Protocol):
+    """What a retrieval memory tells its store about its index."""
+
+    plugin_name: ClassVar[str]
+    #: True: documents are indexed by a background worker (slow indexes: embeddings).
+    background_index: ClassVar[bool]
+    #: Documents indexed per batch.
+    index_batch: ClassVar[int]
+    #: Seconds the background indexer lets new documents gather, so one batch carries a burst.
+    index_delay: ClassVar[float]
+    #: How a failing background step is logged (once): "error" or "warning".
+    index_failure_level: ClassVar[str]
+    #: True: the index is in this same database, so its writes join the store's transactions.
+    index_in_database: ClassVar[bool]
+    #: False: the index is in RAM and every stored document is indexed again on first use.
+    index_survives_restart: ClassVar[bool]
+
+    def _store_documents(self, docs: Sequence[Document]) -> None: ...
+    def _delete_documents(self, docs: Sequence[Document]) -> None: ...
+    def _index_step(self, busy_wait: float | None = None) -> bool: ...
+
+
+class RetrievalStore:
+    """The window, the document log and the index queue of one retrieval memory."""
+
+    def __init__(self, owner: IndexOwner, db: Database, prefix: str, log: LogOnce):
+        self.owner = owner
+        self.db = db
+        prefix = safe_table_name(prefix)
+        self.window = SqliteWindowStore(db, f"{prefix}_window")
+        self.docs = DocumentLog(db, f"{prefix}_docs")
+        self._log = log
+        self._started = False
+        self._start_lock = threading.Lock()
+        self._updates = 0
+        self.worker = BackgroundWorker(f"{owner.plugin_name}-indexer", owner._index_step,
+                                       batch_delay=owner.index_delay,
+                                       failure_level=owner.index_failure_level) if owner.background_index else None
+
+    @property
+    def _name(self) -> str:
+        return self.owner.plugin_name
+
+    # -- a turn --------------------------------------------------------------------------
+    def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> int:
+        """Append to the window and store each exchange as a document, in one transaction.
+
+        Returns the number of documents written. A store failure raises (the caller logs it).
+        """
+        self.ensure_started()
+        background = self.owner.background_index
+        with self.db.atomic() as con:
+            tail = self.window.append(session_id, messages, policy, con=con)
+            pairs = exchange_texts(tail, messages)
+            docs = [self.docs.add(con, session_id, format_exchange(q, a), {"question": q, "answer": a},
+                                  indexed=not background) for q, a in pairs]
+            if docs and not background:
+                self._index_inline(con, docs)
+        if self.worker is not None and docs:
+            self.worker.notify()
+        return len(docs)
+
+    def add(self, session_id: str, text: str, metadata: Mapping[str, Any]) -> Document:
+        """Store a free-text document (not an exchange)."""
+        self.ensure_started()
+        background = self.owner.background_index
+        with self.db.atomic() as con:
+            doc = self.docs.add(con, session_id, text, dict(metadata), indexed=not background)
+            if not background:
+                self._index_inline(con, [doc])
+        if self.worker is not None:
+            self.worker.notify()
+        return doc
+
+    def expire(self, max_age: float | None) -> None:
+        """Every 100 updates, delete documents older than ``max_age`` (housekeeping, never raises)."""
+        self._updates += 1
+        if max_age is None or self._updates % 100 != 1:
+            return
+        in_db = self.owner.index_in_database
+        try:
+            with self.db.atomic() as con:
+                doomed = self.docs.delete_older_than(con, time.time() - max_age)
+                if in_db:
+                    self.owner._delete_documents(doomed)
+            if not in_db:
+                self.owner._delete_documents(doomed)
+        except Exception as exc:  # noqa: BLE001 - expiry is housekeeping; never fail a turn for it
+            self._log.error("expire", "%s: could not expire old documents: %s", self._name, exc)
+
+    # -- data ownership ------------------------------------------------------------------
+    def sessions(self) -> list[str]:
+        return sorted(set(self.window.sessions()) | set(self.docs.sessions()))
+
+    def forget(self, session_id: str) -> dict[str, int]:
+        in_db = self.owner.index_in_database
+        if self.worker is not None and not in_db:
+            # An outside index: do not let the indexer re-add what we are deleting. (An index in
+            # this file reads its queue inside its own transaction: nothing to wait for.)
+            self.worker.flush(30)
+        removed: set[int] = set()  # documents whose index entries are already gone
+        if not in_db:
+            # An outside index (vectors, whose metadata holds the text) is emptied first: a crash
+            # between the steps then leaves the session whole and visible (its documents pending
+            # again, so a restart re-indexes them), never gone from export() but still on disk.
+            with self.db.atomic() as con:
+                current = self.docs.for_session(session_id)
+                self.docs.mark_indexed(con, [d.rowid for d in current], False)
+            self.owner._delete_documents(current)
+            removed = {d.rowid for d in current}
+        with self.db.atomic() as con:
+            messages = self.window.forget(session_id, con)
+            docs = self.docs.delete_session(con, session_id)
+            if in_db:
+                self.owner._delete_documents(docs)  # a savepoint inside this transaction
+        if not in_db:
+            self.owner._delete_documents([d for d in docs if d.rowid not in removed])  # written meanwhile
+        self.db.checkpoint()  # the WAL still holds the deleted rows and index pages
+        return {"messages": messages, "documents": len(docs)}
+
+    def export_documents(self, session_id: str) -> list[dict[str, Any]]:
+        return [{"doc_id": d.doc_id, "ts": d.ts, "content": d.text, "metadata": d.metadata}
+                for d in self.docs.for_session(session_id)]
+
+    def import_session(self, session_id: str, window: list[AgentMessage], documents: Sequence[Mapping[str, Any]],
+                       policy: WindowPolicy) -> None:
+        with self.db.atomic() as con:
+            if window:
+                self.window.append(session_id, window, policy, con=con)
+            docs = [self.docs.add(con, session_id, d["content"], _imported_metadata(d), indexed=False)
+                    for d in documents]
+        if docs:
+            self._index_pending_now()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> bool:
+        if self.worker is None:
+            return True
+        self.ensure_started()
+        if self.docs.has_pending():
+            self.worker.notify()  # also what another process left pending
+        return self.worker.flush(timeout)
+
+    def close_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+    def release(self) -> None:
+        release_database(self.db)
+
+    def ensure_started(self) -> None:
+        # Work left pending by an earlier process (a crash, a failed index) resumes on first use,
+        # not in the memory's __init__, where the subclass is not ready yet.
+        if self._started:
+            return
+        with self._start_lock:
+            if self._started:
+                return
+            self._started = True
+        if not self.owner.index_survives_restart:
+            self._replay_indexed()
+        if self.docs.count_pending():
+            self._index_pending_now()
+
+    # -- indexing ------------------------------------------------------------------------
+    def _replay_indexed(self) -> None:
+        """Give every document already marked indexed to a RAM index again (batch by batch)."""
+        after = 0
+        try:
+            while batch := self.docs.indexed_after(after, self.owner.index_batch):
+                self.owner._store_documents(batch)
+                after = batch[-1].rowid
+        except Exception as exc:  # noqa: BLE001 - recall of older exchanges is lost, turns go on
+            self._log.error("replay", "%s: could not index the stored documents again: %s", self._name, exc)
+
+    def _index_pending_now(self) -> None:
+        if self.worker is not None:
+            self.worker.notify()
+            return
+        try:
+            with self.db.atomic() as con:
+                self._index_inline(con, self.docs.pending(self.owner.index_batch * 32, con), pending=True)
+        except MemoryPluginError as exc:
+            self._log.error("index", "%s: indexing failed: %s", self._name, exc)
+
+    def _index_inline(self, con: Any, docs: Sequence[Document], pending: bool = False) -> None:
+        """Index inside the caller's transaction; a failure leaves the documents pending.
+
+        New documents are written already marked indexed (one UPDATE less per turn); ``pending``
+        ones, left by a failure or a crash, are marked once their index entries are written.
+        """
+        if not docs:
+            return
+        try:
+            with self.db.atomic():  # a savepoint: undo a half-written index, keep the documents
+                self.owner._store_documents(docs)
+            if pending:
+                self.docs.mark_indexed(con, [d.rowid for d in docs], True)
+            self._log.clear("index", f"{self._name}: indexing works again")
+        except Exception as exc:  # noqa: BLE001 - the window and documents are safe; retry later
+            self.docs.mark_indexed(con, [d.rowid for d in docs], False)
+            self._log.error("index", "%s: failed to store document(s): %s; will retry", self._name, exc)
+
+    def index_step(self, busy_wait: float | None = None) -> bool:
+        """Index one batch of pending documents; True while more are pending.
+
+        A batch that fails is retried one document at a time, so a document the backend cannot
+        take (one the embedder rejects, say) holds up no other; it stays queued, and the step
+        raises after committing what was indexed. ``busy_wait`` bounds the wait for another
+        process's write lock (in-database indexes).
+        """
+        batch = self.owner.index_batch
+        if self.owner.index_in_database:
+            # The index is in this file: entries and marks commit together, one commit a batch.
+            with self.db.atomic(busy_wait) as con:
+                docs = self.docs.pending(batch, con)
+                done, failure = self._store_each(docs, savepoints=True)
+                self.docs.mark_indexed(con, done, True)
+        else:
+            docs = self.docs.pending(batch)
+            if not docs:
+                return False
+            done, failure = self._store_each(docs, savepoints=False)  # slow (embedding): outside any transaction
+            with self.db.atomic() as con:
+                self.docs.mark_indexed(con, done, True)
+        if failure is not None:
+            if done:  # the backend works, some documents do not: worth an ERROR of its own, once
+                self._log.error("unindexable", "%s: %d of %d document(s) could not be indexed (%s); they stay "
+                                "queued and are retried", self._name, len(docs) - len(done), len(docs), failure)
+            raise failure
+        return len(docs) == batch
+
+    def _store_each(self, docs: Sequence[Document], savepoints: bool) -> tuple[list[int], Exception | None]:
+        """Store ``docs``: the batch, else one by one. Returns the rowids stored and the first failure.
+
+        ``savepoints``: each attempt in its own savepoint (an index in this database), so a
+        failed attempt leaves no partial rows.
+        """
+        def attempt(batch: Sequence[Document]) -> None:
+            if savepoints:
+                with self.db.atomic():
+                    self.owner._store_documents(batch)
+            else:
+                self.owner._store_documents(batch)
+
+        if not docs:
+            return [], None
+        try:
+            attempt(docs)
+            return [d.rowid for d in docs], None
+        except Exception as exc:  # noqa: BLE001 - retried below, one by one
+            if len(docs) == 1:
+                return [], exc
+        done: list[int] = []
+        failure: Exception | None = None
+        for doc in docs:
+            try:
+                attempt([doc])
+                done.append(doc.rowid)
+            except Exception as exc:  # noqa: BLE001 - stays pending; the caller reports the first
+                failure = failure or exc
+        return done, failure
+
+
+def _imported_metadata(data: Mapping[str, Any]) -> dict[str, Any]:
+    meta = dict(data.get("metadata") or {})
+    for key in ("content", "session_id", "ts"):
+        meta.pop(key, None)
+    return meta

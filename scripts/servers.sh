@@ -1,0 +1,22 @@
+# Servers the tests need, started privately for one run and stopped when the shell exits.
+# Sourced by scripts/test and scripts/with-servers; `start_servers` exports the URLs the tests read.
+#   OVOS_MEMORY_REDIS_URL   a redis-server on a free port in a temporary folder
+
+_SERVERS_DIR=""
+
+stop_servers() {
+  [ -n "$_SERVERS_DIR" ] || return 0
+  if [ -f "$_SERVERS_DIR/redis.pid" ]; then kill "$(cat "$_SERVERS_DIR/redis.pid")" 2>/dev/null || true; fi
+  rm -rf "$_SERVERS_DIR"
+  _SERVERS_DIR=""
+}
+
+start_servers() {
+  _SERVERS_DIR=$(mktemp -d)
+  trap stop_servers EXIT
+  local port=${OVOS_MEMORY_REDIS_PORT:-6391}
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$_SERVERS_DIR" --save "" --appendonly no \
+    --daemonize yes --pidfile "$_SERVERS_DIR/redis.pid" --logfile "$_SERVERS_DIR/redis.log"
+  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  export OVOS_MEMORY_REDIS_URL="redis://127.0.0.1:$port/0"
+}
