@@ -615,3 +615,12 @@ def test_a_failing_turn_is_reported_in_one_line_and_records_nothing(tmp_path):
     assert len(errors) == 1 and "HTTP 500" in errors[0] and "Traceback" not in result.stderr
     with open_memory("ovos-memory-plugin-recency", block) as memory:
         assert memory.sessions() == []
+
+
+def test_version_prints_the_package_version(capsys):
+    from ovos_memory_plugins import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"ovos-memory {__version__}"
