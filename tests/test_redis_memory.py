@@ -433,6 +433,7 @@ def test_null_ttls_keep_keys_forever(make, r):
 CHILD = r"""
 import re, sys
 from ovos_memory_plugins.redis_memory import RedisMemory
+from tests._timing import patience
 
 url, prefix, proc, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
