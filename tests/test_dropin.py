@@ -83,6 +83,11 @@ def test_backend_specific_settings_are_attributes_too(tmp_path):
         assert (lt.model, lt.request_timeout) == ("", 30.0) and lt.api_url.startswith("http://127.0.0.1")
     with EntityMemory({"db_path": str(tmp_path / "e.json"), "api_url": None}) as entity:
         assert (entity.max_facts, entity.facts_header) == (50, "Known facts about the user:")
+        assert entity.db_path == str(tmp_path / "e.json")
+        with pytest.raises(AttributeError):
+            entity.db_path = str(tmp_path / "elsewhere.json")  # the store is open: it cannot move
+        with pytest.raises(AttributeError):
+            entity.max_facts = 3
     with RecencyMemory({"max_age": 60}) as recency:
         assert (recency.max_age, recency.max_history) == (60, 10)
 
@@ -119,6 +124,11 @@ def test_the_composite_lists_its_members_as_name_instance_weight(tmp_path):
         assert (composite.fusion, composite.rrf_k, composite.dedup) == ("rrf", 60, True)
         assert (composite.max_num_results, composite.member_fetch_k) == (3, 6)
         assert isinstance(composite, BaseRetrievalMemory)
+        composite.max_num_results = 2
+        composite.member_fetch_k = 8
+        assert (composite.max_num_results, composite.member_fetch_k, composite.settings.top_k) == (2, 8, 2)
+        with pytest.raises(ConfigError):
+            composite.max_num_results = 0
 
 
 # -- the subclassing contract: session2history and assemble_context -----------------------------
