@@ -305,6 +305,8 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "python benchmarks/locomo.py --backend lexical|local-rag|composite-hybrid [--embedder e5|minilm]",
               "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5",
               "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members'",
+              "python benchmarks/bench_busy_turns.py --full  # turns while the background is busy (section below)",
+              "python benchmarks/bench_long_passages.py      # how long passages are embedded, and recall",
               "```", "",
               "What the last two scripts measured, and the decisions they led to: "
               "[design-notes.md](design-notes.md).", "",
@@ -325,5 +327,22 @@ def write(results: dict[str, Any], out: Path, raw: Path) -> Path:
     raw.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     results = {**results, "raw": raw.name}
     path = out / "benchmarks.md"
-    path.write_text(render(results, images), encoding="utf-8")
+    kept = kept_sections(path.read_text(encoding="utf-8")) if path.exists() else ""
+    path.write_text(render(results, images) + kept, encoding="utf-8")
     return path
+
+
+#: Sections other runners write into benchmarks.md between these markers (the PostgreSQL one:
+#: benchmarks/bench_postgres.py --write); a new report keeps them.
+KEEP_START, KEEP_END = "<!-- section:start", "<!-- section:end -->"
+
+
+def kept_sections(text: str) -> str:
+    out, at = [], 0
+    while (start := text.find(KEEP_START, at)) >= 0:
+        end = text.find(KEEP_END, start)
+        if end < 0:
+            break
+        at = end + len(KEEP_END)
+        out.append("\n" + text[start:at] + "\n")
+    return "".join(out)
