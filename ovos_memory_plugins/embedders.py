@@ -41,6 +41,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import os
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -117,13 +118,16 @@ def _calls(pieces: Sequence[tuple[int, str, int]], tokens: int, size: int) -> li
     return calls
 
 
-def _words(text: str, longest: int) -> Iterator[str]:
-    """The whitespace-separated words of ``text``, a word longer than ``longest`` characters cut."""
-    for word in text.split():
-        if len(word) <= longest:
-            yield word
-        else:
-            yield from (word[i:i + longest] for i in range(0, len(word), longest))
+def _words(text: str, longest: int) -> Iterator[tuple[int, int]]:
+    """The spans of ``text``'s whitespace-separated words, a word longer than ``longest``
+    characters cut into pieces of that length."""
+    for match in _WORD_SPAN.finditer(text):
+        start, end = match.span()
+        for at in range(start, end, longest):
+            yield at, min(end, at + longest)
+
+
+_WORD_SPAN = re.compile(r"\S+")
 
 
 def _sha256(path: Path) -> str:
@@ -428,29 +432,30 @@ class E5Embedder(_PackagedEmbedder):
         (special tokens and prefix included), each with its token count.
 
         Cut on whitespace with e5's own tokenizer: a word's pieces never cross a space, so the
-        counts of the words add up to the text's (checked: within a token per window). A "word"
-        longer than a window (a URL, text without spaces) is cut into pieces of a window's
-        length in characters: a token covers at least one character.
+        counts of the words add up to the text's (checked: within a token per window). A window
+        is a slice of the text (its line breaks kept); a text of one window is embedded as it
+        was. A "word" longer than a window (a URL, text without spaces) is cut into pieces of a
+        window's length in characters: a token covers at least one character.
         """
         room = self.settings.passage_window - self._overhead - 1
         if len(text) <= min(room, self.settings.max_tokens):  # one window: no counting (a token covers a character)
             return [(text, max(1, len(text) // 4))]
         budget = self.settings.max_tokens
         windows: list[tuple[str, int]] = []
-        words: list[str] = []
-        used = 0
-        for word in _words(text, room):
-            n = self._word_count(word)
+        start = end = used = 0  # the window being filled: text[start:end], ``used`` tokens
+        for word_start, word_end in _words(text, room):
+            n = self._word_count(text[word_start:word_end])
             if budget < n:
                 break
             budget -= n
-            if used + n > room and words:
-                windows.append((" ".join(words), used))
-                words, used = [], 0
-            words.append(word)
-            used += n
-        if words:
-            windows.append((" ".join(words), used))
+            if used and used + n > room:
+                windows.append((text[start:end], used))
+                used = 0
+            if not used:
+                start = word_start
+            end, used = word_end, used + n
+        if used:
+            windows.append((text[start:end], used))
         return windows or [(text[:room], 1)]
 
     def _word_count(self, word: str) -> int:

@@ -146,6 +146,10 @@ def test_a_long_passage_is_embedded_window_by_window_up_to_max_tokens(engine):
     engine.passage_calls.clear()
     embedder.get_embeddings_batch(["short one", "short two"])
     assert engine.passage_calls == [["short one", "short two"]]  # short passages share a call
+    engine.passage_calls.clear()
+    exchange_text = "Q: " + " ".join(["word"] * 60) + "\nA: " + " ".join(["reply"] * 40)  # one window, counted
+    embedder.get_embeddings(exchange_text)
+    assert engine.passage_calls == [[exchange_text]]  # embedded as it is, line break and all
 
 
 def test_e5_refuses_a_window_longer_than_the_model_reads():
