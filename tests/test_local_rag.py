@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -208,6 +209,22 @@ def test_documents_are_embedded_in_batches(memories):
     embedder.gate.set()
     assert memory.flush(patience(30))
     assert embedder.texts == 20 and embedder.calls < 20
+
+
+def test_processes_sharing_a_file_embed_each_exchange_once_and_flush_waits_for_the_other(memories):
+    first_embedder, second_embedder = GatedEmbedder(), FakeEmbedder()
+    first = memories({"max_history": 0}, embedder=first_embedder)
+    second = memories({"max_history": 0}, embedder=second_embedder)  # another process on the same file
+    for i in range(3):
+        first.update_history(exchange(f"q{i}", f"a{i}"), "s")
+    deadline = time.monotonic() + patience(10)
+    while not first._docs.leased_elsewhere("nobody") and time.monotonic() < deadline:
+        time.sleep(0.01)  # the first one's indexer has leased them and is embedding
+    assert not second.flush(0.5)  # they are not done: its flush does not claim they are
+    assert second_embedder.texts == 0  # ... nor does it embed them a second time
+    first_embedder.gate.set()
+    assert second.flush(patience(30)) and second._docs.count_pending() == 0
+    assert (first_embedder.texts, second_embedder.texts) == (3, 0)
 
 
 # -- recall semantics --------------------------------------------------------------------------------
