@@ -16,7 +16,9 @@ that the memory now embeds, indexes and reads for facts in the background. Measu
   turns, for ``--rounds`` rounds.
 
 Each run ends with ``flush()`` and checks that nothing is lost: every stored long exchange is
-embedded, none is left pending, and a search with its reply's opening words finds it (top 5).
+stored and embedded and none is left pending; it also counts how many a search with the reply's
+opening 40 words finds in the top 5 (a long reply's vector is the mean of its windows, so its
+opening words weigh 1/17 of it).
 Reported: median, p99 and max of the busy turns (ms), the idle turns, ``update_history`` on
 busy turns, ``flush()`` time, and per process how many exchanges it embedded (each must be
 embedded once: processes lease their work).
@@ -166,11 +168,13 @@ class Turns:
         return session, question, reply
 
     def report(self) -> dict[str, Any]:
-        return {name: stats(values) for name, values in self.samples.items()}
+        return {**{name: stats(values) for name, values in self.samples.items()},
+                "samples_ms": {name: [round(v * 1000, 2) for v in values] for name, values in self.samples.items()}}
 
 
 def verify(memory: Any, stored: list[tuple[str, str, str]], flush_timeout: float) -> dict[str, Any]:
-    """After flush(): nothing pending, every long exchange embedded and found by its opening words."""
+    """After flush(): nothing pending, every long exchange stored and embedded (none lost or
+    unsearchable); and how many the memory finds in its top 5 by their opening 40 words."""
     start = time.perf_counter()
     flushed = bool(memory.flush(flush_timeout))
     flush_s = time.perf_counter() - start
@@ -181,7 +185,7 @@ def verify(memory: Any, stored: list[tuple[str, str, str]], flush_timeout: float
         docs = [d for d in rag._docs.for_session(session) if d.text.startswith(f"Q: {question}")]
         if not docs or docs[0].doc_id not in keys:
             unembedded += 1
-        hits = rag.search(" ".join(reply.split()[:40]), session, top_k=5)
+        hits = memory.search(" ".join(reply.split()[:40]), session, top_k=5)
         if not any(reply[:200] in h.content for h in hits):
             unfound += 1
     return {"flush_ok": flushed, "flush_s": flush_s, "pending_after_flush": int(rag._docs.count_pending()),
@@ -312,9 +316,13 @@ def _verdict(s: dict[str, Any]) -> str:
 
 
 def _lost(v: dict[str, Any]) -> str:
-    bad = v["not_embedded"] + v["not_found"] + v["pending_after_flush"] + (0 if v["flush_ok"] else 1)
-    return "none" if not bad else (f"{v['not_embedded']} not embedded, {v['not_found']} not found, "
-                                   f"{v['pending_after_flush']} pending")
+    bad = v["not_embedded"] + v["pending_after_flush"] + (0 if v["flush_ok"] else 1)
+    return "none" if not bad else (f"{v['not_embedded']} not embedded, {v['pending_after_flush']} pending"
+                                   + ("" if v["flush_ok"] else ", flush() failed"))
+
+
+def _found(v: dict[str, Any]) -> str:
+    return f"{v['long_exchanges'] - v['not_found']} / {v['long_exchanges']}"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -328,14 +336,15 @@ def markdown(report: dict[str, Any]) -> str:
              "See `benchmarks/bench_busy_turns.py` for the protocol.", ""]
     if report.get("single"):
         lines += ["| backend | long replies per round | busy turns | target | quiet turns | update_history "
-                  "(busy) | flush after | lost after flush |", "|---|---|---|---|---|---|---|---|"]
+                  "(busy) | flush after | lost or unindexed after flush | found by opening words |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for run in report["single"]:
-            lines.append(f"| {run['backend']} | idle | {_cell(run['idle'])} | | | | | |")
+            lines.append(f"| {run['backend']} | idle | {_cell(run['idle'])} | | | | | | |")
             for case in run["cases"]:
                 v = case["verify"]
                 lines.append(f"| {run['backend']} | {case['long']} | {_cell(case['build_busy'])} | "
                              f"{_verdict(case['build_busy'])} | {_cell(case['build_quiet'])} | "
-                             f"{_cell(case['update_busy'])} | {v['flush_s']:.0f} s | {_lost(v)} |")
+                             f"{_cell(case['update_busy'])} | {v['flush_s']:.0f} s | {_lost(v)} | {_found(v)} |")
         lines.append("")
     if report.get("multi"):
         lines += ["Several processes on one store (each thread its own session; one long reply per thread and "
@@ -381,7 +390,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flush-timeout", type=float, default=1800.0)
     parser.add_argument("--json", default=None, help="write the raw report here")
     parser.add_argument("--write", default=None, help="put the markdown section into this file (docs/benchmarks.md)")
+    parser.add_argument("--from-json", default=None, help="only render (and --write) the report of an earlier --json")
     args = parser.parse_args(argv)
+    if args.from_json:
+        text = markdown(json.loads(Path(args.from_json).read_text(encoding="utf-8")))
+        print(text)
+        if args.write:
+            write_section(Path(args.write), text)
+        return 0
     cases = args.cases or ("local-rag:1" if args.quick else "local-rag:1,local-rag:8,local-rag:16,hybrid:1,"
                            "hybrid:8,hybrid:16")
     multis = args.multi if args.multi is not None else ("none" if args.quick or args.cases else "local-rag,hybrid")
