@@ -41,9 +41,13 @@ class PendingRecall:
         self._terms: dict[int, frozenset[str]] = {}
         self._partial: set[int] = set()  # sets made from a document's head only
         self._lock = threading.Lock()  # held only to record sets made (readers take none)
+        self._asked = False  # a backend whose index covers pending documents itself never asks
 
     def prepare(self) -> None:
-        """Compute the word sets of the newest pending documents (the indexer calls this)."""
+        """Compute the word sets of the newest pending documents (the indexer calls this), once
+        turns have asked for them."""
+        if not self._asked:
+            return
         wanted = [rowid for rowid, _ in self._docs.pending_ids(SCAN)
                   if rowid not in self._terms or rowid in self._partial]
         self._fill(wanted, None)
@@ -52,6 +56,7 @@ class PendingRecall:
         """Pending documents holding at least half of ``words`` (a query's content words), best first."""
         if not words or top_k <= 0:
             return []
+        self._asked = True
         pending = self._docs.pending_ids(SCAN, session_id)
         if not pending:
             return []
