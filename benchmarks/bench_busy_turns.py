@@ -12,8 +12,9 @@ that the memory now embeds, indexes and reads for facts in the background. Measu
   it is *busy* when local-rag still had exchanges to embed when it started. ``flush()`` ends
   each case, so the next one starts idle.
 * **several processes** (``--procs 4 --threads 4``): P processes x T threads on one store (the
-  same files), each thread its own session, alternating one long exchange with ``--turns``
-  turns, for ``--rounds`` rounds.
+  same files), each thread its own session, alternating one long exchange with
+  ``--multi-turns`` turns, for ``--rounds`` rounds; then the same with 20-word replies, which
+  leave almost nothing to embed: what that many concurrent turns cost on the machine anyway.
 
 Each run ends with ``flush()`` and checks that nothing is lost: every stored long exchange is
 stored and embedded and none is left pending; it also counts how many a search with the reply's
@@ -56,6 +57,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import locomo  # noqa: E402  (sibling module: the LoCoMo dev data)
 
 LONG_WORDS = 4800
+#: Words of a reply in the floor runs of several processes (almost nothing to embed).
+FLOOR_WORDS = 20
 QUESTIONS = (
     "What did Caroline say about the adoption agency?", "When did Melanie go camping with her kids?",
     "What instrument does Melanie play?", "Where did Caroline move from four years ago?",
@@ -158,9 +161,9 @@ class Turns:
             if busy:
                 self.samples["update_busy"].append(done - built)
 
-    def store_long(self, memory: Any, session: str, seed: int) -> tuple[str, str, str]:
+    def store_long(self, memory: Any, session: str, seed: int, words: int = LONG_WORDS) -> tuple[str, str, str]:
         question = f"Tell me the whole story number {seed}, please."
-        reply = long_reply(seed)
+        reply = long_reply(seed, words)
         start = time.perf_counter()
         memory.update_history(messages(question, reply), session)
         with self._lock:
@@ -225,6 +228,7 @@ def single(backend: str, longs: list[int], args: argparse.Namespace) -> dict[str
 
 # -- several processes -------------------------------------------------------------------------
 def _process(index: int, backend: str, folder: str, args: dict[str, Any], queue: Any, start_at: float) -> None:
+    """One of the processes: ``args["threads"]`` threads, each its own session."""
     memory = build(backend, folder)
     rag = rag_of(memory)
     embedded = [0]
@@ -244,7 +248,7 @@ def _process(index: int, backend: str, folder: str, args: dict[str, Any], queue:
         session, rng = f"p{index}t{t}", random.Random(index * 100 + t)
         mine = []
         for r in range(args["rounds"]):
-            mine.append(turns.store_long(memory, session, 10_000 * (index + 1) + 100 * t + r))
+            mine.append(turns.store_long(memory, session, 10_000 * (index + 1) + 100 * t + r, args["words"]))
             for _ in range(args["turns"]):
                 turns.turn(memory, session, rng)
                 time.sleep(args["gap"] * rng.uniform(0.5, 1.5))
@@ -257,18 +261,21 @@ def _process(index: int, backend: str, folder: str, args: dict[str, Any], queue:
     for t in threads:
         t.join()
     result = {"samples": turns.samples, "verify": verify(memory, stored, args["flush_timeout"]),
-              "embedded": embedded[0], "stored": len(stored) + 6}
+              "embedded": embedded[0], "documents": int(rag._docs.count())}
     memory.close()
     queue.put(result)
 
 
-def multi(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+def multi(backend: str, args: argparse.Namespace, words: int) -> dict[str, Any]:
+    """P processes x T threads on one store; ``words`` per reply (a short one measures what the
+    turns cost on this machine with almost no background work: the floor)."""
     folder = tempfile.mkdtemp(prefix="bench-busy-multi-")
     build(backend, folder).close()  # the files and schema exist before the processes race to open them
     context = mp.get_context("spawn")
     queue = context.Queue()
     start_at = time.time() + 10.0 + 2.0 * args.procs
     settings = {k: getattr(args, k) for k in ("rounds", "turns", "gap", "threads", "flush_timeout")}
+    settings["words"] = words
     procs = [context.Process(target=_process, args=(i, backend, folder, settings, queue, start_at))
              for i in range(args.procs)]
     for p in procs:
@@ -280,12 +287,14 @@ def multi(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     for result in results:
         for name, values in result["samples"].items():
             merged.setdefault(name, []).extend(values)
-    out = {"backend": backend, "procs": args.procs, "threads": args.threads,
+    out = {"backend": backend, "procs": args.procs, "threads": args.threads, "words": words,
            **{name: stats(values) for name, values in merged.items()},
            "verify": [r["verify"] for r in results], "embedded": [r["embedded"] for r in results],
-           "stored": sum(r["stored"] for r in results)}
-    log(f"{backend} {args.procs}x{args.threads}: busy {fmt(out['build_busy'])}; embedded {out['embedded']} "
-        f"of {out['stored']}")
+           "documents": max(r["documents"] for r in results)}
+    log(f"{backend} {args.procs}x{args.threads}, {words}-word replies: busy {fmt(out['build_busy'])}, all "
+        f"{fmt(stats(merged['build_busy'] + merged['build_quiet']))}; embedded {out['embedded']} "
+        f"of {out['documents']}")
+    out["build_all"] = stats(merged["build_busy"] + merged["build_quiet"])
     return out
 
 
@@ -347,15 +356,19 @@ def markdown(report: dict[str, Any]) -> str:
                              f"{_cell(case['update_busy'])} | {v['flush_s']:.0f} s | {_lost(v)} | {_found(v)} |")
         lines.append("")
     if report.get("multi"):
-        lines += ["Several processes on one store (each thread its own session; one long reply per thread and "
-                  "round, then turns):", "",
-                  "| backend | processes x threads | busy turns | update_history (busy) | embedded per process "
-                  "(stored) | lost after flush |", "|---|---|---|---|---|---|"]
+        lines += ["Several processes on one store (each thread its own session; one reply per thread and round, "
+                  "then turns). The rows with 20-word replies have almost no background work: they are what that "
+                  "many concurrent turns cost on this machine, the floor for the rows above them. Each exchange "
+                  "must be embedded once in all (processes lease their work):", "",
+                  "| backend | processes x threads | reply words | busy turns | target | all turns | update_history "
+                  "(busy) | embedded per process (documents) | lost after flush |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for run in report["multi"]:
             lost = "; ".join(sorted({_lost(v) for v in run["verify"]}))
-            lines.append(f"| {run['backend']} | {run['procs']} x {run['threads']} | {_cell(run['build_busy'])} | "
+            lines.append(f"| {run['backend']} | {run['procs']} x {run['threads']} | {run['words']:,} | "
+                         f"{_cell(run['build_busy'])} | {_verdict(run['build_busy'])} | {_cell(run['build_all'])} | "
                          f"{_cell(run['update_busy'])} | {' + '.join(map(str, run['embedded']))} "
-                         f"({run['stored']}) | {lost} |")
+                         f"({run['documents']}) | {lost} |")
         lines.append("")
     lines.append("<!-- section:end -->")
     return "\n".join(lines)
@@ -378,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--full", action="store_true", help="both backends, 1/8/16 long replies, and 4 x 4 processes")
     mode.add_argument("--quick", action="store_true", help="local-rag, 1 long reply, a few turns (a smoke run)")
-    parser.add_argument("--cases", default=None, help="backend:long,... (e.g. local-rag:16,hybrid:1)")
+    parser.add_argument("--cases", default=None, help="backend:long,... (e.g. local-rag:16,hybrid:1), or none")
     parser.add_argument("--multi", default=None, help="backends run as --procs x --threads (comma list, or none)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--turns", type=int, default=16, help="turns after each round of long replies")
@@ -401,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = args.cases or ("local-rag:1" if args.quick else "local-rag:1,local-rag:8,local-rag:16,hybrid:1,"
                            "hybrid:8,hybrid:16")
     multis = args.multi if args.multi is not None else ("none" if args.quick or args.cases else "local-rag,hybrid")
+    cases = "" if cases == "none" else cases
     if args.quick:
         args.rounds, args.turns, args.idle = 1, 4, 5
     plan: dict[str, list[int]] = {}
@@ -418,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     multi_args = argparse.Namespace(**{**vars(args), "turns": args.multi_turns})
     for backend in filter(None, multis.split(",")):
         if backend != "none":
-            report["multi"].append(multi(backend, multi_args))
+            for words in (LONG_WORDS, FLOOR_WORDS):
+                report["multi"].append(multi(backend, multi_args, words))
     report.update(load_after=os.getloadavg(), elapsed_s=time.time() - started)
     text = markdown(report)
     print(text)

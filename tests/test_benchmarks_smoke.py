@@ -256,15 +256,16 @@ def _busy_report(p99: float) -> dict:
             "elapsed_s": 10.0, "load_before": (1.0, 1.0, 1.0), "load_after": (2.0, 1.0, 1.0), "cores": 2,
             "single": [{"backend": "local-rag", "idle": turns, "cases": [
                 {"long": 16, "build_busy": turns, "build_quiet": {"n": 0}, "update_busy": turns, "verify": verify}]}],
-            "multi": [{"backend": "hybrid", "procs": 4, "threads": 4, "build_busy": turns, "update_busy": turns,
-                       "verify": [verify, {**verify, "pending_after_flush": 1}], "embedded": [3, 5], "stored": 8}]}
+            "multi": [{"backend": "hybrid", "procs": 4, "threads": 4, "words": 4800, "build_busy": turns,
+                       "build_all": turns, "update_busy": turns, "embedded": [3, 5], "documents": 8,
+                       "verify": [verify, {**verify, "pending_after_flush": 1}]}]}
 
 
 def test_the_busy_turns_section_says_whether_the_targets_are_met_and_what_was_lost():
     busy = _load("bench_busy_turns")
     met = busy.markdown(_busy_report(120.0))
     assert "| local-rag | 16 | 40 / 120 / 120 (n=32) | meets |" in met and "| none |" in met
-    assert "| 4 x 4 |" in met and "3 + 5 (8)" in met and "1 pending" in met  # lost work is reported
+    assert "| 4 x 4 | 4,800 |" in met and "3 + 5 (8)" in met and "1 pending" in met  # lost work is reported
     assert "| misses |" in busy.markdown(_busy_report(151.0))
 
 
