@@ -69,8 +69,7 @@ class SqliteStore:
 
     def save(self, session_id: str, record: dict[str, Any], con: Any = None) -> None:
         if con is None:
-            with self.db.atomic() as con:
-                return self.save(session_id, record, con)
+            return self.db.transaction(lambda con: self.save(session_id, record, con))
         extra = {k: v for k, v in record.items() if k not in _COLUMNS}
         con.execute(
             f"INSERT OR REPLACE INTO {self.table} (session_id, summary, recent, exchange_count, updated_at, extra) "
@@ -81,13 +80,15 @@ class SqliteStore:
         )
 
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-        with self.db.atomic() as con:
+        def write(con: Any) -> dict[str, Any]:
             row = con.execute(
                 f"SELECT summary, recent, exchange_count, updated_at, extra FROM {self.table} WHERE session_id = ?",
                 (session_id,)).fetchone()
             record = fn(_row_record(row) if row else {})
             self.save(session_id, record, con)
             return record
+
+        return self.db.transaction(write)
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT session_id FROM {self.table} ORDER BY session_id")]

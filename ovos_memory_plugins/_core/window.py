@@ -69,8 +69,9 @@ class WindowMemory(SessionHistoryMixin, MemoryPlugin):
         self.policy = WindowPolicy(max_messages=s.window_size, max_age=s.max_age)
         self._log = LogOnce()  # a full disk or a locked file: one line when it breaks, one when it recovers
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
+        db_path = s.db_path if s.db_path and s.db_path.strip() else None  # "" is "not given", as everywhere
         try:
-            self._window = open_window_store(s.db_path, s.backend, table="window")
+            self._window = open_window_store(db_path, s.backend, table="window")
         except MemoryPluginError as exc:
             raise ConfigError(f"{self.plugin_name}: cannot open db_path {s.db_path!r}: {exc}") from exc
 

@@ -9,7 +9,7 @@ from .._core.log import LOG, LogOnce
 from .._core.paths import default_path, is_memory_path
 from .._core.plugin import MemoryPlugin
 from .._core.worker import BackgroundWorker
-from ..errors import ConfigError, MemoryPluginError
+from ..errors import ConfigError, MemoryPluginError, StorageError
 from ..storage import open_record_store
 from .endpoint import chat_client
 
@@ -102,7 +102,12 @@ class LLMMemory(MemoryPlugin):
     def _step(self) -> bool:
         if self._scan:
             for key in self._store.sessions():
-                if self._has_work(self._store.load(key)):
+                try:
+                    record = self._store.load(key)
+                except StorageError as exc:  # one malformed record must not hold up every other session
+                    self._log.error(f"malformed:{key}", f"{self.plugin_name}: {exc}")
+                    continue
+                if self._has_work(record):
                     self._mark_due(key, wake=False)
             self._scan = False  # only once it succeeded: a failed scan is retried with the step
         key = self._due.pop()
@@ -110,6 +115,11 @@ class LLMMemory(MemoryPlugin):
             return False
         try:
             self._work_on(key)
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            # A record of the wrong shape (a hand-edited file): retrying cannot help, and it must
+            # not stall the other sessions' work behind it. It stays on disk as it is.
+            self._log.error(f"malformed:{key}", f"{self.plugin_name}: the record of {key!r} is malformed "
+                                                f"({type(exc).__name__}: {exc}); its work is skipped")
         except BaseException:
             self._mark_due(key, wake=False)  # the worker retries after its delay
             raise

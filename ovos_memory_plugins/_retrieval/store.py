@@ -80,13 +80,17 @@ class RetrievalStore:
         """
         self.ensure_started()
         background = self.owner.background_index
-        with self.db.atomic() as con:
+
+        def write(con: Any) -> list[Document]:
             tail = self.window.append(session_id, messages, policy, con=con)
             pairs = exchange_texts(tail, messages)
             docs = [self.docs.add(con, session_id, format_exchange(q, a), {"question": q, "answer": a},
                                   indexed=not background) for q, a in pairs]
             if docs and not background:
                 self._index_inline(con, docs)
+            return docs
+
+        docs = self.db.transaction(write)  # a damaged file is replaced, and the exchange written anew
         if self.worker is not None and docs:
             self.worker.notify()
         return len(docs)
@@ -95,10 +99,13 @@ class RetrievalStore:
         """Store a free-text document (not an exchange)."""
         self.ensure_started()
         background = self.owner.background_index
-        with self.db.atomic() as con:
+        def write(con: Any) -> Document:
             doc = self.docs.add(con, session_id, text, dict(metadata), indexed=not background)
             if not background:
                 self._index_inline(con, [doc])
+            return doc
+
+        doc = self.db.transaction(write)
         if self.worker is not None:
             self.worker.notify()
         return doc

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._core.compat import AgentMessage
-from .._core.paths import is_memory_path, resolve_path
+from .._core.paths import check_store_path, is_memory_path, resolve_path
 from ..errors import ConfigError
 from .policy import WindowPolicy
 
@@ -80,8 +80,9 @@ def backend_for(path: str | None, backend: str | None = None) -> str:
 
 def _backend_by_content(path: str) -> str | None:
     """``"sqlite"`` or ``"json"`` when the file's first bytes say so; None if absent, empty or unclear."""
+    real = check_store_path(resolve_path(path))  # never read a FIFO or a device: it may block or be endless
     try:
-        with open(resolve_path(path), "rb") as f:
+        with open(real, "rb") as f:
             head = f.read(4096)
     except OSError:  # missing (a new store) or unreadable: the name decides, the store reports errors
         return None

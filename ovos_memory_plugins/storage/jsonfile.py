@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._core.log import LOG
-from .._core.paths import quarantine_file
+from .._core.paths import check_store_path, quarantine_file
 from ..errors import StorageError
+from .records import as_record
 
 try:
     import fcntl
@@ -37,20 +38,20 @@ __all__ = ["JsonRecordStore"]
 
 class JsonRecordStore:
     def __init__(self, path: str):
-        self.path = path
+        self.path = check_store_path(path)
         self._lock = threading.RLock()
         self._cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None  # (file signature, data)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         with self._locked():
-            if not os.path.exists(path):
+            if not os.path.exists(self.path):
                 self._write({})
 
     def load(self, session_id: str) -> dict[str, Any]:
-        return _copy(self._current().get(session_id, {}))
+        return _copy(self._record(self._current(), session_id))
 
     def load_field(self, session_id: str, field: str) -> Any:
         """A copy of one field of the record (None if absent): cheap when the rest is large."""
-        return _copy(self._current().get(session_id, {}).get(field))
+        return _copy(self._record(self._current(), session_id).get(field))
 
     def save(self, session_id: str, record: dict[str, Any]) -> None:
         self.update(session_id, lambda _old: record)
@@ -58,7 +59,7 @@ class JsonRecordStore:
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         with self._locked():
             data = dict(self._read())  # the cached dict stays as on disk if the write fails
-            record = fn(_copy(data.get(session_id, {})))
+            record = fn(_copy(self._record(data, session_id)))
             data[session_id] = record
             self._write(data)
             return record
@@ -78,6 +79,9 @@ class JsonRecordStore:
 
     def close(self) -> None:
         pass
+
+    def _record(self, data: dict[str, Any], session_id: str) -> dict[str, Any]:
+        return as_record(data.get(session_id, {}), session_id, self.path)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -112,15 +116,18 @@ class JsonRecordStore:
                 signature = _signature(os.fstat(f.fileno()))
                 if self._cache is not None and self._cache[0] == signature:
                     return self._cache[1]
-                data = json.loads(f.read().decode("utf-8"))
+                # Bytes that are not UTF-8 inside a string (bit rot) read as U+FFFD: a few flipped
+                # bytes of text must not cost every session; broken structure still quarantines.
+                data = json.loads(f.read().decode("utf-8", "replace"))
             if not isinstance(data, dict):
                 raise ValueError(f"top level is a {type(data).__name__}, not an object")
             self._cache = (signature, data)
             return data
         except FileNotFoundError:
             return {}
-        except (ValueError, UnicodeDecodeError) as exc:
-            self._quarantine(exc)
+        except (ValueError, RecursionError) as exc:
+            # RecursionError: nesting deeper than the parser's stack (a hostile or broken file)
+            self._quarantine(exc if not isinstance(exc, RecursionError) else ValueError("nested too deeply"))
             return {}
         except OSError as exc:
             raise StorageError(f"cannot read {self.path}: {exc}") from exc

@@ -140,18 +140,19 @@ class SqliteWindowStore:
         Returns the session's last message from before the append (what the new messages follow).
         """
         if con is None:
-            with self.db.atomic() as con:
-                return self._append(con, session_id, messages, policy)
+            return self.db.transaction(lambda con: self._append(con, session_id, messages, policy))
         return self._append(con, session_id, messages, policy)
 
     def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> list[AgentMessage]:
         """Make ``messages`` the whole window, in one transaction (a crash keeps the old one).
 
         Returns the window as stored (normalised and trimmed), read in the same transaction."""
-        with self.db.atomic() as con:
+        def write(con: Any) -> list[AgentMessage]:
             self.forget(session_id, con)
             self._append(con, session_id, messages, policy)
-            stored = self.load(session_id, policy)
+            return self.load(session_id, policy)
+
+        stored = self.db.transaction(write)
         self.db.checkpoint()  # as forget(): the WAL must not keep what the new window dropped
         return stored
 
