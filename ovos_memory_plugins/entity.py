@@ -298,6 +298,7 @@ class EntityMemory(LLMMemory):
             return record
 
         self._store.update(GLOBAL_KEY, drop)
+        self._store.compact()  # the record was rewritten: its old bytes must not stay in the file
         return counts
 
     def export(self, session_id: str) -> dict[str, Any]:

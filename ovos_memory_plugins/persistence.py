@@ -20,8 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ._core.paths import resolve_path
+from .errors import StorageError
 from .storage.jsonfile import JsonRecordStore
-from .storage.sqlite import Database, open_database, release_database
+from .storage.sqlite import Database, StoreDamaged, open_database, release_database
 from .storage.windows import safe_table_name
 
 __all__ = ["JsonStore", "SqliteStore"]
@@ -65,7 +66,11 @@ class SqliteStore:
         rows = self.db.execute(
             f"SELECT summary, recent, exchange_count, updated_at, extra FROM {self.table} WHERE session_id = ?",
             (session_id,))
-        return _row_record(rows[0]) if rows else {}
+        try:
+            return _row_record(rows[0], session_id) if rows else {}
+        except StoreDamaged as exc:
+            self.db.damaged(exc)
+            raise
 
     def save(self, session_id: str, record: dict[str, Any], con: Any = None) -> None:
         if con is None:
@@ -84,7 +89,7 @@ class SqliteStore:
             row = con.execute(
                 f"SELECT summary, recent, exchange_count, updated_at, extra FROM {self.table} WHERE session_id = ?",
                 (session_id,)).fetchone()
-            record = fn(_row_record(row) if row else {})
+            record = fn(_row_record(row, session_id) if row else {})
             self.save(session_id, record, con)
             return record
 
@@ -96,8 +101,12 @@ class SqliteStore:
     def delete(self, session_id: str) -> bool:
         with self.db.atomic() as con:
             deleted = bool(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount > 0)
-        self.db.checkpoint()  # the WAL still holds the deleted record: forget() must reach the bytes on disk
+        self.db.compact()  # forget() must reach the bytes on disk: free space, split pages, the WAL
         return deleted
+
+    def compact(self) -> bool:
+        """Leave no byte of deleted or rewritten records in the file (see Database.compact)."""
+        return self.db.compact()
 
     def close(self) -> None:
         if self._owns:
@@ -105,12 +114,21 @@ class SqliteStore:
             release_database(self.db)
 
 
-def _row_record(row: Any) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads(row[4]) if row[4] else {}
-    record.update(
-        summary=row[0] or "",
-        recent=json.loads(row[1]) if row[1] else [],
-        exchange_count=int(row[2] or 0),
-        updated_at=float(row[3] or 0.0),
-    )
+def _row_record(row: Any, session_id: str) -> dict[str, Any]:
+    """The record of a row: StoreDamaged if its JSON does not parse (only damage does that), a
+    StorageError if a value has the wrong type (a hand edit): that session is skipped."""
+    try:
+        extra = json.loads(row[4]) if row[4] else {}
+        recent = json.loads(row[1]) if row[1] else []
+    except ValueError as exc:
+        raise StoreDamaged(f"the record of session {session_id!r} is not JSON ({exc})") from exc
+    try:
+        if not isinstance(extra, dict) or not isinstance(recent, list):
+            raise TypeError("'recent' must be a list and 'extra' an object")
+        record: dict[str, Any] = dict(extra)
+        record.update(summary=row[0] or "", recent=recent, exchange_count=int(row[2] or 0),
+                      updated_at=float(row[3] or 0.0))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"the record of session {session_id!r} is malformed ({exc}); it is left as it is "
+                           "and skipped") from exc
     return record

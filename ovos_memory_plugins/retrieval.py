@@ -211,6 +211,9 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     def _close_backend(self) -> None:
         pass
 
+    def _compact_backend(self) -> None:
+        """After a forget: leave no byte of deleted entries in an index kept outside the store's file."""
+
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
         check_session_id(session_id)
@@ -317,7 +320,9 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         return self._store.sessions()
 
     def forget(self, session_id: str) -> dict[str, int]:
-        return self._store.forget(check_session_id(session_id))
+        counts = self._store.forget(check_session_id(session_id))
+        self._compact_backend()
+        return counts
 
     def export(self, session_id: str) -> dict[str, Any]:
         data = super().export(session_id)

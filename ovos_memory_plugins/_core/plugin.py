@@ -39,10 +39,11 @@ class MemoryPlugin(AgentContextManager):
     own_attributes: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Mapping[str, Any] | None = None):
-        # Private injection keys (``_con``, ``_embedder``) hold live objects: never deep-copy them.
+        # Private injection keys (``_con``, ``_embedder``) hold live objects: never deep-copy them
+        # (nor those of a composite's member configs).
         raw = dict(config or {})
         private = {k: v for k, v in raw.items() if k.startswith("_")}
-        public = copy.deepcopy({k: v for k, v in raw.items() if not k.startswith("_")})
+        public = _copy_config({k: v for k, v in raw.items() if not k.startswith("_")})
         self.settings: Any = parse_config(self.Config, public, self.plugin_name, self.extra_config_keys)
         super().__init__({**public, **private})
         self._closed = False
@@ -103,3 +104,12 @@ class MemoryPlugin(AgentContextManager):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _copy_config(value: Any) -> Any:
+    """A deep copy of a config, except the values of private (``_``) keys, which are shared."""
+    if isinstance(value, Mapping):
+        return {k: v if isinstance(k, str) and k.startswith("_") else _copy_config(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copy_config(v) for v in value)
+    return copy.deepcopy(value)

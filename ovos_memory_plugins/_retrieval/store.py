@@ -153,7 +153,7 @@ class RetrievalStore:
                 self.owner._delete_documents(docs)  # a savepoint inside this transaction
         if not in_db:
             self.owner._delete_documents([d for d in docs if d.rowid not in removed])  # written meanwhile
-        self.db.checkpoint()  # the WAL still holds the deleted rows and index pages
+        self.db.compact()  # no byte of the session may stay: free space, split pages, index segments, WAL
         return {"messages": messages, "documents": len(docs)}
 
     def export_documents(self, session_id: str) -> list[dict[str, Any]]:

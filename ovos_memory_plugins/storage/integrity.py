@@ -15,8 +15,14 @@ import sqlite3
 
 from .._core.log import LOG
 from .._core.paths import quarantine_file
+from ..errors import StorageError
 
-__all__ = ["COMPANIONS", "damage_of", "quick_check", "set_aside"]
+__all__ = ["COMPANIONS", "StoreDamaged", "damage_of", "quick_check", "set_aside"]
+
+
+class StoreDamaged(StorageError):
+    """Bytes SQLite returned without complaint are not what this package wrote (a stored JSON value
+    that does not parse): the file is damaged where SQLite's checks do not look."""
 
 #: SQLite's files beside a database: they belong to it, and move with it.
 COMPANIONS = ("-wal", "-shm", "-journal")
@@ -34,6 +40,8 @@ def damage_of(exc: BaseException | None) -> str | None:
     for _ in range(4):  # the sqlite3 error may be wrapped in a StorageError, itself wrapped once more
         if exc is None:
             return None
+        if isinstance(exc, StoreDamaged):
+            return str(exc)
         if isinstance(exc, sqlite3.DatabaseError):
             code = getattr(exc, "sqlite_errorcode", None)
             if (code is not None and code & 0xFF in _DAMAGE_CODES) or any(t in str(exc) for t in _DAMAGE_TEXTS):

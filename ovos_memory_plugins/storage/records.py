@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import StorageError
-from .sqlite import Database, release_database
+from .sqlite import Database, StoreDamaged, release_database
 from .windows import safe_table_name
 
 __all__ = ["SqliteRecordStore", "as_record"]
@@ -46,7 +46,11 @@ class SqliteRecordStore:
 
     def load(self, session_id: str) -> dict[str, Any]:
         rows = self.db.execute(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,))
-        return self._parse(rows[0][0], session_id) if rows else {}
+        try:
+            return self._parse(rows[0][0], session_id) if rows else {}
+        except StoreDamaged as exc:
+            self.db.damaged(exc)
+            raise
 
     def load_field(self, session_id: str, field: str) -> Any:
         """One field of the record (None if absent), parsed by SQLite without the rest."""
@@ -82,15 +86,19 @@ class SqliteRecordStore:
         if con is None:
             with self.db.atomic() as con:
                 deleted = self.delete(session_id, con)
-            self.db.checkpoint()  # the WAL still holds the deleted record
+            self.db.compact()  # forget() must reach the bytes on disk: free space, split pages, the WAL
             return deleted
         return bool(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount > 0)
+
+    def compact(self) -> bool:
+        """Leave no byte of deleted or rewritten records in the file (see Database.compact)."""
+        return self.db.compact()
 
     def _parse(self, text: str, session_id: str) -> dict[str, Any]:
         try:
             value = json.loads(text)
-        except ValueError as exc:
-            raise StorageError(f"{self.db.path}: the record of session {session_id!r} is not JSON ({exc})") from exc
+        except ValueError as exc:  # this package writes JSON only: the bytes changed on disk
+            raise StoreDamaged(f"the record of session {session_id!r} is not JSON ({exc})") from exc
         return as_record(value, session_id, self.db.path)
 
     def close(self) -> None:

@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 
 from .._core.paths import MEMORY_PATH, check_store_path, is_memory_path, resolve_path
 from ..errors import MigrationError, StorageError, StoreUnavailable
-from .integrity import damage_of, quick_check, set_aside
+from .integrity import StoreDamaged, damage_of, quick_check, set_aside
 
-__all__ = ["Database", "StoreReplaced", "connect", "map_sqlite_errors", "open_database", "storage_error"]
+__all__ = ["Database", "StoreDamaged", "StoreReplaced", "connect", "map_sqlite_errors", "open_database",
+           "storage_error"]
 
 T = TypeVar("T")
 
@@ -317,6 +318,15 @@ class Database:
             raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
 
     # -- a damaged or replaced file --------------------------------------------------------
+    def damaged(self, exc: BaseException) -> None:
+        """Report what a reader found damaged in bytes SQLite returned (:class:`StoreDamaged`): the
+        file is set aside and :class:`StoreReplaced` raised. Inside a transaction, raise ``exc``
+        instead: the transaction's end replaces the file and runs it again."""
+        with self._lock:
+            if not self._depth:
+                self._replace_if_damaged(exc)
+        raise exc
+
     def _replace_if_damaged(self, exc: BaseException) -> None:
         """If ``exc`` says the file is damaged: set it aside, start a new one, raise StoreReplaced."""
         damage = damage_of(exc)
@@ -376,6 +386,32 @@ class Database:
             except sqlite3.Error:
                 return False
             return not busy
+
+    def compact(self) -> bool:
+        """Rewrite the file with its live rows only (``VACUUM``), then empty the WAL: what forget()
+        deleted leaves no byte behind, in free pages, in the unused part of a live page (where a
+        page split leaves old copies of rows, which secure_delete does not reach), or in the WAL.
+
+        Costs a rewrite of the whole file (about 1 s for a 100,000-exchange store) and as much free
+        disk as the file, so only forget() calls it. False (logged) if it could not run: the rows
+        are deleted all the same, but their bytes may stay in the file until a later compact().
+        """
+        if self.is_memory:
+            return True
+        with self._lock:
+            self._check_open()
+            if self._depth:
+                raise RuntimeError(f"{self.path}: compact() inside a transaction")
+            try:
+                with map_sqlite_errors(f"compact {self.path}"):
+                    self._con.execute("VACUUM")
+            except StorageError as exc:
+                from .._core.log import LOG
+
+                LOG.error(f"memory store {self.path}: the deleted rows are gone, but their bytes may stay in the "
+                          f"file until the next forget, as it could not be compacted ({exc})")
+                return False
+            return self.checkpoint()
 
     def close(self) -> None:
         with self._lock:
