@@ -248,3 +248,24 @@ def test_close_reaches_every_member_even_if_one_raises(tmp_path, monkeypatch):
     lexical = memory.members[1].memory
     memory.close()
     assert lexical._closed
+
+
+def test_store_writes_through_to_every_retriever_and_search_finds_it(tmp_path):
+    members = [{"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "a.db")}},
+               {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "b.db")}}]
+    with CompositeMemory({"members": members}) as memory:
+        doc_id = memory.store("the spare key is under the blue flowerpot", "s1")
+        assert doc_id == "s1_0"
+        hits = memory.search("spare key flowerpot", "s1")
+        assert [h.content for h in hits] == ["the spare key is under the blue flowerpot"]
+        assert all(m.memory.search("flowerpot", "s1") for m in memory.retrievers)
+        assert memory.store("   ", "s1") is None
+
+
+def test_the_composite_keeps_no_store_of_its_own(tmp_path):
+    with hybrid(tmp_path) as memory:
+        assert memory.db_path is None and not hasattr(memory, "_store")
+        memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
+        assert [m.content for m in memory.session2history["s"]] == ["my dog is Rex", "nice"]
+        memory.session2history["s"] = [AgentMessage(U, "edited"), AgentMessage(A, "yes")]
+        assert [m.content for m in memory.members[0].memory.get_history("s")] == ["edited", "yes"]
