@@ -11,6 +11,7 @@ from .._core.plugin import MemoryPlugin
 from .._core.worker import BackgroundWorker
 from ..errors import ConfigError, MemoryPluginError, StorageError
 from ..storage import open_record_store
+from ..storage.readonly import is_read_only
 from .endpoint import chat_client
 
 __all__ = ["LLMMemory", "open_session_store"]
@@ -58,7 +59,7 @@ class LLMMemory(MemoryPlugin):
         self._scan = True  # look for work left by an earlier run, once, off the turn
         self._worker = BackgroundWorker(f"{self.plugin_name}-worker", self._step)
         try:
-            if self._store.sessions():
+            if not is_read_only() and self._store.sessions():  # a read-only command does no work
                 self._worker.notify()
         except (MemoryPluginError, OSError) as exc:
             LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")

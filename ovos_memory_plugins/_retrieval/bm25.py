@@ -358,7 +358,7 @@ class PostingsMirror:
     def _start_loading(self) -> None:
         if self._closed or self._unusable or (self._loader is not None and self._loader.is_alive()):
             return
-        if self._db.is_memory:  # no second connection can see it: read it here, it starts empty
+        if self._db.is_memory or self._db.read_only:  # no second connection: RAM, or a command that only looks
             self._load(None)
             return
         self._loader = threading.Thread(target=self._load, args=(self._db.path,), daemon=True,

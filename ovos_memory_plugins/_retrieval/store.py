@@ -197,7 +197,7 @@ class RetrievalStore:
             self._started = True
         if not self.owner.index_survives_restart:
             self._replay_indexed()
-        if self.docs.count_pending():
+        if not self.db.read_only and self.docs.count_pending():  # a read-only command writes nothing
             self._index_pending_now()
 
     # -- indexing ------------------------------------------------------------------------

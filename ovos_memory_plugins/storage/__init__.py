@@ -22,8 +22,9 @@ from typing import Any, Protocol
 
 from .._core.compat import AgentMessage
 from .._core.paths import check_store_path, is_memory_path, resolve_path
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError
 from .policy import WindowPolicy
+from .readonly import is_read_only, read_only
 
 __all__ = [
     "BACKENDS",
@@ -33,6 +34,7 @@ __all__ = [
     "backend_for",
     "open_record_store",
     "open_window_store",
+    "read_only",
 ]
 
 #: The store backends a config may name.
@@ -91,6 +93,8 @@ def _backend_by_content(path: str) -> str | None:
         return "sqlite"
     if head.lstrip(b" \t\r\n").startswith(b"{"):
         return "json"
+    if head and is_read_only():  # a read-only command never quarantines: it says what the file is not
+        raise StorageError(f"{real} is neither an SQLite nor a JSON memory store; it was left as it is")
     return None  # damaged or foreign bytes: the store of the name's kind quarantines them
 
 

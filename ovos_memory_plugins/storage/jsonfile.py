@@ -25,7 +25,8 @@ from typing import Any
 
 from .._core.log import LOG
 from .._core.paths import check_store_path, quarantine_file
-from ..errors import StorageError
+from ..errors import ConfigError, StorageError
+from .readonly import StoreReadOnly, is_read_only
 from .records import as_record
 
 try:
@@ -41,6 +42,16 @@ class JsonRecordStore:
         self.path = check_store_path(path)
         self._lock = threading.RLock()
         self._cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None  # (file signature, data)
+        #: Opened by a command that only looks (storage.readonly): read without a lock, never written.
+        self.read_only = is_read_only()
+        if os.path.exists(self.path):  # before any lock file is made: a file that is no store stays as it is
+            try:
+                self._check_is_store(self._read(quarantine=False))
+            except StorageError:
+                if self.read_only:
+                    raise  # damaged: a read-only command reports it, the next writer quarantines it
+        if self.read_only:
+            return
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         with self._locked():
             if not os.path.exists(self.path):
@@ -84,13 +95,20 @@ class JsonRecordStore:
     def close(self) -> None:
         pass
 
+    def _check_is_store(self, data: dict[str, Any]) -> None:
+        """A JSON object none of whose values is a record (an export file given by mistake, a
+        config) is not a store: refused, not used, emptied or moved aside."""
+        if data and not any(isinstance(v, dict) for v in data.values()):
+            raise ConfigError(f"{self.path} holds JSON that is not a memory store (no session record in it: "
+                              f"{', '.join(map(repr, list(data)[:3]))}...); it was left as it is")
+
     def _record(self, data: dict[str, Any], session_id: str) -> dict[str, Any]:
         return as_record(data.get(session_id, {}), session_id, self.path)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         with self._lock:
-            if fcntl is None:
+            if fcntl is None or self.read_only:  # every write is a rename: a reader needs no lock
                 yield
                 return
             with open(self.path + ".lock", "a") as lock_file:
@@ -113,8 +131,9 @@ class JsonRecordStore:
         with self._locked():  # changed on disk (another process) or missing: read (or quarantine) it
             return self._read()
 
-    def _read(self) -> dict[str, Any]:
-        """The whole file, parsed; callers must not modify it (it is the cache)."""
+    def _read(self, quarantine: bool = True) -> dict[str, Any]:
+        """The whole file, parsed; callers must not modify it (it is the cache). A file that does
+        not parse is quarantined, or with ``quarantine`` False (and read-only) a StorageError."""
         try:
             with open(self.path, "rb") as f:
                 signature = _signature(os.fstat(f.fileno()))
@@ -131,7 +150,10 @@ class JsonRecordStore:
             return {}
         except (ValueError, RecursionError) as exc:
             # RecursionError: nesting deeper than the parser's stack (a hostile or broken file)
-            self._quarantine(exc if not isinstance(exc, RecursionError) else ValueError("nested too deeply"))
+            reason = exc if not isinstance(exc, RecursionError) else ValueError("nested too deeply")
+            if self.read_only or not quarantine:
+                raise StorageError(f"{self.path} is not a JSON memory store ({reason}); it was left as it is") from None
+            self._quarantine(reason)
             return {}
         except OSError as exc:
             raise StorageError(f"cannot read {self.path}: {exc}") from exc
@@ -143,6 +165,8 @@ class JsonRecordStore:
         self._write({})
 
     def _write(self, data: dict[str, Any]) -> None:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path} was opened read-only")
         folder = os.path.dirname(self.path) or "."
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
         try:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from .._core.paths import MEMORY_PATH, check_store_path, is_memory_path, resolve_path
 from ..errors import MigrationError, StorageError, StoreUnavailable
 from .integrity import StoreDamaged, damage_of, quick_check, set_aside
+from .readonly import StoreReadOnly, check_migrated, connect_read_only, is_read_only
 
 __all__ = ["Database", "StoreDamaged", "StoreReplaced", "connect", "map_sqlite_errors", "open_database",
            "storage_error"]
@@ -164,7 +165,13 @@ class Database:
         self.path = MEMORY_PATH if is_memory_path(path) else path
         self._synchronous = synchronous
         self._owns_connection = connection is None
-        self._con = connection if connection is not None else _connect_checked(self.path, synchronous)
+        #: Opened by a command that only looks (storage.readonly): no write, no file changed.
+        self.read_only = connection is None and not is_memory_path(path) and is_read_only()
+        if self.read_only:
+            self._con = connect_read_only(self.path, BUSY_TIMEOUT_S)
+            self._con.text_factory = _text
+        else:
+            self._con = connection if connection is not None else _connect_checked(self.path, synchronous)
         self._lock = threading.RLock()
         self._depth = 0
         self._closed = False
@@ -199,6 +206,8 @@ class Database:
     @contextlib.contextmanager
     def _atomic(self, busy_wait: float | None) -> Iterator[sqlite3.Connection]:
         self._check_open()
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path} was opened read-only")
         if not self._depth:
             self._follow_file()
         self._depth += 1
@@ -290,6 +299,9 @@ class Database:
     def migrate(self, component: str, migrations: Sequence[str]) -> None:
         """Apply the not-yet-applied scripts of ``migrations`` (append-only; never edit one)."""
         with self._lock:
+            if self.read_only:
+                check_migrated(self._con, self.path, component, migrations)
+                return
             try:
                 self._apply(component, migrations)
             except StoreReplaced:
@@ -330,7 +342,7 @@ class Database:
     def _replace_if_damaged(self, exc: BaseException) -> None:
         """If ``exc`` says the file is damaged: set it aside, start a new one, raise StoreReplaced."""
         damage = damage_of(exc)
-        if damage is None or self.is_memory or not self._owns_connection or self._replacing:
+        if damage is None or self.is_memory or not self._owns_connection or self._replacing or self.read_only:
             return
         self._replacing = True  # the new file's migrations run through atomic(): no second round
         try:
@@ -348,7 +360,7 @@ class Database:
 
     def _follow_file(self) -> None:
         """Reopen when the path no longer names the file open here (set aside elsewhere, or deleted)."""
-        if self.is_memory or not self._owns_connection or self._identity is None:
+        if self.is_memory or not self._owns_connection or self._identity is None or self.read_only:
             return
         if _identity(self.path) == self._identity:
             return
@@ -379,7 +391,7 @@ class Database:
         if self.is_memory:
             return True
         with self._lock:
-            if self._closed or self._depth:
+            if self._closed or self._depth or self.read_only:
                 return False
             try:
                 busy = self._con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
@@ -400,6 +412,8 @@ class Database:
             return True
         with self._lock:
             self._check_open()
+            if self.read_only:
+                return False
             if self._depth:
                 raise RuntimeError(f"{self.path}: compact() inside a transaction")
             try:
@@ -452,12 +466,19 @@ def open_database(path: str, synchronous: str = "NORMAL") -> Database:
     if is_memory_path(path):
         return Database(MEMORY_PATH)
     resolved = check_store_path(resolve_path(path))
+    if is_read_only() and not os.path.exists(resolved):
+        return Database(MEMORY_PATH)  # nothing there: an empty store, and no file made for it
+    key = _share_key(resolved, is_read_only())
     with _shared_lock:
-        db, refs = _shared.get(resolved, (None, 0))
+        db, refs = _shared.get(key, (None, 0))
         if db is None or db._closed:
             db, refs = Database(resolved, synchronous), 0
-        _shared[resolved] = (db, refs + 1)
+        _shared[key] = (db, refs + 1)
         return db
+
+
+def _share_key(path: str, read_only: bool) -> str:
+    return f"{path}\0ro" if read_only else path
 
 
 def release_database(db: Database) -> None:
@@ -465,13 +486,14 @@ def release_database(db: Database) -> None:
     if db.is_memory:
         db.close()
         return
+    key = _share_key(db.path, db.read_only)
     with _shared_lock:
-        current, refs = _shared.get(db.path, (None, 0))
+        current, refs = _shared.get(key, (None, 0))
         if current is not db:
             db.close()
             return
         if refs <= 1:
-            del _shared[db.path]
+            del _shared[key]
             db.close()
         else:
-            _shared[db.path] = (db, refs - 1)
+            _shared[key] = (db, refs - 1)

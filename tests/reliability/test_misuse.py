@@ -1,0 +1,208 @@
+"""What a user gets wrong is refused clearly, and destroys nothing: wrong store paths and commands.
+
+* a store path that is a device, a FIFO, a socket or a directory is a ConfigError at
+  construction, and the node is left exactly as it was (a device is made with mknod in a
+  temporary folder, never the real ``/dev/null``);
+* ``db_path: ""`` means the default, for every backend;
+* a read-only command (``sessions``, ``stats``, ``show``, ``export``, ``search``) changes no file,
+  and refuses a file that is not a store instead of starting one in its place.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ovos_memory_plugins.errors import ConfigError
+from tests._timing import patience
+from tests.reliability._harness import exchange, make_memory, marker, spec_for, store_cases, views
+from tests.reliability._report import record
+
+#: Backends and store kinds that take a path: (name, entry point, overrides besides db_path).
+PATH_CASES = [
+    ("recency (sqlite)", "ovos-memory-plugin-recency", {}),
+    ("recency (json)", "ovos-memory-plugin-recency", {"backend": "json"}),
+    ("short-term", "ovos-memory-plugin-short-term", {}),
+    ("lexical", "ovos-memory-plugin-lexical", {}),
+    ("local-rag", "ovos-memory-plugin-local-rag", {}),
+    ("longterm (json)", "ovos-memory-plugin-longterm", {}),
+    ("longterm (sqlite)", "ovos-memory-plugin-longterm", {"backend": "sqlite"}),
+    ("entity (json)", "ovos-memory-plugin-entity", {}),
+    ("entity (sqlite)", "ovos-memory-plugin-entity", {"backend": "sqlite"}),
+]
+
+
+def _make_node(kind: str, path: Path) -> Any:
+    """A node of ``kind`` at ``path``; returns what must be closed afterwards (a socket), if anything."""
+    if kind == "character device":
+        try:  # the same device numbers as /dev/null, made here: the real one is never touched
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs CAP_MKNOD (root); the FIFO case runs the same check")
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        return sock
+    elif kind == "directory":
+        path.mkdir()
+    return None
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int, int, str]]:
+    """Every entry under ``folder``: (mode, inode, device numbers, sha256 of a regular file's bytes)."""
+    out = {}
+    for entry in sorted(folder.rglob("*")):
+        st = os.lstat(entry)
+        digest = hashlib.sha256(entry.read_bytes()).hexdigest() if stat.S_ISREG(st.st_mode) else ""
+        out[str(entry.relative_to(folder))] = (st.st_mode, st.st_ino, st.st_rdev, digest)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["character device", "FIFO", "socket", "directory"])
+@pytest.mark.parametrize(("name", "entry_point", "overrides"), PATH_CASES, ids=[c[0] for c in PATH_CASES])
+def test_a_store_path_that_is_not_a_regular_file_is_refused_and_left_alone(name, entry_point, overrides, kind,
+                                                                            tmp_path):
+    folder = tmp_path / "dev"
+    folder.mkdir()
+    node = folder / "null"
+    keep = _make_node(kind, node)
+    before = _tree(folder)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            make_memory(entry_point, tmp_path / "store", {**overrides, "db_path": str(node)}).close()
+    finally:
+        if keep is not None:
+            keep.close()
+    after = _tree(folder)
+    message = str(caught.value)
+    assert str(node) in message and kind in message, f"the error does not say what is wrong: {message}"
+    assert after == before, f"the store touched the {kind} or its folder: {before} -> {after}"
+    record("misuse", (f"db_path is a {kind}", name), tried=1, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+def test_quarantine_never_moves_what_is_not_a_regular_file(tmp_path):
+    from ovos_memory_plugins._core.paths import quarantine_file
+    from ovos_memory_plugins.errors import StorageError
+
+    fifo = tmp_path / "store.json"
+    os.mkfifo(fifo)
+    with pytest.raises(StorageError):
+        quarantine_file(str(fifo))
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and not list(tmp_path.glob("*.corrupt*"))
+
+
+@pytest.mark.parametrize(("name", "entry_point", "overrides"), PATH_CASES, ids=[c[0] for c in PATH_CASES])
+def test_an_empty_db_path_means_the_default(name, entry_point, overrides, tmp_path):
+    data_home = Path(os.environ["XDG_DATA_HOME"])
+    memory = make_memory(entry_point, tmp_path / "store", {**overrides, "db_path": ""})
+    try:
+        memory.update_history(exchange("e", 1), "s")
+        if hasattr(memory, "flush"):
+            memory.flush(patience(30))
+        kept = views(memory.export("s"))
+    finally:
+        memory.close()
+    data_dir = data_home / "ovos"
+    assert not data_dir.exists() or data_dir.is_dir(), "the data directory was turned into a file"
+    assert all(counts[marker("e", 1)] == 1 for counts in kept.values()), kept
+    # ... and every backend using the default location still starts afterwards.
+    for other in ("ovos-memory-plugin-lexical", "ovos-memory-plugin-longterm"):
+        make_memory(other, tmp_path / "other", {"db_path": ""}).close()
+    record("misuse", ("db_path is \"\"", name), tried=1, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+# -- read-only commands ---------------------------------------------------------------------------
+READ_ONLY_CASES = [(name, ep, variant) for name, ep, variant in store_cases() if not ep.endswith("redis")]
+
+
+def _populated(entry_point: str, folder: Path, config: dict) -> None:
+    with make_memory(entry_point, folder, config) as memory:
+        for n in range(3):
+            memory.update_history(exchange("ro", n), "s")
+        memory.flush(patience(30))
+
+
+@pytest.mark.parametrize(("name", "entry_point", "variant"), READ_ONLY_CASES, ids=[c[0] for c in READ_ONLY_CASES])
+def test_a_memory_opened_read_only_changes_no_file_and_still_answers(name, entry_point, variant, tmp_path):
+    from ovos_memory_plugins.storage import read_only
+
+    folder = tmp_path / "store"
+    config = {**spec_for(entry_point).keep_all, **variant}
+    _populated(entry_point, folder, config)
+    before = _tree(folder)
+    with read_only():
+        memory = make_memory(entry_point, folder, config)
+        try:
+            listed = memory.sessions()
+            exported = memory.export("s")
+            memory.get_history("s")
+            if hasattr(memory, "search"):
+                memory.search(marker("ro", 1), "s")
+        finally:
+            memory.close()
+    after = _tree(folder)
+    found = {m for counts in views(exported).values() for m in counts}
+    assert listed == ["s"] and {marker("ro", n) for n in range(3)} <= found
+    assert after == before, f"a read-only open changed the store: {sorted(set(after) ^ set(before))} " \
+                            f"{[k for k in after if k in before and after[k] != before[k]]}"
+    record("misuse", ("opened read-only (sessions, export, history, search)", name), tried=1, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+CLI_READ_ONLY = [["sessions"], ["stats"], ["show", "s"], ["export", "s"], ["export", "--all"]]
+CLI_BACKENDS = ["ovos-memory-plugin-recency", "ovos-memory-plugin-short-term", "ovos-memory-plugin-lexical",
+                "ovos-memory-plugin-local-rag", "ovos-memory-plugin-longterm", "ovos-memory-plugin-entity"]
+
+
+@pytest.mark.parametrize("entry_point", CLI_BACKENDS)
+def test_a_read_only_command_refuses_a_file_that_is_not_a_store_and_leaves_it_alone(entry_point, tmp_path, capsys):
+    from ovos_memory_plugins.cli import main
+
+    export = tmp_path / "export.json"  # what 'ovos-memory export --all' wrote, passed as a store by mistake
+    export.write_text(json.dumps({"plugin": entry_point, "sessions": [{"session_id": "s", "window": []}]}))
+    garbage = tmp_path / "notes.db"
+    garbage.write_bytes(b"shopping list: milk, eggs\n" * 40)
+    before = _tree(tmp_path)
+    refused = 0
+    for path in (export, garbage):
+        for command in CLI_READ_ONLY:
+            code = main([*command, "--module", entry_point, "--config", json.dumps({"db_path": str(path)})])
+            err = capsys.readouterr().err.strip()
+            assert code != 0, f"{command} on {path.name} succeeded"
+            assert err.count("\n") == 0 and str(path) in err, f"not one line naming the file: {err!r}"
+            refused += 1
+    after = _tree(tmp_path)
+    assert after == before, f"a read-only command changed files: {sorted(set(after) ^ set(before))}"
+    record("misuse", ("read-only command on a file that is not a store", entry_point), tried=refused, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+@pytest.mark.parametrize("entry_point", ["ovos-memory-plugin-recency", "ovos-memory-plugin-lexical",
+                                         "ovos-memory-plugin-longterm", "ovos-memory-plugin-entity"])
+def test_read_only_commands_on_a_real_store_change_no_file(entry_point, tmp_path, capsys):
+    from ovos_memory_plugins.cli import main
+
+    folder = tmp_path / "store"
+    config = {**spec_for(entry_point).keep_all, "db_path": str(folder / "store.db")}
+    _populated(entry_point, folder, config)
+    before = _tree(folder)
+    for command in [*CLI_READ_ONLY, ["search", marker("ro", 1)]]:
+        if command[0] == "search" and not entry_point.endswith("lexical"):
+            continue
+        code = main([*command, "--module", entry_point, "--config", json.dumps(config)])
+        out = capsys.readouterr().out
+        assert code == 0, f"{command} failed"
+        assert command[0] in ("stats",) or "s" in out
+    assert _tree(folder) == before, "a read-only command changed the store"
+    record("misuse", ("read-only commands on a real store", entry_point), tried=len(CLI_READ_ONLY), **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
