@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
+from ._core.imports import session_export
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
 from .common import MemoryHit
@@ -335,8 +336,10 @@ class CompositeMemory(BaseRetrievalMemory):
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
-        exported = data.get("members", {})
+        data, sid = session_export(data, session_id)
+        exported = data.get("members") or {}
+        if not isinstance(exported, Mapping):
+            raise TypeError(f"the export's 'members' must be a dict of member exports, not {type(exported).__name__}")
         for m in self.members:
             if m.name in exported and hasattr(m.memory, "import_session"):
                 self._call(m, "import", lambda m=m: m.memory.import_session(exported[m.name], sid), None)

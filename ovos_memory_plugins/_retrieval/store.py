@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from .._core.compat import AgentMessage
+from .._core.imports import unseen_messages
 from .._core.log import LogOnce
 from .._core.worker import BackgroundWorker
 from ..errors import MemoryPluginError
@@ -162,12 +163,16 @@ class RetrievalStore:
 
     def import_session(self, session_id: str, window: list[AgentMessage], documents: Sequence[Mapping[str, Any]],
                        policy: WindowPolicy) -> None:
-        with self.db.atomic() as con:
-            if window:
-                self.window.append(session_id, window, policy, con=con)
-            docs = [self.docs.add(con, session_id, d["content"], _imported_metadata(d), indexed=False)
-                    for d in documents]
-        if docs:
+        """Add an exported window and documents; what is already stored is not added again (the
+        messages already at the window's end; a document of the same text and time)."""
+        def write(con: Any) -> list[Document]:
+            new = unseen_messages(self.window.load(session_id, policy), window)
+            if new:
+                self.window.append(session_id, new, policy, con=con)
+            return [self.docs.add(con, session_id, d["content"], _imported_metadata(d), indexed=False, ts=d.get("ts"))
+                    for d in documents if not self.docs.holds(con, session_id, d["content"], d.get("ts"))]
+
+        if self.db.transaction(write):
             self._index_pending_now()
 
     # -- lifecycle -----------------------------------------------------------------------

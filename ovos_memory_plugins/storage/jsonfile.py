@@ -96,11 +96,12 @@ class JsonRecordStore:
         pass
 
     def _check_is_store(self, data: dict[str, Any]) -> None:
-        """A JSON object none of whose values is a record (an export file given by mistake, a
-        config) is not a store: refused, not used, emptied or moved aside."""
-        if data and not any(isinstance(v, dict) for v in data.values()):
-            raise ConfigError(f"{self.path} holds JSON that is not a memory store (no session record in it: "
-                              f"{', '.join(map(repr, list(data)[:3]))}...); it was left as it is")
+        """An export (``ovos-memory export`` writes ``{"plugin": name, ...}``; a store's values are
+        records, never a string) given by mistake is not a store: refused, never used, emptied or
+        moved aside."""
+        if isinstance(data.get("plugin"), str):
+            raise ConfigError(f"{self.path} is an export of {data['plugin']!r}, not a memory store (load it with "
+                              "'ovos-memory import'); it was left as it is")
 
     def _record(self, data: dict[str, Any], session_id: str) -> dict[str, Any]:
         return as_record(data.get(session_id, {}), session_id, self.path)
