@@ -235,8 +235,11 @@ def cmd_import(args: argparse.Namespace, ui: UI) -> int:
                 memory.import_session(item, args.session)
                 progress.advance(task)
             progress.add_task("indexing", total=None)
-            memory.flush(600)
+            settled = memory.flush(600)
         ui.out.print(f"imported {len(items)} session(s) into {name or type(memory).__name__}")
+        if settled is False:  # stored, but the index (or a summary) is not done: say so, do not hide it
+            ui.err.print("[yellow]note:[/yellow] background work (indexing, summaries) is not finished; it "
+                         "resumes the next time this memory runs")
     return 0
 
 

@@ -6,8 +6,8 @@ when an operation meets the page later. Either way the file is moved aside with 
 (:func:`set_aside`), as a file with a bad header is, and the store goes on with a fresh one:
 an update is then written there, never acknowledged while it went nowhere.
 
-quick_check reads every page once: about 0.2 s for a 100,000-exchange (120 MB) keyword store
-on a desktop, paid once per process when the store is opened.
+quick_check reads every page once: 0.15 s for a 100,000-exchange (97 MB) keyword store on a
+shared 2-core machine (``benchmarks/bench_forget.py``), paid once per process at open.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._core.log import LOG
-from .._core.paths import check_store_path, quarantine_file
+from .._core.paths import check_store_path, is_regular_file, quarantine_file
 from ..errors import ConfigError, StorageError
 from .readonly import StoreReadOnly, is_read_only
 from .records import as_record
@@ -168,6 +168,8 @@ class JsonRecordStore:
     def _write(self, data: dict[str, Any]) -> None:
         if self.read_only:
             raise StoreReadOnly(f"{self.path} was opened read-only")
+        if os.path.lexists(self.path) and not is_regular_file(self.path):  # replaced by something else since
+            raise StorageError(f"{self.path} is no longer a regular file; it is not replaced")
         folder = os.path.dirname(self.path) or "."
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
         try:

@@ -206,3 +206,105 @@ def test_read_only_commands_on_a_real_store_change_no_file(entry_point, tmp_path
     assert _tree(folder) == before, "a read-only command changed the store"
     record("misuse", ("read-only commands on a real store", entry_point), tried=len(CLI_READ_ONLY), **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+# -- config that is accepted and then fails ---------------------------------------------------------
+def _numeric_keys() -> list[tuple[str, str]]:
+    """(entry point, dotted key) of every number any backend takes."""
+    from ovos_memory_plugins._cli.persona import memory_class
+    from ovos_memory_plugins.config import config_keys
+
+    out = []
+    for ep in entry_points_with_config():
+        for key, field in config_keys(memory_class(ep).Config):
+            kinds = field.metadata["kind"] if isinstance(field.metadata["kind"], tuple) else (field.metadata["kind"],)
+            if int in kinds or float in kinds:
+                out.append((ep, key))
+    return out
+
+
+def entry_points_with_config() -> list[str]:
+    from tests.reliability._harness import entry_points
+
+    return entry_points()
+
+
+def _nested(key: str, value: Any) -> dict:
+    out: dict = {}
+    node = out
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+NUMERIC = _numeric_keys()
+
+
+@pytest.mark.parametrize("value", [10**30, float("inf"), float("nan")], ids=["10**30", "inf", "nan"])
+@pytest.mark.parametrize(("entry_point", "key"), NUMERIC, ids=[f"{ep.split('-')[-1]}:{k}" for ep, k in NUMERIC])
+def test_every_number_of_every_backend_is_bounded_at_construction(entry_point, key, value, tmp_path):
+    from ovos_memory_plugins._cli.check import _check_block
+
+    with pytest.raises(ConfigError) as caught:
+        make_memory(entry_point, tmp_path / "store", _nested(key, value)).close()
+    assert f"'{key}'" in str(caught.value), str(caught.value)
+    assert any(f"'{key}'" in p for p in _check_block(entry_point, _nested(key, value))), \
+        "check-config accepts what the backend refuses"
+    record("misuse", (f"a number out of range ({key})", entry_point), tried=1, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+BAD_CONFIGS = [
+    ("ovos-memory-plugin-lexical", {"retrieval": {"extra_stopwords": [1, 2]}}, "retrieval.extra_stopwords"),
+    ("ovos-memory-plugin-lexical", {"retrieval": {"stopword_languages": ["en", 3]}}, "retrieval.stopword_languages"),
+    ("ovos-memory-plugin-lexical", {"user_template": "{utterance:>999999999}"}, "user_template"),
+    ("ovos-memory-plugin-local-rag", {"system_prompt_template": "{context!r}"}, "system_prompt_template"),
+    ("ovos-memory-plugin-local-rag", {"user_template": "{context.__class__}"}, "user_template"),
+    ("ovos-memory-plugin-composite", {"user_template": "{header:{context}}"}, "user_template"),
+    ("ovos-memory-plugin-entity", {"backend": "sqllite"}, "backend"),
+    ("ovos-memory-plugin-longterm", {"backend": "sqllite"}, "backend"),
+    ("ovos-memory-plugin-redis", {"url": "http://localhost:6379"}, "url"),
+    ("ovos-memory-plugin-recency", {"max_history": 10**30}, "max_history"),
+]
+
+
+@pytest.mark.parametrize(("entry_point", "config", "key"), BAD_CONFIGS, ids=[f"{c[0].split('-')[-1]}:{c[2]}"
+                                                                              for c in BAD_CONFIGS])
+def test_a_config_the_backend_would_fail_on_is_refused_at_construction_and_by_check_config(entry_point, config, key,
+                                                                                           tmp_path):
+    from ovos_memory_plugins._cli.check import _check_block
+
+    with pytest.raises(ConfigError) as caught:
+        make_memory(entry_point, tmp_path / "store", config).close()
+    assert f"'{key}'" in str(caught.value), str(caught.value)
+    problems = _check_block(entry_point, config)
+    assert any(f"'{key}'" in p for p in problems), f"check-config calls it valid: {problems}"
+    record("misuse", (f"a bad value ({key})", entry_point), tried=1, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+def test_check_config_reports_every_problem_at_once_with_did_you_mean(tmp_path, capsys):
+    from ovos_memory_plugins.cli import main
+
+    persona = tmp_path / "persona.json"
+    persona.write_text(json.dumps({
+        "name": "Kitchen", "handlers": ["ovos-chat-openai-plugin"],
+        "ovos-chat-openai-plugin": {"api_url": "http://127.0.0.1:1/v1", "allow_system_prompts": True},
+        "memory_module": "ovos-memory-plugin-composite",
+        "ovos-memory-plugin-composite": {"members": [
+            {"module": "ovos-memory-plugin-redis", "config": {"url": "http://localhost:6379", "max_history": 10**30}},
+            {"module": "ovos-memory-plugin-lexicl", "config": {}},
+            {"module": "ovos-memory-plugin-entity", "config": {"backend": "sqllite", "max_facts": -1}},
+            {"module": "ovos-memory-plugin-lexical", "config": {"retrieval": {"extra_stopwords": [1]},
+                                                               "user_template": "{utterance:>9}"}},
+        ]}}))
+    code = main(["check-config", str(persona)])
+    err = capsys.readouterr().err
+    expected = ["'max_history'", "'url'", "did you mean 'ovos-memory-plugin-lexical'", "'backend'", "'max_facts'",
+                "'retrieval.extra_stopwords'", "'user_template'"]
+    missing = [e for e in expected if e not in err]
+    assert code == 2 and not missing, f"check-config missed {missing}:\n{err}"
+    record("misuse", ("check-config of a persona with seven errors", "ovos-memory-plugin-composite"), tried=7, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})

@@ -49,8 +49,8 @@ def test_a_command_that_cannot_reach_redis_fails_in_one_line(command, tmp_path, 
     server = RedisServer().start()
     config = _redis_config(server)
     export = tmp_path / "export.json"
-    export.write_text(json.dumps({"plugin": REDIS, "session_id": "s",
-                                  "window": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}))
+    window = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    export.write_text(json.dumps({"plugin": REDIS, "session_id": "s", "window": window}))
     try:
         server.stop()
         args = [a.replace("{file}", str(export)) for a in command]
