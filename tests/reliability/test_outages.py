@@ -170,7 +170,7 @@ def test_a_malformed_import_is_a_clear_error_and_changes_nothing(entry_point, ba
     message = str(caught.value)
     assert "export" in message or "session_id" in message, f"the error does not say what is wrong: {message}"
     assert after == before and files_after == files_before, "a refused import changed the store"
-    record("misuse", (f"import of {bad}", entry_point), tried=1, **{
+    record("misuse", ("an import of the wrong shape", entry_point), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 

@@ -310,6 +310,6 @@ def test_forget_leaves_no_byte_of_the_session_in_any_file_at_any_store_size(name
     assert not left, f"forget() at {size} exchanges left the session in: {left}"
     bystander_whole = kept == kept_before and any(kept.values())
     assert bystander_whole, f"forget() touched the other session: {kept_before} -> {kept}"
-    record("privacy-size", (name, f"{size:,}"), **{
+    record("privacy-size", (name, f"{size:>5,}"), **{  # right-aligned: rows sort by size
         "files searched": len(files), "bytes searched": sum(len(b) for b in files.values()), "remnants found": 0,
         "other session intact": bystander_whole, "forget took (s)": round(took, 2)})
