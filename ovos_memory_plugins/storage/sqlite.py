@@ -405,8 +405,9 @@ class Database:
         page split leaves old copies of rows, which secure_delete does not reach), or in the WAL.
 
         Costs a rewrite of the whole file (1.1 s for a 100,000-exchange keyword store,
-        ``benchmarks/bench_forget.py``) and as much free disk as the file, so only forget() calls it. False (logged) if it could not run: the rows
-        are deleted all the same, but their bytes may stay in the file until a later compact().
+        ``benchmarks/bench_forget.py``) and as much free disk as the file, so only forget() calls
+        it. False (logged) if it could not run: the rows are deleted all the same, but their bytes
+        may stay in the file until a later compact().
         """
         if self.is_memory:
             return True

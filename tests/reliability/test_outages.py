@@ -23,6 +23,7 @@ from tests.reliability._harness import (
     make_memory,
     marker,
     markers_in,
+    namespaced,
     persistent_entry_points,
     spec_for,
     views,
@@ -103,17 +104,13 @@ def test_messages_held_while_redis_is_down_reach_it_in_order_once_it_is_back(tmp
 
 @pytest.mark.parametrize("entry_point", [ep for ep in persistent_entry_points()] + ["ovos-memory-plugin-composite"])
 def test_importing_the_same_export_twice_changes_nothing(entry_point, tmp_path):
-    config = {**spec_for(entry_point).keep_all}
-    if spec_for(entry_point).namespace_key:
-        config[spec_for(entry_point).namespace_key] = f"rel:import:{uuid.uuid4().hex}"
+    config = namespaced(entry_point, spec_for(entry_point).keep_all, "import")
     with make_memory(entry_point, tmp_path / "source", config) as source:
         for n in range(3):
             source.update_history(exchange("imp", n), "s")
         source.flush(patience(30))
         exported = json.loads(json.dumps(source.export("s")))
-    target_config = dict(config)
-    if spec_for(entry_point).namespace_key:
-        target_config[spec_for(entry_point).namespace_key] = f"rel:import:{uuid.uuid4().hex}"
+    target_config = namespaced(entry_point, config, "import")
     with make_memory(entry_point, tmp_path / "target", target_config) as target:
         target.import_session(exported, "t")
         target.flush(patience(30))
@@ -153,9 +150,7 @@ IMPORT_CASES = [(ep, name, data) for ep in entry_points() for name, data, kinds 
 
 @pytest.mark.parametrize(("entry_point", "bad", "data"), IMPORT_CASES, ids=[f"{c[0]}-{c[1]}" for c in IMPORT_CASES])
 def test_a_malformed_import_is_a_clear_error_and_changes_nothing(entry_point, bad, data, tmp_path):
-    config = {**spec_for(entry_point).keep_all}
-    if spec_for(entry_point).namespace_key:
-        config[spec_for(entry_point).namespace_key] = f"rel:import:{uuid.uuid4().hex}"
+    config = namespaced(entry_point, spec_for(entry_point).keep_all, "import")
     folder = tmp_path / "store"
     with make_memory(entry_point, folder, config) as memory:
         memory.update_history(exchange("keep", 0), "s")

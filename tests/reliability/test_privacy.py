@@ -23,6 +23,7 @@ from tests.reliability._harness import (
     make_memory,
     marker,
     members_of,
+    namespaced,
     redis_prefix,
     redis_texts,
     spec_for,
@@ -71,10 +72,7 @@ def _flush(memory: Any) -> None:
 @pytest.mark.parametrize(("name", "entry_point", "overrides"), CASES, ids=[c[0] for c in CASES])
 def test_forget_leaves_no_row_file_key_or_summary_of_the_session(name, entry_point, overrides, tmp_path):
     folder = tmp_path / "store"
-    config = dict(overrides)
-    spec = spec_for(entry_point)
-    if spec.namespace_key:
-        config[spec.namespace_key] = f"rel:privacy:{uuid.uuid4().hex}"
+    config = namespaced(entry_point, overrides, "privacy")
     victim, bystander = f"victim{uuid.uuid4().hex[:8]}", f"bystander{uuid.uuid4().hex[:8]}"
     secrets = [marker("v", n) for n in range(TURNS)]
     kept = [marker("b", n) for n in range(TURNS)]
@@ -278,10 +276,7 @@ def test_forget_leaves_no_byte_of_the_session_in_any_file_at_any_store_size(name
         monkeypatch.setattr(cls, "index_delay", 3600.0)
 
     folder = tmp_path / "store"
-    config = dict(overrides)
-    spec = spec_for(entry_point)
-    if spec.namespace_key:
-        config[spec.namespace_key] = f"rel:privacy:{uuid.uuid4().hex}"
+    config = namespaced(entry_point, overrides, "privacy")
     # Tags share no first letter with anything else stored, so the index's prefix compression
     # cannot hide a remnant from a byte search: a term that survives is stored whole at least once.
     victim_tag, bystander_tag = f"xv{uuid.uuid4().hex[:6]}", f"qb{uuid.uuid4().hex[:6]}"
