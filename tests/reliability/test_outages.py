@@ -171,3 +171,27 @@ def test_a_malformed_import_is_a_clear_error_and_changes_nothing(entry_point, ba
 
 def _files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.glob("*") if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+
+
+def test_a_composite_whose_redis_member_is_down_never_reports_a_whole_forget(tmp_path):
+    from ovos_memory_plugins.composite import CompositeMemory
+    from ovos_memory_plugins.errors import StorageError
+
+    server = RedisServer().start()
+    try:
+        members = [{"module": REDIS, "config": _redis_config(server)},
+                   {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}}]
+        with CompositeMemory({"members": members}) as memory:
+            memory.update_history(exchange("f", 0), "s")
+            memory.flush(patience(30))
+            server.stop()
+            with pytest.raises(StorageError):
+                memory.forget("s")
+            with pytest.raises(StorageError):
+                memory.sessions()
+            left = views(memory.members[1].memory.export("s"))
+    finally:
+        server.cleanup()
+    assert not any(left.values()), f"the reachable member did not forget: {left}"
+    record("outage", ("Redis member down: composite forget and sessions", "ovos-memory-plugin-composite"), tried=2,
+           **{"failed loudly or done": True, "reported done but not done": 0, "lost": 0, "duplicated": 0})
