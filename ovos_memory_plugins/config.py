@@ -23,6 +23,7 @@ import dataclasses
 import difflib
 import math
 import string
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -155,7 +156,8 @@ def _item_kind(cls: type, name: str) -> type | None:
     if kinds is None:
         kinds = _ITEM_KINDS[cls] = {}
         for field_name, hint in typing.get_type_hints(cls).items():
-            for option in (typing.get_args(hint) if typing.get_origin(hint) is typing.Union else ()) or (hint,):
+            union = typing.get_origin(hint) in (typing.Union, types.UnionType)  # Optional[...] or X | None
+            for option in (typing.get_args(hint) if union else ()) or (hint,):
                 if typing.get_origin(option) is list and typing.get_args(option):
                     item = typing.get_args(option)[0]
                     item = typing.get_origin(item) or item
