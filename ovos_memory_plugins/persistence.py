@@ -63,14 +63,9 @@ class SqliteStore:
         self.db.migrate(f"persistence:{self.table}", [m.format(t=self.table) for m in _SESSIONS_MIGRATIONS])
 
     def load(self, session_id: str) -> dict[str, Any]:
-        rows = self.db.execute(
+        return self.db.query(
             f"SELECT summary, recent, exchange_count, updated_at, extra FROM {self.table} WHERE session_id = ?",
-            (session_id,))
-        try:
-            return _row_record(rows[0], session_id) if rows else {}
-        except StoreDamaged as exc:
-            self.db.damaged(exc)
-            raise
+            (session_id,), lambda rows: _row_record(rows[0], session_id) if rows else {})
 
     def save(self, session_id: str, record: dict[str, Any], con: Any = None) -> None:
         if con is None:

@@ -45,12 +45,8 @@ class SqliteRecordStore:
         db.migrate(f"records:{self.table}", [m.format(t=self.table) for m in _RECORD_MIGRATIONS])
 
     def load(self, session_id: str) -> dict[str, Any]:
-        rows = self.db.execute(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,))
-        try:
-            return self._parse(rows[0][0], session_id) if rows else {}
-        except StoreDamaged as exc:
-            self.db.damaged(exc)
-            raise
+        return self.db.query(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,),
+                             lambda rows: self._parse(rows[0][0], session_id) if rows else {})
 
     def load_field(self, session_id: str, field: str) -> Any:
         """One field of the record (None if absent), parsed by SQLite without the rest."""

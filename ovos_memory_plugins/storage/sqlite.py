@@ -280,17 +280,24 @@ class Database:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Run one read statement and return all rows (from the new file, if this one was damaged)."""
+        return self.query(sql, params, list)
+
+    def query(self, sql: str, params: Sequence[Any], parse: Callable[[list[Any]], T]) -> T:
+        """``parse(rows)`` of one read statement, under the same lock. A parse that finds stored
+        bytes damaged (:class:`StoreDamaged`) counts as SQLite's own damage error: the file is set
+        aside, and the read runs again on the new one."""
         with self._lock:
             self._check_open()
             try:
-                return self._fetch(sql, params)
+                return self._parsed(sql, params, parse)
             except StoreReplaced:
-                return self._fetch(sql, params)
+                return self._parsed(sql, params, parse)
 
-    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+    def _parsed(self, sql: str, params: Sequence[Any], parse: Callable[[list[Any]], T]) -> T:
         try:
             with map_sqlite_errors(f"read from {self.path}"):
-                return self._con.execute(sql, params).fetchall()
+                rows = self._con.execute(sql, params).fetchall()
+            return parse(rows)
         except StorageError as exc:
             if not self._depth:  # inside a transaction, its owner replaces the file and runs it again
                 self._replace_if_damaged(exc)
@@ -330,15 +337,6 @@ class Database:
             raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
 
     # -- a damaged or replaced file --------------------------------------------------------
-    def damaged(self, exc: BaseException) -> None:
-        """Report what a reader found damaged in bytes SQLite returned (:class:`StoreDamaged`): the
-        file is set aside and :class:`StoreReplaced` raised. Inside a transaction, raise ``exc``
-        instead: the transaction's end replaces the file and runs it again."""
-        with self._lock:
-            if not self._depth:
-                self._replace_if_damaged(exc)
-        raise exc
-
     def _replace_if_damaged(self, exc: BaseException) -> None:
         """If ``exc`` says the file is damaged: set it aside, start a new one, raise StoreReplaced."""
         damage = damage_of(exc)
@@ -348,6 +346,9 @@ class Database:
         try:
             with contextlib.suppress(sqlite3.Error):
                 self._con.close()
+            if _identity(self.path) != self._identity:  # another process set it aside already: follow it
+                self._reopen()
+                raise StoreReplaced(f"{self.path} was damaged ({damage}) and replaced elsewhere") from exc
             try:
                 set_aside(self.path, damage)
             except (OSError, StorageError) as err:

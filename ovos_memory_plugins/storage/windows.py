@@ -193,15 +193,10 @@ class SqliteWindowStore:
         t = self.table
         cutoff = policy.cutoff()
         limit = policy.max_messages or -1
-        rows = self.db.execute(
+        return self.db.query(
             f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND ts >= ? ORDER BY id DESC LIMIT ?",
             (session_id, cutoff if cutoff is not None else float("-inf"), limit),
-        )
-        try:
-            return [_row_message(r) for r in reversed(rows)]
-        except StoreDamaged as exc:
-            self.db.damaged(exc)
-            raise
+            lambda rows: [_row_message(r) for r in reversed(rows)])
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT DISTINCT session_id FROM {self.table} ORDER BY session_id")]

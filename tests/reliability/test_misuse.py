@@ -26,15 +26,15 @@ from tests.reliability._report import record
 
 #: Backends and store kinds that take a path: (name, entry point, overrides besides db_path).
 PATH_CASES = [
-    ("recency (sqlite)", "ovos-memory-plugin-recency", {}),
-    ("recency (json)", "ovos-memory-plugin-recency", {"backend": "json"}),
-    ("short-term", "ovos-memory-plugin-short-term", {}),
-    ("lexical", "ovos-memory-plugin-lexical", {}),
-    ("local-rag", "ovos-memory-plugin-local-rag", {}),
-    ("longterm (json)", "ovos-memory-plugin-longterm", {}),
-    ("longterm (sqlite)", "ovos-memory-plugin-longterm", {"backend": "sqlite"}),
-    ("entity (json)", "ovos-memory-plugin-entity", {}),
-    ("entity (sqlite)", "ovos-memory-plugin-entity", {"backend": "sqlite"}),
+    ("ovos-memory-plugin-recency", "ovos-memory-plugin-recency", {}),
+    ("ovos-memory-plugin-recency (json)", "ovos-memory-plugin-recency", {"backend": "json"}),
+    ("ovos-memory-plugin-short-term", "ovos-memory-plugin-short-term", {}),
+    ("ovos-memory-plugin-lexical", "ovos-memory-plugin-lexical", {}),
+    ("ovos-memory-plugin-local-rag", "ovos-memory-plugin-local-rag", {}),
+    ("ovos-memory-plugin-longterm", "ovos-memory-plugin-longterm", {}),
+    ("ovos-memory-plugin-longterm (sqlite)", "ovos-memory-plugin-longterm", {"backend": "sqlite"}),
+    ("ovos-memory-plugin-entity", "ovos-memory-plugin-entity", {}),
+    ("ovos-memory-plugin-entity (sqlite)", "ovos-memory-plugin-entity", {"backend": "sqlite"}),
 ]
 
 
