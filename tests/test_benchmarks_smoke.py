@@ -279,3 +279,14 @@ def test_a_section_written_into_the_report_replaces_its_earlier_self_and_survive
     assert text.count("section:start busy-turns") == 1 and "40 / 99 / 99" in text and "old body" in text
     kept = report.kept_sections(text)
     assert kept.strip().startswith("<!-- section:start busy-turns") and "40 / 99 / 99" in kept
+
+
+def test_the_forget_benchmark_runs_on_a_small_store(tmp_path):
+    import os
+    import subprocess
+
+    out = subprocess.run([sys.executable, str(BENCH / "bench_forget.py"), "--n", "300"], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "XDG_DATA_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    figures = json.loads(out.stdout)
+    assert figures["exchanges"] == 300 and figures["of which the rewrite (VACUUM + WAL emptied) s"] > 0
