@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
-from ovos_memory_plugins._core.worker import BackgroundWorker, in_background, run_as_background
-from ovos_memory_plugins._retrieval.model_gate import ModelGate
+from ovos_memory_plugins._core.worker import BackgroundWorker
 from ovos_memory_plugins.composite import CompositeMemory
 from ovos_memory_plugins.embedders import E5Embedder
 from ovos_memory_plugins.entity import EntityMemory
@@ -113,6 +112,9 @@ def test_a_query_runs_while_a_background_call_holds_the_model(engine):
 
 
 def test_a_background_call_does_not_start_while_a_query_is_waiting_or_running():
+    from ovos_memory_plugins._core.worker import in_background, run_as_background
+    from ovos_memory_plugins._retrieval.model_gate import ModelGate
+
     gate = ModelGate()
     started = threading.Event()
 
@@ -304,3 +306,32 @@ def test_a_redis_turn_returns_while_compaction_waits_for_the_summary(redis_serve
         release.set()
     assert memory.flush(patience(30))
 
+
+
+@pytest.mark.redis
+def test_a_redis_turn_returns_while_the_summary_endpoint_hangs_and_summaries_queue(redis_server_url, blocked_llm,  # noqa: F811
+                                                                                   closing):
+    import uuid
+
+    from ovos_memory_plugins.redis_memory import RedisMemory
+
+    memory = closing(RedisMemory({"url": redis_server_url, "prefix": f"t{uuid.uuid4().hex}", "api_url": blocked_llm.url,
+                                  "request_timeout": patience(60), "compact_threshold": 2, "keep_recent": 1}))
+    try:
+        for i in range(4):
+            memory.update_history(exchange(f"question {i}", f"answer {i}"), "s0")
+        wait_for_request(blocked_llm)  # one compaction is inside a call that does not answer
+        for session in ("s0", "s1", "s2", "s3"):  # more compactions queue up behind it
+            for i in range(4, 8):
+                returned, _ = within(lambda s=session, i=i: memory.update_history(
+                    exchange(f"question {i}", f"answer {i}"), s), patience(5))
+                assert returned, "update_history waited for the summary endpoint"
+        for session in ("s0", "s3"):
+            returned, context = within(lambda s=session: memory.build_conversation_context("what now?", s),
+                                       patience(5))
+            assert returned, "the turn waited for the summary endpoint"
+            assert context[-1].content == "what now?" and "answer 7" in [m.content for m in context]
+        assert not blocked_llm.release.is_set()
+    finally:
+        blocked_llm.release.set()
+    assert memory.flush(patience(60))
