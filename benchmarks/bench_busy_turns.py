@@ -343,6 +343,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"{LONG_WORDS:,} words (LoCoMo sentences). A *busy* turn started while local-rag still had exchanges "
              "to embed. Times in ms: median / p99 / max (n). Targets: a busy `build_conversation_context` "
              f"p99 <= {TARGET_P99_MS:.0f} ms and max <= {TARGET_MAX_MS:.0f} ms with 16 long replies. "
+             "*Found by opening words*: the long exchanges a search with the reply's opening 40 words ranks in "
+             "its top 5 (a long reply's vector is the mean of its windows, so its opening words weigh a 17th of it). "
              "See `benchmarks/bench_busy_turns.py` for the protocol.", ""]
     if report.get("single"):
         lines += ["| backend | long replies per round | busy turns | target | quiet turns | update_history "
@@ -355,7 +357,7 @@ def markdown(report: dict[str, Any]) -> str:
                 lines.append(f"| {run['backend']} | {case['long']} | {_cell(case['build_busy'])} | "
                              f"{_verdict(case['build_busy'])} | {_cell(case['build_quiet'])} | "
                              f"{_cell(case['update_busy'])} | {v['flush_s']:.0f} s | {_lost(v)} | {_found(v)} |")
-        lines.append("")
+        lines += ["", _targets(report["single"]), ""]
     if report.get("multi"):
         lines += ["Several processes on one store (each thread its own session; one reply per thread and round, "
                   "then turns). The rows with 20-word replies have almost no background work: they are what that "
@@ -371,8 +373,28 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{_cell(run['update_busy'])} | {' + '.join(map(str, run['embedded']))} "
                          f"({run['documents']}) | {lost} |")
         lines.append("")
+    if max(max(r["load_before"][0], r["load_after"][0]) for r in runs) > report["cores"]:
+        lines += ["The load average was above the number of cores: other work shared them, so the slowest turns "
+                  "include time spent waiting for a core, not only for this memory. Rerun on a quiet machine to "
+                  "compare.", ""]
     lines.append("<!-- section:end -->")
     return "\n".join(lines)
+
+
+def _targets(single_runs: list[dict[str, Any]]) -> str:
+    """One sentence: do the targets (16 long replies) hold, per backend."""
+    said = []
+    for run in single_runs:
+        for case in run["cases"]:
+            busy = case["build_busy"]
+            if case["long"] == 16 and busy.get("n"):
+                held = "hold" if _verdict(busy) == "meets" else "do not hold"
+                said.append(f"{run['backend']}: p99 {busy['p99']:,.0f} ms, max {busy['max']:,.0f} ms, "
+                            f"the targets {held}")
+    if not said:
+        return "The targets are judged with 16 long replies, which this run did not measure."
+    return (f"**With 16 long replies** ({'; '.join(said)}). With 32 busy turns per case, p99 is close to the "
+            "slowest turn.")
 
 
 def _parts(run: dict[str, Any]) -> str:

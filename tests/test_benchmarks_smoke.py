@@ -266,7 +266,10 @@ def test_the_busy_turns_section_says_whether_the_targets_are_met_and_what_was_lo
     met = busy.markdown(_busy_report(120.0))
     assert "| local-rag | 16 | 40 / 120 / 120 (n=32) | meets |" in met and "| none |" in met
     assert "| 4 x 4 | 4,800 |" in met and "3 + 5 (8)" in met and "1 pending" in met  # lost work is reported
-    assert "| misses |" in busy.markdown(_busy_report(151.0))
+    assert "local-rag: p99 120 ms, max 120 ms, the targets hold" in met and "waiting for a core" not in met
+    missed = busy.markdown({**_busy_report(151.0), "load_after": (5.0, 1.0, 1.0)})
+    assert "| misses |" in missed and "the targets do not hold" in missed
+    assert "waiting for a core" in missed  # a loaded machine is said so next to its numbers
 
 
 def test_a_section_written_into_the_report_replaces_its_earlier_self_and_survives_a_new_report(tmp_path):
