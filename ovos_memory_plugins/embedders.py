@@ -369,9 +369,10 @@ class E5Embedder(_PackagedEmbedder):
             if added:
                 os.environ.pop("OMP_NUM_THREADS", None)
         # omp_set_num_threads, found through the engine's own handle (so it is the OpenMP
-        # runtime the engine uses); it sets the calling thread's team size only.
-        self._omp_set = getattr(getattr(model, "_lib", None), "omp_set_num_threads", None)
-        self._dynamic = self.settings.dynamic_threads and added
+        # runtime the engine uses); it sets the calling thread's team size only. A count the
+        # user set in OMP_NUM_THREADS is left alone, for turns and background calls alike.
+        self._omp_set = getattr(getattr(model, "_lib", None), "omp_set_num_threads", None) if added else None
+        self._dynamic = self.settings.dynamic_threads
         self._overhead = max(0, int(model.token_count("")) - 1)
         return model
 
