@@ -1,18 +1,23 @@
-"""The hybrid preset's turn cost against the sum of its members' turns (issue 6).
+"""The hybrid preset's turn cost against the sum of its members' turns.
 
 The composite (``preset: "hybrid"``: recency + lexical + local-rag, both with neighbour context,
-+ entity) and each of its four members alone, every one in its own folder, get the same ``--n``
-exchanges. Then, in turns, each memory gets a ``build_conversation_context`` (6-word query) and an
++ entity, score fusion) and each of its four members alone, every one in its own folder, hold the
+same ``--n`` exchanges. The members alone are fed first; the composite's members then start from
+copies of their files (the same plugins and configs, so the same stores, embedded once). Then,
+in turns, each memory gets a ``build_conversation_context`` (6-word query) and an
 ``update_history``; the five are interleaved call by call so machine noise hits them alike.
-Background work (embedding, fact extraction) is flushed after each update, untimed, as between
-a persona's turns. Target: composite median <= sum of the members' medians + 1 ms.
+Background work (embedding, fact extraction) is flushed after each update, untimed, as between a
+persona's turns. Target: composite median <= the sum of the members' medians + 1.5 ms at 10,000
+stored exchanges (score fusion asks each retriever to score the other's candidates).
 
-Usage: python benchmarks/bench_composite.py [--n 300] [--calls 100]
+Usage: python benchmarks/bench_composite.py [--n 10000] [--calls 200]
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -23,33 +28,55 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _worker import Workload, _messages  # noqa: E402
 
 
-def build_memories(root: str) -> dict[str, Any]:
+def alone(root: str) -> dict[str, Any]:
+    """The preset's members, each alone, with its files under ``root``."""
     from ovos_memory_plugins._core.loading import load_memory_class
-    from ovos_memory_plugins.composite import HYBRID_PRESET, CompositeMemory
+    from ovos_memory_plugins.composite import HYBRID_PRESET
 
-    os.environ["XDG_DATA_HOME"] = os.path.join(root, "xdg")  # where the preset's relative paths land
-    memories: dict[str, Any] = {"composite (hybrid preset)": CompositeMemory({"preset": "hybrid"})}
+    memories = {}
     for spec in HYBRID_PRESET:
         config = dict(spec["config"])
-        config["db_path"] = os.path.join(root, "alone-" + config["db_path"])
+        config["db_path"] = os.path.join(root, config["db_path"])
         memories[spec["module"].replace("ovos-memory-plugin-", "")] = load_memory_class(spec["module"])(config)
+    return memories
+
+
+def build_memories(root: str, n: int, work: Workload) -> dict[str, Any]:
+    from ovos_memory_plugins._core.paths import default_path
+    from ovos_memory_plugins.composite import CompositeMemory
+
+    os.environ["XDG_DATA_HOME"] = os.path.join(root, "xdg")  # where the preset's relative paths land
+    members_root = os.path.join(root, "alone")
+    os.makedirs(members_root)
+    members = alone(members_root)
+    for i in range(n):
+        exchange = _messages(*work.exchange())
+        for memory in members.values():
+            memory.update_history(exchange, "bench")
+        if i % 1000 == 999:
+            print(f"  {i + 1:,} exchanges stored", file=sys.stderr, flush=True)
+    for memory in members.values():
+        memory.flush()
+        memory.close()
+    target = os.path.dirname(default_path("x"))
+    os.makedirs(target, exist_ok=True)
+    for path in glob.glob(os.path.join(members_root, "*")):  # with -wal/-shm: a copy as the files stand
+        shutil.copy(path, target)
+    memories: dict[str, Any] = {"composite (hybrid preset)": CompositeMemory({"preset": "hybrid"})}
+    memories.update(alone(members_root))
+    for memory in memories.values():
+        memory.flush()
     return memories
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=300, help="exchanges stored before timing")
-    parser.add_argument("--calls", type=int, default=100, help="timed turns per memory")
+    parser.add_argument("--n", type=int, default=10_000, help="exchanges stored before timing")
+    parser.add_argument("--calls", type=int, default=200, help="timed turns per memory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-composite-") as root:
-        memories = build_memories(root)
         work = Workload(seed=3)
-        for _ in range(args.n):
-            exchange = _messages(*work.exchange())
-            for memory in memories.values():
-                memory.update_history(exchange, "bench")
-        for memory in memories.values():
-            memory.flush()
+        memories = build_memories(root, args.n, work)
         build: dict[str, list[float]] = {name: [] for name in memories}
         update: dict[str, list[float]] = {name: [] for name in memories}
         for _ in range(args.calls):
@@ -73,7 +100,7 @@ def report(build: dict[str, list[float]], update: dict[str, list[float]], args: 
 
     names = list(build)
     composite, members = names[0], names[1:]
-    print(f"# Hybrid preset turn cost; {args.n} exchanges stored, {args.calls} turns each; "
+    print(f"# Hybrid preset turn cost; {args.n:,} exchanges stored, {args.calls} turns each; "
           f"load average {os.getloadavg()[0]:.2f}")
     print("| memory | build median ms | update median ms | turn (sum) ms |")
     print("|---|---|---|---|")
@@ -84,7 +111,7 @@ def report(build: dict[str, list[float]], update: dict[str, list[float]], args: 
     print(f"| sum of the members | {b:.2f} | {u:.2f} | {b + u:.2f} |")
     turn = ms(build[composite]) + ms(update[composite])
     print(f"\ncomposite turn {turn:.2f} ms vs members' sum {b + u:.2f} ms: "
-          f"{turn - (b + u):+.2f} ms (target: at most +1 ms)")
+          f"{turn - (b + u):+.2f} ms (target: at most +1.5 ms)")
 
 
 if __name__ == "__main__":
