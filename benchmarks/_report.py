@@ -171,6 +171,31 @@ def locomo_tables(results: dict[str, Any]) -> list[str]:
                 per = [f"{_k(c['by_category'][cat], 5)['recall']:.2f} / {_k(c['by_category'][cat], 10)['recall']:.2f}"
                        f" (n={_k(c['by_category'][cat], 5)['n']})" for cat in cats]
                 out.append("| " + " | ".join([c["package"], c["backend"], c.get("embedder") or "–"] + per) + " |")
+    return out + [""] + _conversation_table(cells)
+
+
+def _recall_chars(stats: dict[str, Any]) -> str:
+    return f"{stats['recall']:.3f} / {_num(stats['mean_chars'], 0)}"
+
+
+def _conversation_table(cells: list[dict[str, Any]]) -> list[str]:
+    """R@5 / chars@5 per conversation and, for turns (``--context``), what the context adds."""
+    ok = [c for c in cells if c.get("ok") and c.get("by_conversation")]
+    convs = sorted({conv for c in ok for conv in c["by_conversation"]})
+    if not convs:
+        return []
+    out = ["Recall@5 / chars@5 per conversation; for the hybrid preset also the questions asked as turns: the "
+           "characters the context adds besides the window (recalled exchanges, facts; with the recall header "
+           "and bullets) and the share of questions with an evidence turn in it:", "",
+           "| package | backend | embedder | " + " | ".join(convs) + " | added chars | in context |",
+           "|---|---|---|" + "---|" * (len(convs) + 2)]
+    for c in ok:
+        per = [_recall_chars(_k(c["by_conversation"][conv], 5)) if conv in c["by_conversation"] else "–"
+               for conv in convs]
+        o5 = _k(c["overall"], 5)
+        added = (f"{_num(o5['added_chars'], 0)} ({_num(o5['added_total_chars'], 0)})", f"{o5['in_context']:.3f}") \
+            if "added_chars" in o5 else ("–", "–")
+        out.append("| " + " | ".join([c["package"], c["backend"], c.get("embedder") or "–", *per, *added]) + " |")
     return out + [""]
 
 
@@ -294,15 +319,24 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "(what the recall costs in prompt size). See `benchmarks/locomo.py` for the exact protocol. "
               "Data: Maharana et al., ACL 2024, CC BY-NC 4.0.",
               "",
+              "Our backends that have `import_exchanges` get the same exchanges through it, each with its "
+              "session's date (`session_<n>_date_time`), as a user restoring a chat log would import them; "
+              "the stored exchanges are the same, only their times differ (the reference has no such call and is "
+              "fed turn by turn).",
+              "",
               "*-neighbours* rows index each exchange with the exchanges before and after it "
               "(`retrieval.neighbour_weight: 0.5`); *composite-plain* fuses lexical and local-rag at their "
               "defaults (rrf); *composite-hybrid* is the hybrid preset (recency + lexical + local-rag, both "
-              "with neighbours, + entity; rrf).", ""] + locomo_tables(results)
+              "with neighbours, + entity; score fusion with the shipped weights, fitted on these three "
+              "conversations); *composite-hybrid-loco* the same, each conversation scored with the weights "
+              "`benchmarks/fit_fusion.py` fits on the other two (the honest estimate); *composite-hybrid-rrf* the "
+              "preset's members with rank fusion, the preset before score fusion.", ""] + locomo_tables(results)
     if images:
         lines += ["## Plots", ""] + [f"![{name}](img/{name})" for name in images] + [""]
     lines += ["## Reproduce", "", "```", "make bench        # python benchmarks/run.py --full",
               "make bench-quick  # python benchmarks/run.py --quick (CI smoke run, < 2 minutes)",
               "python benchmarks/locomo.py --backend lexical|local-rag|composite-hybrid [--embedder e5|minilm]",
+              "python benchmarks/fit_fusion.py        # score-fusion weights, leave one conversation out",
               "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5 (issue 3)",
               "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members' (issue 6)",
               "```", "",

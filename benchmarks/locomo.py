@@ -388,6 +388,9 @@ def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[st
             {"module": member + "recency", "config": {}},
             {"module": member + "lexical", "config": lexical}]}),
     }
+    # Leave one conversation out: the preset with weights fitted without the conversation it is
+    # scored on (their overrides come from fit_fusion.py --folds: locomo.py --fold-weights, run.py).
+    configs["composite-hybrid-loco"] = configs["composite-hybrid"]
     for fusion in ("rrf", "weighted"):  # the preset's members with the rank fusions
         configs[f"composite-hybrid-{fusion}"] = (configs["composite-hybrid"][0],
                                                  {**configs["composite-hybrid"][1], "fusion": fusion})
