@@ -311,7 +311,7 @@ def test_check_config_of_a_bare_block_with_module(tmp_path, capsys):
     assert "'max_history' must be int" in capsys.readouterr().err
 
 
-# -- persona wiring (SPEC B 3.1) -------------------------------------------------------------------
+# -- persona wiring (as ovos-persona loads its memory) ----------------------------------------------------
 def test_an_absent_memory_module_means_the_persona_default_short_term_memory(tmp_path):
     persona = load_persona(write_persona(tmp_path / "p.json", "http://x/v1", memory_module="absent"))
     assert persona.memory_module == PERSONA_DEFAULT_MEMORY
@@ -644,3 +644,12 @@ def test_a_failing_turn_is_reported_in_one_line_and_records_nothing(tmp_path):
     assert len(errors) == 1 and "HTTP 500" in errors[0] and "Traceback" not in result.stderr
     with open_memory("ovos-memory-plugin-recency", block) as memory:
         assert memory.sessions() == []
+
+
+def test_version_prints_the_package_version(capsys):
+    from ovos_memory_plugins import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"ovos-memory {__version__}"
