@@ -1,17 +1,19 @@
 """``CompositeMemory``: several memories in one ``memory_module`` slot, fused into one context.
 
 Members are any ``opm.agents.memory`` plugins. Those with ``search()`` are *retrievers*: their
-hits are fused (rrf by default) into one deduplicated ranked list. The others are *plain*
-members (a summary, facts, a window): they contribute the system blocks they add. The
-*primary* member (default: the first) provides the verbatim history. ``update_history``
-writes through to every member. A member that fails to load, or raises at run time, is
-skipped and logged once; the turn goes on without it.
+hits are fused (rrf by default; score fusion, score_fusion.py, in the hybrid preset) into one
+deduplicated ranked list. The others are *plain* members (a summary, facts, a window): they
+contribute the system blocks they add. The *primary* member (default: the first) provides the
+verbatim history. ``update_history`` writes through to every member. A member that fails to
+load, or raises at run time, is skipped and logged once; the turn goes on without it.
 
 Differences from the reference, all deliberate: ``min_score`` applies after fusion (to the
-fused score for rrf and weighted), ``search()`` returns the fused hits (so a composite can be
-a member or a tool), plain members are asked only for their added blocks and never duplicate
-a system prompt, recall already in the window is not injected again, ``max_context_tokens``
-bounds the whole added context, and ``preset: "hybrid"`` gives the recommended members.
+fused score for rrf, weighted and score), ``search()`` returns the fused hits (so a composite
+can be a member or a tool), plain members are asked only for their added blocks and never
+duplicate a system prompt, recall already in the window is not injected again,
+``max_context_tokens`` bounds the whole context (the blocks included) and ``max_added_tokens``
+what is added besides the window, top-level LLM endpoint keys reach the members that take them,
+and ``preset: "hybrid"`` gives the recommended members with score fusion.
 """
 from __future__ import annotations
 
