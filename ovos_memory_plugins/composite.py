@@ -358,7 +358,7 @@ class CompositeMemory(BaseRetrievalMemory):
             scorer = getattr(member.memory, "score_candidates", None)
             cross: Sequence[float | None] = [None] * len(others)
             if others and callable(scorer):
-                cross = self._call(member, "search", lambda s=scorer, o=others: list(s(query, o, session_id)), cross)
+                cross = self._call(member, "score", lambda s=scorer, o=others: list(s(query, o, session_id)), cross)
             scored = dict(zip((hit_key(h) for h in others), cross))
             kind = getattr(member.memory, "score_kind", None)
             signals.append(Signal(kind if kind in KINDS else "semantic", member.weight,
@@ -494,7 +494,7 @@ def _accepts(cls: type, key: str, third_party: bool = True) -> bool:
 
 #: Operations where a failing member is logged and skipped whatever it raises: those of a turn
 #: (it costs its part of the turn only), and flush/close (the other members still get theirs).
-_SKIP_OPS = frozenset({"history", "update", "search", "context", "flush", "close"})
+_SKIP_OPS = frozenset({"history", "update", "search", "score", "context", "flush", "close"})
 
 
 def load_memory_plugin(name: str) -> type | None:

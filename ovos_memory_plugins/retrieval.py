@@ -333,8 +333,9 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
             known = list(dict.fromkeys(r for r in rows if r is not None))
             scores = self._score_documents(query, known, only) if known else {}
         except Exception as exc:  # noqa: BLE001 - as a failed search: this turn fuses without it
-            self._log.error("search", "%s: scoring candidates failed (%s)", self.plugin_name, exc)
+            self._log.error("score", "%s: scoring candidates failed (%s)", self.plugin_name, exc)
             return [None] * len(hits)
+        self._log.clear("score", f"{self.plugin_name}: scoring candidates works again")
         return [scores.get(r[0]) if r is not None else None for r in rows]
 
     def _score_documents(self, query: str, docs: Sequence[tuple[int, str]],

@@ -356,3 +356,18 @@ def test_a_trigram_index_with_neighbour_context_ranks_with_fts5(tmp_path, closin
     memory.update_history([AgentMessage(U, "garden party"), AgentMessage(A, "ok")], "s")
     assert memory.flush(patience(10)) and memory._mirror.search(["garden"], 5, "s") is None
     assert [h.source for h in memory.search("garden", "s")] == ["s_0"]
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_a_query_that_matches_nothing_can_be_asked_again_and_scored(tmp_path, closing, caplog, weight):
+    memory = neighbour_memory(tmp_path, closing, weight)
+    memory.update_history([AgentMessage(U, "garden party"), AgentMessage(A, "ok")], "s")
+    memory.update_history([AgentMessage(U, "tea time"), AgentMessage(A, "ok")], "t")
+    assert memory.flush(patience(10))
+    for _ in range(2):  # the second time from the kept scores of the first
+        assert memory.search("garden", "t") == []
+    garden = memory.search("garden", "s")
+    assert memory.score_candidates("garden", garden, "t") == [0.0]  # outside the session searched
+    assert memory.score_candidates("zebra", garden, "s") == [0.0]
+    assert memory.score_candidates("zebra", garden, "s") == [0.0]
+    assert "failed" not in caplog.text

@@ -44,7 +44,7 @@ class Postings:
         self.max_id = 0
         self.deleted_seq = 0
         self._version = 0                      # changes with every add and delete
-        self._last: tuple[Any, Any, Any] | None = None  # (key, docs, scores) of the last query
+        self._last: tuple[Any, Any] | None = None  # (key, (docs, scores) or None) of the last query
 
     # -- building ----------------------------------------------------------------------------
     def append_document(self, rowid: int, session_id: str) -> int:
@@ -172,9 +172,9 @@ class Postings:
                 return None
         key = (tuple(terms), code, self._version)
         if self._last is not None and self._last[0] == key:
-            return self._last[1], self._last[2]
+            return self._last[1]
         found = self._score(terms, code) if self.n_alive else None
-        self._last = (key, *(found or (None, None)))
+        self._last = (key, found)
         return found
 
     def _score(self, terms: Sequence[str], code: int | None) -> tuple[Any, Any] | None:
