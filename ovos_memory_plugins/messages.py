@@ -256,9 +256,9 @@ def fit_blocks(blocks: Sequence[AgentMessage], budget: int) -> list[AgentMessage
     items of its list. One that would keep no item (a header alone, or a one-line block) goes.
 
         >>> from ovos_plugin_manager.templates.agents import MessageRole
-        >>> facts = AgentMessage(MessageRole.SYSTEM, "Known facts:\n- likes tea\n- lives in Porto")
-        >>> [m.content for m in fit_blocks([facts], 14)]
-        ['Known facts:\n- likes tea']
+        >>> facts = AgentMessage(MessageRole.SYSTEM, "Known facts:\\n- likes tea\\n- lives in Porto")
+        >>> [m.content for m in fit_blocks([facts], 12)]
+        ['Known facts:\\n- likes tea']
         >>> fit_blocks([facts], 6)
         []
     """
