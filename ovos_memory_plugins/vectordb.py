@@ -321,6 +321,10 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
                 return [1.0 - max(0.0, 1.0 - float(next(scores))) if r is not None else None for r in rows]
 
     # -- lifecycle -----------------------------------------------------------------------
+    def compact(self) -> bool:
+        """Rewrite the file without the bytes of deleted vectors and metadata (see Database.compact)."""
+        return self._db.compact()
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

@@ -63,10 +63,10 @@ def test_an_export_import_round_trip_keeps_the_dates(tmp_path, closing):
     assert short._docs.for_session("s") == []  # imported history expires by its own date
 
 
-def test_an_exported_time_ahead_of_the_clock_is_imported_as_now(tmp_path, closing):
+def test_an_exported_time_ahead_of_the_clock_or_not_finite_is_imported_as_now(tmp_path, closing):
     memory = closing(lexical(tmp_path))
     memory.import_session({"session_id": "s", "documents": [
-        {"content": "Q: a\nA: b", "ts": time.time() + 10 * DAY}, {"content": "Q: c\nA: d", "ts": "soon"}]})
+        {"content": "Q: a\nA: b", "ts": time.time() + 10 * DAY}, {"content": "Q: c\nA: d", "ts": float("nan")}]})
     assert all(d.ts <= time.time() for d in memory._docs.for_session("s"))
 
 

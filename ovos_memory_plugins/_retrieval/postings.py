@@ -43,6 +43,7 @@ class Postings:
         self.total_tokens = 0                  # as FTS5 counts: with neighbours, their words too
         self.max_id = 0
         self.deleted_seq = 0
+        self.generation = 0  # the Database's: a file replaced since (damaged, set aside) means reload
         self._version = 0                      # changes with every add and delete
         self._last: tuple[Any, Any] | None = None  # (key, (docs, scores) or None) of the last query
 
