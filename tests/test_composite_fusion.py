@@ -16,6 +16,7 @@ from ovos_memory_plugins.fusion import FUSION_MODES
 from ovos_memory_plugins.local_rag import LocalRAGMemory
 from ovos_memory_plugins.score_fusion import ScoreWeights
 from ovos_memory_plugins.testing import FakeEmbedder
+from ovos_memory_plugins.testing.llm import FakeLLMServer
 from tests._timing import patience
 
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
@@ -148,6 +149,22 @@ def test_the_preset_takes_its_llm_endpoint_from_the_composite():
     assert (entity.client.api_url, entity.client.model) == ("http://127.0.0.1:9/v1", "tiny")
     off = entity_of(CompositeMemory({"preset": "hybrid", "api_url": None}))
     assert off.api_url is None and not off.client.available
+
+
+def test_the_presets_entity_member_calls_the_composites_endpoint(monkeypatch, closing):
+    real = composite_module.load_memory_plugin
+    monkeypatch.setattr(composite_module, "load_memory_plugin",
+                        lambda n: FakeRag if n == "ovos-memory-plugin-local-rag" else real(n))
+    with FakeLLMServer(reply='["User lives in Porto"]', model="tiny") as server:
+        memory = closing(CompositeMemory({"preset": "hybrid", "api_url": server.url, "model": "tiny",
+                                          "api_key": "k"}))
+        memory.update_history([AgentMessage(U, "I moved to a new city last month"), AgentMessage(A, "Nice")], "s")
+        assert memory.flush(patience(30))
+        chats = [r for r in server.requests if r.path.endswith("/chat/completions")]
+        assert chats, "the entity member never called the composite's endpoint"
+        assert {r.body["model"] for r in chats} == {"tiny"}
+        assert {r.headers.get("Authorization") for r in chats} == {"Bearer k"}
+        assert "User lives in Porto" in entity_of(memory).facts("s")
 
 
 def test_a_members_own_endpoint_wins_and_members_without_one_get_none(tmp_path, caplog):
