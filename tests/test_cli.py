@@ -223,6 +223,35 @@ def test_import_of_a_file_that_is_not_an_export_is_one_line(lexical, tmp_path, c
     assert_one_line_error(code, capsys.readouterr().err, ["junk.json", "session_id"])
 
 
+def test_import_exchanges_keeps_their_dates(lexical, tmp_path, capsys):
+    log = tmp_path / "history.jsonl"
+    log.write_text('{"question": "I bought a red bike", "answer": "Nice!", "ts": "2023-05-08T13:56:00Z"}\n'
+                   '{"question": "It has a bell", "ts": 1686000000}\n')
+    assert main(["import", str(log), "--exchanges", "--session", "garage", *lexical]) == 0
+    assert "imported 2 exchange(s)" in capsys.readouterr().out
+    config = json.loads(lexical[-1])
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        assert [d.ts for d in memory._docs.for_session("garage")] == [1683554160.0, 1686000000.0]
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ('[{"question": "q", "ts": "last tuesday"}]', ["history.json", "ISO 8601"]),
+    ('[{"answer": 5}]', ["history.json", "answer", "nothing was imported"]),
+    ("not json", ["history.json", "JSON lines"]),
+])
+def test_bad_past_exchanges_are_one_line(lexical, tmp_path, capsys, content, words):
+    log = tmp_path / "history.json"
+    log.write_text(content)
+    code = main(["import", str(log), "--exchanges", "--session", "garage", *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, words)
+
+
+def test_import_exchanges_needs_a_session(lexical, tmp_path, capsys):
+    log = tmp_path / "history.json"
+    log.write_text("[]")
+    assert_one_line_error(main(["import", str(log), "--exchanges", *lexical]), capsys.readouterr().err, ["--session"])
+
+
 def test_stats_counts_windows_and_documents(lexical, capsys):
     assert main(["stats", *lexical]) == 0
     out = capsys.readouterr().out
