@@ -27,6 +27,7 @@ from ovos_memory_plugins._cli.persona import (
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins.cli import main
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
+from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
 
@@ -48,10 +49,10 @@ def write_persona(path: Path, api_url: str, memory_module="ovos-memory-plugin-re
     return path
 
 
-def run_cli(*args, stdin="", timeout=60):
+def run_cli(*args, stdin="", timeout=None):
     """The command in a child process (the real console script path, with stdin)."""
     return subprocess.run([sys.executable, "-m", "ovos_memory_plugins", *args], input=stdin, text=True,
-                          capture_output=True, timeout=timeout, env=dict(os.environ))
+                          capture_output=True, timeout=timeout or patience(60), env=dict(os.environ))
 
 
 def echo_context(messages):
@@ -556,7 +557,7 @@ def test_an_interrupted_stream_still_records_what_was_said(tmp_path):
         while "is " not in seen:  # the first two pieces arrived; the server now stalls
             seen += child.stdout.read(1)
         child.send_signal(signal.SIGINT)  # Ctrl-C mid-stream
-        out, err = child.communicate("", timeout=30)
+        out, err = child.communicate("", timeout=patience(30))
     finally:
         llm.close()
         if child.poll() is None:
