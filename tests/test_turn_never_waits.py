@@ -204,6 +204,20 @@ def test_a_hybrid_turn_returns_while_the_indexers_work(tmp_path, closing, engine
     assert memory.flush(patience(30))
 
 
+def test_a_burst_of_short_exchanges_is_recalled_by_its_words_before_the_indexer_reaches_it(tmp_path, closing):
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db"), "ram_index": False}))
+    worker, memory._worker = memory._worker, None  # the indexer has not reached the burst yet
+    memory.update_history(exchange("my password hint is lighthouse", "ok"), "s")
+    for i in range(30):  # the newest pending exchanges, short: the turn reads all their words
+        memory.update_history(exchange(f"note number {i} about turnips", "ok"), "s")
+    hits = memory.search("what is my password hint?", "s")
+    assert [(h.source, h.metadata.get("pending")) for h in hits] == [("s_0", True)]
+    memory._worker = worker
+    assert memory.flush(patience(10)) and [h.source for h in memory.search("password hint", "s")] == ["s_0"]
+
+
 # -- LLM memories: a blocked model never reaches the turn ----------------------------------------
 
 @pytest.fixture

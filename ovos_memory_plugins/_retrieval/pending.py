@@ -8,9 +8,10 @@ when it holds at least half of the query's content words (stop words dropped, di
 folded, as keyword search does), ranked by that share, newest first on ties.
 
 The documents' word sets are computed by the indexer thread before its slow work
-(:meth:`PendingRecall.prepare`), so a turn only intersects sets; a turn computes at most
-``INLINE_DOCUMENTS`` missing ones itself (a burst stored a moment ago), from their first
-``INLINE_CHARS`` characters. Once indexed, a document is found by the index as usual.
+(:meth:`PendingRecall.prepare`), so a turn only intersects sets; a turn computes the missing
+ones itself (a burst stored a moment ago), newest first, from their first ``INLINE_CHARS``
+characters and up to ``INLINE_BUDGET`` characters in all. Once indexed, a document is found by
+the index as usual.
 """
 from __future__ import annotations
 
@@ -27,10 +28,12 @@ __all__ = ["PendingRecall", "merge_pending"]
 SCAN = 64
 #: Share of the query's content words a pending document must hold.
 MIN_COVERAGE = 0.5
-#: Word sets a turn may compute itself, and the characters of each it reads (a 4,800-word reply
-#: has about 27,000: ~10 ms; its head ~1 ms). The indexer completes them later.
-INLINE_DOCUMENTS = 4
+#: Word sets a turn may compute itself: from the head of each document (a 4,800-word reply has
+#: about 27,000 characters: ~10 ms; its head ~1 ms), newest first, for at most INLINE_BUDGET
+#: characters in all: a burst of short exchanges is covered whole, of long replies the newest 4.
+#: The indexer completes them later.
 INLINE_CHARS = 4000
+INLINE_BUDGET = 4 * INLINE_CHARS
 
 
 class PendingRecall:
@@ -60,7 +63,7 @@ class PendingRecall:
         pending = self._docs.pending_ids(SCAN, session_id)
         if not pending:
             return []
-        self._fill([r for r, _ in pending if r not in self._terms][:INLINE_DOCUMENTS], INLINE_CHARS)
+        self._fill([r for r, _ in pending if r not in self._terms], INLINE_CHARS, INLINE_BUDGET)
         query = set(words)
         scored = []
         for rowid, _ in pending:  # newest first: a tie goes to the latest
@@ -74,12 +77,24 @@ class PendingRecall:
         return [MemoryHit(found[r].text, found[r].doc_id, coverage, {**found[r].metadata, "pending": True})
                 for coverage, r in best if r in found]
 
-    def _fill(self, rowids: list[int], head: int | None) -> None:
+    def _fill(self, rowids: list[int], head: int | None, budget: int | None = None) -> None:
+        """Word sets of ``rowids`` (of their first ``head`` characters), in order, until
+        ``budget`` characters are spent (the first document always)."""
         if not rowids:
             return
+        texts = self._docs.texts(rowids, head)
+        chosen: dict[int, str] = {}
+        spent = 0
+        for rowid in rowids:
+            text = texts.get(rowid)
+            if text is None:
+                continue
+            if budget is not None and chosen and spent + len(text) > budget:
+                break
+            chosen[rowid] = text
+            spent += len(text)
         # Computed before taking the lock: a turn never waits for the indexer's sets.
-        made = {rowid: (term_set(text), head is not None and len(text) >= head)
-                for rowid, text in self._docs.texts(rowids, head).items()}
+        made = {rowid: (term_set(text), head is not None and len(text) >= head) for rowid, text in chosen.items()}
         with self._lock:
             for rowid, (terms, partial) in made.items():
                 if partial and rowid in self._terms and rowid not in self._partial:
