@@ -25,11 +25,14 @@ _RECORD_MIGRATIONS = (
 class SqliteRecordStore:
     """``update`` runs inside ``BEGIN IMMEDIATE``, so read-modify-write is safe across processes."""
 
+    #: The schema scripts (the PostgreSQL store has its own).
+    migrations: tuple[str, ...] = _RECORD_MIGRATIONS
+
     def __init__(self, db: Database, table: str = "records", owns_db: bool = False):
         self.db = db
         self.table = safe_table_name(table)
         self._owns = owns_db
-        db.migrate(f"records:{self.table}", [m.format(t=self.table) for m in _RECORD_MIGRATIONS])
+        db.migrate(f"records:{self.table}", [m.format(t=self.table) for m in self.migrations])
 
     def load(self, session_id: str) -> dict[str, Any]:
         rows = self.db.execute(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,))

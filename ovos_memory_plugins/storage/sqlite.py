@@ -139,6 +139,9 @@ class Database:
     open their own, and SQLite's file locks coordinate them.
     """
 
+    #: Which engine (a PostgreSQL store's ``PgDatabase`` says "postgres").
+    engine = "sqlite"
+
     def __init__(self, path: str, synchronous: str = "NORMAL", connection: sqlite3.Connection | None = None):
         self.path = MEMORY_PATH if is_memory_path(path) else path
         self._con = connection if connection is not None else _connect_or_quarantine(self.path, synchronous)

@@ -1,0 +1,393 @@
+"""PostgreSQL plumbing shared by every PostgreSQL-backed store: connection, transactions, migrations, locks.
+
+The twin of :mod:`~ovos_memory_plugins.storage.sqlite`, so that a store written for one runs on
+the other with its schema and a few statements changed:
+
+* one psycopg 3 connection per process and URL (:func:`open_pg_database`), shared by every store
+  of the process, in autocommit mode: a transaction is exactly an ``atomic()`` block (nested
+  blocks are savepoints), and an RLock serialises the process's threads on it, as for SQLite;
+* statements are written as for sqlite3 (``?`` placeholders, ``execute``/``executemany`` on the
+  connection ``atomic()`` yields), and text that PostgreSQL cannot hold (NUL characters) is
+  escaped reversibly on the way in and out, so every string SQLite keeps is kept here too;
+* ``migrate(component, MIGRATIONS)`` applies each script once, in one transaction under an
+  advisory lock (two servers starting together never race on DDL), recording it in
+  ``ovos_memory_migrations``; the first schema of the URL's ``search_path`` is created if missing;
+* ``lock_session(con, scope, session_id)``: a transaction-scoped advisory lock that serialises
+  the writers of one session (every process, every host) while other sessions write in
+  parallel. SQLite needs none: ``BEGIN IMMEDIATE`` serialises all its writers;
+* a broken connection (a server restart) is replaced at the next call; a read that meets it is
+  retried once, a write never (a commit whose answer was lost may have happened);
+* psycopg errors become :class:`~ovos_memory_plugins.errors.StorageError` subclasses at one seam.
+
+psycopg is an optional dependency (the ``[postgres]`` extra): importing this module works
+without it, and opening a database without it raises :class:`MissingDependencyError` naming
+the ``pip install`` that fixes it.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from ..errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
+
+__all__ = [
+    "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module", "redact",
+    "release_pg_database",
+]
+
+#: The URL schemes that name a PostgreSQL database (libpq accepts both).
+URL_SCHEMES = ("postgresql://", "postgres://")
+#: How long a writer waits for another process's lock (a session's, a row's) before StoreUnavailable.
+LOCK_TIMEOUT_MS = 30_000
+#: A statement running longer than this is cancelled (a turn must never hang on the database).
+STATEMENT_TIMEOUT_MS = 60_000
+#: A transaction left open this long by a hung client is ended by the server, releasing its locks.
+IDLE_IN_TRANSACTION_MS = 120_000
+#: The advisory lock every migration of every component takes ("ovosmem").
+MIGRATION_LOCK = 0x6F766F736D656D
+#: Escapes text PostgreSQL cannot store (NUL) reversibly; a private-use character.
+_ESC = "\ue000"
+
+_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS ovos_memory_migrations (
+    component text NOT NULL,
+    version integer NOT NULL,       -- index in the component's MIGRATIONS list, from 1
+    applied_at double precision NOT NULL DEFAULT extract(epoch FROM now()),
+    PRIMARY KEY (component, version)
+)"""
+
+
+def is_postgres_url(value: Any) -> bool:
+    """True for ``postgresql://...`` and ``postgres://...``."""
+    return isinstance(value, str) and value.startswith(URL_SCHEMES)
+
+
+def psycopg_module() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"a PostgreSQL store needs psycopg 3 ({exc}); pip install 'ovos-memory-plugins[postgres]'") from exc
+    return psycopg
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    head, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{head}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def lock_key(*parts: str) -> int:
+    """A signed 64-bit advisory lock key for ``parts`` (a collision only serialises more)."""
+    digest = hashlib.blake2b("\x00".join(parts).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pg_sql(sql: str) -> str:
+    """sqlite3's ``?`` placeholders in psycopg's spelling (a literal ``%`` doubled)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def _escape(text: str) -> str:
+    if "\x00" in text or _ESC in text:
+        return text.replace(_ESC, _ESC + "e").replace("\x00", _ESC + "0")
+    return text
+
+
+def _unescape(text: str) -> str:
+    if _ESC in text:
+        return text.replace(_ESC + "0", "\x00").replace(_ESC + "e", _ESC)
+    return text
+
+
+def _register_text_adapters(con: Any) -> None:
+    """Send and read every string through :func:`_escape`/:func:`_unescape` on this connection."""
+    from psycopg.adapt import Dumper, Loader
+
+    class EscapingDumper(Dumper):
+        oid = 0  # "unknown", as psycopg's own: the server infers text, regconfig, ...
+
+        def dump(self, obj: str) -> bytes:
+            return _escape(obj).encode("utf-8")
+
+    class UnescapingLoader(Loader):
+        def load(self, data: Any) -> str:
+            return _unescape(bytes(data).decode("utf-8"))
+
+    con.adapters.register_dumper(str, EscapingDumper)
+    for name in ("text", "varchar", "bpchar", "name"):
+        con.adapters.register_loader(name, UnescapingLoader)
+
+
+def _failure(exc: BaseException, what: str) -> StorageError:
+    """The StorageError for a psycopg error (StoreUnavailable when the server or a lock is the cause)."""
+    psycopg = psycopg_module()
+    errors = psycopg.errors
+    transient = (psycopg.OperationalError, errors.LockNotAvailable, errors.QueryCanceled,
+                 errors.DeadlockDetected, errors.SerializationFailure)
+    cls = StoreUnavailable if isinstance(exc, transient) else StorageError
+    return cls(f"{what}: {str(exc).strip()}")
+
+
+@contextlib.contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    psycopg = psycopg_module()
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise _failure(exc, what) from exc
+
+
+class PgConnection:
+    """The connection of an open transaction, spoken to as sqlite3's (``?`` placeholders)."""
+
+    def __init__(self, raw: Any):
+        self.raw = raw
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.raw.execute(_pg_sql(sql), params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        cur = self.raw.cursor()
+        cur.executemany(_pg_sql(sql), list(rows))
+        return cur
+
+
+class PgDatabase:
+    """One PostgreSQL connection, a lock that serialises its threads, and transaction helpers.
+
+    Share one per URL within a process (:func:`open_pg_database`); other processes and hosts
+    open their own, and PostgreSQL's locks coordinate them.
+    """
+
+    engine = "postgres"
+    is_memory = False
+
+    def __init__(self, url: str):
+        psycopg_module()
+        self.url = url
+        self.path = redact(url)  # what messages name (the SQLite Database's path)
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._closed = False
+        self._raw: Any = None
+        self._wrapper: PgConnection | None = None
+        self._locked: set[int] = set()  # session locks held by the open transaction
+        self._schema_checked = False
+        self._connection()
+
+    # -- connection ----------------------------------------------------------------------
+    def _connection(self) -> Any:
+        """The live connection, reconnecting if the last one broke (call with the lock held)."""
+        if self._closed:
+            raise StorageError(f"{self.path} is closed")
+        raw = self._raw
+        if raw is None or raw.closed or raw.broken:
+            raw = self._raw = self._connect()
+            self._wrapper = PgConnection(raw)
+        return raw
+
+    def _connect(self) -> Any:
+        psycopg = psycopg_module()
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            info = conninfo_to_dict(self.url)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"{self.path} is not a valid PostgreSQL URL: {exc}") from exc
+        # Ours first: settings the operator puts in the URL's own ``options`` come later and win.
+        ours = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
+                f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off")
+        info["options"] = f"{ours} {info.get('options') or ''}".strip()
+        info.setdefault("application_name", "ovos-memory")
+        info.setdefault("connect_timeout", "10")
+        try:
+            raw = psycopg.connect(autocommit=True, **info)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot connect to {self.path}: {str(exc).strip()}") from exc
+        _register_text_adapters(raw)
+        return raw
+
+    @contextlib.contextmanager
+    def dedicated(self) -> Iterator[Any]:
+        """A connection of its own (raw psycopg) for long maintenance that must not hold the shared one."""
+        raw = self._connect()
+        try:
+            yield raw
+        finally:
+            with contextlib.suppress(Exception):
+                raw.close()
+
+    # -- transactions ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def atomic(self, busy_wait: float | None = None) -> Iterator[PgConnection]:
+        """A write transaction: everything in the block commits together or not at all.
+
+        ``busy_wait``: seconds to wait for another process's locks instead of the usual
+        ``LOCK_TIMEOUT_MS`` (StoreUnavailable after that).
+        """
+        with self._lock:
+            raw = self._connection() if self._depth == 0 else self._raw
+            assert self._wrapper is not None
+            self._depth += 1
+            try:
+                with _mapped(f"write to {self.path}"), raw.transaction():
+                    if busy_wait is not None and self._depth == 1:
+                        raw.execute(f"SET LOCAL lock_timeout = {max(1, int(busy_wait * 1000))}")
+                    yield self._wrapper
+            finally:
+                self._depth -= 1
+                if not self._depth:
+                    self._locked.clear()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[PgConnection]:
+        """Several reads from one snapshot."""
+        with self._lock:
+            if self._depth:
+                assert self._wrapper is not None
+                yield self._wrapper
+                return
+            raw = self._connection()
+            assert self._wrapper is not None
+            self._depth += 1
+            try:
+                with _mapped(f"read from {self.path}"), raw.transaction():
+                    raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    yield self._wrapper
+            finally:
+                self._depth -= 1
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one statement (in the open transaction, if any) and return all rows.
+
+        Outside a transaction a statement that meets a broken connection is retried once on a
+        new one: a server restarted overnight costs the next turn nothing.
+        """
+        psycopg = psycopg_module()
+        with self._lock:
+            for attempt in (1, 2):
+                raw = self._raw if self._depth else self._connection()
+                try:
+                    cur = raw.execute(_pg_sql(sql), params)
+                    return cur.fetchall() if cur.description else []
+                except psycopg.OperationalError as exc:
+                    if self._depth or attempt == 2 or not raw.broken:
+                        raise _failure(exc, f"read from {self.path}") from exc
+                except psycopg.Error as exc:
+                    raise _failure(exc, f"read from {self.path}") from exc
+        raise AssertionError("unreachable")
+
+    def connection_in_transaction(self) -> PgConnection:
+        """The connection, for a statement that must join the caller's open ``atomic()`` block."""
+        if not self._depth:
+            raise RuntimeError(f"{self.path}: this write must run inside PgDatabase.atomic()")
+        assert self._wrapper is not None
+        return self._wrapper
+
+    def lock_session(self, con: PgConnection, scope: str, session_id: str) -> None:
+        """Serialise the writers of ``session_id`` in ``scope`` until the transaction ends.
+
+        Taken in a statement of its own, before anything of the session is read: under READ
+        COMMITTED every later statement then sees what the previous holder committed.
+        """
+        key = lock_key(scope, session_id)
+        if key not in self._locked:
+            con.execute("SELECT pg_advisory_xact_lock(?)", (key,))
+            self._locked.add(key)
+
+    # -- schema ------------------------------------------------------------------------------
+    def migrate(self, component: str, migrations: Sequence[str]) -> None:
+        """Apply the scripts of ``migrations`` not applied yet (append-only; never edit one)."""
+        try:
+            with self.atomic() as con:
+                # Before any DDL: two servers creating the same table at once would otherwise
+                # fail on the catalog's unique index instead of one waiting for the other.
+                con.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+                self._ensure_schema(con)
+                con.raw.execute(_MIGRATIONS_TABLE)
+                done = int(con.execute("SELECT COALESCE(MAX(version), 0) FROM ovos_memory_migrations "
+                                       "WHERE component = ?", (component,)).fetchone()[0])
+                if done > len(migrations):
+                    raise MigrationError(f"{component} in {self.path} is at version {done}, newer than this "
+                                         f"package knows ({len(migrations)}): upgrade ovos-memory-plugins")
+                for version in range(done + 1, len(migrations) + 1):
+                    # One simple query (no parameters): several statements and function bodies are fine.
+                    con.raw.execute(migrations[version - 1].encode("utf-8"))
+                    con.execute("INSERT INTO ovos_memory_migrations (component, version) VALUES (?, ?)",
+                                (component, version))
+        except MigrationError:
+            raise
+        except StorageError as exc:
+            raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
+
+    def _ensure_schema(self, con: PgConnection) -> None:
+        """Create the first schema of the ``search_path`` when it does not exist yet.
+
+        A URL with ``options=-csearch_path%3Dmemory`` keeps this package's tables in their own
+        schema; without this, a schema not created yet would silently send them elsewhere.
+        """
+        if self._schema_checked:
+            return
+        path = con.execute("SELECT current_setting('search_path')").fetchone()[0]
+        first = next((p.strip() for p in str(path).split(",") if p.strip()), "")
+        if first and not first.startswith("$") and not first.startswith('"'):
+            if con.execute("SELECT to_regnamespace(?) IS NULL", (first,)).fetchone()[0]:
+                con.raw.execute(f'CREATE SCHEMA IF NOT EXISTS "{first}"'.encode())
+        self._schema_checked = True
+
+    def has_extension(self, name: str) -> bool:
+        return bool(self.execute("SELECT 1 FROM pg_extension WHERE extname = ?", (name,)))
+
+    # -- SQLite's Database surface ----------------------------------------------------------
+    def checkpoint(self) -> bool:
+        """Nothing to do: a deleted row is invisible to every later transaction at once (its
+        bytes go when autovacuum reuses the space; WAL and backups follow the operator's retention)."""
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                if self._raw is not None:
+                    with contextlib.suppress(Exception):
+                        self._raw.close()
+
+
+_shared: dict[str, tuple[PgDatabase, int]] = {}
+_shared_lock = threading.Lock()
+
+
+def open_pg_database(url: str) -> PgDatabase:
+    """A ``PgDatabase`` for ``url``, shared by every store of this process on the same URL.
+
+    Pair each call with :func:`release_pg_database`.
+    """
+    with _shared_lock:
+        db, refs = _shared.get(url, (None, 0))
+        if db is None or db._closed:
+            db, refs = PgDatabase(url), 0
+        _shared[url] = (db, refs + 1)
+        return db
+
+
+def release_pg_database(db: PgDatabase) -> None:
+    """Drop one reference taken by :func:`open_pg_database`; the last one closes the connection."""
+    with _shared_lock:
+        current, refs = _shared.get(db.url, (None, 0))
+        if current is not db:
+            db.close()
+            return
+        if refs <= 1:
+            del _shared[db.url]
+            db.close()
+        else:
+            _shared[db.url] = (db, refs - 1)
