@@ -170,6 +170,8 @@ class CompositeMemory(BaseRetrievalMemory):
         config.setdefault("system_prompt", "")  # the composite's prompt is the one sent, once
         if _accepts(cls, "scope"):
             config.setdefault("scope", self.settings.scope)
+        if self.settings.db_url is not None and _accepts(cls, "db_url", unknown=False):
+            config.setdefault("db_url", self.settings.db_url)  # one PostgreSQL database for every member
         try:
             return cls(config=config)
         except Exception as exc:  # noqa: BLE001 - one broken member must not take the persona down
@@ -359,10 +361,11 @@ def _parse_member(spec: Any) -> tuple[str, float, dict[str, Any]]:
     return str(spec["module"]), float(weight), dict(config)
 
 
-def _accepts(cls: type, key: str) -> bool:
+def _accepts(cls: type, key: str, unknown: bool = True) -> bool:
+    """Whether ``cls``'s config has ``key``; ``unknown`` for a plugin that does not say (third-party)."""
     config_cls = getattr(cls, "Config", None)
     if config_cls is None or not dataclasses.is_dataclass(config_cls):
-        return True  # a third-party plugin: push it, as the reference does
+        return unknown  # a third-party plugin: scope is pushed, as the reference does
     return any(f.name == key or f.metadata.get("key") == key for f in dataclasses.fields(config_cls))
 
 

@@ -150,7 +150,9 @@ class LexicalMemory(BaseRetrievalMemory):
         super().__init__(config)
         s = self.settings
         self._ignore = stopwords(s.stopword_languages or (), s.extra_stopwords)
-        self._fts = self._create_fts()
+        # On PostgreSQL: postings ranked in SQL (_retrieval/pg_keyword.py) instead of FTS5.
+        self._pg = self._open_pg_index() if self._db.engine == "postgres" else None
+        self._fts = self._create_fts() if self._pg is None else None
         # The RAM postings hold one column: with neighbour context on, FTS5 ranks.
         use_mirror = s.ram_index and not s.neighbour_weight and self._fts is not None
         self._mirror = self._open_mirror() if use_mirror else None
@@ -174,6 +176,16 @@ class LexicalMemory(BaseRetrievalMemory):
             return None
         return table
 
+    def _open_pg_index(self) -> Any:
+        from ._retrieval.pg_keyword import PgKeywordIndex
+        from .storage.windows import safe_table_name
+
+        try:
+            return PgKeywordIndex(self._db, safe_table_name(self.settings.table), self._docs.table,  # type: ignore[arg-type]
+                                  self.settings.tokenizer)
+        except ValueError as exc:
+            raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+
     def _open_mirror(self) -> PostingsMirror | None:
         assert self._fts is not None
         tokenizer = table_tokenizer(self._db, self._fts)
@@ -184,7 +196,7 @@ class LexicalMemory(BaseRetrievalMemory):
     # -- hooks -----------------------------------------------------------------------------
     def _store_documents(self, docs: Sequence[Document]) -> None:
         # Called inside the transaction that marks them indexed (the base's _index_step).
-        if self._fts is None:
+        if self._fts is None and self._pg is None:
             return
         con = self._db.connection_in_transaction()
         if self.settings.neighbour_weight:
@@ -198,6 +210,9 @@ class LexicalMemory(BaseRetrievalMemory):
         self._insert(con, [(d.rowid, d.text, d.session_id, None) for d in docs])
 
     def _insert(self, con: Any, rows: list[tuple[int, str, str, str | None]]) -> None:
+        if self._pg is not None:
+            self._pg.insert(con, rows)
+            return
         sql = f"INTO {self._fts} (rowid, content, session_id, ctx) VALUES (?, ?, ?, ?)"
         try:
             con.executemany(f"INSERT {sql}", rows)
@@ -210,6 +225,9 @@ class LexicalMemory(BaseRetrievalMemory):
         """Rebuild a document's neighbour column from the log (emptied when the option is off)."""
         text = context_text(*adjacent(con, self._docs.table, session_id, rowid)) \
             if self.settings.neighbour_weight else None
+        if self._pg is not None:
+            self._pg.refresh(con, rowid, session_id, text)
+            return
         con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (text, rowid))
 
     def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
@@ -217,6 +235,8 @@ class LexicalMemory(BaseRetrievalMemory):
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         words = query_words(query, self._ignore)
+        if self._pg is not None:
+            return self._hits(self._pg.search(words, top_k, session_id, self.settings.neighbour_weight))
         if not words or self._fts is None:
             return []
         ranked = self._mirror.search(words, top_k, session_id) if self._mirror is not None else None
@@ -271,6 +291,9 @@ class LexicalMemory(BaseRetrievalMemory):
                 for rowid, score in ranked if rowid in found]
 
     def _delete_documents(self, docs: Sequence[Document]) -> None:
+        if self._pg is not None and docs:
+            self._delete_pg_documents(docs)
+            return
         if self._fts is None or not docs:
             return
         with self._db.atomic() as con:
@@ -286,6 +309,15 @@ class LexicalMemory(BaseRetrievalMemory):
             # FTS5 records a delete as a marker in a new segment; the terms stay in the old one
             # until a merge. 'optimize' rewrites the index without them (forget means forget).
             con.execute(f"INSERT INTO {self._fts}({self._fts}) VALUES ('optimize')")
+
+    def _delete_pg_documents(self, docs: Sequence[Document]) -> None:
+        assert self._pg is not None
+        with self._db.atomic() as con:
+            self._pg.delete(con, [d.rowid for d in docs])  # gone already when the log deleted them (cascade)
+            for rowid, session_id in survivors(con, self._docs.table, docs):
+                # A deleted exchange must not live on as a neighbour's context (forget means forget).
+                if self.settings.neighbour_weight or self._pg.has_context(con, rowid):
+                    self._refresh_context(con, rowid, session_id)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Finish background work: indexing, and loading the RAM copy of the postings."""
