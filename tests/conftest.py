@@ -71,6 +71,10 @@ def pytest_collection_modifyitems(config, items):
     and a skip would read as a feature that is missing. CI (scripts/test) sets
     ``OVOS_MEMORY_REQUIRE_POSTGRES``: there a missing server is an error, never a quiet deselection.
     """
+    for item in items:  # reliability cases on PostgreSQL (tests/reliability/_harness.py: POSTGRES)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if any(isinstance(v, dict) and v.get("db_url") == "{postgres}" for v in params.values()):
+            item.add_marker(pytest.mark.postgres)
     missing = []
     if not os.environ.get("OVOS_MEMORY_TEST_LLM_URL"):
         missing.append("llm")

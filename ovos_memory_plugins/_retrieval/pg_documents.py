@@ -9,7 +9,8 @@ What changes with several processes and hosts writing one store:
   batch (``FOR UPDATE SKIP LOCKED``, so two workers never take the same documents), embeds it
   outside any transaction, and writes the vectors and the mark in one transaction that first
   locks the leased rows still there (``lock_leased``): a document forgotten meanwhile gets no
-  vector. A worker that dies leaves leases that expire; any process's worker takes them again.
+  vector. A worker that dies leaves leases any process's worker takes again: at once (its
+  connection's liveness lock is gone), or when they expire.
 * deletes return the rows they deleted (``DELETE ... RETURNING``): a delete that waited for an
   indexer's row locks sees what the indexer committed, so its index entries go too.
 """
@@ -20,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..storage.postgres import PgDatabase
+from ..storage.postgres import WORKER_GONE, PgDatabase
 from .documents import _COLUMNS, Document, DocumentLog, _document
 
 __all__ = ["PgDocumentLog"]
@@ -98,8 +99,8 @@ class PgDocumentLog(DocumentLog):
         with self.db.atomic() as con:
             rows = con.execute(
                 f"UPDATE {self.table} SET lease_owner = ?, lease_until = ? WHERE id IN ("
-                f"SELECT id FROM {self.table} WHERE indexed = 0 "
-                "AND (lease_until IS NULL OR lease_until < ? OR lease_owner = ?) "
+                f"SELECT id FROM {self.table} WHERE indexed = 0 AND (lease_until IS NULL OR lease_until < ? "
+                f"OR lease_owner = ? OR {WORKER_GONE.format(col='lease_owner')}) "
                 f"ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING {_COLUMNS}",
                 (owner, now + seconds, now, owner, limit)).fetchall()
         return sorted((_document(r) for r in rows), key=lambda d: d.rowid)

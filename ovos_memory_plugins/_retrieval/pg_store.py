@@ -10,14 +10,11 @@ database at once:
   leases a batch (no other worker takes it), embeds it outside any transaction (neither the
   shared connection nor a lock is held while the model runs), then writes the vectors and marks
   the documents in one transaction that first locks those still leased to it. A document
-  forgotten meanwhile is skipped; a worker that dies leaves leases that expire, and any
-  process's worker, which also looks for such work every ``poll`` seconds, takes them again.
+  forgotten meanwhile is skipped; the leases of a worker that dies are taken again by any
+  process's worker, which also looks for such work every ``poll`` seconds.
 """
 from __future__ import annotations
 
-import os
-import socket
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,9 +36,9 @@ class PgRetrievalStore(RetrievalStore):
     docs: PgDocumentLog
     poll = 10.0
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        super().__init__(*args, **kwargs)
+    def __init__(self, owner: IndexOwner, db: Any, prefix: str, log: Any):
+        self.worker_id = str(db.worker_key)  # this process's leases (see storage/postgres.py)
+        super().__init__(owner, db, prefix, log)
 
     def _indexes_in_background(self, owner: IndexOwner) -> bool:
         return owner.background_index and not owner.index_in_database

@@ -17,6 +17,9 @@ the other with its schema and a few statements changed:
   parallel. SQLite needs none: ``BEGIN IMMEDIATE`` serialises all its writers;
 * a broken connection (a server restart) is replaced at the next call; a read that meets it is
   retried once, a write never (a commit whose answer was lost may have happened);
+* ``worker_key`` names this process's workers in the leases they take (shared job queues): the
+  connection holds a session-level advisory lock on it, so when the process dies (and its
+  connection with it) any other process sees at once that the leases are orphaned;
 * psycopg errors become :class:`~ovos_memory_plugins.errors.StorageError` subclasses at one seam.
 
 psycopg is an optional dependency (the ``[postgres]`` extra): importing this module works
@@ -28,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import secrets
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -35,7 +39,7 @@ from typing import Any
 from ..errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
 
 __all__ = [
-    "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module", "redact",
+    "WORKER_GONE", "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module", "redact",
     "release_pg_database",
 ]
 
@@ -49,6 +53,10 @@ STATEMENT_TIMEOUT_MS = 60_000
 IDLE_IN_TRANSACTION_MS = 120_000
 #: The advisory lock every migration of every component takes ("ovosmem").
 MIGRATION_LOCK = 0x6F766F736D656D
+#: SQL true when the worker named by the lease column ``{col}`` is gone: no connection holds its
+#: liveness lock (``PgDatabase.worker_key``), so its leases can be taken at once.
+WORKER_GONE = ("NOT EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.granted "
+               "AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint)::text = {col})")
 #: Escapes text PostgreSQL cannot store (NUL) reversibly; a private-use character.
 _ESC = "\ue000"
 
@@ -182,6 +190,8 @@ class PgDatabase:
         self._wrapper: PgConnection | None = None
         self._locked: set[int] = set()  # session locks held by the open transaction
         self._schema_checked = False
+        #: Names this process's leases; its connection holds a lock on it while it lives.
+        self.worker_key = secrets.randbits(62) + 1
         self._connection()
 
     # -- connection ----------------------------------------------------------------------
@@ -191,8 +201,10 @@ class PgDatabase:
             raise StorageError(f"{self.path} is closed")
         raw = self._raw
         if raw is None or raw.closed or raw.broken:
-            raw = self._raw = self._connect()
-            self._wrapper = PgConnection(raw)
+            raw = self._connect()
+            with _mapped(f"connect to {self.path}"):
+                raw.execute("SELECT pg_advisory_lock(%s)", (self.worker_key,))  # alive while connected
+            self._raw, self._wrapper = raw, PgConnection(raw)
         return raw
 
     def _connect(self) -> Any:

@@ -6,9 +6,10 @@ commits, and does the work outside any transaction (an LLM call takes seconds: n
 across it). ``done`` deletes the row if nothing was queued for the key meanwhile (``generation``
 counts the ``add`` calls), else releases it to run again; ``retry`` releases it after a delay.
 
-So each job runs once across all processes while its worker lives; a worker that dies (kill -9,
-a host lost) leaves a lease that expires after ``lease_s``, and the next claim by any process
-takes the job again. A job therefore runs *at least* once: the work commits its result only if
+So each job runs once across all processes while its worker lives; a worker that dies (kill -9)
+leaves a lease that the next claim by any process takes at once (its connection's liveness
+lock is gone: ``WORKER_GONE``), or, if the worker hangs or its host vanishes without closing
+the connection, once the lease expires after ``lease_s``. A job therefore runs *at least* once: the work commits its result only if
 the record still holds what it read (the LLM memories' commits check exactly that).
 
 ``add`` called inside the caller's transaction (``transaction()``) commits the job with the
@@ -17,14 +18,11 @@ record change that creates the work: no crash can leave one without the other.
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import time
-import uuid
 from collections.abc import Iterator
 
 from .._core.due import Job
-from .postgres import PgDatabase
+from .postgres import WORKER_GONE, PgDatabase
 
 __all__ = ["PgJobQueue"]
 
@@ -55,7 +53,7 @@ class PgJobQueue:
         self.lease_s = lease_s
         #: How often an idle worker looks for work queued (or abandoned) by other processes.
         self.poll: float | None = poll
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = str(db.worker_key)
         db.migrate(f"jobs:{table}", [m.format(t=table) for m in _JOB_MIGRATIONS])
 
     @contextlib.contextmanager
@@ -81,8 +79,8 @@ class PgJobQueue:
         with self.db.atomic() as con:
             row = con.execute(
                 f"UPDATE {self.table} SET lease_owner = ?, lease_until = ?, attempts = attempts + 1 "
-                f"WHERE key = (SELECT key FROM {self.table} WHERE run_after <= ? "
-                "AND (lease_until IS NULL OR lease_until < ?) ORDER BY run_after, key LIMIT 1 FOR UPDATE SKIP LOCKED) "
+                f"WHERE key = (SELECT key FROM {self.table} WHERE run_after <= ? AND {self._free} "
+                "ORDER BY run_after, key LIMIT 1 FOR UPDATE SKIP LOCKED) "
                 "RETURNING key, generation", (self.owner, now + self.lease_s, now, now)).fetchone()
         return None if row is None else Job(row[0], int(row[1]))
 
@@ -104,8 +102,11 @@ class PgJobQueue:
     def __bool__(self) -> bool:
         """Whether a job is due now that nobody holds."""
         now = time.time()
-        return bool(self.db.execute(f"SELECT 1 FROM {self.table} WHERE run_after <= ? "
-                                    "AND (lease_until IS NULL OR lease_until < ?) LIMIT 1", (now, now)))
+        return bool(self.db.execute(f"SELECT 1 FROM {self.table} WHERE run_after <= ? AND {self._free} LIMIT 1",
+                                    (now, now)))
+
+    #: A job nobody holds: never leased, lease expired, or its worker gone (one parameter: now).
+    _free = f"(lease_until IS NULL OR lease_until < ? OR {WORKER_GONE.format(col='lease_owner')})"
 
     def __len__(self) -> int:
         return int(self.db.execute(f"SELECT count(*) FROM {self.table}")[0][0])

@@ -3,7 +3,8 @@
 The session writes enough for every kind of derived data to exist (documents, vectors, a
 summary, facts); the test first checks that the scanners do find it, then forgets, and
 searches every SQLite table (through SQLite), the raw bytes of every file in the data folder
-(WAL included), and every Redis key and value, for the session id and its markers.
+(WAL included), every row of the store's PostgreSQL schema, and every Redis key and value, for
+the session id and its markers.
 """
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from tests._postgres import folder_url, schema_cells
 from tests._timing import patience
 from tests.reliability._harness import (
+    ON_POSTGRES,
     entry_points,
     exchange,
     folder_texts,
@@ -27,6 +30,7 @@ from tests.reliability._harness import (
     sqlite_cells,
     store_cases,
     views,
+    with_postgres,
 )
 from tests.reliability._report import record
 
@@ -40,8 +44,10 @@ DERIVE_ALL = {
 CASES = [(name, ep, {**spec_for(ep).keep_all, **DERIVE_ALL.get(ep, {}), **variant})
          for name, ep, variant in store_cases()]
 CASES += [(ep, ep, {}) for ep in entry_points() if not spec_for(ep).persistent]
-CASES += [(f"{ep} (scope global)", ep, {**spec_for(ep).keep_all, "scope": "global"})
-          for ep in ("ovos-memory-plugin-entity", "ovos-memory-plugin-lexical") if ep in entry_points()]
+CASES += [(f"{ep} (postgres)", ep, ON_POSTGRES) for ep in entry_points() if not spec_for(ep).persistent]
+CASES += [(f"{ep} (scope global{store})", ep, {**spec_for(ep).keep_all, "scope": "global", **variant})
+          for ep in ("ovos-memory-plugin-entity", "ovos-memory-plugin-lexical") if ep in entry_points()
+          for store, variant in (("", {}), (", postgres", ON_POSTGRES))]
 TURNS = 4
 
 
@@ -107,11 +113,12 @@ def test_forget_leaves_no_row_file_key_or_summary_of_the_session(name, entry_poi
                                "other session intact": intact})
 
 
-@pytest.mark.parametrize("entry_point", [ep for ep in entry_points() if ep.endswith(("lexical", "local-rag"))])
-def test_a_forgotten_session_id_used_again_never_reuses_a_document_id(entry_point, tmp_path):
+@pytest.mark.parametrize(("entry_point", "store"),
+                         with_postgres([ep for ep in entry_points() if ep.endswith(("lexical", "local-rag"))]))
+def test_a_forgotten_session_id_used_again_never_reuses_a_document_id(entry_point, store, tmp_path):
     # forget() drops the session's id counter too (it names the session); the ids of a new
     # conversation under the same id must still never collide with the forgotten ones.
-    memory = make_memory(entry_point, tmp_path / "store", spec_for(entry_point).keep_all)
+    memory = make_memory(entry_point, tmp_path / "store", {**spec_for(entry_point).keep_all, **store})
     try:
         for n in range(3):
             memory.update_history(exchange("old", n), "reused")
@@ -133,14 +140,15 @@ class _Crash(BaseException):
     """The process dies here (not an Exception: nothing in the package may swallow it)."""
 
 
-@pytest.mark.parametrize("entry_point", [ep for ep in entry_points() if ep.endswith(("lexical", "local-rag"))])
-def test_a_forget_interrupted_between_its_steps_leaves_all_or_nothing(entry_point, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("entry_point", "store"),
+                         with_postgres([ep for ep in entry_points() if ep.endswith(("lexical", "local-rag"))]))
+def test_a_forget_interrupted_between_its_steps_leaves_all_or_nothing(entry_point, store, tmp_path, monkeypatch):
     # forget() deletes the window and documents, then the index entries (FTS rows, vectors,
     # whose metadata holds the text). A crash between the two must not leave index entries of
     # a session that no longer exists anywhere else: invisible to export(), still on disk.
     from ovos_memory_plugins.retrieval import BaseRetrievalMemory
 
-    folder, config = tmp_path / "store", dict(spec_for(entry_point).keep_all)
+    folder, config = tmp_path / "store", {**spec_for(entry_point).keep_all, **store}
     victim, secrets = f"victim{uuid.uuid4().hex[:8]}", [marker("v", n) for n in range(TURNS)]
     with make_memory(entry_point, folder, config) as memory:
         for n in range(TURNS):
@@ -161,6 +169,7 @@ def test_a_forget_interrupted_between_its_steps_leaves_all_or_nothing(entry_poin
         _flush(memory)
         exported = {m for counts in views(memory.export(victim)).values() for m in counts}
         cells = [(where, text) for path in folder.glob("*.db") for where, text in sqlite_cells(path)]
+        cells += schema_cells(folder_url(folder)) if store else []
         on_disk = _remnants(cells, [victim, *secrets])
     complete = set(secrets) <= exported
     assert complete or not on_disk, f"forget() half done: gone from export() but still on disk: {on_disk[:6]}"
