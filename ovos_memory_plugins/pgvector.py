@@ -268,9 +268,11 @@ class PgEmbeddingsDB(EmbeddingsDB):
         return [found.get(k) for k in keys]
 
     # -- the HNSW index --------------------------------------------------------------------
-    def build_index(self, collection_name: str | None = None, m: int = 16, ef_construction: int = 64) -> bool:
-        """Build the collection's HNSW index now (minutes at 100k+ vectors); False if another process
-        is building it. Writers and searches go on meanwhile (exact until it is ready)."""
+    def build_index(self, collection_name: str | None = None, m: int = 16, ef_construction: int = 64,
+                    wait: bool = True) -> bool:
+        """Build the collection's HNSW index now (a minute per 100k vectors); writers and searches go
+        on meanwhile (exact until it is ready). One process builds at a time: the others wait for it,
+        or, with ``wait=False``, return False at once."""
         name = self._name(collection_name)
         with self._db.read() as con:
             table = self._items(con, name)
@@ -278,10 +280,15 @@ class PgEmbeddingsDB(EmbeddingsDB):
             return True
         with self._db.dedicated() as raw:
             key = lock_key("hnsw", table)
-            if not raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-                return False
+            raw.execute("SET statement_timeout = 0")
+            raw.execute("SET lock_timeout = 0")
+            # Polled, never waited for inside a statement: CREATE INDEX CONCURRENTLY in the other
+            # process waits for every open transaction, a blocked lock request's included (a deadlock).
+            while not raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+                if not wait:
+                    return False
+                time.sleep(0.2)
             try:
-                raw.execute("SET statement_timeout = 0")
                 raw.execute("SET maintenance_work_mem = '512MB'")  # the graph must fit, or the build crawls
                 # An interrupted build leaves an INVALID index: never used, and it blocks a new one.
                 if raw.execute("SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
@@ -318,7 +325,7 @@ class PgEmbeddingsDB(EmbeddingsDB):
 
     def _build_in_background(self, name: str) -> None:
         try:
-            self.build_index(name)
+            self.build_index(name, wait=False)
         except Exception as exc:  # noqa: BLE001 - searches stay exact; the next check tries again
             LOG.warning(f"{PLUGIN_NAME}: building the HNSW index of {name!r} failed ({exc}); searches stay exact")
         finally:

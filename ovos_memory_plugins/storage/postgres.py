@@ -15,8 +15,9 @@ the other with its schema and a few statements changed:
 * ``lock_session(con, scope, session_id)``: a transaction-scoped advisory lock that serialises
   the writers of one session (every process, every host) while other sessions write in
   parallel. SQLite needs none: ``BEGIN IMMEDIATE`` serialises all its writers;
-* a broken connection (a server restart) is replaced at the next call; a read that meets it is
-  retried once, a write never (a commit whose answer was lost may have happened);
+* a broken connection (a server restart) is replaced at the next call: a read that meets it is
+  retried once, and a write after an idle spell checks the connection before it begins; a
+  transaction that breaks is never retried (a commit whose answer was lost may have happened);
 * ``worker_key`` names this process's workers in the leases they take (shared job queues): the
   connection holds a session-level advisory lock on it, so when the process dies (and its
   connection with it) any other process sees at once that the leases are orphaned;
@@ -33,6 +34,7 @@ import functools
 import hashlib
 import secrets
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -51,6 +53,9 @@ LOCK_TIMEOUT_MS = 30_000
 STATEMENT_TIMEOUT_MS = 60_000
 #: A transaction left open this long by a hung client is ended by the server, releasing its locks.
 IDLE_IN_TRANSACTION_MS = 120_000
+#: A write after this many idle seconds first checks the connection (one round trip): a server
+#: restarted or a connection dropped while idle is replaced before the transaction, never in it.
+PING_AFTER_S = 2.0
 #: The advisory lock every migration of every component takes ("ovosmem").
 MIGRATION_LOCK = 0x6F766F736D656D
 #: SQL true when the worker named by the lease column ``{col}`` is gone: no connection holds its
@@ -190,6 +195,7 @@ class PgDatabase:
         self._wrapper: PgConnection | None = None
         self._locked: set[int] = set()  # session locks held by the open transaction
         self._schema_checked = False
+        self._used = 0.0  # time.monotonic() of the last statement
         #: Names this process's leases; its connection holds a lock on it while it lives.
         self.worker_key = secrets.randbits(62) + 1
         self._connection()
@@ -228,6 +234,19 @@ class PgDatabase:
         _register_text_adapters(raw)
         return raw
 
+    def _checked(self) -> Any:
+        """The connection, made sure to be alive when it has been idle (before a transaction)."""
+        raw = self._connection()
+        if time.monotonic() - self._used > PING_AFTER_S:
+            psycopg = psycopg_module()
+            try:
+                raw.execute("SELECT 1")
+            except psycopg.OperationalError:
+                if not raw.broken:
+                    raise
+                raw = self._connection()  # replaced: nothing was sent on the broken one yet
+        return raw
+
     @contextlib.contextmanager
     def dedicated(self) -> Iterator[Any]:
         """A connection of its own (raw psycopg) for long maintenance that must not hold the shared one."""
@@ -247,7 +266,11 @@ class PgDatabase:
         ``LOCK_TIMEOUT_MS`` (StoreUnavailable after that).
         """
         with self._lock:
-            raw = self._connection() if self._depth == 0 else self._raw
+            if self._depth == 0:
+                with _mapped(f"connect to {self.path}"):
+                    raw = self._checked()
+            else:
+                raw = self._raw
             assert self._wrapper is not None
             self._depth += 1
             try:
@@ -259,6 +282,7 @@ class PgDatabase:
                 self._depth -= 1
                 if not self._depth:
                     self._locked.clear()
+                    self._used = time.monotonic()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[PgConnection]:
@@ -268,7 +292,8 @@ class PgDatabase:
                 assert self._wrapper is not None
                 yield self._wrapper
                 return
-            raw = self._connection()
+            with _mapped(f"connect to {self.path}"):
+                raw = self._checked()
             assert self._wrapper is not None
             self._depth += 1
             try:
@@ -290,6 +315,7 @@ class PgDatabase:
                 raw = self._raw if self._depth else self._connection()
                 try:
                     cur = raw.execute(_pg_sql(sql), params)
+                    self._used = time.monotonic()
                     return cur.fetchall() if cur.description else []
                 except psycopg.OperationalError as exc:
                     if self._depth or attempt == 2 or not raw.broken:
