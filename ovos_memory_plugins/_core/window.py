@@ -166,4 +166,4 @@ def _shown(location: str | None) -> str | None:
     """A location fit for a message: a URL without its password."""
     from ..storage.postgres import is_postgres_url, redact
 
-    return redact(location) if is_postgres_url(location) else location
+    return redact(str(location)) if is_postgres_url(location) else location

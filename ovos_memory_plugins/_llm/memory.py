@@ -50,7 +50,7 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
 def open_job_queue(store: Any, stem: str, request_timeout: float) -> Any:
     """Where the keys with work due wait: a table beside the records on PostgreSQL (shared by every
     process, surviving any of them), else a set in RAM (the records are scanned at start)."""
-    db = getattr(store, "db", None)
+    db: Any = getattr(store, "db", None)
     if getattr(db, "engine", None) == "postgres":
         from ..storage.postgres_jobs import PgJobQueue
 

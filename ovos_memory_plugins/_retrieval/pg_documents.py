@@ -53,7 +53,10 @@ class PgDocumentLog(DocumentLog):
     """The ``<prefix>_docs`` table of a backend's PostgreSQL database."""
 
     migrations = _PG_DOC_MIGRATIONS
-    db: PgDatabase
+    db: Any  # a PgDatabase
+
+    def __init__(self, db: PgDatabase, table: str):
+        super().__init__(db, table)  # type: ignore[arg-type]
 
     def add(self, con: Any, session_id: str, text: str, metadata: dict[str, Any], indexed: bool,
             ts: float | None = None) -> Document:

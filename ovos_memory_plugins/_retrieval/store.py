@@ -21,8 +21,8 @@ from .._core.compat import AgentMessage
 from .._core.log import LogOnce
 from .._core.worker import BackgroundWorker
 from ..errors import MemoryPluginError
-from ..storage.policy import WindowPolicy
 from ..storage import release_database
+from ..storage.policy import WindowPolicy
 from ..storage.sqlite import Database
 from ..storage.windows import SqliteWindowStore, safe_table_name
 from .documents import Document, DocumentLog, exchange_texts, format_exchange

@@ -41,8 +41,8 @@ from typing import Any
 from ..errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
 
 __all__ = [
-    "WORKER_GONE", "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module", "redact",
-    "release_pg_database",
+    "WORKER_GONE", "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module",
+    "redact", "release_pg_database",
 ]
 
 #: The URL schemes that name a PostgreSQL database (libpq accepts both).
@@ -377,9 +377,9 @@ class PgDatabase:
             return
         path = con.execute("SELECT current_setting('search_path')").fetchone()[0]
         first = next((p.strip() for p in str(path).split(",") if p.strip()), "")
-        if first and not first.startswith("$") and not first.startswith('"'):
-            if con.execute("SELECT to_regnamespace(?) IS NULL", (first,)).fetchone()[0]:
-                con.raw.execute(f'CREATE SCHEMA IF NOT EXISTS "{first}"'.encode())
+        plain = first and not first.startswith(("$", '"'))
+        if plain and con.execute("SELECT to_regnamespace(?) IS NULL", (first,)).fetchone()[0]:
+            con.raw.execute(f'CREATE SCHEMA IF NOT EXISTS "{first}"'.encode())
         self._schema_checked = True
 
     def has_extension(self, name: str) -> bool:

@@ -9,8 +9,9 @@ counts the ``add`` calls), else releases it to run again; ``retry`` releases it 
 So each job runs once across all processes while its worker lives; a worker that dies (kill -9)
 leaves a lease that the next claim by any process takes at once (its connection's liveness
 lock is gone: ``WORKER_GONE``), or, if the worker hangs or its host vanishes without closing
-the connection, once the lease expires after ``lease_s``. A job therefore runs *at least* once: the work commits its result only if
-the record still holds what it read (the LLM memories' commits check exactly that).
+the connection, once the lease expires after ``lease_s``. A job therefore runs *at least* once:
+the work commits its result only if the record still holds what it read (the LLM memories'
+commits check exactly that).
 
 ``add`` called inside the caller's transaction (``transaction()``) commits the job with the
 record change that creates the work: no crash can leave one without the other.

@@ -48,7 +48,10 @@ class PgWindowStore(SqliteWindowStore):
     """Each message one row; a session's writers take turns (its advisory lock) until they commit."""
 
     migrations = _PG_WINDOW_MIGRATIONS
-    db: PgDatabase
+    db: Any  # a PgDatabase
+
+    def __init__(self, db: PgDatabase, table: str = "window", owns_db: bool = False):
+        super().__init__(db, table, owns_db)  # type: ignore[arg-type]
 
     def _append(self, con: Any, session_id: str, *args: Any, **kwargs: Any) -> AgentMessage | None:
         self.db.lock_session(con, self.table, session_id)
@@ -76,7 +79,10 @@ class PgRecordStore(SqliteRecordStore):
     """One JSON record per session; ``update`` holds the session's lock from its read to its commit."""
 
     migrations = _PG_RECORD_MIGRATIONS
-    db: PgDatabase
+    db: Any  # a PgDatabase
+
+    def __init__(self, db: PgDatabase, table: str = "records", owns_db: bool = False):
+        super().__init__(db, table, owns_db)  # type: ignore[arg-type]
 
     def load_field(self, session_id: str, field: str) -> Any:
         rows = self.db.execute(f"SELECT (data::json -> ?)::text FROM {self.table} WHERE session_id = ?",

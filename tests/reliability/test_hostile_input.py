@@ -21,13 +21,13 @@ from tests._timing import patience
 from tests.reliability._harness import (
     entry_points,
     make_memory,
-    with_postgres,
     marker,
     members_of,
     snapshot_tree,
     spec_for,
     timed,
     views,
+    with_postgres,
 )
 from tests.reliability._report import record
 
@@ -204,7 +204,8 @@ def test_a_one_megabyte_message_is_truncated_and_does_not_slow_later_turns(entry
     ratio = after / max(before, 1e-6)
     # Generous: the machine is shared and noisy; a turn that re-reads or re-scans 1 MB is far beyond it.
     assert after <= 10 * before + 0.05, f"turns after a 1 MB message take {ratio:.1f}x as long"
-    record("hostile", _name(entry_point, store), **{"inputs tried": 1, "1 MB turn then normal turn, time ratio": round(ratio, 2)})
+    record("hostile", _name(entry_point, store),
+           **{"inputs tried": 1, "1 MB turn then normal turn, time ratio": round(ratio, 2)})
 
 
 RETRIEVERS = [ep for ep in ENTRY_POINTS if ep.endswith(("lexical", "local-rag", "composite"))]
