@@ -263,7 +263,7 @@ def render(results: dict[str, Any], images: list[str]) -> str:
         f"after {la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f}. The machine is shared: compare ratios within this run, "
         "not absolute numbers across runs.",
         f"- **LLM** for longterm and entity: {results['llm']} (both packages call the same local endpoint).",
-        "- **Workload** (SPEC B 5.2): store N exchanges through `update_history` (one call per exchange: an 8-word "
+        "- **Workload**: store N exchanges through `update_history` (one call per exchange: an 8-word "
         "user turn and a 15-word assistant turn; words drawn from 3,000 synthetic tokens, with 25% of the words "
         "taken from 16 common English words), then "
         f"{results['calls']} alternating calls of `build_conversation_context` (a 6-word query) and "
@@ -303,10 +303,11 @@ def render(results: dict[str, Any], images: list[str]) -> str:
     lines += ["## Reproduce", "", "```", "make bench        # python benchmarks/run.py --full",
               "make bench-quick  # python benchmarks/run.py --quick (CI smoke run, < 2 minutes)",
               "python benchmarks/locomo.py --backend lexical|local-rag|composite-hybrid [--embedder e5|minilm]",
-              "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5 (issue 3)",
-              "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members' (issue 6)",
+              "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5",
+              "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members'",
               "```", "",
-              "The last two scripts' outputs, with the targets they are held to: [targets.md](targets.md).", "",
+              "What the last two scripts measured, and the decisions they led to: "
+              "[design-notes.md](design-notes.md).", "",
               f"Raw numbers of this run: `.bench-cache/{results.get('raw', 'results.json')}` (not committed).", ""]
     return "\n".join(lines)
 

@@ -34,7 +34,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 from typing import Any  # noqa: E402
 
-# 16 common English words mixed into the synthetic vocabulary (SPEC B 5.2): they make keyword
+# 16 common English words mixed into the synthetic vocabulary (the workload of docs/benchmarks.md): they make keyword
 # queries match many stored rows, as real conversation does.
 COMMON_WORDS = ("the", "and", "is", "to", "of", "a", "in", "it", "you", "that", "i", "my", "was", "for",
                 "on", "what")

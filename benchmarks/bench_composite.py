@@ -1,4 +1,4 @@
-"""The hybrid preset's turn cost against the sum of its members' turns (issue 6).
+"""The hybrid preset's turn cost against the sum of its members' turns.
 
 The composite (``preset: "hybrid"``: recency + lexical + local-rag, both with neighbour context,
 + entity) and each of its four members alone, every one in its own folder, get the same ``--n``

@@ -1,7 +1,8 @@
-"""LexicalMemory latency at 1k, 10k and 100k stored exchanges on a file DB (issue 3).
+"""LexicalMemory latency at 1k, 10k and 100k stored exchanges on a file DB.
 
-Workload: SPEC B 5.2 (8-word user + 15-word assistant turns from 3,000 synthetic tokens and 16
-common words); then alternating build_conversation_context (6-word query) and update_history.
+Workload: the side-by-side report's (docs/benchmarks.md): 8-word user + 15-word assistant turns
+from 3,000 synthetic tokens and 16 common words; then alternating build_conversation_context
+(6-word query) and update_history.
 Baselines measured in the same run on the same machine:
 
 * ``raw insert``: one plain FTS5 INSERT + COMMIT per exchange through sqlite3 (WAL, NORMAL), the

@@ -1,4 +1,4 @@
-"""LocalRAGMemory: one turn at 10k stored documents, vector top-k vs raw numpy, embedder speed (issue 4).
+"""LocalRAGMemory: one turn at 10k stored documents, vector top-k vs raw numpy, embedder speed.
 
 Measured in one run, on the same machine, against baselines taken in the same run:
 

@@ -1,6 +1,6 @@
 """How long ``update_history`` takes in longterm and entity while the LLM is slow or down.
 
-Targets (issue 5): median <= 5 ms while the endpoint takes 2 s per call, and when it is down.
+Target: median <= 5 ms while the endpoint takes 2 s per call, and when it is down.
 The reference does the LLM work inside ``update_history``, so its turn costs the full call;
 the same synchronous call is measured here as the comparison, and RecencyMemory on the same
 store as the storage-only baseline (what persisting a turn costs with no LLM at all).

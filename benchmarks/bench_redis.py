@@ -1,9 +1,10 @@
-"""RedisMemory latency with 10k exchanges per key against a local redis-server (issue 7).
+"""RedisMemory latency with 10k exchanges per key against a local redis-server.
 
-Workload: SPEC B 5.2 (8-word user + 15-word assistant turns from 3,000 synthetic tokens and 16
-common words): store N exchanges in one session, then alternate build_conversation_context
-(6-word query) and update_history (one new exchange). Compaction is not counted: after each timed
-update the script waits for background compaction (``flush()``) outside the timer.
+Workload: the side-by-side report's (docs/benchmarks.md): 8-word user + 15-word assistant turns
+from 3,000 synthetic tokens and 16 common words. Store N exchanges in one session, then alternate
+build_conversation_context (6-word query) and update_history (one new exchange). Compaction is
+not counted: after each timed update the script waits for background compaction (``flush()``)
+outside the timer.
 
 Configurations:
 
@@ -43,7 +44,7 @@ from _worker import Workload, _messages, alternate_turns  # noqa: E402
 from ovos_memory_plugins.recency import RecencyMemory  # noqa: E402
 from ovos_memory_plugins.redis_memory import RedisMemory  # noqa: E402
 
-TARGETS = {"update": 1000.0, "build": 2000.0}  # µs, median (issue 7)
+TARGETS = {"update": 1000.0, "build": 2000.0}  # µs, median
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:

@@ -10,7 +10,7 @@ and as a command::
 
     python benchmarks/locomo.py --backend lexical [--embedder e5|minilm] [--quick] [--json out.json]
 
-Protocol (issue 9, item 2):
+Protocol:
 
 - One fresh memory per conversation (``factory()``; a factory that takes one argument gets the
   conversation's session id as a hint) and one session id per conversation.

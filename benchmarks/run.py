@@ -52,7 +52,7 @@ EP = "ovos-memory-plugin-"
 class Mode:
     name: str
     ns: tuple[int, ...]
-    calls: int            # alternating build/update calls after populating (SPEC B 5.2: 300)
+    calls: int            # alternating build/update calls after populating (300 in full mode)
     budget_s: float       # populate time per cell; a slower store is measured where it got to
     startup_reps: int
     locomo_limit: int | None

@@ -127,10 +127,18 @@ class CompositeMemory(BaseRetrievalMemory):
         """Recalled items: the top-level key, else ``retrieval.max_num_results``."""
         return int(self.k)
 
+    @max_num_results.setter
+    def max_num_results(self, value: int) -> None:
+        self.top_k = value  # the top-level key, checked and applied like any live setting
+
     @property
     def member_fetch_k(self) -> int:
         """Hits asked of each retriever before fusing."""
         return int(self.fetch_k)
+
+    @member_fetch_k.setter
+    def member_fetch_k(self, value: int) -> None:
+        self._assign_setting("member_fetch_k", value)
 
     @property
     def retrievers(self) -> list[Member]:

@@ -20,6 +20,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from ._core.log import LOG
 from ._retrieval.bm25 import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
 from ._retrieval.documents import Document
 from ._retrieval.neighbours import adjacent, context_text, neighbour_weight_option, survivors
@@ -164,6 +165,7 @@ class LexicalMemory(BaseRetrievalMemory):
         from .storage.windows import safe_table_name
 
         table = safe_table_name(self.settings.table)
+        self._adopt_reference_table(table)
         # An existing index keeps the tokenizer it was built with (its terms are made by it).
         tokenizer = table_tokenizer(self._db, table) or self.settings.tokenizer
         try:
@@ -185,6 +187,26 @@ class LexicalMemory(BaseRetrievalMemory):
                                   self.settings.tokenizer)
         except ValueError as exc:
             raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+
+    def _adopt_reference_table(self, table: str) -> None:
+        """Bring the exchanges of a database the reference package wrote into the document log.
+
+        Its FTS5 table ``(doc_id, session_id, content)`` is all it kept; here the document log is
+        the truth and the index is derived from it. So, once, in one transaction: every row
+        becomes a document (new ids: the reference's repeat after a restart), the old table is
+        dropped, and the index is built again from the log, with this package's tokenizer.
+        """
+        columns = [r[1] for r in self._db.execute(f"PRAGMA table_info({table})")]
+        if "doc_id" not in columns:
+            return
+        with self._db.atomic() as con:
+            rows = con.execute(f"SELECT session_id, content FROM {table} ORDER BY rowid").fetchall()
+            for session_id, content in rows:
+                question, _, answer = str(content).partition("\nA: ")
+                meta = {"question": question.removeprefix("Q: "), "answer": answer} if answer else {}
+                self._docs.add(con, str(session_id), str(content), meta, indexed=False)
+            con.execute(f"DROP TABLE {table}")
+        LOG.info(f"{self.plugin_name}: adopted {len(rows)} exchange(s) from the reference package's table {table!r}")
 
     def _open_mirror(self) -> PostingsMirror | None:
         assert self._fts is not None

@@ -112,8 +112,9 @@ def _exchange_pair(exchange: Any) -> tuple[str, str]:
 
 
 def _compaction_policy(s: RedisConfig, token_threshold_given: bool) -> CompactionPolicy:
-    """Seed 004's rules: the token threshold is the default; ``compact_threshold`` alone replaces
-    it (round-based); when both are set, the token threshold takes precedence."""
+    """The reference's rules (docs/backends/redis.md): the token threshold is the default;
+    ``compact_threshold`` alone replaces it (round-based); when both are set, the token
+    threshold takes precedence."""
     tokens, rounds = s.compact_token_threshold or 0, s.compact_threshold or 0
     if rounds and not token_threshold_given:
         tokens = 0
@@ -223,7 +224,7 @@ class RedisMemory(MemoryPlugin):
 
         Every load is already atomic (one script reads both parts); this one also holds the
         compaction lease while reading, so the summary is not about to change. After
-        ``timeout`` seconds it reads anyway. (Seed ``LoadLocked``.)
+        ``timeout`` seconds it reads anyway. (The reference's ``LoadLocked``.)
         """
         lease = self._store.lease(check_session_id(session_id), self.settings.lock_timeout)
         try:
@@ -417,6 +418,6 @@ def _exchanges(history: Sequence[AgentMessage]) -> list[Exchange]:
     return [Exchange(u, a) for u, a in pairs]
 
 
-#: Seed 004's names for the memory and for one exchange.
+#: The reference's (miso-agent's ``TempMemory``) names for the memory and for one exchange.
 TempMemory = RedisMemory
 Conversation = Exchange

@@ -138,7 +138,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     live_settings: ClassVar[frozenset[str]] = frozenset({
         "max_history", "max_num_results", "min_score", "query_mode", "query_history_turns", "header",
         "chunk_prefix", "chunk_separator", "include_sources", "tool_name", "dedup_history", "inject_mode",
-        "system_prompt_template", "user_template", "scope", "system_prompt", "max_age", "max_context_tokens",
+        "system_prompt_template", "user_template", "scope", "max_age", "max_context_tokens",
     })
 
     def __init__(self, config: Mapping[str, Any] | None = None):

@@ -282,7 +282,7 @@ def test_check_config_of_a_bare_block_with_module(tmp_path, capsys):
     assert "'max_history' must be int" in capsys.readouterr().err
 
 
-# -- persona wiring (SPEC B 3.1) -------------------------------------------------------------------
+# -- persona wiring (as ovos-persona loads its memory) ----------------------------------------------------
 def test_an_absent_memory_module_means_the_persona_default_short_term_memory(tmp_path):
     persona = load_persona(write_persona(tmp_path / "p.json", "http://x/v1", memory_module="absent"))
     assert persona.memory_module == PERSONA_DEFAULT_MEMORY

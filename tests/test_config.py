@@ -13,7 +13,7 @@ from ovos_memory_plugins.retrieval import RetrievalConfig
 from ovos_memory_plugins.short_term import BasicShortTermMemory
 
 
-def test_defaults_follow_the_seeds():
+def test_defaults_follow_the_reference():
     assert BasicShortTermMemory({}).settings.max_history == 5
     assert RecencyMemory({}).settings.max_history == 10
     c = parse_config(RetrievalConfig, {}, "x")

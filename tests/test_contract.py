@@ -1,4 +1,4 @@
-"""Every entry point of this distribution passes the memory-plugin contract (seed 002)."""
+"""Every entry point of this distribution passes the memory-plugin contract (docs/index.md)."""
 from __future__ import annotations
 
 import pytest

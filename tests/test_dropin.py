@@ -83,6 +83,11 @@ def test_backend_specific_settings_are_attributes_too(tmp_path):
         assert (lt.model, lt.request_timeout) == ("", 30.0) and lt.api_url.startswith("http://127.0.0.1")
     with EntityMemory({"db_path": str(tmp_path / "e.json"), "api_url": None}) as entity:
         assert (entity.max_facts, entity.facts_header) == (50, "Known facts about the user:")
+        assert entity.db_path == str(tmp_path / "e.json")
+        with pytest.raises(AttributeError):
+            entity.db_path = str(tmp_path / "elsewhere.json")  # the store is open: it cannot move
+        with pytest.raises(AttributeError):
+            entity.max_facts = 3
     with RecencyMemory({"max_age": 60}) as recency:
         assert (recency.max_age, recency.max_history) == (60, 10)
 
@@ -119,13 +124,18 @@ def test_the_composite_lists_its_members_as_name_instance_weight(tmp_path):
         assert (composite.fusion, composite.rrf_k, composite.dedup) == ("rrf", 60, True)
         assert (composite.max_num_results, composite.member_fetch_k) == (3, 6)
         assert isinstance(composite, BaseRetrievalMemory)
+        composite.max_num_results = 2
+        composite.member_fetch_k = 8
+        assert (composite.max_num_results, composite.member_fetch_k, composite.settings.top_k) == (2, 8, 2)
+        with pytest.raises(ConfigError):
+            composite.max_num_results = 0
 
 
 # -- the subclassing contract: session2history and assemble_context -----------------------------
-class SeedStyleRetriever(BaseRetrievalMemory):
+class ReferenceStyleRetriever(BaseRetrievalMemory):
     """A third-party retriever written as the reference documents it, with its own context building."""
 
-    plugin_name = "my-seed-style-retriever"
+    plugin_name = "my-reference-style-retriever"
 
     def __init__(self, config=None):
         super().__init__(config)
@@ -161,7 +171,7 @@ class SeedStyleRetriever(BaseRetrievalMemory):
 
 def test_a_subclass_written_as_the_reference_describes_passes_the_contract_kit(tmp_path):
     counter = iter(range(100))
-    check_backend(lambda over: SeedStyleRetriever({"db_path": str(tmp_path / f"s{next(counter)}.db"), **over}))
+    check_backend(lambda over: ReferenceStyleRetriever({"db_path": str(tmp_path / f"s{next(counter)}.db"), **over}))
 
 
 def test_session2history_reads_the_stored_window_and_assignments_reach_the_store(tmp_path):
@@ -201,12 +211,12 @@ def test_assemble_context_in_tool_mode_counts_its_call_ids_per_session(tmp_path)
 
 
 # -- default paths -----------------------------------------------------------------------------
-class OtherSeedStyleRetriever(SeedStyleRetriever):
+class OtherReferenceStyleRetriever(ReferenceStyleRetriever):
     plugin_name = "my-other-retriever"
 
 
 def test_two_third_party_retrievers_without_db_path_never_share_a_file():
-    with SeedStyleRetriever({}) as one, OtherSeedStyleRetriever({}) as two:
+    with ReferenceStyleRetriever({}) as one, OtherReferenceStyleRetriever({}) as two:
         assert one.db_path != two.db_path
         one.update_history(exchange("my secret is marmalade", "ok"), "s")
         assert two.get_history("s") == [] and two.sessions() == []
@@ -263,6 +273,5 @@ def test_user_inject_mode_carries_the_utterance_exactly_in_its_template(tmp_path
 
 
 def test_dataclass_settings_stay_frozen_for_direct_writes(tmp_path):
-    with LexicalMemory({"db_path": str(tmp_path / "l.db")}) as memory:
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            memory.settings.scope = "global"
+    with LexicalMemory({"db_path": str(tmp_path / "l.db")}) as memory, pytest.raises(dataclasses.FrozenInstanceError):
+        memory.settings.scope = "global"

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
 from ovos_memory_plugins.lexical import LexicalMemory, match_expression
+from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
 FTS_SYNTAX = st.text(alphabet=st.sampled_from(list('"\'*-()^:+{}[],.NEAROTDn \x00é你😀')) , max_size=40) | \
@@ -99,3 +100,25 @@ def test_two_processes_writing_one_file_lose_nothing(tmp_path):
         assert answers == [f"{name} answer {i}" for i in range(300)]
     docs = m.export("shared")["documents"]
     assert len(docs) == 600 and len({d["doc_id"] for d in docs}) == 600
+
+
+def test_a_database_the_reference_package_wrote_is_adopted_and_recalled(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "lexical_memory.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE VIRTUAL TABLE lexical_memory USING fts5(doc_id UNINDEXED, session_id UNINDEXED, content)")
+    rows = [("s1_0", "s1", "Q: my dog is called Rex\nA: nice dog"),
+            ("s1_0", "s1", "Q: I live in Porto\nA: lovely city"),  # the reference repeats ids after a restart
+            ("s2_0", "s2", "Q: my cat is Tom\nA: hello Tom")]
+    con.executemany("INSERT INTO lexical_memory (doc_id, session_id, content) VALUES (?, ?, ?)", rows)
+    con.commit()
+    con.close()
+    for _ in range(2):  # reopening adopts nothing twice
+        with LexicalMemory({"db_path": str(path)}) as memory:
+            assert memory.flush(patience(10))
+            assert [h.content for h in memory.search("dog Rex", "s1")] == ["Q: my dog is called Rex\nA: nice dog"]
+            assert [h.source for h in memory.search("Porto", "s1")] == ["s1_1"]
+            assert [h.source for h in memory.search("cat Tom", "s2")] == ["s2_0"]
+            assert sorted(memory.sessions()) == ["s1", "s2"]
+            assert len(memory.export("s1")["documents"]) == 2

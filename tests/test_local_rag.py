@@ -476,7 +476,7 @@ def test_the_reference_vector_store_falls_back_to_the_built_in_one(memories, log
 
 
 @needs_e5
-def test_the_seed_003_persona_block_recalls_by_meaning_offline(no_network, tmp_path, monkeypatch):
+def test_a_reference_persona_block_recalls_by_meaning_offline(no_network, tmp_path, monkeypatch):
     if importlib.util.find_spec("ovos_gguf_embeddings") or importlib.util.find_spec("ovos_chromadb_embeddings"):
         pytest.skip("the reference stack is installed here; this checks the fallback without it")
     monkeypatch.chdir(tmp_path)

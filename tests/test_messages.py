@@ -1,4 +1,4 @@
-"""Normalisation rules (seed 000) as properties, and the dict round-trip."""
+"""Normalisation rules (docs/index.md) as properties, and the dict round-trip."""
 from __future__ import annotations
 
 import pytest

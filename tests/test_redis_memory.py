@@ -219,7 +219,7 @@ def test_round_based_compaction_works_on_its_own(make):
 
 
 def test_compact_threshold_alone_replaces_the_default_token_threshold(make):
-    memory = make(compact_threshold=100, keep_recent=1)  # seed 004: round-based "overrides" the default
+    memory = make(compact_threshold=100, keep_recent=1)  # the reference: round-based "overrides" the default
     for i in range(60):
         exchange(memory, "s", f"My favourite number is {i} and I like the colour blue.", f"Noted, {i}.")
     memory.flush()
@@ -251,7 +251,7 @@ def test_compacting_small_talk_offline_still_leaves_a_summary(make):
     assert len(exchanges) == 2 and "hi" in summary and "hello" in summary  # folded, not dropped
 
 
-def test_the_seed_names_and_ttl_keys_are_accepted(make):
+def test_the_reference_names_and_ttl_keys_are_accepted(make):
     from ovos_memory_plugins import redis_memory
 
     assert redis_memory.TempMemory is RedisMemory and redis_memory.Conversation is Exchange
@@ -508,7 +508,7 @@ def test_with_redis_down_the_turn_is_answered_and_the_error_logged_once(logs):
         server.cleanup()
 
 
-# -- data ownership and seed API ---------------------------------------------------------------
+# -- data ownership and the reference API ---------------------------------------------------------
 def test_forget_deletes_every_key_of_the_session_and_nothing_else(make, r):
     memory = make(compact_threshold=2, compact_token_threshold=0, keep_recent=1)
     for sid in ("a", "b"):
@@ -544,7 +544,7 @@ def test_export_and_import_round_trip_into_another_session(make):
     assert other.load("dst") == ("The user is Ana.", [Exchange("I like tea.", "Noted.")])
 
 
-def test_the_seed_api_appends_and_loads_exchanges(make):
+def test_the_reference_api_appends_and_loads_exchanges(make):
     memory = make()
     memory.append("s", Exchange("my name is Ana", "Hello Ana"))
     memory.append("s", ("I like tea", "Noted"))

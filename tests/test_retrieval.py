@@ -22,7 +22,7 @@ def shaped(ctx):
 
 @pytest.fixture
 def primed(tmp_path):
-    """One stored exchange, then a window of q/a and a dangling question (SPEC B 4.2 example)."""
+    """One stored exchange, then a window of q/a and a dangling question (the example of docs/compatibility.md)."""
     def make(mode):
         m = lexical(tmp_path / mode, inject_mode=mode, system_prompt="BASE.", max_history=3,
                     context={"header": "HDR", "include_sources": True})

@@ -1,4 +1,4 @@
-"""BasicShortTermMemory (seed 000) and RecencyMemory (seed 002, SPEC B 4.4)."""
+"""BasicShortTermMemory and RecencyMemory: the reference behaviour we keep (docs/compatibility.md) and ours."""
 from __future__ import annotations
 
 import pytest
@@ -15,7 +15,7 @@ def contents(msgs):
     return [m.content for m in msgs]
 
 
-def test_the_seed_000_example_context():
+def test_the_persona_default_example_context():
     memory = BasicShortTermMemory(config={"max_history": 10, "system_prompt": "You are a helpful assistant."})
     memory.update_history([AgentMessage(U, "what is 2+2?"), AgentMessage(A, "4")], "sess-123")
     ctx = memory.build_conversation_context("what is the capital of France?", "sess-123")
@@ -85,7 +85,7 @@ def test_recency_context_strips_the_prompt_and_drops_trailing_questions():
     assert [(m.role, m.content) for m in ctx] == [(S, "Be kind."), (U, "q"), (A, "a"), (U, "new")]
 
 
-def test_the_seed_003_example_keeps_string_roles_as_given(capsys):
+def test_the_max_turns_example_keeps_string_roles_as_given(capsys):
     m = RecencyMemory({"max_turns": 2})
     m.update_history([AgentMessage(role="user", content="my dog is called Rex"),
                       AgentMessage(role="assistant", content="Noted.")], "demo")

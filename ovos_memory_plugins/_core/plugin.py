@@ -65,9 +65,13 @@ class MemoryPlugin(AgentContextManager):
                 or name not in setting_names(type(settings)) or hasattr(type(self), name)):
             object.__setattr__(self, name, value)
             return
+        self._assign_setting(name, value)
+
+    def _assign_setting(self, name: str, value: Any) -> None:
+        """Check ``value`` as the config would and apply it (live settings only)."""
         if name not in self.live_settings:
             raise AttributeError(f"{self.plugin_name}: {name!r} is fixed at construction; set it in the config")
-        object.__setattr__(self, "settings", replace_setting(settings, name, value, self.plugin_name))
+        object.__setattr__(self, "settings", replace_setting(self.settings, name, value, self.plugin_name))
         self._settings_changed()
 
     def _settings_changed(self) -> None:

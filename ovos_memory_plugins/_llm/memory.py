@@ -72,14 +72,12 @@ class LLMMemory(MemoryPlugin):
     """
 
     store_stem: ClassVar[str]
-    #: ``db_path`` is the file in use (the default when the config names none).
-    own_attributes: ClassVar[frozenset[str]] = frozenset({"db_path"})
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         s = self.settings
-        self._store, self.db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
-                                                       self._open_sqlite, s.db_url)
+        self._store, self._db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
+                                                        self._open_sqlite, s.db_url)
         self.client = chat_client(s)
         self._log = LogOnce()
         try:
@@ -95,6 +93,11 @@ class LLMMemory(MemoryPlugin):
                 self._worker.notify()
         except (MemoryPluginError, OSError) as exc:
             LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
+
+    @property
+    def db_path(self) -> str:
+        """The file in use (the default when the config names none)."""
+        return self._db_path
 
     # -- hooks -------------------------------------------------------------------------------
     def _open_sqlite(self, path: str) -> Any:

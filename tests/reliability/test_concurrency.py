@@ -1,4 +1,4 @@
-"""Several satellites write one store at once: every update is stored exactly once (SPEC A3).
+"""Several satellites write one store at once: every update is stored exactly once.
 
 Each process runs several threads, all writing the same session of the same file (or Redis
 key prefix), with summaries or compaction running where the backend has them: longterm folds

@@ -1,4 +1,4 @@
-"""A crash at any instant leaves a readable store holding every update that returned (SPEC A3).
+"""A crash at any instant leaves a readable store holding every update that returned.
 
 A child process writes through the backend and acknowledges each returned ``update_history``
 over a pipe; the parent SIGKILLs it at random moments, reopens the store in-process, and checks

@@ -1,4 +1,4 @@
-"""Utterances, messages and session ids nobody controls are harmless (issue 10, part 3).
+"""Utterances, messages and session ids nobody controls are harmless.
 
 Through every backend's three contract methods (and ``search`` where there is one): no
 exception escapes except a clear ``TypeError``/``ValueError`` for a non-string, a 1 MB message

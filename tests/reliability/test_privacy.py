@@ -1,4 +1,4 @@
-"""``forget(session_id)`` leaves nothing of the session anywhere, and nothing of another is lost (SPEC A5).
+"""``forget(session_id)`` leaves nothing of the session anywhere, and nothing of another is lost.
 
 The session writes enough for every kind of derived data to exist (documents, vectors, a
 summary, facts); the test first checks that the scanners do find it, then forgets, and
