@@ -185,8 +185,11 @@ class LexicalMemory(BaseRetrievalMemory):
         try:
             return PgKeywordIndex(self._db, safe_table_name(self.settings.table), self._docs.table,  # type: ignore[arg-type]
                                   self.settings.tokenizer)
-        except ValueError as exc:
-            raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+        except BaseException as exc:
+            self._store.release()  # construction fails: the connection must not outlive it
+            if isinstance(exc, ValueError):
+                raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+            raise
 
     def _adopt_reference_table(self, table: str) -> None:
         """Bring the exchanges of a database the reference package wrote into the document log.

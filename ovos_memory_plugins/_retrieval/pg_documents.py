@@ -57,12 +57,14 @@ class PgDocumentLog(DocumentLog):
 
     def __init__(self, db: PgDatabase, table: str):
         super().__init__(db, table)  # type: ignore[arg-type]
+        #: Whose session locks the writers take (the retrieval store's window shares it).
+        self.lock_scope = table
 
     def add(self, con: Any, session_id: str, text: str, metadata: dict[str, Any], indexed: bool,
             ts: float | None = None) -> Document:
         now = time.time() if ts is None else ts
         meta = {**metadata, "content": text, "session_id": session_id, "ts": now}
-        self.db.lock_session(con, self.table, session_id)
+        self.db.lock_session(con, self.lock_scope, session_id)
         t = self.table
         # The counter and the row in one round trip (the floor is read after the lock: never stale).
         rowid, doc_id = con.execute(
@@ -99,7 +101,7 @@ class PgDocumentLog(DocumentLog):
         """Up to ``limit`` pending documents no other worker holds, leased to ``owner`` for ``seconds``
         (committed). Its own leases are taken again: a batch whose write failed is retried."""
         now = time.time()
-        with self.db.atomic() as con:
+        with self.db.atomic(durable=False) as con:  # a lease lost in a server crash is simply not held
             rows = con.execute(
                 f"UPDATE {self.table} SET lease_owner = ?, lease_until = ? WHERE id IN ("
                 f"SELECT id FROM {self.table} WHERE indexed = 0 AND (lease_until IS NULL OR lease_until < ? "
@@ -119,13 +121,13 @@ class PgDocumentLog(DocumentLog):
     def release(self, rowids: Sequence[int], owner: str) -> None:
         """Give up the leases of documents that could not be indexed (they are retried later)."""
         if rowids:
-            with self.db.atomic() as con:
+            with self.db.atomic(durable=False) as con:
                 con.execute(f"UPDATE {self.table} SET lease_owner = NULL, lease_until = NULL "
                             "WHERE id = ANY(?) AND lease_owner = ?", (list(rowids), owner))
 
     # -- deletes ---------------------------------------------------------------------------
     def delete_session(self, con: Any, session_id: str) -> list[Document]:
-        self.db.lock_session(con, self.table, session_id)
+        self.db.lock_session(con, self.lock_scope, session_id)
         t = self.table
         rows = con.execute(f"DELETE FROM {t} WHERE session_id = ? RETURNING {_COLUMNS}", (session_id,)).fetchall()
         con.execute(f"WITH gone AS (DELETE FROM {t}_seq WHERE session_id = ? RETURNING next) "

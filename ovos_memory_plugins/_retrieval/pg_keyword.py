@@ -168,16 +168,17 @@ class PgKeywordIndex:
         if not rows:
             return
         counted = [(rowid, sid, *self._counts(text, ctx)) for rowid, text, sid, ctx in rows]
-        new = {r[0] for r in con.execute(
-            f"INSERT INTO {self.table} (doc, session_id, dl) SELECT * FROM unnest(?::bigint[], ?::text[], ?::int[]) "
-            "ON CONFLICT (doc) DO NOTHING RETURNING doc",
-            ([c[0] for c in counted], [c[1] for c in counted], [c[3] for c in counted])).fetchall()}
-        postings = [(term, sid, rowid, tf, ctf, dl) for rowid, sid, terms, dl in counted if rowid in new
+        postings = [(term, sid, rowid, tf, ctf, dl) for rowid, sid, terms, dl in counted
                     for term, (tf, ctf) in terms.items()]
-        if postings:
-            con.execute(f"INSERT INTO {self.table}_post (term, session_id, doc, tf, ctf, dl) "
-                        "SELECT * FROM unnest(?::text[], ?::text[], ?::bigint[], ?::int[], ?::int[], ?::int[])",
-                        tuple(list(col) for col in zip(*postings)))
+        columns = tuple(list(col) for col in zip(*postings)) if postings else ([], [], [], [], [], [])
+        # One statement: the lengths, and the postings of the documents not indexed before.
+        con.execute(
+            f"WITH k AS (INSERT INTO {self.table} (doc, session_id, dl) "
+            "SELECT * FROM unnest(?::bigint[], ?::text[], ?::int[]) ON CONFLICT (doc) DO NOTHING RETURNING doc) "
+            f"INSERT INTO {self.table}_post (term, session_id, doc, tf, ctf, dl) "
+            "SELECT * FROM unnest(?::text[], ?::text[], ?::bigint[], ?::int[], ?::int[], ?::int[]) AS u(t, s, d, f, c, l) "
+            "WHERE u.d IN (SELECT doc FROM k)",
+            ([c[0] for c in counted], [c[1] for c in counted], [c[3] for c in counted], *columns))
 
     def refresh(self, con: Any, rowid: int, session_id: str, context: str | None) -> None:
         """Index a document again with new neighbours' text (None: none)."""

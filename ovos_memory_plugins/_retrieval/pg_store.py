@@ -34,11 +34,14 @@ class PgRetrievalStore(RetrievalStore):
     window_class = PgWindowStore
     docs_class = PgDocumentLog
     docs: PgDocumentLog
+    db: Any  # a PgDatabase
     poll = 10.0
 
     def __init__(self, owner: IndexOwner, db: Any, prefix: str, log: Any):
         self.worker_id = str(db.worker_key)  # this process's leases (see storage/postgres.py)
         super().__init__(owner, db, prefix, log)
+        # One session lock covers the window and the documents: a turn takes it once.
+        self.window.lock_scope = self.docs.lock_scope = self.docs.table  # type: ignore[attr-defined]
 
     def _indexes_in_background(self, owner: IndexOwner) -> bool:
         return owner.background_index and not owner.index_in_database
@@ -59,7 +62,9 @@ class PgRetrievalStore(RetrievalStore):
         prepared, failure = self._prepare_each(docs)
         try:
             if prepared:
-                with self.db.atomic() as con:
+                # Vectors and marks are derived: a server crash that loses this commit leaves the
+                # documents pending, and they are embedded again.
+                with self.db.atomic(durable=False) as con:
                     live = self.docs.lock_leased(con, sorted(prepared), self.worker_id)
                     ready = [d for d in docs if d.rowid in live]
                     if ready:

@@ -3,9 +3,10 @@
 The twin of :mod:`~ovos_memory_plugins.storage.sqlite`, so that a store written for one runs on
 the other with its schema and a few statements changed:
 
-* one psycopg 3 connection per process and URL (:func:`open_pg_database`), shared by every store
-  of the process, in autocommit mode: a transaction is exactly an ``atomic()`` block (nested
-  blocks are savepoints), and an RLock serialises the process's threads on it, as for SQLite;
+* one ``PgDatabase`` per process and URL (:func:`open_pg_database`), shared by every store of the
+  process, with one psycopg 3 connection per thread that uses it, in autocommit mode: a
+  transaction is exactly an ``atomic()`` block (nested blocks in the thread are savepoints), and
+  a background worker's commit never waits behind a turn's, nor a turn behind a worker's;
 * statements are written as for sqlite3 (``?`` placeholders, ``execute``/``executemany`` on the
   connection ``atomic()`` yields), and text that PostgreSQL cannot hold (NUL characters) is
   escaped reversibly on the way in and out, so every string SQLite keeps is kept here too;
@@ -18,9 +19,9 @@ the other with its schema and a few statements changed:
 * a broken connection (a server restart) is replaced at the next call: a read that meets it is
   retried once, and a write after an idle spell checks the connection before it begins; a
   transaction that breaks is never retried (a commit whose answer was lost may have happened);
-* ``worker_key`` names this process's workers in the leases they take (shared job queues): the
-  connection holds a session-level advisory lock on it, so when the process dies (and its
-  connection with it) any other process sees at once that the leases are orphaned;
+* ``worker_key`` names this process's workers in the leases they take (shared job queues): its
+  connections hold a shared session-level advisory lock on it, so when the process dies (and
+  its connections with it) any other process sees at once that the leases are orphaned;
 * psycopg errors become :class:`~ovos_memory_plugins.errors.StorageError` subclasses at one seam.
 
 psycopg is an optional dependency (the ``[postgres]`` extra): importing this module works
@@ -174,11 +175,26 @@ class PgConnection:
         return cur
 
 
-class PgDatabase:
-    """One PostgreSQL connection, a lock that serialises its threads, and transaction helpers.
+class _Session:
+    """One thread's connection to the database and the state of its open transaction."""
 
-    Share one per URL within a process (:func:`open_pg_database`); other processes and hosts
-    open their own, and PostgreSQL's locks coordinate them.
+    def __init__(self, thread: threading.Thread):
+        self.thread = thread
+        self.raw: Any = None
+        self.wrapper: PgConnection | None = None
+        self.depth = 0
+        self.locked: set[int] = set()  # session locks held by the open transaction
+        self.used = 0.0  # time.monotonic() of the last statement
+
+
+class PgDatabase:
+    """A PostgreSQL database: a connection per thread that uses it, and transaction helpers.
+
+    Share one per URL within a process (:func:`open_pg_database`): every store of the process on
+    that URL joins the same transaction when they run in one thread (a turn's window, documents,
+    index and vectors commit together), while the background workers' threads have connections
+    of their own, so a worker's commit never holds up a turn. Other processes and hosts open
+    their own, and PostgreSQL's locks coordinate them all.
     """
 
     engine = "postgres"
@@ -188,29 +204,37 @@ class PgDatabase:
         psycopg_module()
         self.url = url
         self.path = redact(url)  # what messages name (the SQLite Database's path)
-        self._lock = threading.RLock()
-        self._depth = 0
         self._closed = False
-        self._raw: Any = None
-        self._wrapper: PgConnection | None = None
-        self._locked: set[int] = set()  # session locks held by the open transaction
+        self._local = threading.local()
+        self._sessions: list[_Session] = []
+        self._sessions_lock = threading.Lock()
         self._schema_checked = False
-        self._used = 0.0  # time.monotonic() of the last statement
-        #: Names this process's leases; its connection holds a lock on it while it lives.
+        #: Names this process's leases; each of its connections holds a shared lock on it.
         self.worker_key = secrets.randbits(62) + 1
-        self._connection()
+        self._connection(self._session())  # fail at construction if the server cannot be reached
 
     # -- connection ----------------------------------------------------------------------
-    def _connection(self) -> Any:
-        """The live connection, reconnecting if the last one broke (call with the lock held)."""
+    def _session(self) -> _Session:
+        session: _Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = _Session(threading.current_thread())
+            with self._sessions_lock:
+                gone = [s for s in self._sessions if not s.thread.is_alive()]
+                self._sessions = [s for s in self._sessions if s.thread.is_alive()] + [session]
+            for old in gone:  # a finished thread's connection
+                _close_quietly(old.raw)
+        return session
+
+    def _connection(self, session: _Session) -> Any:
+        """The thread's live connection, reconnecting if the last one broke."""
         if self._closed:
             raise StorageError(f"{self.path} is closed")
-        raw = self._raw
+        raw = session.raw
         if raw is None or raw.closed or raw.broken:
             raw = self._connect()
             with _mapped(f"connect to {self.path}"):
-                raw.execute("SELECT pg_advisory_lock(%s)", (self.worker_key,))  # alive while connected
-            self._raw, self._wrapper = raw, PgConnection(raw)
+                raw.execute("SELECT pg_advisory_lock_shared(%s)", (self.worker_key,))  # alive while connected
+            session.raw, session.wrapper = raw, PgConnection(raw)
         return raw
 
     def _connect(self) -> Any:
@@ -234,102 +258,109 @@ class PgDatabase:
         _register_text_adapters(raw)
         return raw
 
-    def _checked(self) -> Any:
-        """The connection, made sure to be alive when it has been idle (before a transaction)."""
-        raw = self._connection()
-        if time.monotonic() - self._used > PING_AFTER_S:
+    def _checked(self, session: _Session) -> Any:
+        """The thread's connection, made sure to be alive when it has been idle (before a transaction)."""
+        raw = self._connection(session)
+        if time.monotonic() - session.used > PING_AFTER_S:
             psycopg = psycopg_module()
             try:
                 raw.execute("SELECT 1")
             except psycopg.OperationalError:
                 if not raw.broken:
                     raise
-                raw = self._connection()  # replaced: nothing was sent on the broken one yet
+                raw = self._connection(session)  # replaced: nothing was sent on the broken one yet
         return raw
 
     @contextlib.contextmanager
     def dedicated(self) -> Iterator[Any]:
-        """A connection of its own (raw psycopg) for long maintenance that must not hold the shared one."""
+        """A connection of its own (raw psycopg) for long maintenance (an index build)."""
         raw = self._connect()
         try:
             yield raw
         finally:
-            with contextlib.suppress(Exception):
-                raw.close()
+            _close_quietly(raw)
 
     # -- transactions ----------------------------------------------------------------------
     @contextlib.contextmanager
-    def atomic(self, busy_wait: float | None = None) -> Iterator[PgConnection]:
+    def atomic(self, busy_wait: float | None = None, durable: bool = True) -> Iterator[PgConnection]:
         """A write transaction: everything in the block commits together or not at all.
 
-        ``busy_wait``: seconds to wait for another process's locks instead of the usual
-        ``LOCK_TIMEOUT_MS`` (StoreUnavailable after that).
+        Nested blocks (in the same thread) are savepoints. ``busy_wait``: seconds to wait for
+        another writer's locks instead of the usual ``LOCK_TIMEOUT_MS`` (StoreUnavailable after
+        that). ``durable=False``: the commit does not wait for the WAL to reach the disk, for
+        writes a server crash may lose because they are derived and redone (index entries and
+        their marks, leases); a crash can never make them half done. What the user said is
+        always durable.
         """
-        with self._lock:
-            if self._depth == 0:
-                with _mapped(f"connect to {self.path}"):
-                    raw = self._checked()
-            else:
-                raw = self._raw
-            assert self._wrapper is not None
-            self._depth += 1
-            try:
-                with _mapped(f"write to {self.path}"), raw.transaction():
-                    if busy_wait is not None and self._depth == 1:
-                        raw.execute(f"SET LOCAL lock_timeout = {max(1, int(busy_wait * 1000))}")
-                    yield self._wrapper
-            finally:
-                self._depth -= 1
-                if not self._depth:
-                    self._locked.clear()
-                    self._used = time.monotonic()
+        session = self._session()
+        if session.depth == 0:
+            with _mapped(f"connect to {self.path}"):
+                raw = self._checked(session)
+        else:
+            raw = session.raw
+        assert session.wrapper is not None
+        session.depth += 1
+        try:
+            with _mapped(f"write to {self.path}"), raw.transaction():
+                if session.depth == 1 and busy_wait is not None:
+                    raw.execute(f"SET LOCAL lock_timeout = {max(1, int(busy_wait * 1000))}")
+                if session.depth == 1 and not durable:
+                    raw.execute("SET LOCAL synchronous_commit = off")
+                yield session.wrapper
+        finally:
+            session.depth -= 1
+            if not session.depth:
+                session.locked.clear()
+                session.used = time.monotonic()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[PgConnection]:
         """Several reads from one snapshot."""
-        with self._lock:
-            if self._depth:
-                assert self._wrapper is not None
-                yield self._wrapper
-                return
-            with _mapped(f"connect to {self.path}"):
-                raw = self._checked()
-            assert self._wrapper is not None
-            self._depth += 1
-            try:
-                with _mapped(f"read from {self.path}"), raw.transaction():
-                    raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    yield self._wrapper
-            finally:
-                self._depth -= 1
+        session = self._session()
+        if session.depth:
+            assert session.wrapper is not None
+            yield session.wrapper
+            return
+        with _mapped(f"connect to {self.path}"):
+            raw = self._checked(session)
+        assert session.wrapper is not None
+        session.depth += 1
+        try:
+            with _mapped(f"read from {self.path}"), raw.transaction():
+                raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield session.wrapper
+        finally:
+            session.depth -= 1
+            session.used = time.monotonic()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """Run one statement (in the open transaction, if any) and return all rows.
+        """Run one statement (in the thread's open transaction, if any) and return all rows.
 
         Outside a transaction a statement that meets a broken connection is retried once on a
         new one: a server restarted overnight costs the next turn nothing.
         """
         psycopg = psycopg_module()
-        with self._lock:
-            for attempt in (1, 2):
-                raw = self._raw if self._depth else self._connection()
-                try:
-                    cur = raw.execute(_pg_sql(sql), params)
-                    self._used = time.monotonic()
-                    return cur.fetchall() if cur.description else []
-                except psycopg.OperationalError as exc:
-                    if self._depth or attempt == 2 or not raw.broken:
-                        raise _failure(exc, f"read from {self.path}") from exc
-                except psycopg.Error as exc:
+        session = self._session()
+        for attempt in (1, 2):
+            raw = session.raw if session.depth else self._connection(session)
+            try:
+                cur = raw.execute(_pg_sql(sql), params)
+                session.used = time.monotonic()
+                return cur.fetchall() if cur.description else []
+            except psycopg.OperationalError as exc:
+                if session.depth or attempt == 2 or not raw.broken:
                     raise _failure(exc, f"read from {self.path}") from exc
+            except psycopg.Error as exc:
+                raise _failure(exc, f"read from {self.path}") from exc
         raise AssertionError("unreachable")
 
     def connection_in_transaction(self) -> PgConnection:
         """The connection, for a statement that must join the caller's open ``atomic()`` block."""
-        if not self._depth:
+        session = self._session()
+        if not session.depth:
             raise RuntimeError(f"{self.path}: this write must run inside PgDatabase.atomic()")
-        assert self._wrapper is not None
-        return self._wrapper
+        assert session.wrapper is not None
+        return session.wrapper
 
     def lock_session(self, con: PgConnection, scope: str, session_id: str) -> None:
         """Serialise the writers of ``session_id`` in ``scope`` until the transaction ends.
@@ -338,9 +369,10 @@ class PgDatabase:
         COMMITTED every later statement then sees what the previous holder committed.
         """
         key = lock_key(scope, session_id)
-        if key not in self._locked:
+        held = self._session().locked
+        if key not in held:
             con.execute("SELECT pg_advisory_xact_lock(?)", (key,))
-            self._locked.add(key)
+            held.add(key)
 
     # -- schema ------------------------------------------------------------------------------
     def migrate(self, component: str, migrations: Sequence[str]) -> None:
@@ -392,12 +424,18 @@ class PgDatabase:
         return True
 
     def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                if self._raw is not None:
-                    with contextlib.suppress(Exception):
-                        self._raw.close()
+        """Close every thread's connection (a transaction still open in one is rolled back)."""
+        self._closed = True
+        with self._sessions_lock:
+            sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            _close_quietly(session.raw)
+
+
+def _close_quietly(raw: Any) -> None:
+    if raw is not None:
+        with contextlib.suppress(Exception):
+            raw.close()
 
 
 _shared: dict[str, tuple[PgDatabase, int]] = {}

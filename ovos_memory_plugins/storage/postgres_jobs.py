@@ -77,7 +77,7 @@ class PgJobQueue:
     def claim(self) -> Job | None:
         """The oldest due job nobody holds, leased to this worker; None when there is none."""
         now = time.time()
-        with self.db.atomic() as con:
+        with self.db.atomic(durable=False) as con:  # a lease lost in a server crash: the job runs again
             row = con.execute(
                 f"UPDATE {self.table} SET lease_owner = ?, lease_until = ?, attempts = attempts + 1 "
                 f"WHERE key = (SELECT key FROM {self.table} WHERE run_after <= ? AND {self._free} "
@@ -87,7 +87,7 @@ class PgJobQueue:
 
     def done(self, job: Job) -> None:
         """The work is committed: drop the job, or release it if work was queued meanwhile."""
-        with self.db.atomic() as con:
+        with self.db.atomic(durable=False) as con:  # lost in a server crash: the job runs again, idempotent
             gone = con.execute(f"DELETE FROM {self.table} WHERE key = ? AND lease_owner = ? AND generation = ?",
                                (job.key, self.owner, job.token)).rowcount
             if not gone:
@@ -96,7 +96,7 @@ class PgJobQueue:
 
     def retry(self, job: Job, delay: float = 5.0) -> None:
         """The work failed: release the job to run again after ``delay`` seconds."""
-        with self.db.atomic() as con:
+        with self.db.atomic(durable=False) as con:
             con.execute(f"UPDATE {self.table} SET lease_owner = NULL, lease_until = NULL, run_after = ? "
                         "WHERE key = ? AND lease_owner = ?", (time.time() + delay, job.key, self.owner))
 

@@ -52,9 +52,11 @@ class PgWindowStore(SqliteWindowStore):
 
     def __init__(self, db: PgDatabase, table: str = "window", owns_db: bool = False):
         super().__init__(db, table, owns_db)  # type: ignore[arg-type]
+        #: Whose session locks the writers take (a retrieval store shares one with its document log).
+        self.lock_scope = self.table
 
     def _append(self, con: Any, session_id: str, *args: Any, **kwargs: Any) -> AgentMessage | None:
-        self.db.lock_session(con, self.table, session_id)
+        self.db.lock_session(con, self.lock_scope, session_id)
         return super()._append(con, session_id, *args, **kwargs)
 
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
@@ -66,7 +68,7 @@ class PgWindowStore(SqliteWindowStore):
 
     def forget(self, session_id: str, con: Any = None) -> int:
         if con is not None:
-            self.db.lock_session(con, self.table, session_id)
+            self.db.lock_session(con, self.lock_scope, session_id)
         return super().forget(session_id, con)
 
     def close(self) -> None:

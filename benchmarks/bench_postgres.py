@@ -1,0 +1,344 @@
+"""PostgreSQL against SQLite, side by side in one run, on the same machine.
+
+1. **Turn latency** of lexical, local-rag and the hybrid preset at 10k and 100k stored exchanges
+   (one session holding them all: the worst case), each on SQLite (the default) and on
+   PostgreSQL (``db_url``, a local server over its Unix socket): medians and p90 of
+   ``build_conversation_context`` and ``update_history``, alternating, as in docs/benchmarks.md.
+   Embedding is excluded: the embedder is a stand-in returning fixed pseudo-random vectors
+   (about 20 µs), so what is measured is the store. The stored exchanges are written straight
+   into each memory's document log and index in large transactions (what that many updates would
+   leave; 100k real updates would take hours of the same statements). On PostgreSQL the vector
+   collection's HNSW index is built before timing (its build time is reported: a maintenance
+   step the store runs in the background, never on a turn).
+2. **Writers**: 4 processes x 1,000 ``update_history`` into one session of a lexical memory on
+   PostgreSQL, each on its own connection; every exchange must be stored exactly once.
+3. **LoCoMo recall** of lexical on both engines (recall@5 and @10 on the dev split, as
+   benchmarks/locomo.py measures it) and how often the two return the same top-5 set.
+
+Without ``--url`` a private PostgreSQL 16 with pgvector is started for the run, *durable*
+(fsync on, synchronous commit: every update costs one WAL flush, as in production), from the
+pgserver wheel (scripts/postgres_server.py), and stopped at the end.
+
+Usage::
+
+    python benchmarks/bench_postgres.py                    # everything (about 20 minutes)
+    python benchmarks/bench_postgres.py --quick            # 1k exchanges, fewer calls (a smoke run)
+    python benchmarks/bench_postgres.py --sizes 10000 --skip-locomo --url postgresql://...
+
+Prints markdown tables (the ones in docs/benchmarks.md) and writes the figures as JSON to
+``build/bench/postgres.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import numpy as np  # noqa: E402
+from _worker import Workload, _messages, alternate_turns  # noqa: E402
+
+from ovos_memory_plugins._retrieval.documents import format_exchange  # noqa: E402
+
+SESSION = "bench"
+DIM = 384
+BATCH = 1000
+BACKENDS = ("lexical", "local-rag", "hybrid")
+
+
+# -- a stand-in embedder ------------------------------------------------------------------------
+class FixedVectors:
+    """Deterministic unit vectors per text (numpy, ~20 µs): embedding costs nothing measurable."""
+
+    model_id = "bench-fixed-vectors"
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    def _vector(self, text: str) -> Any:
+        found = self._cache.get(text)
+        if found is None:
+            rng = np.random.default_rng(zlib.crc32(text.encode()))
+            found = rng.standard_normal(DIM).astype(np.float32)
+            found /= np.linalg.norm(found)
+            if len(self._cache) < 10_000:
+                self._cache[text] = found
+        return found
+
+    def get_embeddings(self, text: str) -> Any:
+        return self._vector(text)
+
+    def get_query_embeddings(self, text: str) -> Any:
+        return self._vector(text)
+
+    def get_embeddings_batch(self, texts: Sequence[str]) -> list[Any]:
+        return [self._vector(t) for t in texts]
+
+
+# -- the PostgreSQL server ------------------------------------------------------------------------
+class Server:
+    """A durable private server for the run (or the one ``--url`` names)."""
+
+    def __init__(self, url: str | None):
+        self.url, self.folder = url, None
+        if url is None:
+            out = subprocess.run([sys.executable, str(HERE.parent / "scripts" / "postgres_server.py"), "start",
+                                  "--durable", "--owner", str(os.getpid()), "--print-env"],
+                                 check=True, capture_output=True, text=True).stdout
+            env = dict(line.split("=", 1) for line in out.split())
+            self.url = env["OVOS_MEMORY_POSTGRES_URL"].strip("'")
+            self.folder = env["OVOS_MEMORY_PGSERVER_DIR"].strip("'")
+
+    def schema(self, name: str) -> str:
+        assert self.url is not None
+        return f"{self.url}{'&' if '?' in self.url else '?'}options=-csearch_path%3D{name},public"
+
+    def fresh(self) -> str:
+        return self.schema(f"bench_{uuid.uuid4().hex[:12]}")
+
+    def stop(self) -> None:
+        if self.folder:
+            subprocess.run([sys.executable, str(HERE.parent / "scripts" / "postgres_server.py"), "stop", self.folder],
+                           check=False)
+
+
+# -- building and filling memories ---------------------------------------------------------------
+def config_for(backend: str, engine: str, server: Server, folder: str) -> tuple[Any, dict[str, Any]]:
+    """(class, config) of one benchmarked memory."""
+    from ovos_memory_plugins.composite import HYBRID_PRESET, CompositeMemory
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.local_rag import LocalRAGMemory
+    from ovos_memory_plugins.testing.llm import closed_port_url
+
+    store: dict[str, Any] = {"db_url": server.fresh()} if engine == "postgres" else \
+        {"db_path": os.path.join(folder, f"{backend}.db")}
+    if backend == "lexical":
+        return LexicalMemory, store
+    if backend == "local-rag":
+        return LocalRAGMemory, {**store, "_embedder": FixedVectors()}
+    members = []
+    for spec in HYBRID_PRESET:  # the preset, with the stand-in embedder and no LLM to wait for
+        config = dict(spec["config"])
+        if spec["module"].endswith("local-rag"):
+            config["_embedder"] = FixedVectors()
+        if spec["module"].endswith("entity"):
+            config.update(api_url=closed_port_url(), request_timeout=1)
+        members.append({"module": spec["module"], "config": config})
+    return CompositeMemory, {**({"db_url": store["db_url"]} if engine == "postgres" else {}), "members": members}
+
+
+def retrievers(memory: Any) -> list[Any]:
+    return [m.memory for m in getattr(memory, "members", [])] or [memory]
+
+
+def populate(memory: Any, n: int, work: Workload) -> dict[str, float]:
+    """Write ``n`` exchanges into every retriever's log and index (and vectors); returns timings."""
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.local_rag import LocalRAGMemory, _portable
+
+    pairs = [work.exchange() for _ in range(n)]
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    for member in retrievers(memory):
+        if not isinstance(member, (LexicalMemory, LocalRAGMemory)):
+            continue
+        member.search("warm up", SESSION)  # loads the plugins, creates the collection
+        vectors = member._vector_slot.get() if isinstance(member, LocalRAGMemory) else None
+        rng = np.random.default_rng(1)
+        for first in range(0, n, BATCH):
+            chunk = pairs[first:first + BATCH]
+            with member._db.atomic() as con:
+                docs = [member._docs.add(con, SESSION, format_exchange(q, a), {"question": q, "answer": a},
+                                         indexed=True) for q, a in chunk]
+                if isinstance(member, LexicalMemory):
+                    member._store_documents(docs)  # FTS5 rows or postings, in the same transaction
+            if vectors is not None:
+                matrix = rng.standard_normal((len(docs), DIM)).astype(np.float32)
+                matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+                vectors.add_embeddings_batch([d.doc_id for d in docs], list(matrix), [_portable(d) for d in docs],
+                                             collection_name=member.settings.collection)
+        memory.flush()
+        if vectors is not None and hasattr(vectors, "build_index") and n > vectors.settings.hnsw_above:
+            t = time.perf_counter()
+            vectors.build_index(member.settings.collection)  # waits for a background build under way
+            timings["hnsw_build_s"] = time.perf_counter() - t
+    for q, a in pairs[-5:]:  # a window, as a live session has
+        memory.update_history(_messages(q, a), SESSION)
+    memory.flush()
+    timings["populate_s"] = time.perf_counter() - start
+    return timings
+
+
+def ms(samples: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(s * 1000 for s in samples)
+    return {"median": statistics.median(ordered), "p90": ordered[int(0.9 * (len(ordered) - 1))]}
+
+
+def latency_cell(backend: str, engine: str, n: int, calls: int, server: Server) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-pg-") as folder:
+        os.environ["XDG_DATA_HOME"] = os.path.join(folder, "xdg")  # the preset's relative db_paths land here
+        cls, config = config_for(backend, engine, server, folder)
+        memory = cls(config)
+        try:
+            work = Workload(seed=1)
+            timings = populate(memory, n, work)
+            builds, updates, _ = alternate_turns(memory, work, calls, SESSION)
+            memory.flush()
+        finally:
+            memory.close()
+    return {"build_ms": ms(builds), "update_ms": ms(updates), **timings}
+
+
+# -- concurrent writers ---------------------------------------------------------------------------
+def _writer(url: str, tag: str, count: int, barrier: Any, out: Any) -> None:
+    from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    with LexicalMemory({"db_url": url, "max_history": 0}) as memory:
+        barrier.wait()
+        start = time.perf_counter()
+        for n in range(count):
+            memory.update_history([AgentMessage(MessageRole.USER, f"note zq{tag}n{n:05d}"),
+                                   AgentMessage(MessageRole.ASSISTANT, "noted")], "shared")
+        out.put(time.perf_counter() - start)
+
+
+def writers(server: Server, processes: int, count: int) -> dict[str, Any]:
+    import re
+    from collections import Counter
+
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    url = server.fresh()
+    LexicalMemory({"db_url": url}).close()  # the store exists, as in an installed system
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(processes), ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(url, f"p{i}", count, barrier, out)) for i in range(processes)]
+    start = time.perf_counter()
+    for proc in procs:
+        proc.start()
+    seconds = [out.get(timeout=3600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    with LexicalMemory({"db_url": url, "max_history": 0}) as memory:
+        exported = memory.export("shared")
+    docs = Counter(m for d in exported["documents"] for m in re.findall(r"zq\w+n\d{5}", d["content"]))
+    window = Counter(m for d in exported["window"] for m in re.findall(r"zq\w+n\d{5}", d["content"]))
+    expected = {f"zqp{i}n{n:05d}" for i in range(processes) for n in range(count)}
+    return {"processes": processes, "updates_each": count, "seconds": time.perf_counter() - start,
+            "updates_per_s": processes * count / max(seconds), "lost": len(expected - set(docs)) + len(expected - set(window)),
+            "doubled": sum(1 for c in docs.values() if c > 1) + sum(1 for c in window.values() if c > 1)}
+
+
+# -- LoCoMo ---------------------------------------------------------------------------------------
+def locomo(server: Server, limit: int | None) -> dict[str, Any]:
+    import locomo as lc
+
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    hits = {"sqlite": {5: 0, 10: 0}, "postgres": {5: 0, 10: 0}}
+    same_set = same_order = total = 0
+    with tempfile.TemporaryDirectory(prefix="bench-locomo-") as folder:
+        for i, conv in enumerate(lc.load_conversations(limit=limit)):
+            sid = f"locomo-{conv.get('sample_id', i)}"
+            pair = {"sqlite": LexicalMemory({"db_path": os.path.join(folder, f"{i}.db")}),
+                    "postgres": LexicalMemory({"db_url": server.fresh()})}
+            try:
+                for memory in pair.values():
+                    lc._feed(memory, conv, sid)
+                for qa in lc.questions(conv, (1, 2, 3, 4)):
+                    wanted = [lc._squash(e) for e in qa["evidence"]]
+                    found = {engine: memory.search(qa["question"], sid, top_k=10) for engine, memory in pair.items()}
+                    for engine, ranked in found.items():
+                        for k in (5, 10):
+                            joined = lc._squash("\n".join(h.content for h in ranked[:k]))
+                            hits[engine][k] += any(w in joined for w in wanted)
+                    tops = [[h.source for h in found[e][:5]] for e in ("sqlite", "postgres")]
+                    same_set += set(tops[0]) == set(tops[1])
+                    same_order += tops[0] == tops[1]
+                    total += 1
+            finally:
+                for memory in pair.values():
+                    memory.close()
+    return {"questions": total, **{f"{engine}_r@{k}": hits[engine][k] / max(total, 1)
+                                   for engine in hits for k in (5, 10)},
+            "same_top5_set": same_set / max(total, 1), "same_top5_order": same_order / max(total, 1)}
+
+
+# -- report ---------------------------------------------------------------------------------------
+def markdown(results: dict[str, Any]) -> str:
+    lines = ["| backend | stored | engine | build median / p90 (ms) | update median / p90 (ms) | note |",
+             "|---|---|---|---|---|---|"]
+    for cell in results["latency"]:
+        b, u = cell["build_ms"], cell["update_ms"]
+        note = f"HNSW built in {cell['hnsw_build_s']:.0f} s before timing" if "hnsw_build_s" in cell else ""
+        lines.append(f"| {cell['backend']} | {cell['n']:,} | {cell['engine']} | {b['median']:.2f} / {b['p90']:.2f} | "
+                     f"{u['median']:.2f} / {u['p90']:.2f} | {note} |")
+    w = results.get("writers")
+    if w:
+        lines += ["", f"Writers: {w['processes']} processes x {w['updates_each']:,} updates of one session on "
+                  f"PostgreSQL: {w['lost']} lost, {w['doubled']} doubled, {w['updates_per_s']:.0f} updates/s "
+                  f"({w['seconds']:.1f} s)."]
+    lc = results.get("locomo")
+    if lc:
+        lines += ["", "| lexical on | LoCoMo R@5 | R@10 |", "|---|---|---|",
+                  f"| SQLite (FTS5) | {lc['sqlite_r@5']:.3f} | {lc['sqlite_r@10']:.3f} |",
+                  f"| PostgreSQL | {lc['postgres_r@5']:.3f} | {lc['postgres_r@10']:.3f} |",
+                  "", f"{lc['questions']} questions; the same top-5 set for {100 * lc['same_top5_set']:.1f}%, "
+                  f"in the same order for {100 * lc['same_top5_order']:.1f}%."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1k exchanges, 60 calls, 2 LoCoMo conversations")
+    parser.add_argument("--sizes", default="10000,100000", help="stored exchanges (default: %(default)s)")
+    parser.add_argument("--calls", type=int, default=300, help="alternating calls per cell (default: %(default)s)")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--url", help="a PostgreSQL to use instead of a private durable one (needs pgvector)")
+    parser.add_argument("--skip-locomo", action="store_true")
+    parser.add_argument("--skip-writers", action="store_true")
+    parser.add_argument("--json", default=str(HERE.parent / "build" / "bench" / "postgres.json"))
+    args = parser.parse_args(argv)
+    sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
+    calls = 60 if args.quick else args.calls
+    server = Server(args.url)
+    results: dict[str, Any] = {"latency": [], "sizes": sizes, "calls": calls}
+    progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        for n in sizes:
+            for backend in args.backends.split(","):
+                for engine in ("sqlite", "postgres"):
+                    t = time.perf_counter()
+                    cell = latency_cell(backend, engine, n, calls, server)
+                    results["latency"].append({"backend": backend, "engine": engine, "n": n, **cell})
+                    progress(f"{backend} {engine} {n:,}: build {cell['build_ms']['median']:.2f} ms, update "
+                             f"{cell['update_ms']['median']:.2f} ms ({time.perf_counter() - t:.0f} s)")
+        if not args.skip_writers:
+            results["writers"] = writers(server, 4, 100 if args.quick else 1000)
+            progress(f"writers: {results['writers']}")
+        if not args.skip_locomo:
+            results["locomo"] = locomo(server, 2 if args.quick else None)
+            progress(f"locomo: {results['locomo']}")
+    finally:
+        server.stop()
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(results, indent=2))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
