@@ -73,6 +73,47 @@ CREATE TABLE IF NOT EXISTS {t} (
     metadata text                    -- JSON, or NULL
 );
 CREATE INDEX IF NOT EXISTS {t}_by_session ON {t} (session_id);
+-- Vectors per session, kept by statement triggers in the writers' transactions: whether a search's
+-- scope is small enough for an exact scan is one key lookup ('' stands for no session).
+CREATE TABLE {t}_sizes (session_id text PRIMARY KEY, n bigint NOT NULL);
+CREATE FUNCTION {t}_sizes_add() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {t}_sizes AS s (session_id, n)
+        SELECT COALESCE(session_id, ''), count(*) FROM added GROUP BY 1
+    ON CONFLICT (session_id) DO UPDATE SET n = s.n + excluded.n;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION {t}_sizes_remove() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE {t}_sizes AS s SET n = s.n - d.n
+        FROM (SELECT COALESCE(session_id, '') AS session_id, count(*) AS n FROM removed GROUP BY 1) AS d
+        WHERE s.session_id = d.session_id;
+    DELETE FROM {t}_sizes WHERE n <= 0;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION {t}_sizes_move() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE {t}_sizes AS s SET n = s.n - d.n
+        FROM (SELECT COALESCE(session_id, '') AS session_id, count(*) AS n FROM removed GROUP BY 1) AS d
+        WHERE s.session_id = d.session_id;
+    INSERT INTO {t}_sizes AS s (session_id, n)
+        SELECT COALESCE(session_id, ''), count(*) FROM added GROUP BY 1
+    ON CONFLICT (session_id) DO UPDATE SET n = s.n + excluded.n;
+    DELETE FROM {t}_sizes WHERE n <= 0;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER {t}_sizes_add AFTER INSERT ON {t} REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION {t}_sizes_add();
+CREATE TRIGGER {t}_sizes_remove AFTER DELETE ON {t} REFERENCING OLD TABLE AS removed
+    FOR EACH STATEMENT EXECUTE FUNCTION {t}_sizes_remove();
+CREATE TRIGGER {t}_sizes_move AFTER UPDATE ON {t} REFERENCING OLD TABLE AS removed NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION {t}_sizes_move();
+"""
+
+_DROP_ITEMS = """
+DROP TABLE IF EXISTS {t};
+DROP TABLE IF EXISTS {t}_sizes;
+DROP FUNCTION IF EXISTS {t}_sizes_add(), {t}_sizes_remove(), {t}_sizes_move();
 """
 
 
@@ -149,7 +190,7 @@ class PgEmbeddingsDB(EmbeddingsDB):
             row = con.execute("DELETE FROM ovos_vec_collections WHERE name = ? RETURNING items, dim",
                               (name,)).fetchone()
             if row is not None and row[1] is not None:
-                con.execute(f"DROP TABLE IF EXISTS {row[0]}")
+                con.raw.execute(_DROP_ITEMS.format(t=row[0]).encode())
         with self._lock:
             self._tables.pop(name, None)
             self._ann.pop(name, None)
@@ -245,16 +286,14 @@ class PgEmbeddingsDB(EmbeddingsDB):
         if k <= 0:
             return []
         name = self._name(collection_name)
-        with self._db.read() as con:
-            table = self._items(con, name)
-            if table is None:
-                return []
-            dim = self._tables[name][1]
-            if q.shape[0] != dim:
-                raise EmbeddingsError(f"{PLUGIN_NAME}: query has {q.shape[0]} dims, collection {name!r} holds {dim}")
-        clause, params = _where(where)
+        table = self._items(None, name)  # no round trip once known
+        if table is None:
+            return []
+        dim = self._tables[name][1]
+        if q.shape[0] != dim:
+            raise EmbeddingsError(f"{PLUGIN_NAME}: query has {q.shape[0]} dims, collection {name!r} holds {dim}")
         columns = "key, dist, metadata" if return_metadata else "key, dist"
-        rows = self._search(name, table, _literal(q), clause, params, k, columns)
+        rows = self._search(name, table, _literal(q), where, k, columns)
         out: list[tuple[Any, ...]] = []
         for row in rows:
             distance = 1.0 if row[1] is None or row[1] != row[1] else max(0.0, float(row[1]))  # NaN: a zero vector
@@ -301,6 +340,7 @@ class PgEmbeddingsDB(EmbeddingsDB):
                 raw.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {table}_hnsw ON {table} "
                             f"USING hnsw (embedding vector_cosine_ops) WITH (m = {int(m)}, "
                             f"ef_construction = {int(ef_construction)})")
+                raw.execute(f"ANALYZE {table}")  # the planner's counts, for choosing between the paths
             finally:
                 raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
         with self._lock:
@@ -320,7 +360,7 @@ class PgEmbeddingsDB(EmbeddingsDB):
                 return
             if name in self._building:
                 return
-        if self._has_index(table) or not self._larger_than(table, "", (), limit):
+        if self._has_index(table) or self._scope_size(table, None) <= limit:
             return
         with self._lock:
             self._building.add(name)
@@ -342,16 +382,24 @@ class PgEmbeddingsDB(EmbeddingsDB):
                                      "(SELECT relnamespace FROM pg_class WHERE oid = to_regclass(?))",
                                      (f"{table}_hnsw", table)))
 
-    def _larger_than(self, table: str, clause: str, params: Sequence[Any], limit: int) -> bool:
-        """Whether more than ``limit`` vectors match (a count that stops there: cheap at any size)."""
-        rows = self._db.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE TRUE {clause} LIMIT ?) AS s",
-                                (*params, limit + 1))
-        return int(rows[0][0]) > limit
+    def _scope_size(self, table: str, where: Mapping[str, Any] | None) -> int:
+        """How many vectors a search filtered by ``where`` may look at: the session's count when it
+        names one (a key lookup), else the whole collection's (the planner's estimate once the
+        table was analysed, else a count)."""
+        sid = (where or {}).get("session_id")
+        if isinstance(sid, str):
+            rows = self._db.execute(f"SELECT n FROM {table}_sizes WHERE session_id = ?", (sid,))
+            return int(rows[0][0]) if rows else 0
+        rows = self._db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(?)", (table,))
+        if rows and rows[0][0] is not None and rows[0][0] >= 0:
+            return int(rows[0][0])
+        return int(self._db.execute(f"SELECT COALESCE(sum(n), 0) FROM {table}_sizes")[0][0])
 
-    def _search(self, name: str, table: str, q: str, clause: str, params: Sequence[Any], k: int,
+    def _search(self, name: str, table: str, q: str, where: Mapping[str, Any] | None, k: int,
                 columns: str) -> list[Any]:
+        clause, params = _where(where)
         limit = self.settings.hnsw_above
-        if limit and self._ann_ready(name, table) and self._larger_than(table, clause, params, limit):
+        if limit and self._ann_ready(name, table) and self._scope_size(table, where) > limit:
             rows = self._approximate(table, q, clause, params, k, columns)
             if len(rows) >= k or not clause:
                 return rows
@@ -363,10 +411,14 @@ class PgEmbeddingsDB(EmbeddingsDB):
             f"WHERE TRUE {clause} OFFSET 0) AS x ORDER BY dist LIMIT ?", (q, *params, k))
 
     def _approximate(self, table: str, q: str, clause: str, params: Sequence[Any], k: int, columns: str) -> list[Any]:
+        settings = [f"SET LOCAL hnsw.ef_search = {int(max(self.settings.ef_search, k))}",
+                    # The index scan, never a sort of every row in scope: statistics not gathered yet
+                    # after a bulk load would otherwise make the planner sort them all.
+                    "SET LOCAL enable_sort = off"]
+        if self._iterative:
+            settings.append("SET LOCAL hnsw.iterative_scan = relaxed_order")
         with self._db.atomic() as con:  # SET LOCAL lasts for this transaction only
-            con.execute(f"SET LOCAL hnsw.ef_search = {int(max(self.settings.ef_search, k))}")
-            if self._iterative:
-                con.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            con.raw.execute("; ".join(settings).encode())
             return con.execute(
                 f"SELECT {columns} FROM (SELECT key, metadata, embedding <=> ?::vector AS dist FROM {table} "
                 f"WHERE TRUE {clause} ORDER BY embedding <=> ?::vector LIMIT ?) AS x ORDER BY dist",
@@ -401,12 +453,15 @@ class PgEmbeddingsDB(EmbeddingsDB):
 
     def _items(self, con: Any, name: str, create: bool = False, dim: int | None = None) -> str | None:
         """The collection's table (created with the collection, and the table with its first vector,
-        when ``create``); None when there is none yet."""
+        when ``create``, inside ``con``'s transaction); None when there is none yet. Known tables
+        are remembered: a collection deleted by another process is seen as a failing statement."""
         with self._lock:
             known = self._tables.get(name)
         if known is not None and known[1] is not None and (not create or known[1] == dim):
             return known[0]
-        row = con.execute("SELECT items, dim FROM ovos_vec_collections WHERE name = ?", (name,)).fetchone()
+        sql, params = "SELECT items, dim FROM ovos_vec_collections WHERE name = ?", (name,)
+        found = con.execute(sql, params).fetchall() if con is not None else self._db.execute(sql, params)
+        row = found[0] if found else None
         if row is None or row[1] is None:
             if not create:
                 return None
