@@ -255,7 +255,8 @@ def writers(server: Server, processes: int, count: int) -> dict[str, Any]:
     window = Counter(m for d in exported["window"] for m in re.findall(r"zq\w+n\d{5}", d["content"]))
     expected = {f"zqp{i}n{n:05d}" for i in range(processes) for n in range(count)}
     return {"processes": processes, "updates_each": count, "seconds": time.perf_counter() - start,
-            "updates_per_s": processes * count / max(seconds), "lost": len(expected - set(docs)) + len(expected - set(window)),
+            "updates_per_s": processes * count / max(seconds),
+            "lost": len(expected - set(docs)) + len(expected - set(window)),
             "doubled": sum(1 for c in docs.values() if c > 1) + sum(1 for c in window.values() if c > 1)}
 
 

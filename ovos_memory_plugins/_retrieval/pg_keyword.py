@@ -176,8 +176,8 @@ class PgKeywordIndex:
             f"WITH k AS (INSERT INTO {self.table} (doc, session_id, dl) "
             "SELECT * FROM unnest(?::bigint[], ?::text[], ?::int[]) ON CONFLICT (doc) DO NOTHING RETURNING doc) "
             f"INSERT INTO {self.table}_post (term, session_id, doc, tf, ctf, dl) "
-            "SELECT * FROM unnest(?::text[], ?::text[], ?::bigint[], ?::int[], ?::int[], ?::int[]) AS u(t, s, d, f, c, l) "
-            "WHERE u.d IN (SELECT doc FROM k)",
+            "SELECT * FROM unnest(?::text[], ?::text[], ?::bigint[], ?::int[], ?::int[], ?::int[]) "
+            "AS u(t, s, d, f, c, l) WHERE u.d IN (SELECT doc FROM k)",
             ([c[0] for c in counted], [c[1] for c in counted], [c[3] for c in counted], *columns))
 
     def refresh(self, con: Any, rowid: int, session_id: str, context: str | None) -> None:
