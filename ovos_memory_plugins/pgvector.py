@@ -30,8 +30,8 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
@@ -45,6 +45,7 @@ from .vectordb import Collection, CollectionNotFound, _check_key, _check_meta, _
 __all__ = ["PLUGIN_NAME", "PgEmbeddingsConfig", "PgEmbeddingsDB"]
 
 PLUGIN_NAME = "ovos-memory-postgres-embeddings-plugin"
+T = TypeVar("T")
 #: Vectors added in this process between two checks of whether a collection needs its HNSW index.
 _CHECK_EVERY = 500
 
@@ -191,9 +192,7 @@ class PgEmbeddingsDB(EmbeddingsDB):
                               (name,)).fetchone()
             if row is not None and row[1] is not None:
                 con.raw.execute(_DROP_ITEMS.format(t=row[0]).encode())
-        with self._lock:
-            self._tables.pop(name, None)
-            self._ann.pop(name, None)
+        self._forget_table(name)
 
     def list_collections(self) -> list[Collection]:
         names = [r[0] for r in self._db.execute("SELECT name FROM ovos_vec_collections ORDER BY name")]
@@ -221,16 +220,21 @@ class PgEmbeddingsDB(EmbeddingsDB):
         last = {k: i for i, k in enumerate(keys)}  # a key given twice: the last one wins
         order = sorted(last.values())
         name = self._name(collection_name)
-        with self._db.atomic() as con:
-            table = str(self._items(con, name, create=True, dim=int(vectors.shape[1])))
-            sids = [str(m["session_id"]) if m and isinstance(m.get("session_id"), str) else None for m in metas]
-            con.execute(
-                f"INSERT INTO {table} (key, session_id, embedding, metadata) "
-                "SELECT k, s, e::vector, m FROM unnest(?::text[], ?::text[], ?::text[], ?::text[]) AS u(k, s, e, m) "
-                "ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id, embedding = excluded.embedding, "
-                "metadata = excluded.metadata",
-                ([keys[i] for i in order], [sids[i] for i in order], [_literal(vectors[i]) for i in order],
-                 [_dump(metas[i]) for i in order]))
+        sids = [str(m["session_id"]) if m and isinstance(m.get("session_id"), str) else None for m in metas]
+        rows = ([keys[i] for i in order], [sids[i] for i in order], [_literal(vectors[i]) for i in order],
+                [_dump(metas[i]) for i in order])
+
+        def write() -> str:
+            with self._db.atomic() as con:
+                table = str(self._items(con, name, create=True, dim=int(vectors.shape[1])))
+                con.execute(
+                    f"INSERT INTO {table} (key, session_id, embedding, metadata) "
+                    "SELECT k, s, e::vector, m FROM unnest(?::text[], ?::text[], ?::text[], ?::text[]) "
+                    "AS u(k, s, e, m) ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id, "
+                    "embedding = excluded.embedding, metadata = excluded.metadata", rows)
+            return table
+
+        table = self._fresh(name, write)
         self._maybe_build_index(name, table, len(order))
 
     def delete_embeddings(self, key: str, collection_name: str | None = None) -> None:
@@ -286,14 +290,21 @@ class PgEmbeddingsDB(EmbeddingsDB):
         if k <= 0:
             return []
         name = self._name(collection_name)
-        table = self._items(None, name)  # no round trip once known
-        if table is None:
-            return []
-        dim = self._tables[name][1]
-        if q.shape[0] != dim:
-            raise EmbeddingsError(f"{PLUGIN_NAME}: query has {q.shape[0]} dims, collection {name!r} holds {dim}")
         columns = "key, dist, metadata" if return_metadata else "key, dist"
-        rows = self._search(name, table, _literal(q), where, k, columns)
+
+        def search() -> list[Any]:
+            table = self._items(None, name)  # no round trip once known
+            if table is not None and self._tables[name][1] != q.shape[0]:
+                self._forget_table(name)  # remembered from before another server changed the collection?
+                table = self._items(None, name)
+            if table is None:
+                return []
+            dim = self._tables[name][1]
+            if q.shape[0] != dim:
+                raise EmbeddingsError(f"{PLUGIN_NAME}: query has {q.shape[0]} dims, collection {name!r} holds {dim}")
+            return self._search(name, table, _literal(q), where, k, columns)
+
+        rows = self._fresh(name, search)
         out: list[tuple[Any, ...]] = []
         for row in rows:
             distance = 1.0 if row[1] is None or row[1] != row[1] else max(0.0, float(row[1]))  # NaN: a zero vector
@@ -473,6 +484,22 @@ class PgEmbeddingsDB(EmbeddingsDB):
         with self._lock:
             self._tables[name] = (table, have)
         return table
+
+    def _fresh(self, name: str, operation: Callable[[], T]) -> T:
+        """``operation()``, once more if the collection's table was dropped by another process
+        (``delete_collection``: a new embedder) since this one remembered it."""
+        try:
+            return operation()
+        except StorageError as exc:
+            if type(exc.__cause__).__name__ != "UndefinedTable":
+                raise
+            self._forget_table(name)
+            return operation()
+
+    def _forget_table(self, name: str) -> None:
+        with self._lock:
+            self._tables.pop(name, None)
+            self._ann.pop(name, None)
 
     def _create(self, con: Any, name: str, dim: int) -> tuple[str, int]:
         # Under the lock every migration takes: two processes adding the first vectors at once

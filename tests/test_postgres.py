@@ -352,6 +352,20 @@ def test_vectors_search_exactly_then_through_hnsw_without_losing_a_small_session
         assert db.get_embeddings("k3") is None and db.count_embeddings_in_collection() == 399
 
 
+def test_a_collection_dropped_by_another_server_is_found_again():
+    from ovos_memory_plugins.pgvector import PgEmbeddingsDB
+
+    url = fresh_url()
+    with PgEmbeddingsDB({"url": url}) as here, PgEmbeddingsDB({"url": url}) as there:
+        here.add_embeddings("a", [1.0, 0.0], {"session_id": "s"})
+        assert [k for k, _ in here.query([1.0, 0.0])] == ["a"]
+        there.delete_collection("ovos_embeddings")  # a new embedder: the other server starts over
+        there.add_embeddings("b", [0.0, 1.0, 0.0], {"session_id": "s"})
+        assert [k for k, _ in here.query([0.0, 1.0, 0.0])] == ["b"]
+        here.add_embeddings("c", [0.0, 0.0, 1.0], {"session_id": "s"})
+        assert there.count_embeddings_in_collection() == 2
+
+
 def test_a_role_that_may_not_create_pgvector_is_told_what_the_operator_runs():
     from ovos_memory_plugins.errors import StorageError
     from ovos_memory_plugins.pgvector import ensure_pgvector
