@@ -255,8 +255,9 @@ def test_the_postgresql_benchmark_runs_and_reports_every_cell(tmp_path):
     from tests._postgres import server_url
 
     out = tmp_path / "postgres.json"
-    done = subprocess.run([sys.executable, str(BENCH / "bench_postgres.py"), "--quick", "--skip-locomo", "--calls",
-                           "10", "--url", server_url(), "--json", str(out)], capture_output=True, text=True, timeout=900)
+    args = ["--quick", "--skip-locomo", "--calls", "10", "--url", server_url(), "--json", str(out)]
+    done = subprocess.run([sys.executable, str(BENCH / "bench_postgres.py"), *args], capture_output=True, text=True,
+                          timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
     cells = {(c["backend"], c["engine"]) for c in results["latency"]}
