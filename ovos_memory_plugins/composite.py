@@ -15,8 +15,9 @@ bounds the whole added context, and ``preset: "hybrid"`` gives the recommended m
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
@@ -24,7 +25,7 @@ from ._core.loading import load_memory_class
 from ._core.log import LogOnce
 from .common import MemoryHit
 from .config import option
-from .errors import ConfigError
+from .errors import ConfigError, MemoryPluginError
 from .fusion import FUSION_MODES, fuse
 from .messages import check_session_id, check_utterance, clean_text, coerce_messages, is_role
 from .retrieval import BaseRetrievalMemory, RetrievalConfig, drop_window_duplicates
@@ -232,8 +233,31 @@ class CompositeMemory(BaseRetrievalMemory):
         messages = coerce_messages(new_messages)
         if not messages:
             return
-        for member in self.members:
-            self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
+        try:
+            with self._one_transaction():
+                for member in self.members:
+                    self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
+        except MemoryPluginError as exc:  # the shared commit failed: no member kept the exchange
+            self._member_log.error("update", "%s: could not store the exchange of %r: %s", self.plugin_name, sid, exc)
+            return
+        self._member_log.clear("update", f"{self.plugin_name}: storing works again")
+
+    @contextlib.contextmanager
+    def _one_transaction(self) -> Iterator[None]:
+        """With a ``db_url``, the members' writes share one PostgreSQL transaction: one commit (one
+        disk flush) for the whole exchange, and every member has it or none (a member that fails
+        rolls back only its own part). Otherwise each member commits on its own."""
+        if self.settings.db_url is None:
+            yield
+            return
+        from .storage.postgres import open_pg_database, release_pg_database
+
+        db = open_pg_database(self.settings.db_url)  # the members' own (shared in the process)
+        try:
+            with db.atomic():
+                yield
+        finally:
+            release_pg_database(db)
 
     # -- retrieval -------------------------------------------------------------------------
     def search(self, query: str, session_id: str | None = None, top_k: int | None = None) -> list[MemoryHit]:
@@ -325,8 +349,9 @@ class CompositeMemory(BaseRetrievalMemory):
 
     def forget(self, session_id: str) -> dict[str, Any]:
         sid = check_session_id(session_id)
-        return {m.name: self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
-                for m in self.members if hasattr(m.memory, "forget")}
+        with self._one_transaction():  # on PostgreSQL every member forgets in one transaction
+            return {m.name: self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
+                    for m in self.members if hasattr(m.memory, "forget")}
 
     def export(self, session_id: str) -> dict[str, Any]:
         sid = check_session_id(session_id)

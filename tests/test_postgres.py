@@ -166,6 +166,41 @@ def test_a_connection_dropped_while_idle_costs_no_turn_and_no_update():
         assert len(memory.get_history("s")) == 4
 
 
+def test_a_hybrid_exchange_is_kept_by_every_member_or_by_none(monkeypatch):
+    # On PostgreSQL a composite's members write one transaction: if its commit fails (the
+    # connection dies after the last member wrote), no member keeps a partial copy.
+    from ovos_memory_plugins.composite import CompositeMemory
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.storage.postgres import open_pg_database
+    from ovos_memory_plugins.testing.llm import closed_port_url
+
+    url = fresh_url()
+    members = [{"module": "ovos-memory-plugin-recency", "config": {}},
+               {"module": "ovos-memory-plugin-lexical", "config": {}},
+               {"module": "ovos-memory-plugin-entity", "config": {"api_url": closed_port_url()}}]
+    with CompositeMemory({"db_url": url, "members": members}) as memory:
+        original = EntityMemory.update_history
+
+        def then_lose_the_connection(self, messages, session_id):
+            original(self, messages, session_id)
+            pid = open_pg_database(url).execute("SELECT pg_backend_pid()")[0][0]  # this thread's connection
+            with connect() as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+        monkeypatch.setattr(EntityMemory, "update_history", then_lose_the_connection)
+        _exchange(memory, "s", "my dog is called Rex", "noted")
+        monkeypatch.undo()
+        exported = memory.export("s")
+        assert [len(exported["members"][m].get(k) or []) for m, k in (
+            ("ovos-memory-plugin-recency", "window"), ("ovos-memory-plugin-lexical", "documents"),
+            ("ovos-memory-plugin-entity", "facts"))] == [0, 0, 0]
+        _exchange(memory, "s", "my cat is called Tom", "noted")  # and the next one is stored everywhere
+        memory.flush()
+        exported = memory.export("s")
+        assert len(exported["members"]["ovos-memory-plugin-lexical"]["documents"]) == 1
+        assert [f["text"] for f in exported["members"]["ovos-memory-plugin-entity"]["facts"]] == ["User's cat is called Tom"]
+
+
 # -- the shared job queues -----------------------------------------------------------------------
 def _claim_and_die(url, ready):
     from ovos_memory_plugins.storage.postgres_jobs import PgJobQueue

@@ -10,7 +10,7 @@ from .._core.paths import default_path, is_memory_path
 from .._core.plugin import MemoryPlugin
 from .._core.worker import BackgroundWorker
 from ..errors import ConfigError, MemoryPluginError
-from ..storage import open_record_store, store_location
+from ..storage import after_commit, open_record_store, store_location
 from .endpoint import chat_client
 
 __all__ = ["LLMMemory", "open_session_store"]
@@ -139,8 +139,8 @@ class LLMMemory(MemoryPlugin):
             queued = due(record)
             if queued:
                 self._due.add(key)
-        if queued:
-            self._worker.notify()
+        if queued:  # after an enclosing transaction (a composite's) commits, if there is one
+            after_commit(getattr(self._store, "db", None), self._worker.notify)
         return record
 
     def _delete(self, key: str) -> None:

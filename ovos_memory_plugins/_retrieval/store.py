@@ -21,7 +21,7 @@ from .._core.compat import AgentMessage
 from .._core.log import LogOnce
 from .._core.worker import BackgroundWorker
 from ..errors import MemoryPluginError
-from ..storage import release_database
+from ..storage import after_commit, release_database
 from ..storage.policy import WindowPolicy
 from ..storage.sqlite import Database
 from ..storage.windows import SqliteWindowStore, safe_table_name
@@ -108,7 +108,7 @@ class RetrievalStore:
             if docs and not background:
                 self._index_inline(con, docs)
         if self.worker is not None and docs:
-            self.worker.notify()
+            after_commit(self.db, self.worker.notify)  # an enclosing transaction (a composite's) first
         return len(docs)
 
     def add(self, session_id: str, text: str, metadata: Mapping[str, Any]) -> Document:
@@ -120,7 +120,7 @@ class RetrievalStore:
             if not background:
                 self._index_inline(con, [doc])
         if self.worker is not None:
-            self.worker.notify()
+            after_commit(self.db, self.worker.notify)
         return doc
 
     def expire(self, max_age: float | None) -> None:

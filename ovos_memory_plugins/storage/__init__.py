@@ -31,6 +31,7 @@ from .postgres import is_postgres_url
 __all__ = [
     "BACKENDS",
     "RecordStore",
+    "after_commit",
     "WindowPolicy",
     "WindowStore",
     "backend_for",
@@ -132,6 +133,19 @@ def open_database_at(location: str) -> Any:
         return open_pg_database(location)
     from .sqlite import open_database
     return open_database(location)
+
+
+def after_commit(db: Any, fn: Callable[[], None]) -> None:
+    """Call ``fn`` once ``db``'s open transaction (in this thread) has committed; SQLite: now.
+
+    On PostgreSQL several memories' updates may share one transaction (a composite's); a
+    background worker woken before it commits would find nothing to do.
+    """
+    hook = getattr(db, "after_commit", None)
+    if hook is None:
+        fn()
+    else:
+        hook(fn)
 
 
 def release_database(db: Any) -> None:

@@ -36,7 +36,7 @@ import hashlib
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from ..errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
@@ -184,6 +184,7 @@ class _Session:
         self.wrapper: PgConnection | None = None
         self.depth = 0
         self.locked: set[int] = set()  # session locks held by the open transaction
+        self.after: list[Callable[[], None]] = []  # run once the open transaction has committed
         self.used = 0.0  # time.monotonic() of the last statement
 
 
@@ -300,6 +301,7 @@ class PgDatabase:
             raw = session.raw
         assert session.wrapper is not None
         session.depth += 1
+        committed = False
         try:
             with _mapped(f"write to {self.path}"), raw.transaction():
                 if session.depth == 1 and busy_wait is not None:
@@ -307,11 +309,24 @@ class PgDatabase:
                 if session.depth == 1 and not durable:
                     raw.execute("SET LOCAL synchronous_commit = off")
                 yield session.wrapper
+            committed = True
         finally:
             session.depth -= 1
             if not session.depth:
                 session.locked.clear()
                 session.used = time.monotonic()
+                after, session.after = session.after, []
+                for fn in after if committed else ():
+                    fn()
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once this thread's open transaction has committed (now, if none is open;
+        never, if it rolls back): a worker woken for new work must find it committed."""
+        session = self._session()
+        if session.depth:
+            session.after.append(fn)
+        else:
+            fn()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[PgConnection]:
