@@ -36,11 +36,12 @@ from typing import Any, TypeVar
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
 from ._core.log import LOG
+from ._retrieval.vector_calls import SingleKeyCalls, checked_batch
 from ._retrieval.vector_matrix import as_vector, numpy_module
 from .config import option, parse_config
 from .errors import ConfigError, EmbeddingsError, StorageError
 from .storage.postgres import PgDatabase, is_postgres_url, lock_key, open_pg_database, release_pg_database
-from .vectordb import Collection, CollectionNotFound, _check_key, _check_meta, _check_name, _dump, _load
+from .vectordb import Collection, CollectionNotFound, _check_key, _check_name, _dump, _load
 
 __all__ = ["PLUGIN_NAME", "PgEmbeddingsConfig", "PgEmbeddingsDB"]
 
@@ -127,7 +128,7 @@ class PgEmbeddingsConfig:
     ef_search: int = option(100, "HNSW candidates per search (more: better recall, slower)", minimum=1)
 
 
-class PgEmbeddingsDB(EmbeddingsDB):
+class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
     """Vectors and JSON metadata in PostgreSQL tables; exact cosine top-k, HNSW for large scopes.
 
     Args:
@@ -199,26 +200,14 @@ class PgEmbeddingsDB(EmbeddingsDB):
         return [self.get_collection(n) for n in names]
 
     # -- writes --------------------------------------------------------------------------
-    def add_embeddings(self, key: str, embedding: Any, metadata: dict[str, Any] | None = None,
-                       collection_name: str | None = None) -> Any:
-        """Store (or replace) ``key``; returns the stored float32 vector."""
-        self.add_embeddings_batch([key], [embedding], [metadata], collection_name)
-        return as_vector(embedding)
-
     def add_embeddings_batch(self, keys: Sequence[str], embeddings: Sequence[Any],
                              metadata: Sequence[dict[str, Any] | None] | None = None,
                              collection_name: str | None = None) -> None:
         """Store (or replace) many vectors in one transaction (the caller's, if one is open)."""
-        keys = [_check_key(k) for k in keys]
-        if len(embeddings) != len(keys) or (metadata is not None and len(metadata) != len(keys)):
-            raise ValueError("keys, embeddings and metadata must have the same length")
-        if not keys:
+        batch = checked_batch(keys, embeddings, metadata)
+        if batch is None:
             return
-        np = numpy_module()
-        vectors = np.stack([as_vector(e) for e in embeddings])
-        metas = [_check_meta(m) for m in (metadata if metadata is not None else [None] * len(keys))]
-        last = {k: i for i, k in enumerate(keys)}  # a key given twice: the last one wins
-        order = sorted(last.values())
+        keys, vectors, metas, order = batch
         name = self._name(collection_name)
         sids = [str(m["session_id"]) if m and isinstance(m.get("session_id"), str) else None for m in metas]
         rows = ([keys[i] for i in order], [sids[i] for i in order], [_literal(vectors[i]) for i in order],
@@ -237,9 +226,6 @@ class PgEmbeddingsDB(EmbeddingsDB):
         table = self._fresh(name, write)
         self._maybe_build_index(name, table, len(order))
 
-    def delete_embeddings(self, key: str, collection_name: str | None = None) -> None:
-        self.delete_embeddings_batch([key], collection_name)
-
     def delete_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None) -> None:
         """Delete ``keys`` (missing ones are ignored) in one transaction."""
         keys = [_check_key(k) for k in keys]
@@ -251,13 +237,6 @@ class PgEmbeddingsDB(EmbeddingsDB):
                 con.execute(f"DELETE FROM {table} WHERE key = ANY(?)", (keys,))
 
     # -- reads ---------------------------------------------------------------------------
-    def get_embeddings(self, key: str, collection_name: str | None = None, return_metadata: bool = False) -> Any:
-        """The stored vector, or None; with metadata: (vector, metadata)."""
-        (_, vector, meta), = self.get_embeddings_batch([key], collection_name, return_metadata=True)
-        if return_metadata:
-            return (vector, meta) if vector is not None else (None, None)
-        return vector
-
     def get_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None,
                              return_metadata: bool = False) -> list[tuple[Any, ...]]:
         """``(key, vector)`` or ``(key, vector, metadata)`` per key, in order; None/{} when missing."""

@@ -232,6 +232,7 @@ class PgDatabase:
             raise StorageError(f"{self.path} is closed")
         raw = session.raw
         if raw is None or raw.closed or raw.broken:
+            _close_quietly(raw)  # a broken one still holds its socket
             raw = self._connect()
             with _mapped(f"connect to {self.path}"):
                 raw.execute("SELECT pg_advisory_lock_shared(%s)", (self.worker_key,))  # alive while connected
