@@ -261,7 +261,8 @@ class LexicalMemory(BaseRetrievalMemory):
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         words = query_words(query, self._ignore)
         if self._pg is not None:
-            return self._hits(self._pg.search(words, top_k, session_id, self.settings.neighbour_weight))
+            return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score
+                    in self._pg.hits(words, top_k, session_id, self.settings.neighbour_weight)]
         if not words or self._fts is None:
             return []
         ranked = self._mirror.search(words, top_k, session_id) if self._mirror is not None else None

@@ -209,9 +209,30 @@ class PgKeywordIndex:
         """``(rowid, score)`` best first: BM25 of the documents matching any of ``words`` (in
         ``session_id``'s documents when given; of the documents ``only`` when given, every one of
         them scored against the whole scope's statistics)."""
+        ranked = self._ranking(words, top_k, session_id, weight, only)
+        if ranked is None:
+            return []
+        sql, params = ranked
+        return [(int(doc), float(score)) for doc, score in self.db.execute(sql, params)]
+
+    def hits(self, words: Sequence[str], top_k: int, session_id: str | None,
+             weight: float = 0.0) -> list[tuple[str, str, str, float]]:
+        """``(doc_id, content, metadata JSON, score)`` best first: :meth:`search` and the documents'
+        rows in one statement (one round trip a turn)."""
+        ranked = self._ranking(words, top_k, session_id, weight, None)
+        if ranked is None:
+            return []
+        sql, params = ranked
+        rows = self.db.execute(f"WITH r AS ({sql}) SELECT d.doc_id, d.content, d.metadata, r.score FROM r "
+                               f"JOIN {self.docs} AS d ON d.id = r.doc ORDER BY r.score DESC, r.doc DESC", params)
+        return [(doc_id, content, meta, float(score)) for doc_id, content, meta, score in rows]
+
+    def _ranking(self, words: Sequence[str], top_k: int, session_id: str | None, weight: float,
+                 only: Sequence[int] | None) -> tuple[str, list[Any]] | None:
+        """The SQL (and parameters) of ``(doc, score)`` best first; None when nothing can match."""
         terms = self.query_terms(words)
         if not terms or top_k <= 0:
-            return []
+            return None
         t, scoped = self.table, session_id is not None
         if scoped:
             stats = f"SELECT ndocs::float8 AS n, total_len::float8 / ndocs AS avgdl FROM {t}_stats WHERE session_id = ?"
@@ -237,7 +258,7 @@ class PgKeywordIndex:
         if only is not None:
             params.append(list(only))
         params.append(top_k)
-        return [(int(doc), float(score)) for doc, score in self.db.execute(sql, params)]
+        return sql, params
 
     def scores(self, words: Sequence[str], rowids: Sequence[int], session_id: str | None,
                weight: float = 0.0) -> dict[int, float]:
