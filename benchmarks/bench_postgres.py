@@ -94,8 +94,9 @@ class Server:
     def __init__(self, url: str | None):
         self.url, self.folder = url, None
         if url is None:
+            # 1 GB of cache: the 100k-vector HNSW index (about 200 MB) stays in it, as a sized server's would.
             out = subprocess.run([sys.executable, str(HERE.parent / "scripts" / "postgres_server.py"), "start",
-                                  "--durable", "--owner", str(os.getpid()), "--print-env"],
+                                  "--durable", "--shared-buffers", "1GB", "--owner", str(os.getpid()), "--print-env"],
                                  check=True, capture_output=True, text=True).stdout
             env = dict(line.split("=", 1) for line in out.split())
             self.url = env["OVOS_MEMORY_POSTGRES_URL"].strip("'")

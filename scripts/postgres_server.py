@@ -82,7 +82,7 @@ def url_for(folder: Path) -> str:
     return f"postgresql://{SUPERUSER}@/postgres?host={folder}"
 
 
-def start(owner: int | None, durable: bool) -> tuple[Path, str]:
+def start(owner: int | None, durable: bool, shared_buffers: str = "256MB") -> tuple[Path, str]:
     bin_dir = binaries()
     folder = Path(tempfile.mkdtemp(prefix="pgt-", dir="/tmp"))
     user = _run_as()
@@ -92,7 +92,7 @@ def start(owner: int | None, durable: bool) -> tuple[Path, str]:
     _run([str(bin_dir / "initdb"), "-D", str(data), "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8",
           "-U", SUPERUSER, "--no-sync", "--no-instructions"], user)
     options = [f"-c unix_socket_directories={folder}", "-c listen_addresses=''", "-c max_connections=200",
-               "-c shared_buffers=128MB"]
+               f"-c shared_buffers={shared_buffers}"]
     if not durable:
         options += ["-c fsync=off", "-c full_page_writes=off"]
     if owner:
@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     begin.add_argument("--owner", type=int, help="stop the server when this process ends")
     begin.add_argument("--durable", action="store_true", help="keep fsync on (benchmarks)")
     begin.add_argument("--print-env", action="store_true", help="print shell assignments instead of the URL")
+    begin.add_argument("--shared-buffers", default="256MB",
+                       help="PostgreSQL's cache (default: %(default)s; an HNSW index should fit in it)")
     end = sub.add_parser("stop", help="stop a server and delete its folder")
     end.add_argument("folder")
     guard = sub.add_parser("watch")
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     guard.add_argument("folder")
     args = parser.parse_args(argv)
     if args.command == "start":
-        folder, url = start(args.owner, args.durable)
+        folder, url = start(args.owner, args.durable, args.shared_buffers)
         print(f"OVOS_MEMORY_POSTGRES_URL='{url}'\nOVOS_MEMORY_PGSERVER_DIR='{folder}'" if args.print_env else url)
     elif args.command == "stop":
         stop(Path(args.folder))
