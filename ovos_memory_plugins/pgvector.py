@@ -183,7 +183,8 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         if not rows:
             raise CollectionNotFound(f"{PLUGIN_NAME}: no collection named {name!r}")
         meta, dim, items = rows[0]
-        count = self._db.execute(f"SELECT count(*) FROM {items}")[0][0] if dim is not None else 0
+        # The per-session counts: no scan of the vectors, whatever their number.
+        count = self._db.execute(f"SELECT COALESCE(sum(n), 0) FROM {items}_sizes")[0][0] if dim is not None else 0
         return Collection(name, _load(meta), dim, int(count))
 
     def delete_collection(self, name: str) -> None:
@@ -254,9 +255,8 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         return out
 
     def count_embeddings_in_collection(self, collection_name: str | None = None) -> int:
-        with self._db.read() as con:
-            table = self._items(con, self._name(collection_name))
-            return int(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]) if table is not None else 0
+        table = self._items(None, self._name(collection_name))
+        return 0 if table is None else int(self._db.execute(f"SELECT COALESCE(sum(n), 0) FROM {table}_sizes")[0][0])
 
     def query(self, embeddings: Any, top_k: int = 5, return_metadata: bool = False,
               collection_name: str | None = None, where: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
