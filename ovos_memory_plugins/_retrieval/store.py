@@ -60,8 +60,8 @@ class IndexOwner(Protocol):
 class RetrievalStore:
     """The window, the document log and the index queue of one retrieval memory.
 
-    ``open_retrieval_store`` gives the PostgreSQL one (``_retrieval/pg_store.py``) for a
-    PostgreSQL database.
+    A memory on a PostgreSQL database gets the subclass ``PgRetrievalStore``
+    (``_retrieval/pg_store.py``): the same turn, with its locks and the shared queue.
     """
 
     window_class: type[SqliteWindowStore] = SqliteWindowStore
