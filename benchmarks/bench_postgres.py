@@ -129,13 +129,15 @@ class Server:
         import psycopg
 
         with psycopg.connect(str(self.url), autocommit=True) as con:
-            con.execute("CREATE TEMP TABLE floor (x int)")
+            table = f"bench_floor_{uuid.uuid4().hex[:8]}"  # a real table: a temporary one writes no WAL
+            con.execute(f"CREATE TABLE {table} (x int)")
             samples = []
             for i in range(calls):
                 t = time.perf_counter()
                 with con.transaction():
-                    con.execute("INSERT INTO floor VALUES (%s)", (i,))
+                    con.execute(f"INSERT INTO {table} VALUES (%s)", (i,))
                 samples.append(time.perf_counter() - t)
+            con.execute(f"DROP TABLE {table}")
         return ms(samples)
 
     def stop(self) -> None:
