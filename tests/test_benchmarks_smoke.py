@@ -264,3 +264,14 @@ def test_the_postgresql_benchmark_runs_and_reports_every_cell(tmp_path):
     assert cells == {(b, e) for b in ("lexical", "local-rag", "hybrid") for e in ("sqlite", "postgres")}
     assert results["writers"]["lost"] == 0 and results["writers"]["doubled"] == 0
     assert "| lexical | 1,000 | postgres |" in done.stdout
+
+
+def test_the_forget_benchmark_runs_on_a_small_store(tmp_path):
+    import os
+    import subprocess
+
+    out = subprocess.run([sys.executable, str(BENCH / "bench_forget.py"), "--n", "300"], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "XDG_DATA_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    figures = json.loads(out.stdout)
+    assert figures["exchanges"] == 300 and figures["of which the rewrite (VACUUM + WAL emptied) s"] > 0

@@ -198,7 +198,8 @@ def test_a_hybrid_exchange_is_kept_by_every_member_or_by_none(monkeypatch):
         memory.flush()
         exported = memory.export("s")
         assert len(exported["members"]["ovos-memory-plugin-lexical"]["documents"]) == 1
-        assert [f["text"] for f in exported["members"]["ovos-memory-plugin-entity"]["facts"]] == ["User's cat is called Tom"]
+        facts = exported["members"]["ovos-memory-plugin-entity"]["facts"]
+        assert [f["text"] for f in facts] == ["User's cat is called Tom"]
 
 
 # -- the shared job queues -----------------------------------------------------------------------

@@ -9,8 +9,9 @@ from .._core.log import LOG, LogOnce
 from .._core.paths import default_path, is_memory_path
 from .._core.plugin import MemoryPlugin
 from .._core.worker import BackgroundWorker
-from ..errors import ConfigError, MemoryPluginError
+from ..errors import ConfigError, MemoryPluginError, StorageError
 from ..storage import after_commit, open_record_store, store_location
+from ..storage.readonly import is_read_only
 from .endpoint import chat_client
 
 __all__ = ["LLMMemory", "open_session_store"]
@@ -89,7 +90,8 @@ class LLMMemory(MemoryPlugin):
         self._scan = not self._due.durable
         self._worker = BackgroundWorker(f"{self.plugin_name}-worker", self._step, poll=self._due.poll)
         try:
-            if self._due.durable or self._store.sessions():
+            # A read-only command does no work.
+            if not is_read_only() and (self._due.durable or self._store.sessions()):
                 self._worker.notify()
         except (MemoryPluginError, OSError) as exc:
             LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
@@ -155,7 +157,12 @@ class LLMMemory(MemoryPlugin):
     def _step(self) -> bool:
         if self._scan:
             for key in self._store.sessions():
-                if self._has_work(self._store.load(key)):
+                try:
+                    record = self._store.load(key)
+                except StorageError as exc:  # one malformed record must not hold up every other session
+                    self._log.error(f"malformed:{key}", f"{self.plugin_name}: {exc}")
+                    continue
+                if self._has_work(record):
                     self._mark_due(key, wake=False)
             self._scan = False  # only once it succeeded: a failed scan is retried with the step
         job: Job | None = self._due.claim()
@@ -163,6 +170,11 @@ class LLMMemory(MemoryPlugin):
             return False
         try:
             self._work_on(job.key)
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            # A record of the wrong shape (a hand-edited file): retrying cannot help, and it must
+            # not stall the other sessions' work behind it. It stays on disk as it is.
+            self._log.error(f"malformed:{job.key}", f"{self.plugin_name}: the record of {job.key!r} is malformed "
+                                                    f"({type(exc).__name__}: {exc}); its work is skipped")
         except BaseException:
             self._due.retry(job)  # the worker retries after its delay
             raise

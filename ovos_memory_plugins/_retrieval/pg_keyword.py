@@ -131,14 +131,21 @@ class PgKeywordIndex:
         self.db, self.table, self.docs = db, f"{table}_kw", docs_table
         db.migrate("keyword-dictionaries", _DICTIONARY_MIGRATIONS)
         db.migrate(f"keywords:{self.table}", [m.format(t=self.table, docs=docs_table) for m in _KEYWORD_MIGRATIONS])
-        with db.atomic() as con:  # the first writer fixes the stemmer; later ones read it
+        self.stemmer = self._fixed_stemmer(STEMMERS[tokenizer])
+        self._stems: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def _fixed_stemmer(self, wanted: str) -> str:
+        """The stemmer the index was built with; the first writer fixes it (a read-only open reads it)."""
+        if self.db.read_only:
+            rows = self.db.execute(f"SELECT stemmer FROM {self.table}_config")
+            return str(rows[0][0]) if rows else wanted
+        with self.db.atomic() as con:
             con.execute(f"LOCK TABLE {self.table}_config IN EXCLUSIVE MODE")
             row = con.execute(f"SELECT stemmer FROM {self.table}_config").fetchone()
             if row is None:
-                con.execute(f"INSERT INTO {self.table}_config (stemmer) VALUES (?)", (STEMMERS[tokenizer],))
-        self.stemmer = row[0] if row is not None else STEMMERS[tokenizer]
-        self._stems: dict[str, str] = {}
-        self._lock = threading.Lock()
+                con.execute(f"INSERT INTO {self.table}_config (stemmer) VALUES (?)", (wanted,))
+        return str(row[0]) if row is not None else wanted
 
     # -- terms -----------------------------------------------------------------------------
     def stems(self, words: Iterable[str]) -> list[str]:

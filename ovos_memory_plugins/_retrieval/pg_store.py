@@ -49,7 +49,7 @@ class PgRetrievalStore(RetrievalStore):
     def ensure_started(self) -> None:
         started = self._started
         super().ensure_started()
-        if not started and self.worker is not None:
+        if not started and self.worker is not None and not self.db.read_only:
             self.worker.notify()  # start looking for work other processes left (polls from now on)
 
     def index_step(self, busy_wait: float | None = None) -> bool:

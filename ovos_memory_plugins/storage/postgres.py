@@ -37,14 +37,17 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
+from .readonly import StoreReadOnly, is_read_only
 
 __all__ = [
     "WORKER_GONE", "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module",
     "redact", "release_pg_database",
 ]
+
+T = TypeVar("T")
 
 #: The URL schemes that name a PostgreSQL database (libpq accepts both).
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -200,11 +203,16 @@ class PgDatabase:
 
     engine = "postgres"
     is_memory = False
+    #: The SQLite Database's count of replaced files: a server keeps its data, never replaced.
+    generation = 0
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, read_only: bool = False):
         psycopg_module()
         self.url = url
         self.path = redact(url)  # what messages name (the SQLite Database's path)
+        #: Opened by a command that only looks (storage.readonly): every transaction is read-only,
+        #: nothing is created or migrated.
+        self.read_only = read_only
         self._closed = False
         self._local = threading.local()
         self._sessions: list[_Session] = []
@@ -250,6 +258,8 @@ class PgDatabase:
         # Ours first: settings the operator puts in the URL's own ``options`` come later and win.
         ours = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
                 f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off")
+        if self.read_only:
+            ours += " -c default_transaction_read_only=on"
         info["options"] = f"{ours} {info.get('options') or ''}".strip()
         info.setdefault("application_name", "ovos-memory")
         info.setdefault("connect_timeout", "10")
@@ -294,6 +304,8 @@ class PgDatabase:
         their marks, leases); a crash can never make them half done. What the user said is
         always durable.
         """
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path} was opened read-only")
         session = self._session()
         if session.depth == 0:
             with _mapped(f"connect to {self.path}"):
@@ -319,6 +331,16 @@ class PgDatabase:
                 after, session.after = session.after, []
                 for fn in after if committed else ():
                     fn()
+
+    def transaction(self, fn: Callable[[PgConnection], T], busy_wait: float | None = None) -> T:
+        """``fn(con)`` in one write transaction (the SQLite Database's call, which also replaces a
+        damaged file: a server has none to replace)."""
+        with self.atomic(busy_wait) as con:
+            return fn(con)
+
+    def query(self, sql: str, params: Sequence[Any], parse: Callable[[list[Any]], T]) -> T:
+        """``parse(rows)`` of one read statement (the SQLite Database's call)."""
+        return parse(self.execute(sql, params))
 
     def after_commit(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` once this thread's open transaction has committed (now, if none is open;
@@ -392,7 +414,13 @@ class PgDatabase:
 
     # -- schema ------------------------------------------------------------------------------
     def migrate(self, component: str, migrations: Sequence[str]) -> None:
-        """Apply the scripts of ``migrations`` not applied yet (append-only; never edit one)."""
+        """Apply the scripts of ``migrations`` not applied yet (append-only; never edit one).
+
+        Read-only, only check they were: a store not created yet (or by an older package) is a
+        StorageError saying so, and nothing is created."""
+        if self.read_only:
+            self._check_migrated(component, migrations)
+            return
         try:
             with self.atomic() as con:
                 # Before any DDL: two servers creating the same table at once would otherwise
@@ -414,6 +442,17 @@ class PgDatabase:
             raise
         except StorageError as exc:
             raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
+
+    def _check_migrated(self, component: str, migrations: Sequence[str]) -> None:
+        try:
+            rows = self.execute("SELECT COALESCE(MAX(version), 0) FROM ovos_memory_migrations WHERE component = ?",
+                                (component,))
+        except StorageError as exc:
+            raise StorageError(f"{self.path} holds no memory store ({exc}); nothing was created") from exc
+        if rows[0][0] < len(migrations):
+            what = "holds no" if not rows[0][0] else "has an older version of its"
+            raise StorageError(f"{self.path} {what} {component.split(':')[0]} table (open it once with a command "
+                               "that writes); nothing was created")
 
     def _ensure_schema(self, con: PgConnection) -> None:
         """Create the first schema of the ``search_path`` when it does not exist yet.
@@ -437,6 +476,11 @@ class PgDatabase:
     def checkpoint(self) -> bool:
         """Nothing to do: a deleted row is invisible to every later transaction at once (its
         bytes go when autovacuum reuses the space; WAL and backups follow the operator's retention)."""
+        return True
+
+    def compact(self) -> bool:
+        """Nothing this package can do (see :meth:`checkpoint`): the server rewrites its files itself,
+        and erasing old bytes on its disks is the operator's retention (docs/deployment.md)."""
         return True
 
     def close(self) -> None:
@@ -463,23 +507,26 @@ def open_pg_database(url: str) -> PgDatabase:
 
     Pair each call with :func:`release_pg_database`.
     """
+    read_only = is_read_only()
+    key = f"{url}\0ro" if read_only else url
     with _shared_lock:
-        db, refs = _shared.get(url, (None, 0))
+        db, refs = _shared.get(key, (None, 0))
         if db is None or db._closed:
-            db, refs = PgDatabase(url), 0
-        _shared[url] = (db, refs + 1)
+            db, refs = PgDatabase(url, read_only), 0
+        _shared[key] = (db, refs + 1)
         return db
 
 
 def release_pg_database(db: PgDatabase) -> None:
     """Drop one reference taken by :func:`open_pg_database`; the last one closes the connection."""
+    key = f"{db.url}\0ro" if db.read_only else db.url
     with _shared_lock:
-        current, refs = _shared.get(db.url, (None, 0))
+        current, refs = _shared.get(key, (None, 0))
         if current is not db:
             db.close()
             return
         if refs <= 1:
-            del _shared[db.url]
+            del _shared[key]
             db.close()
         else:
-            _shared[db.url] = (db, refs - 1)
+            _shared[key] = (db, refs - 1)

@@ -8,7 +8,6 @@ columns hold JSON as text, as in SQLite, so rows read back identically.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from .._core.compat import AgentMessage
@@ -78,7 +77,7 @@ class PgWindowStore(SqliteWindowStore):
 
 
 class PgRecordStore(SqliteRecordStore):
-    """One JSON record per session; ``update`` holds the session's lock from its read to its commit."""
+    """One JSON record per session; a write holds the session's lock from its read to its commit."""
 
     migrations = _PG_RECORD_MIGRATIONS
     db: Any  # a PgDatabase
@@ -92,23 +91,16 @@ class PgRecordStore(SqliteRecordStore):
         return json.loads(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def save(self, session_id: str, record: dict[str, Any], con: Any = None) -> None:
-        if con is None:
-            with self.db.atomic() as con:
-                return self.save(session_id, record, con)
-        self.db.lock_session(con, self.table, session_id)
+        if con is not None:  # (without one, the base opens a transaction and comes back here)
+            self._claim(con, session_id)
         return super().save(session_id, record, con)
 
-    def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-        with self.db.atomic() as con:
-            self.db.lock_session(con, self.table, session_id)
-            row = con.execute(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,)).fetchone()
-            record = fn(json.loads(row[0]) if row else {})
-            self.save(session_id, record, con)
-            return record
+    def _claim(self, con: Any, session_id: str) -> None:
+        self.db.lock_session(con, self.table, session_id)
 
     def delete(self, session_id: str, con: Any = None) -> bool:
         if con is not None:
-            self.db.lock_session(con, self.table, session_id)
+            self._claim(con, session_id)
         return super().delete(session_id, con)
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -148,6 +149,15 @@ def with_postgres(names: list[str]) -> list[Any]:
     return [pytest.param(ep, {}, id=ep) for ep in names] + [
         pytest.param(ep, ON_POSTGRES, id=f"{ep}-postgres", marks=pytest.mark.postgres)
         for ep in names if ep in POSTGRES_ENTRY_POINTS]
+
+
+def namespaced(entry_point: str, config: Mapping[str, Any], tag: str) -> dict[str, Any]:
+    """``config`` with a store namespace of its own (a Redis key prefix) for backends that have one."""
+    out = dict(config)
+    key = spec_for(entry_point).namespace_key
+    if key:
+        out[key] = f"rel:{tag}:{uuid.uuid4().hex}"
+    return out
 
 
 def make_memory(entry_point: str, folder: Path, overrides: Mapping[str, Any] | None = None) -> Any:
