@@ -9,17 +9,20 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.parse
+import uuid
 
 import pytest
 
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins.errors import ConfigError, MigrationError
 from ovos_memory_plugins.storage.postgres import open_pg_database, redact, release_pg_database
-from tests._postgres import connect, fresh_url, schema_cells, schema_of
+from tests._postgres import URL_ENV, connect, fresh_url, schema_cells, schema_of
 from tests._timing import patience
 
 pytestmark = pytest.mark.postgres
@@ -449,3 +452,94 @@ def test_ovos_memory_commands_work_against_a_postgresql_store(tmp_path):
     assert "imported 1 session" in cli("import", str(exported))
     assert "Biscuit" in cli("search", "dog name", "--session", "kitchen")
     assert schema_of(url)
+
+
+# -- the deployment page, followed ------------------------------------------------------------------
+DEPLOYMENT = os.path.join(REPO, "docs", "deployment.md")
+
+
+def _page_block(language: str, holding: str) -> str:
+    with open(DEPLOYMENT, encoding="utf-8") as page:
+        blocks = re.findall(rf"```{language}\n(.*?)```", page.read(), re.S)
+    return next(block for block in blocks if holding in block)
+
+
+def _database_cells(url: str) -> list[str]:
+    with connect(url) as con:
+        tables = [r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")]
+        return [row[0] for table in tables for row in con.execute(f'SELECT t::text FROM public."{table}" AS t')]
+
+
+def test_the_deployment_page_followed_gives_two_servers_one_memory(tmp_path):
+    """The page's SQL (a login role owning its database, pgvector created by the superuser), its
+    persona JSON (the hybrid preset on ``db_url``) and its check commands, run as written: what
+    server A heard, server B recalls, and every command works as the role that owns the store."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from ovos_memory_plugins.testing import closed_port_url
+
+    tag = uuid.uuid4().hex[:8]
+    role, database = f"ovos_{tag}", f"memory_{tag}"
+    socket_dir = str(conninfo_to_dict(fresh_url())["host"])
+    url = f"postgresql://{role}@/{database}?host={urllib.parse.quote(socket_dir, safe='')}"
+    sql = re.sub(r"\bmemory\b", database, re.sub(r"\bovos\b", role, _page_block("sql", "CREATE ROLE")))
+    persona = _page_block("json", '"memory_module"').replace("postgresql://ovos@db.lan/memory", url)
+    persona_file = tmp_path / "household.json"
+    data = json.loads(persona)
+    data["ovos-chat-openai-plugin"]["api_url"] = closed_port_url()
+    persona_file.write_text(json.dumps(data))
+    superuser = connect()
+    try:
+        con = superuser
+        for statement in filter(None, (s.strip() for s in sql.split(";"))):
+            if statement.startswith("\\c"):  # psql's connect: on to the new database, still superuser
+                con = connect(re.sub(r"/postgres\?", f"/{database}?", os.environ[URL_ENV]))
+                statement = statement.split("\n", 1)[1].strip()
+            con.execute(statement)
+        assert con is not superuser, "the page connects to the new database before CREATE EXTENSION"
+        con.close()
+
+        server_a = _python("""
+            import sys
+            from ovos_memory_plugins._cli.persona import MemorySlot, load_persona
+            persona = load_persona(sys.argv[1])
+            slot = MemorySlot(persona.memory_module, persona.memory_config)
+            slot.remember("my dog is called Biscuit", "What a lovely name!", "kitchen")
+            slot.close()
+        """, str(persona_file))
+        assert server_a.returncode == 0, server_a.stderr
+        server_b = _python("""
+            import sys
+            from ovos_memory_plugins._cli.persona import MemorySlot, load_persona
+            persona = load_persona(sys.argv[1])
+            slot = MemorySlot(persona.memory_module, persona.memory_config)
+            print("\\n".join(m.content for m in slot.context("what is my dog called?", "kitchen")))
+            slot.close()
+        """, str(persona_file))
+        assert server_b.returncode == 0, server_b.stderr
+        assert "Biscuit" in server_b.stdout
+
+        outputs = {}
+        for line in _page_block("bash", "ovos-memory stats").strip().splitlines():
+            words = line.replace("SESSION", "kitchen").replace('"dog"', "dog").split()
+            target = None
+            if ">" in words:
+                words, target = words[:words.index(">")], words[words.index(">") + 1]
+            done = subprocess.run([sys.executable, "-m", "ovos_memory_plugins", *words[1:]], capture_output=True,
+                                  text=True, cwd=tmp_path, timeout=patience(180),
+                                  env={**os.environ, "PYTHONPATH": REPO, "COLUMNS": "200"})
+            assert done.returncode == 0, f"{line}: {done.stderr}"
+            if target:
+                (tmp_path / target).write_text(done.stdout)
+            outputs[words[1]] = done.stdout
+            if words[1] == "forget":
+                assert not [c for c in _database_cells(url) if "Biscuit" in c or "kitchen" in c]
+        assert "kitchen" in outputs["sessions"].split()
+        assert "Biscuit" in outputs["search"] and "Biscuit" in outputs["show"]
+        assert "Biscuit" in (tmp_path / "backup.json").read_text()
+        assert any("Biscuit" in c for c in _database_cells(url)), "the import brought the session back"
+    finally:
+        superuser.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        superuser.execute(f'DROP ROLE IF EXISTS "{role}"')
+        superuser.close()
