@@ -360,6 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
     calls = args.calls or (60 if args.quick else 300)
+    if not args.skip_locomo:
+        import locomo as lc
+
+        lc.locate_dataset()  # missing data fails now, not after the latency cells
     server = Server(args.url)
     results: dict[str, Any] = {"latency": [], "sizes": sizes, "calls": calls,
                                "date": time.strftime("%Y-%m-%d %H:%M %Z"), "load_before": _load()}
@@ -382,9 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress(f"locomo: {results['locomo']}")
     finally:
         server.stop()
-    results["load_after"] = _load()
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(results, indent=2))
+        results["load_after"] = _load()
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=2))  # what was measured, even after a failure
     print(markdown(results))
     if args.write:
         write_section(markdown(results), " ".join(["python benchmarks/bench_postgres.py", *(argv or sys.argv[1:])]))
