@@ -146,6 +146,7 @@ class LexicalMemory(BaseRetrievalMemory):
     # Every exchange is safe in the document log and recalled from the RAM postings meanwhile, so
     # a failing batch is a WARNING; the cause (a full disk) fails update_history too, the ERROR.
     index_failure_level: ClassVar[str] = "warning"
+    score_kind: ClassVar[str | None] = "keyword"
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
@@ -154,9 +155,7 @@ class LexicalMemory(BaseRetrievalMemory):
         # On PostgreSQL: postings ranked in SQL (_retrieval/pg_keyword.py) instead of FTS5.
         self._pg = self._open_pg_index() if self._db.engine == "postgres" else None
         self._fts = self._create_fts() if self._pg is None else None
-        # The RAM postings hold one column: with neighbour context on, FTS5 ranks.
-        use_mirror = s.ram_index and not s.neighbour_weight and self._fts is not None
-        self._mirror = self._open_mirror() if use_mirror else None
+        self._mirror = self._open_mirror() if s.ram_index and self._fts is not None else None
 
     def _table_prefix(self) -> str:
         return self.settings.table
@@ -216,7 +215,8 @@ class LexicalMemory(BaseRetrievalMemory):
         tokenizer = table_tokenizer(self._db, self._fts)
         if tokenizer is None:
             return None
-        return PostingsMirror(self._db, self._fts, self._docs.table, f"{self._fts}_deleted", tokenizer)
+        return PostingsMirror(self._db, self._fts, self._docs.table, f"{self._fts}_deleted", tokenizer,
+                              self.settings.neighbour_weight)
 
     # -- hooks -----------------------------------------------------------------------------
     def _store_documents(self, docs: Sequence[Document]) -> None:
@@ -275,18 +275,47 @@ class LexicalMemory(BaseRetrievalMemory):
             # of a 10k-exchange query. A store holding one session (one persona, one user) skips it.
             session_id = None
         where = "AND session_id = ?" if session_id is not None else ""
-        weight = self.settings.neighbour_weight
-        # Off, the query names the content column: context left by an earlier setting never matches.
-        match = _or_of(words) if weight else f"content : ({_or_of(words)})"
-        params: list[Any] = [match, *([session_id] if session_id is not None else []), top_k]
+        params: list[Any] = [self._match(words), *([session_id] if session_id is not None else []), top_k]
         rows = self._db.execute(
             f"SELECT d.doc_id, d.content, d.metadata, -f.rank FROM "
-            f"(SELECT rowid, bm25({t}, 1.0, 0.0, {float(weight)!r}) AS rank FROM {t} "
+            f"(SELECT rowid, {self._rank()} AS rank FROM {t} "
             f"WHERE {t} MATCH ? {where} ORDER BY rank LIMIT ?) AS f "
             f"JOIN {docs} AS d ON d.id = f.rowid ORDER BY f.rank",
             params,
         )
         return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score in rows]
+
+    def _score_documents(self, query: str, docs: Sequence[tuple[int, str]],
+                         session_id: str | None) -> dict[int, float]:
+        """BM25 of given documents, as :meth:`_query_backend` ranks them (0.0: no word matches).
+
+        From the RAM postings a lookup (the search just made computed them); from FTS5 one
+        ``MATCH ... AND rowid IN (...)`` (its ``bm25()`` statistics are the whole table's, so a
+        restricted query scores as the full one); on PostgreSQL the ranking's own SQL restricted
+        to them, with the scope's statistics.
+        """
+        rowids = [rowid for rowid, _ in docs]
+        words = query_words(query, self._ignore)
+        if self._pg is not None:
+            return self._pg.scores(words, rowids, session_id, self.settings.neighbour_weight)
+        if not words or self._fts is None:
+            return dict.fromkeys(rowids, 0.0)
+        scored = self._mirror.scores(words, rowids, session_id) if self._mirror is not None else None
+        if scored is not None:
+            return scored
+        self._index_before_query()
+        t = self._fts
+        found = dict(self._db.execute(
+            f"SELECT rowid, -{self._rank()} FROM {t} WHERE {t} MATCH ? AND rowid IN ({','.join('?' * len(rowids))})",
+            [self._match(words), *rowids]))
+        return {r: float(found.get(r, 0.0)) for r in rowids}
+
+    def _match(self, words: list[str]) -> str:
+        # Off, the query names the content column: context left by an earlier setting never matches.
+        return _or_of(words) if self.settings.neighbour_weight else f"content : ({_or_of(words)})"
+
+    def _rank(self) -> str:
+        return f"bm25({self._fts}, 1.0, 0.0, {float(self.settings.neighbour_weight)!r})"
 
     def _index_before_query(self) -> None:
         """Index a batch of what the background indexer has not yet, so FTS5 ranks it too.

@@ -178,6 +178,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
     # Documents wait in the durable queue and are retried: nothing is lost, so a WARNING. A broken
     # embedder or store also fails the turn's search (or the slot's load), which is the ERROR.
     index_failure_level: ClassVar[str] = "warning"
+    score_kind: ClassVar[str | None] = "semantic"
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -190,6 +191,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._db_filters = False  # the store takes where={"session_id": ...}: no over-fetching
         self._neighbours = NeighbourVectors(self._db, f"{self._docs.table}_own_vectors", self._docs,
                                             s.neighbour_weight) if s.neighbour_weight else None
+        self._query_vectors = _RecentVectors()  # score_candidates reuses the search's query vector
 
     def _search(self, query: str, session_id: str | None = None,
                 top_k: int | None = None) -> list[tuple[str, str, float]]:
@@ -242,6 +244,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
             return []  # already logged once by the slot; the turn goes on without recall
         self._catch_up()
         vector = _embed_query(embedder, query)
+        self._query_vectors.put(query, vector)
         collection = self.settings.collection
         if session_id is not None and self._db_filters:
             rows = db.query(vector, top_k=top_k, return_metadata=True, collection_name=collection,
@@ -250,6 +253,22 @@ class LocalRAGMemory(BaseRetrievalMemory):
             rows = db.query(vector, top_k=4 * top_k if session_id else top_k, return_metadata=True,
                             collection_name=collection)
         return self._hits(rows, session_id)[:top_k]
+
+    def _score_documents(self, query: str, docs: Sequence[tuple[int, str]],
+                         session_id: str | None) -> dict[int, float]:
+        """Cosine of the query with each document's stored vector (a document not embedded yet is
+        unscored). The query vector is the one the search just computed: never embedded twice."""
+        try:
+            embedder, db = self._embedding_slot.get(), self._vector_slot.get()
+        except EmbeddingsError:
+            return {}
+        vector = self._query_vectors.get(query)
+        if vector is None:
+            vector = _embed_query(embedder, query)
+            self._query_vectors.put(query, vector)
+        keys = [doc_id for _, doc_id in docs]
+        scores = _similarities(db, vector, keys, self.settings.collection)
+        return {rowid: score for (rowid, _), score in zip(docs, scores) if score is not None}
 
     def _catch_up(self) -> None:
         """Let the indexer embed the few exchanges stored just before this query, so the last
@@ -460,6 +479,43 @@ def _delete_vectors(db: Any, keys: list[str], collection: str) -> None:
         return
     for key in keys:
         db.delete_embeddings(key, collection_name=collection)
+
+
+def _similarities(db: Any, vector: Any, keys: list[str], collection: str) -> list[float | None]:
+    """Cosine of ``vector`` with each key's stored vector: our store's RAM lookup, else the vectors."""
+    if hasattr(db, "similarities"):
+        return list(db.similarities(vector, keys, collection_name=collection))
+    import numpy as np
+
+    q = np.asarray(vector, dtype=np.float64).ravel()
+    q = q / (np.linalg.norm(q) or 1.0)
+    out: list[float | None] = []
+    for key in keys:
+        stored = db.get_embeddings(key, collection_name=collection)
+        v = np.asarray(stored, dtype=np.float64).ravel() if stored is not None else None
+        out.append(float(q @ v / (np.linalg.norm(v) or 1.0)) if v is not None and v.shape == q.shape else None)
+    return out
+
+
+class _RecentVectors:
+    """The query vectors of the last few searches, by query text (a turn asks for its own again)."""
+
+    size = 8
+
+    def __init__(self) -> None:
+        self._items: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def put(self, query: str, vector: Any) -> None:
+        with self._lock:
+            self._items.pop(query, None)
+            self._items[query] = vector
+            while len(self._items) > self.size:
+                del self._items[next(iter(self._items))]
+
+    def get(self, query: str) -> Any:
+        with self._lock:
+            return self._items.get(query)
 
 
 def _embed_query(embedder: Any, text: str) -> Any:

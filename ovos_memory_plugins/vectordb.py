@@ -270,6 +270,34 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
                                           f"holds {mirror.dim}")
                 return self._top_k(mirror, q, k, return_metadata, where)
 
+    def similarities(self, embeddings: Any, keys: Sequence[str],
+                     collection_name: str | None = None) -> list[float | None]:
+        """The cosine similarity of the query vector with each key's stored vector, as ``query``
+        computes it (``1 - distance``); None for a key the collection does not hold.
+
+        A lookup in the RAM matrix: scoring a handful of known items costs microseconds, where
+        asking ``query`` for them would rank the whole collection.
+        """
+        np = numpy_module()
+        q = as_vector(embeddings)
+        norm = float(np.linalg.norm(q))
+        if norm > 0:
+            q = q / np.float32(norm)
+        keys = [_check_key(k) for k in keys]
+        name = self._name(collection_name)
+        with self._db.read() as con:
+            mirror = self._sync(con, name)
+            if mirror is None or mirror.n == 0 or not keys:
+                return [None] * len(keys)
+            with self._lock:
+                if q.shape[0] != mirror.dim:
+                    raise EmbeddingsError(f"{PLUGIN_NAME}: query has {q.shape[0]} dims, collection {name!r} "
+                                          f"holds {mirror.dim}")
+                rows = [mirror.pos.get(k) for k in keys]
+                known = [r for r in rows if r is not None]
+                scores = iter(self._score(mirror.rows[known], q).tolist() if known else ())
+                return [1.0 - max(0.0, 1.0 - float(next(scores))) if r is not None else None for r in rows]
+
     # -- lifecycle -----------------------------------------------------------------------
     def compact(self) -> bool:
         """Rewrite the file without the bytes of deleted vectors and metadata (see Database.compact)."""

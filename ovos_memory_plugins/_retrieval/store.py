@@ -12,6 +12,7 @@ has no such store: its window and documents are its members'.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -26,7 +27,7 @@ from ..storage import after_commit, release_database
 from ..storage.policy import WindowPolicy
 from ..storage.sqlite import Database
 from ..storage.windows import SqliteWindowStore, safe_table_name
-from .documents import Document, DocumentLog, exchange_texts, format_exchange
+from .documents import Document, DocumentLog, PastExchange, exchange_texts, format_exchange
 
 __all__ = ["IndexOwner", "RetrievalStore"]
 
@@ -190,11 +191,42 @@ class RetrievalStore:
             new = unseen_messages(self.window.load(session_id, policy), window)
             if new:
                 self.window.append(session_id, new, policy, con=con)
-            return [self.docs.add(con, session_id, d["content"], _imported_metadata(d), indexed=False, ts=d.get("ts"))
-                    for d in documents if not self.docs.holds(con, session_id, d["content"], d.get("ts"))]
+            return [self.docs.add(con, session_id, d["content"], _imported_metadata(d), indexed=False, ts=ts)
+                    for d, ts in ((d, _imported_ts(d)) for d in documents)
+                    if not self.docs.holds(con, session_id, d["content"], ts)]
 
         if self.db.transaction(write):
             self._index_pending_now()
+
+    def import_exchanges(self, session_id: str, exchanges: Sequence[PastExchange], policy: WindowPolicy) -> int:
+        """Store past exchanges, in order, each at its own time, in one transaction: documents as
+        ``update_history`` stores them (so neighbour context is built alike) and the last ones in
+        the window. Those older than ``max_age`` are already expired and are skipped. Returns the
+        number stored."""
+        self.ensure_started()
+        now = time.time()
+        cutoff = policy.cutoff(now)
+        kept = [(e, now if e.ts is None else e.ts) for e in exchanges]
+        kept = [(e, ts) for e, ts in kept if cutoff is None or ts >= cutoff]
+        window_from = _window_start([len(e.messages()) for e, _ in kept], policy.max_messages)
+        background = self.owner.background_index
+
+        def write(con: Any) -> list[Document]:
+            docs = []
+            for i, (exchange, ts) in enumerate(kept):
+                if i >= window_from:
+                    self.window.append(session_id, exchange.messages(), policy, con=con, ts=ts)
+                docs.append(self.docs.add(con, session_id, format_exchange(exchange.question, exchange.answer),
+                                          {"question": exchange.question, "answer": exchange.answer},
+                                          indexed=not background, ts=ts))
+            if docs and not background:
+                self._index_inline(con, docs)
+            return docs
+
+        docs = self.db.transaction(write)
+        if self.worker is not None and docs:
+            self.worker.notify()
+        return len(docs)
 
     # -- lifecycle -----------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
@@ -324,6 +356,27 @@ class RetrievalStore:
             except Exception as exc:  # noqa: BLE001 - stays pending; the caller reports the first
                 failure = failure or exc
         return done, failure
+
+
+def _window_start(sizes: Sequence[int], max_messages: int) -> int:
+    """The first of the exchanges (of ``sizes`` messages each) the window keeps any message of."""
+    if not max_messages:
+        return 0
+    held = 0
+    for i in range(len(sizes) - 1, -1, -1):
+        held += sizes[i]
+        if held >= max_messages:
+            return i
+    return 0
+
+
+def _imported_ts(data: Mapping[str, Any]) -> float | None:
+    """An exported document's time, kept (so ``max_age`` and dates still apply); None: now. A time
+    ahead of the clock is taken as now."""
+    ts = data.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
+        return None
+    return min(float(ts), time.time())
 
 
 def _imported_metadata(data: Mapping[str, Any]) -> dict[str, Any]:
