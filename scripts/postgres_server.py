@@ -37,6 +37,10 @@ from pathlib import Path
 
 SYSTEM_USER = "pgserver"
 SUPERUSER = "postgres"
+#: Where ``start`` makes its folders, and the file that marks one as made by it: ``stop`` deletes
+#: nothing else (an empty or mistyped argument must never name a checkout to delete).
+PARENT = Path("/tmp")
+MARKER = ".ovos-memory-test-server"
 
 
 def binaries() -> Path:
@@ -84,7 +88,8 @@ def url_for(folder: Path) -> str:
 
 def start(owner: int | None, durable: bool, shared_buffers: str = "256MB") -> tuple[Path, str]:
     bin_dir = binaries()
-    folder = Path(tempfile.mkdtemp(prefix="pgt-", dir="/tmp"))
+    folder = Path(tempfile.mkdtemp(prefix="pgt-", dir=PARENT))
+    (folder / MARKER).write_text("made by scripts/postgres_server.py start; deleted by its stop\n")
     user = _run_as()
     if user:
         _prepare_system_user(bin_dir, folder)
@@ -104,7 +109,16 @@ def start(owner: int | None, durable: bool, shared_buffers: str = "256MB") -> tu
     return folder, url_for(folder)
 
 
+def made_here(folder: Path) -> bool:
+    """Whether ``folder`` is one ``start`` made: /tmp/pgt-*, a real directory holding the marker."""
+    return (folder.is_absolute() and folder.parent == PARENT and folder.name.startswith("pgt-")
+            and not folder.is_symlink() and (folder / MARKER).is_file())
+
+
 def stop(folder: Path) -> None:
+    if not made_here(folder):
+        raise SystemExit(f"refusing to stop or delete {str(folder)!r}: not a folder made by "
+                         f"'postgres_server.py start' ({PARENT}/pgt-* holding {MARKER})")
     data = folder / "data"
     if (data / "postmaster.pid").exists():
         try:
@@ -136,7 +150,8 @@ def watch(owner: int, started: str, folder: Path) -> None:
         signal.signal(sig, signal.SIG_IGN)  # only the owner's end (or ``stop``) ends the watch
     while folder.exists() and _started_at(owner) is not None and _started_at(owner) == (started or _started_at(owner)):
         time.sleep(0.5)
-    stop(folder)
+    if made_here(folder):  # gone already when ``stop`` ran first
+        stop(folder)
 
 
 def main(argv: list[str] | None = None) -> int:

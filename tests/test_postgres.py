@@ -342,6 +342,13 @@ def test_keyword_scores_on_postgresql_are_fts5_bm25_for_a_one_session_store(weig
             assert got.keys() == want.keys(), query
             for source, score in want.items():
                 assert got[source] == pytest.approx(score, rel=1e-9, abs=1e-12), (query, source)
+        # Score fusion asks for the score of any exchange, a match or not: the same as FTS5's too.
+        candidates = [h for query in QUERIES for h in sqlite.search(query, "s", top_k=3)]
+        for query in QUERIES:
+            want_scores = sqlite.score_candidates(query, candidates, "s")
+            got_scores = postgres.score_candidates(query, candidates, "s")
+            assert None not in got_scores and any(got_scores) and not all(got_scores), query
+            assert got_scores == pytest.approx(want_scores, rel=1e-9, abs=1e-12), query
 
 
 def test_keyword_statistics_are_the_sessions_own():
