@@ -430,7 +430,9 @@ voice assistant); *build right after an update* comes at once after `update_hist
 first waits for the background indexer to store that exchange's vector (local-rag's catch-up:
 on PostgreSQL, an insert into the HNSW index, and with the hybrid preset's neighbour mixing, the
 previous exchange's vector rewritten too). On PostgreSQL each
-update commits once and waits for the WAL flush (the commit floor below); local-rag searches
+update commits once and waits for the WAL flush (the commit floor below: no durable update
+can be faster on that disk; `synchronous_commit=off`, docs/deployment.md, removes the wait at
+the price of the last acknowledged updates on a server crash); local-rag searches
 larger scopes through an HNSW index, built before timing. The writers line is 4 processes, each
 with its own connection, updating one session of a lexical memory at once. LoCoMo: the dev
 split, categories 1-4, recall@k of lexical on each engine (docs/deployment.md explains the
