@@ -400,5 +400,22 @@ def write(results: dict[str, Any], out: Path, raw: Path) -> Path:
     raw.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     results = {**results, "raw": raw.name}
     path = out / "benchmarks.md"
-    path.write_text(render(results, images), encoding="utf-8")
+    kept = kept_sections(path.read_text(encoding="utf-8")) if path.exists() else ""
+    path.write_text(render(results, images) + kept, encoding="utf-8")
     return path
+
+
+#: Sections other runners write into benchmarks.md between these markers (the PostgreSQL one:
+#: benchmarks/bench_postgres.py --write); a new report keeps them.
+KEEP_START, KEEP_END = "<!-- section:start", "<!-- section:end -->"
+
+
+def kept_sections(text: str) -> str:
+    out, at = [], 0
+    while (start := text.find(KEEP_START, at)) >= 0:
+        end = text.find(KEEP_END, start)
+        if end < 0:
+            break
+        at = end + len(KEEP_END)
+        out.append("\n" + text[start:at] + "\n")
+    return "".join(out)
