@@ -2,7 +2,7 @@
 # (scripts/test makes .venv so; e.g. make bench PYTHON=.venv/bin/python).
 PYTHON ?= python
 
-.PHONY: test docs reliability-report bench bench-quick
+.PHONY: test docs reliability-report bench bench-quick bench-postgres
 
 # The whole suite as CI runs it (installs and starts what it needs; see README).
 test:
@@ -29,3 +29,8 @@ bench:
 # CI smoke run (< 2 minutes, asserts nothing about speed); report in .bench-cache/report-quick/.
 bench-quick:
 	$(PYTHON) benchmarks/run.py --quick
+
+# PostgreSQL against SQLite (lexical, local-rag, hybrid at 10k and 100k exchanges; writers; LoCoMo) on a
+# private durable PostgreSQL it starts and stops; writes the PostgreSQL section of docs/benchmarks.md.
+bench-postgres:
+	$(PYTHON) benchmarks/bench_postgres.py --write

@@ -17,8 +17,9 @@ and ``preset: "hybrid"`` gives the recommended members with score fusion.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
@@ -218,6 +219,8 @@ class CompositeMemory(BaseRetrievalMemory):
         config.setdefault("system_prompt", "")  # the composite's prompt is the one sent, once
         if _accepts(cls, "scope"):
             config.setdefault("scope", self.settings.scope)
+        if self.settings.db_url is not None and _accepts(cls, "db_url", third_party=False):
+            config.setdefault("db_url", self.settings.db_url)  # one PostgreSQL database for every member
         for key in ENDPOINT_KEYS:  # given at the top level: one endpoint for every member that calls one
             if key in self.config and _accepts(cls, key, third_party=False):
                 config.setdefault(key, self.config[key])
@@ -273,8 +276,31 @@ class CompositeMemory(BaseRetrievalMemory):
         messages = coerce_messages(new_messages)
         if not messages:
             return
-        for member in self.members:
-            self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
+        try:
+            with self._one_transaction():
+                for member in self.members:
+                    self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
+        except MemoryPluginError as exc:  # the shared commit failed: no member kept the exchange
+            self._member_log.error("update", "%s: could not store the exchange of %r: %s", self.plugin_name, sid, exc)
+            return
+        self._member_log.clear("update", f"{self.plugin_name}: storing works again")
+
+    @contextlib.contextmanager
+    def _one_transaction(self) -> Iterator[None]:
+        """With a ``db_url``, the members' writes share one PostgreSQL transaction: one commit (one
+        disk flush) for the whole exchange, and every member has it or none (a member that fails
+        rolls back only its own part). Otherwise each member commits on its own."""
+        if self.settings.db_url is None:
+            yield
+            return
+        from .storage.postgres import open_pg_database, release_pg_database
+
+        db = open_pg_database(self.settings.db_url)  # the members' own (shared in the process)
+        try:
+            with db.atomic():
+                yield
+        finally:
+            release_pg_database(db)
 
     # -- retrieval -------------------------------------------------------------------------
     def search(self, query: str, session_id: str | None = None, top_k: int | None = None) -> list[MemoryHit]:
@@ -423,12 +449,13 @@ class CompositeMemory(BaseRetrievalMemory):
         sid = check_session_id(session_id)
         counts: dict[str, Any] = {}
         failure: Exception | None = None
-        for m in self.members:
-            if hasattr(m.memory, "forget"):
-                try:
-                    counts[m.name] = self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
-                except Exception as exc:  # noqa: BLE001 - raised below, after the other members
-                    failure = failure or exc
+        with self._one_transaction():  # on PostgreSQL every member forgets in one transaction
+            for m in self.members:
+                if hasattr(m.memory, "forget"):
+                    try:
+                        counts[m.name] = self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
+                    except Exception as exc:  # noqa: BLE001 - raised below, after the others committed
+                        failure = failure or exc
         if failure is not None:
             raise failure
         return counts

@@ -134,7 +134,9 @@ class LexicalMemory(BaseRetrievalMemory):
         super().__init__(config)
         s = self.settings
         self._ignore = stopwords(s.stopword_languages or (), s.extra_stopwords)
-        self._fts = self._create_fts()
+        # On PostgreSQL: postings ranked in SQL (_retrieval/pg_keyword.py) instead of FTS5.
+        self._pg = self._open_pg_index() if self._db.engine == "postgres" else None
+        self._fts = self._create_fts() if self._pg is None else None
         self._mirror = self._open_mirror() if s.ram_index and self._fts is not None else None
 
     def _table_prefix(self) -> str:
@@ -156,6 +158,19 @@ class LexicalMemory(BaseRetrievalMemory):
                             self.plugin_name, exc)
             return None
         return table
+
+    def _open_pg_index(self) -> Any:
+        from ._retrieval.pg_keyword import PgKeywordIndex
+        from .storage.windows import safe_table_name
+
+        try:
+            return PgKeywordIndex(self._db, safe_table_name(self.settings.table), self._docs.table,  # type: ignore[arg-type]
+                                  self.settings.tokenizer)
+        except BaseException as exc:
+            self._store.release()  # construction fails: the connection must not outlive it
+            if isinstance(exc, ValueError):
+                raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+            raise
 
     def _adopt_reference_table(self, table: str) -> None:
         """Bring the exchanges of a database the reference package wrote into the document log.
@@ -188,7 +203,7 @@ class LexicalMemory(BaseRetrievalMemory):
     # -- hooks -----------------------------------------------------------------------------
     def _store_documents(self, docs: Sequence[Document]) -> None:
         # Called inside the transaction that marks them indexed (the base's _index_step).
-        if self._fts is None:
+        if self._fts is None and self._pg is None:
             return
         con = self._db.connection_in_transaction()
         if self.settings.neighbour_weight:
@@ -202,6 +217,9 @@ class LexicalMemory(BaseRetrievalMemory):
         self._insert(con, [(d.rowid, d.text, d.session_id, None) for d in docs])
 
     def _insert(self, con: Any, rows: list[tuple[int, str, str, str | None]]) -> None:
+        if self._pg is not None:
+            self._pg.insert(con, rows)
+            return
         sql = f"INTO {self._fts} (rowid, content, session_id, ctx) VALUES (?, ?, ?, ?)"
         try:
             con.executemany(f"INSERT {sql}", rows)
@@ -214,6 +232,9 @@ class LexicalMemory(BaseRetrievalMemory):
         """Rebuild a document's neighbour column from the log (emptied when the option is off)."""
         text = context_text(*adjacent(con, self._docs.table, session_id, rowid)) \
             if self.settings.neighbour_weight else None
+        if self._pg is not None:
+            self._pg.refresh(con, rowid, session_id, text)
+            return
         con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (text, rowid))
 
     def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
@@ -221,6 +242,9 @@ class LexicalMemory(BaseRetrievalMemory):
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         words = query_words(query, self._ignore)
+        if self._pg is not None:
+            return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score
+                    in self._pg.hits(words, top_k, session_id, self.settings.neighbour_weight)]
         if not words or self._fts is None:
             return []
         ranked = self._mirror.search(words, top_k, session_id) if self._mirror is not None else None
@@ -253,11 +277,14 @@ class LexicalMemory(BaseRetrievalMemory):
 
         From the RAM postings a lookup (the search just made computed them); from FTS5 one
         ``MATCH ... AND rowid IN (...)`` (its ``bm25()`` statistics are the whole table's, so a
-        restricted query scores as the full one). A turn never indexes: a document FTS5 has not
-        indexed yet scores 0.0 there.
+        restricted query scores as the full one); on PostgreSQL the ranking's own SQL restricted
+        to them, with the scope's statistics. A turn never indexes: a document not indexed yet
+        scores 0.0 there.
         """
         rowids = [rowid for rowid, _ in docs]
         words = query_words(query, self._ignore)
+        if self._pg is not None:
+            return self._pg.scores(words, rowids, session_id, self.settings.neighbour_weight)
         if not words or self._fts is None:
             return dict.fromkeys(rowids, 0.0)
         scored = self._mirror.scores(words, rowids, session_id) if self._mirror is not None else None
@@ -287,6 +314,9 @@ class LexicalMemory(BaseRetrievalMemory):
                 for rowid, score in ranked if rowid in found]
 
     def _delete_documents(self, docs: Sequence[Document]) -> None:
+        if self._pg is not None and docs:
+            self._delete_pg_documents(docs)
+            return
         if self._fts is None or not docs:
             return
         with self._db.atomic() as con:
@@ -302,6 +332,15 @@ class LexicalMemory(BaseRetrievalMemory):
             # FTS5 records a delete as a marker in a new segment; the terms stay in the old one
             # until a merge. 'optimize' rewrites the index without them (forget means forget).
             con.execute(f"INSERT INTO {self._fts}({self._fts}) VALUES ('optimize')")
+
+    def _delete_pg_documents(self, docs: Sequence[Document]) -> None:
+        assert self._pg is not None
+        with self._db.atomic() as con:
+            self._pg.delete(con, [d.rowid for d in docs])  # gone already when the log deleted them (cascade)
+            for rowid, session_id in survivors(con, self._docs.table, docs):
+                # A deleted exchange must not live on as a neighbour's context (forget means forget).
+                if self.settings.neighbour_weight or self._pg.has_context(con, rowid):
+                    self._refresh_context(con, rowid, session_id)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Finish background work: indexing, and loading the RAM copy of the postings."""

@@ -55,6 +55,8 @@ __all__ = ["LocalRAGConfig", "LocalRAGMemory", "PluginSlot"]
 
 DEFAULT_EMBEDDER = "ovos-memory-e5-embeddings-plugin"
 DEFAULT_DB = "ovos-memory-sqlite-embeddings-plugin"
+#: The PostgreSQL vector store, used instead of the default for a memory with a ``db_url``.
+PG_DB = "ovos-memory-postgres-embeddings-plugin"
 #: The reference's default stack, which needs a C++ build and a model download. When a
 #: persona names one and it is not installed, the built-in equivalent is used (warned once), so
 #: a reference persona file still recalls by meaning, offline.
@@ -214,10 +216,17 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._store_documents([Document(doc_id, text, session_id, metadata, 0.0, 0)])
 
     def _store_documents(self, docs: Sequence[Document]) -> None:
-        if not docs:
-            return
-        embedder, db = self._embedding_slot.get(), self._vector_slot.get()
-        vectors = _embed_passages(embedder, [d.text for d in docs])
+        if docs:
+            self._store_prepared(docs, self._prepare_documents(docs))
+
+    def _prepare_documents(self, docs: Sequence[Document]) -> list[Any]:
+        """The documents' vectors (the slow part: a PostgreSQL store embeds outside any transaction)."""
+        embedder = self._embedding_slot.get()
+        self._vector_slot.get()  # both plugins, or nothing is embedded
+        return _embed_passages(embedder, [d.text for d in docs])
+
+    def _store_prepared(self, docs: Sequence[Document], vectors: Sequence[Any]) -> None:
+        db = self._vector_slot.get()
         if self._mixes_neighbours() and all(d.rowid for d in docs):
             self._write(db, self._neighbours.store(docs, vectors))  # type: ignore[union-attr]
             return
@@ -285,6 +294,15 @@ class LocalRAGMemory(BaseRetrievalMemory):
         if self._mixes_neighbours():
             self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
 
+    def _index_in_database(self) -> bool:
+        """True when the vectors are in this memory's own PostgreSQL database: then a forget or an
+        expiry deletes documents and vectors in one transaction."""
+        try:
+            db = self._vector_slot.get()
+        except EmbeddingsError:
+            return False
+        return getattr(db, "database", None) is self._db
+
     def _compact_backend(self) -> None:
         # Our vector store in its own file keeps the forgotten text in its metadata: compact it too
         # (in the store's own file it was compacted with the documents).
@@ -335,12 +353,15 @@ class LocalRAGMemory(BaseRetrievalMemory):
             name, cls, config = self._plugin_or_builtin(self.settings.embeddings_db_plugin, EMBEDDINGS_DB_GROUP,
                                                         self.settings.embeddings_db_config)
             config = dict(config)
-            if name == DEFAULT_DB and not config.get("path"):
+            if self._db.engine == "postgres" and _builtin_store_without_location(name, config):
+                from .pgvector import PgEmbeddingsDB  # one database: window, documents and vectors
+
+                cls, config = PgEmbeddingsDB, {"url": self._db.url,  # type: ignore[attr-defined]
+                                               **{k: v for k, v in config.items() if k != "path"}}
+            elif name == DEFAULT_DB and not config.get("path"):
                 config["path"] = self._db.path  # one file: window, documents and vectors
             db = construct_db(cls, config)
-        from .vectordb import SqliteEmbeddingsDB
-
-        self._db_filters = isinstance(db, SqliteEmbeddingsDB)
+        self._db_filters = _our_store(db)
         self._prepare_collection(db)
         return db
 
@@ -361,9 +382,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
 
     def _prepare_collection(self, db: Any) -> None:
         """Create the collection once; re-embed everything if it holds another model's vectors."""
-        from .vectordb import SqliteEmbeddingsDB
-
-        if not isinstance(db, SqliteEmbeddingsDB):
+        if not _our_store(db):
             try:
                 db.create_collection(self.settings.collection)
             except Exception as exc:  # noqa: BLE001 - many stores raise when it already exists
@@ -418,6 +437,20 @@ class LocalRAGMemory(BaseRetrievalMemory):
         rows = self._db.execute(
             f"SELECT doc_id, content, session_id, metadata FROM {self._docs.table} WHERE doc_id IN ({marks})", keys)
         return {doc_id: (content, sid, json.loads(meta)) for doc_id, content, sid, meta in rows}
+
+
+def _our_store(db: Any) -> bool:
+    """Whether ``db`` is one of this package's vector stores (filters before ranking, replaces by key,
+    keeps collection metadata)."""
+    from .pgvector import PgEmbeddingsDB
+    from .vectordb import SqliteEmbeddingsDB
+
+    return isinstance(db, (SqliteEmbeddingsDB, PgEmbeddingsDB))
+
+
+def _builtin_store_without_location(name: str, config: Mapping[str, Any]) -> bool:
+    """The default store (or our PostgreSQL one) with no file or URL of its own: it goes where the memory is."""
+    return (name == DEFAULT_DB and not config.get("path")) or (name == PG_DB and not config.get("url"))
 
 
 def _embed_passages(embedder: Any, texts: list[str]) -> list[Any]:

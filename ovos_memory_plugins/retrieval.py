@@ -59,7 +59,7 @@ from .messages import (
     to_dict,
 )
 from .render import DEFAULT_HEADER, ContextStyle, render_hits
-from .storage import WindowPolicy
+from .storage import WindowPolicy, store_location
 from .storage.sqlite import Database, open_database
 from .storage.windows import SqliteWindowStore
 
@@ -95,6 +95,9 @@ class RetrievalConfig:
     system_prompt: str = option("", "persona system prompt")
     db_path: str | None = option(None, "SQLite file for the window and documents; null: the XDG default",
                                  kind=str)
+    db_url: str | None = option(None, "PostgreSQL URL (postgresql://user@host/database) for the window, documents "
+                                "and index instead of db_path, shared by every process and host; needs the "
+                                "[postgres] extra", kind=str)
     max_age: float | None = option(None, "seconds after which messages and documents expire; null: never",
                                    kind=float, minimum=0)
     max_context_tokens: int | None = option(None, "token budget for the whole context: system prompt and "
@@ -161,7 +164,11 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         self._settings_changed()
         self._query_takes_session = "session_id" in inspect.signature(self._query_backend).parameters
         if self.keeps_documents:
-            self._store = RetrievalStore(self, self._open_db(), self._table_prefix(), self._log)
+            db = self._open_db()
+            store_class = RetrievalStore
+            if db.engine == "postgres":
+                from ._retrieval.pg_store import PgRetrievalStore as store_class  # type: ignore[assignment]
+            self._store = store_class(self, db, self._table_prefix(), self._log)
 
     def _settings_changed(self) -> None:
         s = self.settings
@@ -228,6 +235,19 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         best first; a backend merges them into its hits so a turn never waits for the indexer."""
         pending = self._store.pending if self.keeps_documents else None
         return pending.hits(words, top_k, session_id) if pending is not None else []
+
+    def _index_in_database(self) -> bool:
+        """Whether the index's writes join this memory's transactions (``index_in_database``)."""
+        return self.index_in_database
+
+    def _prepare_documents(self, docs: Sequence[Document]) -> list[Any]:
+        """The slow part of indexing ``docs``, done outside any transaction (a PostgreSQL store's
+        shared queue); one result per document. The default has none."""
+        return [None] * len(docs)
+
+    def _store_prepared(self, docs: Sequence[Document], prepared: Sequence[Any]) -> None:
+        """Index ``docs`` with what :meth:`_prepare_documents` made for them."""
+        self._store_documents(docs)
 
     def _close_backend(self) -> None:
         pass
@@ -449,8 +469,15 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         con = self.config.get("_con")
         if con is not None:  # an injected sqlite3 connection (tests, shared files)
             return Database(self.settings.db_path or ":memory:", connection=con)
-        return open_database(self.settings.db_path or default_path(default_name(type(self), "default_db_name",
-                                                                                ".db")))
+        try:
+            location, kind = store_location(self.settings.db_path, self.settings.db_url, None)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+        if kind == "postgres":
+            from .storage.postgres import open_pg_database
+
+            return open_pg_database(str(location))  # type: ignore[return-value]
+        return open_database(location or default_path(default_name(type(self), "default_db_name", ".db")))
 
     def _scoped_query(self, query: str, k: int, session_id: str | None) -> list[MemoryHit]:
         if self._query_takes_session:

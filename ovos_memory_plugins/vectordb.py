@@ -38,6 +38,7 @@ from typing import Any
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
 from ._core.paths import default_path
+from ._retrieval.vector_calls import SingleKeyCalls, check_key, checked_batch
 from ._retrieval.vector_matrix import PLUGIN_NAME, Matrix, as_vector, numpy_module, unit_rows
 from .config import option, parse_config
 from .errors import EmbeddingsError
@@ -97,7 +98,7 @@ class SqliteEmbeddingsConfig:
                             "slower next to an embedder's thread pool on a small one)")
 
 
-class SqliteEmbeddingsDB(EmbeddingsDB):
+class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
     """float32 vectors and JSON metadata in SQLite; exact cosine top-k over a RAM matrix.
 
     Args:
@@ -153,27 +154,14 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
         return [_collection(r) for r in rows]
 
     # -- writes --------------------------------------------------------------------------
-    def add_embeddings(self, key: str, embedding: Any, metadata: dict[str, Any] | None = None,
-                       collection_name: str | None = None) -> Any:
-        """Store (or replace) ``key``; returns the stored float32 vector."""
-        self.add_embeddings_batch([key], [embedding], [metadata], collection_name)
-        return as_vector(embedding)
-
     def add_embeddings_batch(self, keys: Sequence[str], embeddings: Sequence[Any],
                              metadata: Sequence[dict[str, Any] | None] | None = None,
                              collection_name: str | None = None) -> None:
         """Store (or replace) many vectors in one transaction."""
-        keys = [_check_key(k) for k in keys]
-        if len(embeddings) != len(keys) or (metadata is not None and len(metadata) != len(keys)):
-            raise ValueError("keys, embeddings and metadata must have the same length")
-        if not keys:
+        batch = checked_batch(keys, embeddings, metadata)
+        if batch is None:
             return
-        np = numpy_module()
-        vectors = np.stack([as_vector(e) for e in embeddings])
-        metas = [_check_meta(m) for m in (metadata if metadata is not None else [None] * len(keys))]
-        # A key given twice in one batch: the last one wins, as with separate calls.
-        last = {k: i for i, k in enumerate(keys)}
-        order = sorted(last.values())
+        keys, vectors, metas, order = batch
         name = self._name(collection_name)
         with self._db.atomic() as con:
             mirror = self._sync(con, name, create=True)
@@ -201,9 +189,6 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
                 self._invalidate(name)  # the transaction rolls back; so must the mirror
                 raise
 
-    def delete_embeddings(self, key: str, collection_name: str | None = None) -> None:
-        self.delete_embeddings_batch([key], collection_name)
-
     def delete_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None) -> None:
         """Delete ``keys`` (missing ones are ignored) in one transaction."""
         keys = [_check_key(k) for k in keys]
@@ -229,13 +214,6 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
                 raise
 
     # -- reads ---------------------------------------------------------------------------
-    def get_embeddings(self, key: str, collection_name: str | None = None, return_metadata: bool = False) -> Any:
-        """The stored vector (as given, not normalised), or None; with metadata: (vector, metadata)."""
-        (_, vector, meta), = self.get_embeddings_batch([key], collection_name, return_metadata=True)
-        if return_metadata:
-            return (vector, meta) if vector is not None else (None, None)
-        return vector
-
     def get_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None,
                              return_metadata: bool = False) -> list[tuple[Any, ...]]:
         """``(key, vector)`` or ``(key, vector, metadata)`` per key, in order; None/{} when missing."""
@@ -448,16 +426,7 @@ def _check_name(name: Any) -> str:
     return name
 
 
-def _check_key(key: Any) -> str:
-    if not isinstance(key, str):
-        raise TypeError(f"embedding key must be a str, not {type(key).__name__}")
-    return key
-
-
-def _check_meta(meta: Any) -> dict[str, Any] | None:
-    if meta is not None and not isinstance(meta, Mapping):
-        raise TypeError(f"metadata must be a dict, not {type(meta).__name__}")
-    return dict(meta) if meta else None
+_check_key = check_key
 
 
 def _dump(meta: dict[str, Any] | None) -> str | None:

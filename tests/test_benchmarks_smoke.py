@@ -314,6 +314,24 @@ def test_a_section_written_into_the_report_replaces_its_earlier_self_and_survive
     assert kept.strip().startswith("<!-- section:start busy-turns") and "40 / 99 / 99" in kept
 
 
+@pytest.mark.postgres
+def test_the_postgresql_benchmark_runs_and_reports_every_cell(tmp_path):
+    import subprocess
+
+    from tests._postgres import server_url
+
+    out = tmp_path / "postgres.json"
+    args = ["--quick", "--skip-locomo", "--calls", "10", "--url", server_url(), "--json", str(out)]
+    done = subprocess.run([sys.executable, str(BENCH / "bench_postgres.py"), *args], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    cells = {(c["backend"], c["engine"]) for c in results["latency"]}
+    assert cells == {(b, e) for b in ("lexical", "local-rag", "hybrid") for e in ("sqlite", "postgres")}
+    assert results["writers"]["lost"] == 0 and results["writers"]["doubled"] == 0
+    assert "| lexical | 1,000 | postgres |" in done.stdout
+
+
 def test_the_forget_benchmark_runs_on_a_small_store(tmp_path):
     import os
     import subprocess

@@ -159,10 +159,13 @@ def past_exchanges(items: Any) -> list[PastExchange]:
 class DocumentLog:
     """The ``<prefix>_docs`` table of a backend's database."""
 
+    #: The schema scripts (the PostgreSQL log has its own).
+    migrations: tuple[str, ...] = _DOC_MIGRATIONS
+
     def __init__(self, db: Database, table: str):
         self.db = db
         self.table = table
-        db.migrate(f"docs:{table}", [m.format(t=table) for m in _DOC_MIGRATIONS])
+        db.migrate(f"docs:{table}", [m.format(t=table) for m in self.migrations])
 
     def add(self, con: Any, session_id: str, text: str, metadata: dict[str, Any], indexed: bool,
             ts: float | None = None) -> Document:

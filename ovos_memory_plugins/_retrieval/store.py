@@ -30,8 +30,9 @@ from .._core.imports import unseen_messages
 from .._core.log import LogOnce
 from .._core.worker import BackgroundWorker
 from ..errors import MemoryPluginError
+from ..storage import after_commit, release_database
 from ..storage.policy import WindowPolicy
-from ..storage.sqlite import Database, release_database
+from ..storage.sqlite import Database
 from ..storage.windows import SqliteWindowStore, safe_table_name
 from .documents import Document, DocumentLog, PastExchange, exchange_texts, format_exchange, within_chars
 from .pending import PendingRecall
@@ -67,27 +68,46 @@ class IndexOwner(Protocol):
     def _store_documents(self, docs: Sequence[Document]) -> None: ...
     def _delete_documents(self, docs: Sequence[Document]) -> None: ...
     def _index_step(self, busy_wait: float | None = None) -> bool: ...
+    def _index_in_database(self) -> bool: ...
+    #: The slow part of indexing (embedding), run outside any transaction, one result per document.
+    def _prepare_documents(self, docs: Sequence[Document]) -> list[Any]: ...
+    #: The write of what ``_prepare_documents`` made, inside the transaction that marks the documents.
+    def _store_prepared(self, docs: Sequence[Document], prepared: Sequence[Any]) -> None: ...
 
 
 class RetrievalStore:
-    """The window, the document log and the index queue of one retrieval memory."""
+    """The window, the document log and the index queue of one retrieval memory.
+
+    A memory on a PostgreSQL database gets the subclass ``PgRetrievalStore``
+    (``_retrieval/pg_store.py``): the same turn, with its locks and the shared queue.
+    """
+
+    window_class: type[SqliteWindowStore] = SqliteWindowStore
+    docs_class: type[DocumentLog] = DocumentLog
+    #: How often an idle indexer looks for documents other processes left (None: never).
+    poll: float | None = None
 
     def __init__(self, owner: IndexOwner, db: Database, prefix: str, log: LogOnce):
         self.owner = owner
         self.db = db
         prefix = safe_table_name(prefix)
-        self.window = SqliteWindowStore(db, f"{prefix}_window")
-        self.docs = DocumentLog(db, f"{prefix}_docs")
+        self.window = self.window_class(db, f"{prefix}_window")
+        self.docs = self.docs_class(db, f"{prefix}_docs")
         self._log = log
         self._started = False
         self._start_lock = threading.Lock()
         self._updates = 0
+        #: Documents are indexed by the background worker (else in the update's transaction).
+        self.background = self._indexes_in_background(owner)
         self.worker = BackgroundWorker(f"{owner.plugin_name}-indexer", owner._index_step,
-                                       batch_delay=owner.index_delay,
-                                       failure_level=owner.index_failure_level) if owner.background_index else None
+                                       batch_delay=owner.index_delay, poll=self.poll,
+                                       failure_level=owner.index_failure_level) if self.background else None
         #: Keyword recall of the documents the worker has not indexed yet (None: nothing waits).
-        self.pending = PendingRecall(self.docs) if owner.background_index else None
+        self.pending = PendingRecall(self.docs) if self.background else None
         self._lease_owner = uuid.uuid4().hex  # this store's leases, among every process's
+
+    def _indexes_in_background(self, owner: IndexOwner) -> bool:
+        return owner.background_index
 
     @property
     def _name(self) -> str:
@@ -100,7 +120,7 @@ class RetrievalStore:
         Returns the number of documents written. A store failure raises (the caller logs it).
         """
         self.ensure_started()
-        background = self.owner.background_index
+        background = self.background
 
         def write(con: Any) -> list[Document]:
             tail = self.window.append(session_id, messages, policy, con=con)
@@ -113,13 +133,14 @@ class RetrievalStore:
 
         docs = self.db.transaction(write)  # a damaged file is replaced, and the exchange written anew
         if self.worker is not None and docs:
-            self.worker.notify()
+            after_commit(self.db, self.worker.notify)  # an enclosing transaction (a composite's) first
         return len(docs)
 
     def add(self, session_id: str, text: str, metadata: Mapping[str, Any]) -> Document:
         """Store a free-text document (not an exchange)."""
         self.ensure_started()
-        background = self.owner.background_index
+        background = self.background
+
         def write(con: Any) -> Document:
             doc = self.docs.add(con, session_id, text, dict(metadata), indexed=not background)
             if not background:
@@ -128,7 +149,7 @@ class RetrievalStore:
 
         doc = self.db.transaction(write)
         if self.worker is not None:
-            self.worker.notify()
+            after_commit(self.db, self.worker.notify)
         return doc
 
     def expire(self, max_age: float | None) -> None:
@@ -136,7 +157,7 @@ class RetrievalStore:
         self._updates += 1
         if max_age is None or self._updates % 100 != 1:
             return
-        in_db = self.owner.index_in_database
+        in_db = self.owner._index_in_database()
         try:
             with self.db.atomic() as con:
                 doomed = self.docs.delete_older_than(con, time.time() - max_age)
@@ -152,7 +173,7 @@ class RetrievalStore:
         return sorted(set(self.window.sessions()) | set(self.docs.sessions()))
 
     def forget(self, session_id: str) -> dict[str, int]:
-        in_db = self.owner.index_in_database
+        in_db = self.owner._index_in_database()
         if self.worker is not None and not in_db:
             # An outside index: do not let the indexer re-add what we are deleting. (An index in
             # this file reads its queue inside its own transaction: nothing to wait for.)
@@ -318,7 +339,7 @@ class RetrievalStore:
         batch, chars = self.owner.index_batch, self.owner.index_chars
         if self.pending is not None:
             self.pending.prepare()  # word sets for the turns' keyword recall, before the slow part
-        if self.owner.index_in_database:
+        if self.owner._index_in_database():
             # The index is in this file: entries and marks commit together, one commit a batch,
             # bounded in characters (the transaction holds the file's write lock).
             with self.db.atomic(busy_wait) as con:

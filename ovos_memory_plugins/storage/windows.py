@@ -127,11 +127,14 @@ _WINDOW_MIGRATIONS = (
 class SqliteWindowStore:
     """Each message one row: appends and trims cost O(new messages), whatever the window size."""
 
+    #: The schema scripts (the PostgreSQL store has its own).
+    migrations: tuple[str, ...] = _WINDOW_MIGRATIONS
+
     def __init__(self, db: Database, table: str = "window", owns_db: bool = False):
         self.db = db
         self.table = safe_table_name(table)
         self._owns = owns_db
-        db.migrate(f"window:{self.table}", [m.format(t=self.table) for m in _WINDOW_MIGRATIONS])
+        db.migrate(f"window:{self.table}", [m.format(t=self.table) for m in self.migrations])
 
     def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy,
                con: Any = None, ts: float | None = None) -> AgentMessage | None:
