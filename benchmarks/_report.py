@@ -380,6 +380,8 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "python benchmarks/fit_fusion.py        # score-fusion weights, leave one conversation out",
               "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5",
               "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members'",
+              "python benchmarks/bench_busy_turns.py --full  # turns while the background is busy (section below)",
+              "python benchmarks/bench_long_passages.py      # how long passages are embedded, and recall",
               "```", "",
               "What the last two scripts measured, and the decisions they led to: "
               "[design-notes.md](design-notes.md).", "",
