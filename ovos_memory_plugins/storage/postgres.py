@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 from ..errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
 from .readonly import StoreReadOnly, is_read_only
+from .sharing import SharedHandles
 
 __all__ = [
     "WORKER_GONE", "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module",
@@ -498,8 +499,7 @@ def _close_quietly(raw: Any) -> None:
             raw.close()
 
 
-_shared: dict[str, tuple[PgDatabase, int]] = {}
-_shared_lock = threading.Lock()
+_shared: SharedHandles[PgDatabase] = SharedHandles()
 
 
 def open_pg_database(url: str) -> PgDatabase:
@@ -508,25 +508,9 @@ def open_pg_database(url: str) -> PgDatabase:
     Pair each call with :func:`release_pg_database`.
     """
     read_only = is_read_only()
-    key = f"{url}\0ro" if read_only else url
-    with _shared_lock:
-        db, refs = _shared.get(key, (None, 0))
-        if db is None or db._closed:
-            db, refs = PgDatabase(url, read_only), 0
-        _shared[key] = (db, refs + 1)
-        return db
+    return _shared.take(_shared.key(url, read_only), lambda: PgDatabase(url, read_only))
 
 
 def release_pg_database(db: PgDatabase) -> None:
     """Drop one reference taken by :func:`open_pg_database`; the last one closes the connection."""
-    key = f"{db.url}\0ro" if db.read_only else db.url
-    with _shared_lock:
-        current, refs = _shared.get(key, (None, 0))
-        if current is not db:
-            db.close()
-            return
-        if refs <= 1:
-            del _shared[key]
-            db.close()
-        else:
-            _shared[key] = (db, refs - 1)
+    _shared.release(_shared.key(db.url, db.read_only), db)

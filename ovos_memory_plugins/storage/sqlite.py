@@ -24,6 +24,7 @@ from .._core.paths import MEMORY_PATH, check_store_path, is_memory_path, resolve
 from ..errors import MigrationError, StorageError, StoreUnavailable
 from .integrity import StoreDamaged, damage_of, quick_check, set_aside
 from .readonly import StoreReadOnly, check_migrated, connect_read_only, is_read_only
+from .sharing import SharedHandles
 
 __all__ = ["Database", "StoreDamaged", "StoreReplaced", "connect", "map_sqlite_errors", "open_database",
            "storage_error"]
@@ -466,8 +467,7 @@ def _statements(script: str) -> list[str]:
     return out
 
 
-_shared: dict[str, tuple[Database, int]] = {}
-_shared_lock = threading.Lock()
+_shared: SharedHandles[Database] = SharedHandles()
 
 
 def open_database(path: str, synchronous: str = "NORMAL") -> Database:
@@ -481,17 +481,8 @@ def open_database(path: str, synchronous: str = "NORMAL") -> Database:
     resolved = check_store_path(resolve_path(path))
     if is_read_only() and not os.path.exists(resolved):
         return Database(MEMORY_PATH)  # nothing there: an empty store, and no file made for it
-    key = _share_key(resolved, is_read_only())
-    with _shared_lock:
-        db, refs = _shared.get(key, (None, 0))
-        if db is None or db._closed:
-            db, refs = Database(resolved, synchronous), 0
-        _shared[key] = (db, refs + 1)
-        return db
-
-
-def _share_key(path: str, read_only: bool) -> str:
-    return f"{path}\0ro" if read_only else path
+    read_only = is_read_only()
+    return _shared.take(_shared.key(resolved, read_only), lambda: Database(resolved, synchronous))
 
 
 def release_database(db: Database) -> None:
@@ -499,14 +490,4 @@ def release_database(db: Database) -> None:
     if db.is_memory:
         db.close()
         return
-    key = _share_key(db.path, db.read_only)
-    with _shared_lock:
-        current, refs = _shared.get(key, (None, 0))
-        if current is not db:
-            db.close()
-            return
-        if refs <= 1:
-            del _shared[key]
-            db.close()
-        else:
-            _shared[key] = (db, refs - 1)
+    _shared.release(_shared.key(db.path, db.read_only), db)

@@ -234,7 +234,7 @@ def disk_full(folder: Path, monkeypatch: Any) -> Iterator[int]:
     from ovos_memory_plugins.storage import jsonfile, sqlite
 
     wrapped = []
-    for db, _refs in list(sqlite._shared.values()):
+    for db in sqlite._shared.values():
         if Path(db.path).is_relative_to(folder):
             proxy = _FullDisk(db._con)
             monkeypatch.setattr(db, "_con", proxy)
