@@ -71,10 +71,12 @@ def pytest_collection_modifyitems(config, items):
     """
     if os.environ.get("OVOS_MEMORY_TEST_LLM_URL"):
         return
-    dropped = [item for item in items if "llm" in item.keywords]
+    # The marker, not the keyword: keywords include the names of the folders above a test, so a
+    # checkout in a folder called "llm" would lose every test.
+    dropped = [item for item in items if item.get_closest_marker("llm")]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if "llm" not in item.keywords]
+        items[:] = [item for item in items if not item.get_closest_marker("llm")]
 
 
 @pytest.fixture
