@@ -186,6 +186,7 @@ class ChatClient:
         self._json_mode: bool | None = None  # None: not tried yet; False: the server rejected it
         self._log = LogOnce()
         self._problem: str | None = None
+        self._answered = False  # a completion succeeded: the server is worth asking about itself
         #: HTTP requests sent so far (tests and benchmarks read it).
         self.attempts = 0
         # A proxy configured for the internet must not capture a server on this machine.
@@ -284,13 +285,13 @@ class ChatClient:
         """The model's context size in tokens: configured, told by the server, learnt, or a safe default.
 
         The server is asked once per endpoint (llama.cpp's ``/props``, vLLM's ``/models``),
-        briefly, and only as a hint: a failure there is not an endpoint failure.
+        briefly, once it has answered a completion (a dead endpoint costs no probe), and only as
+        a hint: a failure there is not an endpoint failure.
         """
         if self.max_prompt_tokens:
             return self.max_prompt_tokens
-        self.resolve_model()  # the traits are per model
         traits = self.traits
-        if traits.context is None and not traits.probed and self.api_url:
+        if traits.context is None and not traits.probed and self._answered:
             traits.probed = True
             found = self._probe_context()
             if found:
@@ -307,6 +308,7 @@ class ChatClient:
 
     # -- internals -----------------------------------------------------------------------
     def _on_success(self) -> None:
+        self._answered = True
         if self._breaker.success():
             self._problem = None
             self._log.clear("endpoint", f"{self._who}LLM endpoint {self.api_url} recovered")

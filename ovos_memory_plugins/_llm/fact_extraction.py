@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._core.tokens import estimate_tokens, truncate_to_tokens
+from ..errors import LLMContextOverflow
 from .fact_kinds import ATTRIBUTES, is_single_valued
 from .fact_parsing import parse_items
 from .fact_rules import MAX_FACT_CHARS, Fact, model_fact, normalise
@@ -290,8 +291,13 @@ def model_facts(client: ChatClient, user: str, max_tokens: int = 128) -> list[Fa
     key = (client.api_url, client.model or client.resolve_model(), user)
     items = _replies.get(key)
     if items is None:
-        messages = extraction_messages(user, client, max_tokens)
-        reply = client.chat(messages, max_tokens=max_tokens, schema=SCHEMA)
+        try:
+            reply = client.chat(extraction_messages(user, client, max_tokens), max_tokens=max_tokens, schema=SCHEMA)
+        except LLMContextOverflow as exc:
+            if not exc.limit:
+                raise
+            # The server named its context (the client learnt it): the request is rebuilt to fit.
+            reply = client.chat(extraction_messages(user, client, max_tokens), max_tokens=max_tokens, schema=SCHEMA)
         items, _ = parse_items(reply.text)
         items = items[: MAX_ITEMS * 2]
         _replies.put(key, items)
