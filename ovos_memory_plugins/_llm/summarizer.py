@@ -63,7 +63,9 @@ NARRATIVE_PROMPT = (
     "Summarize what the user said in this part of a conversation in one or two short sentences: what the user "
     'talked about, did or plans, with names and places. Write about "the user". Reply with the summary only.'
 )
-_SENTENCES = re.compile(r"(?<=[.!?])\s+")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+# The offline narrative quotes the turns ("User: ..."): such a line stays on a line of its own.
+_QUOTED = re.compile(r"^(?:User|Assistant|System|Tool|Developer): ")
 _PAST = re.compile(r"(?i)\b(used to|previous(ly)?|former(ly)?|moved|no longer|anymore|left|before|stopped|not|"
                    r"don'?t|doesn'?t|changed|switched|quit)\b")
 
@@ -104,7 +106,7 @@ def render_summary(state: Mapping[str, Any], max_tokens: int) -> str:
     def text() -> str:
         parts = [FACTS_HEADER + "\n" + "\n".join(f"- {f}" for f in facts)] if facts else []
         if sentences:
-            parts.append(f"{NARRATIVE_HEADER} {' '.join(sentences)}" if facts else " ".join(sentences))
+            parts.append(f"{NARRATIVE_HEADER} {_join(sentences)}" if facts else _join(sentences))
         return "\n".join(parts)
 
     while estimate_tokens(text()) > max_tokens and sentences:
@@ -154,11 +156,18 @@ def roll_narrative(old: str, piece: str, state: Mapping[str, Any], max_tokens: i
             continue
         if sentence and sentence not in kept:
             kept.append(sentence)
-    while len(kept) > 1 and estimate_tokens(" ".join(kept)) > max_tokens:
+    while len(kept) > 1 and estimate_tokens(_join(kept)) > max_tokens:
         kept.pop(0)
     if kept and estimate_tokens(kept[0]) > max_tokens:  # one sentence longer than the budget: its start
         kept = [truncate_to_tokens(kept[0], max_tokens)]
-    return " ".join(kept)
+    return _join(kept)
+
+
+def _join(sentences: list[str]) -> str:
+    out = ""
+    for sentence in sentences:
+        out += ("\n" if out and (_QUOTED.match(sentence) or out.endswith("\n")) else " " if out else "") + sentence
+    return out
 
 
 class Summarizer:
@@ -194,7 +203,7 @@ class Summarizer:
                 use_model = False  # the client logged it once
         if not use_model:
             budget = self._narrative_budget(updated)
-            narrative = _offline_narrative(str(base.get("narrative") or ""), messages, budget)
+            narrative = extractive_summary(str(base.get("narrative") or ""), messages, budget)
             updated["narrative"] = roll_narrative(narrative, "", updated, budget)
             return Fold(render_summary(updated, self.max_tokens), updated, "extractive")
         why = check_piece(piece, batch) if batch else None  # no batch: no user turn to narrate
@@ -266,13 +275,6 @@ class Summarizer:
             chosen.insert(0, line)
             first = index
         return (_narrative_request(chosen), first) if chosen else ([], 0)
-
-
-def _offline_narrative(old: str, messages: Sequence[Any], max_tokens: int) -> str:
-    """The old narrative and the user's most informative statements, within ``max_tokens`` (no model)."""
-    said = [{"role": "user", "content": _content(m)} for m in messages if _role(m) == "user"]
-    text = extractive_summary(old, said, max_tokens)
-    return " ".join(line.removeprefix("User: ").strip() for line in text.splitlines() if line.strip())
 
 
 def _narrative_request(lines: list[str]) -> list[dict[str, str]]:
