@@ -122,13 +122,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Commands whose log lines are shown as they happen.
+_LIVE_LOGS = ("chat", "demo", "ask")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # The command reports what matters itself (one line per problem); library warnings would
     # repeat it, so only errors are logged unless asked for more.
     level = "DEBUG" if args.debug else "INFO" if args.verbose else "ERROR"
+    # A management command reports its failure in one line: what the library logged on the way
+    # is shown only if it succeeds (or with -v/--debug). Chat shows it as it happens.
+    hold = args.command not in _LIVE_LOGS and not (args.debug or args.verbose)
     try:
-        with logs_to_stderr(level):
+        with logs_to_stderr(level, hold=hold):
             return int(args.func(args, UI()))
     except CLIError as exc:
         code, message = exc.code, str(exc)

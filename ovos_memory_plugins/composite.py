@@ -20,11 +20,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
+from ._core.imports import session_export
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
 from .common import MemoryHit
 from .config import option
-from .errors import ConfigError
+from .errors import ConfigError, MemoryPluginError
 from .fusion import FUSION_MODES, fuse
 from .messages import check_session_id, check_utterance, clean_text, coerce_messages, is_role
 from .retrieval import BaseRetrievalMemory, RetrievalConfig, drop_window_duplicates
@@ -200,12 +201,12 @@ class CompositeMemory(BaseRetrievalMemory):
 
         On a turn, flush or close (``_SKIP_OPS``) nothing a member raises escapes: the input was
         validated here, so even a TypeError or ValueError is the member's own bug. Elsewhere
-        (import, export, ...) those two still reach the caller, who asked for that operation and
-        must learn it failed.
+        (import, export, sessions, forget) those two and this package's errors (a member's store
+        unreachable) still reach the caller, who asked for that operation and must learn it failed.
         """
         try:
             result = fn()
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, MemoryPluginError) as exc:
             if op not in _SKIP_OPS:
                 raise
             self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed: %s", self.plugin_name,
@@ -332,9 +333,21 @@ class CompositeMemory(BaseRetrievalMemory):
         return sorted(found)
 
     def forget(self, session_id: str) -> dict[str, Any]:
+        """Forget in every member; a member that fails (its store unreachable) does not stop the
+        others, and its error is raised once they are done: a forget is never reported whole when
+        it was not."""
         sid = check_session_id(session_id)
-        return {m.name: self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
-                for m in self.members if hasattr(m.memory, "forget")}
+        counts: dict[str, Any] = {}
+        failure: Exception | None = None
+        for m in self.members:
+            if hasattr(m.memory, "forget"):
+                try:
+                    counts[m.name] = self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
+                except Exception as exc:  # noqa: BLE001 - raised below, after the other members
+                    failure = failure or exc
+        if failure is not None:
+            raise failure
+        return counts
 
     def export(self, session_id: str) -> dict[str, Any]:
         sid = check_session_id(session_id)
@@ -345,8 +358,10 @@ class CompositeMemory(BaseRetrievalMemory):
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
-        exported = data.get("members", {})
+        data, sid = session_export(data, session_id)
+        exported = data.get("members") or {}
+        if not isinstance(exported, Mapping):
+            raise TypeError(f"the export's 'members' must be a dict of member exports, not {type(exported).__name__}")
         for m in self.members:
             if m.name in exported and hasattr(m.memory, "import_session"):
                 self._call(m, "import", lambda m=m: m.memory.import_session(exported[m.name], sid), None)

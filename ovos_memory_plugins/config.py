@@ -21,15 +21,25 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+import math
+import string
+import types
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from ._core.log import LOG
 from .errors import ConfigError
 
-__all__ = ["UNSET", "check_config", "config_keys", "option", "parse_config", "replace_setting", "setting_names"]
+__all__ = ["MAXIMUM", "UNSET", "check_config", "check_template", "config_keys", "option", "parse_config",
+           "replace_setting", "setting_names"]
 
 T = TypeVar("T")
+
+#: The largest number any key accepts unless it declares its own ``maximum``: no count, size,
+#: token budget or number of seconds (31 years) a memory uses comes near it, and it keeps every
+#: value inside SQLite's, Redis's and the OS's 64-bit arithmetic (10**30 turns would overflow).
+MAXIMUM = 10**9
 
 
 class _Unset:
@@ -52,6 +62,7 @@ def option(
     kind: type | tuple[type, ...] | None = None,
     choices: tuple[Any, ...] | None = None,
     minimum: float | None = None,
+    maximum: float | None = None,
     nullable: bool = False,
     aliases: tuple[str, ...] = (),
 ) -> Any:
@@ -64,6 +75,7 @@ def option(
         kind: accepted type(s); inferred from ``default`` when not given.
         choices: the allowed values.
         minimum: the smallest allowed number.
+        maximum: the largest allowed number (every number has one: :data:`MAXIMUM` by default).
         nullable: whether ``null``/``None`` is allowed.
         aliases: other keys accepted for this value (older spellings).
     """
@@ -73,6 +85,7 @@ def option(
         kind = (int, float)
     meta = {
         "key": key, "doc": doc, "kind": kind, "choices": choices, "minimum": minimum,
+        "maximum": MAXIMUM if maximum is None else maximum,
         "nullable": nullable or default is None, "aliases": aliases,
     }
     if isinstance(default, (list, dict)):
@@ -113,11 +126,73 @@ def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> A
     if meta["choices"] is not None and value not in meta["choices"]:
         allowed = ", ".join(repr(c) for c in meta["choices"])
         raise ConfigError(f"{owner}: '{key}' is {value!r}; allowed values are {allowed}")
-    if meta["minimum"] is not None and value < meta["minimum"]:
-        raise ConfigError(f"{owner}: '{key}' is {value!r}; it must be >= {meta['minimum']}")
+    if _is_number(value):
+        _check_number(owner, key, value, meta)
     if isinstance(value, (list, dict)):
         value = type(value)(value)  # never share the caller's containers
     return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_number(owner: str, key: str, value: float, meta: Mapping[str, Any]) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{owner}: '{key}' is {value!r}; it must be a finite number")
+    if meta["minimum"] is not None and value < meta["minimum"]:
+        raise ConfigError(f"{owner}: '{key}' is {value!r}; it must be >= {meta['minimum']}")
+    # A key whose values may be negative (a score) is bounded on both sides.
+    bound = meta.get("maximum", MAXIMUM)
+    if value > bound:
+        raise ConfigError(f"{owner}: '{key}' is {value!r}; it must be <= {bound:,}")
+    if meta["minimum"] is None and value < -bound:
+        raise ConfigError(f"{owner}: '{key}' is {value!r}; it must be >= {-bound:,}")
+
+
+def _item_kind(cls: type, name: str) -> type | None:
+    """The element type of a ``list[X]`` field (None when any element goes)."""
+    kinds = _ITEM_KINDS.get(cls)
+    if kinds is None:
+        kinds = _ITEM_KINDS[cls] = {}
+        for field_name, hint in typing.get_type_hints(cls).items():
+            union = typing.get_origin(hint) in (typing.Union, types.UnionType)  # Optional[...] or X | None
+            for option in (typing.get_args(hint) if union else ()) or (hint,):
+                if typing.get_origin(option) is list and typing.get_args(option):
+                    item = typing.get_args(option)[0]
+                    item = typing.get_origin(item) or item
+                    if isinstance(item, type) and item not in (object, typing.Any):
+                        kinds[field_name] = item
+    return kinds.get(name)
+
+
+_ITEM_KINDS: dict[type, dict[str, type]] = {}
+
+
+def _check_items(owner: str, key: str, value: Any, kind: type | None) -> None:
+    if kind is None or not isinstance(value, list):
+        return
+    for i, item in enumerate(value):
+        if not isinstance(item, kind) or (isinstance(item, bool) and kind is not bool):
+            raise ConfigError(f"{owner}: '{key}'[{i}] must be {kind.__name__}, got {type(item).__name__} {item!r}")
+
+
+def check_template(owner: str, key: str, template: str, fields: tuple[str, ...]) -> None:
+    """A ``str.format`` template may name only ``fields``, plainly: no ``!r``, no ``:>999999999``
+    (a width a billion wide takes seconds and a gigabyte), no ``{x.attr}`` or ``{x[0]}``."""
+    where = f"{owner}: '{key}'" if owner else f"'{key}'"
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ConfigError(f"{where} is not a valid template: {exc}") from exc
+    for _text, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if name not in fields:
+            raise ConfigError(f"{where} may only use the fields {', '.join(fields)}; it uses {{{name}}}")
+        if spec or conversion:
+            raise ConfigError(f"{where} uses {{{name}{'!' + conversion if conversion else ''}"
+                              f"{':' + spec if spec else ''}}}; write a field as {{{name}}}, without a format")
 
 
 def _flatten(raw: Mapping[str, Any], nested: set[str], prefix: str = "") -> list[str]:
@@ -161,17 +236,40 @@ def parse_config(cls: type[T], raw: Mapping[str, Any] | None, owner: str,
     raw = {} if raw is None else raw
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{owner}: config must be a dict, not {type(raw).__name__}")
-    values = {}
+    values, errors = _checked_values(cls, raw, owner)
+    if errors:
+        raise errors[0]
+    for problem in unknown_keys(cls, raw, extra_known):
+        LOG.warning(f"{owner}: {problem}")
+    return _build(cls, values, owner)
+
+
+def _checked_values(cls: type, raw: Mapping[str, Any], owner: str) -> tuple[dict[str, Any], list[ConfigError]]:
+    """The given values, checked; and every key's error (not only the first)."""
+    values, errors = {}, []
     for key, field in config_keys(cls):
         value = _lookup(raw, key)
         for alias in field.metadata["aliases"]:
             if value is UNSET:
                 value = _lookup(raw, alias)
-        if value is not UNSET:
+        if value is UNSET:
+            continue
+        try:
             values[field.name] = _check_value(owner, key, value, field.metadata)
-    for problem in unknown_keys(cls, raw, extra_known):
-        LOG.warning(f"{owner}: {problem}")
-    return cls(**values)
+            _check_items(owner, key, values[field.name], _item_kind(cls, field.name))
+        except ConfigError as exc:
+            errors.append(exc)
+    return values, errors
+
+
+def _build(cls: type[T], values: dict[str, Any], owner: str) -> T:
+    """``cls(**values)``; the checks across keys (``__post_init__``) name the backend too."""
+    try:
+        return cls(**values)
+    except ConfigError as exc:
+        if str(exc).startswith(f"{owner}:"):
+            raise
+        raise ConfigError(f"{owner}: {exc}") from exc
 
 
 _SETTING_NAMES: dict[type, frozenset[str]] = {}
@@ -189,16 +287,41 @@ def replace_setting(settings: T, name: str, value: Any, owner: str) -> T:
     """``settings`` with one field changed, checked as the config dict's value would be."""
     for key, field in config_keys(type(settings)):
         if field.name == name:
-            return dataclasses.replace(settings, **{name: _check_value(owner, key, value, field.metadata)})  # type: ignore[type-var]
+            checked = _check_value(owner, key, value, field.metadata)
+            _check_items(owner, key, checked, _item_kind(type(settings), name))
+            return dataclasses.replace(settings, **{name: checked})  # type: ignore[type-var]
     raise AttributeError(f"{owner}: no setting {name!r}")
 
 
-def check_config(cls: type, raw: Mapping[str, Any] | None, owner: str,
-                 extra_known: tuple[str, ...] = ()) -> list[str]:
-    """Every problem with ``raw`` as a list of messages (strict mode for ``check-config``)."""
-    problems = [f"{owner}: {p}" for p in unknown_keys(cls, raw or {}, extra_known)]
+def check_config(cls: type, raw: Mapping[str, Any] | None, owner: str, extra_known: tuple[str, ...] = (),
+                 check_settings: Callable[[Any], list[str]] | None = None) -> list[str]:
+    """Every problem with ``raw`` as a list of messages, all at once (strict mode for ``check-config``):
+    each bad value, the checks across keys and ``check_settings(settings)`` (the backend's own
+    start-up checks) on the good values, then unknown keys."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, Mapping):
+        return [f"{owner}: config must be a dict, not {type(raw).__name__}"]
+    values, errors = _checked_values(cls, raw, owner)
+    problems = [str(e) for e in errors]
+    settings: Any
     try:
-        parse_config(cls, raw, owner, extra_known)
+        settings = _build(cls, values, owner)  # the bad values left out: their defaults stand in
     except ConfigError as exc:
-        problems.insert(0, str(exc))
-    return problems
+        problems.append(str(exc))
+        settings = _unchecked(cls, values)  # the backend's own checks still run, on the same values
+    problems += [f"{owner}: {p}" for p in (check_settings(settings) if check_settings else [])]
+    return problems + [f"{owner}: {p}" for p in unknown_keys(cls, raw, extra_known)]
+
+
+def _unchecked(cls: type, values: dict[str, Any]) -> Any:
+    """An instance of the config dataclass without its ``__post_init__`` checks (for check_config only)."""
+    settings: Any = object.__new__(cls)
+    for field in dataclasses.fields(cls):
+        if field.name in values:
+            value = values[field.name]
+        elif field.default is not dataclasses.MISSING:
+            value = field.default
+        else:
+            value = field.default_factory()  # type: ignore[misc,operator]
+        object.__setattr__(settings, field.name, value)
+    return settings

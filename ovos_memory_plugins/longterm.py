@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
+from ._core.imports import export_messages, session_export
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
 from ._llm.memory import LLMMemory
@@ -237,10 +238,15 @@ class LongTermMemory(LLMMemory):
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
-        recent = [to_dict(from_dict(dict(d))) for d in data.get("recent", [])]
+        data, sid = session_export(data, session_id)
+        recent = [to_dict(m) for m in export_messages(data, "recent")]
+        count = data.get("exchange_count") or 0
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise TypeError(f"the export's 'exchange_count' must be a count, not {count!r}")
+        if not isinstance(data.get("summary") or "", str):
+            raise TypeError("the export's 'summary' must be a string")
         record = {"summary": str(data.get("summary") or ""), "recent": recent, "updated_at": time.time(),
-                  "exchange_count": int(data.get("exchange_count") or 0)}
+                  "exchange_count": count}
         self._store.save(sid, record)
         if self._is_due(record):
             self._mark_due(sid)

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ._core.paths import resolve_path
+from .errors import StorageError
 from .storage.jsonfile import JsonRecordStore
-from .storage.sqlite import Database, open_database, release_database
+from .storage.sqlite import Database, StoreDamaged, open_database, release_database
 from .storage.windows import safe_table_name
 
 __all__ = ["JsonStore", "SqliteStore"]
@@ -62,15 +63,13 @@ class SqliteStore:
         self.db.migrate(f"persistence:{self.table}", [m.format(t=self.table) for m in _SESSIONS_MIGRATIONS])
 
     def load(self, session_id: str) -> dict[str, Any]:
-        rows = self.db.execute(
+        return self.db.query(
             f"SELECT summary, recent, exchange_count, updated_at, extra FROM {self.table} WHERE session_id = ?",
-            (session_id,))
-        return _row_record(rows[0]) if rows else {}
+            (session_id,), lambda rows: _row_record(rows[0], session_id) if rows else {})
 
     def save(self, session_id: str, record: dict[str, Any], con: Any = None) -> None:
         if con is None:
-            with self.db.atomic() as con:
-                return self.save(session_id, record, con)
+            return self.db.transaction(lambda con: self.save(session_id, record, con))
         extra = {k: v for k, v in record.items() if k not in _COLUMNS}
         con.execute(
             f"INSERT OR REPLACE INTO {self.table} (session_id, summary, recent, exchange_count, updated_at, extra) "
@@ -81,13 +80,15 @@ class SqliteStore:
         )
 
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-        with self.db.atomic() as con:
+        def write(con: Any) -> dict[str, Any]:
             row = con.execute(
                 f"SELECT summary, recent, exchange_count, updated_at, extra FROM {self.table} WHERE session_id = ?",
                 (session_id,)).fetchone()
-            record = fn(_row_record(row) if row else {})
+            record = fn(_row_record(row, session_id) if row else {})
             self.save(session_id, record, con)
             return record
+
+        return self.db.transaction(write)
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT session_id FROM {self.table} ORDER BY session_id")]
@@ -95,8 +96,12 @@ class SqliteStore:
     def delete(self, session_id: str) -> bool:
         with self.db.atomic() as con:
             deleted = bool(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount > 0)
-        self.db.checkpoint()  # the WAL still holds the deleted record: forget() must reach the bytes on disk
+        self.db.compact()  # forget() must reach the bytes on disk: free space, split pages, the WAL
         return deleted
+
+    def compact(self) -> bool:
+        """Leave no byte of deleted or rewritten records in the file (see Database.compact)."""
+        return self.db.compact()
 
     def close(self) -> None:
         if self._owns:
@@ -104,12 +109,21 @@ class SqliteStore:
             release_database(self.db)
 
 
-def _row_record(row: Any) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads(row[4]) if row[4] else {}
-    record.update(
-        summary=row[0] or "",
-        recent=json.loads(row[1]) if row[1] else [],
-        exchange_count=int(row[2] or 0),
-        updated_at=float(row[3] or 0.0),
-    )
+def _row_record(row: Any, session_id: str) -> dict[str, Any]:
+    """The record of a row: StoreDamaged if its JSON does not parse (only damage does that), a
+    StorageError if a value has the wrong type (a hand edit): that session is skipped."""
+    try:
+        extra = json.loads(row[4]) if row[4] else {}
+        recent = json.loads(row[1]) if row[1] else []
+    except ValueError as exc:
+        raise StoreDamaged(f"the record of session {session_id!r} is not JSON ({exc})") from exc
+    try:
+        if not isinstance(extra, dict) or not isinstance(recent, list):
+            raise TypeError("'recent' must be a list and 'extra' an object")
+        record: dict[str, Any] = dict(extra)
+        record.update(summary=row[0] or "", recent=recent, exchange_count=int(row[2] or 0),
+                      updated_at=float(row[3] or 0.0))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"the record of session {session_id!r} is malformed ({exc}); it is left as it is "
+                           "and skipped") from exc
     return record

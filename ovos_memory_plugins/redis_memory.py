@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage, MessageRole
 from ._core.due import DueQueue
+from ._core.imports import export_messages, session_export, unseen_messages
 from ._core.log import LOG, LogOnce
 from ._core.plugin import MemoryPlugin
 from ._core.tokens import truncate_to_tokens
@@ -43,7 +44,7 @@ from ._llm.summarizer import Fold, Summarizer
 from ._llm.summary import summary_block
 from ._redis.compaction import CompactionPolicy, RoundOutcome
 from ._redis.lease import Lease
-from ._redis.store import CommitStatus, RedisStore, decode_array
+from ._redis.store import CommitStatus, RedisStore, decode_array, url_problem
 from .config import option
 from .errors import StorageError
 from .messages import (
@@ -53,7 +54,6 @@ from .messages import (
     context_window,
     copy_message,
     fold_into,
-    from_dict,
     is_role,
     system_message,
     to_dict,
@@ -155,6 +155,11 @@ class RedisMemory(MemoryPlugin):
 
     Config: ClassVar[type] = RedisConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-redis"
+
+    @classmethod
+    def check_settings(cls, settings: Any) -> list[str]:
+        problem = url_problem(settings.url)
+        return super().check_settings(settings) + ([f"'url': {problem}"] if problem else [])
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -260,10 +265,12 @@ class RedisMemory(MemoryPlugin):
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
-        try:
-            return self._store.sessions()
-        except StorageError:
-            return []
+        """The sessions in Redis (and any held here while it is down); StoreUnavailable while it
+        is down: "none" would be a lie."""
+        found = set(self._store.sessions())
+        with self._lock:
+            found.update(sid for sid, held in self._held.items() if held)
+        return sorted(found)
 
     def forget(self, session_id: str) -> dict[str, int]:
         """Delete every key of the session (messages, summary, counters, lease) and the RAM copies."""
@@ -276,18 +283,32 @@ class RedisMemory(MemoryPlugin):
         return {"messages": messages + held, "summaries": summaries}
 
     def export(self, session_id: str) -> dict[str, Any]:
-        summary, history = self._read(check_session_id(session_id))
+        """The session as stored in Redis; StoreUnavailable while it is down (an export of the RAM
+        copy would look complete and not be)."""
+        sid = check_session_id(session_id)
+        self._write_held(sid)
+        summary, blob = self._store.read(sid)
+        history = decode_array(blob)
         data = super().export(session_id)
         data.update(summary=summary, window=[to_dict(m) for m in history])
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        """Load what :meth:`export` produced: the summary replaces the session's, the window is appended."""
-        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
+        """Load what :meth:`export` produced: the summary replaces the session's, the window's new
+        messages are appended (importing the same export again changes nothing). Checked whole
+        first; unlike a turn it raises while Redis is down: nothing is held for an import."""
+        data, sid = session_export(data, session_id)
+        messages = export_messages(data)
+        if not isinstance(data.get("summary") or "", str):
+            raise TypeError("the export's 'summary' must be a string")
         summary = truncate_to_tokens(str(data.get("summary") or "").strip(), self.settings.max_summary_tokens)
+        new = unseen_messages(decode_array(self._store.read(sid)[1]), messages)
         if summary:
             self._store.set_summary(sid, summary)
-        self.update_history([from_dict(d) for d in data.get("window", [])], sid)
+        if new:
+            self._write_held(sid)  # anything held for this session goes first, in order
+            self._store.append(sid, new)
+            self._cache_append(sid, new)
 
     def degraded(self) -> dict[str, str]:
         out = {f"{self.plugin_name}:{part}": why for part, why in list(self._problems.items())}
@@ -296,18 +317,28 @@ class RedisMemory(MemoryPlugin):
         return out
 
     def flush(self, timeout: float | None = None) -> bool:
-        return self._worker.flush(timeout)
+        """Write what is held (Redis back) and wait for compaction; False while anything is still held."""
+        written = self._write_all_held()
+        return self._worker.flush(timeout) and written
 
     def close(self) -> None:
         if not self._closed:
+            if not self._write_all_held():
+                with self._lock:
+                    count = sum(len(m) for m in self._held.values())
+                LOG.error(f"{self.plugin_name}: closing with {count} message(s) held while Redis at "
+                          f"{self._store.where} is down; they are lost")
             self._worker.close()
             self._store.close()
         super().close()
 
     # -- reads, and what is kept for when Redis is down --------------------------------------
     def _read(self, session_id: str, newest: int = 0) -> tuple[str, list[AgentMessage]]:
-        """``(summary, newest messages or all)``; from the RAM cache (or empty) while Redis is down."""
+        """``(summary, newest messages or all)``; from the RAM cache (or empty) while Redis is down.
+        Messages held while it was down are written first, so they are in what is read."""
         try:
+            if not self._write_held(session_id):
+                return self._cached(session_id)
             summary, blob = self._store.read(session_id, newest)
         except StorageError:
             return self._cached(session_id)
@@ -333,6 +364,32 @@ class RedisMemory(MemoryPlugin):
             pop, add = fold_into(history[-1] if history else None, batch)
             history = (history[:-1] if pop else history) + add
         return (snapshot.summary if snapshot else ""), [copy_message(m) for m in history]
+
+    def _write_held(self, session_id: str) -> bool:
+        """Write the messages held for the session while Redis was down, in order, before anything
+        else; True when none are left held."""
+        with self._lock:
+            held = self._held.pop(session_id, [])
+        if not held:
+            return True
+        try:
+            tokens, rounds = self._store.append(session_id, held)
+        except StorageError:
+            with self._lock:  # back in front of anything held meanwhile, in order
+                self._held[session_id] = held + self._held.get(session_id, [])
+            return False
+        LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
+        self._log.clear("held")
+        self._cache_append(session_id, held)
+        if self._policy.due(tokens, rounds):
+            self._due.add(session_id)
+            self._worker.notify()
+        return True
+
+    def _write_all_held(self) -> bool:
+        with self._lock:
+            waiting = [sid for sid, held in self._held.items() if held]
+        return all([self._write_held(sid) for sid in waiting])
 
     def _hold(self, session_id: str, messages: list[AgentMessage]) -> None:
         """Keep messages written while Redis is down; the next successful update writes them first."""

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
 from ._core.history_view import SessionHistoryMixin
+from ._core.imports import export_documents, export_messages, session_export
 from ._core.log import LOG, LogOnce
 from ._core.paths import default_name, default_path
 from ._core.plugin import MemoryPlugin
@@ -41,7 +42,7 @@ from ._core.worker import BackgroundWorker
 from ._retrieval.documents import Document, DocumentLog
 from ._retrieval.store import RetrievalStore
 from .common import MemoryHit
-from .config import option
+from .config import check_template, option
 from .errors import ConfigError, MemoryPluginError
 from .inject import INJECT_MODES, Injection, assemble_context, check_inject_mode
 from .messages import (
@@ -51,7 +52,6 @@ from .messages import (
     coerce_messages,
     context_window,
     fit_window,
-    from_dict,
     is_role,
     message_tokens,
     to_dict,
@@ -99,13 +99,8 @@ class RetrievalConfig:
                                             kind=int, minimum=1)
 
     def __post_init__(self) -> None:
-        for name, template, fields in (("system_prompt_template", self.system_prompt_template,
-                                        ("system", "header", "context")),
-                                       ("user_template", self.user_template, ("header", "context", "utterance"))):
-            try:
-                template.format(**{f: "" for f in fields})
-            except (KeyError, IndexError, ValueError) as exc:
-                raise ConfigError(f"'{name}' may only use the fields {', '.join(fields)}: {exc!r}") from exc
+        check_template("", "system_prompt_template", self.system_prompt_template, ("system", "header", "context"))
+        check_template("", "user_template", self.user_template, ("header", "context", "utterance"))
 
 
 class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
@@ -137,6 +132,14 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         "chunk_prefix", "chunk_separator", "include_sources", "tool_name", "dedup_history", "inject_mode",
         "system_prompt_template", "user_template", "scope", "max_age", "max_context_tokens",
     })
+
+    @classmethod
+    def check_settings(cls, settings: Any) -> list[str]:
+        try:
+            check_inject_mode(settings.inject_mode, cls.plugin_name)
+        except ConfigError as exc:
+            return [*super().check_settings(settings), str(exc).removeprefix(f"{cls.plugin_name}: ")]
+        return super().check_settings(settings)
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -210,6 +213,9 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
 
     def _close_backend(self) -> None:
         pass
+
+    def _compact_backend(self) -> None:
+        """After a forget: leave no byte of deleted entries in an index kept outside the store's file."""
 
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
@@ -317,7 +323,9 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         return self._store.sessions()
 
     def forget(self, session_id: str) -> dict[str, int]:
-        return self._store.forget(check_session_id(session_id))
+        counts = self._store.forget(check_session_id(session_id))
+        self._compact_backend()
+        return counts
 
     def export(self, session_id: str) -> dict[str, Any]:
         data = super().export(session_id)
@@ -326,9 +334,10 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
-        window = [from_dict(d) for d in data.get("window", [])]
-        self._store.import_session(sid, window, list(data.get("documents", [])), self.policy)
+        """Load what :meth:`export` produced: checked whole first, and what is already stored (the
+        same messages, the same documents) is not stored again."""
+        data, sid = session_export(data, session_id)
+        self._store.import_session(sid, export_messages(data), export_documents(data), self.policy)
 
     # -- session2history -------------------------------------------------------------------
     def _stored_window(self, session_id: str) -> list[AgentMessage]:

@@ -293,6 +293,10 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
                 return self._top_k(mirror, q, k, return_metadata, where)
 
     # -- lifecycle -----------------------------------------------------------------------
+    def compact(self) -> bool:
+        """Rewrite the file without the bytes of deleted vectors and metadata (see Database.compact)."""
+        return self._db.compact()
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

@@ -246,3 +246,14 @@ def test_both_packages_get_the_same_drop_in_config_for_every_shared_backend():
             assert entry_point == f"ovos-memory-plugin-{backend}"
             assert ("{dir}" in json.dumps(config)) == (storage == "file" or backend == "longterm")
     assert run.backend_config("entity", "ram", None) is None  # no endpoint: not measured, not faked
+
+
+def test_the_forget_benchmark_runs_on_a_small_store(tmp_path):
+    import os
+    import subprocess
+
+    out = subprocess.run([sys.executable, str(BENCH / "bench_forget.py"), "--n", "300"], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "XDG_DATA_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    figures = json.loads(out.stdout)
+    assert figures["exchanges"] == 300 and figures["of which the rewrite (VACUUM + WAL emptied) s"] > 0

@@ -192,7 +192,8 @@ def test_grounded_facts_is_off_by_default():
 def test_small_talk_and_questions_are_not_sent_to_the_model(make, llm):
     llm.reply = items(("name", "Marta"))
     memory = make(api_url=llm.url)
-    for text in ("Thanks, that's helpful.", "Goodnight!", "What's the weather like tomorrow?", "Obrigada, you're a star."):
+    for text in ("Thanks, that's helpful.", "Goodnight!", "What's the weather like tomorrow?",
+                 "Obrigada, you're a star."):
         say(memory, text, "Goodnight, Marta! Sleep well.")
     assert injected(memory) == [] and llm.count("/chat/completions") == 0
 

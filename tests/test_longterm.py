@@ -18,7 +18,7 @@ from ovos_memory_plugins.longterm import LongTermMemory, _JsonStore, _SqliteStor
 from ovos_memory_plugins.persistence import JsonStore, SqliteStore
 from ovos_memory_plugins.testing import check_backend
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
-from tests._fake_model import is_extraction, is_narrative, items, memory_model
+from tests._fake_model import is_extraction, is_narrative, memory_model
 from tests._timing import patience
 
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM

@@ -61,7 +61,8 @@ def test_a_burst_of_750_exchanges_never_sends_a_prompt_longer_than_the_context(m
     # A 4,096-token model behind a server that answers HTTP 400 to anything longer; the memory is
     # not told its size: it must not need to be.
     filler = [(f"I walked to the market on day {i} and bought some apples and a loaf of bread.",
-               f"Lovely! Day {i} sounds like a good day for a walk, and fresh bread is always nice.") for i in range(745)]
+               f"Lovely! Day {i} sounds like a good day for a walk, and fresh bread is always nice.")
+              for i in range(745)]
     with FakeLLMServer(reply=memory_model(FACTS), context=4096) as llm:
         memory = make(api_url=llm.url, compact_token_threshold=4000, keep_recent=2)
         say(memory, TURNS[:4] + filler[:300] + TURNS[4:] + filler[300:])

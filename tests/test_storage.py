@@ -370,3 +370,59 @@ def test_a_replace_that_fails_halfway_keeps_the_old_window(tmp_path, monkeypatch
     monkeypatch.undo()
     assert [m.content for m in store.load("s", KEEP_ALL)] == ["old q", "old a"]
     store.close()
+
+
+# -- a file set aside while another connection (another process) has it open --------------------
+def _set_aside_as_damaged(db: Database) -> None:
+    from ovos_memory_plugins.storage.sqlite import StoreReplaced
+
+    with pytest.raises(StoreReplaced), db._lock:
+        db._replace_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))
+
+
+def _set_aside_files(folder: Path, name: str) -> int:
+    return len([p for p in folder.glob(f"{name}.corrupt*") if not p.name.endswith(("-wal", "-shm"))])
+
+
+def test_a_writer_follows_a_file_that_another_process_set_aside(tmp_path):
+    path = str(tmp_path / "w.db")
+    first, second = Database(path), Database(path)  # two connections, as two processes have
+    for db in (first, second):
+        db.migrate("t", ["CREATE TABLE t (x TEXT)"])
+    _set_aside_as_damaged(first)
+    with second.atomic() as con:  # still open on the old file: it must write to the new one
+        con.execute("INSERT INTO t VALUES ('after')")
+    assert first.execute("SELECT x FROM t") == [("after",)]
+    assert second.generation == 1 and _set_aside_files(tmp_path, "w.db") == 1
+    first.close()
+    second.close()
+
+
+def test_damage_met_through_an_old_connection_never_sets_aside_the_new_file(tmp_path):
+    path = str(tmp_path / "w.db")
+    first, second = Database(path), Database(path)
+    for db in (first, second):
+        db.migrate("t", ["CREATE TABLE t (x TEXT)"])
+    _set_aside_as_damaged(first)
+    with first.atomic() as con:
+        con.execute("INSERT INTO t VALUES ('kept')")
+    _set_aside_as_damaged(second)  # the same damage, seen late through the old file
+    assert first.execute("SELECT x FROM t") == [("kept",)] and second.execute("SELECT x FROM t") == [("kept",)]
+    assert _set_aside_files(tmp_path, "w.db") == 1, "the new file was set aside too"
+    first.close()
+    second.close()
+
+
+def test_an_undecodable_stored_value_sets_the_file_aside_and_the_update_is_written_anew(tmp_path):
+    from ovos_memory_plugins.storage.records import SqliteRecordStore
+
+    path = str(tmp_path / "r.db")
+    store = SqliteRecordStore(Database(path), owns_db=True)
+    store.save("s", {"n": 1})
+    raw = sqlite3.connect(path)
+    raw.execute("UPDATE records SET data = '{\"n\": 1' WHERE session_id = 's'")  # bytes changed on disk
+    raw.commit()
+    raw.close()
+    store.update("s", lambda r: {**r, "new": True})
+    assert store.load("s") == {"new": True} and _set_aside_files(tmp_path, "r.db") == 1
+    store.close()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -48,18 +49,29 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
 
 
 def _check_block(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
+    """Every problem the plugin would raise when it starts with ``block``, all at once."""
     from ..config import check_config
 
     cls = memory_class(module)
     if cls is None:
-        return [f"{where}memory plugin '{module}' is not installed"]
+        return [f"{where}memory plugin '{module}' is not installed{_did_you_mean(module)}"]
     config_cls = getattr(cls, "Config", None)
     if config_cls is None:
         return []  # a third-party plugin without a typed config: nothing to check against
-    problems = [where + p for p in check_config(config_cls, block, module, getattr(cls, "extra_config_keys", ()))]
-    if module == "ovos-memory-plugin-composite" and not problems:
-        for i, spec in enumerate(block.get("members") or []):
-            name = spec if isinstance(spec, str) else spec.get("module", "")
-            config = {} if isinstance(spec, str) else (spec.get("config") or {})
-            problems += _check_block(name, config, f"members[{i}] ")
+    problems = [where + p for p in check_config(config_cls, block, module, getattr(cls, "extra_config_keys", ()),
+                                                 getattr(cls, "check_settings", None))]
+    if module == "ovos-memory-plugin-composite" and isinstance(block.get("members"), list):
+        for i, spec in enumerate(block["members"]):
+            if isinstance(spec, str):
+                problems += _check_block(spec, {}, f"{where}members[{i}] ")
+            elif isinstance(spec, Mapping) and isinstance(spec.get("config") or {}, Mapping):
+                problems += _check_block(str(spec.get("module", "")), spec.get("config") or {},
+                                         f"{where}members[{i}] ")
     return problems
+
+
+def _did_you_mean(module: str) -> str:
+    from .._core.loading import MEMORY_GROUP, installed_plugins
+
+    close = difflib.get_close_matches(module, installed_plugins(MEMORY_GROUP), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else " (see 'ovos-memory plugins')"

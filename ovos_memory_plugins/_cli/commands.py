@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import MemoryPluginError
+from ..storage import read_only as storage_read_only
 from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape
 from .persona import load_persona, open_memory
 
@@ -58,7 +59,15 @@ def _backend_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def _backend(args: argparse.Namespace) -> Iterator[Any]:
+def _backend(args: argparse.Namespace, read_only: bool = False) -> Iterator[Any]:
+    """The memory the arguments name; ``read_only``: its stores change no file (a command that
+    only looks), and a file that is not a store is an error, never a store to start afresh."""
+    with storage_read_only() if read_only else contextlib.nullcontext(), _opened(args) as memory:
+        yield memory
+
+
+@contextlib.contextmanager
+def _opened(args: argparse.Namespace) -> Iterator[Any]:
     module, config = _backend_spec(args)
     try:
         memory = open_memory(module, config)
@@ -93,7 +102,7 @@ def _short(text: str, width: int = 160) -> str:
 
 # -- management commands ---------------------------------------------------------------------
 def cmd_sessions(args: argparse.Namespace, ui: UI) -> int:
-    with _backend(args) as memory:
+    with _backend(args, read_only=True) as memory:
         found = _sessions(memory)
         if found is None:
             raise CLIError(f"{type(memory).__name__} cannot list its sessions", EXIT_ERROR)
@@ -107,7 +116,7 @@ def cmd_sessions(args: argparse.Namespace, ui: UI) -> int:
 def cmd_show(args: argparse.Namespace, ui: UI) -> int:
     from rich.table import Table
 
-    with _backend(args) as memory:
+    with _backend(args, read_only=True) as memory:
         _require_session(memory, args.session)
         table = Table(title=f"session {args.session!r}: verbatim window", show_lines=False)
         table.add_column("role", style="bold")
@@ -140,7 +149,7 @@ def _highlights(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str
 def cmd_search(args: argparse.Namespace, ui: UI) -> int:
     from rich.table import Table
 
-    with _backend(args) as memory:
+    with _backend(args, read_only=True) as memory:
         if not callable(getattr(memory, "search", None)):
             raise CLIError(f"{getattr(memory, 'plugin_name', type(memory).__name__)} does not search "
                            "(it is not a retriever); try lexical, local-rag or composite")
@@ -175,7 +184,7 @@ def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
 
 
 def cmd_export(args: argparse.Namespace, ui: UI) -> int:
-    with _backend(args) as memory:
+    with _backend(args, read_only=True) as memory:
         if args.all:
             data: dict[str, Any] = {"plugin": getattr(memory, "plugin_name", ""),
                                     "sessions": [memory.export(s) for s in (_sessions(memory) or [])]}
@@ -226,15 +235,18 @@ def cmd_import(args: argparse.Namespace, ui: UI) -> int:
                 memory.import_session(item, args.session)
                 progress.advance(task)
             progress.add_task("indexing", total=None)
-            memory.flush(600)
+            settled = memory.flush(600)
         ui.out.print(f"imported {len(items)} session(s) into {name or type(memory).__name__}")
+        if settled is False:  # stored, but the index (or a summary) is not done: say so, do not hide it
+            ui.err.print("[yellow]note:[/yellow] background work (indexing, summaries) is not finished; it "
+                         "resumes the next time this memory runs")
     return 0
 
 
 def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
     from rich.table import Table
 
-    with _backend(args) as memory:
+    with _backend(args, read_only=True) as memory:
         found = _sessions(memory) or []
         table = Table(title=f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)")
         for col in ("session", "window", "documents", "facts", "summary"):

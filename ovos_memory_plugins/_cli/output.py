@@ -50,12 +50,26 @@ class UI:
         sys.stdout.flush()
 
 
+class _Held(list):  # type: ignore[type-arg]
+    """Log lines kept until a command ends (see :func:`logs_to_stderr`)."""
+
+    def write(self, text: str) -> None:
+        self.append(text)
+
+    def flush(self) -> None:
+        pass
+
+
+_held: _Held | None = None
+
+
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at the time (stdout carries JSON and replies)."""
+    """Writes to whatever ``sys.stderr`` is at the time (stdout carries JSON and replies), or
+    holds the lines while a command that reports its own failure runs."""
 
     @property  # type: ignore[override]
     def stream(self) -> Any:
-        return sys.stderr
+        return _held if _held is not None else sys.stderr
 
     @stream.setter
     def stream(self, value: Any) -> None:
@@ -63,8 +77,14 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 @contextlib.contextmanager
-def logs_to_stderr(level: str) -> Iterator[None]:
-    """ovos_utils' LOG writes to stdout; here it goes to stderr, at ``level``."""
+def logs_to_stderr(level: str, hold: bool = False) -> Iterator[None]:
+    """ovos_utils' LOG writes to stdout; here it goes to stderr, at ``level``.
+
+    ``hold``: keep the lines until the block ends; they are written if it succeeds (what degraded
+    on the way), and dropped if it raises, since its one-line error says the same (a dead
+    server would otherwise be reported twice).
+    """
+    global _held
     original = LOG.__dict__["create_logger"]
     old_level = LOG.level
 
@@ -83,9 +103,17 @@ def logs_to_stderr(level: str) -> Iterator[None]:
     for logger in list(LOG._loggers.values()):
         fix(logger)
     LOG.set_level(level)
+    _held = _Held() if hold else None
+    failed = False
     try:
         yield
+    except BaseException:
+        failed = True
+        raise
     finally:
+        lines, _held = _held, None
+        if lines and not failed:
+            sys.stderr.write("".join(lines))
         LOG.create_logger = original  # type: ignore[method-assign]
         LOG.set_level(old_level)
 

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
 __all__ = [
-    "MEMORY_PATH", "data_dir", "default_name", "default_path", "is_memory_path", "quarantine_file", "resolve_path",
+    "MEMORY_PATH", "check_store_path", "data_dir", "default_name", "default_path", "is_memory_path", "is_regular_file",
+    "quarantine_file", "resolve_path",
 ]
 
 #: The special path meaning "keep it in RAM" (as SQLite spells it).
@@ -53,10 +55,55 @@ def resolve_path(path: str) -> str:
     """
     if is_memory_path(path):
         return MEMORY_PATH
+    if not path.strip():
+        # Anchored to the data directory, an empty path would name the directory itself.
+        from ..errors import ConfigError
+
+        raise ConfigError("a store path must not be empty (leave the key out for the default)")
     expanded = os.path.expandvars(os.path.expanduser(path))
     if not os.path.isabs(expanded):
         expanded = str(data_dir() / expanded)
     return os.path.abspath(expanded)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def check_store_path(path: str) -> str:
+    """``path`` with symbolic links resolved, if it is a regular file or does not exist yet.
+
+    A store renames and replaces its file (atomic writes, quarantine) and creates companions
+    beside it (``-wal``, ``.lock``): done to ``/dev/null``, a FIFO or a directory, that would
+    destroy something that is not ours (as root, the machine's ``/dev/null``). Such a path is a
+    ``ConfigError`` before anything is opened, read or created. Links are resolved so that an
+    atomic replace writes the file the link points to, and leaves the link in place.
+    """
+    from ..errors import ConfigError
+
+    real = os.path.realpath(path)
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        return real
+    except OSError as exc:
+        raise ConfigError(f"cannot use store path {path!r}: {exc}") from exc
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"store path {path!r} is a {_kind(mode)}, not a regular file; name a file (or leave "
+                          "db_path out for the default, or use ':memory:' to keep nothing on disk)")
+    return real
+
+
+def is_regular_file(path: str) -> bool:
+    """True for an existing regular file, without following a symbolic link."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def quarantine_file(path: str, companions: tuple[str, ...] = ()) -> str:
@@ -66,7 +113,12 @@ def quarantine_file(path: str, companions: tuple[str, ...] = ()) -> str:
     by an earlier one, ``<path>.corrupt-<time>`` (``-<n>`` added if needed), so no quarantined
     copy is ever overwritten. Each existing ``path + suffix`` in ``companions`` (SQLite's
     ``-wal`` and ``-shm``) moves along to ``target + suffix``: it belongs to the bad file.
+    Only regular files are ever moved: anything else is a StorageError, and stays where it is.
     """
+    if not is_regular_file(path):
+        from ..errors import StorageError
+
+        raise StorageError(f"{path} is not a regular file: it is not moved aside")
     target, n = f"{path}.corrupt", 0
     while _taken(target, companions):
         n += 1
@@ -74,7 +126,7 @@ def quarantine_file(path: str, companions: tuple[str, ...] = ()) -> str:
         target = f"{path}.corrupt-{stamp}" if n == 1 else f"{path}.corrupt-{stamp}-{n - 1}"
     os.replace(path, target)
     for suffix in companions:
-        if os.path.exists(path + suffix):
+        if is_regular_file(path + suffix):
             os.replace(path + suffix, target + suffix)
     return target
 

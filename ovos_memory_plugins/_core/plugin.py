@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..config import parse_config, replace_setting, setting_names
+from ..errors import ConfigError
 from .compat import AgentContextManager
+from .paths import check_store_path, is_memory_path, resolve_path
 
 __all__ = ["MemoryPlugin"]
 
@@ -39,13 +41,30 @@ class MemoryPlugin(AgentContextManager):
     own_attributes: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Mapping[str, Any] | None = None):
-        # Private injection keys (``_con``, ``_embedder``) hold live objects: never deep-copy them.
+        # Private injection keys (``_con``, ``_embedder``) hold live objects: never deep-copy them
+        # (nor those of a composite's member configs).
         raw = dict(config or {})
         private = {k: v for k, v in raw.items() if k.startswith("_")}
-        public = copy.deepcopy({k: v for k, v in raw.items() if not k.startswith("_")})
+        public = _copy_config({k: v for k, v in raw.items() if not k.startswith("_")})
         self.settings: Any = parse_config(self.Config, public, self.plugin_name, self.extra_config_keys)
+        problems = self.check_settings(self.settings)
+        if problems:
+            raise ConfigError(f"{self.plugin_name}: {problems[0]}")
         super().__init__({**public, **private})
         self._closed = False
+
+    @classmethod
+    def check_settings(cls, settings: Any) -> list[str]:
+        """What would stop this backend from starting with ``settings``, beyond each key's own
+        checks; without I/O or side effects, so ``ovos-memory check-config`` reports it too.
+        Subclasses extend the list (``super().check_settings(settings) + [...]``)."""
+        path = getattr(settings, "db_path", None)
+        if isinstance(path, str) and path.strip() and not is_memory_path(path):
+            try:
+                check_store_path(resolve_path(path))
+            except ConfigError as exc:
+                return [f"'db_path': {exc}"]
+        return []
 
     @property
     def system_prompt(self) -> str:
@@ -117,3 +136,12 @@ class MemoryPlugin(AgentContextManager):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _copy_config(value: Any) -> Any:
+    """A deep copy of a config, except the values of private (``_``) keys, which are shared."""
+    if isinstance(value, Mapping):
+        return {k: v if isinstance(k, str) and k.startswith("_") else _copy_config(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copy_config(v) for v in value)
+    return copy.deepcopy(value)

@@ -43,14 +43,19 @@ _ACCENTED = re.compile(r"[\u00c0-\u024f]")
 # A capitalised word inside a sentence: a name, usually split into more pieces than a common word.
 _NAME = re.compile(r"(?<=[A-Za-z\u00c0-\u024f,;:]\s)([A-Z\u00c0-\u00de][a-z\u00df-\u024f]+)")
 
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
 # Common English words that are not also common Portuguese, Spanish, French, German or Italian ones.
-_ENGLISH = frozenset("""
+_ENGLISH = frozenset(_words("""
 the and is are was were you your i i'm it it's that this to of for with what my have has be been can will would
-could should just about not don't we they he she on at from there their like know get got want need how when
-where which who why if so but or an any some more very really than then them our me going think thanks thank
-please yes okay ok hi hello good great nice time today tomorrow do does did can't i've i'll i'd you're that's
-what's let's here also all out up one two by
-""".split())
+could should just about not don't we they he she on at from there their like know get got want need how when where
+which who why if so but or an any some more very really than then them our me going think thanks thank please yes
+okay ok hi hello good great nice time today tomorrow do does did can't i've i'll i'd you're that's what's let's
+here also all out up one two by
+"""))
 # About 40% of the words of English chat are in _ENGLISH, 0-5% of other languages' words: a text
 # with 30% or more reads as English.
 _ENGLISH_SHARE = 0.30

@@ -14,7 +14,6 @@ from ..messages import (
     coerce_messages,
     context_window,
     fit_window,
-    from_dict,
     message_tokens,
     system_message,
     to_dict,
@@ -23,6 +22,7 @@ from ..messages import (
 from ..storage import BACKENDS, WindowPolicy, open_window_store
 from .compat import AgentMessage
 from .history_view import SessionHistoryMixin
+from .imports import export_messages, session_export, unseen_messages
 from .log import LogOnce
 from .plugin import MemoryPlugin
 
@@ -69,8 +69,9 @@ class WindowMemory(SessionHistoryMixin, MemoryPlugin):
         self.policy = WindowPolicy(max_messages=s.window_size, max_age=s.max_age)
         self._log = LogOnce()  # a full disk or a locked file: one line when it breaks, one when it recovers
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
+        db_path = s.db_path if s.db_path and s.db_path.strip() else None  # "" is "not given", as everywhere
         try:
-            self._window = open_window_store(s.db_path, s.backend, table="window")
+            self._window = open_window_store(db_path, s.backend, table="window")
         except MemoryPluginError as exc:
             raise ConfigError(f"{self.plugin_name}: cannot open db_path {s.db_path!r}: {exc}") from exc
 
@@ -140,9 +141,14 @@ class WindowMemory(SessionHistoryMixin, MemoryPlugin):
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
-        messages = [from_dict(d) for d in data.get("window", [])]
-        self.update_history(messages, sid)
+        """Load what :meth:`export` produced (checked whole first; messages already there are not
+        added again). A store failure raises: the caller asked for this and must know."""
+        data, sid = session_export(data, session_id)
+        messages = export_messages(data)
+        with self._edit_lock:
+            new = unseen_messages(self._window.load(sid, self.policy), messages)
+            if new:
+                self._window.append(sid, new, self.policy)
 
     def close(self) -> None:
         if not self._closed:

@@ -149,9 +149,9 @@ def extraction_messages(user: str, client: ChatClient | None = None, max_tokens:
 _JUNK_VALUE = re.compile(
     r"^(hi|hello|hey|thanks?|thank you|good ?night|good morning|bye|goodbye|yes|no|ok|okay|none|null|n/?a|unknown|"
     r"user|the user|nothing|true|false|assistant)\W*$", re.IGNORECASE)
-_NAME_CUE = re.compile(r"(?:\bi'?m|\bi am|\bmy name(?:'s| is)|\bcall me|\bname'?s|\bme chamo|\bchamo-me|\bsou\s+(?:a|o)?|"
-                       r"\bme llamo|\bich hei(?:ß|ss)e|\bje m'appelle)\s+(?:called\s+)?([^\W\d_][\w'-]*)",
-                       re.IGNORECASE)
+_NAME_CUE = re.compile(r"(?:\bi'?m|\bi am|\bmy name(?:'s| is)|\bcall me|\bname'?s|\bme chamo|\bchamo-me|"
+                       r"\bsou\s+(?:a|o)?|\bme llamo|\bich hei(?:ß|ss)e|\bje m'appelle)\s+(?:called\s+)?"
+                       r"([^\W\d_][\w'-]*)", re.IGNORECASE)
 _CUES = {
     "home_city": re.compile(
         r"\b(?:i|we)(?:'ve| have)?\s+(?:just\s+|now\s+|currently\s+|still\s+)?(?:live|moved|relocated)\b|"

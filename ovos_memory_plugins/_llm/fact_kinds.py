@@ -65,7 +65,8 @@ _NEGATED = [
     (re.compile(r"^(?:the\s+)?user is no longer\s+(?:an?\s+)?(?P<v>\S.*?)\.?$", re.I), "is"),
 ]
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_ARTICLES = frozenset("a an the o os as um uma el la los las un une le les der die das ein eine".split())
+_ARTICLES = frozenset(("a", "an", "the", "o", "os", "as", "um", "uma", "el", "la", "los", "las", "un", "une", "le",
+                       "les", "der", "die", "das", "ein", "eine"))
 
 
 def is_single_valued(attribute: str) -> bool:

@@ -106,11 +106,14 @@ def merge(state: Mapping[str, Any], found: Iterable[Fact], sid: str, max_facts: 
 
 
 # -- denials, without a model ----------------------------------------------------------------------
-_DENIAL = r"(?:not|no longer|never|don't|dont|do not|doesn't|does not|didn't|stopped|quit|left|gave up|n[ãa]o|j[áa] n[ãa]o|deixei de)"
+_DENIAL = (r"(?:not|no longer|never|don't|dont|do not|doesn't|does not|didn't|stopped|quit|left|gave up|n[ãa]o|"
+           r"j[áa] n[ãa]o|deixei de)")
 _LATER = r"(?:anymore|any more|no more|j[áa] n[ãa]o)"
 # Words that may stand between a denial and the thing denied ("don't *like* jazz", "no longer *work at*
 # Santa Maria"); any other ("don't *know if* Porto...") means the denial is about something else.
-_BETWEEN = r"(?:\s+(?:like|love|eat|eating|live|living|in|at|work|working|for|listen|listening|to|into|play|playing|a|an|the|do|doing|go|going|have|own|with|being|am|be|been|really|even|gosto|de|do|da|como|sou|moro|em|trabalho|no|na))"
+_BETWEEN = (r"(?:\s+(?:like|love|eat|eating|live|living|in|at|work|working|for|listen|listening|to|into|play|"
+            r"playing|a|an|the|do|doing|go|going|have|own|with|being|am|be|been|really|even|gosto|de|do|da|como|sou|"
+            r"moro|em|trabalho|no|na))")
 #: Attributes a denial can withdraw (a name or an age is changed by a new value, not denied).
 _DENIABLE = frozenset(ATTRIBUTES) - {"name", "age", "birthday"} | {"pref", "is", "allergy", "food"}
 

@@ -9,8 +9,9 @@ from .._core.log import LOG, LogOnce
 from .._core.paths import default_path, is_memory_path
 from .._core.plugin import MemoryPlugin
 from .._core.worker import BackgroundWorker
-from ..errors import ConfigError, MemoryPluginError
+from ..errors import ConfigError, MemoryPluginError, StorageError
 from ..storage import open_record_store
+from ..storage.readonly import is_read_only
 from .endpoint import chat_client
 
 __all__ = ["LLMMemory", "open_session_store"]
@@ -59,7 +60,7 @@ class LLMMemory(MemoryPlugin):
         self._scan = True  # look for work left by an earlier run, once, off the turn
         self._worker = BackgroundWorker(f"{self.plugin_name}-worker", self._step)
         try:
-            if self._store.sessions():
+            if not is_read_only() and self._store.sessions():  # a read-only command does no work
                 self._worker.notify()
         except (MemoryPluginError, OSError) as exc:
             LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
@@ -106,7 +107,12 @@ class LLMMemory(MemoryPlugin):
     def _step(self) -> bool:
         if self._scan:
             for key in self._store.sessions():
-                if self._has_work(self._store.load(key)):
+                try:
+                    record = self._store.load(key)
+                except StorageError as exc:  # one malformed record must not hold up every other session
+                    self._log.error(f"malformed:{key}", f"{self.plugin_name}: {exc}")
+                    continue
+                if self._has_work(record):
                     self._mark_due(key, wake=False)
             self._scan = False  # only once it succeeded: a failed scan is retried with the step
         key = self._due.pop()
@@ -114,6 +120,11 @@ class LLMMemory(MemoryPlugin):
             return False
         try:
             self._work_on(key)
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            # A record of the wrong shape (a hand-edited file): retrying cannot help, and it must
+            # not stall the other sessions' work behind it. It stays on disk as it is.
+            self._log.error(f"malformed:{key}", f"{self.plugin_name}: the record of {key!r} is malformed "
+                                                f"({type(exc).__name__}: {exc}); its work is skipped")
         except BaseException:
             self._mark_due(key, wake=False)  # the worker retries after its delay
             raise

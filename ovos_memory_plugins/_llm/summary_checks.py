@@ -27,11 +27,18 @@ from typing import Any
 
 __all__ = ["check_piece", "check_summary", "named_entities", "trim_to_sentence", "user_statements"]
 
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
 # Capitalised words that open sentences without naming anything.
-_OPENERS = frozenset("""I I'm I've I'd I'll The A An She He They It This That These Those We You Your My Our Her His
-Their User Users Assistant Hi Hello Hey Thanks Thank Yes No Okay Ok Oh And But So Then Now Also Today Tomorrow Good
-Great Nice Sure Well Facts Conversation Summary Honestly Funny Cool Pretty Big Is Can What How Where When Why Who
-Please Let There Here Haha After Before During While If In On At For With From To Of As By""".split())
+_OPENERS = frozenset(_words("""
+I I'm I've I'd I'll The A An She He They It This That These Those We You Your My Our Her His Their User Users
+Assistant Hi Hello Hey Thanks Thank Yes No Okay Ok Oh And But So Then Now Also Today Tomorrow Good Great Nice Sure
+Well Facts Conversation Summary Honestly Funny Cool Pretty Big Is Can What How Where When Why Who Please Let There
+Here Haha After Before During While If In On At For With From To Of As By
+"""))
 _TOKEN = re.compile(r"[^\W_][\w'\u2019-]*|[.!?:\n]", re.UNICODE)
 _GREETING = re.compile(
     r"^\W*(hi|hello|hey|good (morning|evening|night)|ol[áa]|greetings|dear)\b|how (can|may) i (help|assist)|"

@@ -24,7 +24,7 @@ from ..messages import fold_into, from_dict, is_role, to_dict
 from . import scripts as scripts
 from .lease import Lease
 
-__all__ = ["CommitStatus", "Item", "RedisStore", "decode", "decode_array", "encode", "message_of"]
+__all__ = ["CommitStatus", "Item", "RedisStore", "decode", "decode_array", "encode", "message_of", "url_problem"]
 
 _INSTALL = "pip install 'ovos-memory-plugins[redis]'"
 _APPEND_ATTEMPTS = 64  # compare-and-set retries when other writers keep moving the tail
@@ -92,6 +92,23 @@ def decode(raw: str) -> Item:
 
 def _ms(seconds: float | None) -> int:
     return int(seconds * 1000) if seconds else 0
+
+
+#: The URL schemes the redis client takes.
+URL_SCHEMES = ("redis", "rediss", "unix")
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a Redis URL (None if nothing): checked before any connection."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        return f"{safe_url(url)!r} is not a URL: {exc}"
+    if parts.scheme not in URL_SCHEMES:
+        return (f"{safe_url(url)!r} is not a Redis URL: it must start with "
+                f"{', '.join(s + '://' for s in URL_SCHEMES)}")
+    return None
 
 
 def safe_url(url: str) -> str:

@@ -150,6 +150,7 @@ class _Snapshot:
         self.total_tokens = 0
         self.max_id = 0
         self.deleted_seq = 0
+        self.generation = 0  # the Database's: a file replaced since (damaged, set aside) means reload
 
     def add(self, rowid: int, session_id: str, counts: dict[str, int]) -> None:
         pos = len(self.rowids)
@@ -301,6 +302,9 @@ class PostingsMirror:
     # -- keeping in step ---------------------------------------------------------------------
     def _sync(self, snap: _Snapshot) -> bool:
         """Apply what was written since the last sync; False (and reloading) when that cannot be done."""
+        if snap.generation != self._db.generation:  # a new file: its ids start again, nothing here holds
+            self._reload()
+            return False
         gap = -1 if self._db.is_memory else self.reload_gap + 1
         # One statement a search: documents added, then documents deleted (their id in ``doc``).
         rows = self._db.execute(
@@ -354,7 +358,7 @@ class PostingsMirror:
     def _start_loading(self) -> None:
         if self._closed or self._unusable or (self._loader is not None and self._loader.is_alive()):
             return
-        if self._db.is_memory:  # no second connection can see it: read it here, it starts empty
+        if self._db.is_memory or self._db.read_only:  # no second connection: RAM, or a command that only looks
             self._load(None)
             return
         self._loader = threading.Thread(target=self._load, args=(self._db.path,), daemon=True,
@@ -375,6 +379,13 @@ class PostingsMirror:
                 self._snapshot = snap
 
     def _read_snapshot(self, path: str | None) -> _Snapshot | None:
+        generation = self._db.generation
+        snap = self._read_file(path)
+        if snap is not None:
+            snap.generation = generation
+        return snap
+
+    def _read_file(self, path: str | None) -> _Snapshot | None:
         # A read-only connection of its own (WAL lets it read beside the writer); as_uri() escapes
         # '?', '#' and '%' in the path.
         con: Any = sqlite3.connect(f"{pathlib.Path(path).resolve().as_uri()}?mode=ro", uri=True,

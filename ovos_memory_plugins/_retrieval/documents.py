@@ -106,8 +106,10 @@ class DocumentLog:
         self.table = table
         db.migrate(f"docs:{table}", [m.format(t=table) for m in _DOC_MIGRATIONS])
 
-    def add(self, con: Any, session_id: str, text: str, metadata: dict[str, Any], indexed: bool) -> Document:
-        now = time.time()
+    def add(self, con: Any, session_id: str, text: str, metadata: dict[str, Any], indexed: bool,
+            ts: float | None = None) -> Document:
+        """Store a document (``ts``: when it was first stored, for one imported; now by default)."""
+        now = time.time() if ts is None else float(ts)
         meta = {**metadata, "content": text, "session_id": session_id, "ts": now}
         n = con.execute(
             f"INSERT INTO {self.table}_seq (session_id, next) "
@@ -121,6 +123,14 @@ class DocumentLog:
             (doc_id, session_id, now, text, json.dumps(meta, ensure_ascii=False), int(indexed)),
         )
         return Document(doc_id, text, session_id, meta, now, int(cur.lastrowid))
+
+    def holds(self, con: Any, session_id: str, text: str, ts: float | None) -> bool:
+        """Whether the session has a document of this text (stored at ``ts``, when given)."""
+        sql = f"SELECT 1 FROM {self.table} WHERE session_id = ? AND content = ?"
+        params: list[Any] = [session_id, text]
+        if ts is not None:
+            sql, params = sql + " AND ts = ?", [*params, float(ts)]
+        return con.execute(sql + " LIMIT 1", params).fetchone() is not None
 
     def pending(self, limit: int, con: Any = None) -> list[Document]:
         sql = f"SELECT {_COLUMNS} FROM {self.table} WHERE indexed = 0 ORDER BY id LIMIT ?"

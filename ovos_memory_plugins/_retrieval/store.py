@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from .._core.compat import AgentMessage
+from .._core.imports import unseen_messages
 from .._core.log import LogOnce
 from .._core.worker import BackgroundWorker
 from ..errors import MemoryPluginError
@@ -80,13 +81,17 @@ class RetrievalStore:
         """
         self.ensure_started()
         background = self.owner.background_index
-        with self.db.atomic() as con:
+
+        def write(con: Any) -> list[Document]:
             tail = self.window.append(session_id, messages, policy, con=con)
             pairs = exchange_texts(tail, messages)
             docs = [self.docs.add(con, session_id, format_exchange(q, a), {"question": q, "answer": a},
                                   indexed=not background) for q, a in pairs]
             if docs and not background:
                 self._index_inline(con, docs)
+            return docs
+
+        docs = self.db.transaction(write)  # a damaged file is replaced, and the exchange written anew
         if self.worker is not None and docs:
             self.worker.notify()
         return len(docs)
@@ -95,10 +100,13 @@ class RetrievalStore:
         """Store a free-text document (not an exchange)."""
         self.ensure_started()
         background = self.owner.background_index
-        with self.db.atomic() as con:
+        def write(con: Any) -> Document:
             doc = self.docs.add(con, session_id, text, dict(metadata), indexed=not background)
             if not background:
                 self._index_inline(con, [doc])
+            return doc
+
+        doc = self.db.transaction(write)
         if self.worker is not None:
             self.worker.notify()
         return doc
@@ -146,7 +154,7 @@ class RetrievalStore:
                 self.owner._delete_documents(docs)  # a savepoint inside this transaction
         if not in_db:
             self.owner._delete_documents([d for d in docs if d.rowid not in removed])  # written meanwhile
-        self.db.checkpoint()  # the WAL still holds the deleted rows and index pages
+        self.db.compact()  # no byte of the session may stay: free space, split pages, index segments, WAL
         return {"messages": messages, "documents": len(docs)}
 
     def export_documents(self, session_id: str) -> list[dict[str, Any]]:
@@ -155,12 +163,16 @@ class RetrievalStore:
 
     def import_session(self, session_id: str, window: list[AgentMessage], documents: Sequence[Mapping[str, Any]],
                        policy: WindowPolicy) -> None:
-        with self.db.atomic() as con:
-            if window:
-                self.window.append(session_id, window, policy, con=con)
-            docs = [self.docs.add(con, session_id, d["content"], _imported_metadata(d), indexed=False)
-                    for d in documents]
-        if docs:
+        """Add an exported window and documents; what is already stored is not added again (the
+        messages already at the window's end; a document of the same text and time)."""
+        def write(con: Any) -> list[Document]:
+            new = unseen_messages(self.window.load(session_id, policy), window)
+            if new:
+                self.window.append(session_id, new, policy, con=con)
+            return [self.docs.add(con, session_id, d["content"], _imported_metadata(d), indexed=False, ts=d.get("ts"))
+                    for d in documents if not self.docs.holds(con, session_id, d["content"], d.get("ts"))]
+
+        if self.db.transaction(write):
             self._index_pending_now()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -190,7 +202,7 @@ class RetrievalStore:
             self._started = True
         if not self.owner.index_survives_restart:
             self._replay_indexed()
-        if self.docs.count_pending():
+        if not self.db.read_only and self.docs.count_pending():  # a read-only command writes nothing
             self._index_pending_now()
 
     # -- indexing ------------------------------------------------------------------------

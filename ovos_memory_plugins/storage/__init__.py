@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._core.compat import AgentMessage
-from .._core.paths import is_memory_path, resolve_path
-from ..errors import ConfigError
+from .._core.paths import check_store_path, is_memory_path, resolve_path
+from ..errors import ConfigError, StorageError
 from .policy import WindowPolicy
+from .readonly import is_read_only, read_only
 
 __all__ = [
     "BACKENDS",
@@ -33,6 +34,7 @@ __all__ = [
     "backend_for",
     "open_record_store",
     "open_window_store",
+    "read_only",
 ]
 
 #: The store backends a config may name.
@@ -55,6 +57,7 @@ class RecordStore(Protocol):
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]: ...
     def sessions(self) -> list[str]: ...
     def delete(self, session_id: str) -> bool: ...
+    def compact(self) -> bool: ...
     def close(self) -> None: ...
 
 
@@ -80,8 +83,9 @@ def backend_for(path: str | None, backend: str | None = None) -> str:
 
 def _backend_by_content(path: str) -> str | None:
     """``"sqlite"`` or ``"json"`` when the file's first bytes say so; None if absent, empty or unclear."""
+    real = check_store_path(resolve_path(path))  # never read a FIFO or a device: it may block or be endless
     try:
-        with open(resolve_path(path), "rb") as f:
+        with open(real, "rb") as f:
             head = f.read(4096)
     except OSError:  # missing (a new store) or unreadable: the name decides, the store reports errors
         return None
@@ -89,6 +93,8 @@ def _backend_by_content(path: str) -> str | None:
         return "sqlite"
     if head.lstrip(b" \t\r\n").startswith(b"{"):
         return "json"
+    if head and is_read_only():  # a read-only command never quarantines: it says what the file is not
+        raise StorageError(f"{real} is neither an SQLite nor a JSON memory store; it was left as it is")
     return None  # damaged or foreign bytes: the store of the name's kind quarantines them
 
 

@@ -24,8 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._core.log import LOG
-from .._core.paths import quarantine_file
-from ..errors import StorageError
+from .._core.paths import check_store_path, is_regular_file, quarantine_file
+from ..errors import ConfigError, StorageError
+from .readonly import StoreReadOnly, is_read_only
+from .records import as_record
 
 try:
     import fcntl
@@ -37,20 +39,30 @@ __all__ = ["JsonRecordStore"]
 
 class JsonRecordStore:
     def __init__(self, path: str):
-        self.path = path
+        self.path = check_store_path(path)
         self._lock = threading.RLock()
         self._cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None  # (file signature, data)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        #: Opened by a command that only looks (storage.readonly): read without a lock, never written.
+        self.read_only = is_read_only()
+        if os.path.exists(self.path):  # before any lock file is made: a file that is no store stays as it is
+            try:
+                self._check_is_store(self._read(quarantine=False))
+            except StorageError:
+                if self.read_only:
+                    raise  # damaged: a read-only command reports it, the next writer quarantines it
+        if self.read_only:
+            return
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         with self._locked():
-            if not os.path.exists(path):
+            if not os.path.exists(self.path):
                 self._write({})
 
     def load(self, session_id: str) -> dict[str, Any]:
-        return _copy(self._current().get(session_id, {}))
+        return _copy(self._record(self._current(), session_id))
 
     def load_field(self, session_id: str, field: str) -> Any:
         """A copy of one field of the record (None if absent): cheap when the rest is large."""
-        return _copy(self._current().get(session_id, {}).get(field))
+        return _copy(self._record(self._current(), session_id).get(field))
 
     def save(self, session_id: str, record: dict[str, Any]) -> None:
         self.update(session_id, lambda _old: record)
@@ -58,7 +70,7 @@ class JsonRecordStore:
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         with self._locked():
             data = dict(self._read())  # the cached dict stays as on disk if the write fails
-            record = fn(_copy(data.get(session_id, {})))
+            record = fn(_copy(self._record(data, session_id)))
             data[session_id] = record
             self._write(data)
             return record
@@ -76,13 +88,28 @@ class JsonRecordStore:
             self._write(data)
             return True
 
+    def compact(self) -> bool:
+        """Nothing to do: every write is a new file, the old one's bytes leave with it."""
+        return True
+
     def close(self) -> None:
         pass
+
+    def _check_is_store(self, data: dict[str, Any]) -> None:
+        """An export (``ovos-memory export`` writes ``{"plugin": name, ...}``; a store's values are
+        records, never a string) given by mistake is not a store: refused, never used, emptied or
+        moved aside."""
+        if isinstance(data.get("plugin"), str):
+            raise ConfigError(f"{self.path} is an export of {data['plugin']!r}, not a memory store (load it with "
+                              "'ovos-memory import'); it was left as it is")
+
+    def _record(self, data: dict[str, Any], session_id: str) -> dict[str, Any]:
+        return as_record(data.get(session_id, {}), session_id, self.path)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         with self._lock:
-            if fcntl is None:
+            if fcntl is None or self.read_only:  # every write is a rename: a reader needs no lock
                 yield
                 return
             with open(self.path + ".lock", "a") as lock_file:
@@ -105,22 +132,29 @@ class JsonRecordStore:
         with self._locked():  # changed on disk (another process) or missing: read (or quarantine) it
             return self._read()
 
-    def _read(self) -> dict[str, Any]:
-        """The whole file, parsed; callers must not modify it (it is the cache)."""
+    def _read(self, quarantine: bool = True) -> dict[str, Any]:
+        """The whole file, parsed; callers must not modify it (it is the cache). A file that does
+        not parse is quarantined, or with ``quarantine`` False (and read-only) a StorageError."""
         try:
             with open(self.path, "rb") as f:
                 signature = _signature(os.fstat(f.fileno()))
                 if self._cache is not None and self._cache[0] == signature:
                     return self._cache[1]
-                data = json.loads(f.read().decode("utf-8"))
+                # Bytes that are not UTF-8 inside a string (bit rot) read as U+FFFD: a few flipped
+                # bytes of text must not cost every session; broken structure still quarantines.
+                data = json.loads(f.read().decode("utf-8", "replace"))
             if not isinstance(data, dict):
                 raise ValueError(f"top level is a {type(data).__name__}, not an object")
             self._cache = (signature, data)
             return data
         except FileNotFoundError:
             return {}
-        except (ValueError, UnicodeDecodeError) as exc:
-            self._quarantine(exc)
+        except (ValueError, RecursionError) as exc:
+            # RecursionError: nesting deeper than the parser's stack (a hostile or broken file)
+            reason = exc if not isinstance(exc, RecursionError) else ValueError("nested too deeply")
+            if self.read_only or not quarantine:
+                raise StorageError(f"{self.path} is not a JSON memory store ({reason}); it was left as it is") from None
+            self._quarantine(reason)
             return {}
         except OSError as exc:
             raise StorageError(f"cannot read {self.path}: {exc}") from exc
@@ -132,6 +166,10 @@ class JsonRecordStore:
         self._write({})
 
     def _write(self, data: dict[str, Any]) -> None:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path} was opened read-only")
+        if os.path.lexists(self.path) and not is_regular_file(self.path):  # replaced by something else since
+            raise StorageError(f"{self.path} is no longer a regular file; it is not replaced")
         folder = os.path.dirname(self.path) or "."
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
         try:

@@ -93,5 +93,8 @@ class MemoryRecordStore:
         with self._lock:
             return self._records.pop(session_id, None) is not None
 
+    def compact(self) -> bool:
+        return True
+
     def close(self) -> None:
         pass

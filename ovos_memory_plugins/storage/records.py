@@ -6,10 +6,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .sqlite import Database, release_database
+from ..errors import StorageError
+from .sqlite import Database, StoreDamaged, release_database
 from .windows import safe_table_name
 
-__all__ = ["SqliteRecordStore"]
+__all__ = ["SqliteRecordStore", "as_record"]
+
+
+def as_record(value: Any, session_id: str, where: str) -> dict[str, Any]:
+    """``value`` if it is a record (a JSON object); else a StorageError naming the session.
+
+    A hand-edited or damaged file may hold ``"old": "a string"``: that session cannot be read,
+    and every other session must still be.
+    """
+    if isinstance(value, dict):
+        return value
+    raise StorageError(f"{where}: the record of session {session_id!r} is malformed (a {type(value).__name__}, "
+                       "not an object); it is left as it is and skipped")
 
 _RECORD_MIGRATIONS = (
     """
@@ -32,20 +45,21 @@ class SqliteRecordStore:
         db.migrate(f"records:{self.table}", [m.format(t=self.table) for m in _RECORD_MIGRATIONS])
 
     def load(self, session_id: str) -> dict[str, Any]:
-        rows = self.db.execute(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,))
-        return json.loads(rows[0][0]) if rows else {}
+        return self.db.query(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,),
+                             lambda rows: self._parse(rows[0][0], session_id) if rows else {})
 
     def load_field(self, session_id: str, field: str) -> Any:
         """One field of the record (None if absent), parsed by SQLite without the rest."""
         rows = self.db.execute(
-            f"SELECT json_quote(json_extract(data, '$.' || json_quote(?))) FROM {self.table} WHERE session_id = ?",
-            (field, session_id))
-        return json.loads(rows[0][0]) if rows and rows[0][0] is not None else None
+            f"SELECT json_type(data) = 'object', json_quote(json_extract(data, '$.' || json_quote(?))) "
+            f"FROM {self.table} WHERE session_id = ?", (field, session_id))
+        if rows and not rows[0][0]:
+            return self.load(session_id).get(field)  # raises the malformed record's StorageError
+        return json.loads(rows[0][1]) if rows and rows[0][1] is not None else None
 
     def save(self, session_id: str, record: dict[str, Any], con: Any = None) -> None:
         if con is None:
-            with self.db.atomic() as con:
-                return self.save(session_id, record, con)
+            return self.db.transaction(lambda con: self.save(session_id, record, con))
         con.execute(
             f"INSERT INTO {self.table} (session_id, data, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT(session_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
@@ -53,11 +67,13 @@ class SqliteRecordStore:
         )
 
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-        with self.db.atomic() as con:
+        def write(con: Any) -> dict[str, Any]:
             row = con.execute(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,)).fetchone()
-            record = fn(json.loads(row[0]) if row else {})
+            record = fn(self._parse(row[0], session_id) if row else {})
             self.save(session_id, record, con)
             return record
+
+        return self.db.transaction(write)
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT session_id FROM {self.table} ORDER BY session_id")]
@@ -66,9 +82,20 @@ class SqliteRecordStore:
         if con is None:
             with self.db.atomic() as con:
                 deleted = self.delete(session_id, con)
-            self.db.checkpoint()  # the WAL still holds the deleted record
+            self.db.compact()  # forget() must reach the bytes on disk: free space, split pages, the WAL
             return deleted
         return bool(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount > 0)
+
+    def compact(self) -> bool:
+        """Leave no byte of deleted or rewritten records in the file (see Database.compact)."""
+        return self.db.compact()
+
+    def _parse(self, text: str, session_id: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except ValueError as exc:  # this package writes JSON only: the bytes changed on disk
+            raise StoreDamaged(f"the record of session {session_id!r} is not JSON ({exc})") from exc
+        return as_record(value, session_id, self.db.path)
 
     def close(self) -> None:
         if self._owns:

@@ -17,13 +17,18 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
-from .._core.paths import MEMORY_PATH, is_memory_path, quarantine_file, resolve_path
+from .._core.paths import MEMORY_PATH, check_store_path, is_memory_path, resolve_path
 from ..errors import MigrationError, StorageError, StoreUnavailable
+from .integrity import StoreDamaged, damage_of, quick_check, set_aside
+from .readonly import StoreReadOnly, check_migrated, connect_read_only, is_read_only
 
-__all__ = ["Database", "connect", "map_sqlite_errors", "open_database", "storage_error"]
+__all__ = ["Database", "StoreDamaged", "StoreReplaced", "connect", "map_sqlite_errors", "open_database",
+           "storage_error"]
+
+T = TypeVar("T")
 
 #: How long a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -66,6 +71,7 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
     ``"FULL"`` to also survive power loss at the cost of an fsync per update.
     """
     if not is_memory_path(path):
+        check_store_path(path)  # SQLite would write its journal beside a device, and into a FIFO
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with map_sqlite_errors(f"cannot open {path}"):
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
@@ -77,7 +83,14 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
         # forget, also for someone reading the file's bytes.
         con.execute("PRAGMA secure_delete = ON")
         con.execute("PRAGMA foreign_keys = ON")
+    # A few flipped bytes in stored text must not make a session unreadable for ever: they read
+    # as U+FFFD instead of failing every query that meets them.
+    con.text_factory = _text
     return con
+
+
+def _text(raw: bytes) -> str:
+    return str(raw, "utf-8", "replace")
 
 
 def _enable_wal(con: sqlite3.Connection) -> None:
@@ -101,35 +114,37 @@ def _enable_wal(con: sqlite3.Connection) -> None:
         pause = min(pause * 2, 0.1)
 
 
-#: What SQLite says of a file that is not (or no longer) a readable database.
-_CORRUPT = ("file is not a database", "malformed", "file is encrypted")
-
-
-def _connect_or_quarantine(path: str, synchronous: str) -> sqlite3.Connection:
-    """``connect(path)``, after moving a corrupt file aside (as the JSON store does).
-
-    Only the schema is read here (cheap at any size): damage elsewhere surfaces as a
-    StorageError of the operation that meets it, logged once by the backend.
-    """
+def _connect_checked(path: str, synchronous: str) -> sqlite3.Connection:
+    """``connect(path)`` after a quick integrity check; a damaged file is set aside for a fresh one."""
+    if is_memory_path(path):
+        return connect(path, synchronous)
     con = None
     try:
         con = connect(path, synchronous)
-        with map_sqlite_errors(f"cannot read {path}"):
-            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return con
-    except StorageError as exc:
-        if is_memory_path(path) or not any(sign in str(exc) for sign in _CORRUPT):
+        damage = quick_check(con)
+    except StorageError as exc:  # not even a database (a bad header): connect() itself fails
+        damage = damage_of(exc)
+        if damage is None:
             raise
-        reason = str(exc)
-        if con is not None:
-            with contextlib.suppress(sqlite3.Error):
-                con.close()
-    # the journal belongs to the bad file, never to the new one
-    target = quarantine_file(path, companions=("-wal", "-shm"))
-    from .._core.log import LOG
-
-    LOG.error(f"memory store {path} is corrupt ({reason}); moved it to {target} and started empty")
+    if damage is None and con is not None:
+        return con
+    if con is not None:
+        with contextlib.suppress(sqlite3.Error):
+            con.close()
+    set_aside(path, damage or "unreadable")
     return connect(path, synchronous)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class StoreReplaced(StorageError):
+    """The file was found damaged and replaced by a fresh, empty one: the operation may run again."""
 
 
 class Database:
@@ -137,14 +152,34 @@ class Database:
 
     Share one ``Database`` per file within a process (:func:`open_database`); other processes
     open their own, and SQLite's file locks coordinate them.
+
+    A damaged file (quick_check at open, or "malformed" met later) is set aside and replaced by
+    a fresh one with the same schema (the migrations applied so far run again); ``generation``
+    counts such replacements, so RAM copies of the data know to reload. A write that met the
+    damage raises :class:`StoreReplaced`: :meth:`transaction` runs it again on the new file.
+    Before each write the path is checked to still name the file this connection has open: if
+    another process set it aside (or it was deleted), this one follows to the new file.
     """
 
     def __init__(self, path: str, synchronous: str = "NORMAL", connection: sqlite3.Connection | None = None):
         self.path = MEMORY_PATH if is_memory_path(path) else path
-        self._con = connection if connection is not None else _connect_or_quarantine(self.path, synchronous)
+        self._synchronous = synchronous
+        self._owns_connection = connection is None
+        #: Opened by a command that only looks (storage.readonly): no write, no file changed.
+        self.read_only = connection is None and not is_memory_path(path) and is_read_only()
+        if self.read_only:
+            self._con = connect_read_only(self.path, BUSY_TIMEOUT_S)
+            self._con.text_factory = _text
+        else:
+            self._con = connection if connection is not None else _connect_checked(self.path, synchronous)
         self._lock = threading.RLock()
         self._depth = 0
         self._closed = False
+        self._migrations: list[tuple[str, Sequence[str]]] = []
+        self._replacing = False
+        self._identity = None if self.is_memory else _identity(self.path)
+        #: Replacements of the file so far (a damaged file set aside, or another process's doing).
+        self.generation = 0
 
     @property
     def is_memory(self) -> bool:
@@ -156,33 +191,61 @@ class Database:
 
         ``busy_wait``: seconds to wait for another process's write lock instead of
         ``BUSY_TIMEOUT_S`` (StoreUnavailable after that); optional work passes a short one.
+        A damaged file met in the block is replaced, and :class:`StoreReplaced` raised.
         """
         with self._lock:
-            self._check_open()
-            self._depth += 1
-            savepoint = f"sp{self._depth}"
+            outermost = not self._depth
             try:
-                with map_sqlite_errors(f"write to {self.path}"):
-                    if self._depth == 1:
-                        self._begin(busy_wait)
-                    else:
-                        self._con.execute(f"SAVEPOINT {savepoint}")
-                try:
-                    yield self._con
-                except BaseException as exc:
-                    with contextlib.suppress(sqlite3.Error):
-                        self._con.execute("ROLLBACK" if self._depth == 1 else f"ROLLBACK TO {savepoint}")
-                        if self._depth > 1:
-                            self._con.execute(f"RELEASE {savepoint}")
-                    if isinstance(exc, sqlite3.Error):
-                        # A statement of the block failed ("database or disk is full", say): callers
-                        # handle this package's errors, never raw sqlite3 ones.
-                        raise storage_error(exc, f"write to {self.path}") from exc
-                    raise
-                with map_sqlite_errors(f"commit to {self.path}"):
-                    self._con.execute("COMMIT" if self._depth == 1 else f"RELEASE {savepoint}")
-            finally:
-                self._depth -= 1
+                with self._atomic(busy_wait) as con:
+                    yield con
+            except Exception as exc:
+                if outermost:
+                    self._replace_if_damaged(exc)
+                raise
+
+    @contextlib.contextmanager
+    def _atomic(self, busy_wait: float | None) -> Iterator[sqlite3.Connection]:
+        self._check_open()
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path} was opened read-only")
+        if not self._depth:
+            self._follow_file()
+        self._depth += 1
+        savepoint = f"sp{self._depth}"
+        try:
+            with map_sqlite_errors(f"write to {self.path}"):
+                if self._depth == 1:
+                    self._begin(busy_wait)
+                else:
+                    self._con.execute(f"SAVEPOINT {savepoint}")
+            try:
+                yield self._con
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._con.execute("ROLLBACK" if self._depth == 1 else f"ROLLBACK TO {savepoint}")
+                    if self._depth > 1:
+                        self._con.execute(f"RELEASE {savepoint}")
+                if isinstance(exc, sqlite3.Error):
+                    # A statement of the block failed ("database or disk is full", say): callers
+                    # handle this package's errors, never raw sqlite3 ones.
+                    raise storage_error(exc, f"write to {self.path}") from exc
+                raise
+            with map_sqlite_errors(f"commit to {self.path}"):
+                self._con.execute("COMMIT" if self._depth == 1 else f"RELEASE {savepoint}")
+        finally:
+            self._depth -= 1
+
+    def transaction(self, fn: Callable[[sqlite3.Connection], T], busy_wait: float | None = None) -> T:
+        """``fn(con)`` in one write transaction; run again on the new file if this one was damaged.
+
+        ``fn`` must keep its effects inside the transaction (it may run twice).
+        """
+        try:
+            with self.atomic(busy_wait) as con:
+                return fn(con)
+        except StoreReplaced:
+            with self.atomic(busy_wait) as con:
+                return fn(con)
 
     def _begin(self, busy_wait: float | None) -> None:
         if busy_wait is None:
@@ -207,37 +270,115 @@ class Database:
                 self._con.execute("BEGIN")
             try:
                 yield self._con
-            finally:
+            except Exception as exc:
                 with contextlib.suppress(sqlite3.Error):
                     self._con.execute("COMMIT")
+                self._replace_if_damaged(exc)
+                raise
+            with contextlib.suppress(sqlite3.Error):
+                self._con.execute("COMMIT")
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """Run one read statement and return all rows."""
+        """Run one read statement and return all rows (from the new file, if this one was damaged)."""
+        return self.query(sql, params, list)
+
+    def query(self, sql: str, params: Sequence[Any], parse: Callable[[list[Any]], T]) -> T:
+        """``parse(rows)`` of one read statement, under the same lock. A parse that finds stored
+        bytes damaged (:class:`StoreDamaged`) counts as SQLite's own damage error: the file is set
+        aside, and the read runs again on the new one."""
         with self._lock:
             self._check_open()
+            try:
+                return self._parsed(sql, params, parse)
+            except StoreReplaced:
+                return self._parsed(sql, params, parse)
+
+    def _parsed(self, sql: str, params: Sequence[Any], parse: Callable[[list[Any]], T]) -> T:
+        try:
             with map_sqlite_errors(f"read from {self.path}"):
-                return self._con.execute(sql, params).fetchall()
+                rows = self._con.execute(sql, params).fetchall()
+            return parse(rows)
+        except StorageError as exc:
+            if not self._depth:  # inside a transaction, its owner replaces the file and runs it again
+                self._replace_if_damaged(exc)
+            raise
 
     def migrate(self, component: str, migrations: Sequence[str]) -> None:
         """Apply the not-yet-applied scripts of ``migrations`` (append-only; never edit one)."""
         with self._lock:
-            with map_sqlite_errors(f"migrate {self.path}"):
-                self._con.execute(_MIGRATIONS_TABLE)
+            if self.read_only:
+                check_migrated(self._con, self.path, component, migrations)
+                return
             try:
-                with self.atomic() as con:
-                    row = con.execute(
-                        "SELECT COALESCE(MAX(version), 0) FROM ovos_memory_migrations WHERE component = ?",
-                        (component,),
-                    ).fetchone()
-                    for version in range(row[0] + 1, len(migrations) + 1):
-                        for statement in _statements(migrations[version - 1]):
-                            con.execute(statement)
-                        con.execute(
-                            "INSERT INTO ovos_memory_migrations (component, version, applied_at) VALUES (?, ?, ?)",
-                            (component, version, time.time()),
-                        )
-            except StorageError as exc:
-                raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
+                self._apply(component, migrations)
+            except StoreReplaced:
+                self._apply(component, migrations)  # the new file has the earlier ones already
+            self._migrations.append((component, migrations))  # replayed on a file that replaces this one
+
+    def _apply(self, component: str, migrations: Sequence[str]) -> None:
+        with map_sqlite_errors(f"migrate {self.path}"):
+            self._con.execute(_MIGRATIONS_TABLE)
+        try:
+            with self.atomic() as con:
+                row = con.execute(
+                    "SELECT COALESCE(MAX(version), 0) FROM ovos_memory_migrations WHERE component = ?",
+                    (component,),
+                ).fetchone()
+                for version in range(row[0] + 1, len(migrations) + 1):
+                    for statement in _statements(migrations[version - 1]):
+                        con.execute(statement)
+                    con.execute(
+                        "INSERT INTO ovos_memory_migrations (component, version, applied_at) VALUES (?, ?, ?)",
+                        (component, version, time.time()),
+                    )
+        except StoreReplaced:
+            raise
+        except StorageError as exc:
+            raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
+
+    # -- a damaged or replaced file --------------------------------------------------------
+    def _replace_if_damaged(self, exc: BaseException) -> None:
+        """If ``exc`` says the file is damaged: set it aside, start a new one, raise StoreReplaced."""
+        damage = damage_of(exc)
+        if damage is None or self.is_memory or not self._owns_connection or self._replacing or self.read_only:
+            return
+        self._replacing = True  # the new file's migrations run through atomic(): no second round
+        try:
+            with contextlib.suppress(sqlite3.Error):
+                self._con.close()
+            if _identity(self.path) != self._identity:  # another process set it aside already: follow it
+                self._reopen()
+                raise StoreReplaced(f"{self.path} was damaged ({damage}) and replaced elsewhere") from exc
+            try:
+                set_aside(self.path, damage)
+            except (OSError, StorageError) as err:
+                self._con = connect(self.path, self._synchronous)  # the damaged file, as it is
+                raise StorageError(f"{self.path} is damaged ({damage}) and could not be set aside: {err}") from exc
+            self._reopen()
+        finally:
+            self._replacing = False
+        raise StoreReplaced(f"{self.path} was damaged ({damage}); it was set aside for a new, empty store") from exc
+
+    def _follow_file(self) -> None:
+        """Reopen when the path no longer names the file open here (set aside elsewhere, or deleted)."""
+        if self.is_memory or not self._owns_connection or self._identity is None or self.read_only:
+            return
+        if _identity(self.path) == self._identity:
+            return
+        from .._core.log import LOG
+
+        LOG.warning(f"memory store {self.path} was replaced or removed by someone else; reopening it")
+        with contextlib.suppress(sqlite3.Error):
+            self._con.close()
+        self._reopen()
+
+    def _reopen(self) -> None:
+        with map_sqlite_errors(f"cannot open {self.path}"):
+            self._con = connect(self.path, self._synchronous)
+        self._identity = _identity(self.path)
+        self.generation += 1
+        for component, migrations in self._migrations:
+            self._apply(component, migrations)
 
     def connection_in_transaction(self) -> sqlite3.Connection:
         """The connection, for a statement that must join the caller's open ``atomic()`` block."""
@@ -251,13 +392,50 @@ class Database:
         if self.is_memory:
             return True
         with self._lock:
-            if self._closed or self._depth:
+            if self._closed or self._depth or self.read_only:
                 return False
             try:
                 busy = self._con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             except sqlite3.Error:
                 return False
             return not busy
+
+    def compact(self) -> bool:
+        """Rewrite the file with its live rows only (``VACUUM``), then empty the WAL: what forget()
+        deleted leaves no byte behind, in free pages, in the unused part of a live page (where a
+        page split leaves old copies of rows, which secure_delete does not reach), or in the WAL.
+
+        Costs a rewrite of the whole file (1.1 s for a 100,000-exchange keyword store,
+        ``benchmarks/bench_forget.py``) and as much free disk as the file, so only forget() calls
+        it. False (logged) if it could not run: the rows are deleted all the same, but their bytes
+        may stay in the file until a later compact().
+        """
+        if self.is_memory:
+            return True
+        with self._lock:
+            self._check_open()
+            if self.read_only:
+                return False
+            if self._depth:
+                raise RuntimeError(f"{self.path}: compact() inside a transaction")
+            try:
+                with map_sqlite_errors(f"compact {self.path}"):
+                    self._con.execute("VACUUM")
+            except StorageError as exc:
+                from .._core.log import LOG
+
+                LOG.error(f"memory store {self.path}: the deleted rows are gone, but their bytes may stay in the "
+                          f"file until the next forget, as it could not be compacted ({exc})")
+                return False
+            if self.checkpoint():
+                return True
+            from .._core.log import LOG
+
+            # The rewritten pages wait in the WAL while another process reads the old ones; SQLite
+            # copies them over at its next checkpoint (at the latest when the last connection closes).
+            LOG.warning(f"memory store {self.path}: another process is reading it, so the file keeps the deleted "
+                        "bytes until SQLite's next checkpoint")
+            return False
 
     def close(self) -> None:
         with self._lock:
@@ -297,13 +475,20 @@ def open_database(path: str, synchronous: str = "NORMAL") -> Database:
     """
     if is_memory_path(path):
         return Database(MEMORY_PATH)
-    resolved = resolve_path(path)
+    resolved = check_store_path(resolve_path(path))
+    if is_read_only() and not os.path.exists(resolved):
+        return Database(MEMORY_PATH)  # nothing there: an empty store, and no file made for it
+    key = _share_key(resolved, is_read_only())
     with _shared_lock:
-        db, refs = _shared.get(resolved, (None, 0))
+        db, refs = _shared.get(key, (None, 0))
         if db is None or db._closed:
             db, refs = Database(resolved, synchronous), 0
-        _shared[resolved] = (db, refs + 1)
+        _shared[key] = (db, refs + 1)
         return db
+
+
+def _share_key(path: str, read_only: bool) -> str:
+    return f"{path}\0ro" if read_only else path
 
 
 def release_database(db: Database) -> None:
@@ -311,13 +496,14 @@ def release_database(db: Database) -> None:
     if db.is_memory:
         db.close()
         return
+    key = _share_key(db.path, db.read_only)
     with _shared_lock:
-        current, refs = _shared.get(db.path, (None, 0))
+        current, refs = _shared.get(key, (None, 0))
         if current is not db:
             db.close()
             return
         if refs <= 1:
-            del _shared[db.path]
+            del _shared[key]
             db.close()
         else:
-            _shared[db.path] = (db, refs - 1)
+            _shared[key] = (db, refs - 1)

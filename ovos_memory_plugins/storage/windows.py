@@ -10,7 +10,7 @@ from .._core.compat import AgentMessage
 from ..errors import StorageError
 from ..messages import copy_message, fold_into, from_dict, to_dict
 from .policy import WindowPolicy
-from .sqlite import Database, release_database
+from .sqlite import Database, StoreDamaged, release_database
 
 __all__ = ["RecordWindowStore", "SqliteWindowStore", "append_entries", "prune_entries", "safe_table_name"]
 
@@ -140,18 +140,19 @@ class SqliteWindowStore:
         Returns the session's last message from before the append (what the new messages follow).
         """
         if con is None:
-            with self.db.atomic() as con:
-                return self._append(con, session_id, messages, policy)
+            return self.db.transaction(lambda con: self._append(con, session_id, messages, policy))
         return self._append(con, session_id, messages, policy)
 
     def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> list[AgentMessage]:
         """Make ``messages`` the whole window, in one transaction (a crash keeps the old one).
 
         Returns the window as stored (normalised and trimmed), read in the same transaction."""
-        with self.db.atomic() as con:
+        def write(con: Any) -> list[AgentMessage]:
             self.forget(session_id, con)
             self._append(con, session_id, messages, policy)
-            stored = self.load(session_id, policy)
+            return self.load(session_id, policy)
+
+        stored = self.db.transaction(write)
         self.db.checkpoint()  # as forget(): the WAL must not keep what the new window dropped
         return stored
 
@@ -192,11 +193,10 @@ class SqliteWindowStore:
         t = self.table
         cutoff = policy.cutoff()
         limit = policy.max_messages or -1
-        rows = self.db.execute(
+        return self.db.query(
             f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND ts >= ? ORDER BY id DESC LIMIT ?",
             (session_id, cutoff if cutoff is not None else float("-inf"), limit),
-        )
-        return [_row_message(r) for r in reversed(rows)]
+            lambda rows: [_row_message(r) for r in reversed(rows)])
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT DISTINCT session_id FROM {self.table} ORDER BY session_id")]
@@ -206,7 +206,7 @@ class SqliteWindowStore:
         if con is None:
             with self.db.atomic() as con:
                 count = self.forget(session_id, con)
-            self.db.checkpoint()  # the WAL still holds the deleted rows
+            self.db.compact()  # forget() must reach the bytes on disk: free space, split pages, the WAL
             return count
         return int(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount)
 
@@ -223,6 +223,9 @@ def _message_row(msg: AgentMessage) -> tuple[str, str, str | None]:
 
 
 def _row_message(row: Any) -> AgentMessage:
-    data = json.loads(row[2]) if row[2] else {}
+    try:
+        data = json.loads(row[2]) if row[2] else {}
+    except ValueError as exc:  # this package writes JSON only: the bytes changed on disk
+        raise StoreDamaged(f"a stored message's tool fields are not JSON ({exc})") from exc
     data.update(role=row[0], content=row[1])
     return from_dict(data)

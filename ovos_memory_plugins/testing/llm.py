@@ -347,7 +347,8 @@ class _Handler(BaseHTTPRequestHandler):
         pieces = [] if owner.stream == "empty" else [text[i:i + 8] for i in range(0, len(text), 8)]
         if owner.stream == "cut":
             pieces = pieces[: max(1, len(pieces) // 2)]
-        chunks = [{"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+        chunks: list[dict[str, Any]] = [{"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]}
+                                        for p in pieces]
         if owner.stream != "cut":
             chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": owner.finish_reason}]})
         payload = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"

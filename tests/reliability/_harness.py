@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -128,6 +129,15 @@ def store_cases() -> list[tuple[str, str, dict[str, Any]]]:
     """Every persistent entry point with its factory's store, plus the other stores it can use."""
     known = set(persistent_entry_points())
     return [(ep, ep, {}) for ep in sorted(known)] + [v for v in STORE_VARIANTS if v[1] in known]
+
+
+def namespaced(entry_point: str, config: Mapping[str, Any], tag: str) -> dict[str, Any]:
+    """``config`` with a store namespace of its own (a Redis key prefix) for backends that have one."""
+    out = dict(config)
+    key = spec_for(entry_point).namespace_key
+    if key:
+        out[key] = f"rel:{tag}:{uuid.uuid4().hex}"
+    return out
 
 
 def make_memory(entry_point: str, folder: Path, overrides: Mapping[str, Any] | None = None) -> Any:

@@ -36,11 +36,24 @@ SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "corruption": (
         "1b. Damaged store files",
         "A store file is damaged between two runs. JSON (truncated mid-way, garbage bytes, empty, not an "
-        "object, invalid UTF-8) and SQLite (garbage header, schema page overwritten, truncated mid-way): on the "
-        "next start the file is moved to `<file>.corrupt` (`<file>.corrupt-<time>` when an earlier copy holds that "
-        "name) byte for byte (SQLite: with its journal), one "
-        "ERROR names both paths, and the backend goes on with a fresh file; every turn is answered.",
-        ("store", "damages", "quarantined", "errors logged", "keeps working"),
+        "object, invalid UTF-8, nested 100,000 deep) and SQLite (garbage header, schema page overwritten, truncated "
+        "mid-way, one page in the middle overwritten, found at open or only at run time): the file is moved to "
+        "`<file>.corrupt` (`<file>.corrupt-<time>` when an earlier copy holds that name) byte for byte (SQLite: with "
+        "its journal), one ERROR names both paths, and the backend goes on with a fresh file; every turn is answered "
+        "and every update made after the damage is in the store. Damage that leaves the file readable (three "
+        "flipped bytes of text, one malformed record of another session) costs no session but the damaged one.",
+        ("store", "damages", "quarantined", "errors logged", "keeps working", "updates after the damage",
+         "updates lost"),
+    ),
+    "misuse": (
+        "1c. Wrong paths, wrong commands, wrong config",
+        "What a user can get wrong, tried on every backend it applies to: a store path that is a device (made "
+        "with mknod in a temporary folder), a FIFO, a socket or a directory; `db_path: \"\"`; a read-only command "
+        "(`sessions`, `stats`, `show`, `export`, `search`) pointed at a file that is not a store; a config "
+        "value out of range or of the wrong type; an import of the wrong shape, or of the same export twice. "
+        "Each must be refused with a clear error (or be harmless), change no file it was not asked to "
+        "change, and lose nothing stored.",
+        ("case", "backend", "tried", "clear error or harmless", "files changed", "stored data lost"),
     ),
     "concurrency": (
         "2. Concurrency",
@@ -69,6 +82,24 @@ SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "every Redis key and value is searched for the session id and its content; another session "
         "must be untouched.",
         ("backend", "places searched", "remnants found", "other session intact"),
+    ),
+    "privacy-size": (
+        "5b. Privacy at every store size",
+        "Two sessions of 5, 150 and 2,000 exchanges each (varied lengths, indexed in batches of one to three "
+        "updates); after `forget()` of one, the raw bytes of every file of the store (database, WAL, shm, index "
+        "segments, vectors, locks) and every Redis key are searched for its session id and its marker word. "
+        "A small store is clean by luck of layout: a row moved by a page split or merge leaves an old copy in the "
+        "unused part of a live page, which `secure_delete` does not reach; `forget()` therefore rewrites the file "
+        "(`VACUUM`) and empties the WAL. The time is `forget()` itself, on this machine.",
+        ("backend", "exchanges per session", "files searched", "bytes searched", "remnants found",
+         "other session intact", "forget took (s)"),
+    ),
+    "outage": (
+        "6. Outages and repeated operations",
+        "A command or call that cannot reach its store fails with one line and a non-zero exit, and nothing is "
+        "reported as done that was not; messages held while Redis is down reach it, in order, once it is back; "
+        "importing an export a second time changes nothing.",
+        ("case", "backend", "tried", "failed loudly or done", "reported done but not done", "lost", "duplicated"),
     ),
 }
 
@@ -116,7 +147,11 @@ def _totals() -> list[str]:
     crash = _figures.get("crash", {}).values()
     conc = _figures.get("concurrency", {}).values()
     hostile = _figures.get("hostile", {}).values()
-    lost = sum(int(r.get("lost", 0) or 0) for r in [*crash, *conc])
+    damaged = _figures.get("corruption", {}).values()
+    lost = sum(int(r.get("lost", 0) or 0) for r in [*crash, *conc]) + sum(
+        int(r.get("updates lost", 0) or 0) for r in damaged) + sum(
+        int(r.get("lost", 0) or 0) for r in _figures.get("outage", {}).values())
+    sized = _figures.get("privacy-size", {})
     faults = _figures.get("faults", {}).values()
     forgets = _figures.get("privacy", {})
     return [
@@ -125,8 +160,11 @@ def _totals() -> list[str]:
         f"- hostile inputs tried: {sum(int(r.get('inputs tried', 0)) for r in hostile):,}",
         f"- turns under an injected fault: {sum(int(r.get('turns', 0)) for r in faults):,}, all answered: "
         f"{'yes' if all(r.get('turns') == r.get('turns answered') for r in faults) else 'no'}",
-        f"- stores checked byte by byte after forget(): {len(forgets)}, remnants found: "
-        f"{sum(int(r.get('remnants found', 0)) for r in forgets.values())}",
+        f"- stores checked byte by byte after forget(): {len(forgets) + len(sized)}, remnants found: "
+        f"{sum(int(r.get('remnants found', 0)) for r in [*forgets.values(), *sized.values()])}",
+        f"- misuse cases tried: {sum(int(r.get('tried', 0)) for r in _figures.get('misuse', {}).values()):,}, "
+        f"files changed that should not have been: "
+        f"{sum(int(r.get('files changed', 0)) for r in _figures.get('misuse', {}).values())}",
         f"- updates lost: {lost:,}",
     ]
 

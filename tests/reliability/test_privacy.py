@@ -13,14 +13,17 @@ from typing import Any
 
 import pytest
 
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from tests._timing import patience
 from tests.reliability._harness import (
+    CLOSED_LLM,
     entry_points,
     exchange,
     folder_texts,
     make_memory,
     marker,
     members_of,
+    namespaced,
     redis_prefix,
     redis_texts,
     spec_for,
@@ -29,6 +32,8 @@ from tests.reliability._harness import (
     views,
 )
 from tests.reliability._report import record
+
+U, A = MessageRole.USER, MessageRole.ASSISTANT
 
 #: Overrides that make each backend derive everything it can from a few turns (offline).
 DERIVE_ALL = {
@@ -67,10 +72,7 @@ def _flush(memory: Any) -> None:
 @pytest.mark.parametrize(("name", "entry_point", "overrides"), CASES, ids=[c[0] for c in CASES])
 def test_forget_leaves_no_row_file_key_or_summary_of_the_session(name, entry_point, overrides, tmp_path):
     folder = tmp_path / "store"
-    config = dict(overrides)
-    spec = spec_for(entry_point)
-    if spec.namespace_key:
-        config[spec.namespace_key] = f"rel:privacy:{uuid.uuid4().hex}"
+    config = namespaced(entry_point, overrides, "privacy")
     victim, bystander = f"victim{uuid.uuid4().hex[:8]}", f"bystander{uuid.uuid4().hex[:8]}"
     secrets = [marker("v", n) for n in range(TURNS)]
     kept = [marker("b", n) for n in range(TURNS)]
@@ -164,3 +166,145 @@ def test_a_forget_interrupted_between_its_steps_leaves_all_or_nothing(entry_poin
         on_disk = _remnants(cells, [victim, *secrets])
     complete = set(secrets) <= exported
     assert complete or not on_disk, f"forget() half done: gone from export() but still on disk: {on_disk[:6]}"
+
+
+# -- forget() at every store size ----------------------------------------------------------------
+#: Exchanges per session. A small store is clean by luck of layout: rows that move when a page
+#: splits or merges leave old copies in the unused part of a live page (secure_delete only zeroes
+#: what is deleted), and index segments are rewritten; both come with size.
+SIZES = (5, 150, 2000)
+#: Turns written one by one after the bulk of a JSON store (imported: it rewrites the file per update).
+TAIL = 20
+FILLER = ["morning", "coffee", "with", "my", "sister", "before", "work", "then", "a", "long", "walk", "by", "the",
+          "river", "and", "dinner", "at", "eight", "neighbours", "who", "moved", "here", "from", "coast", "spring"]
+
+
+def _hybrid(folder: Path, overrides: dict) -> Any:
+    """The hybrid preset, its files in ``folder``, with a fast embedder and the entity facts on SQLite
+    (its JSON file is the entity case of its own, built faster)."""
+    from ovos_memory_plugins.composite import HYBRID_PRESET, CompositeMemory
+    from ovos_memory_plugins.testing.embeddings import FakeEmbedder
+
+    members = []
+    for spec in HYBRID_PRESET:
+        config = {**spec["config"], "db_path": str(folder / Path(spec["config"]["db_path"]).name)}
+        if spec["module"].endswith("local-rag"):
+            config["_embedder"] = FakeEmbedder()
+        if spec["module"].endswith("entity"):
+            config.update(backend="sqlite", db_path=str(folder / "hybrid_entity.db"), api_url=CLOSED_LLM,
+                          request_timeout=2)
+        members.append({"module": spec["module"], "config": config})
+    return CompositeMemory({"members": members, **overrides})
+
+
+#: Summaries and compaction as in DERIVE_ALL; facts capped as by default (every fact kept would make
+#: each update rewrite thousands of them: a store nobody has).
+SIZED_CASES = [(name, ep, {**DERIVE_ALL.get(ep, {}), **variant}) for name, ep, variant in store_cases()
+               if not ep.endswith("entity")]
+SIZED_CASES += [(name, ep, variant) for name, ep, variant in store_cases() if ep.endswith("entity")]
+SIZED_CASES += [(f"{ep} (neighbour_weight 0.5)", ep, {"retrieval": {"neighbour_weight": 0.5}})
+                for ep in ("ovos-memory-plugin-lexical", "ovos-memory-plugin-local-rag") if ep in entry_points()]
+SIZED_CASES.append(("ovos-memory-plugin-composite (hybrid preset)", "hybrid", {}))
+
+
+def _sized_memory(entry_point: str, folder: Path, config: dict) -> Any:
+    if entry_point == "hybrid":
+        folder.mkdir(parents=True, exist_ok=True)
+        return _hybrid(folder, config)
+    return make_memory(entry_point, folder, config)
+
+
+def _words(tag: str, n: int, rnd: Any) -> list[AgentMessage]:
+    """An exchange of varied length (rows of one size would fill pages too regularly)."""
+    filler = " ".join(rnd.choice(FILLER) for _ in range(rnd.randint(3, 40)))
+    return [AgentMessage(U, f"I like {marker(tag, n)}. {filler.capitalize()}."), AgentMessage(A, f"Noted, {filler}.")]
+
+
+def _json_store(memory: Any, folder: Path) -> bool:
+    return any(folder.glob("*.json")) and not any(folder.glob("*.db"))
+
+
+def _fill(memory: Any, entry_point: str, folder: Path, config: dict, count: int, sessions: dict[str, str]) -> None:
+    """``count`` exchanges in each session, interleaved. A JSON store rewrites its file per update:
+    its bulk is built in a RAM twin and imported (one write), the last ``TAIL`` turns one by one."""
+    import random
+
+    rnd = random.Random(count)
+    bulk = max(0, count - TAIL) if _json_store(memory, folder) else 0
+    if bulk:
+        twin_config = {**config, "db_path": None}
+        if entry_point.endswith(("longterm", "entity")):
+            twin_config["backend"] = "memory"
+        twin = make_memory(entry_point, folder / "twin", twin_config)
+        try:
+            for n in range(bulk):
+                for tag, sid in sessions.items():
+                    twin.update_history(_words(tag, n, rnd), sid)
+            _flush(twin)
+            exports = {sid: twin.export(sid) for sid in sessions.values()}
+        finally:
+            twin.close()
+        for sid, data in exports.items():
+            memory.import_session(data, sid)
+    due = rnd.randint(1, 3)
+    for n in range(bulk, count):
+        for tag, sid in sessions.items():
+            memory.update_history(_words(tag, n, rnd), sid)
+            due -= 1
+            if not due:  # background indexing in batches of 1 to 3 updates, as on a busy device
+                _flush(memory)
+                due = rnd.randint(1, 3)
+    _flush(memory)
+
+
+def _file_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (main files, WAL, shm, locks, quarantined copies), lower-cased."""
+    return {str(p.relative_to(folder)): p.read_bytes().lower() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("size", [pytest.param(s, marks=pytest.mark.slow) if s > 150 else s for s in SIZES])
+@pytest.mark.parametrize(("name", "entry_point", "overrides"), SIZED_CASES, ids=[c[0] for c in SIZED_CASES])
+def test_forget_leaves_no_byte_of_the_session_in_any_file_at_any_store_size(name, entry_point, overrides, size,
+                                                                            tmp_path, monkeypatch):
+    import time
+
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.local_rag import LocalRAGMemory
+
+    # Index batches end only where _fill flushes, so the file's layout is the same on every run.
+    for cls in (LexicalMemory, LocalRAGMemory):
+        monkeypatch.setattr(cls, "index_delay", 3600.0)
+
+    folder = tmp_path / "store"
+    config = namespaced(entry_point, overrides, "privacy")
+    # Tags share no first letter with anything else stored, so the index's prefix compression
+    # cannot hide a remnant from a byte search: a term that survives is stored whole at least once.
+    victim_tag, bystander_tag = f"xv{uuid.uuid4().hex[:6]}", f"qb{uuid.uuid4().hex[:6]}"
+    victim, bystander = f"victim{uuid.uuid4().hex[:8]}", f"bystander{uuid.uuid4().hex[:8]}"
+    memory = _sized_memory(entry_point, folder, config)
+    try:
+        _fill(memory, entry_point, folder, config, size, {victim_tag: victim, bystander_tag: bystander})
+        before = _file_bytes(folder)
+        redis_before = [t for m in members_of(memory) if redis_prefix(m) for t in redis_texts(redis_prefix(m))]
+        assert any(victim_tag.encode() in b for b in before.values()) or any(
+            victim_tag in t for _, t in redis_before), "the session is in no file before forget(): the test is blind"
+        kept_before = views(memory.export(bystander))
+        started = time.perf_counter()
+        memory.forget(victim)
+        took = time.perf_counter() - started
+        _flush(memory)
+        redis_left = [f"redis {where}" for m in members_of(memory) if redis_prefix(m)
+                      for where, text in redis_texts(redis_prefix(m)) if victim_tag in text or victim in text]
+        kept = views(memory.export(bystander))
+    finally:
+        memory.close()
+    files = _file_bytes(folder)
+    needles = [victim.encode(), victim_tag.encode()]
+    left = sorted(f"{path}: {needle.decode()} x{data.count(needle)}" for path, data in files.items()
+                  for needle in needles if needle in data) + redis_left
+    assert not left, f"forget() at {size} exchanges left the session in: {left}"
+    bystander_whole = kept == kept_before and any(kept.values())
+    assert bystander_whole, f"forget() touched the other session: {kept_before} -> {kept}"
+    record("privacy-size", (name, f"{size:>5,}"), **{  # right-aligned: rows sort by size
+        "files searched": len(files), "bytes searched": sum(len(b) for b in files.values()), "remnants found": 0,
+        "other session intact": bystander_whole, "forget took (s)": round(took, 2)})

@@ -1,0 +1,92 @@
+"""Reading what ``export()`` wrote back in: checked whole before anything is stored, and idempotent.
+
+``import_session`` takes an export of one session. Everything in it is checked first, so a
+malformed export is a ``TypeError`` or ``ValueError`` naming the part that is wrong, and the
+store is unchanged. Importing what is already there changes nothing: messages already at the
+end of the window are not appended again (:func:`unseen_messages`), and documents already
+stored (same text, same time) are not stored twice.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..messages import check_session_id, from_dict, to_dict
+from .compat import AgentMessage
+
+__all__ = ["export_documents", "export_messages", "session_export", "unseen_messages"]
+
+
+def session_export(data: Any, session_id: str | None) -> tuple[Mapping[str, Any], str]:
+    """``(data, the session id to import into)``; TypeError if ``data`` is not an export."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"import_session takes one session as export() returns it (a dict), not "
+                        f"{type(data).__name__}")
+    if session_id is None and "session_id" not in data:
+        raise ValueError("the export names no 'session_id'; pass session_id= to say where it goes")
+    return data, check_session_id(session_id if session_id is not None else data.get("session_id"))
+
+
+def _list_of(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(f"the export's '{key}' must be a list, not {type(value).__name__}")
+    return value
+
+
+def export_messages(data: Mapping[str, Any], key: str = "window") -> list[AgentMessage]:
+    """The messages of ``data[key]`` (a list of message dicts); errors name the bad item."""
+    out = []
+    for i, item in enumerate(_list_of(data, key)):
+        if not isinstance(item, Mapping):
+            raise TypeError(f"the export's '{key}'[{i}] must be a message dict, not {type(item).__name__}")
+        if not isinstance(item.get("role"), str) or not isinstance(item.get("content"), str):
+            raise ValueError(f"the export's '{key}'[{i}] needs a 'role' and a 'content' string")
+        try:
+            out.append(from_dict(dict(item)))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"the export's '{key}'[{i}] is not a message: {exc}") from exc
+    return out
+
+
+def export_documents(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The documents of ``data["documents"]``, each with a text ``content``; errors name the bad one."""
+    docs = _list_of(data, "documents")
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, Mapping):
+            raise TypeError(f"the export's 'documents'[{i}] must be a dict, not {type(doc).__name__}")
+        if not isinstance(doc.get("content"), str) or not doc["content"].strip():
+            raise ValueError(f"the export's 'documents'[{i}] has no 'content' text")
+        if not isinstance(doc.get("metadata") or {}, Mapping):
+            raise TypeError(f"the export's 'documents'[{i}]['metadata'] must be a dict")
+        ts = doc.get("ts")
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
+            raise TypeError(f"the export's 'documents'[{i}]['ts'] must be a number")
+    return docs
+
+
+def unseen_messages(stored: Sequence[AgentMessage], imported: Sequence[AgentMessage]) -> list[AgentMessage]:
+    """The part of ``imported`` the stored window does not hold yet.
+
+    Nothing when ``imported`` already appears in ``stored`` as a run (the same export imported
+    again, even after newer turns); else what follows the longest end of ``stored`` that
+    ``imported`` starts with (a newer export of the same session); else all of it.
+    """
+    if not imported:
+        return []
+    have = [_key(m) for m in stored]
+    new = [_key(m) for m in imported]
+    n = len(new)
+    if any(have[i:i + n] == new for i in range(len(have) - n + 1)):
+        return []
+    for overlap in range(min(len(have), n - 1), 0, -1):
+        if have[-overlap:] == new[:overlap]:
+            return list(imported[overlap:])
+    return list(imported)
+
+
+def _key(msg: AgentMessage) -> tuple[Any, ...]:
+    data = to_dict(msg)
+    return tuple(sorted((k, repr(v)) for k, v in data.items()))
