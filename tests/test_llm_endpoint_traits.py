@@ -102,9 +102,15 @@ def test_a_prompt_longer_than_the_context_raises_overflow_teaches_the_size_and_k
 def test_the_context_comes_from_the_config_first_then_the_server_then_a_default():
     with FakeLLMServer(props={"default_generation_settings": {"n_ctx": 8192}}) as server:
         assert ChatClient(server.url, max_prompt_tokens=4096).context_limit() == 4096
-        assert ChatClient(server.url).context_limit() == 8192
+        client = ChatClient(server.url)
+        assert client.context_limit() == DEFAULT_CONTEXT and server.count("/props") == 0, "not asked before it answers"
+        client.complete(ASK)
+        assert client.context_limit() == 8192 and client.context_limit() == 8192
+        assert server.count("/props") == 1
     with FakeLLMServer() as server:  # /props is a 404 here, as on llama-cpp-python
-        assert ChatClient(server.url).context_limit() == DEFAULT_CONTEXT
+        client = ChatClient(server.url)
+        client.complete(ASK)
+        assert client.context_limit() == DEFAULT_CONTEXT
 
 
 def test_fits_counts_the_whole_request_and_the_reply():
