@@ -39,7 +39,8 @@ from .fact_safety import looks_like_instruction, snap_value
 if TYPE_CHECKING:
     from .client import ChatClient
 
-__all__ = ["EXAMPLE_VALUES", "SCHEMA", "clean_items", "extraction_messages", "model_facts", "worth_asking"]
+__all__ = ["EXAMPLE_VALUES", "SCHEMA", "clean_items", "extraction_messages", "is_small_talk", "model_facts",
+           "worth_asking"]
 
 #: At most this many items per utterance (the schema says so too).
 MAX_ITEMS = 4
@@ -112,10 +113,15 @@ _SMALL_TALK = re.compile(
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
+def is_small_talk(text: str) -> bool:
+    """Greetings, thanks, "ok": nothing to remember."""
+    return bool(_SMALL_TALK.match(" ".join(text.split())))
+
+
 def worth_asking(user: str) -> bool:
     """False for an utterance that states nothing about the user: small talk, questions, no first person."""
     text = " ".join(user.split())
-    if not text or _SMALL_TALK.match(text):
+    if not text or is_small_talk(text):
         return False
     statements = [s for s in _SENTENCE.split(text) if s.strip() and not s.rstrip().endswith("?")]
     return any(_FIRST_PERSON.search(s) for s in statements)

@@ -16,7 +16,7 @@ whole summary here. The summary has two parts::
   (:mod:`~ovos_memory_plugins._llm.fact_store`): old facts stay until the user changes them, and
   the old value of a change moves to the history. Without a model, the offline rules.
 * **The narrative**: one request writes one or two sentences about what the user said in the
-  newest folded turns that fit the endpoint's context; code appends them to the old narrative,
+  newest folded turns that fit the endpoint's context (small talk left out); code appends them to the old narrative,
   drops repeated sentences and sentences that state a value the user has since changed, and
   drops the oldest sentences past the budget. Without a model, the user's most informative
   statements (:func:`~ovos_memory_plugins._llm.summary.extractive_summary`).
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.tokens import estimate_tokens, truncate_to_tokens
 from ..errors import LLMContextOverflow, LLMError
-from .fact_extraction import model_facts, worth_asking
+from .fact_extraction import is_small_talk, model_facts, worth_asking
 from .fact_rules import extract_facts, normalise
 from .fact_store import fact_of, merge, withdraw_denied
 from .summary import extractive_summary
@@ -243,7 +243,7 @@ class Summarizer:
         client = self.client
         assert client is not None
         lines = [(i, "User: " + " ".join(_content(m).split())) for i, m in enumerate(messages)
-                 if _role(m) == "user" and _content(m).strip()]
+                 if _role(m) == "user" and _content(m).strip() and not is_small_talk(_content(m))]
         max_tokens = min(NARRATIVE_TOKENS, self.max_tokens)
         for _ in range(3):  # an overflow teaches the client the real context; then it is rebuilt smaller
             request, first = self._newest_that_fit(lines, max_tokens)
