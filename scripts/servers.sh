@@ -1,12 +1,16 @@
 # Servers the tests need, started privately for one run and stopped when the shell exits.
 # Sourced by scripts/test and scripts/with-servers; `start_servers` exports the URLs the tests read.
-#   OVOS_MEMORY_REDIS_URL   a redis-server on a free port in a temporary folder
+#   OVOS_MEMORY_REDIS_URL     a redis-server on a free port in a temporary folder
+# and, after it, `start_llm_server`:
+#   OVOS_MEMORY_TEST_LLM_URL  a real local model (scripts/llm-server) on a free port; the `-m llm` tests
+#                             and benchmarks/llm_eval.py use it. A URL already set is used as it is.
 
 _SERVERS_DIR=""
 
 stop_servers() {
   [ -n "$_SERVERS_DIR" ] || return 0
   if [ -f "$_SERVERS_DIR/redis.pid" ]; then kill "$(cat "$_SERVERS_DIR/redis.pid")" 2>/dev/null || true; fi
+  bash scripts/llm-server stop "$_SERVERS_DIR" || true
   rm -rf "$_SERVERS_DIR"
   _SERVERS_DIR=""
 }
@@ -19,4 +23,12 @@ start_servers() {
     --daemonize yes --pidfile "$_SERVERS_DIR/redis.pid" --logfile "$_SERVERS_DIR/redis.log"
   for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   export OVOS_MEMORY_REDIS_URL="redis://127.0.0.1:$port/0"
+}
+
+start_llm_server() {
+  [ -z "${OVOS_MEMORY_TEST_LLM_URL:-}" ] || return 0
+  local port
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  OVOS_MEMORY_TEST_LLM_URL=$(bash scripts/llm-server start "$port" "$_SERVERS_DIR")
+  export OVOS_MEMORY_TEST_LLM_URL
 }

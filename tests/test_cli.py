@@ -589,6 +589,7 @@ def test_chat_says_which_memory_degraded_and_why_without_verbose(tmp_path):
 
 
 @pytest.mark.llm
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
 def test_chat_with_a_real_model_and_an_entity_memory_answers_and_records_every_turn(tmp_path, real_llm_url):
     block = {"db_path": str(tmp_path / "e.json"), "api_url": real_llm_url}
     persona = write_persona(tmp_path / "p.json", real_llm_url, "ovos-memory-plugin-entity", block)
@@ -601,7 +602,7 @@ def test_chat_with_a_real_model_and_an_entity_memory_answers_and_records_every_t
     assert "memory degraded" not in result.stderr and "warning" not in result.stderr, result.stderr
     assert len([line for line in result.stdout.splitlines() if line.strip()]) >= 2, "two answers, none empty"
     with open_memory("ovos-memory-plugin-entity", block) as memory:
-        assert memory.flush(300)
+        assert memory.flush(600)
         assert "User lives in Porto" in memory.facts("default")
 
 

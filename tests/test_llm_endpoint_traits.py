@@ -153,6 +153,7 @@ def test_errors_are_told_apart(status, detail, rejection, limit):
 
 # -- opt-in: the real local model --------------------------------------------------------------
 @pytest.mark.llm
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
 def test_the_real_server_gets_a_schema_it_honours(real_llm_url):
     client = ChatClient(real_llm_url, timeout=120)
     reply = client.chat([{"role": "user", "content": 'List facts about: "I live in Porto." Answer as JSON.'}],

@@ -438,14 +438,15 @@ def test_json_store_quarantines_a_corrupt_file_and_starts_empty(tmp_path):
 
 
 @pytest.mark.llm
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
 def test_a_real_model_summarises_the_old_turns_and_keeps_the_users_current_city(make, real_llm_url):
     memory = make(api_url=real_llm_url, summarize_every=2, recent_window=0)
     exchange(memory, 0, user="My name is Ana and I live in Lisbon.")
     exchange(memory, 1, user="I have a dog called Rex.")
-    assert memory.flush(300)
+    assert memory.flush(600)
     exchange(memory, 2, user="Big news: I moved from Lisbon to Porto last week.")
     exchange(memory, 3, user="What's the weather like tomorrow?")
-    assert memory.flush(300)
+    assert memory.flush(600)
     data = memory.export("s")
     assert data["recent"] == [] and data["summary_source"] == "llm", "the summary came from the model"
     assert "User lives in Porto" in data["summary"] and "User lives in Lisbon" not in data["summary"]

@@ -103,6 +103,7 @@ def test_a_model_summary_keeps_the_facts_and_the_change(make):
 
 
 @pytest.mark.llm
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
 def test_a_real_model_compacts_and_the_summary_names_the_users_current_city(make, real_llm_url):
     memory = make(api_url=real_llm_url, compact_threshold=5, compact_token_threshold=0, keep_recent=1)
     say(memory, TURNS + [("Thanks, that's helpful.", "Anytime!")])
