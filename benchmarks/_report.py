@@ -305,6 +305,7 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "python benchmarks/locomo.py --backend lexical|local-rag|composite-hybrid [--embedder e5|minilm]",
               "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5",
               "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members'",
+              "python benchmarks/llm_eval.py --api-url URL --write-docs  # LLM memories with a real model",
               "```", "",
               "What the last two scripts measured, and the decisions they led to: "
               "[design-notes.md](design-notes.md).", "",
@@ -325,5 +326,19 @@ def write(results: dict[str, Any], out: Path, raw: Path) -> Path:
     raw.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     results = {**results, "raw": raw.name}
     path = out / "benchmarks.md"
-    path.write_text(render(results, images), encoding="utf-8")
+    path.write_text(_keep_sections(path, render(results, images)), encoding="utf-8")
     return path
+
+
+#: Sections other scripts write into benchmarks.md (llm_eval.py): kept when this report is rewritten.
+_KEPT = (("<!-- llm-eval:begin -->", "<!-- llm-eval:end -->"),)
+
+
+def _keep_sections(path: Path, text: str) -> str:
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    for begin, end in _KEPT:
+        if begin in old and end in old and begin not in text:
+            section = old[old.index(begin):old.index(end) + len(end)]
+            anchor = "## Plots" if "## Plots" in text else "## Reproduce"
+            text = text.replace(anchor, section + "\n\n" + anchor, 1)
+    return text
