@@ -29,8 +29,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["ATTRIBUTES", "MULTI_VALUED", "SINGLE_VALUED", "is_single_valued", "label", "read_statement",
-           "statement", "subject_of"]
+__all__ = ["ATTRIBUTES", "MULTI_VALUED", "SINGLE_VALUED", "is_single_valued", "label", "plain", "read_statement",
+           "statement", "stem", "subject_of"]
 
 #: The attributes a model may name (the extraction schema's enum), with their labels.
 ATTRIBUTES: dict[str, str] = {
@@ -107,8 +107,15 @@ def read_statement(text: str) -> tuple[str, str, bool] | None:
     return None
 
 
-def _fold(word: str) -> str:
-    word = "".join(c for c in unicodedata.normalize("NFD", word.casefold()) if unicodedata.category(c) != "Mn")
+def plain(word: str) -> str:
+    """``word`` case-folded, accents removed ("São" -> "sao")."""
+    word = unicodedata.normalize("NFD", word.replace("\u2019", "'").casefold())
+    return "".join(c for c in word if unicodedata.category(c) != "Mn")
+
+
+def stem(word: str) -> str:
+    """A six-letter stem, plural s dropped: "hospitals" and "Hospital" compare equal."""
+    word = plain(word)
     if len(word) > 4 and word.endswith("s"):
         word = word[:-1]
     return word[:6]
@@ -118,4 +125,4 @@ def subject_of(value: str) -> frozenset[str]:
     """The value's content words as comparable stems ("Cats" and "cat", "Lisboa" and "lisbon" stay apart)."""
     from .fact_rules import STOP_WORDS
 
-    return frozenset(_fold(w) for w in _WORD.findall(value) if w.casefold() not in STOP_WORDS)
+    return frozenset(stem(w) for w in _WORD.findall(value) if w.casefold() not in STOP_WORDS)

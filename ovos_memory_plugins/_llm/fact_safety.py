@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import difflib
 import re
-import unicodedata
 
+from .fact_kinds import plain, stem
 from .fact_rules import MAX_FACT_CHARS, STOP_WORDS, WORD, normalise, wordset
 
 __all__ = ["is_grounded", "looks_like_instruction", "snap_value"]
@@ -69,23 +69,11 @@ from as by de da do das dos em no na o os um uma e y el la los las en del
 SIMILAR = 0.8
 
 
-def _plain(word: str) -> str:
-    word = unicodedata.normalize("NFD", normalise(word).casefold())
-    return "".join(c for c in word if unicodedata.category(c) != "Mn")
-
-
-def _stem6(word: str) -> str:
-    word = _plain(word)
-    if len(word) > 4 and word.endswith("s"):
-        word = word[:-1]
-    return word[:6]
-
-
 def _close(said: list[str], word: str) -> str | None:
-    plain = _plain(word)
-    if len(plain) < 4:
+    target = plain(word)
+    if len(target) < 4:
         return None
-    return next((w for w in said if len(w) >= 4 and difflib.SequenceMatcher(None, _plain(w), plain).ratio() >= SIMILAR),
+    return next((w for w in said if len(w) >= 4 and difflib.SequenceMatcher(None, plain(w), target).ratio() >= SIMILAR),
                 None)
 
 
@@ -106,7 +94,7 @@ def snap_value(value: str, said: str) -> str | None:
     said_words = WORD.findall(normalise(said))
     by_stem: dict[str, str] = {}
     for word in said_words:
-        by_stem.setdefault(_stem6(word), word)
+        by_stem.setdefault(stem(word), word)
     out: list[str] = []
     content = matched = 0
     for token in value.split():
@@ -117,9 +105,9 @@ def snap_value(value: str, said: str) -> str | None:
             continue
         content += 1
         if len(words) == 1:
-            hit = by_stem.get(_stem6(core)) or _close(said_words, core)
+            hit = by_stem.get(stem(core)) or _close(said_words, core)
         else:  # "São-João", "e-mail": every part must have been said
-            hit = core if all(_stem6(w) in by_stem for w in words) else None
+            hit = core if all(stem(w) in by_stem for w in words) else None
         if hit is None:
             if core[:1].isupper() or any(c.isdigit() for c in core):
                 return None

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .fact_kinds import ATTRIBUTES, is_single_valued, statement
+from .fact_kinds import ATTRIBUTES, is_single_valued, statement, subject_of
 from .fact_rules import STOP_WORDS, Fact, make_fact, model_fact, normalise
 
 __all__ = ["MAX_HISTORY", "fact_of", "merge", "withdraw_denied"]
@@ -35,10 +35,6 @@ __all__ = ["MAX_HISTORY", "fact_of", "merge", "withdraw_denied"]
 MAX_HISTORY = 100
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-
-
-def _words(subject: str) -> frozenset[str]:
-    return frozenset(w for w in _WORD.findall(subject.casefold()) if w not in STOP_WORDS)
 
 
 def fact_of(state: Mapping[str, Any], text: str) -> Fact:
@@ -57,7 +53,7 @@ def _same_thing(old: Fact, new: Fact) -> bool:
         return old.key == new.key
     if is_single_valued(old.kind) or is_single_valued(new.kind):
         return old.kind == new.kind
-    a, b = _words(old.subject), _words(new.subject)
+    a, b = subject_of(old.subject), subject_of(new.subject)
     if not a or not b or not (a <= b or b <= a):
         return False
     # One attribute: a restatement ("Japan" -> "Japan, October 3rd"). Across attributes only a
@@ -132,7 +128,7 @@ def withdraw_denied(state: Mapping[str, Any], user: str, sid: str, now: float | 
         fact = fact_of(state, str(stored))
         if fact.negated or fact.kind not in _DENIABLE:
             continue
-        words = [w for w in _words(fact.subject) if len(w) >= 3]
+        words = [w for w in _WORD.findall(fact.subject.casefold()) if len(w) >= 3 and w not in STOP_WORDS]
         if any(_denies(text, w) for w in words):
             value = fact.said or fact.subject
             denials.append(model_fact(fact.kind, value, True, statement(fact.kind, value, True)))

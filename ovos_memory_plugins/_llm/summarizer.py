@@ -40,7 +40,7 @@ from ..errors import LLMContextOverflow, LLMError
 from .fact_extraction import is_small_talk, model_facts, worth_asking
 from .fact_rules import extract_facts, normalise
 from .fact_store import fact_of, merge, withdraw_denied
-from .summary import extractive_summary
+from .summary import extractive_summary, role_content
 from .summary_checks import check_piece, check_summary, trim_to_sentence
 
 if TYPE_CHECKING:
@@ -114,15 +114,6 @@ def render_summary(state: Mapping[str, Any], max_tokens: int) -> str:
     while estimate_tokens(text()) > max_tokens and facts:
         facts.pop(0)
     return text()
-
-
-def _role(message: Any) -> str:
-    role = message.get("role", "") if isinstance(message, Mapping) else getattr(message, "role", "")
-    return str(getattr(role, "value", role))
-
-
-def _content(message: Any) -> str:
-    return str((message.get("content") if isinstance(message, Mapping) else getattr(message, "content", "")) or "")
 
 
 def _value_parts(value: str) -> list[str]:
@@ -219,7 +210,7 @@ class Summarizer:
 
     # -- the facts --------------------------------------------------------------------------------
     def _facts(self, state: dict[str, Any], messages: Sequence[Any], use_model: bool) -> tuple[dict[str, Any], bool]:
-        said = [_content(m) for m in messages if _role(m) == "user" and _content(m).strip()]
+        said = [text for role, text in map(role_content, messages) if role == "user" and text.strip()]
         by_model = set([i for i, text in enumerate(said) if worth_asking(text)][-MAX_MODEL_STATEMENTS:])
         for i, text in enumerate(said):
             state = withdraw_denied(state, text, "")
@@ -242,8 +233,8 @@ class Summarizer:
         """One or two sentences about the newest user turns that fit the context, and those turns."""
         client = self.client
         assert client is not None
-        lines = [(i, "User: " + " ".join(_content(m).split())) for i, m in enumerate(messages)
-                 if _role(m) == "user" and _content(m).strip() and not is_small_talk(_content(m))]
+        lines = [(i, "User: " + " ".join(text.split())) for i, (role, text) in enumerate(map(role_content, messages))
+                 if role == "user" and text.strip() and not is_small_talk(text)]
         max_tokens = min(NARRATIVE_TOKENS, self.max_tokens)
         for _ in range(3):  # an overflow teaches the client the real context; then it is rebuilt smaller
             request, first = self._newest_that_fit(lines, max_tokens)

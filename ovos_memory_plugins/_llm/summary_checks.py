@@ -22,23 +22,22 @@ later. The checks are cheap and need no model:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from .fact_rules import wordset
+from .summary import role_content
 
 __all__ = ["check_piece", "check_summary", "named_entities", "trim_to_sentence", "user_statements"]
 
 
-def _words(text: str) -> list[str]:
-    return text.split()
-
-
 # Capitalised words that open sentences without naming anything.
-_OPENERS = frozenset(_words("""
+_OPENERS = wordset("""
 I I'm I've I'd I'll The A An She He They It This That These Those We You Your My Our Her His Their User Users
 Assistant Hi Hello Hey Thanks Thank Yes No Okay Ok Oh And But So Then Now Also Today Tomorrow Good Great Nice Sure
 Well Facts Conversation Summary Honestly Funny Cool Pretty Big Is Can What How Where When Why Who Please Let There
 Here Haha After Before During While If In On At For With From To Of As By
-"""))
+""")
 _TOKEN = re.compile(r"[^\W_][\w'\u2019-]*|[.!?:\n]", re.UNICODE)
 _GREETING = re.compile(
     r"^\W*(hi|hello|hey|good (morning|evening|night)|ol[áa]|greetings|dear)\b|how (can|may) i (help|assist)|"
@@ -74,20 +73,11 @@ def named_entities(text: str) -> set[str]:
     return found
 
 
-def _role(message: Any) -> str:
-    role = message.get("role", "") if isinstance(message, Mapping) else getattr(message, "role", "")
-    return str(getattr(role, "value", role))
-
-
-def _content(message: Any) -> str:
-    return str((message.get("content") if isinstance(message, Mapping) else getattr(message, "content", "")) or "")
-
-
 def user_statements(messages: Iterable[Any]) -> list[str]:
     """What the user said in ``messages`` that states something (questions and small talk excluded)."""
     from .fact_extraction import worth_asking
 
-    return [_content(m) for m in messages if _role(m) == "user" and worth_asking(_content(m))]
+    return [text for role, text in map(role_content, messages) if role == "user" and worth_asking(text)]
 
 
 def check_piece(piece: str, messages: Sequence[Any]) -> str | None:
