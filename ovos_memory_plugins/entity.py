@@ -228,7 +228,9 @@ class EntityMemory(LLMMemory):
             return extract_facts(user), "rules"
         try:
             if self.settings.extraction_prompt == DEFAULT_EXTRACTION_PROMPT:
-                return model_facts(self.client, user, self.settings.max_extract_tokens), "extracted"
+                found = model_facts(self.client, user, self.settings.max_extract_tokens)
+                # An answer out of shape (prose, a list of sentences) says nothing usable: the rules read it.
+                return (extract_facts(user), "rules") if found is None else (found, "extracted")
             return self._custom_extraction(item), "extracted"
         except LLMError:
             return extract_facts(user), "rules"  # no model answered (the client logged it once)

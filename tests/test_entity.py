@@ -245,6 +245,18 @@ def test_a_custom_prompts_reply_cut_off_keeps_a_last_sentence_that_ended(make, l
     assert injected(memory) == ["User works as a nurse", "I moved from Lisbon to Porto last week."]
 
 
+def test_a_reply_out_of_shape_leaves_the_statement_to_the_rules(make, llm):
+    # A model ignoring the format answers in prose or with a list of sentences: nothing in it is
+    # usable, but what the user said must not be lost for that.
+    llm.add_replies("Sure! The user likes fado.", '["User likes fado", "User lives in Porto"]', items())
+    memory = make(api_url=llm.url)
+    say(memory, "I love fado.")
+    say(memory, "I live in Porto.")
+    say(memory, "I like bouldering.")  # in shape, with no fact: nothing, as the model said
+    assert injected(memory) == ["User loves fado", "User lives in Porto"]
+    assert [f["source"] for f in memory.export("s")["facts"]] == ["rules", "rules"]
+
+
 # -- a change supersedes the old fact, with or without a model ---------------------------------------
 def test_a_move_supersedes_the_old_city_which_stays_in_the_history(make, llm):
     llm.add_replies(items(("home_city", "Lisbon")), items(("home_city", "Lisbon"), ("home_city", "Porto")))
@@ -286,6 +298,16 @@ def test_offline_a_denial_withdraws_a_fact(make):
     say(memory, "I'm vegan.")
     say(memory, "I'm not vegan anymore, I eat fish again.")
     assert injected(memory) == ["User's food: not vegan"]
+
+
+def test_values_that_only_share_their_first_letters_do_not_supersede_each_other(make):
+    memory = make()
+    for text in ("I like Portugal.", "I like Portuguese food.", "I like item0001.", "I like item0002.",
+                 "I like hospitals."):
+        say(memory, text)
+    say(memory, "I like the hospital.")  # the same thing again, singular
+    assert injected(memory) == ["User likes Portugal", "User likes Portuguese food", "User likes item0001",
+                                "User likes item0002", "User likes the hospital"]
 
 
 # -- a custom prompt: its list as returned (the reference's behaviour) --------------------------------

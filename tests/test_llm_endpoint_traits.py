@@ -104,6 +104,8 @@ def test_the_context_comes_from_the_config_first_then_the_server_then_a_default(
         assert ChatClient(server.url, max_prompt_tokens=4096).context_limit() == 4096
         client = ChatClient(server.url)
         assert client.context_limit() == DEFAULT_CONTEXT and server.count("/props") == 0, "not asked before it answers"
+        client.resolve_model()  # a model listing is not an answer: a server failing completions costs no probe
+        assert client.context_limit() == DEFAULT_CONTEXT and server.count("/props") == 0
         client.complete(ASK)
         assert client.context_limit() == 8192 and client.context_limit() == 8192
         assert server.count("/props") == 1

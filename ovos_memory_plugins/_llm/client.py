@@ -279,6 +279,7 @@ class ChatClient:
             self._breaker.release()  # a bug or an interrupt: never leave a trial marked as running
             raise
         self._on_success()
+        self._answered = True  # a completion, not a model listing: only then is the server probed
         return completion
 
     def context_limit(self) -> int:
@@ -308,7 +309,6 @@ class ChatClient:
 
     # -- internals -----------------------------------------------------------------------
     def _on_success(self) -> None:
-        self._answered = True
         if self._breaker.success():
             self._problem = None
             self._log.clear("endpoint", f"{self._who}LLM endpoint {self.api_url} recovered")

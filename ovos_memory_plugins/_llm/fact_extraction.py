@@ -286,11 +286,13 @@ class _Replies:
 _replies = _Replies()
 
 
-def model_facts(client: ChatClient, user: str, max_tokens: int = 128) -> list[Fact]:
+def model_facts(client: ChatClient, user: str, max_tokens: int = 128) -> list[Fact] | None:
     """The facts the model finds in ``user``'s utterance, checked against it.
 
-    Raises :class:`~ovos_memory_plugins.errors.LLMError` when no model answered (the caller
-    falls back to the offline rules); an answer with no usable item is an empty list.
+    Raises :class:`~ovos_memory_plugins.errors.LLMError` when no model answered, and returns
+    None when its answer is not in the asked shape at all (prose, a list of sentences): the
+    caller then falls back to the offline rules. An answer in shape with no usable item is an
+    empty list.
     """
     if not worth_asking(user):
         return []
@@ -305,6 +307,15 @@ def model_facts(client: ChatClient, user: str, max_tokens: int = 128) -> list[Fa
             # The server named its context (the client learnt it): the request is rebuilt to fit.
             reply = client.chat(extraction_messages(user, client, max_tokens), max_tokens=max_tokens, schema=SCHEMA)
         items, _ = parse_items(reply.text)
+        if not _in_shape(items, reply.text):
+            return None
         items = items[: MAX_ITEMS * 2]
         _replies.put(key, items)
     return clean_items(items, user)
+
+
+def _in_shape(items: list[Any], reply: str) -> bool:
+    """Objects, or JSON holding none ("[]", '{"facts": []}'); not prose or a list of sentences."""
+    if items:
+        return any(isinstance(item, Mapping) for item in items)
+    return "[" in reply or "{" in reply

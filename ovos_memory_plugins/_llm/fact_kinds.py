@@ -26,11 +26,12 @@ yields what each fact is about.
 """
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
 __all__ = ["ATTRIBUTES", "MULTI_VALUED", "SINGLE_VALUED", "is_single_valued", "label", "plain", "read_statement",
-           "statement", "stem", "subject_of"]
+           "singular", "statement", "stem", "subject_of"]
 
 #: The attributes a model may name (the extraction schema's enum), with their labels.
 ATTRIBUTES: dict[str, str] = {
@@ -113,16 +114,22 @@ def plain(word: str) -> str:
     return "".join(c for c in word if unicodedata.category(c) != "Mn")
 
 
-def stem(word: str) -> str:
-    """A six-letter stem, plural s dropped: "hospitals" and "Hospital" compare equal."""
+def singular(word: str) -> str:
+    """``word`` plain, plural s dropped: "Hospitals" and "hospital" compare equal."""
     word = plain(word)
-    if len(word) > 4 and word.endswith("s"):
-        word = word[:-1]
-    return word[:6]
+    return word[:-1] if len(word) > 4 and word.endswith("s") else word
 
 
+def stem(word: str) -> str:
+    """A six-letter stem of :func:`singular`: loose enough to tell whether the user said a word
+    ("bouldering" for "boulder"), too loose to tell two values apart ("Portugal", "Portuguese")."""
+    return singular(word)[:6]
+
+
+@functools.lru_cache(maxsize=8192)  # compared against every stored fact at every merge
 def subject_of(value: str) -> frozenset[str]:
-    """The value's content words as comparable stems ("Cats" and "cat", "Lisboa" and "lisbon" stay apart)."""
+    """The value's content words, comparable ("Cats" and "cat"), whole: values that share a
+    beginning stay apart ("Lisboa" and "lisbon", "item0001" and "item0002")."""
     from .fact_rules import STOP_WORDS
 
-    return frozenset(stem(w) for w in _WORD.findall(value) if w.casefold() not in STOP_WORDS)
+    return frozenset(singular(w) for w in _WORD.findall(value) if w.casefold() not in STOP_WORDS)

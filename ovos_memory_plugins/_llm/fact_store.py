@@ -114,6 +114,9 @@ _BETWEEN = (r"(?:\s+(?:like|love|eat|eating|live|living|in|at|work|working|for|l
 _DENIABLE = frozenset(ATTRIBUTES) - {"name", "age", "birthday"} | {"pref", "is", "allergy", "food"}
 
 
+_MAY_DENY = re.compile(rf"\b(?:{_DENIAL}|{_LATER})")
+
+
 def _denies(text: str, word: str) -> bool:
     w = re.escape(word)
     return bool(re.search(rf"\b{_DENIAL}{_BETWEEN}{{0,2}}\s+{w}\b", text)
@@ -123,6 +126,8 @@ def _denies(text: str, word: str) -> bool:
 def withdraw_denied(state: Mapping[str, Any], user: str, sid: str, now: float | None = None) -> dict[str, Any]:
     """``state`` with every stored fact the utterance denies turned into its negation (old one in history)."""
     text = normalise(user).casefold()
+    if not _MAY_DENY.search(text):
+        return dict(state)  # most turns deny nothing: no scan of every stored fact
     denials = []
     for stored in state.get("facts") or []:
         fact = fact_of(state, str(stored))

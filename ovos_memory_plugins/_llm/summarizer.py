@@ -226,7 +226,8 @@ class Summarizer:
 
     def _narrative_budget(self, state: Mapping[str, Any]) -> int:
         facts = render_summary({"facts": state.get("facts") or []}, 1 << 30)
-        return max(48, min(2 * NARRATIVE_TOKENS, self.max_tokens - estimate_tokens(facts)))
+        # What the facts leave of max_summary_tokens: a larger bound keeps more of the narrative.
+        return max(48, self.max_tokens - estimate_tokens(facts))
 
     # -- the narrative ------------------------------------------------------------------------------
     def _narrate(self, messages: Sequence[Any]) -> tuple[str, Sequence[Any]]:
