@@ -212,13 +212,15 @@ def run_locomo(task: dict[str, Any], folder: str) -> dict[str, Any]:
     spec.loader.exec_module(locomo)
     cls = _load(task["entry_point"])
 
+    overrides = task.get("overrides") or {}  # per conversation (leave-one-out weights)
+
     def factory(hint: str) -> Any:
         sub = os.path.join(folder, hint)
         os.makedirs(sub, exist_ok=True)
-        return cls(_fill(task["config"], sub))
+        return cls({**_fill(task["config"], sub), **overrides.get(hint.removeprefix("locomo-"), {})})
 
     report = locomo.evaluate(factory, ks=tuple(task.get("ks", (5, 10))), limit_conversations=task.get("limit"),
-                             path=task.get("locomo_path"))
+                             path=task.get("locomo_path"), context=bool(task.get("context")))
     report["peak_rss_mb"] = _peak_rss_mb()
     return report
 

@@ -14,7 +14,11 @@ Our update commits the window and the document log; the FTS5 entries are written
 background thread in batches (the raw insert baseline writes FTS5 in the call). The last column
 is that thread's time spent per timed exchange, so nothing is hidden.
 
-Usage: python benchmarks/bench_lexical.py [--quick] [--sizes 1000,10000,100000]
+With ``--neighbours`` it measures neighbour context instead (``retrieval.neighbour_weight: 0.5``,
+as in the hybrid preset): the turn ranked from the RAM postings (the default) against the same
+store ranked by FTS5 (``ram_index: false``), both in the same run.
+
+Usage: python benchmarks/bench_lexical.py [--quick] [--sizes 1000,10000,100000] [--neighbours]
 """
 from __future__ import annotations
 
@@ -38,9 +42,9 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[int(0.9 * (len(ordered) - 1))]
 
 
-def measure_ours(folder: str, n: int, calls: int) -> dict[str, tuple[float, float]]:
+def measure_ours(folder: str, n: int, calls: int, **config: object) -> dict[str, tuple[float, float]]:
     work = Workload(seed=1)
-    memory = LexicalMemory({"db_path": os.path.join(folder, "lex.db")})
+    memory = LexicalMemory({"db_path": os.path.join(folder, "lex.db"), **config})
     for _ in range(n):
         memory.update_history(_messages(*work.exchange()), "bench")
     memory.flush()  # background work done (the RAM postings loaded), as between a persona's turns
@@ -95,14 +99,33 @@ def measure_raw(folder: str, n: int, calls: int) -> dict[str, tuple[float, float
     return {"build": percentiles(match), "update": percentiles(add)}
 
 
+def neighbours(sizes: list[int], calls: int) -> None:
+    print(f"# LexicalMemory with neighbour context (0.5) on a file DB; {calls} alternating calls; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print("| N | build, RAM copy med / p90 µs | build, FTS5 med / p90 µs | ratio | update, RAM copy med / p90 µs |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as folder:
+            ram = measure_ours(folder, n, calls, retrieval={"neighbour_weight": 0.5})
+        with tempfile.TemporaryDirectory() as folder:
+            fts = measure_ours(folder, n, calls, retrieval={"neighbour_weight": 0.5}, ram_index=False)
+        b, f, u = ram["build"], fts["build"], ram["update"]
+        print(f"| {n:,} | {b[0]:.0f} / {b[1]:.0f} | {f[0]:.0f} / {f[1]:.0f} | {b[0] / f[0]:.2f}x "
+              f"| {u[0]:.0f} / {u[1]:.0f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1k only, 100 calls")
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--neighbours", action="store_true", help="neighbour context: RAM copy against FTS5")
     args = parser.parse_args()
     sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
     calls = 100 if args.quick else args.calls
+    if args.neighbours:
+        neighbours(sizes, calls)
+        return
     print(f"# LexicalMemory on a file DB; {calls} alternating calls; load average {os.getloadavg()[0]:.2f}")
     print("| N | build med / p90 µs | raw match med / p90 | ratio "
           "| update med / p90 µs | raw insert med / p90 | ratio | background indexing µs/exchange |")

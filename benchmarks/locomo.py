@@ -20,14 +20,25 @@ Protocol:
   opens with speaker_b (about a third do) starts with an answer that has no question in that
   session: it is sent alone, ``update_history([assistant])``. A trailing speaker_a turn with no
   answer is sent alone, ``update_history([user])``.
+- Dated (the default; ``--no-dates`` turns it off): a memory with ``import_exchanges`` (this
+  package's retrieval memories and composite) gets the same exchanges through it instead, each
+  with its session's date (``session_<n>_date_time``, read as UTC) plus one second per exchange,
+  as a user restoring an old conversation would import it. The pairing is ``update_history``'s,
+  so the stored exchanges are the same; only their times differ. A memory without the method
+  (the reference package) is fed turn by turn as above.
 - ``memory.flush()`` is called when it exists (backends that embed in the background).
 - For every question of the chosen categories (1 multi-hop, 2 temporal, 3 open-domain,
   4 single-hop; 5 adversarial has no answer): ``memory.search(question, session_id, top_k=k)``
   for each k. A question is recalled at k when the text of any of its evidence turns is contained
   in the concatenated contents of the hits. Both sides are compared with whitespace collapsed, so
   a backend that joins or strips lines still counts.
-- Reported per category and overall: recall@k, mean recalled characters (sum of the hits' content
-  lengths per question: the price in prompt size of that recall) and search latency median/p90.
+- Reported per category, per conversation and overall: recall@k, mean recalled characters (sum of
+  the hits' content lengths per question: the price in prompt size of that recall) and search
+  latency median/p90.
+- With ``--context`` (composite backends), each question is also asked as a turn: *added* is what
+  the turn's context holds besides the window and the utterance (the recalled exchanges' texts
+  and the facts and summary blocks; also reported with the recall header and bullets), and *in
+  context* whether an evidence turn is in it.
 
 This module imports nothing from ``ovos_memory_plugins`` (only ``ovos_plugin_manager`` for the
 message type), so the side-by-side runner can run it unchanged against the reference package in
@@ -37,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import inspect
 import json
 import os
@@ -106,6 +118,54 @@ def exchanges(conversation: dict[str, Any]) -> Iterator[list[tuple[str, str]]]:
                 i += 1
 
 
+_LOCOMO_DATE = re.compile(r"\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})", re.I)
+_MONTHS = {m: i + 1 for i, m in enumerate(("january", "february", "march", "april", "may", "june", "july",
+                                           "august", "september", "october", "november", "december"))}
+
+
+def session_time(text: str) -> float | None:
+    """``"1:56 pm on 8 May, 2023"`` as POSIX seconds (read as UTC), or None."""
+    m = _LOCOMO_DATE.match(text or "")
+    if not m or m.group(5).lower() not in _MONTHS:
+        return None
+    hour, minute, half, day, month, year = m.groups()
+    hour24 = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
+    when = datetime.datetime(int(year), _MONTHS[month.lower()], int(day), hour24, int(minute),
+                             tzinfo=datetime.timezone.utc)
+    return when.timestamp()
+
+
+def dated_exchanges(conversation: dict[str, Any]) -> list[dict[str, Any]]:
+    """The exchanges ``update_history`` would store for the calls of :func:`exchanges`, as
+    ``{"question", "answer", "ts"}``: a question waits for its answer across calls (a session
+    opening with speaker_b answers the last session's unanswered question), a question followed
+    by another question is stored alone, and a question never answered is not stored. ``ts`` is
+    the date of the session whose call stores it, plus one second per exchange (order kept)."""
+    conv = conversation["conversation"]
+    keys = sorted((k for k in conv if re.fullmatch(r"session_\d+", k) and conv[k]), key=lambda k: int(k[8:]))
+    out: list[dict[str, Any]] = []
+    question: str | None = None
+    for key in keys:
+        first = len(out)
+        one = {"sample_id": "", "conversation": {"speaker_a": conv["speaker_a"], key: conv[key]}}
+        for call in exchanges(one):
+            answered = False
+            for role, text in call:
+                if role == "user":
+                    if question is not None and not answered:
+                        out.append({"question": question, "answer": None})
+                    question, answered = text, False
+                else:
+                    out.append({"question": question, "answer": text})
+                    answered = True
+            if answered:
+                question = None  # a lone answer in the next call has no question (update_history's rule)
+        start = session_time(conv.get(f"{key}_date_time", ""))
+        for i, item in enumerate(out[first:]):
+            item["ts"] = None if start is None else start + i
+    return out
+
+
 def evidence_ids(raw: Sequence[str]) -> list[str]:
     """Evidence ids, with malformed entries like ``"D8:6; D9:17"`` split on ``;`` and spaces."""
     return [part for item in raw for part in re.split(r"[;\s]+", str(item)) if part]
@@ -162,33 +222,65 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def _feed(memory: Any, conversation: dict[str, Any], session_id: str) -> tuple[int, float]:
+def _feed(memory: Any, conversation: dict[str, Any], session_id: str, dated: bool = True) -> tuple[int, float]:
     calls, start = 0, time.perf_counter()
-    for exchange in exchanges(conversation):
-        memory.update_history([_message(role, text) for role, text in exchange], session_id)
-        calls += 1
+    if dated and callable(getattr(memory, "import_exchanges", None)):
+        items = dated_exchanges(conversation)
+        memory.import_exchanges(session_id, [{k: v for k, v in e.items() if v is not None} for e in items])
+        calls = len(items)
+    else:
+        for exchange in exchanges(conversation):
+            memory.update_history([_message(role, text) for role, text in exchange], session_id)
+            calls += 1
     if callable(getattr(memory, "flush", None)):
         memory.flush()
     return calls, time.perf_counter() - start
 
 
+def _added(memory: Any, question: str, session_id: str) -> tuple[str, int, int]:
+    """What a turn asking ``question`` adds besides the window and the utterance (the system
+    messages before the window): its text, the characters of the recalled exchanges and blocks
+    (facts, summary) it holds, and all its characters (with the recall header and bullets)."""
+    context = memory.build_conversation_context(question, session_id)
+    added = []
+    for message in context[:-1]:
+        if getattr(message.role, "value", message.role) not in ("system", "developer"):
+            break
+        added.append(message.content)
+    header = getattr(memory, "header", None)
+    recall = [b for b in added if header and b.startswith(header)]
+    blocks = [b for b in added if b not in recall]
+    history = memory.get_history(session_id)
+    recalled = [h.content for h in memory.recall(question, session_id, history)] if recall else []
+    inside = [text for text in recalled if any(text in b for b in recall)]
+    return "\n".join(added), sum(map(len, inside)) + sum(map(len, blocks)), sum(map(len, added))
+
+
 def evaluate_conversation(memory: Any, conversation: dict[str, Any], ks: Sequence[int],
-                          categories: Sequence[int], session_id: str) -> dict[str, Any]:
+                          categories: Sequence[int], session_id: str, dated: bool = True,
+                          context: bool = False) -> dict[str, Any]:
     """Feed one conversation into ``memory`` and return one row per (question, k)."""
     if not callable(getattr(memory, "search", None)):
         raise BackendUnavailable(f"{type(memory).__name__} has no search(): recall cannot be measured")
-    calls, ingest_s = _feed(memory, conversation, session_id)
+    calls, ingest_s = _feed(memory, conversation, session_id, dated)
     rows = []
+    name = str(conversation.get("sample_id", session_id))
     for qa in questions(conversation, categories):
         wanted = [_squash(e) for e in qa["evidence"]]
+        extra: dict[str, Any] = {}
+        if context:
+            text, chars, total = _added(memory, qa["question"], session_id)
+            extra = {"added_chars": chars, "added_total_chars": total,
+                     "in_context": any(w in _squash(text) for w in wanted)}
         for k in ks:
             start = time.perf_counter()
             hits = memory.search(qa["question"], session_id, top_k=k) or []
             latency = time.perf_counter() - start
             contents = [_content(h) for h in hits]
             joined = _squash("\n".join(contents))
-            rows.append({"category": qa["category"], "k": k, "hit": any(w in joined for w in wanted),
-                         "chars": sum(len(c) for c in contents), "latency_s": latency})
+            rows.append({"category": qa["category"], "conversation": name, "k": k,
+                         "hit": any(w in joined for w in wanted), "chars": sum(len(c) for c in contents),
+                         "latency_s": latency, **extra})
     return {"rows": rows, "exchanges": calls, "ingest_s": ingest_s}
 
 
@@ -197,22 +289,30 @@ def summarise(rows: list[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
     def stats(subset: list[dict[str, Any]]) -> dict[str, float]:
         lat = [r["latency_s"] * 1000 for r in subset]
         n = len(subset)
-        return {"n": n,
-                "recall": sum(r["hit"] for r in subset) / n if n else float("nan"),
-                "mean_chars": sum(r["chars"] for r in subset) / n if n else float("nan"),
-                "latency_ms_median": statistics.median(lat) if lat else float("nan"),
-                "latency_ms_p90": _percentile(lat, 0.9)}
+        out = {"n": n,
+               "recall": sum(r["hit"] for r in subset) / n if n else float("nan"),
+               "mean_chars": sum(r["chars"] for r in subset) / n if n else float("nan"),
+               "latency_ms_median": statistics.median(lat) if lat else float("nan"),
+               "latency_ms_p90": _percentile(lat, 0.9)}
+        if n and all("added_chars" in r for r in subset):
+            for key in ("added_chars", "added_total_chars", "in_context"):
+                out[key] = sum(r[key] for r in subset) / n
+        return out
 
     cats = sorted({r["category"] for r in rows})
+    convs = sorted({r["conversation"] for r in rows if "conversation" in r})
     return {"overall": {k: stats([r for r in rows if r["k"] == k]) for k in ks},
             "by_category": {c: {k: stats([r for r in rows if r["k"] == k and r["category"] == c]) for k in ks}
-                            for c in cats}}
+                            for c in cats},
+            "by_conversation": {c: {k: stats([r for r in rows if r["k"] == k and r.get("conversation") == c])
+                                    for k in ks} for c in convs}}
 
 
 def evaluate(factory: Callable[..., Any], ks: Sequence[int] = (5, 10), limit_conversations: int | None = None,
              categories: Sequence[int] = (1, 2, 3, 4), path: str | Path | None = None,
              conversations: list[dict[str, Any]] | None = None,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None, dated: bool = True,
+             context: bool = False) -> dict[str, Any]:
     """Recall of the memories built by ``factory`` on LoCoMo (see the module docstring).
 
     Returns ``{"overall": {k: {n, recall, mean_chars, latency_ms_median, latency_ms_p90}},
@@ -227,7 +327,7 @@ def evaluate(factory: Callable[..., Any], ks: Sequence[int] = (5, 10), limit_con
         sid = f"locomo-{conv.get('sample_id', len(rows))}"
         memory = _make(factory, sid)
         try:
-            result = evaluate_conversation(memory, conv, ks, categories, sid)
+            result = evaluate_conversation(memory, conv, ks, categories, sid, dated, context)
         finally:
             if callable(getattr(memory, "close", None)):
                 memory.close()
@@ -274,11 +374,13 @@ def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[st
         "local-rag": (member + "local-rag", rag),
         "lexical-neighbours": (member + "lexical", {**lexical, **neighbours}),
         "local-rag-neighbours": (member + "local-rag", {**rag, **neighbours}),
+        # The preset's settings (composite.PRESET_SETTINGS; a test keeps the two in step).
         "composite-hybrid": (member + "composite", {"members": [
             {"module": member + "recency", "config": {"db_path": str(folder / "recency.db")}},
             {"module": member + "lexical", "config": {**lexical, **neighbours}},
             {"module": member + "local-rag", "config": {**rag, **neighbours}},
-            {"module": member + "entity", "config": {"db_path": str(folder / "entity.json")}}], "fusion": "rrf"}),
+            {"module": member + "entity", "config": {"db_path": str(folder / "entity.json")}}],
+            "fusion": "score", "max_added_tokens": 460}),
         "composite-plain": (member + "composite", {"members": [
             {"module": member + "lexical", "config": lexical},
             {"module": member + "local-rag", "config": rag}], "fusion": "rrf"}),
@@ -286,15 +388,23 @@ def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[st
             {"module": member + "recency", "config": {}},
             {"module": member + "lexical", "config": lexical}]}),
     }
-    configs["composite-hybrid-weighted"] = (configs["composite-hybrid"][0],
-                                            {**configs["composite-hybrid"][1], "fusion": "weighted"})
+    # Leave one conversation out: the preset with weights fitted without the conversation it is
+    # scored on (their overrides come from fit_fusion.py --folds: locomo.py --fold-weights, run.py).
+    configs["composite-hybrid-loco"] = configs["composite-hybrid"]
+    for fusion in ("rrf", "weighted"):  # the preset's members with the rank fusions
+        configs[f"composite-hybrid-{fusion}"] = (configs["composite-hybrid"][0],
+                                                 {**configs["composite-hybrid"][1], "fusion": fusion})
     if backend not in configs:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose from {', '.join(configs)}")
     return configs[backend]
 
 
-def backend_factory(backend: str, embedder: str = "e5", workdir: str | Path | None = None) -> Callable[[str], Any]:
-    """A factory building a fresh ``backend`` memory per conversation, each in its own folder."""
+def backend_factory(backend: str, embedder: str = "e5", workdir: str | Path | None = None,
+                    overrides: dict[str, dict[str, Any]] | None = None) -> Callable[[str], Any]:
+    """A factory building a fresh ``backend`` memory per conversation, each in its own folder.
+
+    ``overrides``: config keys per conversation (sample id, e.g. ``"conv-26"``), such as the
+    ``fusion_weights`` fitted without that conversation (``--fold-weights``)."""
     entry_point, _ = backend_config(backend, Path("."), embedder)
     cls = load_plugin(entry_point)
     root = Path(workdir or tempfile.mkdtemp(prefix="locomo-"))
@@ -302,7 +412,8 @@ def backend_factory(backend: str, embedder: str = "e5", workdir: str | Path | No
     def make(session_hint: str) -> Any:
         folder = root / session_hint
         folder.mkdir(parents=True, exist_ok=True)
-        return cls(backend_config(backend, folder, embedder)[1])
+        config = backend_config(backend, folder, embedder)[1]
+        return cls({**config, **(overrides or {}).get(session_hint.removeprefix("locomo-"), {})})
 
     return make
 
@@ -326,7 +437,14 @@ def format_table(report: dict[str, Any], title: str = "") -> str:
 
     for cat, per_k in sorted(report["by_category"].items(), key=lambda kv: int(kv[0])):
         lines.append(row(f"{cat} {CATEGORY_NAMES.get(int(cat), '')}", per_k))
+    for conv, per_k in sorted(report.get("by_conversation", {}).items()):
+        lines.append(row(conv, per_k))
     lines.append(row("**all**", report["overall"]))
+    first = report["overall"].get(ks[0]) or report["overall"].get(str(ks[0])) or {}
+    if "added_chars" in first:
+        lines.append(f"\nAsked as turns: the context adds {first['added_chars']:.0f} characters on average "
+                     f"(recalled exchanges, facts, summary; {first['added_total_chars']:.0f} with the recall header "
+                     f"and bullets) and holds an evidence turn for {first['in_context']:.3f} of the questions.")
     return "\n".join(lines)
 
 
@@ -334,8 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="lexical",
                         help="lexical, local-rag, lexical-neighbours, local-rag-neighbours, composite-hybrid "
-                             "(the hybrid preset: recency + lexical + local-rag with neighbours + entity, rrf), "
-                             "composite-hybrid-weighted (the same with weighted fusion), "
+                             "(the hybrid preset: recency + lexical + local-rag with neighbours + entity, score "
+                             "fusion), composite-hybrid-rrf and composite-hybrid-weighted (the same members with "
+                             "rank fusions), "
                              "composite-plain (lexical + local-rag, rrf), composite-lexical")
     parser.add_argument("--embedder", default="e5", choices=sorted(EMBEDDERS))
     parser.add_argument("--quick", action="store_true", help="one conversation only")
@@ -343,16 +462,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ks", default="5,10", help="comma-separated top-k values")
     parser.add_argument("--data", default=None, help="path to locomo-dev.json")
     parser.add_argument("--json", default=None, help="also write the report as JSON here")
+    parser.add_argument("--no-dates", action="store_true",
+                        help="feed turn by turn (update_history) even where import_exchanges could date them")
+    parser.add_argument("--context", action="store_true",
+                        help="also ask each question as a turn and report what it adds (composite backends)")
+    parser.add_argument("--fold-weights", default=None,
+                        help="JSON {conversation: {weight: value}} from benchmarks/fit_fusion.py --folds: each "
+                             "conversation is scored with the fusion_weights fitted without it (leave one out)")
     args = parser.parse_args(argv)
     ks = tuple(int(k) for k in args.ks.split(","))
     limit = 1 if args.quick else args.limit
+    overrides = None
+    if args.fold_weights:
+        folds = json.loads(Path(args.fold_weights).read_text(encoding="utf-8"))
+        overrides = {conv: {"fusion_weights": weights} for conv, weights in folds.items()}
     try:
         with tempfile.TemporaryDirectory(prefix="locomo-") as workdir:
             # Anything left at a default path lands here, never in the user's real memory.
             os.environ["XDG_DATA_HOME"] = os.path.join(workdir, "xdg")
-            factory = backend_factory(args.backend, args.embedder, workdir)
+            factory = backend_factory(args.backend, args.embedder, workdir, overrides)
             report = evaluate(factory, ks=ks, limit_conversations=limit, path=args.data,
-                              progress=lambda m: print(m, file=sys.stderr))
+                              progress=lambda m: print(m, file=sys.stderr), dated=not args.no_dates,
+                              context=args.context)
     except BackendUnavailable as exc:
         print(f"backend {args.backend!r} is not available: {exc}", file=sys.stderr)
         return 2

@@ -68,7 +68,8 @@ FULL = Mode("full", (1000, 10_000, 100_000), 300, 150.0, 3, None,
             (("ours", "lexical", ""), ("reference", "lexical", ""), ("ours", "local-rag", "e5"),
              ("ours", "local-rag", "minilm"), ("ours", "lexical-neighbours", ""),
              ("ours", "local-rag-neighbours", "e5"), ("ours", "composite-plain", "e5"),
-             ("ours", "composite-hybrid", "e5")), 900, 1800, None)
+             ("ours", "composite-hybrid-rrf", "e5"), ("ours", "composite-hybrid", "e5"),
+             ("ours", "composite-hybrid-loco", "e5")), 900, 1800, None)
 
 BACKENDS = ("recency", "lexical", "longterm", "entity", "composite")
 STORAGES = ("ram", "file")
@@ -282,7 +283,9 @@ def locomo_cells(mode: Mode, pythons: dict[str, str], data_home: str) -> list[di
         workdir = str(CACHE / "tmp")
         os.makedirs(workdir, exist_ok=True)
         task = {"task": "locomo", "entry_point": entry_point, "config": config, "locomo_path": data,
-                "limit": mode.locomo_limit, "ks": [5, 10], "workdir": workdir}
+                "limit": mode.locomo_limit, "ks": [5, 10], "workdir": workdir,
+                "context": package == "ours" and backend.startswith("composite-hybrid"),
+                "overrides": _fold_weights(pythons[package], data) if backend.endswith("-loco") else {}}
         result = run_worker(pythons[package], task, mode.worker_timeout_s, data_home)
         cells.append({**cell, **result})
         if result.get("ok"):
@@ -291,6 +294,16 @@ def locomo_cells(mode: Mode, pythons: dict[str, str], data_home: str) -> list[di
         else:
             log(f"locomo {package:9} {backend:16} {embedder:6} FAILED {result.get('error')}")
     return cells
+
+
+def _fold_weights(python: str, data: str) -> dict[str, Any]:
+    """``{conversation: {"fusion_weights": ...}}``: each conversation's score-fusion weights fitted on
+    the other two (benchmarks/fit_fusion.py, in its own process)."""
+    path = CACHE / "fusion-folds.json"
+    subprocess.run([python, str(Path(__file__).with_name("fit_fusion.py")), "--folds", str(path)], check=True,
+                   env={**os.environ, "LOCOMO_PATH": data}, stdout=subprocess.DEVNULL, timeout=3600)
+    folds = json.loads(path.read_text(encoding="utf-8"))
+    return {conv: {"fusion_weights": weights} for conv, weights in folds.items()}
 
 
 # -- entry point ---------------------------------------------------------------------------------

@@ -101,11 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", nargs="?")
     p.add_argument("--all", action="store_true", help="every session, as {\"sessions\": [...]}")
     p.set_defaults(func=cmd_export)
-    p = sub.add_parser("import", parents=[backend], help="load what export wrote")
+    p = sub.add_parser("import", parents=[backend], help="load what export wrote, or past exchanges with their dates")
     p.add_argument("file", metavar="FILE.json")
     p.add_argument("--session", help="import into this session id instead")
     p.add_argument("--all", action="store_true",
                    help="the file holds every session, as 'export --all' writes (checked); without it both shapes load")
+    p.add_argument("--exchanges", action="store_true",
+                   help='the file holds past exchanges, {"question", "answer", "ts"} as a JSON list or one per line '
+                        "(ts: seconds since 1970 or an ISO 8601 date); needs --session")
     p.set_defaults(func=cmd_import)
     p = sub.add_parser("stats", parents=[backend], help="sessions and what each holds")
     p.add_argument("--limit", type=int, default=50, help="sessions listed (default: %(default)s)")

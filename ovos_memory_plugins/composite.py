@@ -1,38 +1,47 @@
 """``CompositeMemory``: several memories in one ``memory_module`` slot, fused into one context.
 
 Members are any ``opm.agents.memory`` plugins. Those with ``search()`` are *retrievers*: their
-hits are fused (rrf by default) into one deduplicated ranked list. The others are *plain*
-members (a summary, facts, a window): they contribute the system blocks they add. The
-*primary* member (default: the first) provides the verbatim history. ``update_history``
-writes through to every member. A member that fails to load, or raises at run time, is
-skipped and logged once; the turn goes on without it.
+hits are fused (rrf by default; score fusion, score_fusion.py, in the hybrid preset) into one
+deduplicated ranked list. The others are *plain* members (a summary, facts, a window): they
+contribute the system blocks they add. The *primary* member (default: the first) provides the
+verbatim history. ``update_history`` writes through to every member. A member that fails to
+load, or raises at run time, is skipped and logged once; the turn goes on without it.
 
 Differences from the reference, all deliberate: ``min_score`` applies after fusion (to the
-fused score for rrf and weighted), ``search()`` returns the fused hits (so a composite can be
-a member or a tool), plain members are asked only for their added blocks and never duplicate
-a system prompt, recall already in the window is not injected again, ``max_context_tokens``
-bounds the whole added context, and ``preset: "hybrid"`` gives the recommended members.
+fused score for rrf, weighted and score), ``search()`` returns the fused hits (so a composite
+can be a member or a tool), plain members are asked only for their added blocks and never
+duplicate a system prompt, recall already in the window is not injected again,
+``max_context_tokens`` bounds the whole context (the blocks included) and ``max_added_tokens``
+what is added besides the window, top-level LLM endpoint keys reach the members that take them,
+and ``preset: "hybrid"`` gives the recommended members with score fusion.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
 from ._core.imports import session_export
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
+from ._retrieval.documents import past_exchanges
 from .common import MemoryHit
 from .config import option
 from .errors import ConfigError, MemoryPluginError
-from .fusion import FUSION_MODES, fuse
+from .fusion import FUSION_MODES, fuse, hit_key
 from .messages import check_session_id, check_utterance, clean_text, coerce_messages, is_role
 from .retrieval import BaseRetrievalMemory, RetrievalConfig, drop_window_duplicates
+from .score_fusion import KINDS, ScoreWeights, Signal, features, fused_scores
 
-__all__ = ["HYBRID_PRESET", "CompositeConfig", "CompositeMemory", "Member"]
+__all__ = ["COMPOSITE_FUSIONS", "ENDPOINT_KEYS", "HYBRID_PRESET", "CompositeConfig", "CompositeMemory", "Member"]
 
 COMPOSITE = "ovos-memory-plugin-composite"
+#: The reference's five fusions, and score fusion (score_fusion.py), the hybrid preset's.
+COMPOSITE_FUSIONS = (*FUSION_MODES, "score")
+#: LLM endpoint keys given at the top level reach every member that takes them (and sets none).
+ENDPOINT_KEYS = ("api_url", "model", "api_key", "request_timeout")
 
 #: The recommended hybrid: a verbatim window, keyword and semantic recall, and user facts. Both
 #: retrievers index each exchange with its neighbours (retrieval.neighbour_weight, _neighbours.py):
@@ -48,22 +57,42 @@ HYBRID_PRESET: tuple[dict[str, Any], ...] = (
 )
 
 
+#: What ``max_added_tokens`` the hybrid preset defaults to: on LoCoMo dev, the facts and the five
+#: recalled exchanges it adds then average under 1,500 characters (docs/backends/composite.md).
+PRESET_ADDED_TOKENS = 460
+#: The preset's defaults for the composite's own keys (a key the config sets wins).
+PRESET_SETTINGS: dict[str, Any] = {"fusion": "score", "max_added_tokens": PRESET_ADDED_TOKENS}
+
+
 @dataclasses.dataclass(frozen=True)
 class CompositeConfig(RetrievalConfig):
     members: list[Any] = option([], 'members: {"module", "weight", "config"} dicts or bare entry-point names')
     preset: str | None = option(None, "hybrid: recency + lexical + local-rag + entity when members is empty",
                                 kind=str, choices=("hybrid",))
     primary: str | None = option(None, "member whose history is the verbatim window; null: the first", kind=str)
-    fusion: str = option("rrf", "how retriever hits are fused", choices=FUSION_MODES)
+    fusion: str = option("rrf", "how retriever hits are fused; the hybrid preset: score (see score_fusion.py)",
+                         choices=COMPOSITE_FUSIONS)
+    fusion_weights: dict[str, Any] = option({}, "score fusion weights (keyword, semantic, date, length) over "
+                                            "the fitted defaults")
     rrf_k: int = option(60, "rrf constant k", minimum=1)
     top_k: int | None = option(None, "recalled items (top level; falls back to retrieval.max_num_results)",
                                key="max_num_results", kind=int, minimum=1)
     member_fetch_k: int | None = option(None, "hits asked of each retriever; null: 2 x max_num_results",
                                         kind=int, minimum=1)
     dedup: bool = option(True, "fuse identical texts from several retrievers into one")
+    max_added_tokens: int | None = option(None, "token budget for what is added besides the window: the plain "
+                                          "members' blocks (facts, summary), then recall; null: unbounded; "
+                                          f"the hybrid preset: {PRESET_ADDED_TOKENS}", kind=int, minimum=1)
+    api_url: str | None = option(None, "LLM endpoint for the members that call one (entity, longterm) and set "
+                                 "none; absent: each member's default; null or empty: no model", kind=str)
+    model: str | None = option(None, "model name for those members; absent: each member's default", kind=str)
+    api_key: str | None = option(None, "bearer token for those members; absent: each member's default", kind=str)
+    request_timeout: float | None = option(None, "seconds an LLM request of those members may take; absent: "
+                                           "each member's default", kind=float, minimum=0.1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        ScoreWeights.from_config(self.fusion_weights)  # a bad weight fails at construction
         for i, spec in enumerate(self.members):
             if not isinstance(spec, (str, Mapping)) or (isinstance(spec, Mapping) and not spec.get("module")):
                 raise ConfigError(f"'members[{i}]' must be an entry-point name or a dict with a 'module' key")
@@ -108,10 +137,14 @@ class CompositeMemory(BaseRetrievalMemory):
     keeps_documents: ClassVar[bool] = False
     own_attributes: ClassVar[frozenset[str]] = frozenset({"members", "primary"})
     live_settings: ClassVar[frozenset[str]] = BaseRetrievalMemory.live_settings | {
-        "fusion", "rrf_k", "top_k", "member_fetch_k", "dedup"}
+        "fusion", "fusion_weights", "rrf_k", "top_k", "member_fetch_k", "dedup", "max_added_tokens"}
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
+        if self._preset_applies():  # the preset's defaults, under what the config sets
+            preset = {k: v for k, v in PRESET_SETTINGS.items() if k not in self.config}
+            object.__setattr__(self, "settings", dataclasses.replace(self.settings, **preset))
+            self._settings_changed()
         self._member_log = LogOnce()
         self.members: list[Member] = self._load_members()
         self.primary: Member | None = self._choose_primary()
@@ -121,6 +154,13 @@ class CompositeMemory(BaseRetrievalMemory):
         s = self.settings
         self.k = s.top_k or s.max_num_results
         self.fetch_k = s.member_fetch_k or max(2 * self.k, self.k)
+        self.score_weights = ScoreWeights.from_config(s.fusion_weights, f"{self.plugin_name}: fusion_weights")
+
+    def _added_budget(self) -> int | None:
+        return self.settings.max_added_tokens
+
+    def _preset_applies(self) -> bool:
+        return self.settings.preset == "hybrid" and not self.settings.members
 
     # -- the reference's attributes ----------------------------------------------------------
     @property
@@ -153,7 +193,7 @@ class CompositeMemory(BaseRetrievalMemory):
 
     # -- members ---------------------------------------------------------------------------
     def _load_members(self) -> list[Member]:
-        specs = list(self.settings.members) or (list(HYBRID_PRESET) if self.settings.preset == "hybrid" else [])
+        specs = list(self.settings.members) or (list(HYBRID_PRESET) if self._preset_applies() else [])
         members: list[Member] = []
         for spec in specs:
             module, weight, config = _parse_member(spec)
@@ -179,6 +219,11 @@ class CompositeMemory(BaseRetrievalMemory):
         config.setdefault("system_prompt", "")  # the composite's prompt is the one sent, once
         if _accepts(cls, "scope"):
             config.setdefault("scope", self.settings.scope)
+        if self.settings.db_url is not None and _accepts(cls, "db_url", third_party=False):
+            config.setdefault("db_url", self.settings.db_url)  # one PostgreSQL database for every member
+        for key in ENDPOINT_KEYS:  # given at the top level: one endpoint for every member that calls one
+            if key in self.config and _accepts(cls, key, third_party=False):
+                config.setdefault(key, self.config[key])
         try:
             return cls(config=config)
         except Exception as exc:  # noqa: BLE001 - one broken member must not take the persona down
@@ -231,8 +276,31 @@ class CompositeMemory(BaseRetrievalMemory):
         messages = coerce_messages(new_messages)
         if not messages:
             return
-        for member in self.members:
-            self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
+        try:
+            with self._one_transaction():
+                for member in self.members:
+                    self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
+        except MemoryPluginError as exc:  # the shared commit failed: no member kept the exchange
+            self._member_log.error("update", "%s: could not store the exchange of %r: %s", self.plugin_name, sid, exc)
+            return
+        self._member_log.clear("update", f"{self.plugin_name}: storing works again")
+
+    @contextlib.contextmanager
+    def _one_transaction(self) -> Iterator[None]:
+        """With a ``db_url``, the members' writes share one PostgreSQL transaction: one commit (one
+        disk flush) for the whole exchange, and every member has it or none (a member that fails
+        rolls back only its own part). Otherwise each member commits on its own."""
+        if self.settings.db_url is None:
+            yield
+            return
+        from .storage.postgres import open_pg_database, release_pg_database
+
+        db = open_pg_database(self.settings.db_url)  # the members' own (shared in the process)
+        try:
+            with db.atomic():
+                yield
+        finally:
+            release_pg_database(db)
 
     # -- retrieval -------------------------------------------------------------------------
     def search(self, query: str, session_id: str | None = None, top_k: int | None = None) -> list[MemoryHit]:
@@ -269,8 +337,18 @@ class CompositeMemory(BaseRetrievalMemory):
         k = self.k if top_k is None else int(top_k)
         if k <= 0 or not query.strip():
             return []
-        fetch_k = max(self.fetch_k, k)
-        lists = []
+        found = self._gather(query, session_id, window, max(self.fetch_k, k))
+        if self.settings.fusion == "score":
+            fused = self._score_fused(query, session_id, found)
+        else:
+            lists = [(member.name, member.weight, hits) for member, hits in found]
+            fused = fuse(self.settings.fusion, lists, rrf_k=self.settings.rrf_k, dedup=self.settings.dedup)
+        return self._above_min_score(fused)[:k]
+
+    def _gather(self, query: str, session_id: str | None, window: Sequence[AgentMessage],
+                fetch_k: int) -> list[tuple[Member, list[MemoryHit]]]:
+        """Each retriever's hits (tagged with its name), minus what the window already holds."""
+        found: list[tuple[Member, list[MemoryHit]]] = []
         for member in self.members:
             if not member.is_retriever:
                 continue
@@ -279,16 +357,56 @@ class CompositeMemory(BaseRetrievalMemory):
             if self.settings.dedup_history and window:
                 hits = drop_window_duplicates(hits, window)
             tagged = [dataclasses.replace(h, metadata={**h.metadata, "retriever": member.name}) for h in hits]
-            lists.append((member.name, member.weight, tagged))
-        fused = fuse(self.settings.fusion, lists, rrf_k=self.settings.rrf_k, dedup=self.settings.dedup)
-        return self._above_min_score(fused)[:k]
+            found.append((member, tagged))
+        return found
+
+    def fusion_candidates(self, query: str, session_id: str | None = None) -> tuple[list[MemoryHit], list[Signal]]:
+        """What score fusion ranks for ``query``: the candidates and every retriever's scores of
+        them (see :meth:`_candidates`), for tools that study it (benchmarks/fit_fusion.py)."""
+        query = clean_text(query)
+        return self._candidates(query, session_id, self._gather(query, session_id, (), self.fetch_k))
+
+    def _candidates(self, query: str, session_id: str | None,
+                    found: Sequence[tuple[Member, list[MemoryHit]]]) -> tuple[list[MemoryHit], list[Signal]]:
+        """Every retriever's hits, one per text, in member order, and each retriever's scores of
+        all of them: its own hits' scores, and what its ``score_candidates`` says of the others'
+        (a retriever without that method scores only its own)."""
+        candidates: dict[str, MemoryHit] = {}
+        for _member, hits in found:
+            for hit in hits:
+                candidates.setdefault(hit_key(hit), hit)
+        keys = list(candidates)
+        signals = []
+        for member, hits in found:
+            own: dict[str, float] = {}
+            for hit in hits:
+                own.setdefault(hit_key(hit), hit.score)
+            others = [candidates[key] for key in keys if key not in own]
+            scorer = getattr(member.memory, "score_candidates", None)
+            cross: Sequence[float | None] = [None] * len(others)
+            if others and callable(scorer):
+                cross = self._call(member, "score", lambda s=scorer, o=others: list(s(query, o, session_id)), cross)
+            scored = dict(zip((hit_key(h) for h in others), cross))
+            kind = getattr(member.memory, "score_kind", None)
+            signals.append(Signal(kind if kind in KINDS else "semantic", member.weight,
+                                  [own[key] if key in own else scored.get(key) for key in keys]))
+        return [candidates[key] for key in keys], signals
+
+    def _score_fused(self, query: str, session_id: str | None,
+                     found: Sequence[tuple[Member, list[MemoryHit]]]) -> list[MemoryHit]:
+        hits, signals = self._candidates(query, session_id, found)
+        times = [_timestamp(h) for h in hits]
+        scores = fused_scores(features(signals, [h.content for h in hits], times, query), self.score_weights)
+        order = sorted(range(len(hits)), key=lambda i: -scores[i])  # stable: ties keep member order
+        return [dataclasses.replace(hits[i], metadata={**hits[i].metadata, "fusion_score": scores[i]})
+                for i in order]
 
     def _above_min_score(self, hits: list[MemoryHit]) -> list[MemoryHit]:
         floor = self.settings.min_score
         if floor is None:
             return hits
-        # rrf and weighted rank by the fused score, so that is the scale min_score speaks.
-        fused = self.settings.fusion in ("rrf", "weighted")
+        # rrf, weighted and score rank by the fused score, so that is the scale min_score speaks.
+        fused = self.settings.fusion in ("rrf", "weighted", "score")
         return [h for h in hits if (h.metadata.get("fusion_score", 0.0) if fused else h.score) >= floor]
 
     def _extra_system(self, utterance: str, session_id: str) -> list[AgentMessage]:
@@ -339,12 +457,13 @@ class CompositeMemory(BaseRetrievalMemory):
         sid = check_session_id(session_id)
         counts: dict[str, Any] = {}
         failure: Exception | None = None
-        for m in self.members:
-            if hasattr(m.memory, "forget"):
-                try:
-                    counts[m.name] = self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
-                except Exception as exc:  # noqa: BLE001 - raised below, after the other members
-                    failure = failure or exc
+        with self._one_transaction():  # on PostgreSQL every member forgets in one transaction
+            for m in self.members:
+                if hasattr(m.memory, "forget"):
+                    try:
+                        counts[m.name] = self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
+                    except Exception as exc:  # noqa: BLE001 - raised below, after the others committed
+                        failure = failure or exc
         if failure is not None:
             raise failure
         return counts
@@ -366,6 +485,20 @@ class CompositeMemory(BaseRetrievalMemory):
             if m.name in exported and hasattr(m.memory, "import_session"):
                 self._call(m, "import", lambda m=m: m.memory.import_session(exported[m.name], sid), None)
 
+    def import_exchanges(self, session_id: str, exchanges: Sequence[Mapping[str, Any]]) -> int:
+        """Past exchanges with their times (see :meth:`BaseRetrievalMemory.import_exchanges`), into
+        every member: dated where the member takes them, as turns (``update_history``) where it
+        cannot (a window, the facts). Returns how many were given; nothing is stored if one is
+        malformed."""
+        sid = check_session_id(session_id)
+        items = [e.as_dict() for e in past_exchanges(exchanges)]
+        for m in self.members:
+            if callable(getattr(m.memory, "import_exchanges", None)):
+                self._call(m, "import", lambda m=m: m.memory.import_exchanges(sid, items), None)
+            else:
+                self._call(m, "import", lambda m=m: _replay(m.memory, sid, items), None)
+        return len(items)
+
     def flush(self, timeout: float | None = None) -> bool:
         results = [self._call(m, "flush", lambda m=m: m.memory.flush(timeout), False)
                    for m in self.members if hasattr(m.memory, "flush")]
@@ -380,6 +513,17 @@ class CompositeMemory(BaseRetrievalMemory):
         super().close()
 
 
+def _replay(memory: Any, session_id: str, items: Sequence[Mapping[str, Any]]) -> None:
+    """Past exchanges as turns, for a member that cannot take their times."""
+    for exchange in past_exchanges(items):
+        memory.update_history(exchange.messages(), session_id)
+
+
+def _timestamp(hit: MemoryHit) -> float | None:
+    ts = hit.metadata.get("ts")
+    return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
+
+
 def _parse_member(spec: Any) -> tuple[str, float, dict[str, Any]]:
     if isinstance(spec, str):
         return spec, 1.0, {}
@@ -392,16 +536,17 @@ def _parse_member(spec: Any) -> tuple[str, float, dict[str, Any]]:
     return str(spec["module"]), float(weight), dict(config)
 
 
-def _accepts(cls: type, key: str) -> bool:
+def _accepts(cls: type, key: str, third_party: bool = True) -> bool:
+    """Whether ``cls`` reads ``key``; for a plugin that does not declare its keys, ``third_party``."""
     config_cls = getattr(cls, "Config", None)
     if config_cls is None or not dataclasses.is_dataclass(config_cls):
-        return True  # a third-party plugin: push it, as the reference does
+        return third_party  # the reference pushes scope to every member
     return any(f.name == key or f.metadata.get("key") == key for f in dataclasses.fields(config_cls))
 
 
 #: Operations where a failing member is logged and skipped whatever it raises: those of a turn
 #: (it costs its part of the turn only), and flush/close (the other members still get theirs).
-_SKIP_OPS = frozenset({"history", "update", "search", "context", "flush", "close"})
+_SKIP_OPS = frozenset({"history", "update", "search", "score", "context", "flush", "close"})
 
 
 def load_memory_plugin(name: str) -> type | None:

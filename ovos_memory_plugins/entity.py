@@ -78,9 +78,13 @@ class EntityConfig(EndpointConfig):
                                     "words only, a JSON schema, facts built by code); another prompt (it must "
                                     "contain {exchange}) is sent as is and its JSON list of sentences kept")
     facts_header: str = option("Known facts about the user:", "first line of the injected facts block")
-    backend: str = option("json", "store: json, sqlite or memory (RAM only)", choices=BACKENDS)
+    backend: str = option("json", "store: json, sqlite, memory (RAM only) or postgres (with db_url)",
+                          choices=BACKENDS)
     db_path: str | None = option(
         None, "store file; default $XDG_DATA_HOME/ovos/entity_memory.json (.db for sqlite)", kind=str)
+    db_url: str | None = option(
+        None, "PostgreSQL URL (postgresql://user@host/database) holding the facts instead of db_path, shared "
+        "by every process and host; needs the [postgres] extra", kind=str)
     system_prompt: str = option("", "persona system prompt, sent first")
     scope: str = option("session", "session: facts per session; global: shared by all sessions",
                         choices=("session", "global"))
@@ -166,13 +170,12 @@ class EntityMemory(LLMMemory):
             return record
 
         try:
-            self._store.update(key, enqueue)
+            self._update(key, enqueue, lambda _record: True)
         except (MemoryPluginError, OSError) as exc:
             # Once, not per turn: a full disk would otherwise write one line per exchange.
             self._log.error("write", f"{self.plugin_name}: could not queue an exchange of {session_id!r}: {exc}")
             return
         self._log.clear("write", f"{self.plugin_name}: storing works again")
-        self._mark_due(key)
 
     def _pair(self, messages: list[AgentMessage], session_id: str) -> list[dict[str, Any]]:
         """Each answered user turn as a pending exchange (the user text is what facts come from)."""
@@ -300,7 +303,7 @@ class EntityMemory(LLMMemory):
             self._last_user.pop(session_id, None)
         if self.settings.scope != "global":
             record = self._load(session_id)
-            self._store.delete(session_id)
+            self._delete(session_id)
             return {"facts": len(record.get("facts") or []), "pending": len(record.get("pending") or []),
                     "superseded": len(record.get("history") or [])}
         counts: dict[str, int] = {}

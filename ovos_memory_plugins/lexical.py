@@ -146,15 +146,16 @@ class LexicalMemory(BaseRetrievalMemory):
     # Every exchange is safe in the document log and recalled from the RAM postings meanwhile, so
     # a failing batch is a WARNING; the cause (a full disk) fails update_history too, the ERROR.
     index_failure_level: ClassVar[str] = "warning"
+    score_kind: ClassVar[str | None] = "keyword"
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
         s = self.settings
         self._ignore = stopwords(s.stopword_languages or (), s.extra_stopwords)
-        self._fts = self._create_fts()
-        # The RAM postings hold one column: with neighbour context on, FTS5 ranks.
-        use_mirror = s.ram_index and not s.neighbour_weight and self._fts is not None
-        self._mirror = self._open_mirror() if use_mirror else None
+        # On PostgreSQL: postings ranked in SQL (_retrieval/pg_keyword.py) instead of FTS5.
+        self._pg = self._open_pg_index() if self._db.engine == "postgres" else None
+        self._fts = self._create_fts() if self._pg is None else None
+        self._mirror = self._open_mirror() if s.ram_index and self._fts is not None else None
 
     def _table_prefix(self) -> str:
         return self.settings.table
@@ -175,6 +176,19 @@ class LexicalMemory(BaseRetrievalMemory):
                             self.plugin_name, exc)
             return None
         return table
+
+    def _open_pg_index(self) -> Any:
+        from ._retrieval.pg_keyword import PgKeywordIndex
+        from .storage.windows import safe_table_name
+
+        try:
+            return PgKeywordIndex(self._db, safe_table_name(self.settings.table), self._docs.table,  # type: ignore[arg-type]
+                                  self.settings.tokenizer)
+        except BaseException as exc:
+            self._store.release()  # construction fails: the connection must not outlive it
+            if isinstance(exc, ValueError):
+                raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+            raise
 
     def _adopt_reference_table(self, table: str) -> None:
         """Bring the exchanges of a database the reference package wrote into the document log.
@@ -201,12 +215,13 @@ class LexicalMemory(BaseRetrievalMemory):
         tokenizer = table_tokenizer(self._db, self._fts)
         if tokenizer is None:
             return None
-        return PostingsMirror(self._db, self._fts, self._docs.table, f"{self._fts}_deleted", tokenizer)
+        return PostingsMirror(self._db, self._fts, self._docs.table, f"{self._fts}_deleted", tokenizer,
+                              self.settings.neighbour_weight)
 
     # -- hooks -----------------------------------------------------------------------------
     def _store_documents(self, docs: Sequence[Document]) -> None:
         # Called inside the transaction that marks them indexed (the base's _index_step).
-        if self._fts is None:
+        if self._fts is None and self._pg is None:
             return
         con = self._db.connection_in_transaction()
         if self.settings.neighbour_weight:
@@ -220,6 +235,9 @@ class LexicalMemory(BaseRetrievalMemory):
         self._insert(con, [(d.rowid, d.text, d.session_id, None) for d in docs])
 
     def _insert(self, con: Any, rows: list[tuple[int, str, str, str | None]]) -> None:
+        if self._pg is not None:
+            self._pg.insert(con, rows)
+            return
         sql = f"INTO {self._fts} (rowid, content, session_id, ctx) VALUES (?, ?, ?, ?)"
         try:
             con.executemany(f"INSERT {sql}", rows)
@@ -232,6 +250,9 @@ class LexicalMemory(BaseRetrievalMemory):
         """Rebuild a document's neighbour column from the log (emptied when the option is off)."""
         text = context_text(*adjacent(con, self._docs.table, session_id, rowid)) \
             if self.settings.neighbour_weight else None
+        if self._pg is not None:
+            self._pg.refresh(con, rowid, session_id, text)
+            return
         con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (text, rowid))
 
     def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
@@ -239,6 +260,9 @@ class LexicalMemory(BaseRetrievalMemory):
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         words = query_words(query, self._ignore)
+        if self._pg is not None:
+            return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score
+                    in self._pg.hits(words, top_k, session_id, self.settings.neighbour_weight)]
         if not words or self._fts is None:
             return []
         ranked = self._mirror.search(words, top_k, session_id) if self._mirror is not None else None
@@ -251,18 +275,47 @@ class LexicalMemory(BaseRetrievalMemory):
             # of a 10k-exchange query. A store holding one session (one persona, one user) skips it.
             session_id = None
         where = "AND session_id = ?" if session_id is not None else ""
-        weight = self.settings.neighbour_weight
-        # Off, the query names the content column: context left by an earlier setting never matches.
-        match = _or_of(words) if weight else f"content : ({_or_of(words)})"
-        params: list[Any] = [match, *([session_id] if session_id is not None else []), top_k]
+        params: list[Any] = [self._match(words), *([session_id] if session_id is not None else []), top_k]
         rows = self._db.execute(
             f"SELECT d.doc_id, d.content, d.metadata, -f.rank FROM "
-            f"(SELECT rowid, bm25({t}, 1.0, 0.0, {float(weight)!r}) AS rank FROM {t} "
+            f"(SELECT rowid, {self._rank()} AS rank FROM {t} "
             f"WHERE {t} MATCH ? {where} ORDER BY rank LIMIT ?) AS f "
             f"JOIN {docs} AS d ON d.id = f.rowid ORDER BY f.rank",
             params,
         )
         return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score in rows]
+
+    def _score_documents(self, query: str, docs: Sequence[tuple[int, str]],
+                         session_id: str | None) -> dict[int, float]:
+        """BM25 of given documents, as :meth:`_query_backend` ranks them (0.0: no word matches).
+
+        From the RAM postings a lookup (the search just made computed them); from FTS5 one
+        ``MATCH ... AND rowid IN (...)`` (its ``bm25()`` statistics are the whole table's, so a
+        restricted query scores as the full one); on PostgreSQL the ranking's own SQL restricted
+        to them, with the scope's statistics.
+        """
+        rowids = [rowid for rowid, _ in docs]
+        words = query_words(query, self._ignore)
+        if self._pg is not None:
+            return self._pg.scores(words, rowids, session_id, self.settings.neighbour_weight)
+        if not words or self._fts is None:
+            return dict.fromkeys(rowids, 0.0)
+        scored = self._mirror.scores(words, rowids, session_id) if self._mirror is not None else None
+        if scored is not None:
+            return scored
+        self._index_before_query()
+        t = self._fts
+        found = dict(self._db.execute(
+            f"SELECT rowid, -{self._rank()} FROM {t} WHERE {t} MATCH ? AND rowid IN ({','.join('?' * len(rowids))})",
+            [self._match(words), *rowids]))
+        return {r: float(found.get(r, 0.0)) for r in rowids}
+
+    def _match(self, words: list[str]) -> str:
+        # Off, the query names the content column: context left by an earlier setting never matches.
+        return _or_of(words) if self.settings.neighbour_weight else f"content : ({_or_of(words)})"
+
+    def _rank(self) -> str:
+        return f"bm25({self._fts}, 1.0, 0.0, {float(self.settings.neighbour_weight)!r})"
 
     def _index_before_query(self) -> None:
         """Index a batch of what the background indexer has not yet, so FTS5 ranks it too.
@@ -293,6 +346,9 @@ class LexicalMemory(BaseRetrievalMemory):
                 for rowid, score in ranked if rowid in found]
 
     def _delete_documents(self, docs: Sequence[Document]) -> None:
+        if self._pg is not None and docs:
+            self._delete_pg_documents(docs)
+            return
         if self._fts is None or not docs:
             return
         with self._db.atomic() as con:
@@ -308,6 +364,15 @@ class LexicalMemory(BaseRetrievalMemory):
             # FTS5 records a delete as a marker in a new segment; the terms stay in the old one
             # until a merge. 'optimize' rewrites the index without them (forget means forget).
             con.execute(f"INSERT INTO {self._fts}({self._fts}) VALUES ('optimize')")
+
+    def _delete_pg_documents(self, docs: Sequence[Document]) -> None:
+        assert self._pg is not None
+        with self._db.atomic() as con:
+            self._pg.delete(con, [d.rowid for d in docs])  # gone already when the log deleted them (cascade)
+            for rowid, session_id in survivors(con, self._docs.table, docs):
+                # A deleted exchange must not live on as a neighbour's context (forget means forget).
+                if self.settings.neighbour_weight or self._pg.has_context(con, rowid):
+                    self._refresh_context(con, rowid, session_id)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Finish background work: indexing, and loading the RAM copy of the postings."""

@@ -48,6 +48,8 @@ __all__ = ["LocalRAGConfig", "LocalRAGMemory", "PluginSlot"]
 
 DEFAULT_EMBEDDER = "ovos-memory-e5-embeddings-plugin"
 DEFAULT_DB = "ovos-memory-sqlite-embeddings-plugin"
+#: The PostgreSQL vector store, used instead of the default for a memory with a ``db_url``.
+PG_DB = "ovos-memory-postgres-embeddings-plugin"
 #: The reference's default stack, which needs a C++ build and a model download. When a
 #: persona names one and it is not installed, the built-in equivalent is used (warned once), so
 #: a reference persona file still recalls by meaning, offline.
@@ -176,6 +178,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
     # Documents wait in the durable queue and are retried: nothing is lost, so a WARNING. A broken
     # embedder or store also fails the turn's search (or the slot's load), which is the ERROR.
     index_failure_level: ClassVar[str] = "warning"
+    score_kind: ClassVar[str | None] = "semantic"
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -188,6 +191,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._db_filters = False  # the store takes where={"session_id": ...}: no over-fetching
         self._neighbours = NeighbourVectors(self._db, f"{self._docs.table}_own_vectors", self._docs,
                                             s.neighbour_weight) if s.neighbour_weight else None
+        self._query_vectors = _RecentVectors()  # score_candidates reuses the search's query vector
 
     def _search(self, query: str, session_id: str | None = None,
                 top_k: int | None = None) -> list[tuple[str, str, float]]:
@@ -202,10 +206,17 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._store_documents([Document(doc_id, text, session_id, metadata, 0.0, 0)])
 
     def _store_documents(self, docs: Sequence[Document]) -> None:
-        if not docs:
-            return
-        embedder, db = self._embedding_slot.get(), self._vector_slot.get()
-        vectors = _embed_passages(embedder, [d.text for d in docs])
+        if docs:
+            self._store_prepared(docs, self._prepare_documents(docs))
+
+    def _prepare_documents(self, docs: Sequence[Document]) -> list[Any]:
+        """The documents' vectors (the slow part: a PostgreSQL store embeds outside any transaction)."""
+        embedder = self._embedding_slot.get()
+        self._vector_slot.get()  # both plugins, or nothing is embedded
+        return _embed_passages(embedder, [d.text for d in docs])
+
+    def _store_prepared(self, docs: Sequence[Document], vectors: Sequence[Any]) -> None:
+        db = self._vector_slot.get()
         if self._mixes_neighbours() and all(d.rowid for d in docs):
             self._write(db, self._neighbours.store(docs, vectors))  # type: ignore[union-attr]
             return
@@ -233,6 +244,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
             return []  # already logged once by the slot; the turn goes on without recall
         self._catch_up()
         vector = _embed_query(embedder, query)
+        self._query_vectors.put(query, vector)
         collection = self.settings.collection
         if session_id is not None and self._db_filters:
             rows = db.query(vector, top_k=top_k, return_metadata=True, collection_name=collection,
@@ -241,6 +253,22 @@ class LocalRAGMemory(BaseRetrievalMemory):
             rows = db.query(vector, top_k=4 * top_k if session_id else top_k, return_metadata=True,
                             collection_name=collection)
         return self._hits(rows, session_id)[:top_k]
+
+    def _score_documents(self, query: str, docs: Sequence[tuple[int, str]],
+                         session_id: str | None) -> dict[int, float]:
+        """Cosine of the query with each document's stored vector (a document not embedded yet is
+        unscored). The query vector is the one the search just computed: never embedded twice."""
+        try:
+            embedder, db = self._embedding_slot.get(), self._vector_slot.get()
+        except EmbeddingsError:
+            return {}
+        vector = self._query_vectors.get(query)
+        if vector is None:
+            vector = _embed_query(embedder, query)
+            self._query_vectors.put(query, vector)
+        keys = [doc_id for _, doc_id in docs]
+        scores = _similarities(db, vector, keys, self.settings.collection)
+        return {rowid: score for (rowid, _), score in zip(docs, scores) if score is not None}
 
     def _catch_up(self) -> None:
         """Let the indexer embed the few exchanges stored just before this query, so the last
@@ -266,6 +294,15 @@ class LocalRAGMemory(BaseRetrievalMemory):
         _delete_vectors(db, [d.doc_id for d in docs], self.settings.collection)
         if self._mixes_neighbours():
             self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
+
+    def _index_in_database(self) -> bool:
+        """True when the vectors are in this memory's own PostgreSQL database: then a forget or an
+        expiry deletes documents and vectors in one transaction."""
+        try:
+            db = self._vector_slot.get()
+        except EmbeddingsError:
+            return False
+        return getattr(db, "database", None) is self._db
 
     def _compact_backend(self) -> None:
         # Our vector store in its own file keeps the forgotten text in its metadata: compact it too
@@ -317,12 +354,15 @@ class LocalRAGMemory(BaseRetrievalMemory):
             name, cls, config = self._plugin_or_builtin(self.settings.embeddings_db_plugin, EMBEDDINGS_DB_GROUP,
                                                         self.settings.embeddings_db_config)
             config = dict(config)
-            if name == DEFAULT_DB and not config.get("path"):
+            if self._db.engine == "postgres" and _builtin_store_without_location(name, config):
+                from .pgvector import PgEmbeddingsDB  # one database: window, documents and vectors
+
+                cls, config = PgEmbeddingsDB, {"url": self._db.url,  # type: ignore[attr-defined]
+                                               **{k: v for k, v in config.items() if k != "path"}}
+            elif name == DEFAULT_DB and not config.get("path"):
                 config["path"] = self._db.path  # one file: window, documents and vectors
             db = construct_db(cls, config)
-        from .vectordb import SqliteEmbeddingsDB
-
-        self._db_filters = isinstance(db, SqliteEmbeddingsDB)
+        self._db_filters = _our_store(db)
         self._prepare_collection(db)
         return db
 
@@ -343,9 +383,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
 
     def _prepare_collection(self, db: Any) -> None:
         """Create the collection once; re-embed everything if it holds another model's vectors."""
-        from .vectordb import SqliteEmbeddingsDB
-
-        if not isinstance(db, SqliteEmbeddingsDB):
+        if not _our_store(db):
             try:
                 db.create_collection(self.settings.collection)
             except Exception as exc:  # noqa: BLE001 - many stores raise when it already exists
@@ -402,6 +440,20 @@ class LocalRAGMemory(BaseRetrievalMemory):
         return {doc_id: (content, sid, json.loads(meta)) for doc_id, content, sid, meta in rows}
 
 
+def _our_store(db: Any) -> bool:
+    """Whether ``db`` is one of this package's vector stores (filters before ranking, replaces by key,
+    keeps collection metadata)."""
+    from .pgvector import PgEmbeddingsDB
+    from .vectordb import SqliteEmbeddingsDB
+
+    return isinstance(db, (SqliteEmbeddingsDB, PgEmbeddingsDB))
+
+
+def _builtin_store_without_location(name: str, config: Mapping[str, Any]) -> bool:
+    """The default store (or our PostgreSQL one) with no file or URL of its own: it goes where the memory is."""
+    return (name == DEFAULT_DB and not config.get("path")) or (name == PG_DB and not config.get("url"))
+
+
 def _embed_passages(embedder: Any, texts: list[str]) -> list[Any]:
     batch = getattr(embedder, "get_embeddings_batch", None)
     vectors = list(batch(texts)) if batch is not None else [embedder.get_embeddings(t) for t in texts]
@@ -427,6 +479,43 @@ def _delete_vectors(db: Any, keys: list[str], collection: str) -> None:
         return
     for key in keys:
         db.delete_embeddings(key, collection_name=collection)
+
+
+def _similarities(db: Any, vector: Any, keys: list[str], collection: str) -> list[float | None]:
+    """Cosine of ``vector`` with each key's stored vector: our store's RAM lookup, else the vectors."""
+    if hasattr(db, "similarities"):
+        return list(db.similarities(vector, keys, collection_name=collection))
+    import numpy as np
+
+    q = np.asarray(vector, dtype=np.float64).ravel()
+    q = q / (np.linalg.norm(q) or 1.0)
+    out: list[float | None] = []
+    for key in keys:
+        stored = db.get_embeddings(key, collection_name=collection)
+        v = np.asarray(stored, dtype=np.float64).ravel() if stored is not None else None
+        out.append(float(q @ v / (np.linalg.norm(v) or 1.0)) if v is not None and v.shape == q.shape else None)
+    return out
+
+
+class _RecentVectors:
+    """The query vectors of the last few searches, by query text (a turn asks for its own again)."""
+
+    size = 8
+
+    def __init__(self) -> None:
+        self._items: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def put(self, query: str, vector: Any) -> None:
+        with self._lock:
+            self._items.pop(query, None)
+            self._items[query] = vector
+            while len(self._items) > self.size:
+                del self._items[next(iter(self._items))]
+
+    def get(self, query: str) -> Any:
+        with self._lock:
+            return self._items.get(query)
 
 
 def _embed_query(embedder: Any, text: str) -> Any:

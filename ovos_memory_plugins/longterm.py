@@ -71,9 +71,13 @@ class LongTermConfig(EndpointConfig):
     summarize_every: int = option(6, "exchanges between two summaries", minimum=1)
     max_summary_tokens: int = option(256, "max_tokens of a summary; also bounds the offline summary", minimum=1)
     recent_window: int = option(4, "exchanges kept verbatim after a summary; 0 keeps none", minimum=0)
-    backend: str = option("json", "store: json, sqlite or memory (RAM only)", choices=BACKENDS)
+    backend: str = option("json", "store: json, sqlite, memory (RAM only) or postgres (with db_url)",
+                          choices=BACKENDS)
     db_path: str | None = option(
         None, "store file; default $XDG_DATA_HOME/ovos/longterm_memory.json (.db for sqlite)", kind=str)
+    db_url: str | None = option(
+        None, "PostgreSQL URL (postgresql://user@host/database) holding the records instead of db_path, shared "
+        "by every process and host; needs the [postgres] extra", kind=str)
     system_prompt: str = option("", "persona system prompt, sent first")
 
 
@@ -147,15 +151,13 @@ class LongTermMemory(LLMMemory):
             return record
 
         try:
-            record = self._store.update(session_id, append)
+            self._update(session_id, append, self._is_due)
         except (MemoryPluginError, OSError) as exc:
             # Once, not per turn: a full disk would otherwise write one line per exchange.
             self._log.error("write", f"{self.plugin_name}: could not store {len(messages)} message(s) of "
                                      f"{session_id!r}: {exc}")
             return
         self._log.clear("write", f"{self.plugin_name}: storing works again")
-        if self._is_due(record):
-            self._mark_due(session_id)
 
     def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
         text = check_utterance(utterance)
@@ -223,9 +225,8 @@ class LongTermMemory(LLMMemory):
 
     def forget(self, session_id: str) -> dict[str, int]:
         check_session_id(session_id)
-        self._unmark(session_id)
         record = self._load(session_id)
-        self._store.delete(session_id)
+        self._delete(session_id)
         return {"messages": len(record.get("recent") or []), "summaries": 1 if record.get("summary") else 0}
 
     def export(self, session_id: str) -> dict[str, Any]:
@@ -247,9 +248,7 @@ class LongTermMemory(LLMMemory):
             raise TypeError("the export's 'summary' must be a string")
         record = {"summary": str(data.get("summary") or ""), "recent": recent, "updated_at": time.time(),
                   "exchange_count": count}
-        self._store.save(sid, record)
-        if self._is_due(record):
-            self._mark_due(sid)
+        self._update(sid, lambda _old: record, self._is_due)
 
 
 def _message(data: Mapping[str, Any]) -> AgentMessage | None:

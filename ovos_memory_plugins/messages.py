@@ -34,6 +34,7 @@ __all__ = [
     "coerce_messages",
     "context_window",
     "copy_message",
+    "fit_blocks",
     "fit_window",
     "fold_into",
     "from_dict",
@@ -246,6 +247,37 @@ MESSAGE_OVERHEAD_TOKENS = 4
 def message_tokens(text: str) -> int:
     """Tokens one message of ``text`` costs in a prompt (0 for no text: no message is sent)."""
     return estimate_tokens(text) + MESSAGE_OVERHEAD_TOKENS if text else 0
+
+
+def fit_blocks(blocks: Sequence[AgentMessage], budget: int) -> list[AgentMessage]:
+    """The system blocks (facts, a summary) that fit ``budget`` tokens, in order.
+
+    A block that does not fit whole keeps its first lines that do: its header and the first
+    items of its list. One that would keep no item (a header alone, or a one-line block) goes.
+
+        >>> from ovos_plugin_manager.templates.agents import MessageRole
+        >>> facts = AgentMessage(MessageRole.SYSTEM, "Known facts:\\n- likes tea\\n- lives in Porto")
+        >>> [m.content for m in fit_blocks([facts], 12)]
+        ['Known facts:\\n- likes tea']
+        >>> fit_blocks([facts], 6)
+        []
+    """
+    out: list[AgentMessage] = []
+    left = budget
+    for block in blocks:
+        text = block.content
+        if message_tokens(text) > left:
+            lines = text.split("\n")
+            kept = 0
+            while kept < len(lines) and message_tokens("\n".join(lines[:kept + 1])) <= left:
+                kept += 1
+            text = "\n".join(lines[:kept]) if kept > 1 else ""
+        if text:
+            short = copy_message(block)
+            short.content = text
+            out.append(short)
+            left -= message_tokens(text)
+    return out
 
 
 def fit_window(window: Sequence[AgentMessage], budget: int,

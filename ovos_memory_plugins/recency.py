@@ -24,3 +24,4 @@ class RecencyMemory(WindowMemory):
 
     Config: ClassVar[type] = WindowConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-recency"
+    store_name: ClassVar[str] = "recency"

@@ -39,7 +39,7 @@ from ._core.paths import default_name, default_path
 from ._core.plugin import MemoryPlugin
 from ._core.tokens import estimate_tokens
 from ._core.worker import BackgroundWorker
-from ._retrieval.documents import Document, DocumentLog
+from ._retrieval.documents import Document, DocumentLog, past_exchanges
 from ._retrieval.store import RetrievalStore
 from .common import MemoryHit
 from .config import check_template, option
@@ -51,13 +51,14 @@ from .messages import (
     clean_text,
     coerce_messages,
     context_window,
+    fit_blocks,
     fit_window,
     is_role,
     message_tokens,
     to_dict,
 )
 from .render import DEFAULT_HEADER, ContextStyle, render_hits
-from .storage import WindowPolicy
+from .storage import WindowPolicy, store_location
 from .storage.sqlite import Database, open_database
 from .storage.windows import SqliteWindowStore
 
@@ -93,9 +94,14 @@ class RetrievalConfig:
     system_prompt: str = option("", "persona system prompt")
     db_path: str | None = option(None, "SQLite file for the window and documents; null: the XDG default",
                                  kind=str)
+    db_url: str | None = option(None, "PostgreSQL URL (postgresql://user@host/database) for the window, documents "
+                                "and index instead of db_path, shared by every process and host; needs the "
+                                "[postgres] extra", kind=str)
     max_age: float | None = option(None, "seconds after which messages and documents expire; null: never",
                                    kind=float, minimum=0)
-    max_context_tokens: int | None = option(None, "token budget for window + recall; null: unbounded",
+    max_context_tokens: int | None = option(None, "token budget for the whole context: system prompt and "
+                                            "utterance first, then a composite's facts and summary, the window, "
+                                            "recall; null: unbounded",
                                             kind=int, minimum=1)
 
     def __post_init__(self) -> None:
@@ -127,6 +133,11 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     index_in_database: ClassVar[bool] = False
     #: False: the index is kept in RAM, so every stored document is indexed again on first use.
     index_survives_restart: ClassVar[bool] = True
+    #: What ``search`` scores mean, for the composite's score fusion (``fusion: "score"``):
+    #: "keyword" (0 when no query word matches; more is better, no upper bound: BM25),
+    #: "semantic" (a similarity: only differences between items mean something), or None
+    #: (unknown: fused as semantic).
+    score_kind: ClassVar[str | None] = None
     live_settings: ClassVar[frozenset[str]] = frozenset({
         "max_history", "max_num_results", "min_score", "query_mode", "query_history_turns", "header",
         "chunk_prefix", "chunk_separator", "include_sources", "tool_name", "dedup_history", "inject_mode",
@@ -149,7 +160,11 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         self._settings_changed()
         self._query_takes_session = "session_id" in inspect.signature(self._query_backend).parameters
         if self.keeps_documents:
-            self._store = RetrievalStore(self, self._open_db(), self._table_prefix(), self._log)
+            db = self._open_db()
+            store_class = RetrievalStore
+            if db.engine == "postgres":
+                from ._retrieval.pg_store import PgRetrievalStore as store_class  # type: ignore[assignment]
+            self._store = store_class(self, db, self._table_prefix(), self._log)
 
     def _settings_changed(self) -> None:
         s = self.settings
@@ -211,6 +226,19 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         """Index one batch of pending documents; True while more are pending (the worker's step)."""
         return self._store.index_step(busy_wait)
 
+    def _index_in_database(self) -> bool:
+        """Whether the index's writes join this memory's transactions (``index_in_database``)."""
+        return self.index_in_database
+
+    def _prepare_documents(self, docs: Sequence[Document]) -> list[Any]:
+        """The slow part of indexing ``docs``, done outside any transaction (a PostgreSQL store's
+        shared queue); one result per document. The default has none."""
+        return [None] * len(docs)
+
+    def _store_prepared(self, docs: Sequence[Document], prepared: Sequence[Any]) -> None:
+        """Index ``docs`` with what :meth:`_prepare_documents` made for them."""
+        self._store_documents(docs)
+
     def _close_backend(self) -> None:
         pass
 
@@ -244,11 +272,21 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         text = check_utterance(utterance)
         sid = check_session_id(session_id)
         history = self.get_history(sid)
-        extra = self._extra_system(text, sid)
         window = context_window(history)
-        budget = self._recall_budget(text, extra)
+        budget = self._recall_budget(text)
+        added = self._added_budget()
+        extra = self._extra_system(text, sid)
+        if budget is not None or added is not None:
+            # The system prompt and the utterance fit first; then the blocks (facts, a summary),
+            # the window and recall, each bounded by what is left of both budgets.
+            extra = fit_blocks(extra, max(0, min(b for b in (budget, added) if b is not None)))
+            used = sum(message_tokens(m.content) for m in extra)
+            budget = None if budget is None else budget - used
+            added = None if added is None else added - used
         if budget is not None:
             window, budget = fit_window(window, max(0, budget))
+        if added is not None:
+            budget = added if budget is None else min(budget, added)
         hits = self.recall(self.build_query(text, history), sid, window) if text else []
         context = render_hits(hits, self.style, _chunk_budget(budget, self.injection.header))
         return self.assemble_context(text, sid, context, window, extra)
@@ -290,7 +328,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         if k <= 0 or not query.strip():
             return []
         self._store.ensure_started()
-        only = session_id if self.settings.scope == "session" and session_id is not None else None
+        only = self._search_scope(session_id)
         try:
             hits = self._scoped_query(query, k, only)
             self._log.clear("search", f"{self.plugin_name}: search works again")
@@ -301,6 +339,40 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
             self._log.error("search", "%s: search failed (%s); proceeding without context", self.plugin_name, exc)
             return []
         return self._filter_hits(hits)[:k]
+
+    def score_candidates(self, query: str, hits: Sequence[MemoryHit],
+                         session_id: str | None = None) -> list[float | None]:
+        """This memory's score of each of ``hits`` for ``query``, as ``search`` would give it,
+        whichever retriever found them; None where it cannot score one (not one of its exchanges,
+        no index entry yet). The composite's score fusion asks each retriever about the others'
+        hits. The base scores none; a backend that can overrides :meth:`_score_documents`.
+        """
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, not {type(query).__name__}")
+        hits = list(hits)
+        query = clean_text(query)
+        if not hits or not query.strip() or not self.keeps_documents:
+            return [None] * len(hits)
+        only = self._search_scope(session_id)
+        try:
+            rows = self._docs.resolve([(h.source, h.content) for h in hits], only)
+            known = list(dict.fromkeys(r for r in rows if r is not None))
+            scores = self._score_documents(query, known, only) if known else {}
+        except Exception as exc:  # noqa: BLE001 - as a failed search: this turn fuses without it
+            self._log.error("score", "%s: scoring candidates failed (%s)", self.plugin_name, exc)
+            return [None] * len(hits)
+        self._log.clear("score", f"{self.plugin_name}: scoring candidates works again")
+        return [scores.get(r[0]) if r is not None else None for r in rows]
+
+    def _score_documents(self, query: str, docs: Sequence[tuple[int, str]],
+                         session_id: str | None) -> dict[int, float]:
+        """Scores for ``query`` of this memory's documents ``(row id, doc_id)``, by row id; a
+        document left out is one it cannot score. The base scores none."""
+        return {}
+
+    def _search_scope(self, session_id: str | None) -> str | None:
+        """The session a search is limited to (None: all), as ``scope`` says."""
+        return session_id if self.settings.scope == "session" and session_id is not None else None
 
     def recall(self, query: str, session_id: str, window: Sequence[AgentMessage] = ()) -> list[MemoryHit]:
         """``search`` for a turn, minus items already present verbatim in ``window``."""
@@ -339,6 +411,18 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         data, sid = session_export(data, session_id)
         self._store.import_session(sid, export_messages(data), export_documents(data), self.policy)
 
+    def import_exchanges(self, session_id: str, exchanges: Sequence[Mapping[str, Any]]) -> int:
+        """Store past exchanges with the time each happened: a chat log restored, history from
+        another assistant. ``exchanges`` is ``[{"question": ..., "answer": ..., "ts": ...}, ...]``
+        in the order they happened, ``ts`` in POSIX seconds (absent: now). They are stored as
+        ``update_history`` stores exchanges (recall, neighbour context, the window's last
+        messages), but dated: ``max_age`` and questions naming a date then see when they
+        happened. Returns how many were stored (those already older than ``max_age`` are not).
+        A malformed item is a ``TypeError``/``ValueError`` and nothing is stored.
+        """
+        sid = check_session_id(session_id)
+        return self._store.import_exchanges(sid, past_exchanges(exchanges), self.policy)
+
     # -- session2history -------------------------------------------------------------------
     def _stored_window(self, session_id: str) -> list[AgentMessage]:
         """The session's window; a store failure raises (an edit must not overwrite what it could not read)."""
@@ -375,8 +459,15 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         con = self.config.get("_con")
         if con is not None:  # an injected sqlite3 connection (tests, shared files)
             return Database(self.settings.db_path or ":memory:", connection=con)
-        return open_database(self.settings.db_path or default_path(default_name(type(self), "default_db_name",
-                                                                                ".db")))
+        try:
+            location, kind = store_location(self.settings.db_path, self.settings.db_url, None)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+        if kind == "postgres":
+            from .storage.postgres import open_pg_database
+
+            return open_pg_database(str(location))  # type: ignore[return-value]
+        return open_database(location or default_path(default_name(type(self), "default_db_name", ".db")))
 
     def _scoped_query(self, query: str, k: int, session_id: str | None) -> list[MemoryHit]:
         if self._query_takes_session:
@@ -392,12 +483,15 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
                 if (min_score is None or h.score >= min_score)
                 and (cutoff is None or float(h.metadata.get("ts", cutoff)) >= cutoff)]
 
-    def _recall_budget(self, utterance: str, extra: Sequence[AgentMessage] = ()) -> int | None:
-        """Tokens left for the window and recall, or None when ``max_context_tokens`` is unset."""
+    def _recall_budget(self, utterance: str) -> int | None:
+        """Tokens left for the blocks, the window and recall, or None when ``max_context_tokens`` is unset."""
         if self.settings.max_context_tokens is None:
             return None
-        return (self.settings.max_context_tokens - message_tokens(self.system_prompt) - message_tokens(utterance)
-                - sum(message_tokens(m.content) for m in extra))
+        return self.settings.max_context_tokens - message_tokens(self.system_prompt) - message_tokens(utterance)
+
+    def _added_budget(self) -> int | None:
+        """Tokens for what is added besides the window (blocks and recall); None: no bound of its own."""
+        return None
 
 
 def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMessage]) -> list[MemoryHit]:

@@ -44,5 +44,6 @@ class BasicShortTermMemory(WindowMemory):
 
     Config: ClassVar[type] = ShortTermConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-short-term"
+    store_name: ClassVar[str] = "short_term"
     drop_leading_answers: ClassVar[bool] = True
 

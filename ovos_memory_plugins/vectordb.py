@@ -38,6 +38,7 @@ from typing import Any
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
 from ._core.paths import default_path
+from ._retrieval.vector_calls import SingleKeyCalls, check_key, checked_batch
 from ._retrieval.vector_matrix import PLUGIN_NAME, Matrix, as_vector, numpy_module, unit_rows
 from .config import option, parse_config
 from .errors import EmbeddingsError
@@ -97,7 +98,7 @@ class SqliteEmbeddingsConfig:
                             "slower next to an embedder's thread pool on a small one)")
 
 
-class SqliteEmbeddingsDB(EmbeddingsDB):
+class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
     """float32 vectors and JSON metadata in SQLite; exact cosine top-k over a RAM matrix.
 
     Args:
@@ -153,27 +154,14 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
         return [_collection(r) for r in rows]
 
     # -- writes --------------------------------------------------------------------------
-    def add_embeddings(self, key: str, embedding: Any, metadata: dict[str, Any] | None = None,
-                       collection_name: str | None = None) -> Any:
-        """Store (or replace) ``key``; returns the stored float32 vector."""
-        self.add_embeddings_batch([key], [embedding], [metadata], collection_name)
-        return as_vector(embedding)
-
     def add_embeddings_batch(self, keys: Sequence[str], embeddings: Sequence[Any],
                              metadata: Sequence[dict[str, Any] | None] | None = None,
                              collection_name: str | None = None) -> None:
         """Store (or replace) many vectors in one transaction."""
-        keys = [_check_key(k) for k in keys]
-        if len(embeddings) != len(keys) or (metadata is not None and len(metadata) != len(keys)):
-            raise ValueError("keys, embeddings and metadata must have the same length")
-        if not keys:
+        batch = checked_batch(keys, embeddings, metadata)
+        if batch is None:
             return
-        np = numpy_module()
-        vectors = np.stack([as_vector(e) for e in embeddings])
-        metas = [_check_meta(m) for m in (metadata if metadata is not None else [None] * len(keys))]
-        # A key given twice in one batch: the last one wins, as with separate calls.
-        last = {k: i for i, k in enumerate(keys)}
-        order = sorted(last.values())
+        keys, vectors, metas, order = batch
         name = self._name(collection_name)
         with self._db.atomic() as con:
             mirror = self._sync(con, name, create=True)
@@ -201,9 +189,6 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
                 self._invalidate(name)  # the transaction rolls back; so must the mirror
                 raise
 
-    def delete_embeddings(self, key: str, collection_name: str | None = None) -> None:
-        self.delete_embeddings_batch([key], collection_name)
-
     def delete_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None) -> None:
         """Delete ``keys`` (missing ones are ignored) in one transaction."""
         keys = [_check_key(k) for k in keys]
@@ -229,13 +214,6 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
                 raise
 
     # -- reads ---------------------------------------------------------------------------
-    def get_embeddings(self, key: str, collection_name: str | None = None, return_metadata: bool = False) -> Any:
-        """The stored vector (as given, not normalised), or None; with metadata: (vector, metadata)."""
-        (_, vector, meta), = self.get_embeddings_batch([key], collection_name, return_metadata=True)
-        if return_metadata:
-            return (vector, meta) if vector is not None else (None, None)
-        return vector
-
     def get_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None,
                              return_metadata: bool = False) -> list[tuple[Any, ...]]:
         """``(key, vector)`` or ``(key, vector, metadata)`` per key, in order; None/{} when missing."""
@@ -291,6 +269,34 @@ class SqliteEmbeddingsDB(EmbeddingsDB):
                     raise EmbeddingsError(f"{PLUGIN_NAME}: query has {q.shape[0]} dims, collection {name!r} "
                                           f"holds {mirror.dim}")
                 return self._top_k(mirror, q, k, return_metadata, where)
+
+    def similarities(self, embeddings: Any, keys: Sequence[str],
+                     collection_name: str | None = None) -> list[float | None]:
+        """The cosine similarity of the query vector with each key's stored vector, as ``query``
+        computes it (``1 - distance``); None for a key the collection does not hold.
+
+        A lookup in the RAM matrix: scoring a handful of known items costs microseconds, where
+        asking ``query`` for them would rank the whole collection.
+        """
+        np = numpy_module()
+        q = as_vector(embeddings)
+        norm = float(np.linalg.norm(q))
+        if norm > 0:
+            q = q / np.float32(norm)
+        keys = [_check_key(k) for k in keys]
+        name = self._name(collection_name)
+        with self._db.read() as con:
+            mirror = self._sync(con, name)
+            if mirror is None or mirror.n == 0 or not keys:
+                return [None] * len(keys)
+            with self._lock:
+                if q.shape[0] != mirror.dim:
+                    raise EmbeddingsError(f"{PLUGIN_NAME}: query has {q.shape[0]} dims, collection {name!r} "
+                                          f"holds {mirror.dim}")
+                rows = [mirror.pos.get(k) for k in keys]
+                known = [r for r in rows if r is not None]
+                scores = iter(self._score(mirror.rows[known], q).tolist() if known else ())
+                return [1.0 - max(0.0, 1.0 - float(next(scores))) if r is not None else None for r in rows]
 
     # -- lifecycle -----------------------------------------------------------------------
     def compact(self) -> bool:
@@ -420,16 +426,7 @@ def _check_name(name: Any) -> str:
     return name
 
 
-def _check_key(key: Any) -> str:
-    if not isinstance(key, str):
-        raise TypeError(f"embedding key must be a str, not {type(key).__name__}")
-    return key
-
-
-def _check_meta(meta: Any) -> dict[str, Any] | None:
-    if meta is not None and not isinstance(meta, Mapping):
-        raise TypeError(f"metadata must be a dict, not {type(meta).__name__}")
-    return dict(meta) if meta else None
+_check_key = check_key
 
 
 def _dump(meta: dict[str, Any] | None) -> str | None:

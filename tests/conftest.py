@@ -64,19 +64,30 @@ def make_memory(tmp_path):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Real-model tests (marker ``llm``) run only when ``OVOS_MEMORY_TEST_LLM_URL`` names a model.
+    """Real-model tests (marker ``llm``) run only when ``OVOS_MEMORY_TEST_LLM_URL`` names a model,
+    and PostgreSQL tests (marker ``postgres``) only when ``OVOS_MEMORY_POSTGRES_URL`` names a server.
 
-    They are deselected, not skipped: without a model they have nothing to check, and a
-    skip would read as a feature that is missing.
+    They are deselected, not skipped: without a model or a server they have nothing to check,
+    and a skip would read as a feature that is missing. CI (scripts/test) sets
+    ``OVOS_MEMORY_REQUIRE_POSTGRES``: there a missing server is an error, never a quiet deselection.
     """
-    if os.environ.get("OVOS_MEMORY_TEST_LLM_URL"):
-        return
-    # The marker, not the keyword: keywords include the names of the folders above a test, so a
-    # checkout in a folder called "llm" would lose every test.
-    dropped = [item for item in items if item.get_closest_marker("llm")]
+    for item in items:  # reliability cases on PostgreSQL (tests/reliability/_harness.py: POSTGRES)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if any(isinstance(v, dict) and v.get("db_url") == "{postgres}" for v in params.values()):
+            item.add_marker(pytest.mark.postgres)
+    missing = []
+    if not os.environ.get("OVOS_MEMORY_TEST_LLM_URL"):
+        missing.append("llm")
+    if not os.environ.get("OVOS_MEMORY_POSTGRES_URL"):
+        if os.environ.get("OVOS_MEMORY_REQUIRE_POSTGRES"):
+            raise pytest.UsageError("OVOS_MEMORY_REQUIRE_POSTGRES is set but OVOS_MEMORY_POSTGRES_URL is not: "
+                                    "start the servers (scripts/with-servers)")
+        missing.append("postgres")
+    dropped = [item for item in items if any(item.get_closest_marker(marker) for marker in missing)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if not item.get_closest_marker("llm")]
+        gone = {id(item) for item in dropped}
+        items[:] = [item for item in items if id(item) not in gone]
 
 
 @pytest.fixture

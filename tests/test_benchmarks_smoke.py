@@ -154,6 +154,36 @@ def test_the_harness_runs_on_one_real_locomo_conversation():
     assert "**all**" in locomo.format_table(report)
 
 
+def test_dated_exchanges_are_what_update_history_stores_with_their_session_dates(tmp_path):
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    dated = {**CONVERSATION, "conversation": {**CONVERSATION["conversation"],
+                                              "session_1_date_time": "1:56 pm on 8 May, 2023",
+                                              "session_2_date_time": "10:37 am on 27 June, 2023"}}
+    items = locomo.dated_exchanges(dated)
+    assert [i["ts"] for i in items] == [1683554160.0, 1683554161.0, 1687862220.0, 1687862221.0]
+    turns, imported = (LexicalMemory({"db_path": str(tmp_path / f"{n}.db")}) for n in ("turns", "imported"))
+    try:
+        locomo._feed(turns, dated, "s", dated=False)
+        locomo._feed(imported, dated, "s", dated=True)
+        assert [d.text for d in imported._docs.for_session("s")] == [d.text for d in turns._docs.for_session("s")]
+        assert [d.ts for d in imported._docs.for_session("s")] == [i["ts"] for i in items]
+    finally:
+        turns.close()
+        imported.close()
+    assert locomo.session_time("x") is None
+
+
+def test_the_composite_hybrid_backend_is_the_hybrid_preset():
+    from ovos_memory_plugins.composite import HYBRID_PRESET, PRESET_SETTINGS
+
+    _, config = locomo.backend_config("composite-hybrid", Path("/f"))
+    assert [m["module"] for m in config["members"]] == [m["module"] for m in HYBRID_PRESET]
+    for ours, preset in zip(config["members"], HYBRID_PRESET):
+        assert ours["config"].get("retrieval") == preset["config"].get("retrieval")
+    assert {k: config[k] for k in PRESET_SETTINGS} == PRESET_SETTINGS
+
+
 def test_a_backend_that_is_not_installed_fails_with_a_clear_message():
     with pytest.raises(locomo.BackendUnavailable, match="unknown backend"):
         locomo.backend_config("no-such-backend", Path("."))
@@ -246,6 +276,24 @@ def test_both_packages_get_the_same_drop_in_config_for_every_shared_backend():
             assert entry_point == f"ovos-memory-plugin-{backend}"
             assert ("{dir}" in json.dumps(config)) == (storage == "file" or backend == "longterm")
     assert run.backend_config("entity", "ram", None) is None  # no endpoint: not measured, not faked
+
+
+@pytest.mark.postgres
+def test_the_postgresql_benchmark_runs_and_reports_every_cell(tmp_path):
+    import subprocess
+
+    from tests._postgres import server_url
+
+    out = tmp_path / "postgres.json"
+    args = ["--quick", "--skip-locomo", "--calls", "10", "--url", server_url(), "--json", str(out)]
+    done = subprocess.run([sys.executable, str(BENCH / "bench_postgres.py"), *args], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    cells = {(c["backend"], c["engine"]) for c in results["latency"]}
+    assert cells == {(b, e) for b in ("lexical", "local-rag", "hybrid") for e in ("sqlite", "postgres")}
+    assert results["writers"]["lost"] == 0 and results["writers"]["doubled"] == 0
+    assert "| lexical | 1,000 | postgres |" in done.stdout
 
 
 def test_the_forget_benchmark_runs_on_a_small_store(tmp_path):

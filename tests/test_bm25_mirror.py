@@ -278,3 +278,96 @@ def test_flush_indexes_what_another_process_left_pending(tmp_path, closing):
         memory._docs.add(con, "s", "Q: the spare key is under the mat", {}, indexed=False)
     assert memory.flush(patience(10)) and memory._docs.count_pending() == 0
     assert memory._db.execute(f"SELECT COUNT(*) FROM {memory._fts}")[0][0] == 1
+
+
+# -- neighbour context (retrieval.neighbour_weight): the RAM copy links neighbours, FTS5 copies them
+
+
+def neighbour_memory(tmp_path, closing, weight, name="n.db", **extra):
+    config = {"db_path": str(tmp_path / name), "scope": "session", "retrieval": {"neighbour_weight": weight}}
+    return closing(LexicalMemory({**config, **extra}))
+
+
+@pytest.mark.parametrize("weight", [0.5, 0.3, 2.0])
+def test_with_neighbour_context_rankings_equal_fts5_through_inserts_and_deletes(tmp_path, closing, weight):
+    rng = random.Random(11)
+    memory = neighbour_memory(tmp_path, closing, weight)
+    for i in range(240):
+        memory.update_history(exchange(rng), f"s{i % 3}")
+    assert memory.flush(patience(10)) and memory._mirror.ready, "the RAM copy is off with neighbour context"
+    queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5))) for _ in range(30)]
+    for step in range(4):
+        for query in queries:
+            for sid in ("s0", "s2", None):
+                assert_same_ranking(mirror_ranking(memory, query, sid, 10), fts5_ranking(memory, query, sid, 400))
+        if step == 0:
+            memory.forget("s0")
+        elif step == 1:  # single exchanges leave: their neighbours become each other's
+            with memory._db.atomic() as con:
+                gone = memory._docs.by_rowids(con, [r for r in range(100, 200, 7)])
+                con.executemany(f"DELETE FROM {memory._docs.table} WHERE id = ?", [(d.rowid,) for d in gone])
+                memory._delete_documents(gone)
+        for _ in range(15):
+            memory.update_history(exchange(rng), "s2")
+
+
+@pytest.mark.parametrize("ram_index", [True, False])
+def test_with_neighbour_context_scores_of_any_candidates_equal_fts5(tmp_path, closing, ram_index):
+    rng = random.Random(5)
+    memory = neighbour_memory(tmp_path, closing, 0.5, ram_index=ram_index)
+    for i in range(120):
+        memory.update_history(exchange(rng), f"s{i % 2}")
+    assert memory.flush(patience(10))
+    for _ in range(20):
+        query = " ".join(rng.choice(WORDS) for _ in range(3))
+        fts = dict(fts5_ranking(memory, query, "s1", 400))
+        hits = memory.search(query, "s1", top_k=3)
+        others = [h for h in memory.search(rng.choice(WORDS), "s1", top_k=20) if h.source not in fts][:3]
+        scored = memory.score_candidates(query, hits + others, "s1")
+        assert [f"{s:.11g}" for s in scored] == [f"{fts.get(h.source, 0.0):.11g}" for h in hits + others]
+
+
+def test_a_neighbour_arriving_later_changes_the_ranking_as_in_fts5(tmp_path, closing):
+    memory = neighbour_memory(tmp_path, closing, 0.5)
+    memory.update_history([AgentMessage(U, "which agency did you pick"), AgentMessage(A, "a small one")], "s")
+    memory.update_history([AgentMessage(U, "the weather"), AgentMessage(A, "sunny")], "t")  # another session
+    assert memory.flush(patience(10))
+    before = mirror_ranking(memory, "agency", "s", 5)
+    memory.update_history([AgentMessage(U, "why that one"), AgentMessage(A, "they help LGBTQ+ folks")], "s")
+    after = mirror_ranking(memory, "agency", "s", 5)
+    assert [src for src, _ in after] == ["s_0", "s_1"] and before != after
+    assert_same_ranking(after, fts5_ranking(memory, "agency", "s", 50))
+
+
+def test_an_index_built_without_neighbour_context_leaves_ranking_to_fts5(tmp_path, closing):
+    path = tmp_path / "old.db"
+    old = LexicalMemory({"db_path": str(path)})
+    for i in range(5):
+        old.update_history([AgentMessage(U, f"garden note {i}"), AgentMessage(A, "ok")], "s")
+    old.close()
+    memory = neighbour_memory(tmp_path, closing, 0.5, name="old.db")
+    assert memory.flush(patience(10))
+    assert memory._mirror.search(["garden"], 5, "s") is None  # retired: FTS5 ranks the stale column
+    assert [h.source for h in memory.search("garden", "s")]
+
+
+def test_a_trigram_index_with_neighbour_context_ranks_with_fts5(tmp_path, closing):
+    memory = neighbour_memory(tmp_path, closing, 0.5, tokenizer="trigram")
+    memory.update_history([AgentMessage(U, "garden party"), AgentMessage(A, "ok")], "s")
+    assert memory.flush(patience(10)) and memory._mirror.search(["garden"], 5, "s") is None
+    assert [h.source for h in memory.search("garden", "s")] == ["s_0"]
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_a_query_that_matches_nothing_can_be_asked_again_and_scored(tmp_path, closing, caplog, weight):
+    memory = neighbour_memory(tmp_path, closing, weight)
+    memory.update_history([AgentMessage(U, "garden party"), AgentMessage(A, "ok")], "s")
+    memory.update_history([AgentMessage(U, "tea time"), AgentMessage(A, "ok")], "t")
+    assert memory.flush(patience(10))
+    for _ in range(2):  # the second time from the kept scores of the first
+        assert memory.search("garden", "t") == []
+    garden = memory.search("garden", "s")
+    assert memory.score_candidates("garden", garden, "t") == [0.0]  # outside the session searched
+    assert memory.score_candidates("zebra", garden, "s") == [0.0]
+    assert memory.score_candidates("zebra", garden, "s") == [0.0]
+    assert "failed" not in caplog.text

@@ -27,6 +27,7 @@ from ovos_memory_plugins._cli.persona import (
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins.cli import main
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
+from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
 
@@ -48,10 +49,10 @@ def write_persona(path: Path, api_url: str, memory_module="ovos-memory-plugin-re
     return path
 
 
-def run_cli(*args, stdin="", timeout=60):
+def run_cli(*args, stdin="", timeout=None):
     """The command in a child process (the real console script path, with stdin)."""
     return subprocess.run([sys.executable, "-m", "ovos_memory_plugins", *args], input=stdin, text=True,
-                          capture_output=True, timeout=timeout, env=dict(os.environ))
+                          capture_output=True, timeout=timeout or patience(60), env=dict(os.environ))
 
 
 def echo_context(messages):
@@ -221,6 +222,35 @@ def test_import_of_a_file_that_is_not_an_export_is_one_line(lexical, tmp_path, c
     junk.write_text(json.dumps([{"hello": 1}]))
     code = main(["import", str(junk), *lexical])
     assert_one_line_error(code, capsys.readouterr().err, ["junk.json", "session_id"])
+
+
+def test_import_exchanges_keeps_their_dates(lexical, tmp_path, capsys):
+    log = tmp_path / "history.jsonl"
+    log.write_text('{"question": "I bought a red bike", "answer": "Nice!", "ts": "2023-05-08T13:56:00Z"}\n'
+                   '{"question": "It has a bell", "ts": 1686000000}\n')
+    assert main(["import", str(log), "--exchanges", "--session", "garage", *lexical]) == 0
+    assert "imported 2 exchange(s)" in capsys.readouterr().out
+    config = json.loads(lexical[-1])
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        assert [d.ts for d in memory._docs.for_session("garage")] == [1683554160.0, 1686000000.0]
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ('[{"question": "q", "ts": "last tuesday"}]', ["history.json", "ISO 8601"]),
+    ('[{"answer": 5}]', ["history.json", "answer", "nothing was imported"]),
+    ("not json", ["history.json", "JSON lines"]),
+])
+def test_bad_past_exchanges_are_one_line(lexical, tmp_path, capsys, content, words):
+    log = tmp_path / "history.json"
+    log.write_text(content)
+    code = main(["import", str(log), "--exchanges", "--session", "garage", *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, words)
+
+
+def test_import_exchanges_needs_a_session(lexical, tmp_path, capsys):
+    log = tmp_path / "history.json"
+    log.write_text("[]")
+    assert_one_line_error(main(["import", str(log), "--exchanges", *lexical]), capsys.readouterr().err, ["--session"])
 
 
 def test_stats_counts_windows_and_documents(lexical, capsys):
@@ -528,7 +558,7 @@ def test_an_interrupted_stream_still_records_what_was_said(tmp_path):
         while "is " not in seen:  # the first two pieces arrived; the server now stalls
             seen += child.stdout.read(1)
         child.send_signal(signal.SIGINT)  # Ctrl-C mid-stream
-        out, err = child.communicate("", timeout=30)
+        out, err = child.communicate("", timeout=patience(30))
     finally:
         llm.close()
         if child.poll() is None:

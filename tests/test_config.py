@@ -26,7 +26,9 @@ def test_defaults_follow_the_reference():
     ({"max_history": True}, "'max_history' must be int"),
     ({"max_history": -2}, "'max_history' is -2; it must be >= 0"),
     ({"max_age": "soon"}, "'max_age'"),
-    ({"backend": "postgres"}, "allowed values are 'sqlite', 'json', 'memory'"),
+    ({"backend": "mongodb"}, "allowed values are 'sqlite', 'json', 'memory', 'postgres'"),
+    ({"backend": "postgres"}, "'backend': 'postgres' needs 'db_url'"),
+    ({"db_url": "/var/lib/memory.db"}, "'db_url' must be a PostgreSQL URL"),
 ])
 def test_bad_values_name_the_key_and_what_is_allowed(raw, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):

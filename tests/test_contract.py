@@ -6,6 +6,7 @@ from ovos_plugin_manager.agents import load_memory_plugin
 from ovos_plugin_manager.templates.agents import AgentContextManager
 
 from ovos_memory_plugins.testing import CONTRACT_CHECKS
+from tests._postgres import POSTGRES_ENTRY_POINTS, fresh_url
 from tests.conftest import our_entry_points
 from tests.factories import all_factories
 
@@ -28,15 +29,23 @@ def test_each_entry_point_has_a_test_factory(name):
     assert name in all_factories(), f"tests/factories has no module for {name}"
 
 
+#: Every entry point on its factory's store, and those that can on PostgreSQL too.
+STORES = [pytest.param(name, "default", id=name) for name in ENTRY_POINTS] + [
+    pytest.param(name, "postgres", id=f"{name}-postgres", marks=pytest.mark.postgres)
+    for name in ENTRY_POINTS if name in POSTGRES_ENTRY_POINTS]
+
+
 @pytest.mark.parametrize("check", CONTRACT_CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
-@pytest.mark.parametrize("name", ENTRY_POINTS)
-def test_contract(name, check, tmp_path):
+@pytest.mark.parametrize(("name", "store"), STORES)
+def test_contract(name, store, check, tmp_path):
     make = all_factories()[name]
     counter = iter(range(1000))
 
     def factory(overrides):
         folder = tmp_path / f"f{next(counter)}"
         folder.mkdir()
+        if store == "postgres":  # a schema of its own: fresh and empty, as the kit requires
+            overrides = {**overrides, "db_url": fresh_url()}
         return make(folder, overrides)
 
     check(factory)

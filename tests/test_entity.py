@@ -14,6 +14,7 @@ from ovos_memory_plugins.entity import EntityMemory
 from ovos_memory_plugins.errors import ConfigError
 from ovos_memory_plugins.testing import check_backend
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
+from tests._postgres import fresh_url
 from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
@@ -517,12 +518,14 @@ def test_facts_forgotten_while_extraction_runs_do_not_come_back(make, llm):
     assert memory.facts("s") == []
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "memory"])
+@pytest.mark.parametrize("backend", ["sqlite", "memory", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_the_other_stores_follow_the_contract_too(tmp_path, backend):
     counter = iter(range(100))
+    # On PostgreSQL each memory gets a schema of its own, fresh as the kit requires.
+    where = (lambda: {"db_url": fresh_url()}) if backend == "postgres" else \
+        (lambda: {"db_path": str(tmp_path / f"e{next(counter)}.db")})
     check_backend(lambda overrides: EntityMemory({
-        "db_path": str(tmp_path / f"e{next(counter)}.db"), "backend": backend, "api_url": closed_port_url(),
-        **overrides}))
+        **where(), "backend": backend, "api_url": closed_port_url(), **overrides}))
 
 
 # -- opt-in: a real local model ------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ovos_memory_plugins.persistence import JsonStore, SqliteStore
 from ovos_memory_plugins.testing import check_backend
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
 from tests._fake_model import is_extraction, is_narrative, memory_model
+from tests._postgres import fresh_url
 from tests._timing import patience
 
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
@@ -403,12 +404,14 @@ def test_the_json_file_is_written_atomically_with_the_reference_layout(make, tmp
                                 {"role": "assistant", "content": "answer 1"}]
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "memory"])
+@pytest.mark.parametrize("backend", ["sqlite", "memory", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_the_other_stores_follow_the_contract_too(tmp_path, backend):
     counter = iter(range(100))
+    # On PostgreSQL each memory gets a schema of its own, fresh as the kit requires.
+    where = (lambda: {"db_url": fresh_url()}) if backend == "postgres" else \
+        (lambda: {"db_path": str(tmp_path / f"lt{next(counter)}.db")})
     check_backend(lambda overrides: LongTermMemory({
-        "db_path": str(tmp_path / f"lt{next(counter)}.db"), "backend": backend, "api_url": closed_port_url(),
-        **overrides}))
+        **where(), "backend": backend, "api_url": closed_port_url(), **overrides}))
 
 
 # -- the reference stores ---------------------------------------------------------------------------

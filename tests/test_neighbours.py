@@ -128,7 +128,7 @@ def test_the_hybrid_preset_indexes_neighbours(name):
 def test_the_hybrid_preset_recalls_through_neighbours(tmp_path, closing, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     memory = closing(CompositeMemory({"preset": "hybrid"}))
-    assert memory.settings.fusion == "rrf"
+    assert memory.settings.fusion == "score"
     feed(memory)
     memory.flush(patience(60))
     assert "s_1" in [h.source for h in memory.search("adoption agency", "s")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -215,9 +216,55 @@ def _import_items(data: Any, path: str, every: bool = False) -> list[Mapping[str
     return items
 
 
+def _past_exchanges(path: str) -> list[dict[str, Any]]:
+    """``{"question", "answer", "ts"}`` items from a JSON list or JSON lines; ``ts`` in POSIX seconds
+    or ISO 8601 (without a time zone: local time), as seconds."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise CLIError(f"exchanges file {path!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"cannot read exchanges file {path!r}: {exc}") from None
+    try:
+        items = json.loads(text) if text.lstrip().startswith("[") else [
+            json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as exc:
+        raise CLIError(f"exchanges file {path!r} is neither a JSON list nor JSON lines: {exc}") from None
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and isinstance(item.get("ts"), str):
+            try:
+                when = datetime.datetime.fromisoformat(item["ts"].replace("Z", "+00:00"))
+            except ValueError:
+                raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is not an ISO 8601 date") from None
+            item = {**item, "ts": when.timestamp()}
+        out.append(item)
+    return out
+
+
+def _import_exchanges(args: argparse.Namespace, ui: UI) -> int:
+    if not args.session or args.all:
+        raise CLIError("import --exchanges needs --session (the session the exchanges belong to), not --all")
+    items = _past_exchanges(args.file)
+    with _backend(args) as memory:
+        if not callable(getattr(memory, "import_exchanges", None)):
+            raise CLIError(f"{getattr(memory, 'plugin_name', type(memory).__name__)} cannot import exchanges; "
+                           "retrieval memories and composites can")
+        try:
+            count = memory.import_exchanges(args.session, items)
+        except (TypeError, ValueError) as exc:
+            raise CLIError(f"{args.file!r}: {exc}; nothing was imported") from None
+        memory.flush(600)
+        ui.out.print(f"imported {count} exchange(s) into session {escape(repr(args.session))}")
+    return 0
+
+
 def cmd_import(args: argparse.Namespace, ui: UI) -> int:
     from rich.progress import Progress
 
+    if getattr(args, "exchanges", False):
+        return _import_exchanges(args, ui)
     if args.all and args.session:
         raise CLIError("--session only applies to a file holding one session, not --all")
     items = _import_items(read_json(args.file, "export file"), args.file, args.all)

@@ -19,7 +19,7 @@ from ..messages import (
     to_dict,
     user_message,
 )
-from ..storage import BACKENDS, WindowPolicy, open_window_store
+from ..storage import BACKENDS, WindowPolicy, open_window_store, store_location
 from .compat import AgentMessage
 from .history_view import SessionHistoryMixin
 from .imports import export_messages, session_export, unseen_messages
@@ -44,8 +44,11 @@ class WindowConfig:
         None, "token budget for the whole context; the oldest messages are left out first, the system prompt "
         "and the utterance always fit; null: unbounded", kind=int, minimum=1)
     backend: str | None = option(
-        None, "store for db_path: sqlite, json or memory; null: an existing file's content, else its name",
-        kind=str, choices=BACKENDS)
+        None, "store for db_path: sqlite, json or memory (postgres: db_url); null: an existing file's content, "
+        "else its name", kind=str, choices=BACKENDS)
+    db_url: str | None = option(
+        None, "PostgreSQL URL (postgresql://user@host/database) that keeps the window instead of db_path, "
+        "shared by every process and host that names it; needs the [postgres] extra", kind=str)
 
     @property
     def window_size(self) -> int:
@@ -62,6 +65,8 @@ class WindowMemory(SessionHistoryMixin, MemoryPlugin):
 
     Config: ClassVar[type] = WindowConfig
     drop_leading_answers: ClassVar[bool] = False
+    #: Names this memory's table in a PostgreSQL database (``<store_name>_window``).
+    store_name: ClassVar[str] = "window"
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -71,9 +76,16 @@ class WindowMemory(SessionHistoryMixin, MemoryPlugin):
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
         db_path = s.db_path if s.db_path and s.db_path.strip() else None  # "" is "not given", as everywhere
         try:
-            self._window = open_window_store(db_path, s.backend, table="window")
+            location, backend = store_location(db_path, s.db_url, s.backend)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+        # A file holds one memory's window; a PostgreSQL database holds every memory's, each in its table.
+        table = f"{self.store_name}_window" if backend == "postgres" else "window"
+        try:
+            self._window = open_window_store(location, backend, table=table)
         except MemoryPluginError as exc:
-            raise ConfigError(f"{self.plugin_name}: cannot open db_path {s.db_path!r}: {exc}") from exc
+            raise ConfigError(f"{self.plugin_name}: cannot open {'db_url' if backend == 'postgres' else 'db_path'} "
+                              f"{_shown(location)!r}: {exc}") from exc
 
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
@@ -154,3 +166,10 @@ class WindowMemory(SessionHistoryMixin, MemoryPlugin):
         if not self._closed:
             self._window.close()
         super().close()
+
+
+def _shown(location: str | None) -> str | None:
+    """A location fit for a message: a URL without its password."""
+    from ..storage.postgres import is_postgres_url, redact
+
+    return redact(str(location)) if is_postgres_url(location) else location

@@ -4,13 +4,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from .._core.due import DueQueue
+from .._core.due import DueQueue, Job
 from .._core.log import LOG, LogOnce
 from .._core.paths import default_path, is_memory_path
 from .._core.plugin import MemoryPlugin
 from .._core.worker import BackgroundWorker
 from ..errors import ConfigError, MemoryPluginError, StorageError
-from ..storage import open_record_store
+from ..storage import after_commit, open_record_store, store_location
 from ..storage.readonly import is_read_only
 from .endpoint import chat_client
 
@@ -18,15 +18,27 @@ __all__ = ["LLMMemory", "open_session_store"]
 
 
 def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
-                       open_sqlite: Callable[[str], Any]) -> tuple[Any, str]:
-    """The record store for ``backend`` and the path it uses.
+                       open_sqlite: Callable[[str], Any], db_url: str | None = None) -> tuple[Any, str]:
+    """The record store for ``backend`` and the path (or redacted URL) it uses.
 
     Args:
         owner: the plugin name, for messages.
         backend: one of :data:`~ovos_memory_plugins.storage.BACKENDS` (checked by the config).
         db_path: the configured file, or None for ``$XDG_DATA_HOME/ovos/<stem>.json|.db``.
         open_sqlite: builds the SQLite store for a path (each backend keeps its own schema).
+        db_url: a PostgreSQL URL; when set, the records are the table ``ovos_<stem>`` there.
     """
+    try:
+        location, kind = store_location(db_path, db_url, backend)
+    except ConfigError as exc:
+        raise ConfigError(f"{owner}: {exc}") from exc
+    if kind == "postgres":
+        from ..storage.postgres import redact
+
+        try:
+            return open_record_store(location, kind, table=stem), redact(str(location))
+        except (MemoryPluginError, OSError) as exc:
+            raise ConfigError(f"{owner}: cannot open db_url {redact(str(location))!r}: {exc}") from exc
     path = db_path or default_path(f"{stem}.db" if backend == "sqlite" else f"{stem}.json")
     try:
         if backend == "sqlite" and not is_memory_path(path):
@@ -36,6 +48,18 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
         raise ConfigError(f"{owner}: cannot open db_path {path!r}: {exc}") from exc
 
 
+def open_job_queue(store: Any, stem: str, request_timeout: float) -> Any:
+    """Where the keys with work due wait: a table beside the records on PostgreSQL (shared by every
+    process, surviving any of them), else a set in RAM (the records are scanned at start)."""
+    db: Any = getattr(store, "db", None)
+    if getattr(db, "engine", None) == "postgres":
+        from ..storage.postgres_jobs import PgJobQueue
+
+        # Longer than any one piece of work (a few LLM calls): only a dead worker's lease expires.
+        return PgJobQueue(db, f"ovos_{stem}_jobs", lease_s=60.0 + 4 * request_timeout)
+    return DueQueue()
+
+
 class LLMMemory(MemoryPlugin):
     """Base of memories keeping one record per key and doing LLM work off the turn.
 
@@ -43,7 +67,9 @@ class LLMMemory(MemoryPlugin):
     hooks: ``_open_sqlite(path)``, ``_has_work(record)`` and ``_work_on(key)``. The work queue
     is the set of record keys with work due; the records themselves hold the work (messages not
     yet summarised, exchanges not yet read for facts), so a restart resumes it: the first
-    worker step scans the store once.
+    worker step scans the store once. On PostgreSQL the queue is a table committed with the
+    records (``_update``): every process's worker claims from it, each job runs once, and a dead
+    worker's job is taken over by another.
     """
 
     store_stem: ClassVar[str]
@@ -52,15 +78,21 @@ class LLMMemory(MemoryPlugin):
         super().__init__(config)
         s = self.settings
         self._store, self._db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
-                                                       self._open_sqlite)
+                                                        self._open_sqlite, s.db_url)
         self.client = chat_client(s, owner=self.plugin_name)
         self._log = LogOnce()
         self._problems: dict[str, str] = {}  # degradations other than the endpoint's (see degraded())
-        self._due = DueQueue()
-        self._scan = True  # look for work left by an earlier run, once, off the turn
-        self._worker = BackgroundWorker(f"{self.plugin_name}-worker", self._step)
         try:
-            if not is_read_only() and self._store.sessions():  # a read-only command does no work
+            self._due: Any = open_job_queue(self._store, self.store_stem, s.request_timeout)
+        except MemoryPluginError as exc:
+            self._store.close()
+            raise ConfigError(f"{self.plugin_name}: cannot open the work queue in {self.db_path}: {exc}") from exc
+        # Look for work left by an earlier run, once, off the turn (a durable queue holds it already).
+        self._scan = not self._due.durable
+        self._worker = BackgroundWorker(f"{self.plugin_name}-worker", self._step, poll=self._due.poll)
+        try:
+            # A read-only command does no work.
+            if not is_read_only() and (self._due.durable or self._store.sessions()):
                 self._worker.notify()
         except (MemoryPluginError, OSError) as exc:
             LOG.error(f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
@@ -101,6 +133,25 @@ class LLMMemory(MemoryPlugin):
         if wake:
             self._worker.notify()
 
+    def _update(self, key: str, fn: Callable[[dict[str, Any]], dict[str, Any]],
+                due: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """``store.update(key, fn)``, and the key queued when ``due(record)``, in one transaction
+        where the queue is durable; the worker is woken after the commit."""
+        with self._due.transaction():
+            record = self._store.update(key, fn)
+            queued = due(record)
+            if queued:
+                self._due.add(key)
+        if queued:  # after an enclosing transaction (a composite's) commits, if there is one
+            after_commit(getattr(self._store, "db", None), self._worker.notify)
+        return record
+
+    def _delete(self, key: str) -> None:
+        """Delete the record and its queued work together (forget: no row may keep the key)."""
+        with self._due.transaction():
+            self._due.discard(key)
+            self._store.delete(key)
+
     def _unmark(self, key: str) -> None:
         self._due.discard(key)
 
@@ -115,19 +166,20 @@ class LLMMemory(MemoryPlugin):
                 if self._has_work(record):
                     self._mark_due(key, wake=False)
             self._scan = False  # only once it succeeded: a failed scan is retried with the step
-        key = self._due.pop()
-        if key is None:
+        job: Job | None = self._due.claim()
+        if job is None:
             return False
         try:
-            self._work_on(key)
+            self._work_on(job.key)
         except (AttributeError, TypeError, KeyError, ValueError) as exc:
             # A record of the wrong shape (a hand-edited file): retrying cannot help, and it must
             # not stall the other sessions' work behind it. It stays on disk as it is.
-            self._log.error(f"malformed:{key}", f"{self.plugin_name}: the record of {key!r} is malformed "
-                                                f"({type(exc).__name__}: {exc}); its work is skipped")
+            self._log.error(f"malformed:{job.key}", f"{self.plugin_name}: the record of {job.key!r} is malformed "
+                                                    f"({type(exc).__name__}: {exc}); its work is skipped")
         except BaseException:
-            self._mark_due(key, wake=False)  # the worker retries after its delay
+            self._due.retry(job)  # the worker retries after its delay
             raise
+        self._due.done(job)
         return bool(self._due)
 
     # -- health --------------------------------------------------------------------------------

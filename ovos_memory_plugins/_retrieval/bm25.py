@@ -17,6 +17,12 @@ How it stays in sync, across threads and processes sharing the file:
   the log already, so they are ranked as FTS5 will rank them once indexed: recall does not wait
   for the indexer.
 
+With neighbour context on (``retrieval.neighbour_weight``) the mirror keeps each exchange's own
+words and links it to its neighbours in the log (postings.py): the document log is the truth of
+who neighbours whom, so an exchange stored or deleted moves the links the way lexical rewrites
+the neighbours' ``ctx`` column. At load it checks that the ``ctx`` column FTS5 holds is what the
+links say (an index built while the option was off is not); if not, FTS5 ranks.
+
 The first load reads every posting through ``fts5vocab`` (about 3 s per 100,000 exchanges), on a
 background thread with its own connection; until it finishes, FTS5 answers.
 """
@@ -28,16 +34,15 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .._core.log import LogOnce
 from ..storage.sqlite import Database
+from .postings import Postings
 
 __all__ = ["PostingsMirror", "Tokenizer", "table_tokenizer"]
 
-#: FTS5's bm25() constants (fts5_aux.c).
-K1, B = 1.2, 0.75
 #: The newest documents whose words are cached at load: the next turns mostly reuse them.
 WARM_DOCUMENTS = 5_000
 #: Deleted ids kept in the log for mirrors of other processes; one further behind reloads.
@@ -76,6 +81,11 @@ class Tokenizer:
         self._words: dict[str, tuple[str, ...]] = {}
         names = [w for w in spec.split() if not w.isdigit() and w != "remove_diacritics"]
         self._by_word = names in (["unicode61"], ["porter", "unicode61"])
+
+    @property
+    def word_based(self) -> bool:
+        """True when a text's terms are its words' terms (unicode61, porter): no term spans two words."""
+        return self._by_word
 
     def counts(self, texts: Sequence[str]) -> list[dict[str, int]]:
         """Per text, how many times each term occurs (its length is the sum)."""
@@ -136,103 +146,6 @@ _WORD = re.compile(r"[^\W_]+")
 _NOT_LATIN = re.compile(r"[^\x00-\u024f]")
 
 
-class _Snapshot:
-    """Postings and per-document statistics; appended to in id order, never reordered."""
-
-    def __init__(self) -> None:
-        self.rowids = array.array("q")
-        self.lengths = array.array("i")
-        self.sessions = array.array("i")
-        self.alive = bytearray()
-        self.postings: dict[str, tuple[array.array[int], array.array[int]]] = {}
-        self.session_codes: dict[str, int] = {}
-        self.n_alive = 0
-        self.total_tokens = 0
-        self.max_id = 0
-        self.deleted_seq = 0
-        self.generation = 0  # the Database's: a file replaced since (damaged, set aside) means reload
-
-    def add(self, rowid: int, session_id: str, counts: dict[str, int]) -> None:
-        pos = len(self.rowids)
-        self.rowids.append(rowid)
-        length = self.add_postings(pos, counts)
-        self.lengths.append(length)
-        self.sessions.append(self.session_codes.setdefault(session_id, len(self.session_codes)))
-        self.alive.append(1)
-        self.n_alive += 1
-        self.total_tokens += length
-
-    def add_postings(self, pos: int, counts: dict[str, int]) -> int:
-        """Record the terms of the document at ``pos``; returns its length in tokens."""
-        for term, tf in counts.items():
-            entry = self.postings.get(term)
-            if entry is None:
-                entry = self.postings[term] = (array.array("i"), array.array("i"))
-            entry[0].append(pos)
-            entry[1].append(tf)
-        return sum(counts.values())
-
-    def delete(self, rowids: Iterable[int]) -> None:
-        import numpy as np
-
-        ids = np.frombuffer(self.rowids, dtype=np.int64)
-        for rowid in rowids:
-            pos = int(np.searchsorted(ids, rowid))
-            if pos < len(ids) and ids[pos] == rowid and self.alive[pos]:
-                self.alive[pos] = 0
-                self.n_alive -= 1
-                self.total_tokens -= self.lengths[pos]
-        del ids  # release the buffer: an array exporting one cannot grow
-
-    def top(self, terms: Sequence[str], top_k: int, session_id: str | None) -> list[tuple[int, float]]:
-        """FTS5's ``bm25()`` for ``"t1" OR "t2" ...`` over these postings, best first (score = -bm25)."""
-        import numpy as np
-
-        if self.n_alive == 0:
-            return []
-        code = None
-        if session_id is not None:
-            code = self.session_codes.get(session_id)
-            if code is None:
-                return []
-        entries = [e for e in map(self.postings.get, terms) if e is not None]
-        if not entries:
-            return []
-        # All phrases at once, in query order: each document's sum then adds up in FTS5's order.
-        pos = np.concatenate([np.frombuffer(e[0], dtype=np.int32) for e in entries])
-        tf = np.concatenate([np.frombuffer(e[1], dtype=np.int32) for e in entries]).astype(np.float64)
-        sizes = np.array([len(e[0]) for e in entries])
-        if self.n_alive < len(self.alive):  # deleted documents stay in the postings, masked
-            keep = np.frombuffer(self.alive, dtype=np.uint8)[pos]
-            df = np.add.reduceat(keep.astype(np.int64), np.cumsum(sizes) - sizes)
-            keep = keep.astype(bool)
-            pos, tf, sizes = pos[keep], tf[keep], df
-            if not len(pos):
-                return []
-        idf = np.log((self.n_alive - sizes + 0.5) / (sizes + 0.5))
-        idf[idf <= 0] = 1e-6
-        lengths = np.frombuffer(self.lengths, dtype=np.int32)[pos]
-        avgdl = self.total_tokens / self.n_alive
-        weight = np.repeat(idf, sizes) * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * lengths / avgdl)))
-        if code is not None:
-            mine = np.frombuffer(self.sessions, dtype=np.int32)[pos] == code
-            if not mine.all():
-                pos, weight = pos[mine], weight[mine]
-                if not len(pos):
-                    return []
-        # Sum per document: a stable sort groups each document's terms, still in query order.
-        order = np.argsort(pos, kind="stable")
-        pos = pos[order]
-        starts = np.flatnonzero(np.concatenate(([True], pos[1:] != pos[:-1])))
-        docs, scores = pos[starts], np.add.reduceat(weight[order], starts)
-        if len(docs) > top_k:
-            best = np.argpartition(-scores, top_k - 1)[:top_k]
-            docs, scores = docs[best], scores[best]
-        rowids = np.frombuffer(self.rowids, dtype=np.int64)[docs]
-        order = np.lexsort((rowids, -scores))
-        return list(zip(rowids[order].tolist(), scores[order].tolist()))
-
-
 class PostingsMirror:
     """The RAM copy of one FTS5 table's postings, kept in step with the document log."""
 
@@ -240,16 +153,22 @@ class PostingsMirror:
     #: of tokenizing every new document during one search.
     reload_gap = 5_000
 
-    def __init__(self, db: Database, fts_table: str, docs_table: str, deleted_table: str, tokenizer: str):
+    def __init__(self, db: Database, fts_table: str, docs_table: str, deleted_table: str, tokenizer: str,
+                 neighbour_weight: float = 0.0):
         self._db = db
         self._fts, self._docs, self._deleted = fts_table, docs_table, deleted_table
         self.tokenizer = Tokenizer(tokenizer)
-        self._snapshot: _Snapshot | None = None
+        self.neighbour_weight = float(neighbour_weight)
+        self._snapshot: Postings | None = None
         self._lock = threading.RLock()
         self._loader: threading.Thread | None = None
         self._closed = False
-        self._unusable = False  # the index holds neighbour context: its rows are not one column
+        self._unusable = False  # the index's context column is not what this mirror would make of it
         self._log = LogOnce()
+        if self.neighbour_weight and not self.tokenizer.word_based:
+            # A tokenizer that reads across the newline joining the neighbours (trigram) makes
+            # terms of the join itself: the context column is not the neighbours' terms.
+            self._unusable = True
         self._start_loading()
 
     @property
@@ -259,19 +178,30 @@ class PostingsMirror:
     def search(self, words: Sequence[str], top_k: int, session_id: str | None) -> list[tuple[int, float]] | None:
         """``(rowid, score)`` best first, or ``None``: not loaded or not in sync, ask FTS5."""
         with self._lock:
-            snap = self._snapshot
-            if snap is None or self._unusable:
-                self._start_loading()
-                return None
-            made = self.tokenizer.terms(words)
-            # A word FTS5 makes several terms of is a phrase (positions matter), none matches
-            # nothing: FTS5 answers those.
-            if any(len(m) != 1 for m in made):
-                return None
-            terms = [m[0] for m in made]
-            if not self._sync(snap):
-                return None
-            return snap.top(terms, top_k, session_id)
+            ready = self._ready(words)
+            return ready[0].top(ready[1], top_k, session_id) if ready is not None else None
+
+    def scores(self, words: Sequence[str], rowids: Sequence[int],
+               session_id: str | None) -> dict[int, float] | None:
+        """The score of each of ``rowids`` (0.0: no word matches), or ``None``: ask FTS5."""
+        with self._lock:
+            ready = self._ready(words)
+            return ready[0].scores_of(ready[1], rowids, session_id) if ready is not None else None
+
+    def _ready(self, words: Sequence[str]) -> tuple[Postings, list[str]] | None:
+        """The postings, in step, and the query's terms; None when FTS5 must answer."""
+        snap = self._snapshot
+        if snap is None or self._unusable:
+            self._start_loading()
+            return None
+        made = self.tokenizer.terms(words)
+        # A word FTS5 makes several terms of is a phrase (positions matter), none matches
+        # nothing: FTS5 answers those.
+        if any(len(m) != 1 for m in made):
+            return None
+        if not self._sync(snap):
+            return None
+        return snap, [m[0] for m in made]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for loading to finish; True when the mirror is loaded and in step."""
@@ -300,7 +230,7 @@ class PostingsMirror:
         self.tokenizer.close()
 
     # -- keeping in step ---------------------------------------------------------------------
-    def _sync(self, snap: _Snapshot) -> bool:
+    def _sync(self, snap: Postings) -> bool:
         """Apply what was written since the last sync; False (and reloading) when that cannot be done."""
         if snap.generation != self._db.generation:  # a new file: its ids start again, nothing here holds
             self._reload()
@@ -320,7 +250,7 @@ class PostingsMirror:
         self._add_documents(snap, added)
         return True
 
-    def _add_documents(self, snap: _Snapshot, rows: Sequence[Any]) -> None:
+    def _add_documents(self, snap: Postings, rows: Sequence[Any]) -> None:
         """Tokenize ``(id, session_id, content)`` rows (in id order) into ``snap``."""
         for start in range(0, len(rows), SLICE):  # in slices: a word list per document costs memory
             chunk = rows[start:start + SLICE]
@@ -328,7 +258,7 @@ class PostingsMirror:
                 snap.add(row[0], row[1], counts)
             snap.max_id = chunk[-1][0]  # should a later slice fail, the next sync resumes after this one
 
-    def _apply_deletions(self, snap: _Snapshot, rows: Sequence[Any]) -> bool:
+    def _apply_deletions(self, snap: Postings, rows: Sequence[Any]) -> bool:
         """Drop the documents of deletion-log rows ``(seq, doc)``, in seq order."""
         if rows[0][0] != snap.deleted_seq + 1:
             self._reload()  # entries this mirror never saw were pruned: start again
@@ -338,17 +268,20 @@ class PostingsMirror:
         return True
 
     def _has_context(self) -> bool:
-        """True (and the mirror retires) when rows carry neighbour context: written with another setting.
+        """True (and the mirror retires) when rows carry neighbour context this mirror is not to add.
 
         Checked at load. A process running with a different ``retrieval.neighbour_weight`` on the
         same file while this one runs is not detected until the next load: meanwhile this copy
-        ranks on the exchanges' own words (document lengths then differ slightly from FTS5's).
+        ranks as its own setting says (document lengths then differ slightly from FTS5's).
         """
-        if self._db.execute(f"SELECT 1 FROM {self._fts} WHERE ctx IS NOT NULL AND ctx != '' LIMIT 1"):
-            self._unusable, self._snapshot = True, None
-            self._log.warning("context", "keyword index %s holds neighbour context (retrieval.neighbour_weight); "
-                              "FTS5 ranks, the RAM copy is off", self._fts)
+        if not self.neighbour_weight and self._db.execute(
+                f"SELECT 1 FROM {self._fts} WHERE ctx IS NOT NULL AND ctx != '' LIMIT 1"):
+            self._retire("holds neighbour context (retrieval.neighbour_weight)")
         return self._unusable
+
+    def _retire(self, why: str) -> None:
+        self._unusable, self._snapshot = True, None
+        self._log.warning("context", "keyword index %s %s; FTS5 ranks, the RAM copy is off", self._fts, why)
 
     # -- loading -----------------------------------------------------------------------------
     def _reload(self) -> None:
@@ -369,6 +302,9 @@ class PostingsMirror:
         try:
             snap = self._read_snapshot(path)
             self._log.clear("load", f"keyword index {self._fts}: RAM postings loaded")
+        except _ContextDiffers as exc:
+            self._retire(str(exc))
+            return
         except Exception as exc:  # noqa: BLE001 - FTS5 keeps answering; a later search retries
             self._log.warning("load", "keyword index %s: RAM postings not loaded (%s); FTS5 answers", self._fts, exc)
             return
@@ -378,14 +314,14 @@ class PostingsMirror:
             if not self._closed:
                 self._snapshot = snap
 
-    def _read_snapshot(self, path: str | None) -> _Snapshot | None:
+    def _read_snapshot(self, path: str | None) -> Postings | None:
         generation = self._db.generation
         snap = self._read_file(path)
         if snap is not None:
             snap.generation = generation
         return snap
 
-    def _read_file(self, path: str | None) -> _Snapshot | None:
+    def _read_file(self, path: str | None) -> Postings | None:
         # A read-only connection of its own (WAL lets it read beside the writer); as_uri() escapes
         # '?', '#' and '%' in the path.
         con: Any = sqlite3.connect(f"{pathlib.Path(path).resolve().as_uri()}?mode=ro", uri=True,
@@ -400,23 +336,23 @@ class PostingsMirror:
             if con is not None:
                 con.close()
 
-    def _read_from(self, con: Any) -> _Snapshot | None:
-        snap = _Snapshot()
+    def _read_from(self, con: Any) -> Postings | None:
+        snap = Postings(self.neighbour_weight)
         snap.max_id, snap.deleted_seq = con.execute(
             f"SELECT (SELECT COALESCE(MAX(id), 0) FROM {self._docs}), "
             f"(SELECT COALESCE(MAX(seq), 0) FROM {self._deleted})").fetchone()
         docs = con.execute(f"SELECT id, session_id, indexed FROM {self._docs} ORDER BY id").fetchall()
         pos_of: dict[int, int] = {}
         pending_pos: dict[int, int] = {}  # documents not in FTS5 yet
-        for pos, (rowid, session_id, indexed) in enumerate(docs):
-            (pos_of if indexed else pending_pos)[rowid] = pos
-            snap.rowids.append(rowid)
-            snap.sessions.append(snap.session_codes.setdefault(session_id, len(snap.session_codes)))
+        for rowid, session_id, indexed in docs:
+            (pos_of if indexed else pending_pos)[rowid] = snap.append_document(rowid, session_id)
         lengths = [0] * len(docs)
         vocab = f"{self._fts}_mirror_vocab"
         con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{vocab} USING fts5vocab(main, {self._fts}, instance)")
         term, entry = None, None
-        for t, doc, tf in con.execute(f"SELECT term, doc, count(*) FROM temp.{vocab} GROUP BY term, doc"):
+        # The exchanges' own words only: neighbour context is linked, not copied (postings.py).
+        for t, doc, tf in con.execute(f"SELECT term, doc, count(*) FROM temp.{vocab} WHERE col = 'content' "
+                                      "GROUP BY term, doc"):
             at = pos_of.get(doc)
             if at is None:
                 continue
@@ -433,10 +369,46 @@ class PostingsMirror:
                     at = pending_pos.get(rowid)
                     if at is not None:
                         lengths[at] = snap.add_postings(at, counts)
-        snap.lengths.extend(lengths)
-        snap.alive.extend(b"\x01" * len(docs))
-        snap.n_alive = len(docs)
-        snap.total_tokens = sum(lengths)
+        snap.finish_load(lengths)
+        if snap.weight:
+            self._check_context(con, snap, pos_of)
         recent = con.execute(f"SELECT content FROM {self._docs} ORDER BY id DESC LIMIT ?", (WARM_DOCUMENTS,))
         self.tokenizer.warm([r[0] for r in recent])
         return snap
+
+    def _check_context(self, con: Any, snap: Postings, indexed: dict[int, int]) -> None:
+        """Raise :class:`_ContextDiffers` unless FTS5's context column holds, for every indexed
+        exchange whose neighbours are indexed too, as many tokens as its linked neighbours.
+
+        Exchanges indexed while the option was off have an empty column, so the check finds
+        them; an exchange whose neighbour waits for the indexer is skipped (indexing the
+        neighbour rewrites its column).
+        """
+        for rowid, sizes in con.execute(f"SELECT id, sz FROM {self._fts}_docsize"):
+            at = indexed.get(rowid)
+            if at is None:
+                continue
+            links = [n for n in (snap.prev[at], snap.next[at]) if n >= 0]
+            if any(int(snap.rowids[n]) not in indexed for n in links):
+                continue
+            if _varints(sizes)[-1] != sum(snap.lengths[n] for n in links):
+                raise _ContextDiffers(f"holds exchanges indexed without their neighbours' words (row {rowid}); "
+                                      "it was built with retrieval.neighbour_weight off")
+
+
+class _ContextDiffers(Exception):
+    """The keyword index's context column differs from what the neighbour links make of it."""
+
+
+def _varints(blob: bytes) -> list[int]:
+    """The column sizes FTS5 keeps per row in ``<table>_docsize``: SQLite varints, one per column
+    (7 bits a byte, high bit set on all but the last; sizes never reach the 9-byte form)."""
+    out, value, i = [], 0, 0
+    while i < len(blob):
+        byte = blob[i]
+        i += 1
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            out.append(value)
+            value = 0
+    return out

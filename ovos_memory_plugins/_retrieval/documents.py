@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._core.compat import AgentMessage
-from ..messages import is_role
+from .._core.compat import AgentMessage, MessageRole
+from ..messages import clean_text, is_role
 from ..storage.sqlite import Database
 
-__all__ = ["Document", "DocumentLog", "exchange_texts", "format_exchange"]
+__all__ = ["Document", "DocumentLog", "PastExchange", "exchange_texts", "format_exchange", "past_exchanges"]
 
 _DOC_MIGRATIONS = (
     """
@@ -98,17 +99,70 @@ def exchange_texts(tail: AgentMessage | None, messages: Sequence[AgentMessage]) 
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class PastExchange:
+    """An exchange that happened at ``ts`` (POSIX seconds; None: now), as :func:`past_exchanges` reads it."""
+
+    question: str | None
+    answer: str | None
+    ts: float | None
+
+    def messages(self) -> list[AgentMessage]:
+        return ([AgentMessage(MessageRole.USER, self.question)] if self.question is not None else []) + \
+            ([AgentMessage(MessageRole.ASSISTANT, self.answer)] if self.answer is not None else [])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"question": self.question, "answer": self.answer, "ts": self.ts}
+
+
+#: A time further ahead than this is a mistake (milliseconds given for seconds, say).
+_FUTURE_SLACK_S = 86400.0
+
+
+def past_exchanges(items: Any) -> list[PastExchange]:
+    """Check ``[{"question": ..., "answer": ..., "ts": ...}, ...]``: a question, an answer or both
+    (strings), and ``ts`` the POSIX time in seconds it happened (absent or null: now).
+
+    Other keys are ignored. A problem is a ``TypeError``/``ValueError`` naming the item.
+    """
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, (list, tuple)):
+        raise TypeError(f"exchanges must be a list of {{'question', 'answer', 'ts'}} dicts, not {type(items).__name__}")
+    latest = time.time() + _FUTURE_SLACK_S
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise TypeError(f"exchange {i} must be a dict, not {type(item).__name__}")
+        texts = []
+        for key in ("question", "answer"):
+            value = item.get(key)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"exchange {i}: {key!r} must be a str or null, not {type(value).__name__}")
+            texts.append(clean_text(value) if value is not None and value.strip() else None)
+        if texts == [None, None]:
+            raise ValueError(f"exchange {i} has neither a question nor an answer")
+        ts = item.get("ts")
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts)
+                               or not 0 <= ts <= latest):
+            raise ValueError(f"exchange {i}: 'ts' must be the time it happened in seconds since 1970 (UTC), "
+                             f"not in the future; got {ts!r}")
+        out.append(PastExchange(texts[0], texts[1], float(ts) if ts is not None else None))
+    return out
+
+
 class DocumentLog:
     """The ``<prefix>_docs`` table of a backend's database."""
+
+    #: The schema scripts (the PostgreSQL log has its own).
+    migrations: tuple[str, ...] = _DOC_MIGRATIONS
 
     def __init__(self, db: Database, table: str):
         self.db = db
         self.table = table
-        db.migrate(f"docs:{table}", [m.format(t=table) for m in _DOC_MIGRATIONS])
+        db.migrate(f"docs:{table}", [m.format(t=table) for m in self.migrations])
 
     def add(self, con: Any, session_id: str, text: str, metadata: dict[str, Any], indexed: bool,
             ts: float | None = None) -> Document:
-        """Store a document (``ts``: when it was first stored, for one imported; now by default)."""
+        """Append a document, stored at ``ts`` (POSIX seconds, as an import keeps it; None: now)."""
         now = time.time() if ts is None else float(ts)
         meta = {**metadata, "content": text, "session_id": session_id, "ts": now}
         n = con.execute(
@@ -172,6 +226,30 @@ class DocumentLog:
         rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE id IN ({','.join('?' * len(rowids))}) "
                            "ORDER BY id", list(rowids)).fetchall()
         return [_document(r) for r in rows]
+
+    def resolve(self, wanted: Sequence[tuple[str, str]],
+                session_id: str | None = None) -> list[tuple[int, str] | None]:
+        """``(row id, doc_id)`` of each ``(doc_id, text)``: the document with that id when its text
+        is that text, else one with that text (of ``session_id`` when given); None when none is.
+
+        Another memory's document id names the same exchange here only when both stored the
+        same sequence, so the text decides; the id makes the common case one indexed lookup.
+        """
+        if not wanted:
+            return []
+        marks = ",".join("?" * len(wanted))
+        by_id = {doc_id: (rowid, content) for rowid, doc_id, content in self.db.execute(
+            f"SELECT id, doc_id, content FROM {self.table} WHERE doc_id IN ({marks})", [d for d, _ in wanted])}
+        found: list[tuple[int, str] | None] = [
+            (by_id[d][0], d) if d in by_id and by_id[d][1] == text else None for d, text in wanted]
+        missing = sorted({text for (_, text), row in zip(wanted, found) if row is None})
+        if missing:
+            where = "AND session_id = ?" if session_id is not None else ""
+            by_text = {content: (rowid, doc_id) for rowid, doc_id, content in self.db.execute(
+                f"SELECT id, doc_id, content FROM {self.table} WHERE content IN ({','.join('?' * len(missing))}) "
+                f"{where} ORDER BY id", [*missing, *([session_id] if session_id is not None else [])])}
+            found = [row if row is not None else by_text.get(text) for (_, text), row in zip(wanted, found)]
+        return found
 
     def for_session(self, session_id: str) -> list[Document]:
         rows = self.db.execute(

@@ -72,15 +72,19 @@ class NeighbourVectors:
 
     def __init__(self, db: Database, table: str, docs: DocumentLog, weight: float):
         self._db, self._table, self._docs, self.weight = db, table, docs, weight
-        db.migrate(f"neighbour-vectors:{table}",
-                   [f"CREATE TABLE IF NOT EXISTS {table} (doc INTEGER PRIMARY KEY, vector BLOB NOT NULL)"])
+        schema = (f"CREATE TABLE IF NOT EXISTS {table} (doc INTEGER PRIMARY KEY, vector BLOB NOT NULL)"
+                  if db.engine == "sqlite" else  # PostgreSQL: a forgotten document's vector goes with it
+                  f"CREATE TABLE IF NOT EXISTS {table} (doc bigint PRIMARY KEY REFERENCES {docs.table} (id) "
+                  "ON DELETE CASCADE, vector bytea NOT NULL)")
+        db.migrate(f"neighbour-vectors:{table}", [schema])
 
     def store(self, docs: Sequence[Document], vectors: Sequence[Any]) -> list[tuple[Document, Any]]:
         """Keep the new documents' vectors; the mixed vectors to write (theirs and their neighbours')."""
         import numpy as np
 
         with self._db.atomic() as con:
-            con.executemany(f"INSERT OR REPLACE INTO {self._table} (doc, vector) VALUES (?, ?)",
+            con.executemany(f"INSERT INTO {self._table} (doc, vector) VALUES (?, ?) "
+                            "ON CONFLICT (doc) DO UPDATE SET vector = excluded.vector",
                             [(d.rowid, np.asarray(v, dtype="<f4").tobytes()) for d, v in zip(docs, vectors)])
             changed = {d.rowid: d.session_id for d in docs}
             for doc in docs:

@@ -12,6 +12,7 @@ has no such store: its window and documents are its members'.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -22,10 +23,11 @@ from .._core.imports import unseen_messages
 from .._core.log import LogOnce
 from .._core.worker import BackgroundWorker
 from ..errors import MemoryPluginError
+from ..storage import after_commit, release_database
 from ..storage.policy import WindowPolicy
-from ..storage.sqlite import Database, release_database
+from ..storage.sqlite import Database
 from ..storage.windows import SqliteWindowStore, safe_table_name
-from .documents import Document, DocumentLog, exchange_texts, format_exchange
+from .documents import Document, DocumentLog, PastExchange, exchange_texts, format_exchange
 
 __all__ = ["IndexOwner", "RetrievalStore"]
 
@@ -50,24 +52,43 @@ class IndexOwner(Protocol):
     def _store_documents(self, docs: Sequence[Document]) -> None: ...
     def _delete_documents(self, docs: Sequence[Document]) -> None: ...
     def _index_step(self, busy_wait: float | None = None) -> bool: ...
+    def _index_in_database(self) -> bool: ...
+    #: The slow part of indexing (embedding), run outside any transaction, one result per document.
+    def _prepare_documents(self, docs: Sequence[Document]) -> list[Any]: ...
+    #: The write of what ``_prepare_documents`` made, inside the transaction that marks the documents.
+    def _store_prepared(self, docs: Sequence[Document], prepared: Sequence[Any]) -> None: ...
 
 
 class RetrievalStore:
-    """The window, the document log and the index queue of one retrieval memory."""
+    """The window, the document log and the index queue of one retrieval memory.
+
+    A memory on a PostgreSQL database gets the subclass ``PgRetrievalStore``
+    (``_retrieval/pg_store.py``): the same turn, with its locks and the shared queue.
+    """
+
+    window_class: type[SqliteWindowStore] = SqliteWindowStore
+    docs_class: type[DocumentLog] = DocumentLog
+    #: How often an idle indexer looks for documents other processes left (None: never).
+    poll: float | None = None
 
     def __init__(self, owner: IndexOwner, db: Database, prefix: str, log: LogOnce):
         self.owner = owner
         self.db = db
         prefix = safe_table_name(prefix)
-        self.window = SqliteWindowStore(db, f"{prefix}_window")
-        self.docs = DocumentLog(db, f"{prefix}_docs")
+        self.window = self.window_class(db, f"{prefix}_window")
+        self.docs = self.docs_class(db, f"{prefix}_docs")
         self._log = log
         self._started = False
         self._start_lock = threading.Lock()
         self._updates = 0
+        #: Documents are indexed by the background worker (else in the update's transaction).
+        self.background = self._indexes_in_background(owner)
         self.worker = BackgroundWorker(f"{owner.plugin_name}-indexer", owner._index_step,
-                                       batch_delay=owner.index_delay,
-                                       failure_level=owner.index_failure_level) if owner.background_index else None
+                                       batch_delay=owner.index_delay, poll=self.poll,
+                                       failure_level=owner.index_failure_level) if self.background else None
+
+    def _indexes_in_background(self, owner: IndexOwner) -> bool:
+        return owner.background_index
 
     @property
     def _name(self) -> str:
@@ -80,7 +101,7 @@ class RetrievalStore:
         Returns the number of documents written. A store failure raises (the caller logs it).
         """
         self.ensure_started()
-        background = self.owner.background_index
+        background = self.background
 
         def write(con: Any) -> list[Document]:
             tail = self.window.append(session_id, messages, policy, con=con)
@@ -93,13 +114,14 @@ class RetrievalStore:
 
         docs = self.db.transaction(write)  # a damaged file is replaced, and the exchange written anew
         if self.worker is not None and docs:
-            self.worker.notify()
+            after_commit(self.db, self.worker.notify)  # an enclosing transaction (a composite's) first
         return len(docs)
 
     def add(self, session_id: str, text: str, metadata: Mapping[str, Any]) -> Document:
         """Store a free-text document (not an exchange)."""
         self.ensure_started()
-        background = self.owner.background_index
+        background = self.background
+
         def write(con: Any) -> Document:
             doc = self.docs.add(con, session_id, text, dict(metadata), indexed=not background)
             if not background:
@@ -108,7 +130,7 @@ class RetrievalStore:
 
         doc = self.db.transaction(write)
         if self.worker is not None:
-            self.worker.notify()
+            after_commit(self.db, self.worker.notify)
         return doc
 
     def expire(self, max_age: float | None) -> None:
@@ -116,7 +138,7 @@ class RetrievalStore:
         self._updates += 1
         if max_age is None or self._updates % 100 != 1:
             return
-        in_db = self.owner.index_in_database
+        in_db = self.owner._index_in_database()
         try:
             with self.db.atomic() as con:
                 doomed = self.docs.delete_older_than(con, time.time() - max_age)
@@ -132,7 +154,7 @@ class RetrievalStore:
         return sorted(set(self.window.sessions()) | set(self.docs.sessions()))
 
     def forget(self, session_id: str) -> dict[str, int]:
-        in_db = self.owner.index_in_database
+        in_db = self.owner._index_in_database()
         if self.worker is not None and not in_db:
             # An outside index: do not let the indexer re-add what we are deleting. (An index in
             # this file reads its queue inside its own transaction: nothing to wait for.)
@@ -169,11 +191,42 @@ class RetrievalStore:
             new = unseen_messages(self.window.load(session_id, policy), window)
             if new:
                 self.window.append(session_id, new, policy, con=con)
-            return [self.docs.add(con, session_id, d["content"], _imported_metadata(d), indexed=False, ts=d.get("ts"))
-                    for d in documents if not self.docs.holds(con, session_id, d["content"], d.get("ts"))]
+            return [self.docs.add(con, session_id, d["content"], _imported_metadata(d), indexed=False, ts=ts)
+                    for d, ts in ((d, _imported_ts(d)) for d in documents)
+                    if not self.docs.holds(con, session_id, d["content"], ts)]
 
         if self.db.transaction(write):
             self._index_pending_now()
+
+    def import_exchanges(self, session_id: str, exchanges: Sequence[PastExchange], policy: WindowPolicy) -> int:
+        """Store past exchanges, in order, each at its own time, in one transaction: documents as
+        ``update_history`` stores them (so neighbour context is built alike) and the last ones in
+        the window. Those older than ``max_age`` are already expired and are skipped. Returns the
+        number stored."""
+        self.ensure_started()
+        now = time.time()
+        cutoff = policy.cutoff(now)
+        kept = [(e, now if e.ts is None else e.ts) for e in exchanges]
+        kept = [(e, ts) for e, ts in kept if cutoff is None or ts >= cutoff]
+        window_from = _window_start([len(e.messages()) for e, _ in kept], policy.max_messages)
+        background = self.owner.background_index
+
+        def write(con: Any) -> list[Document]:
+            docs = []
+            for i, (exchange, ts) in enumerate(kept):
+                if i >= window_from:
+                    self.window.append(session_id, exchange.messages(), policy, con=con, ts=ts)
+                docs.append(self.docs.add(con, session_id, format_exchange(exchange.question, exchange.answer),
+                                          {"question": exchange.question, "answer": exchange.answer},
+                                          indexed=not background, ts=ts))
+            if docs and not background:
+                self._index_inline(con, docs)
+            return docs
+
+        docs = self.db.transaction(write)
+        if self.worker is not None and docs:
+            self.worker.notify()
+        return len(docs)
 
     # -- lifecycle -----------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
@@ -253,7 +306,7 @@ class RetrievalStore:
         process's write lock (in-database indexes).
         """
         batch = self.owner.index_batch
-        if self.owner.index_in_database:
+        if self.owner._index_in_database():
             # The index is in this file: entries and marks commit together, one commit a batch.
             with self.db.atomic(busy_wait) as con:
                 docs = self.docs.pending(batch, con)
@@ -303,6 +356,27 @@ class RetrievalStore:
             except Exception as exc:  # noqa: BLE001 - stays pending; the caller reports the first
                 failure = failure or exc
         return done, failure
+
+
+def _window_start(sizes: Sequence[int], max_messages: int) -> int:
+    """The first of the exchanges (of ``sizes`` messages each) the window keeps any message of."""
+    if not max_messages:
+        return 0
+    held = 0
+    for i in range(len(sizes) - 1, -1, -1):
+        held += sizes[i]
+        if held >= max_messages:
+            return i
+    return 0
+
+
+def _imported_ts(data: Mapping[str, Any]) -> float | None:
+    """An exported document's time, kept (so ``max_age`` and dates still apply); None: now. A time
+    ahead of the clock is taken as now."""
+    ts = data.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
+        return None
+    return min(float(ts), time.time())
 
 
 def _imported_metadata(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,10 +10,12 @@ Two kinds of store, each with a reference implementation in RAM and durable ones
   ``update(session_id, fn)`` is an atomic read-modify-write.
 
 :func:`open_window_store` and :func:`open_record_store` choose the implementation from the
-``backend`` name or, when that is not given, from the file itself (:func:`backend_for`):
-``":memory:"`` or ``None`` keeps it in RAM; an existing file is read by its first bytes (the
-SQLite header: SQLite; ``{``: JSON, as the reference writes at any path, suffix or not); any
+``backend`` name or, when that is not given, from the location itself (:func:`backend_for`):
+``":memory:"`` or ``None`` keeps it in RAM; a ``postgresql://`` URL is a PostgreSQL database
+(shared by every process and host that names it); an existing file is read by its first bytes
+(the SQLite header: SQLite; ``{``: JSON, as the reference writes at any path, suffix or not); any
 other path (a new or empty file) by its name: ``.json`` is JSON, anything else SQLite.
+:func:`store_location` turns a backend's ``db_path``/``db_url``/``backend`` keys into one location.
 """
 from __future__ import annotations
 
@@ -24,21 +26,26 @@ from .._core.compat import AgentMessage
 from .._core.paths import check_store_path, is_memory_path, resolve_path
 from ..errors import ConfigError, StorageError
 from .policy import WindowPolicy
+from .postgres import is_postgres_url
 from .readonly import is_read_only, read_only
 
 __all__ = [
     "BACKENDS",
     "RecordStore",
+    "after_commit",
     "WindowPolicy",
     "WindowStore",
     "backend_for",
+    "open_database_at",
     "open_record_store",
     "open_window_store",
     "read_only",
+    "release_database",
+    "store_location",
 ]
 
 #: The store backends a config may name.
-BACKENDS = ("sqlite", "json", "memory")
+BACKENDS = ("sqlite", "json", "memory", "postgres")
 
 
 class WindowStore(Protocol):
@@ -61,6 +68,8 @@ class RecordStore(Protocol):
     def close(self) -> None: ...
 
 
+_NEEDS_URL = "'backend': 'postgres' needs 'db_url' (postgresql://user@host/database)"
+
 #: The first 16 bytes of every SQLite database file.
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -74,6 +83,12 @@ def backend_for(path: str | None, backend: str | None = None) -> str:
     """
     if is_memory_path(path):
         return "memory"
+    if is_postgres_url(path):
+        if backend not in (None, "postgres"):
+            raise ConfigError(f"'backend' is {backend!r} but the store is a PostgreSQL URL; remove one of them")
+        return "postgres"
+    if backend == "postgres":
+        raise ConfigError(_NEEDS_URL)
     if backend:
         if backend not in BACKENDS:
             raise ConfigError(f"'backend' is {backend!r}; allowed values are {', '.join(map(repr, BACKENDS))}")
@@ -98,8 +113,67 @@ def _backend_by_content(path: str) -> str | None:
     return None  # damaged or foreign bytes: the store of the name's kind quarantines them
 
 
+def store_location(db_path: str | None, db_url: str | None, backend: str | None) -> tuple[str | None, str | None]:
+    """``(location, backend)`` from a backend's keys: ``db_url`` (a PostgreSQL URL) when set, and
+    then ``db_path`` and ``backend`` are unused; else ``db_path`` (one holding a PostgreSQL URL is
+    taken as ``db_url``).
+
+    >>> store_location("~/m.db", "postgresql://ovos@db/memory", "json")
+    ('postgresql://ovos@db/memory', 'postgres')
+    """
+    if db_url is not None:
+        if not is_postgres_url(db_url):
+            raise ConfigError(f"'db_url' must be a PostgreSQL URL (postgresql://user@host/database), not {db_url!r}")
+        return db_url, "postgres"
+    if is_postgres_url(db_path):
+        return db_path, "postgres"
+    if backend == "postgres":
+        raise ConfigError(_NEEDS_URL)
+    return db_path, backend
+
+
+def open_database_at(location: str) -> Any:
+    """The shared database of a SQLite path or a PostgreSQL URL (pair with :func:`release_database`)."""
+    if is_postgres_url(location):
+        from .postgres import open_pg_database
+        return open_pg_database(location)
+    from .sqlite import open_database
+    return open_database(location)
+
+
+def after_commit(db: Any, fn: Callable[[], None]) -> None:
+    """Call ``fn`` once ``db``'s open transaction (in this thread) has committed; SQLite: now.
+
+    On PostgreSQL several memories' updates may share one transaction (a composite's); a
+    background worker woken before it commits would find nothing to do.
+    """
+    hook = getattr(db, "after_commit", None)
+    if hook is None:
+        fn()
+    else:
+        hook(fn)
+
+
+def release_database(db: Any) -> None:
+    """Release a database taken by :func:`open_database_at` (or either engine's own opener)."""
+    if getattr(db, "engine", "sqlite") == "postgres":
+        from .postgres import release_pg_database
+        release_pg_database(db)
+        return
+    from .sqlite import release_database as release_sqlite
+    release_sqlite(db)
+
+
 def open_window_store(path: str | None, backend: str | None = None, table: str = "window") -> WindowStore:
+    """A window store at ``path`` (a file, ``":memory:"`` or a PostgreSQL URL).
+
+    On PostgreSQL the table is named ``ovos_<table>`` (``window`` is a reserved word there).
+    """
     kind = backend_for(path, backend)
+    if kind == "postgres":
+        from .postgres import open_pg_database
+        from .postgres_stores import PgWindowStore
+        return PgWindowStore(open_pg_database(str(path)), f"ovos_{table}", owns_db=True)
     if kind == "memory":
         from .memory import MemoryWindowStore
         return MemoryWindowStore()
@@ -113,7 +187,12 @@ def open_window_store(path: str | None, backend: str | None = None, table: str =
 
 
 def open_record_store(path: str | None, backend: str | None = None, table: str = "records") -> RecordStore:
+    """A record store at ``path`` (a file, ``":memory:"`` or a PostgreSQL URL: table ``ovos_<table>``)."""
     kind = backend_for(path, backend)
+    if kind == "postgres":
+        from .postgres import open_pg_database
+        from .postgres_stores import PgRecordStore
+        return PgRecordStore(open_pg_database(str(path)), f"ovos_{table}", owns_db=True)
     if kind == "memory":
         from .memory import MemoryRecordStore
         return MemoryRecordStore()

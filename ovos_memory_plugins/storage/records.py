@@ -38,11 +38,14 @@ _RECORD_MIGRATIONS = (
 class SqliteRecordStore:
     """``update`` runs inside ``BEGIN IMMEDIATE``, so read-modify-write is safe across processes."""
 
+    #: The schema scripts (the PostgreSQL store has its own).
+    migrations: tuple[str, ...] = _RECORD_MIGRATIONS
+
     def __init__(self, db: Database, table: str = "records", owns_db: bool = False):
         self.db = db
         self.table = safe_table_name(table)
         self._owns = owns_db
-        db.migrate(f"records:{self.table}", [m.format(t=self.table) for m in _RECORD_MIGRATIONS])
+        db.migrate(f"records:{self.table}", [m.format(t=self.table) for m in self.migrations])
 
     def load(self, session_id: str) -> dict[str, Any]:
         return self.db.query(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,),
@@ -68,12 +71,17 @@ class SqliteRecordStore:
 
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         def write(con: Any) -> dict[str, Any]:
+            self._claim(con, session_id)
             row = con.execute(f"SELECT data FROM {self.table} WHERE session_id = ?", (session_id,)).fetchone()
             record = fn(self._parse(row[0], session_id) if row else {})
             self.save(session_id, record, con)
             return record
 
         return self.db.transaction(write)
+
+    def _claim(self, con: Any, session_id: str) -> None:
+        """Make this transaction the session's only writer until it ends: nothing to do here, as
+        ``BEGIN IMMEDIATE`` already serialises every writer (the PostgreSQL store locks the session)."""
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT session_id FROM {self.table} ORDER BY session_id")]

@@ -161,6 +161,9 @@ class Database:
     another process set it aside (or it was deleted), this one follows to the new file.
     """
 
+    #: Which engine (a PostgreSQL store's ``PgDatabase`` says "postgres").
+    engine = "sqlite"
+
     def __init__(self, path: str, synchronous: str = "NORMAL", connection: sqlite3.Connection | None = None):
         self.path = MEMORY_PATH if is_memory_path(path) else path
         self._synchronous = synchronous

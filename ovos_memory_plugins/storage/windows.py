@@ -127,21 +127,25 @@ _WINDOW_MIGRATIONS = (
 class SqliteWindowStore:
     """Each message one row: appends and trims cost O(new messages), whatever the window size."""
 
+    #: The schema scripts (the PostgreSQL store has its own).
+    migrations: tuple[str, ...] = _WINDOW_MIGRATIONS
+
     def __init__(self, db: Database, table: str = "window", owns_db: bool = False):
         self.db = db
         self.table = safe_table_name(table)
         self._owns = owns_db
-        db.migrate(f"window:{self.table}", [m.format(t=self.table) for m in _WINDOW_MIGRATIONS])
+        db.migrate(f"window:{self.table}", [m.format(t=self.table) for m in self.migrations])
 
     def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy,
-               con: Any = None) -> AgentMessage | None:
+               con: Any = None, ts: float | None = None) -> AgentMessage | None:
         """Normalise, append and trim in one transaction (or inside the caller's ``con``).
 
+        ``ts``: when the messages were said (POSIX seconds; None: now), for an import of past ones.
         Returns the session's last message from before the append (what the new messages follow).
         """
         if con is None:
-            return self.db.transaction(lambda con: self._append(con, session_id, messages, policy))
-        return self._append(con, session_id, messages, policy)
+            return self.db.transaction(lambda con: self._append(con, session_id, messages, policy, ts))
+        return self._append(con, session_id, messages, policy, ts)
 
     def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> list[AgentMessage]:
         """Make ``messages`` the whole window, in one transaction (a crash keeps the old one).
@@ -157,7 +161,7 @@ class SqliteWindowStore:
         return stored
 
     def _append(self, con: Any, session_id: str, messages: list[AgentMessage],
-                policy: WindowPolicy) -> AgentMessage | None:
+                policy: WindowPolicy, ts: float | None = None) -> AgentMessage | None:
         t, now = self.table, time.time()
         to_add = list(messages)
         row = con.execute(
@@ -171,7 +175,7 @@ class SqliteWindowStore:
                 con.execute(f"DELETE FROM {t} WHERE id = ?", (row[0],))
         con.executemany(
             f"INSERT INTO {t} (session_id, ts, role, content, extra) VALUES (?, ?, ?, ?, ?)",
-            [(session_id, now, *_message_row(m)) for m in to_add],
+            [(session_id, now if ts is None else ts, *_message_row(m)) for m in to_add],
         )
         self._trim(con, session_id, policy, now)
         return tail

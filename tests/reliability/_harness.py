@@ -2,8 +2,8 @@
 
 Every update a test writes carries a unique *marker* (``zq<tag>n<5 digits>``) in its user turn,
 so "present exactly once" is a count of markers in what the backend returns (``export()``),
-and "forgotten" is the absence of the session id and its markers in every SQLite table, file
-and Redis key. A backend is covered as soon as ``tests/factories`` has a module for it; the
+and "forgotten" is the absence of the session id and its markers in every SQLite table, file,
+PostgreSQL table and Redis key. A backend is covered as soon as ``tests/factories`` has a module for it; the
 table ``SPECS`` only tunes what a generic run cannot guess (keep every message, no summary
 that would drop markers, smaller counts for JSON stores that rewrite the file per update).
 """
@@ -30,6 +30,7 @@ from typing import Any
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins._core.log import LOG
 from ovos_memory_plugins.testing.llm import closed_port_url
+from tests._postgres import POSTGRES_ENTRY_POINTS, URL_ENV, folder_url, schema_cells
 from tests._timing import patience
 from tests.factories import all_factories
 
@@ -112,6 +113,11 @@ def persistent_entry_points() -> list[str]:
     return [ep for ep in entry_points() if spec_for(ep).persistent]
 
 
+#: A variant's ``db_url``: the PostgreSQL schema of the test's store folder (tests/_postgres.py),
+#: the same in every process; such cases carry the ``postgres`` marker (tests/conftest.py).
+POSTGRES = "{postgres}"
+ON_POSTGRES: dict[str, Any] = {"db_url": POSTGRES}
+
 #: Store configurations beyond each factory's default: (name, entry point, overrides). A
 #: ``db_path`` starting with ``{folder}`` is placed in the test's store folder.
 STORE_VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
@@ -125,10 +131,24 @@ STORE_VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
+STORE_VARIANTS += [(f"{ep} (postgres)", ep, ON_POSTGRES) for ep in sorted(POSTGRES_ENTRY_POINTS)
+                   if ep != "ovos-memory-plugin-composite"]
+
+
 def store_cases() -> list[tuple[str, str, dict[str, Any]]]:
     """Every persistent entry point with its factory's store, plus the other stores it can use."""
     known = set(persistent_entry_points())
     return [(ep, ep, {}) for ep in sorted(known)] + [v for v in STORE_VARIANTS if v[1] in known]
+
+
+def with_postgres(names: list[str]) -> list[Any]:
+    """``(entry point, store overrides)`` params: each on its factory's store, and on PostgreSQL
+    when it can be (those marked ``postgres``)."""
+    import pytest
+
+    return [pytest.param(ep, {}, id=ep) for ep in names] + [
+        pytest.param(ep, ON_POSTGRES, id=f"{ep}-postgres", marks=pytest.mark.postgres)
+        for ep in names if ep in POSTGRES_ENTRY_POINTS]
 
 
 def namespaced(entry_point: str, config: Mapping[str, Any], tag: str) -> dict[str, Any]:
@@ -146,6 +166,8 @@ def make_memory(entry_point: str, folder: Path, overrides: Mapping[str, Any] | N
     path = config.get("db_path")
     if isinstance(path, str) and path.startswith("{folder}"):
         config["db_path"] = str(folder) + path[len("{folder}"):]
+    if config.get("db_url") == POSTGRES:
+        config["db_url"] = folder_url(folder)
     return all_factories()[entry_point](folder, config)
 
 
@@ -447,12 +469,15 @@ def is_sqlite(path: Path) -> bool:
 
 
 def folder_texts(folder: Path) -> list[tuple[str, str]]:
-    """(where, text) for everything under ``folder``: SQLite cells, and the raw bytes of every file."""
+    """(where, text) for everything under ``folder``: SQLite cells, the raw bytes of every file, and
+    every cell of the folder's PostgreSQL schema (when the server is up)."""
     out = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         if is_sqlite(path):
             out.extend((f"{path.name}:{table}", text) for table, text in sqlite_cells(path))
         out.append((f"{path.name} (bytes)", path.read_bytes().decode("utf-8", "replace")))
+    if os.environ.get(URL_ENV):
+        out.extend(schema_cells(folder_url(folder)))
     return out
 
 

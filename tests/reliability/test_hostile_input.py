@@ -27,11 +27,13 @@ from tests.reliability._harness import (
     spec_for,
     timed,
     views,
+    with_postgres,
 )
 from tests.reliability._report import record
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
 ENTRY_POINTS = entry_points()
+STORES = with_postgres(ENTRY_POINTS)
 EXAMPLES = int(os.environ.get("OVOS_MEMORY_HOSTILE_EXAMPLES", "100"))
 
 NASTY_TEXT = [
@@ -66,6 +68,10 @@ def _stray_files(before: set[str], root: Path, allowed: list[Path]) -> list[str]
     return sorted(p for p in after - before if not any(Path(p).is_relative_to(a) for a in allowed))
 
 
+def _name(entry_point: str, store: dict[str, Any]) -> str:
+    return f"{entry_point} (postgres)" if store else entry_point
+
+
 def _valid_id(sid: str) -> bool:
     try:
         sid.encode("utf-8")
@@ -97,11 +103,11 @@ def _use(memory: Any, utterance: str, reply: str, sid: str) -> int:
     return 0
 
 
-@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
-def test_generated_hostile_text_and_session_ids_never_escape_or_write_outside(entry_point, tmp_path, sandbox):
+@pytest.mark.parametrize(("entry_point", "store"), STORES)
+def test_generated_hostile_text_and_session_ids_never_escape_or_write_outside(entry_point, store, tmp_path, sandbox):
     root, allowed = sandbox
     before = snapshot_tree(root)
-    memory = make_memory(entry_point, tmp_path / "store")
+    memory = make_memory(entry_point, tmp_path / "store", store)
     tried, clear = [], []
     try:
         @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
@@ -122,7 +128,7 @@ def test_generated_hostile_text_and_session_ids_never_escape_or_write_outside(en
         memory.close()
     stray = _stray_files(before, root, allowed)
     assert not stray, f"files created outside the data directory: {stray[:10]}"
-    record("hostile", entry_point, **{"inputs tried": len(tried), "escaped exceptions": 0,
+    record("hostile", _name(entry_point, store), **{"inputs tried": len(tried), "escaped exceptions": 0,
                                       "clear TypeError/ValueError": sum(clear),
                                       "files outside data dir": len(stray)})
 
@@ -143,9 +149,9 @@ BAD_CALLS = {
 }
 
 
-@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
-def test_none_and_other_non_strings_are_clear_type_or_value_errors(entry_point, tmp_path):
-    memory = make_memory(entry_point, tmp_path / "store")
+@pytest.mark.parametrize(("entry_point", "store"), STORES)
+def test_none_and_other_non_strings_are_clear_type_or_value_errors(entry_point, store, tmp_path):
+    memory = make_memory(entry_point, tmp_path / "store", store)
     clear = 0
     try:
         for name, call in BAD_CALLS.items():
@@ -164,12 +170,12 @@ def test_none_and_other_non_strings_are_clear_type_or_value_errors(entry_point, 
         assert memory.build_conversation_context("ok", "s")[-1].content == "ok"
     finally:
         memory.close()
-    record("hostile", entry_point, **{"inputs tried": clear, "clear TypeError/ValueError": clear})
+    record("hostile", _name(entry_point, store), **{"inputs tried": clear, "clear TypeError/ValueError": clear})
 
 
-@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
-def test_a_one_megabyte_message_is_truncated_and_does_not_slow_later_turns(entry_point, tmp_path):
-    memory = make_memory(entry_point, tmp_path / "store")
+@pytest.mark.parametrize(("entry_point", "store"), STORES)
+def test_a_one_megabyte_message_is_truncated_and_does_not_slow_later_turns(entry_point, store, tmp_path):
+    memory = make_memory(entry_point, tmp_path / "store", store)
     sid = "big"
     try:
         counter = iter(range(10_000))
@@ -198,19 +204,20 @@ def test_a_one_megabyte_message_is_truncated_and_does_not_slow_later_turns(entry
     ratio = after / max(before, 1e-6)
     # Generous: the machine is shared and noisy; a turn that re-reads or re-scans 1 MB is far beyond it.
     assert after <= 10 * before + 0.05, f"turns after a 1 MB message take {ratio:.1f}x as long"
-    record("hostile", entry_point, **{"inputs tried": 1, "1 MB turn then normal turn, time ratio": round(ratio, 2)})
+    record("hostile", _name(entry_point, store),
+           **{"inputs tried": 1, "1 MB turn then normal turn, time ratio": round(ratio, 2)})
 
 
 RETRIEVERS = [ep for ep in ENTRY_POINTS if ep.endswith(("lexical", "local-rag", "composite"))]
 
 
 @pytest.mark.parametrize("inject_mode", ["system", "developer", "system_prompt", "user"])
-@pytest.mark.parametrize("entry_point", RETRIEVERS)
-def test_recalled_text_with_format_fields_is_injected_literally(entry_point, inject_mode, tmp_path):
+@pytest.mark.parametrize(("entry_point", "store"), with_postgres(RETRIEVERS))
+def test_recalled_text_with_format_fields_is_injected_literally(entry_point, store, inject_mode, tmp_path):
     # Templates are str.format'ed with recalled text as values; text that looks like a template
     # ("{system}", "{0}", "{") must never be formatted a second time.
     nasty = "braces {system} {header} {context} {utterance} {0} {} {x.__class__} { and } alone"
-    config = {"inject_mode": inject_mode, "system_prompt": "Base {prompt}.", "max_history": 2}
+    config = {"inject_mode": inject_mode, "system_prompt": "Base {prompt}.", "max_history": 2, **store}
     memory = make_memory(entry_point, tmp_path / "store", config)
     try:
         memory.update_history([AgentMessage(U, nasty), AgentMessage(A, nasty)], "s")
@@ -230,14 +237,14 @@ def test_recalled_text_with_format_fields_is_injected_literally(entry_point, inj
     assert "Base {prompt}." in text
     if entry_point.endswith(("lexical", "local-rag")):  # recalled: the 2-message window holds only fillers
         assert nasty in text
-    record("hostile", entry_point, **{"inputs tried": 2})
+    record("hostile", _name(entry_point, store), **{"inputs tried": 2})
 
 
-@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
-def test_one_update_with_five_thousand_messages_is_stored_whole(entry_point, tmp_path):
+@pytest.mark.parametrize(("entry_point", "store"), STORES)
+def test_one_update_with_five_thousand_messages_is_stored_whole(entry_point, store, tmp_path):
     # A client replaying a long conversation in one call (an import, a reconnecting satellite).
     messages = [AgentMessage(U if i % 2 == 0 else A, f"I like zqbulkn{i:05d}") for i in range(5_000)]
-    memory = make_memory(entry_point, tmp_path / "store", spec_for(entry_point).keep_all)
+    memory = make_memory(entry_point, tmp_path / "store", {**spec_for(entry_point).keep_all, **store})
     try:
         memory.update_history(messages, "bulk")
         for member in members_of(memory):
@@ -253,4 +260,4 @@ def test_one_update_with_five_thousand_messages_is_stored_whole(entry_point, tmp
             continue  # a composite member's own window, bounded by the factory's member config
         missing = [i for i in range(0, 5_000, 2) if counts[marker("bulk", i)] != 1]
         assert not missing, f"{view}: {len(missing)} of 2,500 user turns of the update missing, e.g. {missing[:3]}"
-    record("hostile", entry_point, **{"inputs tried": 1})
+    record("hostile", _name(entry_point, store), **{"inputs tried": 1})

@@ -3,7 +3,8 @@
 The session writes enough for every kind of derived data to exist (documents, vectors, a
 summary, facts); the test first checks that the scanners do find it, then forgets, and
 searches every SQLite table (through SQLite), the raw bytes of every file in the data folder
-(WAL included), and every Redis key and value, for the session id and its markers.
+(WAL included), every row of the store's PostgreSQL schema, and every Redis key and value, for
+the session id and its markers.
 """
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from typing import Any
 import pytest
 
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+from tests._postgres import folder_url, schema_cells
 from tests._timing import patience
 from tests.reliability._harness import (
     CLOSED_LLM,
+    ON_POSTGRES,
+    POSTGRES,
     entry_points,
     exchange,
     folder_texts,
@@ -30,6 +34,7 @@ from tests.reliability._harness import (
     sqlite_cells,
     store_cases,
     views,
+    with_postgres,
 )
 from tests.reliability._report import record
 
@@ -45,8 +50,10 @@ DERIVE_ALL = {
 CASES = [(name, ep, {**spec_for(ep).keep_all, **DERIVE_ALL.get(ep, {}), **variant})
          for name, ep, variant in store_cases()]
 CASES += [(ep, ep, {}) for ep in entry_points() if not spec_for(ep).persistent]
-CASES += [(f"{ep} (scope global)", ep, {**spec_for(ep).keep_all, "scope": "global"})
-          for ep in ("ovos-memory-plugin-entity", "ovos-memory-plugin-lexical") if ep in entry_points()]
+CASES += [(f"{ep} (postgres)", ep, ON_POSTGRES) for ep in entry_points() if not spec_for(ep).persistent]
+CASES += [(f"{ep} (scope global{store})", ep, {**spec_for(ep).keep_all, "scope": "global", **variant})
+          for ep in ("ovos-memory-plugin-entity", "ovos-memory-plugin-lexical") if ep in entry_points()
+          for store, variant in (("", {}), (", postgres", ON_POSTGRES))]
 TURNS = 4
 
 
@@ -109,11 +116,12 @@ def test_forget_leaves_no_row_file_key_or_summary_of_the_session(name, entry_poi
                                "other session intact": intact})
 
 
-@pytest.mark.parametrize("entry_point", [ep for ep in entry_points() if ep.endswith(("lexical", "local-rag"))])
-def test_a_forgotten_session_id_used_again_never_reuses_a_document_id(entry_point, tmp_path):
+@pytest.mark.parametrize(("entry_point", "store"),
+                         with_postgres([ep for ep in entry_points() if ep.endswith(("lexical", "local-rag"))]))
+def test_a_forgotten_session_id_used_again_never_reuses_a_document_id(entry_point, store, tmp_path):
     # forget() drops the session's id counter too (it names the session); the ids of a new
     # conversation under the same id must still never collide with the forgotten ones.
-    memory = make_memory(entry_point, tmp_path / "store", spec_for(entry_point).keep_all)
+    memory = make_memory(entry_point, tmp_path / "store", {**spec_for(entry_point).keep_all, **store})
     try:
         for n in range(3):
             memory.update_history(exchange("old", n), "reused")
@@ -135,14 +143,15 @@ class _Crash(BaseException):
     """The process dies here (not an Exception: nothing in the package may swallow it)."""
 
 
-@pytest.mark.parametrize("entry_point", [ep for ep in entry_points() if ep.endswith(("lexical", "local-rag"))])
-def test_a_forget_interrupted_between_its_steps_leaves_all_or_nothing(entry_point, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("entry_point", "store"),
+                         with_postgres([ep for ep in entry_points() if ep.endswith(("lexical", "local-rag"))]))
+def test_a_forget_interrupted_between_its_steps_leaves_all_or_nothing(entry_point, store, tmp_path, monkeypatch):
     # forget() deletes the window and documents, then the index entries (FTS rows, vectors,
     # whose metadata holds the text). A crash between the two must not leave index entries of
     # a session that no longer exists anywhere else: invisible to export(), still on disk.
     from ovos_memory_plugins.retrieval import BaseRetrievalMemory
 
-    folder, config = tmp_path / "store", dict(spec_for(entry_point).keep_all)
+    folder, config = tmp_path / "store", {**spec_for(entry_point).keep_all, **store}
     victim, secrets = f"victim{uuid.uuid4().hex[:8]}", [marker("v", n) for n in range(TURNS)]
     with make_memory(entry_point, folder, config) as memory:
         for n in range(TURNS):
@@ -163,6 +172,7 @@ def test_a_forget_interrupted_between_its_steps_leaves_all_or_nothing(entry_poin
         _flush(memory)
         exported = {m for counts in views(memory.export(victim)).values() for m in counts}
         cells = [(where, text) for path in folder.glob("*.db") for where, text in sqlite_cells(path)]
+        cells += schema_cells(folder_url(folder)) if store else []
         on_disk = _remnants(cells, [victim, *secrets])
     complete = set(secrets) <= exported
     assert complete or not on_disk, f"forget() half done: gone from export() but still on disk: {on_disk[:6]}"
@@ -262,6 +272,19 @@ def _file_bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes().lower() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def _store_bytes(folder: Path, overrides: dict) -> dict[str, bytes]:
+    """:func:`_file_bytes`, and for a store on PostgreSQL every row of its schema (per table, as
+    text, lower-cased). There a deleted row's bytes stay in the server's files until vacuum reuses
+    them, out of reach of any query (docs/deployment.md, Forgetting): the rows are what is checked."""
+    found = _file_bytes(folder)
+    if overrides.get("db_url") == POSTGRES:
+        tables: dict[str, list[str]] = {}
+        for table, text in schema_cells(folder_url(folder)):
+            tables.setdefault(table, []).append(text)
+        found.update({table: "\n".join(texts).lower().encode() for table, texts in tables.items()})
+    return found
+
+
 @pytest.mark.parametrize("size", [pytest.param(s, marks=pytest.mark.slow) if s > 150 else s for s in SIZES])
 @pytest.mark.parametrize(("name", "entry_point", "overrides"), SIZED_CASES, ids=[c[0] for c in SIZED_CASES])
 def test_forget_leaves_no_byte_of_the_session_in_any_file_at_any_store_size(name, entry_point, overrides, size,
@@ -284,7 +307,7 @@ def test_forget_leaves_no_byte_of_the_session_in_any_file_at_any_store_size(name
     memory = _sized_memory(entry_point, folder, config)
     try:
         _fill(memory, entry_point, folder, config, size, {victim_tag: victim, bystander_tag: bystander})
-        before = _file_bytes(folder)
+        before = _store_bytes(folder, overrides)
         redis_before = [t for m in members_of(memory) if redis_prefix(m) for t in redis_texts(redis_prefix(m))]
         assert any(victim_tag.encode() in b for b in before.values()) or any(
             victim_tag in t for _, t in redis_before), "the session is in no file before forget(): the test is blind"
@@ -298,7 +321,7 @@ def test_forget_leaves_no_byte_of_the_session_in_any_file_at_any_store_size(name
         kept = views(memory.export(bystander))
     finally:
         memory.close()
-    files = _file_bytes(folder)
+    files = _store_bytes(folder, overrides)
     needles = [victim.encode(), victim_tag.encode()]
     left = sorted(f"{path}: {needle.decode()} x{data.count(needle)}" for path, data in files.items()
                   for needle in needles if needle in data) + redis_left

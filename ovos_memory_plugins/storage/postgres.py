@@ -1,0 +1,532 @@
+"""PostgreSQL plumbing shared by every PostgreSQL-backed store: connection, transactions, migrations, locks.
+
+The twin of :mod:`~ovos_memory_plugins.storage.sqlite`, so that a store written for one runs on
+the other with its schema and a few statements changed:
+
+* one ``PgDatabase`` per process and URL (:func:`open_pg_database`), shared by every store of the
+  process, with one psycopg 3 connection per thread that uses it, in autocommit mode: a
+  transaction is exactly an ``atomic()`` block (nested blocks in the thread are savepoints), and
+  a background worker's commit never waits behind a turn's, nor a turn behind a worker's;
+* statements are written as for sqlite3 (``?`` placeholders, ``execute``/``executemany`` on the
+  connection ``atomic()`` yields), and text that PostgreSQL cannot hold (NUL characters) is
+  escaped reversibly on the way in and out, so every string SQLite keeps is kept here too;
+* ``migrate(component, MIGRATIONS)`` applies each script once, in one transaction under an
+  advisory lock (two servers starting together never race on DDL), recording it in
+  ``ovos_memory_migrations``; the first schema of the URL's ``search_path`` is created if missing;
+* ``lock_session(con, scope, session_id)``: a transaction-scoped advisory lock that serialises
+  the writers of one session (every process, every host) while other sessions write in
+  parallel. SQLite needs none: ``BEGIN IMMEDIATE`` serialises all its writers;
+* a broken connection (a server restart) is replaced at the next call: a read that meets it is
+  retried once, and a write after an idle spell checks the connection before it begins; a
+  transaction that breaks is never retried (a commit whose answer was lost may have happened);
+* ``worker_key`` names this process's workers in the leases they take (shared job queues): its
+  connections hold a shared session-level advisory lock on it, so when the process dies (and
+  its connections with it) any other process sees at once that the leases are orphaned;
+* psycopg errors become :class:`~ovos_memory_plugins.errors.StorageError` subclasses at one seam.
+
+psycopg is an optional dependency (the ``[postgres]`` extra): importing this module works
+without it, and opening a database without it raises :class:`MissingDependencyError` naming
+the ``pip install`` that fixes it.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from ..errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
+from .readonly import StoreReadOnly, is_read_only
+
+__all__ = [
+    "WORKER_GONE", "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module",
+    "redact", "release_pg_database",
+]
+
+T = TypeVar("T")
+
+#: The URL schemes that name a PostgreSQL database (libpq accepts both).
+URL_SCHEMES = ("postgresql://", "postgres://")
+#: How long a writer waits for another process's lock (a session's, a row's) before StoreUnavailable.
+LOCK_TIMEOUT_MS = 30_000
+#: A statement running longer than this is cancelled (a turn must never hang on the database).
+STATEMENT_TIMEOUT_MS = 60_000
+#: A transaction left open this long by a hung client is ended by the server, releasing its locks.
+IDLE_IN_TRANSACTION_MS = 120_000
+#: A write after this many idle seconds first checks the connection (one round trip): a server
+#: restarted or a connection dropped while idle is replaced before the transaction, never in it.
+PING_AFTER_S = 2.0
+#: The advisory lock every migration of every component takes ("ovosmem").
+MIGRATION_LOCK = 0x6F766F736D656D
+#: SQL true when the worker named by the lease column ``{col}`` is gone: no connection holds its
+#: liveness lock (``PgDatabase.worker_key``), so its leases can be taken at once.
+WORKER_GONE = ("NOT EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.granted "
+               "AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint)::text = {col})")
+#: Escapes text PostgreSQL cannot store (NUL) reversibly; a private-use character.
+_ESC = "\ue000"
+
+_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS ovos_memory_migrations (
+    component text NOT NULL,
+    version integer NOT NULL,       -- index in the component's MIGRATIONS list, from 1
+    applied_at double precision NOT NULL DEFAULT extract(epoch FROM now()),
+    PRIMARY KEY (component, version)
+)"""
+
+
+def is_postgres_url(value: Any) -> bool:
+    """True for ``postgresql://...`` and ``postgres://...``."""
+    return isinstance(value, str) and value.startswith(URL_SCHEMES)
+
+
+def psycopg_module() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"a PostgreSQL store needs psycopg 3 ({exc}); pip install 'ovos-memory-plugins[postgres]'") from exc
+    return psycopg
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    head, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{head}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def lock_key(*parts: str) -> int:
+    """A signed 64-bit advisory lock key for ``parts`` (a collision only serialises more)."""
+    digest = hashlib.blake2b("\x00".join(parts).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pg_sql(sql: str) -> str:
+    """sqlite3's ``?`` placeholders in psycopg's spelling (a literal ``%`` doubled)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def _escape(text: str) -> str:
+    if "\x00" in text or _ESC in text:
+        return text.replace(_ESC, _ESC + "e").replace("\x00", _ESC + "0")
+    return text
+
+
+def _unescape(text: str) -> str:
+    if _ESC in text:
+        return text.replace(_ESC + "0", "\x00").replace(_ESC + "e", _ESC)
+    return text
+
+
+def _register_text_adapters(con: Any) -> None:
+    """Send and read every string through :func:`_escape`/:func:`_unescape` on this connection."""
+    from psycopg.adapt import Dumper, Loader
+
+    class EscapingDumper(Dumper):
+        oid = 0  # "unknown", as psycopg's own: the server infers text, regconfig, ...
+
+        def dump(self, obj: str) -> bytes:
+            return _escape(obj).encode("utf-8")
+
+    class UnescapingLoader(Loader):
+        def load(self, data: Any) -> str:
+            return _unescape(bytes(data).decode("utf-8"))
+
+    con.adapters.register_dumper(str, EscapingDumper)
+    for name in ("text", "varchar", "bpchar", "name"):
+        con.adapters.register_loader(name, UnescapingLoader)
+
+
+def _failure(exc: BaseException, what: str) -> StorageError:
+    """The StorageError for a psycopg error (StoreUnavailable when the server or a lock is the cause)."""
+    psycopg = psycopg_module()
+    errors = psycopg.errors
+    transient = (psycopg.OperationalError, errors.LockNotAvailable, errors.QueryCanceled,
+                 errors.DeadlockDetected, errors.SerializationFailure)
+    cls = StoreUnavailable if isinstance(exc, transient) else StorageError
+    return cls(f"{what}: {str(exc).strip()}")
+
+
+@contextlib.contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    psycopg = psycopg_module()
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise _failure(exc, what) from exc
+
+
+class PgConnection:
+    """The connection of an open transaction, spoken to as sqlite3's (``?`` placeholders)."""
+
+    def __init__(self, raw: Any):
+        self.raw = raw
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.raw.execute(_pg_sql(sql), params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        cur = self.raw.cursor()
+        cur.executemany(_pg_sql(sql), list(rows))
+        return cur
+
+
+class _Session:
+    """One thread's connection to the database and the state of its open transaction."""
+
+    def __init__(self, thread: threading.Thread):
+        self.thread = thread
+        self.raw: Any = None
+        self.wrapper: PgConnection | None = None
+        self.depth = 0
+        self.locked: set[int] = set()  # session locks held by the open transaction
+        self.after: list[Callable[[], None]] = []  # run once the open transaction has committed
+        self.used = 0.0  # time.monotonic() of the last statement
+
+
+class PgDatabase:
+    """A PostgreSQL database: a connection per thread that uses it, and transaction helpers.
+
+    Share one per URL within a process (:func:`open_pg_database`): every store of the process on
+    that URL joins the same transaction when they run in one thread (a turn's window, documents,
+    index and vectors commit together), while the background workers' threads have connections
+    of their own, so a worker's commit never holds up a turn. Other processes and hosts open
+    their own, and PostgreSQL's locks coordinate them all.
+    """
+
+    engine = "postgres"
+    is_memory = False
+    #: The SQLite Database's count of replaced files: a server keeps its data, never replaced.
+    generation = 0
+
+    def __init__(self, url: str, read_only: bool = False):
+        psycopg_module()
+        self.url = url
+        self.path = redact(url)  # what messages name (the SQLite Database's path)
+        #: Opened by a command that only looks (storage.readonly): every transaction is read-only,
+        #: nothing is created or migrated.
+        self.read_only = read_only
+        self._closed = False
+        self._local = threading.local()
+        self._sessions: list[_Session] = []
+        self._sessions_lock = threading.Lock()
+        self._schema_checked = False
+        #: Names this process's leases; each of its connections holds a shared lock on it.
+        self.worker_key = secrets.randbits(62) + 1
+        self._connection(self._session())  # fail at construction if the server cannot be reached
+
+    # -- connection ----------------------------------------------------------------------
+    def _session(self) -> _Session:
+        session: _Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = _Session(threading.current_thread())
+            with self._sessions_lock:
+                gone = [s for s in self._sessions if not s.thread.is_alive()]
+                self._sessions = [s for s in self._sessions if s.thread.is_alive()] + [session]
+            for old in gone:  # a finished thread's connection
+                _close_quietly(old.raw)
+        return session
+
+    def _connection(self, session: _Session) -> Any:
+        """The thread's live connection, reconnecting if the last one broke."""
+        if self._closed:
+            raise StorageError(f"{self.path} is closed")
+        raw = session.raw
+        if raw is None or raw.closed or raw.broken:
+            _close_quietly(raw)  # a broken one still holds its socket
+            raw = self._connect()
+            with _mapped(f"connect to {self.path}"):
+                raw.execute("SELECT pg_advisory_lock_shared(%s)", (self.worker_key,))  # alive while connected
+            session.raw, session.wrapper = raw, PgConnection(raw)
+        return raw
+
+    def _connect(self) -> Any:
+        psycopg = psycopg_module()
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            info = conninfo_to_dict(self.url)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"{self.path} is not a valid PostgreSQL URL: {exc}") from exc
+        # Ours first: settings the operator puts in the URL's own ``options`` come later and win.
+        ours = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
+                f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off")
+        if self.read_only:
+            ours += " -c default_transaction_read_only=on"
+        info["options"] = f"{ours} {info.get('options') or ''}".strip()
+        info.setdefault("application_name", "ovos-memory")
+        info.setdefault("connect_timeout", "10")
+        try:
+            raw = psycopg.connect(autocommit=True, **info)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot connect to {self.path}: {str(exc).strip()}") from exc
+        _register_text_adapters(raw)
+        return raw
+
+    def _checked(self, session: _Session) -> Any:
+        """The thread's connection, made sure to be alive when it has been idle (before a transaction)."""
+        raw = self._connection(session)
+        if time.monotonic() - session.used > PING_AFTER_S:
+            psycopg = psycopg_module()
+            try:
+                raw.execute("SELECT 1")
+            except psycopg.OperationalError:
+                if not raw.broken:
+                    raise
+                raw = self._connection(session)  # replaced: nothing was sent on the broken one yet
+        return raw
+
+    @contextlib.contextmanager
+    def dedicated(self) -> Iterator[Any]:
+        """A connection of its own (raw psycopg) for long maintenance (an index build)."""
+        raw = self._connect()
+        try:
+            yield raw
+        finally:
+            _close_quietly(raw)
+
+    # -- transactions ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def atomic(self, busy_wait: float | None = None, durable: bool = True) -> Iterator[PgConnection]:
+        """A write transaction: everything in the block commits together or not at all.
+
+        Nested blocks (in the same thread) are savepoints. ``busy_wait``: seconds to wait for
+        another writer's locks instead of the usual ``LOCK_TIMEOUT_MS`` (StoreUnavailable after
+        that). ``durable=False``: the commit does not wait for the WAL to reach the disk, for
+        writes a server crash may lose because they are derived and redone (index entries and
+        their marks, leases); a crash can never make them half done. What the user said is
+        always durable.
+        """
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path} was opened read-only")
+        session = self._session()
+        if session.depth == 0:
+            with _mapped(f"connect to {self.path}"):
+                raw = self._checked(session)
+        else:
+            raw = session.raw
+        assert session.wrapper is not None
+        session.depth += 1
+        committed = False
+        try:
+            with _mapped(f"write to {self.path}"), raw.transaction():
+                if session.depth == 1 and busy_wait is not None:
+                    raw.execute(f"SET LOCAL lock_timeout = {max(1, int(busy_wait * 1000))}")
+                if session.depth == 1 and not durable:
+                    raw.execute("SET LOCAL synchronous_commit = off")
+                yield session.wrapper
+            committed = True
+        finally:
+            session.depth -= 1
+            if not session.depth:
+                session.locked.clear()
+                session.used = time.monotonic()
+                after, session.after = session.after, []
+                for fn in after if committed else ():
+                    fn()
+
+    def transaction(self, fn: Callable[[PgConnection], T], busy_wait: float | None = None) -> T:
+        """``fn(con)`` in one write transaction (the SQLite Database's call, which also replaces a
+        damaged file: a server has none to replace)."""
+        with self.atomic(busy_wait) as con:
+            return fn(con)
+
+    def query(self, sql: str, params: Sequence[Any], parse: Callable[[list[Any]], T]) -> T:
+        """``parse(rows)`` of one read statement (the SQLite Database's call)."""
+        return parse(self.execute(sql, params))
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once this thread's open transaction has committed (now, if none is open;
+        never, if it rolls back): a worker woken for new work must find it committed."""
+        session = self._session()
+        if session.depth:
+            session.after.append(fn)
+        else:
+            fn()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[PgConnection]:
+        """Several reads from one snapshot."""
+        session = self._session()
+        if session.depth:
+            assert session.wrapper is not None
+            yield session.wrapper
+            return
+        with _mapped(f"connect to {self.path}"):
+            raw = self._checked(session)
+        assert session.wrapper is not None
+        session.depth += 1
+        try:
+            with _mapped(f"read from {self.path}"), raw.transaction():
+                raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield session.wrapper
+        finally:
+            session.depth -= 1
+            session.used = time.monotonic()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one statement (in the thread's open transaction, if any) and return all rows.
+
+        Outside a transaction a statement that meets a broken connection is retried once on a
+        new one: a server restarted overnight costs the next turn nothing.
+        """
+        psycopg = psycopg_module()
+        session = self._session()
+        for attempt in (1, 2):
+            raw = session.raw if session.depth else self._connection(session)
+            try:
+                cur = raw.execute(_pg_sql(sql), params)
+                session.used = time.monotonic()
+                return cur.fetchall() if cur.description else []
+            except psycopg.OperationalError as exc:
+                if session.depth or attempt == 2 or not raw.broken:
+                    raise _failure(exc, f"read from {self.path}") from exc
+            except psycopg.Error as exc:
+                raise _failure(exc, f"read from {self.path}") from exc
+        raise AssertionError("unreachable")
+
+    def connection_in_transaction(self) -> PgConnection:
+        """The connection, for a statement that must join the caller's open ``atomic()`` block."""
+        session = self._session()
+        if not session.depth:
+            raise RuntimeError(f"{self.path}: this write must run inside PgDatabase.atomic()")
+        assert session.wrapper is not None
+        return session.wrapper
+
+    def lock_session(self, con: PgConnection, scope: str, session_id: str) -> None:
+        """Serialise the writers of ``session_id`` in ``scope`` until the transaction ends.
+
+        Taken in a statement of its own, before anything of the session is read: under READ
+        COMMITTED every later statement then sees what the previous holder committed.
+        """
+        key = lock_key(scope, session_id)
+        held = self._session().locked
+        if key not in held:
+            con.execute("SELECT pg_advisory_xact_lock(?)", (key,))
+            held.add(key)
+
+    # -- schema ------------------------------------------------------------------------------
+    def migrate(self, component: str, migrations: Sequence[str]) -> None:
+        """Apply the scripts of ``migrations`` not applied yet (append-only; never edit one).
+
+        Read-only, only check they were: a store not created yet (or by an older package) is a
+        StorageError saying so, and nothing is created."""
+        if self.read_only:
+            self._check_migrated(component, migrations)
+            return
+        try:
+            with self.atomic() as con:
+                # Before any DDL: two servers creating the same table at once would otherwise
+                # fail on the catalog's unique index instead of one waiting for the other.
+                con.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+                self._ensure_schema(con)
+                con.raw.execute(_MIGRATIONS_TABLE)
+                done = int(con.execute("SELECT COALESCE(MAX(version), 0) FROM ovos_memory_migrations "
+                                       "WHERE component = ?", (component,)).fetchone()[0])
+                if done > len(migrations):
+                    raise MigrationError(f"{component} in {self.path} is at version {done}, newer than this "
+                                         f"package knows ({len(migrations)}): upgrade ovos-memory-plugins")
+                for version in range(done + 1, len(migrations) + 1):
+                    # One simple query (no parameters): several statements and function bodies are fine.
+                    con.raw.execute(migrations[version - 1].encode("utf-8"))
+                    con.execute("INSERT INTO ovos_memory_migrations (component, version) VALUES (?, ?)",
+                                (component, version))
+        except MigrationError:
+            raise
+        except StorageError as exc:
+            raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
+
+    def _check_migrated(self, component: str, migrations: Sequence[str]) -> None:
+        try:
+            rows = self.execute("SELECT COALESCE(MAX(version), 0) FROM ovos_memory_migrations WHERE component = ?",
+                                (component,))
+        except StorageError as exc:
+            raise StorageError(f"{self.path} holds no memory store ({exc}); nothing was created") from exc
+        if rows[0][0] < len(migrations):
+            what = "holds no" if not rows[0][0] else "has an older version of its"
+            raise StorageError(f"{self.path} {what} {component.split(':')[0]} table (open it once with a command "
+                               "that writes); nothing was created")
+
+    def _ensure_schema(self, con: PgConnection) -> None:
+        """Create the first schema of the ``search_path`` when it does not exist yet.
+
+        A URL with ``options=-csearch_path%3Dmemory`` keeps this package's tables in their own
+        schema; without this, a schema not created yet would silently send them elsewhere.
+        """
+        if self._schema_checked:
+            return
+        path = con.execute("SELECT current_setting('search_path')").fetchone()[0]
+        first = next((p.strip() for p in str(path).split(",") if p.strip()), "")
+        plain = first and not first.startswith(("$", '"'))
+        if plain and con.execute("SELECT to_regnamespace(?) IS NULL", (first,)).fetchone()[0]:
+            con.raw.execute(f'CREATE SCHEMA IF NOT EXISTS "{first}"'.encode())
+        self._schema_checked = True
+
+    def has_extension(self, name: str) -> bool:
+        return bool(self.execute("SELECT 1 FROM pg_extension WHERE extname = ?", (name,)))
+
+    # -- SQLite's Database surface ----------------------------------------------------------
+    def checkpoint(self) -> bool:
+        """Nothing to do: a deleted row is invisible to every later transaction at once (its
+        bytes go when autovacuum reuses the space; WAL and backups follow the operator's retention)."""
+        return True
+
+    def compact(self) -> bool:
+        """Nothing this package can do (see :meth:`checkpoint`): the server rewrites its files itself,
+        and erasing old bytes on its disks is the operator's retention (docs/deployment.md)."""
+        return True
+
+    def close(self) -> None:
+        """Close every thread's connection (a transaction still open in one is rolled back)."""
+        self._closed = True
+        with self._sessions_lock:
+            sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            _close_quietly(session.raw)
+
+
+def _close_quietly(raw: Any) -> None:
+    if raw is not None:
+        with contextlib.suppress(Exception):
+            raw.close()
+
+
+_shared: dict[str, tuple[PgDatabase, int]] = {}
+_shared_lock = threading.Lock()
+
+
+def open_pg_database(url: str) -> PgDatabase:
+    """A ``PgDatabase`` for ``url``, shared by every store of this process on the same URL.
+
+    Pair each call with :func:`release_pg_database`.
+    """
+    read_only = is_read_only()
+    key = f"{url}\0ro" if read_only else url
+    with _shared_lock:
+        db, refs = _shared.get(key, (None, 0))
+        if db is None or db._closed:
+            db, refs = PgDatabase(url, read_only), 0
+        _shared[key] = (db, refs + 1)
+        return db
+
+
+def release_pg_database(db: PgDatabase) -> None:
+    """Drop one reference taken by :func:`open_pg_database`; the last one closes the connection."""
+    key = f"{db.url}\0ro" if db.read_only else db.url
+    with _shared_lock:
+        current, refs = _shared.get(key, (None, 0))
+        if current is not db:
+            db.close()
+            return
+        if refs <= 1:
+            del _shared[key]
+            db.close()
+        else:
+            _shared[key] = (db, refs - 1)

@@ -1,0 +1,70 @@
+"""The PostgreSQL the tests use: ``$OVOS_MEMORY_POSTGRES_URL`` (scripts/servers.sh starts a private
+one, PostgreSQL 16 with pgvector from the pgserver wheel). Tests marked ``postgres`` are deselected
+without it (tests/conftest.py), and fail instead when ``OVOS_MEMORY_REQUIRE_POSTGRES`` is set, as
+in CI.
+
+Each store gets a schema of its own, named in the URL's ``search_path`` (the package creates it),
+so every test starts empty and a reopened store (a crash test's restart) finds its own rows:
+``fresh_url()`` names a new schema, ``folder_url(folder)`` the one of a store folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+URL_ENV = "OVOS_MEMORY_POSTGRES_URL"
+
+#: The entry points that can keep their state in PostgreSQL (``db_url``).
+POSTGRES_ENTRY_POINTS = frozenset({
+    "ovos-memory-plugin-short-term", "ovos-memory-plugin-recency", "ovos-memory-plugin-lexical",
+    "ovos-memory-plugin-local-rag", "ovos-memory-plugin-longterm", "ovos-memory-plugin-entity",
+    "ovos-memory-plugin-composite",
+})
+
+
+def server_url() -> str:
+    url = os.environ.get(URL_ENV)
+    if not url:
+        raise RuntimeError(f"{URL_ENV} is not set: run the tests through scripts/with-servers")
+    return url
+
+
+def schema_url(schema: str) -> str:
+    """The server URL with ``schema`` first on the search path (pgvector's ``public`` after it)."""
+    base = server_url()
+    return f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema},public"
+
+
+def fresh_url() -> str:
+    return schema_url(f"t_{uuid.uuid4().hex[:16]}")
+
+
+def folder_url(folder: Path | str) -> str:
+    """The schema of a store folder: the same URL in every process that opens that folder."""
+    return schema_url("f_" + hashlib.blake2b(str(Path(folder).resolve()).encode(), digest_size=8).hexdigest())
+
+
+def schema_of(url: str) -> str:
+    return url.rsplit("search_path%3D", 1)[1].split(",", 1)[0]
+
+
+def connect(url: str | None = None) -> Any:
+    import psycopg
+
+    return psycopg.connect(url or server_url(), autocommit=True)
+
+
+def schema_cells(url: str) -> list[tuple[str, str]]:
+    """(table, text) of every non-null cell of every table of ``url``'s schema, read as text."""
+    schema = schema_of(url)
+    out: list[tuple[str, str]] = []
+    with connect() as con:
+        tables = [r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,))]
+        for table in tables:
+            for row in con.execute(f'SELECT t::text FROM "{schema}"."{table}" AS t'):
+                out.append((f"postgres:{table}", row[0]))
+    return out

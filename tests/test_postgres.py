@@ -1,0 +1,552 @@
+"""The PostgreSQL store: its engine (connection, migrations, locks, text), the shared job queues, the
+keyword index against FTS5's numbers, pgvector's paths, and the ``ovos-memory`` commands on it.
+
+The contract kit and the reliability suites run every backend on PostgreSQL too (tests/test_contract.py,
+tests/reliability/); these are the engine's own guarantees. All need a server (marker ``postgres``).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.parse
+import uuid
+
+import pytest
+
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+from ovos_memory_plugins.errors import ConfigError, MigrationError
+from ovos_memory_plugins.storage.postgres import open_pg_database, redact, release_pg_database
+from tests._postgres import URL_ENV, connect, fresh_url, schema_cells, schema_of
+from tests._timing import patience
+
+pytestmark = pytest.mark.postgres
+U, A = MessageRole.USER, MessageRole.ASSISTANT
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _exchange(memory, sid, question, answer):
+    memory.update_history([AgentMessage(U, question), AgentMessage(A, answer)], sid)
+
+
+def _python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          timeout=patience(timeout), env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+
+
+# -- the engine ------------------------------------------------------------------------------
+def test_without_psycopg_the_package_imports_and_a_db_url_names_the_pip_install():
+    done = _python("""
+        import sys
+        sys.modules["psycopg"] = None  # as if the [postgres] extra were not installed
+        import ovos_memory_plugins, ovos_memory_plugins.storage, ovos_memory_plugins.pgvector
+        from ovos_memory_plugins.recency import RecencyMemory
+        try:
+            RecencyMemory({"db_url": "postgresql://ovos@db.invalid/memory"})
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert "ConfigError" in done.stdout and "pip install 'ovos-memory-plugins[postgres]'" in done.stdout
+
+
+def test_a_wrong_password_is_never_shown_and_an_unreachable_server_is_a_config_error():
+    assert redact("postgresql://ovos:s3cret@db:5432/memory") == "postgresql://ovos:***@db:5432/memory"
+    assert redact("postgresql://ovos@/memory?host=/tmp/x") == "postgresql://ovos@/memory?host=/tmp/x"
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    with pytest.raises(ConfigError) as caught:
+        RecencyMemory({"db_url": "postgresql://ovos:s3cret@127.0.0.1:1/memory?connect_timeout=2"})
+    assert "s3cret" not in str(caught.value) and "cannot connect" in str(caught.value)
+
+
+def test_text_postgresql_cannot_hold_round_trips_and_stays_distinct():
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    url = fresh_url()
+    with RecencyMemory({"db_url": url, "max_history": 0}) as memory:
+        for sid in ("a\x00b", "a\ue000b", "a\ue0000b", "ab"):
+            _exchange(memory, sid, f"q {sid}", "a\x00\ue000 end")
+        assert sorted(memory.sessions()) == sorted(["a\x00b", "a\ue000b", "a\ue0000b", "ab"])
+        assert [m.content for m in memory.get_history("a\x00b")] == ["q a\x00b", "a\x00\ue000 end"]
+        assert memory.get_history("a\ue0000b")[0].content == "q a\ue0000b"
+
+
+def _open_lexical(url, queue):
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    try:
+        with LexicalMemory({"db_url": url}) as memory:
+            _exchange(memory, "s", "hello", "world")
+        queue.put("ok")
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        queue.put(repr(exc))
+
+
+def test_servers_opening_a_new_store_at_once_create_its_schema_once():
+    url = fresh_url()
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_open_lexical, args=(url, queue)) for _ in range(6)]
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=patience(120)) for _ in procs]
+    for proc in procs:
+        proc.join(patience(60))
+    assert results == ["ok"] * 6
+    with connect(url) as con:
+        rows = con.execute("SELECT component, count(*) FROM ovos_memory_migrations GROUP BY component "
+                           "HAVING count(*) > 1 AND count(*) <> max(version)").fetchall()
+        assert rows == []  # each script recorded once
+        assert con.execute("SELECT count(*) FROM lexical_memory_docs").fetchone()[0] == 6
+
+
+def test_a_store_migrated_by_a_newer_package_is_refused_not_damaged():
+    url = fresh_url()
+    db = open_pg_database(url)
+    try:
+        db.migrate("demo", ["CREATE TABLE demo (x int);"])
+        db.execute("INSERT INTO ovos_memory_migrations (component, version) VALUES ('demo', 2)")
+        with pytest.raises(MigrationError, match="newer than this package"):
+            db.migrate("demo", ["CREATE TABLE demo (x int);"])
+        with pytest.raises(MigrationError, match="cannot migrate"):  # a failing script leaves nothing
+            db.migrate("broken", ["CREATE TABLE half (x int); CREATE TABLE half (x int);"])
+        assert db.execute("SELECT to_regclass('half') IS NULL")[0][0]
+    finally:
+        release_pg_database(db)
+
+
+def _continue_answer(url, tag, count, go):
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    with RecencyMemory({"db_url": url, "max_history": 0}) as memory:
+        go.wait()  # every writer connected (a barrier): they overlap from the first update
+        for n in range(count):
+            memory.update_history([AgentMessage(A, f"{tag}-{n}")], "shared")
+
+
+def test_writers_on_several_connections_continuing_one_answer_lose_no_part():
+    # Each update continues the last ASSISTANT message (they are merged): a writer that read the
+    # tail before another wrote would fold into a stale tail and lose a part. The session lock
+    # makes them take turns.
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    url = fresh_url()
+    with RecencyMemory({"db_url": url, "max_history": 0}) as memory:
+        memory.update_history([AgentMessage(U, "tell me a long story")], "shared")
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Barrier(4)
+    procs = [ctx.Process(target=_continue_answer, args=(url, f"p{i}", 100, go)) for i in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(patience(300))
+        assert proc.exitcode == 0
+    with RecencyMemory({"db_url": url, "max_history": 0}) as memory:
+        history = memory.get_history("shared")
+    assert [m.role for m in history] == [U, A]
+    parts = history[1].content.split("\n")
+    assert sorted(parts) == sorted(f"p{i}-{n}" for i in range(4) for n in range(100))
+
+
+def test_a_connection_dropped_while_idle_costs_no_turn_and_no_update():
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    with LexicalMemory({"db_url": fresh_url()}) as memory:
+        _exchange(memory, "s", "my cat is Tom", "noted")
+        with connect() as admin:  # what a server restart or a firewall's idle timeout does
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                          "AND query NOT ILIKE '%pg_stat_activity%' AND datname = current_database() "
+                          "AND application_name = 'ovos-memory'")
+        time.sleep(2.5)  # idle long enough for the next write to check the connection first
+        _exchange(memory, "s", "my dog is Rex", "noted")
+        assert [h.source for h in memory.search("dog", "s")] == ["s_1"]
+        assert len(memory.get_history("s")) == 4
+
+
+def test_a_hybrid_exchange_is_kept_by_every_member_or_by_none(monkeypatch):
+    # On PostgreSQL a composite's members write one transaction: if its commit fails (the
+    # connection dies after the last member wrote), no member keeps a partial copy.
+    from ovos_memory_plugins.composite import CompositeMemory
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.storage.postgres import open_pg_database
+    from ovos_memory_plugins.testing.llm import closed_port_url
+
+    url = fresh_url()
+    members = [{"module": "ovos-memory-plugin-recency", "config": {}},
+               {"module": "ovos-memory-plugin-lexical", "config": {}},
+               {"module": "ovos-memory-plugin-entity", "config": {"api_url": closed_port_url()}}]
+    with CompositeMemory({"db_url": url, "members": members}) as memory:
+        original = EntityMemory.update_history
+
+        def then_lose_the_connection(self, messages, session_id):
+            original(self, messages, session_id)
+            pid = open_pg_database(url).execute("SELECT pg_backend_pid()")[0][0]  # this thread's connection
+            with connect() as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+        monkeypatch.setattr(EntityMemory, "update_history", then_lose_the_connection)
+        _exchange(memory, "s", "my dog is called Rex", "noted")
+        monkeypatch.undo()
+        exported = memory.export("s")
+        assert [len(exported["members"][m].get(k) or []) for m, k in (
+            ("ovos-memory-plugin-recency", "window"), ("ovos-memory-plugin-lexical", "documents"),
+            ("ovos-memory-plugin-entity", "facts"))] == [0, 0, 0]
+        _exchange(memory, "s", "my cat is called Tom", "noted")  # and the next one is stored everywhere
+        memory.flush()
+        exported = memory.export("s")
+        assert len(exported["members"]["ovos-memory-plugin-lexical"]["documents"]) == 1
+        facts = exported["members"]["ovos-memory-plugin-entity"]["facts"]
+        assert [f["text"] for f in facts] == ["User's cat is called Tom"]
+
+
+# -- the shared job queues -----------------------------------------------------------------------
+def _claim_and_die(url, ready):
+    from ovos_memory_plugins.storage.postgres_jobs import PgJobQueue
+
+    queue = PgJobQueue(open_pg_database(url), "jobs", lease_s=3600)
+    assert queue.claim() is not None
+    ready.set()
+    time.sleep(3600)  # killed holding the job
+
+
+def test_a_job_runs_once_across_workers_and_a_dead_workers_job_is_taken_at_once():
+    from ovos_memory_plugins.storage.postgres_jobs import PgJobQueue
+
+    url = fresh_url()
+    db = open_pg_database(url)
+    try:
+        queue = PgJobQueue(db, "jobs", lease_s=3600)
+        queue.add("alpha")
+        ctx = multiprocessing.get_context("spawn")
+        ready = ctx.Event()
+        worker = ctx.Process(target=_claim_and_die, args=(url, ready))
+        worker.start()
+        assert ready.wait(patience(60))
+        assert queue.claim() is None  # held by a live worker: never run twice
+        worker.kill()
+        worker.join()
+        deadline = time.monotonic() + patience(10)
+        job = None
+        while job is None and time.monotonic() < deadline:  # the server notices the connection is gone
+            job = queue.claim()
+            time.sleep(0.05)
+        assert job is not None and job.key == "alpha"  # long before its hour-long lease ends
+        queue.add("alpha")  # new work while it runs: it must run again
+        queue.done(job)
+        again = queue.claim()
+        assert again is not None and again.key == "alpha"
+        queue.done(again)
+        assert queue.claim() is None and len(queue) == 0
+    finally:
+        release_pg_database(db)
+
+
+def _extract_facts(url, count, tag):
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.testing.llm import closed_port_url
+
+    with EntityMemory({"db_url": url, "api_url": closed_port_url(), "request_timeout": 1, "max_facts": 0}) as memory:
+        for n in range(count):
+            memory.update_history([AgentMessage(U, f"I like {tag}{n:03d}"), AgentMessage(A, "ok")], "s")
+        assert memory.flush(patience(120))
+
+
+def test_facts_queued_by_several_servers_are_extracted_once_each():
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.testing.llm import closed_port_url
+
+    url = fresh_url()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_extract_facts, args=(url, 30, f"zz{i}x")) for i in range(3)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(patience(300))
+        assert proc.exitcode == 0
+    with EntityMemory({"db_url": url, "api_url": closed_port_url(), "max_facts": 0}) as memory:
+        assert memory.flush(patience(60))
+        facts = memory.export("s")
+    liked = sorted(f["text"] for f in facts["facts"])
+    assert len(liked) == 90 and len(set(liked)) == 90 and facts["pending"] == 0
+    assert not [c for t, c in schema_cells(url) if t.endswith("_jobs")]  # nothing left queued
+
+
+def _lease_and_die(url, ready):
+    from ovos_memory_plugins._retrieval.pg_documents import PgDocumentLog
+
+    db = open_pg_database(url)
+    docs = PgDocumentLog(db, "local_rag_docs")
+    assert docs.lease(100, str(db.worker_key), 3600)
+    ready.set()
+    time.sleep(3600)
+
+
+def test_documents_a_dead_indexer_leased_are_embedded_by_another_server():
+    from ovos_memory_plugins.local_rag import LocalRAGMemory
+    from ovos_memory_plugins.testing.embeddings import FakeEmbedder
+
+    url = fresh_url()
+    config = {"db_url": url, "_embedder": FakeEmbedder()}
+    with LocalRAGMemory(config) as memory:
+        memory._worker.close()  # stored, never embedded here
+        for n in range(5):
+            _exchange(memory, "s", f"my hobby number {n} is chess", "nice")
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    indexer = ctx.Process(target=_lease_and_die, args=(url, ready))
+    indexer.start()
+    assert ready.wait(patience(60))
+    indexer.kill()
+    indexer.join()
+    with LocalRAGMemory(config) as memory:
+        deadline = time.monotonic() + patience(20)
+        while memory._docs.count_pending() and time.monotonic() < deadline:
+            memory.flush(patience(10))
+        assert memory._docs.count_pending() == 0
+        assert len(memory.search("chess hobby", "s", top_k=10)) == 5
+
+
+# -- keyword ranking ------------------------------------------------------------------------------
+CORPUS = [
+    ("my dog Rex likes long walks in the park", "Rex sounds like a happy dog"),
+    ("I work as a nurse at the city hospital", "nursing is demanding work"),
+    ("we adopted a second dog last spring", "two dogs, lovely"),
+    ("my sister lives in Lisbon near the river", "Lisbon is beautiful"),
+    ("I am training for a marathon in October", "good luck with the training"),
+    ("the park near my house has a lake", "a lake in the park, nice"),
+]
+QUERIES = ["what is my dog called", "where does my sister live", "park lake walks", "marathon training october",
+           "hospital nurse", "dogs"]
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_keyword_scores_on_postgresql_are_fts5_bm25_for_a_one_session_store(weight, tmp_path):
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    base = {"retrieval": {"neighbour_weight": weight}}
+    with LexicalMemory({**base, "db_path": str(tmp_path / "l.db"), "ram_index": False}) as sqlite, \
+            LexicalMemory({**base, "db_url": fresh_url()}) as postgres:
+        for memory in (sqlite, postgres):
+            for question, answer in CORPUS:
+                _exchange(memory, "s", question, answer)
+            memory.flush()
+        for query in QUERIES:
+            want = {h.source: h.score for h in sqlite.search(query, "s", top_k=6)}
+            got = {h.source: h.score for h in postgres.search(query, "s", top_k=6)}
+            assert got.keys() == want.keys(), query
+            for source, score in want.items():
+                assert got[source] == pytest.approx(score, rel=1e-9, abs=1e-12), (query, source)
+        # Score fusion asks for the score of any exchange, a match or not: the same as FTS5's too.
+        candidates = [h for query in QUERIES for h in sqlite.search(query, "s", top_k=3)]
+        for query in QUERIES:
+            want_scores = sqlite.score_candidates(query, candidates, "s")
+            got_scores = postgres.score_candidates(query, candidates, "s")
+            assert None not in got_scores and any(got_scores) and not all(got_scores), query
+            assert got_scores == pytest.approx(want_scores, rel=1e-9, abs=1e-12), query
+
+
+def test_keyword_statistics_are_the_sessions_own():
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    with LexicalMemory({"db_url": fresh_url()}) as memory:
+        _exchange(memory, "alice", "my dog is Rex", "ok")
+        _exchange(memory, "alice", "I like tea", "ok")
+        before = memory.search("dog", "alice")[0].score
+        for n in range(20):  # another user talks about dogs all day
+            _exchange(memory, "bob", f"dog dog dog {n}", "ok")
+        assert memory.search("dog", "alice")[0].score == pytest.approx(before)
+        assert {h.metadata["session_id"] for h in memory.search("dog", None, top_k=30)} == {"alice", "bob"}
+
+
+def test_a_tokenizer_postgresql_cannot_follow_is_a_config_error():
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    with pytest.raises(ConfigError, match="trigram"):
+        LexicalMemory({"db_url": fresh_url(), "tokenizer": "trigram"})
+
+
+# -- vectors --------------------------------------------------------------------------------------
+def test_vectors_search_exactly_then_through_hnsw_without_losing_a_small_sessions_rows():
+    import numpy as np
+
+    from ovos_memory_plugins.pgvector import PgEmbeddingsDB
+
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(400, 16)).astype(np.float32)
+    with PgEmbeddingsDB({"url": fresh_url(), "hnsw_above": 100, "ef_search": 40}) as db:
+        keys = [f"k{i}" for i in range(400)]
+        sessions = ["big"] * 396 + ["small"] * 4
+        db.add_embeddings_batch(keys, list(vectors), [{"session_id": s, "n": i} for i, s in enumerate(sessions)])
+        query = vectors[3] + 0.01
+        exact = db.query(query, top_k=5)
+        assert exact[0][0] == "k3"
+        assert db.build_index() is True and db._has_index(db._tables["ovos_embeddings"][0])
+        approximate = db.query(query, top_k=5)
+        assert [k for k, _ in approximate][:3] == [k for k, _ in exact][:3]
+        small = db.query(query, top_k=5, where={"session_id": "small"})
+        assert sorted(k for k, _ in small) == ["k396", "k397", "k398", "k399"]  # all of them, none lost
+        assert [k for k, _ in db.query(query, top_k=5, where={"n": 397})] == ["k397"]
+        cos = db.similarities(query, ["k3", "missing"])
+        assert cos[0] == pytest.approx(1 - exact[0][1], abs=1e-6) and cos[1] is None
+        db.delete_embeddings_batch(["k3"])
+        assert db.get_embeddings("k3") is None and db.count_embeddings_in_collection() == 399
+
+
+def test_a_collection_dropped_by_another_server_is_found_again():
+    from ovos_memory_plugins.pgvector import PgEmbeddingsDB
+
+    url = fresh_url()
+    with PgEmbeddingsDB({"url": url}) as here, PgEmbeddingsDB({"url": url}) as there:
+        here.add_embeddings("a", [1.0, 0.0], {"session_id": "s"})
+        assert [k for k, _ in here.query([1.0, 0.0])] == ["a"]
+        there.delete_collection("ovos_embeddings")  # a new embedder: the other server starts over
+        there.add_embeddings("b", [0.0, 1.0, 0.0], {"session_id": "s"})
+        assert [k for k, _ in here.query([0.0, 1.0, 0.0])] == ["b"]
+        here.add_embeddings("c", [0.0, 0.0, 1.0], {"session_id": "s"})
+        assert there.count_embeddings_in_collection() == 2
+
+
+def test_a_role_that_may_not_create_pgvector_is_told_what_the_operator_runs():
+    from ovos_memory_plugins.errors import StorageError
+    from ovos_memory_plugins.pgvector import ensure_pgvector
+
+    class NoVector:
+        path = "postgresql://ovos@db/memory"
+
+        def has_extension(self, name):
+            return False
+
+        def atomic(self):
+            raise StorageError("permission denied to create extension \"vector\"")
+
+    with pytest.raises(StorageError, match="run once: CREATE EXTENSION vector"):
+        ensure_pgvector(NoVector())  # type: ignore[arg-type]
+
+
+# -- the command line -----------------------------------------------------------------------------
+def test_ovos_memory_commands_work_against_a_postgresql_store(tmp_path):
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    url = fresh_url()
+    config = json.dumps({"db_url": url})
+    with LexicalMemory({"db_url": url}) as memory:
+        _exchange(memory, "kitchen", "my dog is called Biscuit", "lovely name")
+        _exchange(memory, "bedroom", "I sleep badly", "sorry to hear")
+
+    def cli(*args):
+        done = subprocess.run([sys.executable, "-m", "ovos_memory_plugins", *args, "--module",
+                               "ovos-memory-plugin-lexical", "--config", config], capture_output=True, text=True,
+                              timeout=patience(120), env={**os.environ, "COLUMNS": "200"})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert cli("sessions").split() == ["bedroom", "kitchen"]
+    assert "Biscuit" in cli("show", "kitchen")
+    assert "Biscuit" in cli("search", "dog name", "--session", "kitchen")
+    assert "kitchen" in cli("stats")
+    exported = tmp_path / "kitchen.json"
+    exported.write_text(cli("export", "kitchen"))
+    assert json.loads(exported.read_text())["documents"][0]["content"].startswith("Q: my dog")
+    assert "forgot" in cli("forget", "kitchen")
+    assert cli("sessions").split() == ["bedroom"]
+    assert not [c for _, c in schema_cells(url) if "kitchen" in c or "Biscuit" in c]
+    assert "imported 1 session" in cli("import", str(exported))
+    assert "Biscuit" in cli("search", "dog name", "--session", "kitchen")
+    assert schema_of(url)
+
+
+# -- the deployment page, followed ------------------------------------------------------------------
+DEPLOYMENT = os.path.join(REPO, "docs", "deployment.md")
+
+
+def _page_block(language: str, holding: str) -> str:
+    with open(DEPLOYMENT, encoding="utf-8") as page:
+        blocks = re.findall(rf"```{language}\n(.*?)```", page.read(), re.S)
+    return next(block for block in blocks if holding in block)
+
+
+def _database_cells(url: str) -> list[str]:
+    with connect(url) as con:
+        tables = [r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")]
+        return [row[0] for table in tables for row in con.execute(f'SELECT t::text FROM public."{table}" AS t')]
+
+
+def test_the_deployment_page_followed_gives_two_servers_one_memory(tmp_path):
+    """The page's SQL (a login role owning its database, pgvector created by the superuser), its
+    persona JSON (the hybrid preset on ``db_url``) and its check commands, run as written: what
+    server A heard, server B recalls, and every command works as the role that owns the store."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from ovos_memory_plugins.testing import closed_port_url
+
+    tag = uuid.uuid4().hex[:8]
+    role, database = f"ovos_{tag}", f"memory_{tag}"
+    socket_dir = str(conninfo_to_dict(fresh_url())["host"])
+    url = f"postgresql://{role}@/{database}?host={urllib.parse.quote(socket_dir, safe='')}"
+    sql = re.sub(r"\bmemory\b", database, re.sub(r"\bovos\b", role, _page_block("sql", "CREATE ROLE")))
+    persona = _page_block("json", '"memory_module"').replace("postgresql://ovos@db.lan/memory", url)
+    persona_file = tmp_path / "household.json"
+    data = json.loads(persona)
+    data["ovos-chat-openai-plugin"]["api_url"] = closed_port_url()
+    persona_file.write_text(json.dumps(data))
+    superuser = connect()
+    try:
+        con = superuser
+        for statement in filter(None, (s.strip() for s in sql.split(";"))):
+            if statement.startswith("\\c"):  # psql's connect: on to the new database, still superuser
+                con = connect(re.sub(r"/postgres\?", f"/{database}?", os.environ[URL_ENV]))
+                statement = statement.split("\n", 1)[1].strip()
+            con.execute(statement)
+        assert con is not superuser, "the page connects to the new database before CREATE EXTENSION"
+        con.close()
+
+        server_a = _python("""
+            import sys
+            from ovos_memory_plugins._cli.persona import MemorySlot, load_persona
+            persona = load_persona(sys.argv[1])
+            slot = MemorySlot(persona.memory_module, persona.memory_config)
+            slot.remember("my dog is called Biscuit", "What a lovely name!", "kitchen")
+            slot.close()
+        """, str(persona_file))
+        assert server_a.returncode == 0, server_a.stderr
+        server_b = _python("""
+            import sys
+            from ovos_memory_plugins._cli.persona import MemorySlot, load_persona
+            persona = load_persona(sys.argv[1])
+            slot = MemorySlot(persona.memory_module, persona.memory_config)
+            print("\\n".join(m.content for m in slot.context("what is my dog called?", "kitchen")))
+            slot.close()
+        """, str(persona_file))
+        assert server_b.returncode == 0, server_b.stderr
+        assert "Biscuit" in server_b.stdout
+
+        outputs = {}
+        for line in _page_block("bash", "ovos-memory stats").strip().splitlines():
+            words = line.replace("SESSION", "kitchen").replace('"dog"', "dog").split()
+            target = None
+            if ">" in words:
+                words, target = words[:words.index(">")], words[words.index(">") + 1]
+            done = subprocess.run([sys.executable, "-m", "ovos_memory_plugins", *words[1:]], capture_output=True,
+                                  text=True, cwd=tmp_path, timeout=patience(180),
+                                  env={**os.environ, "PYTHONPATH": REPO, "COLUMNS": "200"})
+            assert done.returncode == 0, f"{line}: {done.stderr}"
+            if target:
+                (tmp_path / target).write_text(done.stdout)
+            outputs[words[1]] = done.stdout
+            if words[1] == "forget":
+                assert not [c for c in _database_cells(url) if "Biscuit" in c or "kitchen" in c]
+        assert "kitchen" in outputs["sessions"].split()
+        assert "Biscuit" in outputs["search"] and "Biscuit" in outputs["show"]
+        assert "Biscuit" in (tmp_path / "backup.json").read_text()
+        assert any("Biscuit" in c for c in _database_cells(url)), "the import brought the session back"
+    finally:
+        superuser.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        superuser.execute(f'DROP ROLE IF EXISTS "{role}"')
+        superuser.close()
