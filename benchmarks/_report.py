@@ -381,6 +381,8 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5",
               "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members'",
               "python benchmarks/llm_eval.py --api-url URL --write-docs  # LLM memories with a real model",
+              "python benchmarks/bench_busy_turns.py --full  # turns while the background is busy (section below)",
+              "python benchmarks/bench_long_passages.py      # how long passages are embedded, and recall",
               "```", "",
               "What the last two scripts measured, and the decisions they led to: "
               "[design-notes.md](design-notes.md).", "",

@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="the Python that has this package installed")
     parser.add_argument("--no-reference", action="store_true", help="measure this package only")
     parser.add_argument("--refresh-reference", action="store_true", help="recreate the reference venv")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: latency,startup,locomo")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: latency,startup,locomo,busy")
     args = parser.parse_args(argv)
     mode = FULL if args.full else QUICK
     out = Path(args.out) if args.out else (ROOT / "docs" if mode is FULL else CACHE / "report-quick")
@@ -357,7 +357,22 @@ def main(argv: list[str] | None = None) -> int:
 
     path = _report.write(results, out, CACHE / f"results-{mode.name}.json")
     log(f"report written to {path} in {results['elapsed_s']:.0f} s")
+    if "busy" not in skip:
+        busy_turns(mode, args.python, path)
     return 0
+
+
+def busy_turns(mode: Mode, python: str, report: Path) -> None:
+    """Turns while the background is busy (ours only): its own section of the report."""
+    try:
+        data = str(locomo.locate_dataset())
+    except FileNotFoundError as exc:
+        log(f"busy turns not measured: {exc}")
+        return
+    command = [python, str(HERE / "bench_busy_turns.py"), f"--{mode.name}", "--write", str(report),
+               "--json", str(CACHE / f"busy-turns-{mode.name}.json")]
+    log("busy turns: " + " ".join(command[1:]))
+    subprocess.run(command, check=False, env={**os.environ, "LOCOMO_PATH": data}, timeout=4 * 3600)
 
 
 if __name__ == "__main__":

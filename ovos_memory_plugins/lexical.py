@@ -3,7 +3,8 @@
 Drop-in with the reference (``db_path``, ``table``, score = -bm25, every base key), plus:
 
 * the verbatim window and the documents live in the same file, in one transaction per update;
-  the FTS5 entries follow in background batches, and recall never waits for them;
+  the FTS5 entries follow in small background batches, and recall never waits for them (an
+  exchange not indexed yet is matched by its words meanwhile);
 * stop words of the configured languages are left out of the query, so "what is my name"
   searches for "name", not for every exchange containing "is";
 * user text never reaches ``MATCH`` raw: each term is quoted, so ``NEAR``, ``OR``, ``*``,
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import sqlite3
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -24,20 +24,15 @@ from ._core.log import LOG
 from ._retrieval.bm25 import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
 from ._retrieval.documents import Document
 from ._retrieval.neighbours import adjacent, context_text, neighbour_weight_option, survivors
-from ._retrieval.stopwords import LANGUAGES, normalise_term, stopwords
+from ._retrieval.pending import merge_pending
+from ._retrieval.stopwords import LANGUAGES, MAX_QUERY_TERMS, query_words, stopwords
 from .common import MemoryHit
 from .config import option
-from .errors import ConfigError, StoreUnavailable
+from .errors import ConfigError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
 
-__all__ = ["LexicalConfig", "LexicalMemory", "match_expression", "query_words"]
+__all__ = ["MAX_QUERY_TERMS", "LexicalConfig", "LexicalMemory", "match_expression", "query_words"]
 
-#: Query terms beyond this many are ignored: a 1 MB utterance must not build a 1 MB MATCH.
-MAX_QUERY_TERMS = 32
-#: How long an FTS5 query waits for another process's write lock to index what is pending.
-QUERY_INDEX_WAIT_S = 0.1
-
-_TERM = re.compile(r"[^\W_]+", re.UNICODE)
 
 _FTS_MIGRATIONS = (
     """
@@ -92,22 +87,6 @@ class LexicalConfig(RetrievalConfig):
                 f"'retrieval.stopword_languages' has {unknown}; supported languages are {', '.join(LANGUAGES)}")
 
 
-def query_words(text: str, ignore: frozenset[str] = frozenset()) -> list[str]:
-    """The distinct content words of ``text`` (lower case, no diacritics, stop words dropped).
-
-    >>> query_words("What is my NAME, my name?", frozenset({"what", "is", "my"}))
-    ['name']
-    """
-    words: list[str] = []
-    for match in _TERM.finditer(text):
-        word = normalise_term(match.group())
-        if word and word not in ignore and word not in words:
-            words.append(word)
-            if len(words) == MAX_QUERY_TERMS:
-                break
-    return words
-
-
 def match_expression(text: str, ignore: frozenset[str] = frozenset()) -> str:
     """An FTS5 query matching any content word of ``text``, safe for any input.
 
@@ -139,9 +118,12 @@ class LexicalMemory(BaseRetrievalMemory):
     index_in_database: ClassVar[bool] = True
     # Writing FTS5 costs more than the rest of an update together (its own pages, and a segment
     # per commit). Off the turn, a burst of exchanges shares one commit; meanwhile the RAM
-    # postings cover documents not indexed yet, and an FTS5 query first indexes what is pending.
+    # postings cover documents not indexed yet, or, when FTS5 ranks, their words are matched
+    # (a turn never indexes). A batch is bounded in characters too: its transaction holds the
+    # file's write lock and this process's connection, which turns wait for.
     background_index: ClassVar[bool] = True
     index_batch: ClassVar[int] = 500
+    index_chars: ClassVar[int | None] = 20_000
     index_delay: ClassVar[float] = 0.05
     # Every exchange is safe in the document log and recalled from the RAM postings meanwhile, so
     # a failing batch is a WARNING; the cause (a full disk) fails update_history too, the ERROR.
@@ -267,8 +249,12 @@ class LexicalMemory(BaseRetrievalMemory):
             return []
         ranked = self._mirror.search(words, top_k, session_id) if self._mirror is not None else None
         if ranked is not None:
-            return self._hits(ranked)
-        self._index_before_query()
+            return self._hits(ranked)  # the RAM postings hold the pending documents too
+        return merge_pending(self._fts_hits(words, top_k, session_id),
+                             self._pending_hits(words, top_k, session_id), top_k)
+
+    def _fts_hits(self, words: list[str], top_k: int, session_id: str | None) -> list[MemoryHit]:
+        """FTS5's ranking of the indexed documents."""
         t, docs = self._fts, self._docs.table
         if session_id is not None and self._docs.holds_only(session_id):
             # Filtering on the UNINDEXED session column reads every matching row's content: 40%
@@ -292,7 +278,8 @@ class LexicalMemory(BaseRetrievalMemory):
         From the RAM postings a lookup (the search just made computed them); from FTS5 one
         ``MATCH ... AND rowid IN (...)`` (its ``bm25()`` statistics are the whole table's, so a
         restricted query scores as the full one); on PostgreSQL the ranking's own SQL restricted
-        to them, with the scope's statistics.
+        to them, with the scope's statistics. A turn never indexes: a document not indexed yet
+        scores 0.0 there.
         """
         rowids = [rowid for rowid, _ in docs]
         words = query_words(query, self._ignore)
@@ -303,7 +290,6 @@ class LexicalMemory(BaseRetrievalMemory):
         scored = self._mirror.scores(words, rowids, session_id) if self._mirror is not None else None
         if scored is not None:
             return scored
-        self._index_before_query()
         t = self._fts
         found = dict(self._db.execute(
             f"SELECT rowid, -{self._rank()} FROM {t} WHERE {t} MATCH ? AND rowid IN ({','.join('?' * len(rowids))})",
@@ -316,24 +302,6 @@ class LexicalMemory(BaseRetrievalMemory):
 
     def _rank(self) -> str:
         return f"bm25({self._fts}, 1.0, 0.0, {float(self.settings.neighbour_weight)!r})"
-
-    def _index_before_query(self) -> None:
-        """Index a batch of what the background indexer has not yet, so FTS5 ranks it too.
-
-        Bounded: one batch, and a short wait for another process's write lock. What is left
-        (a backlog after a crash, a busy file) the indexer does, and this turn ranks without it.
-        """
-        if not self._docs.has_pending():
-            return
-        try:
-            more = self._index_step(busy_wait=QUERY_INDEX_WAIT_S)
-        except StoreUnavailable:
-            more = True  # another process is writing: not a failure
-        except Exception as exc:  # noqa: BLE001 - rank what is indexed; the indexer retries the rest
-            self._log.warning("index", "%s: failed to index stored exchanges: %s; will retry", self.plugin_name, exc)
-            more = True
-        if more and self._worker is not None:
-            self._worker.notify()
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[MemoryHit]:
         if not ranked:

@@ -19,8 +19,13 @@ rescanned on every turn, and turns go on without recall meanwhile.
 ``update_history`` only writes the window and the document log (one transaction); a background
 worker embeds and indexes the documents from that durable log, so embedding never delays a
 turn and nothing is lost if the process dies first. ``flush()`` waits for it; ``close()``
-drains it. Document ids (``<session>_<n>``) never repeat, so a restart never overwrites an old
-memory, and the document log is the source of truth: a vector whose document was forgotten or
+drains it. A turn never waits for the worker either: its query is embedded at once, beside
+any background call (the packaged embedders let a turn's call go first), and the exchanges not
+embedded yet are recalled by their words (at least half of the query's content words), merged
+with the hits by meaning; once embedded they are found by meaning.
+
+Document ids (``<session>_<n>``) never repeat, so a restart never overwrites an old memory,
+and the document log is the source of truth: a vector whose document was forgotten or
 expired is never recalled. When the embedder changes (another model in the same collection),
 every document is re-embedded in the background instead of mixing incompatible vectors.
 """
@@ -39,6 +44,8 @@ from ._core.loading import EMBEDDINGS_DB_GROUP, TEXT_EMBEDDINGS_GROUP, find_plug
 from ._core.log import LogOnce
 from ._retrieval.documents import Document
 from ._retrieval.neighbours import NeighbourVectors, neighbour_weight_option
+from ._retrieval.pending import merge_pending
+from ._retrieval.stopwords import LANGUAGES, query_words, stopwords
 from .common import MemoryHit
 from .config import option
 from .errors import EmbeddingsError
@@ -57,8 +64,6 @@ REFERENCE_STACK = {
     "ovos-gguf-embeddings-plugin": DEFAULT_EMBEDDER,
     "ovos-chromadb-embeddings-plugin": DEFAULT_DB,
 }
-#: Seconds a query waits for the indexer to embed the few exchanges stored just before it.
-QUERY_CATCH_UP_S = 2.0
 #: Seconds before retrying a plugin that failed to load; doubles per failure up to the maximum.
 RETRY_FIRST_S = 10.0
 RETRY_MAX_S = 600.0
@@ -173,8 +178,12 @@ class LocalRAGMemory(BaseRetrievalMemory):
     default_db_name: ClassVar[str] = "local_rag_memory.db"
     background_index: ClassVar[bool] = True
     # Embedding starts once the turn is over: it does not compete with the rest of the update
-    # (a composite's other members), and a burst (an import) is embedded in one batch.
+    # (a composite's other members), and a burst (an import) is leased as a few small batches.
     index_delay: ClassVar[float] = 0.05
+    # Small batches: each document is searchable by meaning as soon as it is embedded, and a
+    # lease covers a few seconds of model time (one long reply, or a few short exchanges).
+    index_batch: ClassVar[int] = 8
+    index_chars: ClassVar[int | None] = 20_000
     # Documents wait in the durable queue and are retried: nothing is lost, so a WARNING. A broken
     # embedder or store also fails the turn's search (or the slot's load), which is the ERROR.
     index_failure_level: ClassVar[str] = "warning"
@@ -191,6 +200,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._db_filters = False  # the store takes where={"session_id": ...}: no over-fetching
         self._neighbours = NeighbourVectors(self._db, f"{self._docs.table}_own_vectors", self._docs,
                                             s.neighbour_weight) if s.neighbour_weight else None
+        self._stopwords = stopwords(LANGUAGES)  # for the keyword recall of exchanges not embedded yet
         self._query_vectors = _RecentVectors()  # score_candidates reuses the search's query vector
 
     def _search(self, query: str, session_id: str | None = None,
@@ -238,11 +248,14 @@ class LocalRAGMemory(BaseRetrievalMemory):
                          self.settings.collection)
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
+        """The nearest embedded exchanges, merged with the not-yet-embedded ones that share the
+        query's words (the exchange stored just before this turn included): nothing waits for
+        the indexer."""
+        pending = self._pending_hits(query_words(query, self._stopwords), top_k, session_id)
         try:
             embedder, db = self._embedding_slot.get(), self._vector_slot.get()
         except EmbeddingsError:
-            return []  # already logged once by the slot; the turn goes on without recall
-        self._catch_up()
+            return pending  # already logged once by the slot; the turn goes on with keyword recall
         vector = _embed_query(embedder, query)
         self._query_vectors.put(query, vector)
         collection = self.settings.collection
@@ -252,7 +265,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         else:  # a third-party store: over-fetch, then filter (may under-fill if others dominate)
             rows = db.query(vector, top_k=4 * top_k if session_id else top_k, return_metadata=True,
                             collection_name=collection)
-        return self._hits(rows, session_id)[:top_k]
+        return merge_pending(self._hits(rows, session_id)[:top_k], pending, top_k)
 
     def _score_documents(self, query: str, docs: Sequence[tuple[int, str]],
                          session_id: str | None) -> dict[int, float]:
@@ -269,20 +282,6 @@ class LocalRAGMemory(BaseRetrievalMemory):
         keys = [doc_id for _, doc_id in docs]
         scores = _similarities(db, vector, keys, self.settings.collection)
         return {rowid: score for (rowid, _), score in zip(docs, scores) if score is not None}
-
-    def _catch_up(self) -> None:
-        """Let the indexer embed the few exchanges stored just before this query, so the last
-        turn is recalled on the next one, as with the reference's synchronous store.
-
-        Only a handful: a backlog (an import, a new model re-embedding everything) is left to the
-        indexer, and so is a failing index step (its retry is not this turn's to wait for); the
-        turn then ranks what is embedded. Between spoken turns the indexer is long done and this
-        costs one indexed lookup.
-        """
-        if self._worker is None or self._worker.failing:
-            return
-        if 0 < self._docs.count_pending(limit=self.index_batch + 1) <= self.index_batch:
-            self._worker.flush(QUERY_CATCH_UP_S)
 
     def _delete_documents(self, docs: Sequence[Document]) -> None:
         if not docs:

@@ -160,12 +160,20 @@ class LongTermMemory(LLMMemory):
         self._log.clear("write", f"{self.plugin_name}: storing works again")
 
     def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
+        """The summary, the messages not folded into it yet and the utterance.
+
+        The messages are the newest ``2 * (summarize_every + recent_window)``: all of them while
+        the summaries keep up (a summary is due at ``summarize_every`` exchanges and keeps
+        ``recent_window``), and no more while they are behind (a slow or unreachable model),
+        so a backlog of summaries never makes the prompt, or the turn, grow.
+        """
         text = check_utterance(utterance)
         check_session_id(session_id)
         record = self._load(session_id)
         parts = [p for p in (self.system_prompt.strip(), _summary_block(record)) if p]
         context = [system_message("\n\n".join(parts))] if parts else []
-        return context + context_window(_messages(record)) + [user_message(text)]
+        newest = 2 * (self.settings.summarize_every + self.settings.recent_window)
+        return context + context_window(_messages(record)[-newest:]) + [user_message(text)]
 
     def context_blocks(self, session_id: str) -> list[AgentMessage]:
         """The summary as a system block, without the system prompt (what a composite adds)."""

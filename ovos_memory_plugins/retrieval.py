@@ -17,8 +17,9 @@ It inherits the rest, in two pieces:
   (``assemble_context``) and ``build_conversation_context``;
 * its own database (``_retrieval/store.py``): the verbatim window (persisted, unlike the
   reference's), the document log with never-repeating ids, and the queue that indexes
-  documents off the turn when ``background_index`` is set. ``CompositeMemory`` has none: its
-  window and documents are its members'.
+  documents off the turn when ``background_index`` is set (a turn never waits for it: until a
+  document is indexed, ``_pending_hits`` recalls it by its words). ``CompositeMemory`` has
+  none: its window and documents are its members'.
 """
 from __future__ import annotations
 
@@ -123,6 +124,9 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     background_index: ClassVar[bool] = False
     #: Documents indexed per batch.
     index_batch: ClassVar[int] = 32
+    #: Characters of text per batch beyond its first document (None: no bound): a batch is one
+    #: transaction, or one lease of model work, and a short one yields to turns sooner.
+    index_chars: ClassVar[int | None] = None
     #: Seconds the background indexer lets new documents gather, so one batch carries a burst.
     index_delay: ClassVar[float] = 0.0
     #: How a failing background index step is logged (once): "warning" when recall does not
@@ -225,6 +229,12 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     def _index_step(self, busy_wait: float | None = None) -> bool:
         """Index one batch of pending documents; True while more are pending (the worker's step)."""
         return self._store.index_step(busy_wait)
+
+    def _pending_hits(self, words: Sequence[str], top_k: int, session_id: str | None) -> list[MemoryHit]:
+        """Documents not indexed yet that hold at least half of ``words`` (a query's content words),
+        best first; a backend merges them into its hits so a turn never waits for the indexer."""
+        pending = self._store.pending if self.keeps_documents else None
+        return pending.hits(words, top_k, session_id) if pending is not None else []
 
     def _index_in_database(self) -> bool:
         """Whether the index's writes join this memory's transactions (``index_in_database``)."""

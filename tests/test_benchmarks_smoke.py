@@ -278,6 +278,42 @@ def test_both_packages_get_the_same_drop_in_config_for_every_shared_backend():
     assert run.backend_config("entity", "ram", None) is None  # no endpoint: not measured, not faked
 
 
+def _busy_report(p99: float) -> dict:
+    turns = {"n": 32, "median": 40.0, "p99": p99, "max": p99}
+    verify = {"flush_ok": True, "flush_s": 12.0, "pending_after_flush": 0, "long_exchanges": 2, "not_embedded": 0,
+              "not_found": 0}
+    return {"command": "python benchmarks/bench_busy_turns.py --full", "started": "now", "package": "here",
+            "elapsed_s": 10.0, "load_before": (1.0, 1.0, 1.0), "load_after": (2.0, 1.0, 1.0), "cores": 2,
+            "single": [{"backend": "local-rag", "idle": turns, "cases": [
+                {"long": 16, "build_busy": turns, "build_quiet": {"n": 0}, "update_busy": turns, "verify": verify}]}],
+            "multi": [{"backend": "hybrid", "procs": 4, "threads": 4, "words": 4800, "build_busy": turns,
+                       "build_all": turns, "update_busy": turns, "embedded": [3, 5], "documents": 8,
+                       "verify": [verify, {**verify, "pending_after_flush": 1}]}]}
+
+
+def test_the_busy_turns_section_says_whether_the_targets_are_met_and_what_was_lost():
+    busy = _load("bench_busy_turns")
+    met = busy.markdown(_busy_report(120.0))
+    assert "| local-rag | 16 | 40 / 120 / 120 (n=32) | meets |" in met and "| none |" in met
+    assert "| 4 x 4 | 4,800 |" in met and "3 + 5 (8)" in met and "1 pending" in met  # lost work is reported
+    assert "local-rag: p99 120 ms, max 120 ms, the targets hold" in met and "waiting for a core" not in met
+    missed = busy.markdown({**_busy_report(151.0), "load_after": (5.0, 1.0, 1.0)})
+    assert "| misses |" in missed and "the targets do not hold" in missed
+    assert "waiting for a core" in missed  # a loaded machine is said so next to its numbers
+
+
+def test_a_section_written_into_the_report_replaces_its_earlier_self_and_survives_a_new_report(tmp_path):
+    busy = _load("bench_busy_turns")
+    path = tmp_path / "benchmarks.md"
+    path.write_text("# Benchmarks\n\nold body\n", encoding="utf-8")
+    busy.write_section(path, busy.markdown(_busy_report(120.0)))
+    busy.write_section(path, busy.markdown(_busy_report(99.0)))
+    text = path.read_text(encoding="utf-8")
+    assert text.count("section:start busy-turns") == 1 and "40 / 99 / 99" in text and "old body" in text
+    kept = report.kept_sections(text)
+    assert kept.strip().startswith("<!-- section:start busy-turns") and "40 / 99 / 99" in kept
+
+
 @pytest.mark.postgres
 def test_the_postgresql_benchmark_runs_and_reports_every_cell(tmp_path):
     import subprocess

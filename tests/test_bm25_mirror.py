@@ -114,9 +114,9 @@ def test_documents_not_indexed_yet_rank_at_once_as_fts5_will(tmp_path, closing):
     ranked = memory._mirror.search(["coffee"], 5, "s")
     assert ranked is not None and [rowid for rowid, _ in ranked] == [2, 1]
     assert memory._docs.count_pending() == 1
-    fts = fts5_ranking(memory, "coffee", "s", 5)  # an FTS5 query indexes what is pending first
+    before = mirror_ranking(memory, "coffee", "s", 5)  # flush() indexes it; a query never does
     assert memory._docs.count_pending() == 0
-    assert_same_ranking(mirror_ranking(memory, "coffee", "s", 5), fts)
+    assert_same_ranking(before, fts5_ranking(memory, "coffee", "s", 5))
 
 
 def test_a_mirror_loaded_while_documents_wait_for_the_indexer_ranks_them(tmp_path, closing):
@@ -132,6 +132,7 @@ def test_a_mirror_loaded_while_documents_wait_for_the_indexer_ranks_them(tmp_pat
     assert second._mirror.wait(10)
     loaded = [(h.source, h.score) for h in second._query_backend("coffee tea", 5, "s")]
     assert second._docs.count_pending() == 2  # the mirror answered; nothing was indexed
+    assert first.flush(patience(10))  # the other process indexes them
     assert_same_ranking(loaded, fts5_ranking(first, "coffee tea", "s", 5))
 
 
@@ -248,7 +249,7 @@ def test_one_document_that_cannot_be_indexed_does_not_hold_up_the_others(tmp_pat
     assert [h.source for h in memory.search("poison", "s")] == ["s_1"]  # still recalled, from RAM
 
 
-def test_a_query_does_not_wait_for_another_writer_to_index(tmp_path, closing):
+def test_a_query_never_indexes_and_does_not_wait_for_another_writer(tmp_path, closing):
     import sqlite3
     import time
 
@@ -256,19 +257,21 @@ def test_a_query_does_not_wait_for_another_writer_to_index(tmp_path, closing):
     memory = closing(LexicalMemory({"db_path": path, "ram_index": False}))
     memory.update_history([AgentMessage(U, "old note about turnips"), AgentMessage(A, "ok")], "s")
     assert memory.flush(patience(10))
-    worker, memory._worker = memory._worker, None  # the next exchange stays pending: only the query indexes it
+    worker, memory._worker = memory._worker, None  # the next exchange stays pending
     memory.update_history([AgentMessage(U, "new note about turnips"), AgentMessage(A, "ok")], "s")
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process is writing (a long forget, an import)
     try:
         started = time.monotonic()
-        assert [h.source for h in memory.search("turnips", "s")] == ["s_0"]  # what is indexed
+        hits = memory.search("turnips", "s")
         assert time.monotonic() - started < 10  # not the 30 s busy timeout
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert sorted(h.source for h in memory.search("turnips", "s")) == ["s_0", "s_1"]
-    worker.close()
+    assert [(h.source, "pending" in h.metadata) for h in hits] == [("s_0", False), ("s_1", True)]  # by its words
+    assert memory._docs.count_pending() == 1  # the turn indexed nothing: that is the indexer's work
+    memory._worker = worker
+    assert memory.flush(patience(10)) and memory._docs.count_pending() == 0
 
 
 def test_flush_indexes_what_another_process_left_pending(tmp_path, closing):

@@ -98,6 +98,26 @@ def test_score_fusion_gives_every_candidate_every_retrievers_score(tables):
     assert [h.metadata["fusion_score"] for h in hits] == pytest.approx(sorted(expected.values(), reverse=True)[:3])
 
 
+class PendingSemantic(SemanticTable):
+    """A semantic retriever whose newest exchange waits for its embedding: matched by its words."""
+
+    def search(self, query, session_id=None, top_k=None):
+        waiting = MemoryHit("omega", f"{self.name}:omega", 1.0, {"pending": True})  # 1.0: all the query's words
+        return [waiting, *super().search(query, session_id, top_k)]
+
+
+def test_a_hit_matched_by_its_words_while_it_waits_for_the_index_is_not_taken_for_a_score(tables, monkeypatch):
+    real = composite_module.load_memory_plugin
+    monkeypatch.setattr(composite_module, "load_memory_plugin",
+                        lambda name: PendingSemantic if name == "pending-sem" else real(name))
+    memory = composite([{"module": "kw", "config": {"name": "kw"}},
+                        {"module": "pending-sem", "config": {"name": "sem"}}], max_num_results=3, member_fetch_k=4)
+    hits, signals = memory.fusion_candidates("question", "s")
+    semantic = dict(zip((h.content for h in hits), signals[1].scores))
+    assert semantic["omega"] is None  # a share of words is no cosine: unscored, not the best one
+    assert semantic["beta"] == 0.86 and "omega" in [h.content for h in hits]
+
+
 def test_a_retriever_without_score_candidates_contributes_its_own_scores_only(tables):
     memory = composite([{"module": "kw", "config": {"name": "kw"}},
                         {"module": "plain-retriever", "config": {"name": "plain"}}], max_num_results=4)
@@ -204,6 +224,7 @@ def budget_memory(tmp_path, **config):
     for i in range(8):
         memory.update_history([AgentMessage(U, f"the garden gnome number {i} is red and very old"),
                                AgentMessage(A, "noted, a red garden gnome")], "s")
+    assert memory.flush(patience(10))  # ranked by the index (until then by their words, on a turn)
     return memory
 
 

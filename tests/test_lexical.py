@@ -30,6 +30,7 @@ def test_without_stop_words_every_exchange_with_is_matches(tmp_path):
     m = LexicalMemory({"db_path": str(tmp_path / "l.db"), "retrieval": {"stopword_languages": []}})
     m.update_history([AgentMessage(U, "my name is Ana"), AgentMessage(A, "Hello Ana")], "s")
     m.update_history([AgentMessage(U, "it is raining"), AgentMessage(A, "ok")], "s")
+    assert m.flush(patience(10))  # indexed: until then a turn matches them by half the query's words
     assert len(m.search("what is my name", "s")) == 2
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -208,6 +209,22 @@ def test_documents_are_embedded_in_batches(memories):
     embedder.gate.set()
     assert memory.flush(patience(30))
     assert embedder.texts == 20 and embedder.calls < 20
+
+
+def test_processes_sharing_a_file_embed_each_exchange_once_and_flush_waits_for_the_other(memories):
+    first_embedder, second_embedder = GatedEmbedder(), FakeEmbedder()
+    first = memories({"max_history": 0}, embedder=first_embedder)
+    second = memories({"max_history": 0}, embedder=second_embedder)  # another process on the same file
+    for i in range(3):
+        first.update_history(exchange(f"q{i}", f"a{i}"), "s")
+    deadline = time.monotonic() + patience(10)
+    while not first._docs.leased_elsewhere("nobody") and time.monotonic() < deadline:
+        time.sleep(0.01)  # the first one's indexer has leased them and is embedding
+    assert not second.flush(0.5)  # they are not done: its flush does not claim they are
+    assert second_embedder.texts == 0  # ... nor does it embed them a second time
+    first_embedder.gate.set()
+    assert second.flush(patience(30)) and second._docs.count_pending() == 0
+    assert (first_embedder.texts, second_embedder.texts) == (3, 0)
 
 
 # -- recall semantics --------------------------------------------------------------------------------
@@ -412,24 +429,28 @@ def test_a_store_without_batch_calls_gets_one_call_per_vector(memories):
 def test_the_last_exchange_is_recalled_on_the_very_next_turn(memories):
     memory = memories({"max_history": 0})
     memory.update_history(exchange("my dog is called Rex", "nice"), "s")
-    assert memory.search("dog Rex", "s")[0].source == "s_0"  # no flush(): the query waits for it
+    assert memory.search("dog Rex", "s")[0].source == "s_0"  # no flush(): by its words until embedded
     memory.update_history(exchange("the meeting moved to Friday", "noted"), "s")
     assert "meeting" in recalled(memory.build_conversation_context("meeting Friday", "s"))
 
 
-def test_a_query_does_not_wait_for_a_backlog(memories, monkeypatch):
-    embedder = GatedEmbedder()  # passages wait at the gate: the backlog cannot shrink
+@pytest.mark.parametrize("pending", [1, 40])
+def test_a_query_never_waits_for_pending_documents(memories, monkeypatch, pending):
+    embedder = GatedEmbedder()  # passages wait at the gate: nothing pending can be embedded
     memory = memories({"max_history": 0}, embedder=embedder)
-    for i in range(memory.index_batch + 1):
-        memory.update_history(exchange(f"q{i}", f"a{i}"), "s")
+    for i in range(pending):
+        memory.update_history(exchange(f"q{i} about the garden", f"a{i}"), "s")
     waits = []
     real_flush = local_rag.BaseRetrievalMemory.flush
     monkeypatch.setattr(local_rag.BaseRetrievalMemory, "flush", lambda self, timeout=None: waits.append(timeout))
-    memory.search("q1", "s")
-    assert waits == []  # more than a batch pending: the turn ranks what is embedded
+    hits = memory.search(f"q{pending - 1} garden", "s")
+    assert waits == []  # the turn ranks what is embedded, and the rest by its words
+    assert hits[0].source == f"s_{pending - 1}" and hits[0].metadata["pending"]
     monkeypatch.setattr(local_rag.BaseRetrievalMemory, "flush", real_flush)
     embedder.gate.set()
-    assert memory.flush(patience(30)) and memory.search("q1", "s")
+    assert memory.flush(patience(30))
+    hits = memory.search(f"q{pending - 1} garden", "s")
+    assert hits[0].source == f"s_{pending - 1}" and "pending" not in hits[0].metadata  # by meaning now
 
 
 class PassageFailingEmbedder(FakeEmbedder):
@@ -453,7 +474,8 @@ def test_a_query_does_not_wait_for_an_indexer_that_is_failing(memories, monkeypa
     assert memory._worker.failing
     waits = []
     monkeypatch.setattr(memory._worker, "flush", lambda timeout=None: waits.append(timeout))
-    assert memory.search("dog Rex", "s") == [] and waits == []  # the retry is the indexer's, not the turn's
+    hits = memory.search("dog Rex", "s")  # the retry is the indexer's, not the turn's
+    assert waits == [] and [(h.source, h.metadata["pending"]) for h in hits] == [("s_0", True)]  # by its words
 
 
 def test_the_reference_vector_store_falls_back_to_the_built_in_one(memories, logged, monkeypatch):

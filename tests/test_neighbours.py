@@ -30,6 +30,7 @@ def test_lexical_finds_the_answer_through_the_exchange_before(tmp_path, closing)
     mixed = closing(LexicalMemory({"db_path": str(tmp_path / "mixed.db"), "retrieval": {"neighbour_weight": 0.5}}))
     for memory in (plain, mixed):
         feed(memory)
+        assert memory.flush(patience(10))  # neighbour context is in the index (until then, own words match)
     assert [h.source for h in plain.search("adoption agency", "s")] == ["s_0"]
     found = [h.source for h in mixed.search("adoption agency", "s")]
     assert found[0] == "s_0" and "s_1" in found and "s_2" not in found  # own words still rank first

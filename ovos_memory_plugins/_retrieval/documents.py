@@ -3,7 +3,8 @@
 Each stored exchange is a row here first (same transaction as the verbatim window); the
 backend's index (FTS5, vectors) is derived from it. That gives ids that never repeat
 (``AUTOINCREMENT``), a durable queue for indexing in the background (rows with
-``indexed = 0``), expiry, ``forget`` and ``export`` for every backend alike.
+``indexed = 0``, leased by one indexer at a time when several processes share the file),
+expiry, ``forget`` and ``export`` for every backend alike.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from .._core.compat import AgentMessage, MessageRole
 from ..messages import clean_text, is_role
 from ..storage.sqlite import Database
 
-__all__ = ["Document", "DocumentLog", "PastExchange", "exchange_texts", "format_exchange", "past_exchanges"]
+__all__ = ["Document", "DocumentLog", "PastExchange", "exchange_texts", "format_exchange", "past_exchanges",
+           "within_chars"]
 
 _DOC_MIGRATIONS = (
     """
@@ -46,6 +48,11 @@ _DOC_MIGRATIONS = (
     -- keyword update) no longer writes an index entry that is true of nearly every row.
     DROP INDEX IF EXISTS {t}_pending;
     CREATE INDEX IF NOT EXISTS {t}_pending_only ON {t} (id) WHERE indexed = 0;
+    """,
+    """
+    -- Which indexer holds a pending document, until when: processes sharing the file never index
+    -- the same documents side by side, and a dead holder's lease simply runs out.
+    CREATE TABLE IF NOT EXISTS {t}_leases (id INTEGER PRIMARY KEY, owner TEXT NOT NULL, until REAL NOT NULL);
     """,
 )
 
@@ -191,6 +198,61 @@ class DocumentLog:
         rows = con.execute(sql, (limit,)).fetchall() if con is not None else self.db.execute(sql, (limit,))
         return [_document(r) for r in rows]
 
+    def lease(self, limit: int, owner: str, seconds: float, max_chars: int | None = None) -> list[Document]:
+        """The oldest pending documents no other indexer holds, now held by ``owner`` for ``seconds``.
+
+        At most ``limit`` documents and, beyond the first, ``max_chars`` characters of text. An
+        owner's own leases are taken again (a batch whose write failed is retried).
+        """
+        now = time.time()
+        with self.db.atomic() as con:
+            rows = con.execute(
+                f"SELECT {_COLUMNS} FROM {self.table} AS d WHERE indexed = 0 AND NOT EXISTS "
+                f"(SELECT 1 FROM {self.table}_leases AS l WHERE l.id = d.id AND l.until > ? AND l.owner != ?) "
+                "ORDER BY id LIMIT ?", (now, owner, limit)).fetchall()
+            docs = within_chars([_document(r) for r in rows], max_chars)
+            con.executemany(f"INSERT OR REPLACE INTO {self.table}_leases (id, owner, until) VALUES (?, ?, ?)",
+                            [(d.rowid, owner, now + seconds) for d in docs])
+        return docs
+
+    def release(self, rowids: Sequence[int], owner: str) -> None:
+        """Give up ``owner``'s leases of ``rowids`` (documents it could not index: others may try)."""
+        if rowids:
+            with self.db.atomic() as con:
+                con.executemany(f"DELETE FROM {self.table}_leases WHERE id = ? AND owner = ?",
+                                [(r, owner) for r in rowids])
+
+    def leased_elsewhere(self, owner: str) -> bool:
+        """Whether another indexer holds a live lease on a pending document."""
+        return bool(self.db.execute(
+            f"SELECT 1 FROM {self.table}_leases AS l JOIN {self.table} AS d ON d.id = l.id "
+            "WHERE d.indexed = 0 AND l.until > ? AND l.owner != ? LIMIT 1", (time.time(), owner)))
+
+    def pending_ids(self, limit: int, session_id: str | None = None) -> list[tuple[int, str]]:
+        """``(row id, session id)`` of the newest ``limit`` pending documents (of one session when
+        given); reads no text."""
+        where = "AND session_id = ?" if session_id is not None else ""
+        params: list[Any] = [*([session_id] if session_id is not None else []), limit]
+        return [(int(r[0]), r[1]) for r in self.db.execute(
+            f"SELECT id, session_id FROM {self.table} WHERE indexed = 0 {where} ORDER BY id DESC LIMIT ?", params)]
+
+    def texts(self, rowids: Sequence[int], head: int | None = None) -> dict[int, str]:
+        """``{row id: text}`` of the documents that still exist (their first ``head`` characters)."""
+        if not rowids:
+            return {}
+        column = f"substr(content, 1, {int(head)})" if head else "content"
+        rows = self.db.execute(f"SELECT id, {column} FROM {self.table} WHERE id IN ({','.join('?' * len(rowids))})",
+                               list(rowids))
+        return {int(r[0]): r[1] for r in rows}
+
+    def read_rowids(self, rowids: Sequence[int]) -> list[Document]:
+        """The documents with these row ids that still exist, in id order (a read of its own)."""
+        if not rowids:
+            return []
+        rows = self.db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE id IN ({','.join('?' * len(rowids))}) "
+                               "ORDER BY id", list(rowids))
+        return [_document(r) for r in rows]
+
     def indexed_after(self, rowid: int, limit: int) -> list[Document]:
         """Up to ``limit`` indexed documents with a row id above ``rowid``, in id order."""
         rows = self.db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE indexed = 1 AND id > ? ORDER BY id LIMIT ?",
@@ -199,6 +261,7 @@ class DocumentLog:
 
     def mark_indexed(self, con: Any, rowids: Sequence[int], indexed: bool = True) -> None:
         con.executemany(f"UPDATE {self.table} SET indexed = ? WHERE id = ?", [(int(indexed), r) for r in rowids])
+        con.executemany(f"DELETE FROM {self.table}_leases WHERE id = ?", [(r,) for r in rowids])
 
     def holds_only(self, session_id: str) -> bool:
         """True when every document belongs to ``session_id`` (then a session filter is a no-op).
@@ -261,6 +324,7 @@ class DocumentLog:
         """Delete the session's documents and its id counter, raising the floor new counters start from."""
         rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ?", (session_id,)).fetchall()
         con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,))
+        self._drop_leases(con, rows)
         seq = con.execute(f"SELECT next FROM {self.table}_seq WHERE session_id = ?", (session_id,)).fetchone()
         if seq:
             con.execute(f"INSERT INTO {self.table}_floor (id, next) VALUES (1, ?) "
@@ -271,7 +335,11 @@ class DocumentLog:
     def delete_older_than(self, con: Any, cutoff: float) -> list[Document]:
         rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE ts < ?", (cutoff,)).fetchall()
         con.execute(f"DELETE FROM {self.table} WHERE ts < ?", (cutoff,))
+        self._drop_leases(con, rows)
         return [_document(r) for r in rows]
+
+    def _drop_leases(self, con: Any, rows: Sequence[Any]) -> None:
+        con.executemany(f"DELETE FROM {self.table}_leases WHERE id = ?", [(r[0],) for r in rows])
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT DISTINCT session_id FROM {self.table}")]
@@ -281,6 +349,18 @@ class DocumentLog:
 
 
 _COLUMNS = "id, doc_id, session_id, ts, content, metadata"
+
+
+def within_chars(docs: list[Document], max_chars: int | None) -> list[Document]:
+    """The head of ``docs`` within ``max_chars`` characters of text (always the first one)."""
+    if max_chars is None:
+        return docs
+    used = 0
+    for i, doc in enumerate(docs):
+        used += len(doc.text)
+        if used > max_chars and i:
+            return docs[:i]
+    return docs
 
 
 def _document(row: Any) -> Document:

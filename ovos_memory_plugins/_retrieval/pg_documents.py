@@ -97,9 +97,10 @@ class PgDocumentLog(DocumentLog):
             f"SELECT COUNT(*) FROM (SELECT 1 FROM {self.table} WHERE indexed = 0 LIMIT ?) AS p", (limit,))[0][0])
 
     # -- the shared queue of a background index -------------------------------------------
-    def lease(self, limit: int, owner: str, seconds: float) -> list[Document]:
+    def lease(self, limit: int, owner: str, seconds: float, max_chars: int | None = None) -> list[Document]:
         """Up to ``limit`` pending documents no other worker holds, leased to ``owner`` for ``seconds``
-        (committed). Its own leases are taken again: a batch whose write failed is retried."""
+        (committed). Its own leases are taken again: a batch whose write failed is retried.
+        ``max_chars`` is not applied here: the batch is prepared outside any transaction."""
         now = time.time()
         with self.db.atomic(durable=False) as con:  # a lease lost in a server crash is simply not held
             rows = con.execute(
@@ -117,6 +118,12 @@ class PgDocumentLog(DocumentLog):
         rows = con.execute(f"SELECT id FROM {self.table} WHERE id = ANY(?) AND lease_owner = ? AND indexed = 0 "
                            "FOR UPDATE", (list(rowids), owner)).fetchall()
         return {int(r[0]) for r in rows}
+
+    def leased_elsewhere(self, owner: str) -> bool:
+        """Whether a live worker other than ``owner`` holds a lease on a pending document."""
+        return bool(self.db.execute(
+            f"SELECT 1 FROM {self.table} WHERE indexed = 0 AND lease_until > ? AND lease_owner != ? "
+            f"AND NOT {WORKER_GONE.format(col='lease_owner')} LIMIT 1", (time.time(), owner)))
 
     def release(self, rowids: Sequence[int], owner: str) -> None:
         """Give up the leases of documents that could not be indexed (they are retried later)."""

@@ -40,6 +40,7 @@ class PgRetrievalStore(RetrievalStore):
     def __init__(self, owner: IndexOwner, db: Any, prefix: str, log: Any):
         self.worker_id = str(db.worker_key)  # this process's leases (see storage/postgres.py)
         super().__init__(owner, db, prefix, log)
+        self._lease_owner = self.worker_id  # flush() waits for what other workers hold
         # One session lock covers the window and the documents: a turn takes it once.
         self.window.lock_scope = self.docs.lock_scope = self.docs.table  # type: ignore[attr-defined]
 

@@ -7,11 +7,18 @@ comparison, matching the FTS5 tokenizer (``remove_diacritics 2``).
 """
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
 
-__all__ = ["LANGUAGES", "normalise_term", "stopwords"]
+__all__ = ["LANGUAGES", "MAX_QUERY_TERMS", "content_words", "normalise_term", "query_words", "stopwords",
+           "term_set"]
+
+#: A word as FTS5's unicode61 tokenizer sees it: a run of letters and digits.
+WORD = re.compile(r"[^\W_]+", re.UNICODE)
+#: Query terms beyond this many are ignored: a 1 MB utterance must not build a 1 MB query.
+MAX_QUERY_TERMS = 32
 
 _WORDS = {
     "en": """
@@ -103,3 +110,36 @@ def _stopwords(languages: tuple[str, ...], extra: tuple[str, ...]) -> frozenset[
 def stopwords(languages: Iterable[str], extra: Iterable[str] = ()) -> frozenset[str]:
     """The union of the stop-word lists of ``languages`` plus ``extra`` words, normalised."""
     return _stopwords(tuple(sorted(languages)), tuple(sorted(extra)))
+
+
+def content_words(text: str, ignore: frozenset[str] = frozenset(), limit: int | None = None) -> list[str]:
+    """The distinct content words of ``text`` in order (lower case, no diacritics, ``ignore``
+    dropped), the first ``limit`` of them when given.
+
+    >>> content_words("What is my NAME, my name?", frozenset({"what", "is", "my"}))
+    ['name']
+    """
+    words: dict[str, None] = {}
+    for match in WORD.finditer(text):
+        word = normalise_term(match.group())
+        if word and word not in ignore and word not in words:
+            words[word] = None
+            if limit is not None and len(words) >= limit:
+                break
+    return list(words)
+
+
+def query_words(text: str, ignore: frozenset[str] = frozenset()) -> list[str]:
+    """The distinct content words of a query (lower case, no diacritics, stop words dropped), at
+    most ``MAX_QUERY_TERMS``.
+
+    >>> query_words("What is my NAME, my name?", frozenset({"what", "is", "my"}))
+    ['name']
+    """
+    return content_words(text, ignore, MAX_QUERY_TERMS)
+
+
+def term_set(text: str) -> frozenset[str]:
+    """Every distinct normalised word of ``text`` (each distinct spelling normalised once: a long
+    reply repeats its words)."""
+    return frozenset(normalise_term(w) for w in set(WORD.findall(text)))

@@ -3,8 +3,14 @@
 All three live in one SQLite file, so one transaction covers a turn: the window grows and the
 exchange becomes a document together, or neither does. The backend's index (FTS5 rows,
 vectors) is derived from the document log: documents are written ``indexed = 0`` when the
-backend indexes in the background, and a worker (or the next query) indexes them from that
-durable queue, so nothing is lost if the process dies first, and a restart resumes the work.
+backend indexes in the background, and a worker indexes them from that durable queue, so
+nothing is lost if the process dies first, and a restart resumes the work.
+
+A turn never waits for that work. Until a document is indexed, :attr:`RetrievalStore.pending`
+recalls it by its words (``_retrieval/pending.py``). Batches are small (``index_batch``
+documents, ``index_chars`` characters), so the indexer's transactions and model calls are
+short; an outside index (vectors) leases its batch, so processes sharing the file never embed
+the same documents, and ``flush()`` also waits for what other processes hold.
 
 The owner is the memory (:class:`IndexOwner`): it says how it indexes (class attributes) and
 does the indexing itself (``_store_documents``, ``_delete_documents``). ``CompositeMemory``
@@ -15,6 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -27,9 +34,16 @@ from ..storage import after_commit, release_database
 from ..storage.policy import WindowPolicy
 from ..storage.sqlite import Database
 from ..storage.windows import SqliteWindowStore, safe_table_name
-from .documents import Document, DocumentLog, PastExchange, exchange_texts, format_exchange
+from .documents import Document, DocumentLog, PastExchange, exchange_texts, format_exchange, within_chars
+from .pending import PendingRecall
 
 __all__ = ["IndexOwner", "RetrievalStore"]
+
+#: Seconds an indexer holds the documents it leased: far longer than a batch takes, so only a
+#: dead process's lease runs out (its documents are then indexed by another).
+LEASE_S = 120.0
+#: How often flush() looks whether documents another process holds are done.
+FLUSH_POLL_S = 0.1
 
 
 class IndexOwner(Protocol):
@@ -40,6 +54,8 @@ class IndexOwner(Protocol):
     background_index: ClassVar[bool]
     #: Documents indexed per batch.
     index_batch: ClassVar[int]
+    #: Characters of text per batch beyond its first document (None: no bound).
+    index_chars: ClassVar[int | None]
     #: Seconds the background indexer lets new documents gather, so one batch carries a burst.
     index_delay: ClassVar[float]
     #: How a failing background step is logged (once): "error" or "warning".
@@ -86,6 +102,9 @@ class RetrievalStore:
         self.worker = BackgroundWorker(f"{owner.plugin_name}-indexer", owner._index_step,
                                        batch_delay=owner.index_delay, poll=self.poll,
                                        failure_level=owner.index_failure_level) if self.background else None
+        #: Keyword recall of the documents the worker has not indexed yet (None: nothing waits).
+        self.pending = PendingRecall(self.docs) if self.background else None
+        self._lease_owner = uuid.uuid4().hex  # this store's leases, among every process's
 
     def _indexes_in_background(self, owner: IndexOwner) -> bool:
         return owner.background_index
@@ -230,12 +249,24 @@ class RetrievalStore:
 
     # -- lifecycle -----------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every pending document is indexed: by this store's worker, or by another
+        process that holds it (until it is done or its lease runs out and this worker takes it).
+        False on timeout or when the worker fails."""
         if self.worker is None:
             return True
         self.ensure_started()
-        if self.docs.has_pending():
-            self.worker.notify()  # also what another process left pending
-        return self.worker.flush(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.docs.has_pending():
+                self.worker.notify()  # also what another process left pending
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self.worker.flush(left):
+                return False
+            if not self.docs.leased_elsewhere(self._lease_owner):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(FLUSH_POLL_S)
 
     def close_worker(self) -> None:
         if self.worker is not None:
@@ -305,26 +336,32 @@ class RetrievalStore:
         raises after committing what was indexed. ``busy_wait`` bounds the wait for another
         process's write lock (in-database indexes).
         """
-        batch = self.owner.index_batch
+        batch, chars = self.owner.index_batch, self.owner.index_chars
+        if self.pending is not None:
+            self.pending.prepare()  # word sets for the turns' keyword recall, before the slow part
         if self.owner._index_in_database():
-            # The index is in this file: entries and marks commit together, one commit a batch.
+            # The index is in this file: entries and marks commit together, one commit a batch,
+            # bounded in characters (the transaction holds the file's write lock).
             with self.db.atomic(busy_wait) as con:
-                docs = self.docs.pending(batch, con)
+                docs = within_chars(self.docs.pending(batch, con), chars)
                 done, failure = self._store_each(docs, savepoints=True)
                 self.docs.mark_indexed(con, done, True)
+            more = bool(docs) and self.docs.has_pending()
         else:
-            docs = self.docs.pending(batch)
+            docs = self.docs.lease(batch, self._lease_owner, LEASE_S, chars)
             if not docs:
                 return False
             done, failure = self._store_each(docs, savepoints=False)  # slow (embedding): outside any transaction
             with self.db.atomic() as con:
                 self.docs.mark_indexed(con, done, True)
+            self.docs.release([d.rowid for d in docs if d.rowid not in set(done)], self._lease_owner)
+            more = True  # the next lease finds out
         if failure is not None:
             if done:  # the backend works, some documents do not: worth an ERROR of its own, once
                 self._log.error("unindexable", "%s: %d of %d document(s) could not be indexed (%s); they stay "
                                 "queued and are retried", self._name, len(docs) - len(done), len(docs), failure)
             raise failure
-        return len(docs) == batch
+        return more
 
     def _store_each(self, docs: Sequence[Document], savepoints: bool) -> tuple[list[int], Exception | None]:
         """Store ``docs``: the batch, else one by one. Returns the rowids stored and the first failure.

@@ -5,8 +5,10 @@
 * Read-modify-write holds an exclusive ``flock`` on ``<file>.lock``, so several processes
   (two satellites, one file) never lose each other's updates.
 * The parsed file is cached and read again only when it changed on disk (another inode,
-  size or mtime: every write is a rename, so any other writer's change is seen). A read
-  whose cache is current takes no lock, so it never waits for a write's fsync.
+  size or mtime: every write is a rename, so any other writer's change is seen). A read takes
+  no lock: every write is a rename, so the file on disk is always a whole one, and a turn
+  never waits for another thread's or process's read-modify-write and fsync. Only a file that
+  does not parse takes the lock, to look again and quarantine it.
 * A file that does not parse is moved aside to ``<file>.corrupt`` (``<file>.corrupt-<time>``
   when an earlier quarantine holds that name: none is ever overwritten) with an ERROR naming
   both paths, and the store starts empty: the bad bytes stay on disk for the user to inspect.
@@ -120,33 +122,42 @@ class JsonRecordStore:
                     fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
 
     def _current(self) -> dict[str, Any]:
-        """The parsed file for a read, without waiting for a writer when the cache is current.
+        """The parsed file for a read, without waiting for a writer.
 
-        Every write is a rename, so the file on disk is always a whole one: a reader whose cache
-        matches it needs no lock, and a turn never waits for a background write's fsync.
+        Every write is a rename, so the file on disk is always a whole one: it is read without
+        the lock (from the cache when that still matches it), and a turn never waits for a
+        background write's fsync. Only a missing or unparsable file takes the lock, to look
+        again and quarantine it.
         """
         cache = self._cache
         with contextlib.suppress(OSError):
             if cache is not None and cache[0] == _signature(os.stat(self.path)):
                 return cache[1]
-        with self._locked():  # changed on disk (another process) or missing: read (or quarantine) it
+        with contextlib.suppress(OSError, ValueError, RecursionError):
+            return self._parse()
+        with self._locked():
             return self._read()
+
+    def _parse(self) -> dict[str, Any]:
+        """The whole file, parsed (the cache when it matches the file); raises when it does not parse."""
+        with open(self.path, "rb") as f:
+            signature = _signature(os.fstat(f.fileno()))
+            cache = self._cache
+            if cache is not None and cache[0] == signature:
+                return cache[1]
+            # Bytes that are not UTF-8 inside a string (bit rot) read as U+FFFD: a few flipped
+            # bytes of text must not cost every session; broken structure still quarantines.
+            data = json.loads(f.read().decode("utf-8", "replace"))
+        if not isinstance(data, dict):
+            raise ValueError(f"top level is a {type(data).__name__}, not an object")
+        self._cache = (signature, data)
+        return data
 
     def _read(self, quarantine: bool = True) -> dict[str, Any]:
         """The whole file, parsed; callers must not modify it (it is the cache). A file that does
         not parse is quarantined, or with ``quarantine`` False (and read-only) a StorageError."""
         try:
-            with open(self.path, "rb") as f:
-                signature = _signature(os.fstat(f.fileno()))
-                if self._cache is not None and self._cache[0] == signature:
-                    return self._cache[1]
-                # Bytes that are not UTF-8 inside a string (bit rot) read as U+FFFD: a few flipped
-                # bytes of text must not cost every session; broken structure still quarantines.
-                data = json.loads(f.read().decode("utf-8", "replace"))
-            if not isinstance(data, dict):
-                raise ValueError(f"top level is a {type(data).__name__}, not an object")
-            self._cache = (signature, data)
-            return data
+            return self._parse()
         except FileNotFoundError:
             return {}
         except (ValueError, RecursionError) as exc:
