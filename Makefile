@@ -2,7 +2,7 @@
 # (scripts/test makes .venv so; e.g. make bench PYTHON=.venv/bin/python).
 PYTHON ?= python
 
-.PHONY: test docs reliability-report bench bench-quick bench-postgres
+.PHONY: test docs reliability-report bench bench-quick llm-eval bench-postgres
 
 # The whole suite as CI runs it (installs and starts what it needs; see README).
 test:
@@ -29,6 +29,11 @@ bench:
 # CI smoke run (< 2 minutes, asserts nothing about speed); report in .bench-cache/report-quick/.
 bench-quick:
 	$(PYTHON) benchmarks/run.py --quick
+
+# What the LLM memories remember with the real local model (scripts/llm-server, redis-server);
+# replaces its section of docs/benchmarks.md. About 5 minutes on 2 idle cores.
+llm-eval:
+	PYTHON=$(PYTHON) OVOS_MEMORY_WITH_LLM=1 bash scripts/with-servers $(PYTHON) benchmarks/llm_eval.py --check --write-docs
 
 # PostgreSQL against SQLite (lexical, local-rag, hybrid at 10k and 100k exchanges; writers; LoCoMo) on a
 # private durable PostgreSQL it starts and stops; writes the PostgreSQL section of docs/benchmarks.md.

@@ -380,6 +380,7 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "python benchmarks/fit_fusion.py        # score-fusion weights, leave one conversation out",
               "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5",
               "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members'",
+              "python benchmarks/llm_eval.py --api-url URL --write-docs  # LLM memories with a real model",
               "python benchmarks/bench_busy_turns.py --full  # turns while the background is busy (section below)",
               "python benchmarks/bench_long_passages.py      # how long passages are embedded, and recall",
               "```", "",
@@ -421,3 +422,4 @@ def kept_sections(text: str) -> str:
         at = end + len(KEEP_END)
         out.append("\n" + text[start:at] + "\n")
     return "".join(out)
+

@@ -434,6 +434,16 @@ class CompositeMemory(BaseRetrievalMemory):
         view[check_session_id(session_id)] = list(messages)
         return self._stored_window(session_id)
 
+    # -- health ------------------------------------------------------------------------------
+    def degraded(self) -> dict[str, str]:
+        """Every member's degradations (a member that cannot tell says nothing)."""
+        out: dict[str, str] = {}
+        for member in self.members:
+            report = getattr(member.memory, "degraded", None)
+            if callable(report):
+                out.update(self._call(member, "degraded", lambda r=report: dict(r()), {}))
+        return out
+
     # -- data ownership ----------------------------------------------------------------------
     def sessions(self) -> list[str]:
         found: set[str] = set()

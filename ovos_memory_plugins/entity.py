@@ -5,17 +5,20 @@ better where the reference is weak (docs/compatibility.md):
 
 * extraction runs in a background worker from a durable pending list (in the same record), so
   ``update_history`` returns in milliseconds and a restart resumes unfinished work;
-* when the model answers, its reply *is* the extraction (as the reference: merged as returned,
-  deduplicated case-insensitively, capped; ``[]`` adds nothing); only when no model answers
-  (no endpoint, an error, the circuit breaker open), and for the oldest exchanges of a backlog
-  over 200, do facts come from the user's clear first-person statements
+* facts come from what the *user* said, never from the assistant's reply or the prompt's
+  examples: the built-in extraction sends the model the user's utterance only (none at all for
+  small talk and questions), asks for ``{attribute, value, negated}`` items under a JSON schema,
+  builds each sentence itself and keeps a value only in the user's own words
+  (:mod:`~ovos_memory_plugins._llm.fact_extraction`); a reply cut off keeps its complete items;
+* when no model answers (no endpoint, an error, the circuit breaker open), and for the oldest
+  exchanges of a backlog over 200, facts come from the user's clear first-person statements
   (:func:`~ovos_memory_plugins._llm.fact_rules.extract_facts`);
-* a proposed fact that reads like an instruction ("ignore previous instructions", role tags)
-  is never kept; ``grounded_facts: true`` (opt-in) also keeps a model's fact only if its key
-  words appear in what the *user* said, so the assistant's text (or an injection in it)
-  cannot become a "fact";
-* a newer fact about the same thing ("call me Bea" after "my name is Ana") supersedes the
-  older one, which is kept as history (exported, never injected);
+* a change supersedes the fact it changes ("I moved from Lisbon to Porto", "I work at São João
+  now", "I don't like jazz anymore"), with or without a model, and the old fact is kept as
+  history (exported, never injected) (:mod:`~ovos_memory_plugins._llm.fact_store`);
+* a custom ``extraction_prompt`` is sent as it is and its JSON list of sentences kept as the
+  reference did, less any that reads like an instruction; ``grounded_facts: true`` also keeps
+  only sentences whose key words the user said;
 * ``scope: global`` shares one set of facts across sessions (one user, several devices).
 """
 from __future__ import annotations
@@ -33,9 +36,11 @@ from ._core.imports import session_export
 from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
+from ._llm.fact_extraction import model_facts
 from ._llm.fact_parsing import parse_fact_list
 from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
+from ._llm.fact_store import merge, withdraw_denied
 from ._llm.memory import LLMMemory
 from .config import option
 from .errors import ConfigError, LLMError, MemoryPluginError
@@ -53,8 +58,6 @@ DEFAULT_EXTRACTION_PROMPT = (
 )
 #: The record key holding the facts shared by every session (``scope: global``).
 GLOBAL_KEY = "__global__"
-#: Superseded facts kept per record (export shows them; they are never injected).
-MAX_HISTORY = 100
 #: Exchanges waiting for extraction per record; older ones are dropped past this (logged once).
 MAX_PENDING = 200
 #: Each side of an exchange sent for extraction is cut to this many tokens.
@@ -71,8 +74,9 @@ MODEL_COMMIT_S = 0.5
 class EntityConfig(EndpointConfig):
     max_facts: int = option(50, "facts kept per session (or in total with scope global); 0: no cap", minimum=0)
     max_extract_tokens: int = option(128, "max_tokens of an extraction request", minimum=1)
-    request_timeout: float = option(10.0, "seconds one LLM request may take", minimum=0.1)
-    extraction_prompt: str = option(DEFAULT_EXTRACTION_PROMPT, "extraction prompt; must contain {exchange}")
+    extraction_prompt: str = option(DEFAULT_EXTRACTION_PROMPT, "the default: the built-in extraction (the user's "
+                                    "words only, a JSON schema, facts built by code); another prompt (it must "
+                                    "contain {exchange}) is sent as is and its JSON list of sentences kept")
     facts_header: str = option("Known facts about the user:", "first line of the injected facts block")
     backend: str = option("json", "store: json, sqlite, memory (RAM only) or postgres (with db_url)",
                           choices=BACKENDS)
@@ -85,8 +89,8 @@ class EntityConfig(EndpointConfig):
     scope: str = option("session", "session: facts per session; global: shared by all sessions",
                         choices=("session", "global"))
     grounded_facts: bool = option(
-        False, "keep a model's fact only if its key words are in the user's own words; turn on for small local "
-               "models, which sometimes take facts from the assistant's reply")
+        False, "with a custom extraction_prompt: keep a sentence only if its key words are in the user's own words "
+               "(the built-in extraction always does)")
 
     def __post_init__(self) -> None:
         if "{exchange}" not in self.extraction_prompt:
@@ -110,6 +114,7 @@ class EntityMemory(LLMMemory):
     plugin_name: ClassVar[str] = "ovos-memory-plugin-entity"
 
     store_stem: ClassVar[str] = "entity_memory"
+    offline_fallback: ClassVar[str] = "facts come from the offline rules"
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -160,8 +165,7 @@ class EntityMemory(LLMMemory):
                 self._log.warning("pending", f"{self.plugin_name}: more than {MAX_PENDING} exchanges await "
                                              "extraction; the oldest get the offline rules only")
                 for item in overflow:
-                    _merge(record, extract_facts(str(item.get("user") or "")), str(item.get("sid") or ""),
-                           self.settings.max_facts, "rules")
+                    record = self._merge_item(record, item, extract_facts(str(item.get("user") or "")), "rules")
             record["pending"] = pending
             return record
 
@@ -224,22 +228,28 @@ class EntityMemory(LLMMemory):
             if len(pending) > len(results):
                 self._mark_due(key, wake=False)
 
-    def _extract(self, item: Mapping[str, Any]) -> list[Fact]:
-        """The facts of one exchange: the model's when it answers, else the offline rules."""
+    def _extract(self, item: Mapping[str, Any]) -> tuple[list[Fact], str]:
+        """The facts of one exchange and where they came from: the model's when it answers, else the rules'."""
         user = str(item.get("user") or "")
         if not self.client.available:
-            return extract_facts(user)
+            return extract_facts(user), "rules"
+        try:
+            if self.settings.extraction_prompt == DEFAULT_EXTRACTION_PROMPT:
+                found = model_facts(self.client, user, self.settings.max_extract_tokens)
+                # An answer out of shape (prose, a list of sentences) says nothing usable: the rules read it.
+                return (extract_facts(user), "rules") if found is None else (found, "extracted")
+            return self._custom_extraction(item), "extracted"
+        except LLMError:
+            return extract_facts(user), "rules"  # no model answered (the client logged it once)
+
+    def _custom_extraction(self, item: Mapping[str, Any]) -> list[Fact]:
+        """A custom prompt's reply, kept as the reference kept it (its sentences, as returned)."""
+        user = str(item.get("user") or "")
         # Bounded so a pasted document cannot overflow a small local model's context.
         exchange = (f"User: {truncate_to_tokens(user, MAX_PROMPT_TOKENS)}\n"
                     f"Assistant: {_prompt_part(str(item.get('assistant') or ''))}")
         prompt = self.settings.extraction_prompt.replace("{exchange}", exchange)
-        try:
-            reply = self.client.complete([{"role": "user", "content": prompt}],
-                                         max_tokens=self.settings.max_extract_tokens)
-        except LLMError:
-            return extract_facts(user)  # no model answered (the client logged it once)
-        # The model answered: its list is the extraction, as in the reference, even when it is
-        # empty. Adding rule facts here would store what the model judged not worth keeping.
+        reply = self.client.complete([{"role": "user", "content": prompt}], max_tokens=self.settings.max_extract_tokens)
         # Never a "fact": an instruction to the model ("ignore previous instructions", role tags)
         # or a pasted paragraph. No honest extraction looks like either.
         proposed = [text for text in self._parse_reply(reply)
@@ -262,16 +272,24 @@ class EntityMemory(LLMMemory):
         self._log.clear("garbage")
         return proposed
 
-    def _commit(self, record: dict[str, Any], results: list[tuple[Mapping[str, Any], list[Fact]]]) -> dict[str, Any]:
-        for item, found in results:
+    def _commit(self, record: dict[str, Any],
+                results: list[tuple[Mapping[str, Any], tuple[list[Fact], str]]]) -> dict[str, Any]:
+        for item, (found, source) in results:
             pending = list(record.get("pending") or [])
             ids = [p.get("id") for p in pending]
             if item.get("id") not in ids:
                 continue  # forgotten meanwhile: its facts must not come back
             pending.pop(ids.index(item.get("id")))
             record["pending"] = pending
-            record = _merge(record, found, str(item.get("sid") or ""), self.settings.max_facts, "extracted")
+            record = self._merge_item(record, item, found, source)
         return record
+
+    def _merge_item(self, record: dict[str, Any], item: Mapping[str, Any], found: list[Fact],
+                    source: str) -> dict[str, Any]:
+        """The facts of one exchange merged: first what the user now denies, then what they state."""
+        sid = str(item.get("sid") or "")
+        record = withdraw_denied(record, str(item.get("user") or ""), sid)
+        return merge(record, found, sid, self.settings.max_facts, source)
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
@@ -331,7 +349,7 @@ class EntityMemory(LLMMemory):
         if bad:
             raise TypeError(f"the export's 'facts'[{bad[0]}] must be a string or a {{'text': ...}} dict")
         found = [make_fact(t) for t in texts if t]
-        self._store.update(self._key(sid), lambda r: _merge(r, found, sid, self.settings.max_facts, "import"))
+        self._store.update(self._key(sid), lambda r: merge(r, found, sid, self.settings.max_facts, "import"))
 
 
 def _prompt_part(text: str) -> str:
@@ -339,38 +357,4 @@ def _prompt_part(text: str) -> str:
     length no such prefix reaches (an estimated token spans a few characters), so a long reply
     costs the turn no more than a short one."""
     return truncate_to_tokens(text[:MAX_PROMPT_TOKENS * 16], MAX_PROMPT_TOKENS)
-
-
-def _meta_of(record: dict[str, Any], text: str) -> dict[str, Any]:
-    meta = (record.get("meta") or {}).get(text)
-    if meta is None:  # a reference file holds bare strings: derive what they are about
-        fact = make_fact(text)
-        meta = {"key": fact.key, "value": fact.value}
-    return dict(meta)
-
-
-def _merge(record: dict[str, Any], found: list[Fact], sid: str, max_facts: int, source: str) -> dict[str, Any]:
-    """Add ``found`` to the record: case-insensitive dedup, contradictions superseded, capped."""
-    facts = [str(f) for f in record.get("facts") or []]
-    meta = {f: _meta_of(record, f) for f in facts}
-    history = list(record.get("history") or [])
-    now = time.time()
-    for fact in found:
-        folded = {f.casefold() for f in facts}
-        if fact.text.casefold() in folded:
-            continue
-        rivals = [f for f in facts if meta[f].get("key") == fact.key]
-        if any(meta[f].get("value") == fact.value for f in rivals):
-            continue  # the same thing said in other words
-        for old in rivals:
-            facts.remove(old)
-            history.append({"text": old, **meta.pop(old), "superseded_at": now, "superseded_by": fact.text})
-        facts.append(fact.text)
-        meta[fact.text] = {"key": fact.key, "value": fact.value, "sid": sid, "ts": now, "source": source}
-    if max_facts and len(facts) > max_facts:
-        for old in facts[:-max_facts]:
-            meta.pop(old, None)
-        facts = facts[-max_facts:]
-    record.update(facts=facts, meta=meta, history=history[-MAX_HISTORY:])
-    return record
 

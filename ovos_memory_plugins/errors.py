@@ -10,7 +10,8 @@
     │   └── MigrationError                   the schema could not be brought up to date
     ├── LLMError                             the chat endpoint failed
     │   ├── LLMTimeout
-    │   └── LLMUnavailable                   refused, unreachable, or circuit open
+    │   ├── LLMUnavailable                   refused, unreachable, or circuit open
+    │   └── LLMContextOverflow               the prompt is longer than the model's context
     └── EmbeddingsError                      the embedder or vector store failed
 
 The three contract methods never let a ``MemoryPluginError`` escape at run time: they log it
@@ -22,6 +23,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "EmbeddingsError",
+    "LLMContextOverflow",
     "LLMError",
     "LLMTimeout",
     "LLMUnavailable",
@@ -67,6 +69,17 @@ class LLMTimeout(LLMError):
 
 class LLMUnavailable(LLMError):
     """The chat endpoint refused the connection, is unreachable, or its circuit is open."""
+
+
+class LLMContextOverflow(LLMError):
+    """The request is longer than the model's context; the endpoint itself is fine.
+
+    ``limit`` is the context size the server named (0 when it named none).
+    """
+
+    def __init__(self, message: str, limit: int = 0):
+        super().__init__(message)
+        self.limit = limit
 
 
 class EmbeddingsError(MemoryPluginError):

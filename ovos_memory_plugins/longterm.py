@@ -7,8 +7,16 @@ the reference is weak (docs/compatibility.md):
   returns in milliseconds; the summary is computed off the turn. The unsummarised messages are
   the record itself, so a restart resumes where it stopped. ``flush()`` waits, ``close()``
   drains.
-* While the endpoint is down, the old turns are folded into an *extractive* summary (no model)
-  so the window stays bounded, and the dead endpoint costs one attempt per back-off period
+* The summary keeps the facts: the model never rewrites it whole. Its facts about the user come
+  from a fact extraction of each user statement folded, merged so that a change supersedes the
+  old value; a short narrative of the newest turns follows (:mod:`~ovos_memory_plugins._llm.summarizer`).
+  Every request fits the endpoint's context.
+* A model's summary that reads like a greeting, copies the transcript or loses most of the
+  names it should keep is not committed: the old state stays and the fold is tried again at the
+  next exchange; after three rejections in a row the narrative is written without the model.
+* While the endpoint is down, the old turns are folded without a model (the offline rules for
+  the facts, the user's most informative statements for the narrative) so the window stays
+  bounded, and the dead endpoint costs one attempt per back-off period
   (:class:`~ovos_memory_plugins._llm.client.ChatClient`), not two HTTP calls per turn.
 * A reply recorded in two calls (merged into one message) is counted as one exchange.
 * The summary is computed outside any lock and committed only if the folded messages are
@@ -23,12 +31,13 @@ from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
 from ._core.imports import export_messages, session_export
-from ._core.tokens import estimate_tokens, truncate_to_tokens
+from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
 from ._llm.memory import LLMMemory
-from ._llm.summary import extractive_summary, llm_summary, summary_block
+from ._llm.summarizer import Fold, Summarizer
+from ._llm.summary import summary_block
 from .config import option
-from .errors import LLMError, MemoryPluginError
+from .errors import MemoryPluginError
 from .messages import (
     check_session_id,
     check_utterance,
@@ -50,9 +59,11 @@ _SqliteStore = SqliteStore
 
 __all__ = ["LongTermConfig", "LongTermMemory"]
 
-#: Messages folded by one LLM call are bounded so the prompt fits a small local context
-#: (llama.cpp's default is 2,048 tokens); a longer backlog is folded in several calls.
+#: Messages folded at once are bounded (a longer backlog is folded in several steps), so one
+#: step reads a bounded number of statements; each request is bounded by the model's context.
 MAX_FOLD_TOKENS = 1200
+#: Rejected summaries of one session in a row before its narrative is written without the model.
+MAX_REJECTIONS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +101,11 @@ class LongTermMemory(LLMMemory):
     plugin_name: ClassVar[str] = "ovos-memory-plugin-longterm"
 
     store_stem: ClassVar[str] = "longterm_memory"
+    offline_fallback: ClassVar[str] = "old turns are summarised without the model"
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        super().__init__(config)
+        self._summarizer = Summarizer(self.client, self.settings.max_summary_tokens)
 
     def _open_sqlite(self, path: str) -> Any:
         return SqliteStore(path)
@@ -166,7 +182,7 @@ class LongTermMemory(LLMMemory):
 
     # -- background summaries ----------------------------------------------------------------
     def _summarise(self, session_id: str) -> None:
-        """Fold one chunk of old messages into the summary (LLM, else extractive)."""
+        """Fold one chunk of old messages into the summary (or, rejected, keep the old state)."""
         record = self._store.load(session_id)
         if not self._is_due(record):
             return
@@ -174,36 +190,42 @@ class LongTermMemory(LLMMemory):
         foldable = recent[: len(recent) - self._keep]
         chunk = _chunk(foldable)
         previous = str(record.get("summary") or "")
-        summary, source = self._new_summary(previous, chunk)
+        rejections = int(record.get("summary_rejections") or 0)
+        state = record.get("summary_state") if isinstance(record.get("summary_state"), dict) else None
+        fold = self._summarizer.fold(previous, state, chunk, narrate=rejections < MAX_REJECTIONS)
         base_count = int(record.get("exchange_count") or 0)
         partial = len(chunk) < len(foldable)
+        self._report(session_id, fold)
 
         def commit(current: dict[str, Any]) -> dict[str, Any]:
             head = list(current.get("recent") or [])
             if str(current.get("summary") or "") != previous or head[: len(chunk)] != chunk:
                 raise _Conflict  # forgotten, re-imported or folded by another process meanwhile
+            if fold.rejected:  # keep the old state; the next exchange tries again
+                current["summary_rejections"] = rejections + 1
+                return current
             count = int(current.get("exchange_count") or 0)
-            current.update(summary=summary, recent=head[len(chunk):], updated_at=time.time(),
-                           summary_source=source, exchange_count=count if partial else max(0, count - base_count))
+            current.update(summary=fold.summary, summary_state=fold.state, recent=head[len(chunk):],
+                           updated_at=time.time(), summary_source=fold.source, summary_rejections=0,
+                           exchange_count=count if partial else max(0, count - base_count))
             return current
 
         try:
             record = self._store.update(session_id, commit)
         except _Conflict:
             record = self._store.load(session_id)
-        if self._is_due(record):
+        if self._is_due(record) and not fold.rejected:
             self._mark_due(session_id, wake=False)
 
-    def _new_summary(self, previous: str, chunk: list[dict[str, Any]]) -> tuple[str, str]:
-        limit = self.settings.max_summary_tokens
-        if self.client.available:
-            prompt_messages = [dict(m, content=truncate_to_tokens(str(m.get("content", "")), MAX_FOLD_TOKENS))
-                               for m in chunk]
-            try:
-                return llm_summary(self.client, previous, prompt_messages, limit), "llm"
-            except LLMError:
-                pass  # the client logged it once; fall through to the offline summary
-        return extractive_summary(previous, chunk, limit), "extractive"
+    def _report(self, session_id: str, fold: Fold) -> None:
+        if fold.rejected:
+            self._log.warning("rejected", f"{self.plugin_name}: the model's summary of {session_id!r} was not "
+                                          f"used: {fold.rejected}; the old summary stays, tried again later")
+            self._problem("summary", f"the model's summary of {session_id!r} was rejected ({fold.rejected}); "
+                                     "the old summary stays and is tried again at the next exchange")
+        elif fold.source == "llm":
+            self._log.clear("rejected")
+            self._problem("summary", None)
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
@@ -220,7 +242,8 @@ class LongTermMemory(LLMMemory):
         record = self._load(session_id)
         data.update(summary=str(record.get("summary") or ""), recent=list(record.get("recent") or []),
                     exchange_count=int(record.get("exchange_count") or 0),
-                    summary_source=str(record.get("summary_source") or ""))
+                    summary_source=str(record.get("summary_source") or ""),
+                    summary_history=list((record.get("summary_state") or {}).get("history") or []))
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:

@@ -8,10 +8,13 @@ satellites or processes share one conversation memory. Per session: a Redis list
 OpenAI-compatible LLM or, offline, extractively, and folded into the summary.
 
 Where we differ from the reference (docs/backends/redis.md): real token estimates (not bytes/4);
-both TTLs refreshed on every append and read; a summary bounded to ``max_summary_tokens``;
-compaction in a background thread that commits only if the list still starts with what it read;
-one compactor per session (a renewed lease); round-based compaction usable on its own; the turn
-is still answered while Redis is down.
+both TTLs refreshed on every append and read; a summary bounded to ``max_summary_tokens`` that
+keeps the facts (the model never rewrites it whole: :mod:`~ovos_memory_plugins._llm.summarizer`),
+every request within the model's context, and a model's summary that fails its checks (a
+greeting, a copied transcript, most names lost) not committed; compaction in a background thread
+that commits only if the list still starts with what it read; one compactor per session (a
+renewed lease); round-based compaction usable on its own; the turn is still answered while Redis
+is down.
 
 Example::
 
@@ -37,12 +40,13 @@ from ._core.plugin import MemoryPlugin
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
 from ._llm.endpoint import EndpointConfig, chat_client
-from ._llm.summary import extractive_summary, llm_summary, summary_block
+from ._llm.summarizer import Fold, Summarizer
+from ._llm.summary import summary_block
 from ._redis.compaction import CompactionPolicy, RoundOutcome
 from ._redis.lease import Lease
 from ._redis.store import CommitStatus, RedisStore, decode_array, url_problem
 from .config import option
-from .errors import LLMError, StorageError
+from .errors import StorageError
 from .messages import (
     check_session_id,
     check_utterance,
@@ -65,6 +69,7 @@ _CACHED_UPDATES = 64     # updates since the last read kept with a cached contex
 _HELD_MESSAGES = 200     # messages per session held for replay while Redis is down
 _MAX_ROUNDS = 64         # compaction rounds per lease (each folds up to twice the token threshold)
 _MAX_CONFLICTS = 8       # rounds lost to concurrent changes before giving up until the next append
+_MAX_REJECTIONS = 3      # a session's model summaries rejected in a row before its narrative is written offline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +168,10 @@ class RedisMemory(MemoryPlugin):
                                  s.retry_after, self.plugin_name)
         self._policy = _compaction_policy(s, token_threshold_given="compact_token_threshold" in self.config)
         self._summarizer: Callable[[str, list[dict], int], str] | None = self.config.get("_summarizer")
-        self._client = chat_client(s)
+        self._client = chat_client(s, owner=self.plugin_name)
+        self._folder = Summarizer(self._client, s.max_summary_tokens)
+        self._rejections: dict[str, int] = {}  # per session, since its last committed summary
+        self._problems: dict[str, str] = {}
         self._log = LogOnce()
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()  # the last read, for when Redis is down
@@ -302,6 +310,12 @@ class RedisMemory(MemoryPlugin):
             self._store.append(sid, new)
             self._cache_append(sid, new)
 
+    def degraded(self) -> dict[str, str]:
+        out = {f"{self.plugin_name}:{part}": why for part, why in list(self._problems.items())}
+        if self._client.problem:
+            out[self.plugin_name] = f"{self._client.problem}; old messages are summarised without the model"
+        return out
+
     def flush(self, timeout: float | None = None) -> bool:
         """Write what is held (Redis back) and wait for compaction; False while anything is still held."""
         written = self._write_all_held()
@@ -432,9 +446,11 @@ class RedisMemory(MemoryPlugin):
         if not cut:
             return RoundOutcome.DONE
         head = items[:cut]
-        # The LLM call runs outside any data lock: writers keep appending meanwhile.
-        new_summary = self._summarise(summary, [to_dict(i.message) for i in head])
-        status, tokens, rounds = self._store.commit(session_id, lease, summary, new_summary, head)
+        # The LLM calls run outside any data lock: writers keep appending meanwhile.
+        fold = self._fold(session_id, summary, [to_dict(i.message) for i in head])
+        if fold.rejected:
+            return RoundOutcome.DONE  # the old summary stays; the next append over the threshold tries again
+        status, tokens, rounds = self._store.commit(session_id, lease, summary, fold.summary, head)
         if status is CommitStatus.LEASE_LOST:
             LOG.warning(f"{self.plugin_name}: lost the compaction lease of {session_id!r}; summary not written")
             return RoundOutcome.DONE
@@ -444,22 +460,30 @@ class RedisMemory(MemoryPlugin):
         LOG.debug(f"{self.plugin_name}: folded {cut} message(s) of {session_id!r} into its summary")
         return RoundOutcome.MORE if self._policy.due(tokens, rounds) else RoundOutcome.DONE
 
-    def _summarise(self, previous: str, messages: list[dict[str, Any]]) -> str:
-        """The merged summary, bounded to ``max_summary_tokens``; extractive when no LLM answers."""
+    def _fold(self, session_id: str, previous: str, messages: list[dict[str, Any]]) -> Fold:
+        """The new summary (bounded to ``max_summary_tokens``), or a rejection that keeps the old one."""
         limit = self.settings.max_summary_tokens
         if self._summarizer is not None:
-            text = self._summarizer(previous, messages, limit) or ""
-        else:
-            text = ""
-            if self._client.available:
-                try:
-                    text = llm_summary(self._client, previous, messages, limit)
-                except LLMError as exc:
-                    # ChatClient logs the endpoint failure once (and its recovery); no second line here.
-                    LOG.debug(f"{self.plugin_name}: extractive summary instead of the LLM's ({exc})")
-            if not text.strip():
-                text = extractive_summary(previous, messages, limit)
-        return truncate_to_tokens(text.strip(), limit)
+            text = truncate_to_tokens((self._summarizer(previous, messages, limit) or "").strip(), limit)
+            return Fold(text, {}, "custom")
+        with self._lock:
+            rejections = self._rejections.get(session_id, 0)
+        fold = self._folder.fold(previous, None, messages, narrate=rejections < _MAX_REJECTIONS)
+        with self._lock:
+            if fold.rejected:
+                self._rejections[session_id] = rejections + 1
+                self._problems["summary"] = (f"the model's summary of {session_id!r} was rejected ({fold.rejected}); "
+                                             "the old summary stays and is tried again at the next compaction")
+            else:
+                self._rejections.pop(session_id, None)
+                if fold.source == "llm":
+                    self._problems.pop("summary", None)
+        if fold.rejected:
+            self._log.warning("rejected", f"{self.plugin_name}: the model's summary of {session_id!r} was not used: "
+                                          f"{fold.rejected}; the old summary stays, tried again later")
+        elif fold.source == "llm":
+            self._log.clear("rejected")
+        return fold
 
 
 def _exchanges(history: Sequence[AgentMessage]) -> list[Exchange]:

@@ -515,7 +515,8 @@ class _StreamingLLM:
                         chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
-                    self.wfile.write(b"data: [DONE]\n\n")
+                    done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                    self.wfile.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
@@ -566,6 +567,73 @@ def test_an_interrupted_stream_still_records_what_was_said(tmp_path):
     assert "Traceback" not in err and "interrupted" in err
     with open_memory("ovos-memory-plugin-recency", block) as memory:
         assert [m.content for m in memory.get_history("default")] == ["tell me about my dog", "Biscuit is"]
+
+
+def test_a_stream_cut_off_is_asked_again_without_streaming_and_recorded_whole(tmp_path):
+    # What llama-cpp-python sends when another request interrupts a stream: part of the answer,
+    # then [DONE], and no finish_reason.
+    block = {"db_path": str(tmp_path / "w.db")}
+    with FakeLLMServer(reply="Biscuit is a beagle who loves the park.", stream="cut") as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        result = run_cli("chat", "--persona", str(persona), stdin="tell me about my dog\n")
+        assert [r.body["stream"] for r in llm.chat_requests()] == [True, False]
+    assert result.returncode == 0, result.stderr
+    assert "cut off" in result.stderr and "asking again without streaming" in result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "Biscuit is a beagle who loves the park."
+    with open_memory("ovos-memory-plugin-recency", block) as memory:
+        assert [m.content for m in memory.get_history("default")] == ["tell me about my dog",
+                                                                       "Biscuit is a beagle who loves the park."]
+
+
+def test_an_empty_answer_twice_is_an_error_and_nothing_is_recorded(tmp_path):
+    block = {"db_path": str(tmp_path / "w.db")}
+    with FakeLLMServer(reply="", stream="empty") as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        result = run_cli("chat", "--persona", str(persona), stdin="hello\n")
+        assert [r.body["stream"] for r in llm.chat_requests()] == [True, False]
+    assert result.returncode == 3
+    assert "the streamed answer was empty" in result.stderr and "answer was empty" in result.stderr.splitlines()[-1]
+    with open_memory("ovos-memory-plugin-recency", block) as memory:
+        assert memory.sessions() == []
+
+
+def test_ask_reports_an_empty_answer_as_an_error(tmp_path):
+    with FakeLLMServer(reply="") as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency",
+                                {"db_path": str(tmp_path / "w.db")})
+        result = run_cli("ask", "--persona", str(persona), "hello")
+    assert result.returncode != 0 and "answer was empty" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_chat_says_which_memory_degraded_and_why_without_verbose(tmp_path):
+    block = {"db_path": str(tmp_path / "e.json"), "api_url": closed_port_url()}
+    with FakeLLMServer(reply="Nice to meet you!") as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-entity", block)
+        result = run_cli("chat", "--persona", str(persona), stdin="My name is Ana and I live in Lisbon.\n")
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())  # the console wraps long lines
+    assert said.count("memory degraded:") == 1, result.stderr
+    degraded = said[said.index("memory degraded:"):]
+    assert degraded.startswith("memory degraded: ovos-memory-plugin-entity: LLM endpoint http://127.0.0.1:")
+    assert "failed" in degraded and "facts come from the offline rules until it answers" in degraded
+
+
+@pytest.mark.llm
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
+def test_chat_with_a_real_model_and_an_entity_memory_answers_and_records_every_turn(tmp_path, real_llm_url):
+    block = {"db_path": str(tmp_path / "e.json"), "api_url": real_llm_url}
+    persona = write_persona(tmp_path / "p.json", real_llm_url, "ovos-memory-plugin-entity", block)
+    data = json.loads(persona.read_text())
+    data["ovos-chat-openai-plugin"].update(model="", max_tokens=40, temperature=0)
+    persona.write_text(json.dumps(data))
+    result = run_cli("chat", "--persona", str(persona), "--timeout", "300",
+                     stdin="Hi! I'm Marta and I live in Porto.\nWhat city do I live in?\n", timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert "memory degraded" not in result.stderr and "warning" not in result.stderr, result.stderr
+    assert len([line for line in result.stdout.splitlines() if line.strip()]) >= 2, "two answers, none empty"
+    with open_memory("ovos-memory-plugin-entity", block) as memory:
+        assert memory.flush(600)
+        assert "User lives in Porto" in memory.facts("default")
 
 
 # -- demo ----------------------------------------------------------------------------------------------

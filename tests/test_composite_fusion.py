@@ -175,10 +175,12 @@ def test_the_presets_entity_member_calls_the_composites_endpoint(monkeypatch, cl
     real = composite_module.load_memory_plugin
     monkeypatch.setattr(composite_module, "load_memory_plugin",
                         lambda n: FakeRag if n == "ovos-memory-plugin-local-rag" else real(n))
-    with FakeLLMServer(reply='["User lives in Porto"]', model="tiny") as server:
+    # The built-in extraction's shape, with a value the user said (no other is ever stored).
+    reply = '{"facts": [{"attribute": "home_city", "value": "Porto", "negated": false}]}'
+    with FakeLLMServer(reply=reply, model="tiny") as server:
         memory = closing(CompositeMemory({"preset": "hybrid", "api_url": server.url, "model": "tiny",
                                           "api_key": "k"}))
-        memory.update_history([AgentMessage(U, "I moved to a new city last month"), AgentMessage(A, "Nice")], "s")
+        memory.update_history([AgentMessage(U, "I moved to Porto last month"), AgentMessage(A, "Nice")], "s")
         assert memory.flush(patience(30))
         chats = [r for r in server.requests if r.path.endswith("/chat/completions")]
         assert chats, "the entity member never called the composite's endpoint"

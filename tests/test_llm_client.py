@@ -250,6 +250,7 @@ def test_resolve_model_never_raises_on_a_dead_endpoint():
 
 
 @pytest.mark.llm
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
 def test_a_real_model_is_discovered_and_answers(real_llm_url):
     client = ChatClient(real_llm_url, timeout=120)
     assert client.resolve_model() != "" or client.complete(HI, max_tokens=8) is not None
@@ -258,6 +259,7 @@ def test_a_real_model_is_discovered_and_answers(real_llm_url):
 
 
 @pytest.mark.llm
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
 def test_a_real_model_answers_in_json_mode_or_without_it(real_llm_url):
     client = ChatClient(real_llm_url, timeout=120)
     text = client.complete([{"role": "user", "content": 'Return a JSON object {"ok": true}.'}], max_tokens=32,

@@ -12,21 +12,30 @@ import time
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
+from ovos_memory_plugins._core.tokens import estimate_messages
 from ovos_memory_plugins.errors import ConfigError
 from ovos_memory_plugins.longterm import LongTermMemory, _JsonStore, _SqliteStore
 from ovos_memory_plugins.persistence import JsonStore, SqliteStore
 from ovos_memory_plugins.testing import check_backend
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
+from tests._fake_model import is_extraction, is_narrative, memory_model
 from tests._postgres import fresh_url
 from tests._timing import patience
 
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
 
 
+SUMMARY = "The user asked a few questions and got answers."
+
+
 @pytest.fixture
 def llm():
-    with FakeLLMServer(reply="SUMMARY") as server:
+    with FakeLLMServer(reply=memory_model(narrative=SUMMARY)) as server:
         yield server
+
+
+def narratives(server):
+    return [r for r in server.chat_requests() if is_narrative(r.messages)]
 
 
 @pytest.fixture
@@ -51,7 +60,7 @@ def test_defaults_match_the_reference(tmp_path):
     s = memory.settings
     memory.close()
     assert (s.api_url, s.model, s.summarize_every, s.max_summary_tokens, s.recent_window, s.request_timeout,
-            s.backend, s.system_prompt) == ("http://localhost:8000/v1", "", 6, 256, 4, 30.0, "json", "")
+            s.backend, s.system_prompt) == ("http://localhost:8000/v1", "", 6, 256, 4, 120.0, "json", "")
 
 
 def test_default_paths_are_under_the_xdg_data_home(tmp_path, _private_data_home):
@@ -100,11 +109,11 @@ def test_a_reference_json_file_loads_and_its_due_summary_resumes(tmp_path, llm):
     try:
         assert memory.flush(patience(10))
         data = memory.export("sess")
-        assert data["summary"] == "SUMMARY"
+        assert data["summary"] == SUMMARY
         assert [m["content"] for m in data["recent"]] == ["old q4", "old a4", "old q5", "old a5", "old q6",
                                                           "old a6", "old q7", "old a7"]
         assert data["exchange_count"] == 0
-        assert "old q0" in llm.chat_requests()[0].prompt
+        assert "old q0" in narratives(llm)[0].prompt
     finally:
         memory.close()
     stored = json.loads(path.read_text())["sess"]
@@ -154,23 +163,43 @@ def test_a_summary_is_made_every_summarize_every_exchanges_keeping_the_recent_wi
         exchange(memory, i)
     assert memory.flush(patience(10))
     data = memory.export("s")
-    assert data["summary"] == "SUMMARY" and data["summary_source"] == "llm"
+    assert data["summary"] == SUMMARY and data["summary_source"] == "llm"
     assert [m["content"] for m in data["recent"]] == ["question 2", "answer 2"]
-    prompt = llm.chat_requests()[0].prompt
-    assert "user: question 0\nassistant: answer 0" in prompt and "question 2" not in prompt
+    prompt = narratives(llm)[0].prompt
+    assert prompt == "User: question 0\nUser: question 1", "the narrative reads the user's turns only"
+
+
+def test_the_summary_keeps_the_facts_and_a_change_supersedes_the_old_value(make, llm):
+    llm.reply = memory_model({"My name is Ana and I live in Lisbon.": [("name", "Ana"), ("home_city", "Lisbon")],
+                              "I have a dog called Rex.": [("pet", "dog called Rex")],
+                              "I moved from Lisbon to Porto.": [("home_city", "Porto")]},
+                             narrative=lambda m: "Ana moved to Porto." if "Porto" in m[-1]["content"]
+                             else "Ana introduced herself and her dog Rex.")
+    memory = make(api_url=llm.url, summarize_every=2, recent_window=0)
+    exchange(memory, 0, user="My name is Ana and I live in Lisbon.")
+    exchange(memory, 1, user="I have a dog called Rex.")
+    memory.flush(patience(10))
+    exchange(memory, 2, user="I moved from Lisbon to Porto.")
+    exchange(memory, 3, user="What's the weather like?")
+    memory.flush(patience(10))
+    data = memory.export("s")
+    assert data["summary"] == ("Facts about the user:\n- User's name is Ana\n- User's pet: dog called Rex\n"
+                               "- User lives in Porto\nConversation so far: Ana introduced herself and her dog Rex. "
+                               "Ana moved to Porto.")
+    assert [h["text"] for h in data["summary_history"]] == ["User lives in Lisbon"]
+    assert sum(1 for r in llm.chat_requests() if is_extraction(r.messages)) == 3, "questions are not read for facts"
 
 
 def test_the_next_summary_includes_the_previous_one(make, llm):
+    llm.reply = memory_model(narrative=lambda m: f"The user said {m[-1]['content'].split()[-1]}.")
     memory = make(api_url=llm.url, summarize_every=2, recent_window=0)
-    llm.add_replies("FIRST", "SECOND")
     for i in range(2):
-        exchange(memory, i)
+        exchange(memory, i, user=f"I met Person{i}")
     memory.flush(patience(10))
     for i in range(2, 4):
-        exchange(memory, i)
+        exchange(memory, i, user=f"I met Person{i}")
     memory.flush(patience(10))
-    assert memory.export("s")["summary"] == "SECOND"
-    assert llm.chat_requests()[1].prompt.startswith("Previous summary:\nFIRST\n")
+    assert memory.export("s")["summary"] == "The user said Person1. The user said Person3."
 
 
 def test_a_reply_recorded_in_two_calls_counts_as_one_exchange(make):
@@ -189,7 +218,7 @@ def test_update_history_does_not_wait_for_a_slow_endpoint(make, llm):
     # Had update_history waited for the 2 s summary, the summary would be there now.
     assert memory.export("s")["summary"] == ""
     assert memory.flush(patience(10))
-    assert memory.export("s")["summary"] == "SUMMARY"
+    assert memory.export("s")["summary"] == SUMMARY
 
 
 def test_messages_stored_while_a_summary_is_computed_are_kept(make, llm):
@@ -204,12 +233,12 @@ def test_messages_stored_while_a_summary_is_computed_are_kept(make, llm):
     llm.mode = "ok"
     assert memory.flush(patience(10))
     data = memory.export("s")
-    folded = llm.chat_requests()[0].prompt
+    folded = narratives(llm)[0].prompt
     assert "question 0" in folded and "question 2" not in folded
     kept = [m["content"] for m in data["recent"]]
     assert kept == [] or kept == ["question 2", "answer 2", "I live in Porto", "answer 3"]
     if not kept:  # summarised again: both exchanges went into the second prompt
-        assert "I live in Porto" in llm.chat_requests()[1].prompt
+        assert "I live in Porto" in narratives(llm)[1].prompt
 
 
 def test_a_session_forgotten_while_its_summary_is_computed_stays_forgotten(make, llm):
@@ -231,7 +260,7 @@ def test_close_drains_the_pending_summary(tmp_path, llm):
     exchange(memory, 1)
     memory.close()
     with open(path) as f:
-        assert json.load(f)["s"]["summary"] == "SUMMARY"
+        assert json.load(f)["s"]["summary"] == SUMMARY
 
 
 @pytest.mark.parametrize("backend", ["json", "sqlite"])
@@ -247,7 +276,7 @@ def test_a_restart_resumes_summaries_left_unfinished(tmp_path, llm, backend):
     second = LongTermMemory({**config, "api_url": llm.url})
     try:
         assert second.flush(patience(10))
-        assert second.export("s")["summary"] == "SUMMARY"
+        assert second.export("s")["summary"] == SUMMARY
         assert second.export("s")["recent"] == []
     finally:
         second.close()
@@ -268,7 +297,7 @@ def test_offline_the_window_stays_bounded_and_an_extractive_summary_remembers(ma
 
 def test_a_failing_endpoint_costs_one_request_per_back_off_period_not_two_per_turn(make, llm):
     llm.mode = "error"
-    memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
+    memory = make(api_url=llm.url, model="m", summarize_every=1, recent_window=0)
     for i in range(20):
         exchange(memory, i)
     assert memory.flush(patience(10))
@@ -295,23 +324,63 @@ def test_a_broken_endpoint_falls_back_to_the_extractive_summary(make, llm, mode)
     assert "I have a dog called Rex." in memory.export("s")["summary"]
 
 
-def test_an_empty_model_reply_falls_back_to_the_extractive_summary(make, llm):
-    llm.add_replies("<think>reasoning cut off")
+# -- a bad summary is not committed --------------------------------------------------------------
+@pytest.mark.parametrize("reply, why", [
+    ("<think>reasoning cut off", "empty"),
+    ("", "empty"),
+    ("Hi Marta, I'm here to help you with your new conversation. What's your name?", "greeting"),
+    ("User: I work as a nurse.\nAssistant: That's a demanding job.", "transcript"),
+    ("The user enjoys the weather and talked about the sea.", "names none"),
+])
+def test_a_bad_model_summary_is_not_committed_and_the_old_state_stays(make, llm, reply, why):
+    llm.reply = memory_model(narrative=reply)
+    memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
+    memory.import_session({"summary": "Ana likes tea.", "recent": [], "exchange_count": 0}, "s")
+    exchange(memory, 1, user="I work as a nurse at Santa Maria in Lisbon.")
+    assert memory.flush(patience(10))
+    data = memory.export("s")
+    assert data["summary"] == "Ana likes tea."
+    assert [m["content"] for m in data["recent"]] == ["I work as a nurse at Santa Maria in Lisbon.", "answer 1"]
+    assert why in memory.degraded()["ovos-memory-plugin-longterm:summary"]
+
+
+def test_after_three_rejections_the_narrative_is_written_without_the_model(make, llm):
+    llm.reply = memory_model({"I work as a nurse.": [("job", "nurse")]}, narrative="Hello! How can I help you?")
     memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
     exchange(memory, 1, user="I work as a nurse.")
-    memory.flush(patience(10))
-    assert "I work as a nurse." in memory.export("s")["summary"]
+    for i in range(2, 5):
+        memory.flush(patience(10))
+        assert memory.export("s")["summary"] == ""
+        exchange(memory, i)
+    assert memory.flush(patience(10))
+    data = memory.export("s")
+    assert data["summary"].startswith("Facts about the user:\n- User works as a nurse\nConversation so far: ")
+    assert "I work as a nurse." in data["summary"] and "Hello" not in data["summary"]
+    assert data["recent"] == [] and data["summary_source"] == "extractive"
 
 
-def test_a_long_backlog_is_folded_in_prompts_that_fit_a_small_context(make, llm):
-    memory = make(api_url=llm.url, summarize_every=1000, recent_window=0)
-    long_text = " ".join(["word"] * 300)
-    memory.import_session({"summary": "", "exchange_count": 1000, "recent": [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": long_text} for i in range(40)]}, "s")
-    assert memory.flush(patience(20))
-    assert memory.export("s")["recent"] == []
-    assert llm.count("/chat/completions") > 1
-    assert all(len(r.prompt.split()) < 2000 for r in llm.chat_requests())
+def test_a_long_backlog_is_folded_in_prompts_that_fit_a_small_context(make):
+    with FakeLLMServer(reply=memory_model(), context=1024) as llm:
+        memory = make(api_url=llm.url, summarize_every=1000, recent_window=0, max_prompt_tokens=1024)
+        memory.import_session({"summary": "", "exchange_count": 1000, "recent": [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"I like word{i} " + "word " * 300}
+            for i in range(40)]}, "s")
+        assert memory.flush(patience(30))
+        assert memory.export("s")["recent"] == []
+        assert len(narratives(llm)) > 1
+        assert all(estimate_messages(r.messages) + r.body["max_tokens"] <= 1024 for r in llm.chat_requests())
+        assert memory.export("s")["summary_source"] == "llm"
+
+
+def test_a_server_that_only_says_its_context_in_an_error_is_then_fitted(make):
+    with FakeLLMServer(reply=memory_model(), context=700) as llm:
+        memory = make(api_url=llm.url, summarize_every=1000, recent_window=0, max_prompt_tokens=None)
+        memory.import_session({"summary": "", "exchange_count": 1000, "recent": [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"My friend{i} " + "lives here " * 40}
+            for i in range(16)]}, "s")
+        assert memory.flush(patience(30))
+        assert memory.export("s")["recent"] == [] and memory.client.context_limit() == 700
+        assert memory.export("s")["summary_source"] == "llm"
 
 
 # -- ownership ------------------------------------------------------------------------------
@@ -372,14 +441,19 @@ def test_json_store_quarantines_a_corrupt_file_and_starts_empty(tmp_path):
 
 
 @pytest.mark.llm
-def test_a_real_model_summarises_the_old_turns(make, real_llm_url):
-    memory = make(api_url=real_llm_url, summarize_every=2, recent_window=0, request_timeout=120)
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
+def test_a_real_model_summarises_the_old_turns_and_keeps_the_users_current_city(make, real_llm_url):
+    memory = make(api_url=real_llm_url, summarize_every=2, recent_window=0)
     exchange(memory, 0, user="My name is Ana and I live in Lisbon.")
     exchange(memory, 1, user="I have a dog called Rex.")
-    assert memory.flush(300)
+    assert memory.flush(600)
+    exchange(memory, 2, user="Big news: I moved from Lisbon to Porto last week.")
+    exchange(memory, 3, user="What's the weather like tomorrow?")
+    assert memory.flush(600)
     data = memory.export("s")
-    assert data["recent"] == [] and data["summary"]
-    assert memory.client.available, "the summary came from the model, not the offline fallback"
+    assert data["recent"] == [] and data["summary_source"] == "llm", "the summary came from the model"
+    assert "User lives in Porto" in data["summary"] and "User lives in Lisbon" not in data["summary"]
+    assert "Ana" in data["summary"] and "Rex" in data["summary"]
 
 
 def test_a_null_api_url_summarises_offline_without_a_request_or_an_error(make, monkeypatch):

@@ -306,7 +306,7 @@ class _FakeLLM(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_live_llm_writes_the_summary_from_the_previous_one_and_the_old_exchanges(make):
+def test_a_live_llm_adds_its_summary_of_the_old_exchanges_to_the_previous_one(make):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeLLM)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -317,9 +317,11 @@ def test_a_live_llm_writes_the_summary_from_the_previous_one_and_the_old_exchang
         exchange(memory, "s", "My name is Ana.", "Hello Ana.")
         exchange(memory, "s", "Thanks!", "Welcome.")
         memory.flush()
-        assert summary_of(memory, "s") == "LLM: the user is Ana."
-        prompt = _FakeLLM.prompts[-1]
-        assert "Earlier: the user likes tea." in prompt and "My name is Ana." in prompt and "Thanks!" not in prompt
+        # The model writes about the folded turns only; the old summary is kept by code, not rewritten.
+        # Its prose answer to the fact extraction is out of shape: the rules read the name.
+        assert summary_of(memory, "s") == ("Facts about the user:\n- User's name is Ana\n"
+                                          "Conversation so far: Earlier: the user likes tea. LLM: the user is Ana.")
+        assert _FakeLLM.prompts[-1] == "User: My name is Ana."
     finally:
         server.shutdown()
         server.server_close()

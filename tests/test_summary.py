@@ -21,7 +21,7 @@ CHAT = [
 
 
 def test_extractive_summary_keeps_the_users_statements_when_the_budget_is_tight():
-    summary = extractive_summary("", CHAT, 30)
+    summary = extractive_summary("", CHAT, 33)
     assert "My name is Ana and I live in Lisbon." in summary
     assert "I have a dog called Rex" in summary
     assert "long walks" not in summary

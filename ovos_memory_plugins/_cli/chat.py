@@ -37,8 +37,30 @@ def _show_dropped(ui: UI, endpoint: Any, dropped: int, warned: list[bool]) -> No
                      f"off in the handler block, so memory injected as system messages is not sent")
 
 
+class _Health:
+    """Says, without -v, which memory works less well than configured and why, once per change."""
+
+    def __init__(self, ui: UI):
+        self.ui = ui
+        self.shown: dict[str, str] = {}
+
+    def check(self, memory: Any) -> None:
+        report = getattr(memory, "degraded", None)
+        try:
+            now = dict(report()) if callable(report) else {}
+        except Exception:  # noqa: BLE001 - a memory that cannot say how it is must not end the chat
+            return
+        for part, why in now.items():
+            if self.shown.get(part) != why:
+                self.ui.err.print(f"[yellow]memory degraded:[/yellow] {escape(part)}: {escape(why)}")
+        for part in set(self.shown) - set(now):
+            self.ui.err.print(f"[green]memory recovered:[/green] {escape(part)}")
+        self.shown = now
+
+
 def cmd_ask(args: argparse.Namespace, ui: UI) -> int:
     persona, endpoint, slot = _persona_parts(args)
+    health = _Health(ui)
     try:
         messages = slot.context(args.question, args.session)  # reads memory; records nothing
         if args.show_context:
@@ -46,6 +68,7 @@ def cmd_ask(args: argparse.Namespace, ui: UI) -> int:
 
             for msg in messages[:-1]:
                 ui.err.print(Text(f"[{role_of(msg)}] {msg.content}", style="dim"))
+        health.check(slot.memory)
         payload, dropped = endpoint.prepare(messages)
         _show_dropped(ui, endpoint, dropped, [False])
         ui.write(endpoint.complete(payload) + "\n")
@@ -65,6 +88,7 @@ def cmd_chat(args: argparse.Namespace, ui: UI) -> int:
                  f"{escape(memory_note)}, endpoint {escape(endpoint.api_url)}. Commands: /show /forget /quit")
     warned = [False]
     failed = False
+    health = _Health(ui)
     try:
         while True:
             try:
@@ -93,8 +117,11 @@ def cmd_chat(args: argparse.Namespace, ui: UI) -> int:
             except LLMError as exc:
                 failed = True
                 print(f"ovos-memory: error: chat endpoint failed: {exc}", file=sys.stderr)
+            health.check(slot.memory)
     finally:
+        memory = slot.memory
         slot.close()
+        health.check(memory)  # the last exchange's background work is done now
     return EXIT_ENDPOINT if failed else 0
 
 
@@ -103,27 +130,49 @@ def _exchange(text: str, args: argparse.Namespace, ui: UI, endpoint: Any, slot: 
     messages = slot.context(text, args.session)
     payload, dropped = endpoint.prepare(messages)
     _show_dropped(ui, endpoint, dropped, warned)
-    parts: list[str] = []
-    interrupted = False
     if args.no_stream:
-        parts.append(endpoint.complete(payload))
-        ui.write(parts[0])
+        answer = endpoint.complete(payload)
+        ui.write(answer + "\n")
     else:
-        stream = endpoint.stream(payload)
-        try:
-            for piece in stream:
-                parts.append(piece)
-                ui.write(piece)
-        except KeyboardInterrupt:
-            interrupted = True  # what was said so far is still an answer the user heard
-        finally:
-            stream.close()
-    ui.write("\n")
-    answer = "".join(parts).strip()
-    if answer:
-        slot.remember(text, answer, args.session)
-    if interrupted:
-        ui.err.print("[dim](interrupted; the partial answer was remembered)[/dim]")
+        answer, interrupted = _streamed(payload, ui, endpoint)
+        if interrupted:
+            if answer.strip():
+                slot.remember(text, answer.strip(), args.session)
+            ui.err.print("[dim](interrupted; the partial answer was remembered)[/dim]")
+            return
+    slot.remember(text, answer.strip(), args.session)
+
+
+def _streamed(payload: list[dict[str, str]], ui: UI, endpoint: Any) -> tuple[str, bool]:
+    """The streamed answer and whether Ctrl-C interrupted it. A stream that came back empty or
+    cut off is asked for once more without streaming; an empty answer then is an error."""
+    from .engine import StreamCut
+
+    parts: list[str] = []
+    problem = ""
+    stream = endpoint.stream(payload)
+    try:
+        for piece in stream:
+            parts.append(piece)
+            ui.write(piece)
+    except KeyboardInterrupt:
+        ui.write("\n")
+        return "".join(parts), True  # what was said so far is still an answer the user heard
+    except StreamCut as exc:
+        problem = f"the streamed answer was cut off ({exc})"
+    finally:
+        stream.close()
+    answer = "".join(parts)
+    if not problem and answer.strip():
+        ui.write("\n")
+        return answer, False
+    if parts:
+        ui.write("\n")
+    ui.err.print(f"[yellow]warning:[/yellow] {escape(problem or 'the streamed answer was empty')}; "
+                 "asking again without streaming")
+    answer = endpoint.complete(payload)  # raises LLMError on an empty answer again
+    ui.write(answer + "\n")
+    return answer, False
 
 
 def _chat_command(text: str, session_id: str, slot: MemorySlot, ui: UI) -> bool:

@@ -4,7 +4,9 @@ We do not install ovos-chat-openai-plugin; its config block is read the same way
 ``model``, ``key`` or ``api_key``, ``system_prompt``, ``allow_system_prompts``, ``max_tokens``,
 ``temperature``) and the endpoint is called through :class:`~ovos_memory_plugins._llm.client.ChatClient`.
 Streaming (``"stream": true``, server-sent events) is read here; a server that ignores
-``stream`` and answers with one JSON completion works too.
+``stream`` and answers with one JSON completion works too. A stream that ends without a chunk
+carrying a ``finish_reason`` was cut (llama-cpp-python ends a stream it interrupts for another
+request with a normal ``[DONE]``): :class:`StreamCut` says so, and the caller asks again.
 
 As the plugin does, system messages are dropped unless ``allow_system_prompts`` is on; unlike
 it, the CLI says so where the user sees it, because memory injected as a system message would
@@ -22,11 +24,15 @@ from .._llm.client import ChatClient, strip_think
 from ..errors import LLMError, LLMTimeout, LLMUnavailable
 from ..messages import role_of
 
-__all__ = ["OPENAI_HANDLERS", "ChatEndpoint", "find_endpoint"]
+__all__ = ["OPENAI_HANDLERS", "ChatEndpoint", "StreamCut", "find_endpoint"]
 
 #: Handler names whose block is an OpenAI-compatible endpoint.
 OPENAI_HANDLERS = ("ovos-chat-openai-plugin", "ovos-solver-openai-plugin", "ovos-openai-plugin",
                    "ovos-solver-openai-persona-plugin")
+
+
+class StreamCut(LLMError):
+    """The stream ended before the server said the answer was finished."""
 
 
 def find_endpoint(handlers: Sequence[str], blocks: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -80,11 +86,15 @@ class ChatEndpoint:
         return out, dropped
 
     def complete(self, messages: list[dict[str, str]]) -> str:
-        """The whole reply (raises :class:`~ovos_memory_plugins.errors.LLMError`)."""
-        return self.client.complete(messages, max_tokens=self.max_tokens, temperature=self.temperature)
+        """The whole reply, never empty (raises :class:`~ovos_memory_plugins.errors.LLMError`)."""
+        text = self.client.complete(messages, max_tokens=self.max_tokens, temperature=self.temperature)
+        if not text.strip():
+            raise LLMError(f"{self.api_url}: the model's answer was empty")
+        return text
 
     def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
-        """The reply in pieces as the server sends them (raises ``LLMError``).
+        """The reply in pieces as the server sends them (raises ``LLMError``; :class:`StreamCut`
+        after the last piece when the server never said the answer was finished).
 
         Closing the generator (Ctrl-C in the caller) closes the connection.
         """
@@ -128,7 +138,12 @@ def _whole_reply(raw: bytes) -> str:
 
 
 def _events(resp: Any) -> Iterator[str]:
-    """Text deltas from server-sent events (``data: {...}`` lines, ended by ``data: [DONE]``)."""
+    """Text deltas from server-sent events (``data: {...}`` lines, ended by ``data: [DONE]``).
+
+    A complete stream has a chunk with a ``finish_reason`` ("stop", "length"...); without one the
+    stream was cut, whether it ended with ``[DONE]``, at the end of the connection or by an error.
+    """
+    finished = False
     try:
         for raw in resp:
             line = raw.decode("utf-8", "replace").strip()
@@ -136,7 +151,7 @@ def _events(resp: Any) -> Iterator[str]:
                 continue
             payload = line[5:].strip()
             if payload == "[DONE]":
-                return
+                break
             try:
                 chunk = json.loads(payload)
             except ValueError:
@@ -144,10 +159,13 @@ def _events(resp: Any) -> Iterator[str]:
             if isinstance(chunk, dict) and chunk.get("error"):
                 raise LLMError(f"the server reported an error mid-answer: {chunk['error']}")
             for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
+                finished = finished or bool(choice.get("finish_reason"))
                 text = (choice.get("delta") or {}).get("content")
                 if text:
                     yield str(text)
     except TimeoutError:
-        raise LLMTimeout("the stream stalled") from None
+        raise StreamCut("the stream stalled") from None
     except OSError as exc:
-        raise LLMError(f"the stream broke: {exc}") from None
+        raise StreamCut(f"the stream broke: {exc}") from None
+    if not finished:
+        raise StreamCut("the stream ended before the answer was finished")

@@ -112,6 +112,16 @@ class MemoryPlugin(AgentContextManager):
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         """Load what :meth:`export` produced (into ``session_id`` if given)."""
 
+    # -- health ---------------------------------------------------------------------------
+    def degraded(self) -> dict[str, str]:
+        """What works less well than configured right now, and why: ``{part: reason}``, empty when all is well.
+
+        A part is a plugin name ("ovos-memory-plugin-entity"), with a suffix when one plugin has
+        several ("…:summary"). Tools show it (``ovos-memory chat`` says which memory degraded);
+        the turn is answered either way.
+        """
+        return {}
+
     # -- lifecycle -----------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until background work (embedding, summaries) is done; True if it finished."""

@@ -1,10 +1,24 @@
 """Token estimates without a model-specific tokenizer.
 
-Counting bytes/4 (the reference's Redis memory) undercounts short words and overcounts
-non-Latin scripts. BPE tokenizers give roughly one token per common word, more for long or rare
-words, one per punctuation mark, and about one per character in scripts written without
-spaces. This estimate follows that shape and stays within about 20% of tiktoken's cl100k on
-English and Portuguese conversation text, which is what budgets need.
+Budgets (a summary's length, a prompt against the endpoint's context) need a count close to
+what the model's tokenizer makes, and no tokenizer is at hand: the model sits behind an HTTP
+endpoint. Counting bytes/4 (the reference's Redis memory) or one token per word undercounts
+Portuguese, Spanish or German by 20-30% and numbers by more, because byte-level BPE
+vocabularies are English-heavy: "timer" is one token, "temporizador" four, and every digit is
+one. So the estimate is built from the pieces a BPE pre-tokenizer cuts text into:
+
+* each Latin-script word costs about one token, plus a share per letter beyond the third when
+  the text does not read as English (how many of its words are common English words sets that
+  share), plus a little per accented letter and per letter of long uncommon words and names;
+* each digit, each run of punctuation and each run of line breaks;
+* letters of other alphabets (Cyrillic, Greek, Arabic, Indic, ...) a fraction of a token each,
+  characters of scripts written without spaces (CJK, kana, hangul) a bit under one each.
+
+The weights were fitted by least squares against the tokenizer of a current open model family
+(Qwen2.5, 151k byte-level BPE) on conversational text in eight languages, and checked on text
+held out of the fit. Measured (docs/design-notes.md): English +2%, Portuguese -3% on totals, and
+within 15% on 95-100% of English and Portuguese samples of 20 tokens or more; a whole chat
+request is within 5% once :func:`estimate_messages` adds the chat template's tokens.
 
     >>> estimate_tokens("Hello, world!")
     4
@@ -14,38 +28,106 @@ English and Portuguese conversation text, which is what budgets need.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["estimate_tokens", "truncate_to_tokens"]
+__all__ = ["PER_MESSAGE", "estimate_messages", "estimate_tokens", "truncate_to_tokens"]
 
-_PIECES = re.compile(r"[^\W\d_]+|\d+|[^\w\s]", re.UNICODE)
-# Scripts without spaces between words: count per character.
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+(?:'[A-Za-z]+)?")
+_OTHER_LETTER = re.compile(r"[\u0370-\u03ff\u0400-\u052f\u0590-\u06ff\u0900-\u0dff\u0e00-\u0eff]")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef\u3000-\u303f]")
+_DIGIT = re.compile(r"\d")
+_PUNCT = re.compile(r"[^\w\s\u3000-\u303f\uff00-\uffef]+")
+_NEWLINES = re.compile(r"\n+")
+_ACCENTED = re.compile(r"[\u00c0-\u024f]")
+# A capitalised word inside a sentence: a name, usually split into more pieces than a common word.
+_NAME = re.compile(r"(?<=[A-Za-z\u00c0-\u024f,;:]\s)([A-Z\u00c0-\u00de][a-z\u00df-\u024f]+)")
 
 
-def _word_tokens(piece: str) -> int:
-    if piece.isdigit():
-        return (len(piece) + 2) // 3  # numbers split into groups of about three digits
-    return 1 + max(0, len(piece) - 8) // 5  # long words split into several pieces
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+# Common English words that are not also common Portuguese, Spanish, French, German or Italian ones.
+_ENGLISH = frozenset(_words("""
+the and is are was were you your i i'm it it's that this to of for with what my have has be been can will would
+could should just about not don't we they he she on at from there their like know get got want need how when where
+which who why if so but or an any some more very really than then them our me going think thanks thank please yes
+okay ok hi hello good great nice time today tomorrow do does did can't i've i'll i'd you're that's what's let's
+here also all out up one two by
+"""))
+# About 40% of the words of English chat are in _ENGLISH, 0-5% of other languages' words: a text
+# with 30% or more reads as English.
+_ENGLISH_SHARE = 0.30
+
+_W_WORD = 1.04       # each Latin-script word
+_W_FOREIGN = 0.16    # per letter beyond 3, weighted by how little the text reads as English
+_W_ACCENT = 0.17     # per non-ASCII Latin letter
+_W_RARE = 0.08       # per letter beyond 5 of a word that is not a common English word
+_W_NAME = 0.08       # per letter beyond 4 of a capitalised word inside a sentence
+_W_OTHER = 0.39      # per Cyrillic, Greek, Hebrew, Arabic, Indic or Thai letter
+_W_CJK = 0.68        # per CJK, kana or hangul character (and full-width punctuation)
+_W_DIGIT = 0.92      # per digit: numbers are split digit by digit
+_W_PUNCT = 0.98      # per run of punctuation
+_W_NEWLINE = 0.05    # per run of line breaks
+
+#: Chat templates wrap each message in a few special tokens ("<|im_start|>user\n...<|im_end|>\n").
+PER_MESSAGE = 5
+#: The tokens that open the reply ("<|im_start|>assistant\n").
+_REPLY_PRIMER = 3
+#: Templates that add a default system prompt when the request has none (Qwen's is about 20 tokens).
+_DEFAULT_SYSTEM = 20
 
 
 def estimate_tokens(text: str) -> int:
     """An estimate of how many tokens a chat model's tokenizer makes of ``text``."""
     if not text:
         return 0
-    cjk = len(_CJK.findall(text))
-    if cjk:
-        text = _CJK.sub(" ", text)
-    return cjk + sum(_word_tokens(p) for p in _PIECES.findall(text))
+    words = _WORD.findall(text)
+    lower = [w.casefold() for w in words]
+    english = 1.0
+    if words:
+        english = min(1.0, sum(1 for w in lower if w in _ENGLISH) / (_ENGLISH_SHARE * len(words)))
+    total = (_W_WORD * len(words)
+             + _W_FOREIGN * (1.0 - english) * sum(max(0, len(w) - 3) for w in words)
+             + _W_RARE * sum(max(0, len(w) - 5) for w in lower if w not in _ENGLISH)
+             + _W_NAME * sum(max(0, len(m) - 4) for m in _NAME.findall(text))
+             + _W_ACCENT * len(_ACCENTED.findall(text))
+             + _W_OTHER * len(_OTHER_LETTER.findall(text))
+             + _W_CJK * len(_CJK.findall(text))
+             + _W_DIGIT * len(_DIGIT.findall(text))
+             + _W_PUNCT * len(_PUNCT.findall(text))
+             + _W_NEWLINE * len(_NEWLINES.findall(text)))
+    return max(1, round(total))
+
+
+def estimate_messages(messages: Iterable[Mapping[str, Any]]) -> int:
+    """Estimated prompt tokens of a chat request: the contents plus the chat template's tokens.
+
+    What a context budget must count: the template adds about :data:`PER_MESSAGE` tokens per
+    message, the reply's opening, and, in some templates, a default system prompt.
+    """
+    total, system = _REPLY_PRIMER, False
+    for message in messages:
+        total += estimate_tokens(str(message.get("content") or "")) + PER_MESSAGE
+        system = system or message.get("role") == "system"
+    return total if system else total + _DEFAULT_SYSTEM
 
 
 def truncate_to_tokens(text: str, max_tokens: int) -> str:
     """The longest prefix of ``text`` (cut at a word boundary) within ``max_tokens``."""
     if estimate_tokens(text) <= max_tokens:
         return text
-    total, end = 0, 0
-    for match in re.finditer(r"\S+\s*", text):
-        total += estimate_tokens(match.group())
-        if total > max_tokens:
-            break
-        end = match.end()
-    return text[:end].rstrip()
+    if max_tokens <= 0:
+        return ""
+    # Estimates are not additive word by word (the English share is per text), so search the
+    # cut point over word ends: the estimate grows with the prefix.
+    ends = [m.end() for m in re.finditer(r"\S+", text)]
+    lo, hi = 0, len(ends)  # invariant: the prefix of lo words fits (0 words always does)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate_tokens(text[:ends[mid - 1]]) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:ends[lo - 1]].rstrip() if lo else ""

@@ -19,6 +19,7 @@ The reference module's functions :func:`chat_complete` and :func:`resolve_model`
 """
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import ipaddress
 import json
@@ -32,14 +33,20 @@ import urllib.request
 from typing import Any
 
 from .._core.log import LOG, LogOnce
-from ..errors import LLMError, LLMTimeout, LLMUnavailable
+from .._core.tokens import estimate_messages
+from ..errors import LLMContextOverflow, LLMError, LLMTimeout, LLMUnavailable
+from .traits import DEFAULT_CONTEXT, MODES, Traits, is_rejection, overflow_limit, response_format, satisfies, traits_for
 
-__all__ = ["ChatClient", "chat_complete", "resolve_model", "strip_think"]
+__all__ = ["ChatClient", "Completion", "chat_complete", "resolve_model", "strip_think"]
 
 #: ``/models`` is only a lookup: it gets a shorter timeout than a completion (as the reference).
 MODELS_TIMEOUT_S = 10.0
 #: A reply larger than this is not a chat answer (a misconfigured URL serving a file, say).
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+#: Asking the server for its context size is a hint, never worth a long wait.
+PROBE_TIMEOUT_S = 3.0
+#: Our token estimate is within about 5% of real tokenizers on whole requests; 10% more is kept free.
+PROMPT_MARGIN = 1.10
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
@@ -128,10 +135,32 @@ class _Breaker:
             return max(0.0, self.open_until - time.monotonic())
 
 
-class ChatClient:
-    """One OpenAI-compatible endpoint: model discovery, completions, JSON mode, a breaker.
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One reply: its text (reasoning stripped) and what the server said about it.
 
-    Thread-safe: the HTTP calls run outside any lock; only the breaker state is locked.
+    ``finish_reason`` is "stop", "length" (cut by ``max_tokens`` or by the context), or None
+    when the server did not say; the token counts are None when the server sent no ``usage``.
+    """
+
+    text: str
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+    @property
+    def cut(self) -> bool:
+        """The reply stopped at a token limit, not where the model ended it."""
+        return self.finish_reason == "length"
+
+
+class ChatClient:
+    """One OpenAI-compatible endpoint: model discovery, completions, structured output, a breaker.
+
+    Thread-safe: the HTTP calls run outside any lock; only the breaker state is locked. What
+    the endpoint shows about itself (the response format it honours, its context size, its
+    tokenizer's ratio to our estimate) is learnt once and shared by every client of the same
+    endpoint and model (:mod:`~ovos_memory_plugins._llm.traits`).
 
     Args:
         api_url: base URL including the version, e.g. ``http://127.0.0.1:8080/v1``.
@@ -139,18 +168,25 @@ class ChatClient:
         timeout: seconds for a completion request (``request_timeout`` in configs).
         api_key: sent as ``Authorization: Bearer`` when given.
         backoff: (first, maximum) seconds the circuit stays open after a failure.
+        max_prompt_tokens: the model's context size in tokens, when the config knows it.
+        owner: who uses the client (a plugin name), for log lines.
     """
 
     def __init__(self, api_url: str | None, model: str = "", timeout: float = 30.0, api_key: str | None = None,
-                 backoff: tuple[float, float] = (5.0, 300.0)):
+                 backoff: tuple[float, float] = (5.0, 300.0), max_prompt_tokens: int | None = None,
+                 owner: str = ""):
         self.api_url = (api_url or "").strip().rstrip("/")
         self.model = model or ""
         self.timeout = float(timeout)
         self.api_key = api_key
+        self.max_prompt_tokens = max_prompt_tokens or None
+        self.owner = owner
         self._breaker = _Breaker(*backoff)
         self._resolved: str | None = None
         self._json_mode: bool | None = None  # None: not tried yet; False: the server rejected it
         self._log = LogOnce()
+        self._problem: str | None = None
+        self._answered = False  # a completion succeeded: the server is worth asking about itself
         #: HTTP requests sent so far (tests and benchmarks read it).
         self.attempts = 0
         # A proxy configured for the internet must not capture a server on this machine.
@@ -171,9 +207,20 @@ class ChatClient:
         """Seconds until the next attempt is allowed (0 when the circuit is closed)."""
         return self._breaker.remaining()
 
+    @property
+    def problem(self) -> str | None:
+        """Why the endpoint is not being used right now (its last failure), or None while it works."""
+        return self._problem
+
+    @property
+    def traits(self) -> Traits:
+        """What this endpoint has shown about itself (shared with its other clients)."""
+        return traits_for(self.api_url, self.model or self._resolved or "")
+
     def reset(self) -> None:
         """Close the circuit now (after fixing the server, or in tests)."""
         self._breaker.success()
+        self._problem = None
 
     def resolve_model(self) -> str:
         """The configured model, else the first one ``/models`` lists (cached); "" if unknown.
@@ -202,14 +249,29 @@ class ChatClient:
         Raises:
             LLMUnavailable: the circuit is open, or the server refused or is unreachable.
             LLMTimeout: no answer within ``timeout``.
+            LLMContextOverflow: the request is longer than the model's context.
             LLMError: an HTTP error status or a reply that is not a chat completion.
+        """
+        return self.chat(messages, max_tokens, temperature, json_mode=json_mode).text
+
+    def chat(self, messages: list[dict[str, Any]], max_tokens: int = 256, temperature: float = 0.0,
+             schema: dict[str, Any] | None = None, json_mode: bool = False) -> Completion:
+        """Like :meth:`complete`, with the reply's finish reason and token counts.
+
+        With ``schema`` (a JSON schema of an object), the reply is asked for in the best
+        structured-output mode the endpoint honours, found on first use and remembered; a
+        server that supports none still gets the request, without ``response_format``, so the
+        prompt must describe the shape and the caller must parse the reply tolerantly.
         """
         if not self.api_url:  # configured without a model: not a failure, nothing to log
             raise LLMUnavailable("no LLM endpoint is configured (api_url is empty)")
         if not self._breaker.acquire():
             raise LLMUnavailable(f"{self.api_url}: endpoint unavailable; next try in {self.retry_in:.0f}s")
         try:
-            text = self._complete(messages, max_tokens, json_mode, temperature)
+            completion = self._chat(messages, max_tokens, temperature, schema, json_mode)
+        except LLMContextOverflow:
+            self._breaker.release()  # the request was too long; the endpoint is fine
+            raise
         except LLMError as exc:
             self._on_failure(exc)
             raise
@@ -217,18 +279,50 @@ class ChatClient:
             self._breaker.release()  # a bug or an interrupt: never leave a trial marked as running
             raise
         self._on_success()
-        return text
+        self._answered = True  # a completion, not a model listing: only then is the server probed
+        return completion
+
+    def context_limit(self) -> int:
+        """The model's context size in tokens: configured, told by the server, learnt, or a safe default.
+
+        The server is asked once per endpoint (llama.cpp's ``/props``, vLLM's ``/models``),
+        briefly, once it has answered a completion (a dead endpoint costs no probe), and only as
+        a hint: a failure there is not an endpoint failure.
+        """
+        if self.max_prompt_tokens:
+            return self.max_prompt_tokens
+        traits = self.traits
+        if traits.context is None and not traits.probed and self._answered:
+            traits.probed = True
+            found = self._probe_context()
+            if found:
+                traits.learn_context(found, "server")
+        return traits.context or DEFAULT_CONTEXT
+
+    def estimate_prompt(self, messages: list[dict[str, Any]]) -> int:
+        """Our estimate of the request's prompt tokens, scaled to what this endpoint has reported."""
+        return int(estimate_messages(messages) * self.traits.ratio) + 1
+
+    def fits(self, messages: list[dict[str, Any]], max_tokens: int) -> bool:
+        """Whether the request and a reply of ``max_tokens`` fit the context, with a margin for error."""
+        return self.estimate_prompt(messages) * PROMPT_MARGIN + max_tokens <= self.context_limit()
 
     # -- internals -----------------------------------------------------------------------
     def _on_success(self) -> None:
         if self._breaker.success():
-            self._log.clear("endpoint", f"LLM endpoint {self.api_url} recovered")
+            self._problem = None
+            self._log.clear("endpoint", f"{self._who}LLM endpoint {self.api_url} recovered")
 
     def _on_failure(self, exc: LLMError) -> None:
         delay = self._breaker.failure()
+        self._problem = f"LLM endpoint {self.api_url} failed ({exc})"
         self._log.warning(
-            "endpoint", "LLM endpoint %s failed (%s); working without it, next try in %.3gs",
-            self.api_url, exc, delay)
+            "endpoint", "%sLLM endpoint %s failed (%s); working without it, next try in %.3gs",
+            self._who, self.api_url, exc, delay)
+
+    @property
+    def _who(self) -> str:
+        return f"{self.owner}: " if self.owner else ""
 
     def _model_for_request(self) -> str:
         if self.model:
@@ -241,43 +335,89 @@ class ChatClient:
             LOG.debug(f"LLM endpoint {self.api_url}: using model {self._resolved!r}")
         return self._resolved
 
-    def _complete(self, messages: list[dict[str, Any]], max_tokens: int, json_mode: bool,
-                  temperature: float) -> str:
+    def _chat(self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
+              schema: dict[str, Any] | None, json_mode: bool) -> Completion:
         body: dict[str, Any] = {"messages": messages, "max_tokens": int(max_tokens), "temperature": temperature,
                                 "stream": False}
         model = self._model_for_request()
         if model:
             body["model"] = model
+        traits = self.traits
+        estimated = estimate_messages(messages)
+        if schema is not None:
+            data, mode = self._structured(body, schema, traits)
+        else:
+            data, mode = self._json_or_plain(body, json_mode), ""
+        completion = _completion(data)
+        traits.observe_prompt(estimated, completion.prompt_tokens)
+        if mode:
+            traits.answered(mode, satisfies(completion.text, schema))
+        return completion
+
+    def _structured(self, body: dict[str, Any], schema: dict[str, Any], traits: Traits) -> tuple[Any, str]:
+        """The reply in the best mode the endpoint honours; a refused mode is replaced at once."""
+        for _ in range(len(MODES) + 1):
+            mode = traits.mode
+            request = dict(body)
+            shape = response_format(mode, schema)
+            if shape is not None:
+                request["response_format"] = shape
+            try:
+                return self._request("POST", "/chat/completions", request, self.timeout), mode
+            except _HTTPStatus as exc:
+                if shape is None or not is_rejection(exc.status, exc.detail):
+                    raise
+                following = traits.rejected(mode)
+                LOG.info(f"LLM endpoint {self.api_url} refused response_format mode {mode!r} "
+                         f"(HTTP {exc.status}); trying {following!r}")
+        raise LLMError(f"{self.api_url}: every response_format mode was refused")
+
+    def _json_or_plain(self, body: dict[str, Any], json_mode: bool) -> Any:
         use_json = json_mode and self._json_mode is not False
         if use_json:
             body["response_format"] = {"type": "json_object"}
         try:
             data = self._request("POST", "/chat/completions", body, self.timeout)
-        except _BadRequest as exc:
-            if not use_json:
-                raise LLMError(str(exc)) from exc
+        except _HTTPStatus as exc:
+            if not use_json or not is_rejection(exc.status, exc.detail):
+                raise
             # Older servers reject response_format: remember it and ask once more without it.
             self._json_mode = False
             LOG.info(f"LLM endpoint {self.api_url} does not accept JSON mode; continuing without it")
             body.pop("response_format")
-            try:
-                data = self._request("POST", "/chat/completions", body, self.timeout)
-            except _BadRequest as exc2:
-                raise LLMError(str(exc2)) from exc2
+            data = self._request("POST", "/chat/completions", body, self.timeout)
         if use_json and self._json_mode is None:
             self._json_mode = True
-        return strip_think(_reply_text(data))
+        return data
+
+    def _probe_context(self) -> int | None:
+        """The context size the server reports, if it reports one (never raises)."""
+        root = self.api_url[:-3] if self.api_url.endswith("/v1") else self.api_url
+        for url, read in ((root + "/props", _props_context), (self.api_url + "/models", _models_context)):
+            try:
+                with self._opener.open(urllib.request.Request(url, headers=self._headers()),
+                                       timeout=min(self.timeout, PROBE_TIMEOUT_S)) as resp:
+                    found = read(json.loads(resp.read(MAX_RESPONSE_BYTES).decode("utf-8")))
+            except (OSError, ValueError, http.client.HTTPException, urllib.error.URLError):
+                continue
+            if found:
+                return found
+        return None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None, timeout: float,
                  models: bool = False) -> Any:
         url = self.api_url + path
-        headers = {"Accept": "application/json"}
+        headers = self._headers()
         payload = None
         if body is not None:
             payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
         try:
             request = urllib.request.Request(url, data=payload, headers=headers, method=method)
         except ValueError as exc:  # not a URL (no scheme): a configuration error, reported as the LLM failing
@@ -291,9 +431,13 @@ class ChatClient:
             exc.close()
             if models and exc.code in (404, 405, 501):
                 return {}  # no model listing here; completions may still work without a model
-            if exc.code == 400:
-                raise _BadRequest(f"{url}: HTTP 400 {detail}") from exc
-            raise LLMError(f"{url}: HTTP {exc.code} {detail}") from exc
+            limit = overflow_limit(exc.code, detail)
+            if limit is not None:
+                if limit:
+                    self.traits.learn_context(limit, "error")
+                raise LLMContextOverflow(f"{url}: the prompt is longer than the model's context "
+                                         f"(HTTP {exc.code} {detail})", limit) from exc
+            raise _HTTPStatus(f"{url}: HTTP {exc.code} {detail}", exc.code, detail) from exc
         except urllib.error.URLError as exc:
             raise _transport_error(url, exc.reason, timeout) from exc
         except TimeoutError as exc:
@@ -310,8 +454,13 @@ class ChatClient:
             raise LLMError(f"{url}: reply is not JSON ({raw[:80]!r})") from exc
 
 
-class _BadRequest(LLMError):
-    """HTTP 400: the server understood us and refused (an unsupported parameter, usually)."""
+class _HTTPStatus(LLMError):
+    """An HTTP error status; the caller decides whether it refuses a parameter or is a failure."""
+
+    def __init__(self, message: str, status: int, detail: str):
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
 
 
 def _transport_error(url: str, reason: Any, timeout: float) -> LLMError:
@@ -341,16 +490,44 @@ def _first_model(data: Any) -> str:
     return ""
 
 
-def _reply_text(data: Any) -> str:
+def _completion(data: Any) -> Completion:
     try:
-        content = data["choices"][0]["message"]["content"]
+        choice = data["choices"][0]
+        content = choice["message"]["content"]
     except (KeyError, IndexError, TypeError) as exc:
         raise LLMError(f"reply is not a chat completion: {str(data)[:120]}") from exc
     if content is None:
-        return ""  # reasoning models may answer with reasoning only
+        content = ""  # reasoning models may answer with reasoning only
     if not isinstance(content, str):
         raise LLMError(f"reply content is a {type(content).__name__}, not text")
-    return content
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+    return Completion(strip_think(content), finish if isinstance(finish, str) else None,
+                      _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _props_context(data: Any) -> int | None:
+    """llama.cpp's ``/props``: ``default_generation_settings.n_ctx`` (or ``n_ctx`` at the top)."""
+    if not isinstance(data, dict):
+        return None
+    settings = data.get("default_generation_settings")
+    for holder in (settings, data):
+        if isinstance(holder, dict) and _count(holder.get("n_ctx")):
+            return int(holder["n_ctx"])
+    return None
+
+
+def _models_context(data: Any) -> int | None:
+    """vLLM's ``/models``: ``data[].max_model_len`` of the first model that has one."""
+    items = data.get("data") if isinstance(data, dict) else None
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and _count(item.get("max_model_len")):
+            return int(item["max_model_len"])
+    return None
 
 
 # -- the reference module's functions ---------------------------------------------------

@@ -1,17 +1,27 @@
-"""The JSON arrays in a model's reply, found within fixed bounds.
+"""The facts in a model's reply, found within fixed bounds, whole or cut off.
 
 The scan is bounded: 16,384 characters, 64 failed decodes, a run of ``[`` tried once (so
 ``"[[[[..."`` costs one attempt), and nesting too deep for ``json`` is one more failure,
 never a crash.
 
+A reply cut by ``max_tokens`` (or by the model's context) is not thrown away: its open strings,
+arrays and objects are closed, and every complete item it holds is kept. The last item is kept
+only if it is whole: an object with its value, or a string that ends like a sentence.
+
     >>> parse_fact_list('Sure: ["likes jazz", "likes jazz", 3, "  "] done')
     ['likes jazz']
+    >>> parse_fact_list('["User is a nurse", "I moved from Lisbon to Porto last week.')
+    ['User is a nurse', 'I moved from Lisbon to Porto last week.']
+    >>> parse_items('{"facts": [{"attribute": "name", "value": "Marta"}, {"attribute": "home_ci')
+    ([{'attribute': 'name', 'value': 'Marta'}], True)
 """
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
-__all__ = ["MAX_FAILED_DECODES", "MAX_SCAN_CHARS", "find_json_arrays", "parse_fact_list"]
+__all__ = ["MAX_FAILED_DECODES", "MAX_SCAN_CHARS", "close_json", "find_json_arrays", "parse_fact_list", "parse_items"]
 
 #: Only the start of a reply is scanned (as the reference): a fact list is short.
 MAX_SCAN_CHARS = 16_384
@@ -61,7 +71,10 @@ def parse_fact_list(text: str) -> list[str] | None:
     """
     arrays = find_json_arrays(text)
     if not arrays:
-        return None
+        items, cut = parse_items(text)
+        if not (cut and items):
+            return None
+        arrays = [items]
     out: list[str] = []
     seen: set[str] = set()
     for array in arrays:
@@ -73,3 +86,83 @@ def parse_fact_list(text: str) -> list[str] | None:
                 seen.add(item.casefold())
                 out.append(item)
     return out
+
+
+# -- replies cut off ----------------------------------------------------------------------------
+_ITEM_KEYS = ("facts", "items", "data", "result")
+_SENTENCE_END = re.compile(r"[.!?]$")
+
+
+def close_json(text: str) -> str:
+    """``text`` with its open string, arrays and objects closed (a dangling ``,`` or ``:`` dropped)."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            stack.append("]" if ch == "[" else "}")
+        elif ch in "]}" and stack:
+            stack.pop()
+    out = text + ('"' if in_string else "")
+    out = re.sub(r"[,:]\s*$", "", out)
+    return out + "".join(reversed(stack))
+
+
+def _items_of(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        for key in _ITEM_KEYS:
+            if isinstance(value.get(key), list):
+                return list(value[key])
+        return [value] if {"attribute", "value"} <= set(value) else []
+    return list(value) if isinstance(value, list) else []
+
+
+def parse_items(reply: str, max_chars: int = MAX_SCAN_CHARS,
+                max_failures: int = MAX_FAILED_DECODES) -> tuple[list[Any], bool]:
+    """``(items, cut)``: the fact items of a JSON reply (objects or strings) and whether it was cut
+    (``([], False)``: no JSON at all).
+
+    A whole reply is an object holding a list (``{"facts": [...]}``) or a list. A cut reply is
+    closed and decoded; failing that, ever shorter prefixes ending after a complete value are
+    tried (at most ``max_failures``). Of what decodes, a last string cut mid-way is dropped
+    unless it ends like a sentence, and a last object cut mid-way or without its value is dropped.
+    """
+    text = (reply or "")[:max_chars]
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not starts:
+        return [], False
+    body = text[min(starts):]
+    try:
+        return _items_of(_DECODER.raw_decode(body)[0]), False
+    except (ValueError, RecursionError):
+        pass
+    ends = [len(body)] + [i + 1 for i in range(len(body) - 1, -1, -1) if body[i] in '}]"'][: max_failures - 1]
+    for end in ends:
+        closed = close_json(body[:end])
+        try:
+            value = _DECODER.raw_decode(closed)[0]
+        except (ValueError, RecursionError):
+            continue
+        items = _items_of(value)
+        if items and _cut_inside(items[-1], closed, body[:end]):
+            items.pop()
+        return items, True
+    return [], False
+
+
+def _cut_inside(last: Any, closed: str, prefix: str) -> bool:
+    """Whether the last item was cut before it was whole."""
+    cut_in_string = closed.startswith(prefix + '"')
+    if isinstance(last, str):
+        return cut_in_string and not _SENTENCE_END.search(last.strip())
+    if isinstance(last, dict):
+        return cut_in_string or not {"attribute", "value"} <= set(last)
+    return False

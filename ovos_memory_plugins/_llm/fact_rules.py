@@ -13,12 +13,16 @@ contradict each other, and the newer supersedes the older ("my name is Ana", the
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["MAX_FACT_CHARS", "STOP_WORDS", "WORD", "Fact", "extract_facts", "make_fact", "normalise", "wordset"]
+from .fact_kinds import is_single_valued, read_statement, statement
+
+__all__ = ["MAX_FACT_CHARS", "STOP_WORDS", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise",
+           "wordset"]
 
 #: Only the start of a very long user turn is read by the rules.
 MAX_RULE_CHARS = 8_000
@@ -36,14 +40,28 @@ class Fact:
 
     Attributes:
         text: the line injected under the facts header ("User's name is Ana").
-        key: subject + attribute; facts sharing a key contradict each other. Facts that no
-            rule understands get ``"text:<normalised text>"`` (dedup only, never superseded).
+        key: subject + attribute as the rules read it ("name", "lives_in", "pref:jazz"). Facts
+            that no rule understands get ``"text:<normalised text>"`` (dedup only, never superseded).
         value: the normalised value ("ana"), used to tell a repeat from a change.
+        attribute: what the fact is about in the vocabulary shared with the model
+            (:mod:`~ovos_memory_plugins._llm.fact_kinds`): "home_city" for the rules' "lives_in".
+        subject: the words the attribute's value is made of, normalised ("jazz" for "User loves jazz").
+        negated: the user does not, or no longer, like, do or have it.
+        said: the value as the sentence shows it ("Santa Maria hospital").
     """
 
     text: str
     key: str
     value: str = ""
+    attribute: str = ""
+    subject: str = ""
+    negated: bool = False
+    said: str = ""
+
+    @property
+    def kind(self) -> str:
+        """The attribute, or the key for a fact without one."""
+        return self.attribute or self.key
 
 
 STOP_WORDS = wordset("""
@@ -60,6 +78,12 @@ _END = (r"(?=\s*[,.;:!?()\n]|\s+[-\u2013\u2014]\s|\s+(?:and|but|so|because|thoug
 # hostile input ("I like " repeated for pages).
 _V = r"(?P<v>[^\s,.;:!?()][^,.;:!?()\n]{0,80}?)" + _END
 _X = r"(?P<x>[^\W\d_]+(?:\s[^\W\d_]+)?)"
+# A name said as "I'm Marta": one capitalised word (case-sensitive inside the case-blind rules),
+# then the end of the clause.
+_NAME = r"(?P<v>(?-i:[A-Z\u00c0-\u00de][\w'-]+))(?=\s*(?:[,.!;]|$)|\s+(?:by the way|btw|and|here)\b)"
+_WORKPLACE = (r"(?P<v>[^,.;:!?()\n]{0,40}?\b(?:hospital|clinic|school|university|college|office|company|bank|"
+              r"factory|lab|laboratory|agency|firm|caf[eé]|restaurant|hotel|shop|store|library|museum))\b")
+_DIETS = r"(?P<v>vegetarian|vegan|pescatarian|vegetarian[oa]|vegan[oa]|vegetariana|vegana)\b"
 
 # (pattern, key, text): key and text may use {v} (value) and {x} (attribute word(s)).
 _RULES: list[tuple[str, str, str]] = [
@@ -72,6 +96,12 @@ _RULES: list[tuple[str, str, str]] = [
     (r"\b(?:mi nombre es|me llamo)\s+" + _V, "name", "User's name is {v}"),
     (r"\b(?:mein name ist|ich hei(?:ß|ss)e)\s+" + _V, "name", "User's name is {v}"),
     (r"\b(?:je m'appelle|mon nom est)\s+" + _V, "name", "User's name is {v}"),
+    (r"^(?:(?:hi|hello|hey|oh|and)\b[\s,!]*(?:there\b[\s,!]*)?)?(?:i'm|i am)\s+" + _NAME, "name",
+     "User's name is {v}"),
+    # diets, before "I'm a ..." reads them as an identity
+    (r"\b(?:i'm|i am|i've been|i have been)\s+(?:now\s+|a\s+|an\s+|strictly\s+|fully\s+)*" + _DIETS, "food:{v}",
+     "User is {v}"),
+    (r"\b(?:eu\s+)?sou\s+" + _DIETS, "food:{v}", "User is {v}"),
     # named things: "my dog is called Rex", "my dog's name is Rex", "I have a cat named Tom"
     (r"\bmy\s+" + _X + r"(?:'s name is|\s+is\s+(?:called|named))\s+" + _V, "{x}.name", "User's {x} is called {v}"),
     (r"\bi (?:have|own|got) (?:a|an|two|three)\s+" + _X + r"\s+(?:called|named)\s+" + _V, "{x}.name",
@@ -79,7 +109,9 @@ _RULES: list[tuple[str, str, str]] = [
     (r"\bmy favou?rite\s+" + _X + r"\s+is\s+" + _V, "favorite.{x}", "User's favorite {x} is {v}"),
     # places
     (r"\bi(?:\s+currently)?\s+(?:live|reside)\s+in\s+" + _V, "lives_in", "User lives in {v}"),
-    (r"\bi(?:'ve|\s+have)?\s+(?:just\s+)?moved to\s+" + _V, "lives_in", "User lives in {v}"),
+    (r"\bi(?:'ve|\s+have)?\s+(?:just\s+|recently\s+)?moved from\s+[^,.;:!?()\n]{1,60}?\s+to\s+" + _V, "lives_in",
+     "User lives in {v}"),
+    (r"\bi(?:'ve|\s+have)?\s+(?:just\s+|recently\s+)?moved to\s+" + _V, "lives_in", "User lives in {v}"),
     (r"\b(?:i'm|i am|i come) from\s+" + _V, "from", "User is from {v}"),
     (r"\b(?:eu\s+)?(?:moro|vivo) (?:em|no|na|nos|nas)\s+" + _V, "lives_in", "User lives in {v}"),
     (r"\b(?:yo\s+)?vivo en\s+" + _V, "lives_in", "User lives in {v}"),
@@ -87,7 +119,9 @@ _RULES: list[tuple[str, str, str]] = [
     (r"\b(?:j'habite|je vis|je vis) (?:à|a|en|au|aux)\s+" + _V, "lives_in", "User lives in {v}"),
     # work and identity
     (r"\bi work as\s+" + _V, "job", "User works as {v}"),  # the article stays: "as a nurse"
-    (r"\bi work (?:at|for)\s+" + _V, "employer", "User works at {v}"),
+    (r"\bi(?:\s+now|\s+still)?\s+work (?:at|for|in)\s+" + _WORKPLACE, "employer", "User works at {v}"),
+    (r"\bi(?:\s+now|\s+still)?\s+work (?:at|for)\s+" + _V, "employer", "User works at {v}"),
+    (r"\b(?:i'm|i am)\s+(?:now\s+|still\s+)?(?:working\s+)?at\s+" + _WORKPLACE, "employer", "User works at {v}"),
     (r"\b(?:eu\s+)?trabalho como\s+" + _V, "job", "User works as {v}"),
     (r"\btrabajo como\s+" + _V, "job", "User works as {v}"),
     (r"\bich arbeite als\s+" + _V, "job", "User works as {v}"),
@@ -102,6 +136,7 @@ _RULES: list[tuple[str, str, str]] = [
     (r"\bi (?:really\s+)?(?:love|adore)\s+" + _V, "pref:{v}", "User loves {v}"),
     (r"\bi (?:really\s+)?(?:hate|dislike|can't stand|cannot stand)\s+" + _V, "pref:{v}", "User dislikes {v}"),
     (r"\bi prefer\s+" + _V, "pref:{v}", "User prefers {v}"),
+    (r"\b(?:i'm|i am)\s+(?:really\s+|now\s+|totally\s+)?into\s+" + _V, "pref:{v}", "User likes {v}"),
     (r"\b(?:eu\s+)?gosto (?:muito )?(?:de|do|da|dos|das)\s+" + _V, "pref:{v}", "User likes {v}"),
     (r"\b(?:eu\s+)?(?:adoro|amo)\s+" + _V, "pref:{v}", "User loves {v}"),
     (r"\b(?:eu\s+)?odeio\s+" + _V, "pref:{v}", "User dislikes {v}"),
@@ -125,11 +160,21 @@ point question guess problem pleasure turn bad fault opinion answer concern worr
 request bet mistake apologies apology name favorite favourite birthday guess thought idea
 """)
 _NAME_BLOCKLIST = wordset("""
-later back again tomorrow soon sometime anytime when if now maybe please
+later back again tomorrow soon sometime anytime when if now maybe please fine good okay ok sorry here home ready
+done tired hungry busy sure glad happy great well alright english french dutch swiss thai greek american canadian
+brazilian italian german indian mexican irish scottish welsh russian ukrainian australian african european asian
+christian muslim jewish catholic vegan vegetarian not so just still also too very
 """)
+# Nationalities and languages the list above does not hold ("Portuguese", "Polish", "Danish").
+_NOT_A_NAME = re.compile(r"(?:ese|ish)$", re.IGNORECASE)
 _TRAILING = wordset("""
-actually really too also though anyway anyways now lol haha much indeed
+actually really too also though anyway anyways now lol haha much indeed anymore nowadays
 """)
+# Trailing phrases of more than one word, same purpose: "I don't like jazz any more".
+# So are times said after a move or a change: "I moved to Porto last week".
+_TRAILING_PHRASE = re.compile(r"(?:\s+(?:any more|these days|at all|no more|last (?:week|month|year|weekend)|"
+                              r"this (?:week|month|year)|(?:a few|two|three) (?:days|weeks|months) ago|yesterday|"
+                              r"today|recently))+$", re.IGNORECASE)
 _DEGREE_WORDS = wordset("""
 bit little lot kind sort tad huge
 """)
@@ -174,6 +219,7 @@ def _norm_value(value: str) -> str:
 
 
 def _clean_value(raw: str, key: str) -> str | None:
+    raw = _TRAILING_PHRASE.sub("", raw.strip())
     words = raw.strip().strip("\"'`").split()
     while words and words[-1].casefold() in _TRAILING:
         words.pop()  # "I hate jazz actually"
@@ -183,8 +229,9 @@ def _clean_value(raw: str, key: str) -> str | None:
     content = [w for w in WORD.findall(value.casefold()) if w not in STOP_WORDS]
     if not content:
         return None  # "I like it", "I love you": nothing durable
-    if key == "name" and (len(words) > 3 or words[0].casefold() in _NAME_BLOCKLIST):
-        return None  # "call me later"
+    if key == "name" and (len(words) > 3 or words[0].casefold() in _NAME_BLOCKLIST
+                          or _NOT_A_NAME.search(words[0])):
+        return None  # "call me later", "I'm Portuguese"
     if key.startswith("is:") and words[0].casefold() in _DEGREE_WORDS:
         return None  # "I'm a bit tired"
     if key != "name" and words[0].casefold() in _CLAUSE_OPENERS:
@@ -202,6 +249,19 @@ def _attribute(x: str) -> str:
 
 def _third_person(value: str) -> str:
     return _FIRST_PERSON_WORD.sub(lambda m: _FIRST_PERSON[m.group(0).lower()], value)
+
+
+# The rules' keys in the vocabulary shared with the model (fact_kinds): "lives_in" is "home_city".
+_ATTRIBUTE_OF_KEY = {"lives_in": "home_city", "employer": "workplace"}
+_NEGATIVE = frozenset({"User does not like {v}", "User dislikes {v}"})
+
+
+def _attribute_of(key: str) -> str:
+    """The shared attribute of a rule key ("pref:jazz" -> "pref", "lives_in" -> "home_city")."""
+    head, sep, _ = key.partition(":")
+    if sep and head in ("pref", "is", "allergy", "food"):
+        return head
+    return _ATTRIBUTE_OF_KEY.get(key, key)
 
 
 def _matches(sentence: str) -> list[Fact]:
@@ -230,7 +290,8 @@ def _rule_matches(sentence: str) -> Iterator[tuple[int, Fact]]:
             text = text_tpl.format(x=_attribute(x), v=said)
             # When the key names the object ("pref:jazz"), what can change is the predicate
             # ("loves" -> "dislikes"), so the whole statement is the value.
-            yield m.start(), Fact(text, key, _norm_value(text) if "{v}" in key_tpl else _norm_value(value))
+            yield m.start(), Fact(text, key, _norm_value(text) if "{v}" in key_tpl else _norm_value(value),
+                                  _attribute_of(key), _norm_value(value), text_tpl in _NEGATIVE, said)
 
 
 def extract_facts(user_text: str) -> list[Fact]:
@@ -263,8 +324,14 @@ _THIRD_TO_FIRST = [
 
 
 def make_fact(text: str) -> Fact:
-    """``text`` as a :class:`Fact`, its key found by reading it as a first-person statement."""
+    """``text`` as a :class:`Fact`: a sentence this package wrote is read back
+    (:func:`~ovos_memory_plugins._llm.fact_kinds.read_statement`), any other is read as a
+    first-person statement by the rules."""
     text = " ".join((text or "").split())
+    ours = read_statement(text)
+    if ours is not None:
+        attribute, value, negated = ours
+        return model_fact(attribute, value, negated, text)
     first_person = text
     for pattern, repl in _THIRD_TO_FIRST:
         first_person, n = pattern.subn(repl, first_person, count=1)
@@ -272,5 +339,13 @@ def make_fact(text: str) -> Fact:
             break
     found = list(_matches(normalise(first_person).rstrip(".")))
     if found:
-        return Fact(text, found[0].key, found[0].value)
-    return Fact(text, "text:" + " ".join(WORD.findall(text.casefold())))
+        return dataclasses.replace(found[0], text=text)
+    key = "text:" + " ".join(WORD.findall(text.casefold()))
+    return Fact(text, key, attribute=key, subject=key[5:], said=text)
+
+
+def model_fact(attribute: str, value: str, negated: bool = False, text: str | None = None) -> Fact:
+    """The fact of an (attribute, value) pair: its sentence built by code, its key and subject."""
+    subject = _norm_value(value)
+    key = attribute if is_single_valued(attribute) else f"{attribute}:{subject}"
+    return Fact(text or statement(attribute, value, negated), key, subject, attribute, subject, negated, value)

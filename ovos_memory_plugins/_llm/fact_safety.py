@@ -1,16 +1,19 @@
-"""Safety checks on facts a model proposes: no instructions, and (opt-in) only the user's words.
+"""Safety checks on facts a model proposes: no instructions, and only the user's words.
 
-``entity`` always drops a fact that reads like an instruction, and with ``grounded_facts: true``
-also one whose key words are not in what the *user* said, so text from the assistant (or
-injected into it) cannot become a fact.
+``entity`` always drops a fact that reads like an instruction. A value the built-in extraction
+returns must be in the *user's* own words (:func:`snap_value`), so neither the assistant's reply
+nor the prompt's examples can become a fact; a custom extraction prompt's sentences are checked
+by :func:`is_grounded` with ``grounded_facts: true``.
 """
 from __future__ import annotations
 
+import difflib
 import re
 
+from .fact_kinds import plain, stem
 from .fact_rules import MAX_FACT_CHARS, STOP_WORDS, WORD, normalise, wordset
 
-__all__ = ["is_grounded", "looks_like_instruction"]
+__all__ = ["is_grounded", "looks_like_instruction", "snap_value"]
 
 _META = wordset("""
 user users s name named called call lives live living life likes like liked loves love hates hate enjoys enjoy
@@ -55,3 +58,66 @@ def is_grounded(fact: str, user_text: str) -> bool:
         return False
     hits = sum(1 for w in tokens if _stem(w.casefold()) in said)
     return hits * 2 >= len(tokens)
+
+
+# -- values in the user's own words -------------------------------------------------------------
+_GLUE = wordset("""
+a an the to of in on at for with and or my your his her their our is are was be been am i me we you it this that
+from as by de da do das dos em no na o os um uma e y el la los las en del
+""")
+#: How close a word must be to one the user said to stand for it ("Lisboa"/"Lisbon", "pediatrics"/"paediatrics").
+SIMILAR = 0.8
+
+
+def _close(said: list[str], word: str) -> str | None:
+    target = plain(word)
+    if len(target) < 4:
+        return None
+    return next((w for w in said if len(w) >= 4 and difflib.SequenceMatcher(None, plain(w), target).ratio() >= SIMILAR),
+                None)
+
+
+def snap_value(value: str, said: str) -> str | None:
+    """``value`` in the user's own words, or None when the user did not say it.
+
+    Each content word of ``value`` must match a word of ``said`` exactly, by a six-letter stem,
+    or closely (:data:`SIMILAR`), and is replaced by the user's spelling. An unmatched lower-case
+    word is dropped ("Japan *next* October"); an unmatched capitalised word or number (a name,
+    a date) rejects the value, and so does matching fewer than half of the content words.
+    Glue words at either end are trimmed.
+
+        >>> snap_value("Lisboa", "I live in Lisbon")
+        'Lisbon'
+        >>> snap_value("Oslo", "I live in Lisbon") is None
+        True
+    """
+    said_words = WORD.findall(normalise(said))
+    by_stem: dict[str, str] = {}
+    for word in said_words:
+        by_stem.setdefault(stem(word), word)
+    out: list[str] = []
+    content = matched = 0
+    for token in value.split():
+        core = token.strip(".,;:!?\"'()")
+        words = WORD.findall(core)
+        if not words or all(w.casefold() in _GLUE for w in words):
+            out.append(token)
+            continue
+        content += 1
+        if len(words) == 1:
+            hit = by_stem.get(stem(core)) or _close(said_words, core)
+        else:  # "São-João", "e-mail": every part must have been said
+            hit = core if all(stem(w) in by_stem for w in words) else None
+        if hit is None:
+            if core[:1].isupper() or any(c.isdigit() for c in core):
+                return None
+            continue
+        matched += 1
+        out.append(hit + ("," if token.endswith(",") else ""))
+    if not content or matched * 2 < content:
+        return None
+    while out and all(w.casefold() in _GLUE for w in WORD.findall(out[0])):
+        out.pop(0)
+    while out and all(w.casefold() in _GLUE for w in WORD.findall(out[-1])):
+        out.pop()
+    return " ".join(out).rstrip(",") or None

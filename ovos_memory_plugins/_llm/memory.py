@@ -79,8 +79,9 @@ class LLMMemory(MemoryPlugin):
         s = self.settings
         self._store, self._db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
                                                         self._open_sqlite, s.db_url)
-        self.client = chat_client(s)
+        self.client = chat_client(s, owner=self.plugin_name)
         self._log = LogOnce()
+        self._problems: dict[str, str] = {}  # degradations other than the endpoint's (see degraded())
         try:
             self._due: Any = open_job_queue(self._store, self.store_stem, s.request_timeout)
         except MemoryPluginError as exc:
@@ -180,6 +181,24 @@ class LLMMemory(MemoryPlugin):
             raise
         self._due.done(job)
         return bool(self._due)
+
+    # -- health --------------------------------------------------------------------------------
+    def degraded(self) -> dict[str, str]:
+        out = {f"{self.plugin_name}:{part}": why for part, why in list(self._problems.items())}
+        problem = self.client.problem
+        if problem:
+            out[self.plugin_name] = f"{problem}; {self.offline_fallback} until it answers"
+        return out
+
+    #: What this memory does while its endpoint fails (for :meth:`degraded`).
+    offline_fallback: ClassVar[str] = "working without the model"
+
+    def _problem(self, part: str, why: str | None) -> None:
+        """Record (or, with None, clear) a degradation of ``part`` of this memory."""
+        if why is None:
+            self._problems.pop(part, None)
+        else:
+            self._problems[part] = why
 
     # -- lifecycle -----------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:

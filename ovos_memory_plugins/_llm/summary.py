@@ -26,7 +26,7 @@ from ..errors import LLMError
 if TYPE_CHECKING:
     from .client import ChatClient
 
-__all__ = ["SUMMARY_HEADER", "extractive_summary", "llm_summary", "summary_block", "summary_prompt"]
+__all__ = ["SUMMARY_HEADER", "extractive_summary", "llm_summary", "role_content", "summary_block", "summary_prompt"]
 
 #: The line the summary is injected under (the reference's wording).
 SUMMARY_HEADER = "[Conversation summary so far]\n"
@@ -70,7 +70,8 @@ _PREFIX = {"user": "User", "assistant": "Assistant", "system": "System", "tool":
 _ROLE_WEIGHT = {"user": 3.0, "previous": 2.5, "assistant": 1.0}
 
 
-def _role_content(message: Any) -> tuple[str, str]:
+def role_content(message: Any) -> tuple[str, str]:
+    """``(role, content)`` of a message: a dict or an AgentMessage."""
     if isinstance(message, dict):
         role, content = message.get("role", ""), message.get("content", "")
     else:
@@ -84,7 +85,7 @@ def summary_prompt(previous: str, messages: Sequence[Any]) -> str:
     parts = []
     if previous and previous.strip():
         parts.append("Previous summary:\n" + previous.strip() + "\n")
-    lines = [f"{role}: {content.strip()}" for role, content in map(_role_content, messages) if content.strip()]
+    lines = [f"{role}: {content.strip()}" for role, content in map(role_content, messages) if content.strip()]
     parts.append("New conversation:\n" + "\n".join(lines) + "\n")
     parts.append(SUMMARY_INSTRUCTION)
     return "\n".join(parts)
@@ -153,7 +154,7 @@ def _units(previous: str, messages: Sequence[Any]) -> list[_Unit]:
             add("previous", sentence, 0.0)
     total = max(1, len(messages))
     for i, message in enumerate(messages):
-        role, content = _role_content(message)
+        role, content = role_content(message)
         for sentence in _sentences(content):
             add(role, sentence, (i + 1) / total)
     return units
@@ -162,7 +163,7 @@ def _units(previous: str, messages: Sequence[Any]) -> list[_Unit]:
 def _transcript(previous: str, messages: Sequence[Any]) -> str:
     lines = [previous.strip()] if previous and previous.strip() else []
     for message in messages:
-        role, content = _role_content(message)
+        role, content = role_content(message)
         if content.strip():
             lines.append(f"{_PREFIX.get(role, role.title())}: {' '.join(content.split())}")
     return "\n".join(lines)

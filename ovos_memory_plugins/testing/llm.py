@@ -16,6 +16,23 @@ JSON), ``"garbage"`` (bytes that are not HTTP at all), ``"bad_shape"`` (JSON wit
 ``choices``), ``"closed"`` (connection refused, like ``close_socket()``; setting another mode
 listens again on the same port). Replies come from ``replies`` in order, then from ``reply`` (a string or a
 function of the request's messages), else ``"OK"``.
+
+It can also behave like the servers the memories meet, to reproduce what they do:
+
+* ``structured``: which ``response_format`` it accepts: ``"openai"`` (``json_schema`` and
+  ``json_object``), ``"llama-cpp-python"`` (``json_schema`` is an HTTP 500 validation error,
+  ``{"type": "json_object", "schema": ...}`` works), ``"json_object"`` (only that type, extra
+  keys ignored; anything else is a 400), ``"none"`` (any ``response_format`` is a 400, as ``json_mode=False``) or
+  ``"ignore"`` (accepts anything, applies nothing).
+* ``context``: the model's context in tokens; a longer request (estimated prompt plus
+  ``max_tokens``) is the HTTP 400 ``context_length_exceeded`` OpenAI-compatible servers send.
+* ``props``: what ``GET /props`` answers (llama.cpp's server reports ``n_ctx`` there); None: 404.
+* ``finish_reason``: of every reply ("length" for a reply cut by ``max_tokens``); every reply
+  carries ``usage`` with our estimate of its prompt.
+* ``stream``: how a ``"stream": true`` request is answered: ``"ok"`` (the reply in pieces, then
+  a chunk with the finish reason, then ``[DONE]``), ``"cut"`` (pieces of the reply, then
+  ``[DONE]`` with no finish reason: what llama-cpp-python sends when another request interrupts
+  a stream) or ``"empty"`` (a finish reason and no text).
 """
 from __future__ import annotations
 
@@ -28,9 +45,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Union
 
+from .._core.tokens import estimate_messages, estimate_tokens
+
 __all__ = ["FakeLLMServer", "LoggedRequest", "closed_port_url", "free_port"]
 
 MODES = ("ok", "slow", "error", "malformed", "garbage", "bad_shape", "closed")
+STRUCTURED = ("openai", "llama-cpp-python", "json_object", "none", "ignore")
+STREAMS = ("ok", "cut", "empty")
 
 Reply = Union[str, Callable[[list[dict[str, Any]]], str]]  # noqa: UP007 - evaluated at run time on 3.10
 
@@ -76,17 +97,28 @@ class FakeLLMServer:
         mode: one of ``MODES``.
         delay: seconds ``"slow"`` mode waits before answering.
         json_mode: False makes the server reject ``response_format`` with HTTP 400, as older
-            servers do.
+            servers do (``structured="none"``).
+        structured, context, props, finish_reason, stream: see the module docstring.
     """
 
     def __init__(self, replies: Iterable[str] = (), reply: Reply | None = None, model: str | None = "fake-model",
-                 mode: str = "ok", delay: float = 0.0, json_mode: bool = True):
+                 mode: str = "ok", delay: float = 0.0, json_mode: bool = True, structured: str = "openai",
+                 context: int | None = None, props: dict[str, Any] | None = None, finish_reason: str = "stop",
+                 stream: str = "ok"):
+        if structured not in STRUCTURED:
+            raise ValueError(f"unknown structured {structured!r}; choose one of {STRUCTURED}")
+        if stream not in STREAMS:
+            raise ValueError(f"unknown stream {stream!r}; choose one of {STREAMS}")
         self._replies = list(replies)
         self.reply = reply
         self.model = model
         self._mode = "ok"
         self.delay = delay
-        self.json_mode = json_mode
+        self.structured = structured if json_mode else "none"
+        self.context = context
+        self.props = props
+        self.finish_reason = finish_reason
+        self.stream = stream
         self.requests: list[LoggedRequest] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -95,6 +127,15 @@ class FakeLLMServer:
         self.port = 0
         self._closed_by_mode = False
         self.mode = mode
+
+    @property
+    def json_mode(self) -> bool:
+        """False: every ``response_format`` is refused with HTTP 400 (``structured = "none"``)."""
+        return self.structured != "none"
+
+    @json_mode.setter
+    def json_mode(self, value: bool) -> None:
+        self.structured = "openai" if value else "none"
 
     @property
     def mode(self) -> str:
@@ -193,6 +234,23 @@ class FakeLLMServer:
         return "OK" if self.reply is None else str(self.reply)
 
 
+def _refusal(structured: str, shape: Any) -> tuple[int, dict[str, Any]] | None:
+    """How a server of kind ``structured`` refuses ``response_format`` ``shape`` (None: accepted)."""
+    if shape is None or structured in ("openai", "ignore"):
+        return None
+    kind = shape.get("type") if isinstance(shape, dict) else None
+    if structured == "none":
+        return 400, {"error": {"message": "response_format is not supported"}}
+    if structured == "llama-cpp-python" and kind != "json_object":
+        # pydantic's validation error, answered as a 500 by llama-cpp-python 0.3
+        return 500, {"error": {"message": f"[{{'type': 'literal_error', 'loc': ('body', 'response_format', "
+                                          f"'type'), 'msg': \"Input should be 'text' or 'json_object'\", "
+                                          f"'input': '{kind}'}}]", "type": "internal_server_error"}}
+    if structured == "json_object" and kind != "json_object":
+        return 400, {"error": {"message": "Unrecognized response_format"}}
+    return None
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -235,10 +293,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_raw(200, b'{"choices": [{"message": {"content": "trunc')
         elif self.command == "GET" and self.path.rstrip("/").endswith("/models"):
             self._models(owner)
+        elif self.command == "GET" and self.path.rstrip("/").endswith("/props"):
+            self._props(owner)
         elif self.command == "POST" and self.path.rstrip("/").endswith("/chat/completions"):
             self._chat(owner, body or {})
         else:
             self._send(404, {"error": {"message": f"no route {self.command} {self.path}"}})
+
+    def _props(self, owner: FakeLLMServer) -> None:
+        if owner.props is None:
+            self._send(404, {"error": {"message": "not found"}})
+        else:
+            self._send(200, owner.props)
 
     def _models(self, owner: FakeLLMServer) -> None:
         if owner.model is None:
@@ -247,19 +313,53 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"object": "list", "data": [{"id": owner.model, "object": "model"}]})
 
     def _chat(self, owner: FakeLLMServer, body: dict[str, Any]) -> None:
-        if "response_format" in body and not owner.json_mode:
-            self._send(400, {"error": {"message": "response_format is not supported"}})
+        refusal = _refusal(owner.structured, body.get("response_format"))
+        if refusal is not None:
+            self._send(*refusal)
             return
         if owner.mode == "bad_shape":
             self._send(200, {"object": "chat.completion", "result": "no choices here"})
             return
         messages = body.get("messages") or []
+        prompt_tokens = estimate_messages(messages)
+        if owner.context and prompt_tokens + int(body.get("max_tokens") or 0) > owner.context:
+            self._send(400, {"error": {
+                "message": f"This model's maximum context length is {owner.context} tokens. However, you requested "
+                           f"{prompt_tokens + int(body.get('max_tokens') or 0)} tokens ({prompt_tokens} in the "
+                           f"messages, {body.get('max_tokens')} in the completion). Please reduce the length of the "
+                           "messages or completion.",
+                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+            return
         text = owner._next_reply(messages)
+        if body.get("stream"):
+            self._stream(owner, text)
+            return
         self._send(200, {
             "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model") or owner.model or "fake",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": owner.finish_reason}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": estimate_tokens(text),
+                      "total_tokens": prompt_tokens},
         })
+
+    def _stream(self, owner: FakeLLMServer, text: str) -> None:
+        pieces = [] if owner.stream == "empty" else [text[i:i + 8] for i in range(0, len(text), 8)]
+        if owner.stream == "cut":
+            pieces = pieces[: max(1, len(pieces) // 2)]
+        chunks: list[dict[str, Any]] = [{"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]}
+                                        for p in pieces]
+        if owner.stream != "cut":
+            chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": owner.finish_reason}]})
+        payload = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(payload.encode("utf-8"))))
+            self.end_headers()
+            self.wfile.write(payload.encode("utf-8"))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _send(self, status: int, data: Any) -> None:
         self._send_raw(status, json.dumps(data).encode("utf-8"))

@@ -191,11 +191,22 @@ def views(exported: Mapping[str, Any], name: str = "") -> dict[str, Counter]:
     for key in ("window", "recent"):
         if key in exported:
             texts = [d.get("content", "") for d in exported[key] if d.get("role") == "user"]
-            texts.append(str(exported.get("summary") or ""))
-            out[name + key] = Counter(m for t in texts for m in markers_in(t))
+            out[name + key] = Counter(m for t in texts for m in markers_in(t)) + summary_markers(
+                str(exported.get("summary") or ""))
     if "facts" in exported:
         out[name + "facts"] = Counter(m for f in exported["facts"] for m in markers_in(str(f.get("text", f))))
     return out
+
+
+def summary_markers(summary: str) -> Counter:
+    """Markers in a summary: its narrative counts each mention; its facts part (a statement read
+    as a fact, "User likes zq...") adds the markers the narrative does not mention. One fold that
+    both states a fact and tells of it is one copy; a marker told twice is two."""
+    facts, header, narrative = summary.partition("Conversation so far:")
+    if not header:
+        facts, narrative = ("", summary) if not summary.startswith("Facts about the user:") else (summary, "")
+    told = Counter(markers_in(narrative))
+    return told + Counter({m: 1 for m in set(markers_in(facts)) if m not in told})
 
 
 def check_exactly_once(memory: Any, sid: str, expected: list[str], maybe: list[str] = ()) -> dict[str, Counter]:
@@ -418,7 +429,10 @@ def marker_summary(previous: str, messages: list[dict[str, Any]], max_tokens: in
 
 
 def marker_llm_reply(messages: list[dict[str, Any]]) -> str:
-    """A FakeLLMServer reply for summary prompts: the markers of the prompt, in order."""
+    """A FakeLLMServer reply for summary prompts: the markers of the prompt, in order. A fact
+    extraction (a system prompt asking for JSON) finds no fact, so each marker is in the summary once."""
+    if messages and messages[0].get("role") == "system" and "JSON" in str(messages[0].get("content", "")):
+        return '{"facts": []}'
     prompt = str(messages[-1].get("content", "")) if messages else ""
     return " ".join(markers_in(prompt)) or "nothing"
 

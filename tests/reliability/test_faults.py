@@ -120,7 +120,8 @@ def test_prompt_injection_from_the_model_never_becomes_a_fact_with_grounded_fact
                 "turns answered": 1, "errors logged": 0,
                 "consistent afterwards": f"facts kept: {quoted}" if quoted else True})
             context = memory.build_conversation_context("who am I?", "victim")
-        assert llm.count("/chat/completions") >= 3, "the model was never asked"
+        # A question ("what's the weather like") is not sent to the model: it states nothing.
+        assert llm.count("/chat/completions") >= 1, "the model was never asked"
     # "quoted": the user typed the injection themselves; whatever is kept then is what they said.
     assert not [f for f in victim if "admin" in f.lower()], f"injected facts stored: {victim}"
     assert all("Admin" not in m.content for m in context[:-1])

@@ -1,0 +1,273 @@
+"""Rolling summaries that keep the facts: built incrementally, bounded, checked before they are used.
+
+Asked to rewrite a whole summary from the old one and new turns, a small model drops what it
+does not repeat: measured with a 0.5B model, the summary after the user moved kept the old city
+and lost the move, the new workplace, a trip and a friend. So the model never rewrites the
+whole summary here. The summary has two parts::
+
+    Facts about the user:
+    - User lives in Porto
+    - User works at São João hospital
+    ...
+    Conversation so far: <a few sentences, the newest kept>
+
+* **The facts** come from the fact extraction, one small request per user statement in the
+  folded turns (:mod:`~ovos_memory_plugins._llm.fact_extraction`), merged with supersession
+  (:mod:`~ovos_memory_plugins._llm.fact_store`): old facts stay until the user changes them, and
+  the old value of a change moves to the history. Without a model, the offline rules.
+* **The narrative**: one request writes one or two sentences about what the user said in the
+  newest folded turns that fit the endpoint's context (small talk left out); code appends them to the old narrative,
+  drops repeated sentences and sentences that state a value the user has since changed, and
+  drops the oldest sentences past the budget. Without a model, the user's most informative
+  statements (:func:`~ovos_memory_plugins._llm.summary.extractive_summary`).
+* **Checks** (:mod:`~ovos_memory_plugins._llm.summary_checks`): a narrative that reads like a
+  greeting, copies the transcript or names nothing the user said, and a summary that loses most
+  of the names it should keep, are not committed: :attr:`Fold.rejected` says why, and the caller
+  keeps its old state and tries again later (with more turns, a different request).
+
+Every request fits the endpoint's context (:meth:`~ovos_memory_plugins._llm.client.ChatClient.fits`);
+an overflow error teaches the client the real size and the request is rebuilt smaller.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._core.tokens import estimate_tokens, truncate_to_tokens
+from ..errors import LLMContextOverflow, LLMError
+from .fact_extraction import is_small_talk, model_facts, worth_asking
+from .fact_rules import extract_facts, normalise
+from .fact_store import fact_of, merge, withdraw_denied
+from .summary import extractive_summary, role_content
+from .summary_checks import check_piece, check_summary, trim_to_sentence
+
+if TYPE_CHECKING:
+    from .client import ChatClient
+
+__all__ = ["FACTS_HEADER", "NARRATIVE_HEADER", "Fold", "Summarizer", "parse_summary", "render_summary"]
+
+FACTS_HEADER = "Facts about the user:"
+NARRATIVE_HEADER = "Conversation so far:"
+#: Facts kept in a summary (the oldest go first past this).
+MAX_SUMMARY_FACTS = 40
+#: max_tokens of one narrative request: one or two sentences.
+NARRATIVE_TOKENS = 120
+#: max_tokens of one extraction request.
+EXTRACT_TOKENS = 128
+#: User statements per fold read by the model; older ones in a larger fold (a backlog) by the rules.
+MAX_MODEL_STATEMENTS = 24
+
+NARRATIVE_PROMPT = (
+    "Summarize what the user said in this part of a conversation in one or two short sentences: what the user "
+    'talked about, did or plans, with names and places. Write about "the user". Reply with the summary only.'
+)
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+# The offline narrative quotes the turns ("User: ..."): such a line stays on a line of its own.
+_QUOTED = re.compile(r"^(?:User|Assistant|System|Tool|Developer): ")
+_PAST = re.compile(r"(?i)\b(used to|previous(ly)?|former(ly)?|moved|no longer|anymore|left|before|stopped|not|"
+                   r"don'?t|doesn'?t|changed|switched|quit)\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fold:
+    """What folding some turns gave.
+
+    Attributes:
+        summary: the new summary text (the old one when rejected).
+        state: its structured form (facts, their history, the narrative), for stores that keep it.
+        source: "llm" (the model wrote the narrative), or "extractive" (no model answered).
+        rejected: why the model's summary was not used (the caller keeps its old state), or None.
+    """
+
+    summary: str
+    state: dict[str, Any]
+    source: str
+    rejected: str | None = None
+
+
+def parse_summary(text: str) -> dict[str, Any]:
+    """The structured state of a summary text this module wrote; any other text is all narrative."""
+    text = (text or "").strip()
+    if not text.startswith(FACTS_HEADER):
+        return {"facts": [], "meta": {}, "history": [], "narrative": text}
+    head, _, narrative = text.partition(NARRATIVE_HEADER)
+    facts = [line[2:].strip() for line in head.splitlines()[1:] if line.startswith("- ") and line[2:].strip()]
+    return {"facts": facts, "meta": {}, "history": [], "narrative": narrative.strip()}
+
+
+def render_summary(state: Mapping[str, Any], max_tokens: int) -> str:
+    """The summary text of ``state``, within ``max_tokens``: the oldest narrative sentences go first,
+    then the oldest facts."""
+    facts = [str(f) for f in state.get("facts") or []]
+    sentences = [s for s in _SENTENCES.split(str(state.get("narrative") or "").strip()) if s]
+
+    def text() -> str:
+        parts = [FACTS_HEADER + "\n" + "\n".join(f"- {f}" for f in facts)] if facts else []
+        if sentences:
+            parts.append(f"{NARRATIVE_HEADER} {_join(sentences)}" if facts else _join(sentences))
+        return "\n".join(parts)
+
+    while estimate_tokens(text()) > max_tokens and sentences:
+        sentences.pop(0)
+    while estimate_tokens(text()) > max_tokens and facts:
+        facts.pop(0)
+    return text()
+
+
+def _value_parts(value: str) -> list[str]:
+    """"Santa Maria hospital, paediatrics" -> both parts, folded."""
+    return [p.strip() for p in normalise(value).casefold().split(",") if len(p.strip()) >= 3]
+
+
+def roll_narrative(old: str, piece: str, state: Mapping[str, Any], max_tokens: int) -> str:
+    """``old`` then ``piece``, without repeated sentences, without sentences stating a value the
+    user has changed (unless they say it changed), the oldest dropped past ``max_tokens``."""
+    current: dict[str, set[str]] = {}
+    stale: dict[str, str] = {}
+    facts = [fact_of(state, str(t)) for t in state.get("facts") or []]
+    for fact in facts:
+        if not fact.negated:
+            current.setdefault(fact.kind, set()).update(_value_parts(fact.said or fact.subject))
+    now = set().union(*current.values()) if current else set()
+    for entry in state.get("history") or []:
+        for part in _value_parts(str(entry.get("said") or entry.get("subject") or "")):
+            if part not in now:
+                stale[part] = str(entry.get("attribute") or "")
+    for fact in facts:  # a value the user now denies is stale wherever a sentence states it
+        if fact.negated:
+            stale.update({p: fact.kind for p in _value_parts(fact.said or fact.subject) if p not in now})
+    kept: list[str] = []
+    for sentence in [*_SENTENCES.split(old.strip()), *_SENTENCES.split(piece.strip())]:
+        low = normalise(sentence).casefold()
+        hits = [a for v, a in stale.items() if re.search(r"\b" + re.escape(v) + r"\b", low)]
+        # "moved from Lisbon to Porto" names the current value too: it stays.
+        if hits and not _PAST.search(sentence) and not all(any(c in low for c in current.get(a, ())) for a in hits):
+            continue
+        if sentence and sentence not in kept:
+            kept.append(sentence)
+    while len(kept) > 1 and estimate_tokens(_join(kept)) > max_tokens:
+        kept.pop(0)
+    if kept and estimate_tokens(kept[0]) > max_tokens:  # one sentence longer than the budget: its start
+        kept = [truncate_to_tokens(kept[0], max_tokens)]
+    return _join(kept)
+
+
+def _join(sentences: list[str]) -> str:
+    out = ""
+    for sentence in sentences:
+        out += ("\n" if out and (_QUOTED.match(sentence) or out.endswith("\n")) else " " if out else "") + sentence
+    return out
+
+
+class Summarizer:
+    """Folds turns into a summary; one per memory (it holds no session state).
+
+    Args:
+        client: the chat client, or None for the offline summary only.
+        max_tokens: the summary's bound (``max_summary_tokens``).
+    """
+
+    def __init__(self, client: ChatClient | None, max_tokens: int):
+        self.client = client
+        self.max_tokens = max_tokens
+
+    def fold(self, previous: str, state: Mapping[str, Any] | None, messages: Sequence[Any],
+             narrate: bool = True) -> Fold:
+        """Fold ``messages`` into the summary ``previous`` (with its ``state`` when it was kept).
+
+        ``narrate=False`` writes the narrative without the model (after its summaries were
+        rejected too often); the facts still come from the model when it answers.
+        """
+        base = dict(state) if state and render_summary(state, self.max_tokens) == (previous or "").strip() \
+            else parse_summary(previous)
+        use_model = self.client is not None and self.client.available
+        updated, use_model = self._facts(base, messages, use_model)
+        piece = ""
+        batch: Sequence[Any] = ()
+        use_model = use_model and narrate
+        if use_model:
+            try:
+                piece, batch = self._narrate(messages)
+            except LLMError:
+                use_model = False  # the client logged it once
+        if not use_model:
+            budget = self._narrative_budget(updated)
+            narrative = extractive_summary(str(base.get("narrative") or ""), messages, budget)
+            updated["narrative"] = roll_narrative(narrative, "", updated, budget)
+            return Fold(render_summary(updated, self.max_tokens), updated, "extractive")
+        why = check_piece(piece, batch) if batch else None  # no batch: no user turn to narrate
+        if why is None:
+            updated["narrative"] = roll_narrative(str(base.get("narrative") or ""), piece, updated,
+                                                  self._narrative_budget(updated))
+            summary = render_summary(updated, self.max_tokens)
+            changed = [str(h.get("said") or h.get("text") or "") for h in updated.get("history") or []]
+            why = check_summary(summary, previous, messages, changed)
+            if why is None:
+                return Fold(summary, updated, "llm")
+        return Fold(previous, dict(base), "llm", f"{why} (narrative: {piece[:80]!r})")
+
+    # -- the facts --------------------------------------------------------------------------------
+    def _facts(self, state: dict[str, Any], messages: Sequence[Any], use_model: bool) -> tuple[dict[str, Any], bool]:
+        said = [text for role, text in map(role_content, messages) if role == "user" and text.strip()]
+        by_model = set([i for i, text in enumerate(said) if worth_asking(text)][-MAX_MODEL_STATEMENTS:])
+        for i, text in enumerate(said):
+            state = withdraw_denied(state, text, "")
+            found = None
+            if use_model and i in by_model:
+                try:
+                    found = model_facts(self.client, text, EXTRACT_TOKENS)  # type: ignore[arg-type]
+                except LLMError:
+                    use_model = False
+            state = merge(state, extract_facts(text) if found is None else found, "", MAX_SUMMARY_FACTS,
+                          "rules" if found is None else "extracted")
+        return state, use_model
+
+    def _narrative_budget(self, state: Mapping[str, Any]) -> int:
+        facts = render_summary({"facts": state.get("facts") or []}, 1 << 30)
+        # What the facts leave of max_summary_tokens: a larger bound keeps more of the narrative.
+        return max(48, self.max_tokens - estimate_tokens(facts))
+
+    # -- the narrative ------------------------------------------------------------------------------
+    def _narrate(self, messages: Sequence[Any]) -> tuple[str, Sequence[Any]]:
+        """One or two sentences about the newest user turns that fit the context, and those turns."""
+        client = self.client
+        assert client is not None
+        lines = [(i, "User: " + " ".join(text.split())) for i, (role, text) in enumerate(map(role_content, messages))
+                 if role == "user" and text.strip() and not is_small_talk(text)]
+        max_tokens = min(NARRATIVE_TOKENS, self.max_tokens)
+        for _ in range(3):  # an overflow teaches the client the real context; then it is rebuilt smaller
+            request, first = self._newest_that_fit(lines, max_tokens)
+            if not request:
+                return "", ()
+            try:
+                reply = client.chat(request, max_tokens=max_tokens)
+            except LLMContextOverflow as exc:
+                if not exc.limit:
+                    raise
+                continue
+            return trim_to_sentence(reply.text), messages[first:]
+        raise LLMError("the narrative request did not fit the model's context")
+
+    def _newest_that_fit(self, lines: list[tuple[int, str]], max_tokens: int) -> tuple[list[dict[str, str]], int]:
+        client = self.client
+        assert client is not None
+        chosen: list[str] = []
+        first = 0  # the index of the first message narrated
+        for index, line in reversed(lines):
+            request = _narrative_request([line, *chosen])
+            if not client.fits(request, max_tokens):
+                if not chosen:  # one statement too long for the context on its own: its start
+                    room = int(client.context_limit() / 1.1) - client.estimate_prompt(_narrative_request([])) \
+                        - max_tokens
+                    chosen = [truncate_to_tokens(line, max(16, room))]
+                    first = index
+                break
+            chosen.insert(0, line)
+            first = index
+        return (_narrative_request(chosen), first) if chosen else ([], 0)
+
+
+def _narrative_request(lines: list[str]) -> list[dict[str, str]]:
+    return [{"role": "system", "content": NARRATIVE_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

