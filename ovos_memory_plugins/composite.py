@@ -83,8 +83,8 @@ class CompositeConfig(RetrievalConfig):
     max_added_tokens: int | None = option(None, "token budget for what is added besides the window: the plain "
                                           "members' blocks (facts, summary), then recall; null: unbounded; "
                                           f"the hybrid preset: {PRESET_ADDED_TOKENS}", kind=int, minimum=1)
-    api_url: str | None = option(None, "LLM endpoint for the members that call one (entity, longterm) and set "
-                                 "none; absent: each member's default; null or empty: no model", kind=str)
+    api_url: str | None = option(None, "LLM endpoint for the members that call one (entity, longterm, redis) and "
+                                 "set none; absent: each member's default; null or empty: no model", kind=str)
     model: str | None = option(None, "model name for those members; absent: each member's default", kind=str)
     api_key: str | None = option(None, "bearer token for those members; absent: each member's default", kind=str)
     request_timeout: float | None = option(None, "seconds an LLM request of those members may take; absent: "
