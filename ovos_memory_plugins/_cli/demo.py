@@ -74,7 +74,7 @@ def _refused_url() -> str:
 
 def demo_config(data_dir: str) -> dict[str, Any]:
     """The hybrid preset with its files in ``data_dir``, recall across sessions, and no LLM."""
-    from ..composite import HYBRID_PRESET
+    from ..composite import HYBRID_PRESET, PRESET_SETTINGS
 
     members = []
     for spec in copy.deepcopy(list(HYBRID_PRESET)):
@@ -84,7 +84,9 @@ def demo_config(data_dir: str) -> dict[str, Any]:
         if spec["module"] == "ovos-memory-plugin-entity":
             config["api_url"] = _refused_url()  # no LLM in the demo: facts come from rules
         members.append(spec)
-    return {"members": members, "scope": "global", "max_num_results": 3,
+    # Listed members turn the preset's own settings off: they are given back here, so the demo
+    # ranks and budgets exactly as the preset does.
+    return {"members": members, **PRESET_SETTINGS, "scope": "global", "max_num_results": 3,
             "system_prompt": "You are a friendly home assistant."}
 
 
