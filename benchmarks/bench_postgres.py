@@ -231,7 +231,7 @@ def latency_cell(backend: str, engine: str, n: int, calls: int, server: Server) 
             work = Workload(seed=1)
             timings = populate(memory, n, work)
             # At rest: the previous exchange indexed before the next turn (untimed), as when turns
-            # are seconds apart. Then right after: the build first waits for that indexing.
+            # are seconds apart. Then right after: the build runs while that indexing does.
             rested, _, _ = alternate_turns(memory, work, calls, SESSION, after_update=memory.flush)
             builds, updates, _ = alternate_turns(memory, work, calls, SESSION)
             memory.flush()
@@ -426,10 +426,11 @@ with many users, each session's share is what a query scans), then alternates
 returns fixed vectors drawn as sentence embeddings spread: around 2,000 topics of a
 32-dimensional space), so local-rag's build is the store's work. Times are median / p90 in ms.
 *build* is a turn whose previous exchange is already indexed (turns seconds apart, as with a
-voice assistant); *build right after an update* comes at once after `update_history`, so it
-first waits for the background indexer to store that exchange's vector (local-rag's catch-up:
-on PostgreSQL, an insert into the HNSW index, and with the hybrid preset's neighbour mixing, the
-previous exchange's vector rewritten too). On PostgreSQL each
+voice assistant); *build right after an update* comes at once after `update_history`, while
+the background indexer stores that exchange's vector (on PostgreSQL, an insert into the HNSW
+index, and with the hybrid preset's neighbour mixing, the previous exchange's vector rewritten
+too): the turn does not wait for it (the new exchange is found by its words), but shares the
+machine with it. On PostgreSQL each
 update commits once and waits for the WAL flush (the commit floor below: no durable update
 can be faster on that disk; `synchronous_commit=off`, docs/deployment.md, removes the wait at
 the price of the last acknowledged updates on a server crash); local-rag searches
