@@ -117,12 +117,16 @@ class Server:
             self.url = env["OVOS_MEMORY_POSTGRES_URL"].strip("'")
             self.folder = env["OVOS_MEMORY_PGSERVER_DIR"].strip("'")
 
-    def schema(self, name: str) -> str:
+    def schema(self, name: str, async_commit: bool = False) -> str:
         assert self.url is not None
-        return f"{self.url}{'&' if '?' in self.url else '?'}options=-csearch_path%3D{name},public"
+        # Asynchronous commit: acknowledged before the WAL reaches the disk, so a crash of the
+        # server (not of the client) may lose the last fraction of a second: the durability
+        # of SQLite's WAL with synchronous=NORMAL, our embedded default, under a power cut.
+        extra = "%20-csynchronous_commit%3Doff" if async_commit else ""
+        return f"{self.url}{'&' if '?' in self.url else '?'}options=-csearch_path%3D{name},public{extra}"
 
-    def fresh(self) -> str:
-        return self.schema(f"bench_{uuid.uuid4().hex[:12]}")
+    def fresh(self, async_commit: bool = False) -> str:
+        return self.schema(f"bench_{uuid.uuid4().hex[:12]}", async_commit)
 
     def commit_floor(self, calls: int = 200) -> dict[str, float]:
         """What one durable commit of one row costs on this server and disk (the WAL flush)."""
@@ -154,7 +158,7 @@ def config_for(backend: str, engine: str, server: Server, folder: str) -> tuple[
     from ovos_memory_plugins.local_rag import LocalRAGMemory
     from ovos_memory_plugins.testing.llm import closed_port_url
 
-    store: dict[str, Any] = {"db_url": server.fresh()} if engine == "postgres" else \
+    store: dict[str, Any] = {"db_url": server.fresh(engine == "postgres-async")} if engine != "sqlite" else \
         {"db_path": os.path.join(folder, f"{backend}.db")}
     if backend == "lexical":
         return LexicalMemory, store
@@ -168,7 +172,7 @@ def config_for(backend: str, engine: str, server: Server, folder: str) -> tuple[
         if spec["module"].endswith("entity"):
             config.update(api_url=closed_port_url(), request_timeout=1)
         members.append({"module": spec["module"], "config": config})
-    return CompositeMemory, {**({"db_url": store["db_url"]} if engine == "postgres" else {}), "members": members}
+    return CompositeMemory, {**({"db_url": store["db_url"]} if engine != "sqlite" else {}), "members": members}
 
 
 def retrievers(memory: Any) -> list[Any]:
@@ -352,12 +356,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10000,100000", help="stored exchanges (default: %(default)s)")
     parser.add_argument("--calls", type=int, help="alternating calls per cell (default: 300; --quick: 60)")
     parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--engines", default="sqlite,postgres",
+                        help="sqlite, postgres (durable commits) and postgres-async (synchronous_commit=off)")
     parser.add_argument("--url", help="a PostgreSQL to use instead of a private durable one (needs pgvector)")
     parser.add_argument("--skip-locomo", action="store_true")
     parser.add_argument("--skip-writers", action="store_true")
     parser.add_argument("--json", default=str(HERE.parent / "build" / "bench" / "postgres.json"))
     parser.add_argument("--write", action="store_true", help="also put the tables into docs/benchmarks.md")
     args = parser.parse_args(argv)
+    unknown = set(args.engines.split(",")) - {"sqlite", "postgres", "postgres-async"}
+    if unknown:
+        parser.error(f"unknown engine(s): {', '.join(sorted(unknown))}")
     sizes = [1000] if args.quick else [int(s) for s in args.sizes.split(",")]
     calls = args.calls or (60 if args.quick else 300)
     if not args.skip_locomo:
@@ -372,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["commit_floor"] = server.commit_floor()
         for n in sizes:
             for backend in args.backends.split(","):
-                for engine in ("sqlite", "postgres"):
+                for engine in args.engines.split(","):
                     t = time.perf_counter()
                     cell = latency_cell(backend, engine, n, calls, server)
                     results["latency"].append({"backend": backend, "engine": engine, "n": n, **cell})
