@@ -294,22 +294,20 @@ MEASURED_APART = [
     "**Turn cost** (`python benchmarks/bench_composite.py --n 10000 --calls 200 --store DIR`; the first run "
     "feeds and embeds the store, later ones copy it): the preset and its four members alone, each holding "
     "the same 10,000 exchanges, 200 interleaved turns (`build_conversation_context` + `update_history`), "
-    "load average 4.1:", "",
+    "on a quiet machine (load average 1.1, 2026-12-01):", "",
     "| memory | build median ms | update median ms | turn ms |",
     "|---|---|---|---|",
-    "| composite (hybrid preset) | 45.16 | 7.01 | 52.18 |",
-    "| recency | 0.11 | 0.16 | 0.27 |",
-    "| lexical | 0.75 | 0.27 | 1.02 |",
-    "| local-rag | 40.37 | 0.36 | 40.73 |",
-    "| entity | 0.07 | 4.43 | 4.51 |",
-    "| sum of the members | 41.30 | 5.23 | 46.53 |", "",
-    "The E5 query embedding is most of a turn and, on the loaded machine, its time moved by more than what is "
-    "measured here: the composite's turn was +5.65 ms over the sum of the medians and +4.05 ms per round "
-    "(median of the differences), of which +2.20 ms was the same embedding call (one per turn, the same "
-    "model and text) being slower inside the composite. Without it, the composite cost its members plus "
-    "**1.34 ms** per round (target: 1.5 ms); score fusion's own work (cross scores and features) took "
-    "0.56 ms (p90 0.91). Three earlier runs at load 2.5-6 gave +0.38, +3.06 and +8.81 ms for the whole "
-    "turn: rerun on a quiet machine before trusting the whole-turn figure.", ""]
+    "| composite (hybrid preset) | 40.00 | 3.15 | 43.14 |",
+    "| recency | 0.15 | 0.22 | 0.37 |",
+    "| lexical | 1.06 | 0.38 | 1.45 |",
+    "| local-rag | 38.61 | 0.48 | 39.10 |",
+    "| entity | 0.12 | 2.09 | 2.20 |",
+    "| sum of the members | 39.95 | 3.17 | 43.12 |", "",
+    "The composite's turn cost its members' turns plus **0.02 ms** (sums of the medians) and **+0.32 ms** "
+    "per round (median of the per-round differences; target: at most +1.5 ms). The E5 query embedding is "
+    "most of a turn; left out of both, the composite cost its members plus 1.14 ms per round, and score "
+    "fusion's own work (cross scores and features) took 0.82 ms (p90 1.06). On the shared machine at load "
+    "2.5-6 whole turns varied between +0.38 and +8.81 ms, the embedding's own noise.", ""]
 
 
 def render(results: dict[str, Any], images: list[str]) -> str:
