@@ -202,6 +202,22 @@ def test_e5_drops_to_one_thread_only_when_the_machine_is_oversubscribed(monkeypa
 
 
 @needs_e5
+def test_e5_turn_calls_leave_the_background_calls_core_alone(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    embedder = E5Embedder({"num_threads": 2}).load()
+    calls = []
+    embedder._omp_set = calls.append
+    monkeypatch.setattr(embedders, "available_cpus", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))  # quiet: two threads otherwise
+    monkeypatch.setattr(embedders._OMP_TEAM, "size", None, raising=False)
+    monkeypatch.setattr(embedder._gate, "_background", True)  # an indexing call in flight
+    embedder.get_query_embeddings("hello")
+    monkeypatch.setattr(embedder._gate, "_background", False)
+    embedder.get_query_embeddings("hello again")
+    assert calls == [1, 2]
+
+
+@needs_e5
 def test_e5_leaves_a_thread_count_chosen_by_the_user_alone(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert E5Embedder().load()._omp_set is None

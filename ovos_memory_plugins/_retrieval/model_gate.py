@@ -75,6 +75,11 @@ class ModelGate:
                 self._cond.notify_all()
 
     @property
+    def background_running(self) -> bool:
+        """Whether a background call holds the model now (a turn's call then runs beside it)."""
+        return self._background
+
+    @property
     def urgent_pending(self) -> bool:
         """Whether a turn's call is waiting or running (background work may check between items)."""
         return self._urgent > 0
