@@ -374,3 +374,26 @@ def test_a_query_that_matches_nothing_can_be_asked_again_and_scored(tmp_path, cl
     assert memory.score_candidates("zebra", garden, "s") == [0.0]
     assert memory.score_candidates("zebra", garden, "s") == [0.0]
     assert "failed" not in caplog.text
+
+
+def test_a_burst_of_long_replies_is_tokenized_off_the_turn(tmp_path, closing, monkeypatch):
+    import threading
+
+    from ovos_memory_plugins._retrieval.bm25 import PostingsMirror
+
+    memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db"), "scope": "session"}))
+    memory.update_history([AgentMessage(U, "my dog Rex"), AgentMessage(A, "a fine dog")], "s")
+    assert memory.flush(patience(10))
+    monkeypatch.setattr(PostingsMirror, "turn_sync_chars", 200)
+    tokenized_on: list[str] = []
+    counts = memory._mirror.tokenizer.counts
+    monkeypatch.setattr(memory._mirror.tokenizer, "counts",
+                        lambda texts: tokenized_on.append(threading.current_thread().name) or counts(texts))
+    long_reply = " ".join(["coffee in the park with Max"] * 20)  # 540 characters, over the turn's 200
+    memory.update_history([AgentMessage(U, "where do I walk"), AgentMessage(A, long_reply)], "s")
+    assert memory.flush(patience(10))  # indexed in FTS5, and the RAM copy caught up
+    tokenized_on.clear()
+    memory.update_history([AgentMessage(U, "a second walk"), AgentMessage(A, long_reply)], "s")
+    memory._query_backend("coffee park", 5, "s")  # the turn: FTS5 and the pending words answer
+    assert threading.current_thread().name not in tokenized_on  # nothing tokenized on the turn
+    assert_same_ranking(mirror_ranking(memory, "coffee park", "s", 5), fts5_ranking(memory, "coffee park", "s", 10))

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._core.log import LogOnce
+from .._core.worker import run_as_background
 from ..storage.sqlite import Database
 from .postings import Postings
 
@@ -152,6 +153,9 @@ class PostingsMirror:
     #: Further behind than this (another process wrote a lot), reload in the background instead
     #: of tokenizing every new document during one search.
     reload_gap = 5_000
+    #: At most this much new text is tokenized during a search; more (a burst of long replies:
+    #: 16 of 4,800 words took 240 ms) is caught up on a background thread while FTS5 answers.
+    turn_sync_chars = 20_000
 
     def __init__(self, db: Database, fts_table: str, docs_table: str, deleted_table: str, tokenizer: str,
                  neighbour_weight: float = 0.0):
@@ -162,6 +166,7 @@ class PostingsMirror:
         self._snapshot: Postings | None = None
         self._lock = threading.RLock()
         self._loader: threading.Thread | None = None
+        self._catcher: threading.Thread | None = None
         self._closed = False
         self._unusable = False  # the index's context column is not what this mirror would make of it
         self._log = LogOnce()
@@ -177,18 +182,26 @@ class PostingsMirror:
 
     def search(self, words: Sequence[str], top_k: int, session_id: str | None) -> list[tuple[int, float]] | None:
         """``(rowid, score)`` best first, or ``None``: not loaded or not in sync, ask FTS5."""
-        with self._lock:
-            ready = self._ready(words)
+        if not self._lock.acquire(blocking=False):  # a catch-up is tokenizing: FTS5 answers this turn
+            return None
+        try:
+            ready = self._ready(words, on_turn=True)
             return ready[0].top(ready[1], top_k, session_id) if ready is not None else None
+        finally:
+            self._lock.release()
 
     def scores(self, words: Sequence[str], rowids: Sequence[int],
                session_id: str | None) -> dict[int, float] | None:
         """The score of each of ``rowids`` (0.0: no word matches), or ``None``: ask FTS5."""
-        with self._lock:
-            ready = self._ready(words)
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            ready = self._ready(words, on_turn=True)
             return ready[0].scores_of(ready[1], rowids, session_id) if ready is not None else None
+        finally:
+            self._lock.release()
 
-    def _ready(self, words: Sequence[str]) -> tuple[Postings, list[str]] | None:
+    def _ready(self, words: Sequence[str], on_turn: bool = False) -> tuple[Postings, list[str]] | None:
         """The postings, in step, and the query's terms; None when FTS5 must answer."""
         snap = self._snapshot
         if snap is None or self._unusable:
@@ -199,7 +212,7 @@ class PostingsMirror:
         # nothing: FTS5 answers those.
         if any(len(m) != 1 for m in made):
             return None
-        if not self._sync(snap):
+        if not self._sync(snap, self.turn_sync_chars if on_turn else None):
             return None
         return snap, [m[0] for m in made]
 
@@ -224,14 +237,16 @@ class PostingsMirror:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            loader = self._loader
-        if loader is not None:
-            loader.join(30)
+            loader, catcher = self._loader, self._catcher
+        for thread in (loader, catcher):
+            if thread is not None:
+                thread.join(30)
         self.tokenizer.close()
 
     # -- keeping in step ---------------------------------------------------------------------
-    def _sync(self, snap: Postings) -> bool:
-        """Apply what was written since the last sync; False (and reloading) when that cannot be done."""
+    def _sync(self, snap: Postings, max_chars: int | None = None) -> bool:
+        """Apply what was written since the last sync; False (and reloading or catching up in the
+        background) when that cannot be done now: more than ``max_chars`` of new text."""
         if snap.generation != self._db.generation:  # a new file: its ids start again, nothing here holds
             self._reload()
             return False
@@ -247,8 +262,26 @@ class PostingsMirror:
         if gap > 0 and len(added) >= gap:  # another process wrote a lot: load afresh, in the background
             self._reload()
             return False
+        if max_chars is not None and sum(len(r[2] or "") for r in added) > max_chars:
+            self._start_catch_up()
+            return False
         self._add_documents(snap, added)
         return True
+
+    def _start_catch_up(self) -> None:
+        if self._closed or (self._catcher is not None and self._catcher.is_alive()):
+            return
+        self._catcher = threading.Thread(target=self._catch_up, daemon=True, name=f"ovos-memory-{self._fts}-catch-up")
+        self._catcher.start()
+
+    def _catch_up(self) -> None:
+        run_as_background()
+        try:
+            with self._lock:
+                if self._snapshot is not None and not self._closed:
+                    self._sync(self._snapshot)
+        except Exception as exc:  # noqa: BLE001 - FTS5 keeps answering; the next search retries
+            self._log.warning("catch-up", "keyword index %s: RAM postings not caught up (%s)", self._fts, exc)
 
     def _add_documents(self, snap: Postings, rows: Sequence[Any]) -> None:
         """Tokenize ``(id, session_id, content)`` rows (in id order) into ``snap``."""
