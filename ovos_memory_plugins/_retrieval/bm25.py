@@ -29,12 +29,13 @@ background thread with its own connection; until it finishes, FTS5 answers.
 from __future__ import annotations
 
 import array
+import contextlib
 import pathlib
 import re
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._core.log import LogOnce
@@ -182,22 +183,24 @@ class PostingsMirror:
 
     def search(self, words: Sequence[str], top_k: int, session_id: str | None) -> list[tuple[int, float]] | None:
         """``(rowid, score)`` best first, or ``None``: not loaded or not in sync, ask FTS5."""
-        if not self._lock.acquire(blocking=False):  # a catch-up is tokenizing: FTS5 answers this turn
-            return None
-        try:
-            ready = self._ready(words, on_turn=True)
+        with self._for_turn(words) as ready:
             return ready[0].top(ready[1], top_k, session_id) if ready is not None else None
-        finally:
-            self._lock.release()
 
     def scores(self, words: Sequence[str], rowids: Sequence[int],
                session_id: str | None) -> dict[int, float] | None:
         """The score of each of ``rowids`` (0.0: no word matches), or ``None``: ask FTS5."""
-        if not self._lock.acquire(blocking=False):
-            return None
-        try:
-            ready = self._ready(words, on_turn=True)
+        with self._for_turn(words) as ready:
             return ready[0].scores_of(ready[1], rowids, session_id) if ready is not None else None
+
+    @contextlib.contextmanager
+    def _for_turn(self, words: Sequence[str]) -> Iterator[tuple[Postings, list[str]] | None]:
+        """The postings and terms held for a turn's use, or None: FTS5 answers. Never waits for a
+        catch-up that holds the lock (it may be tokenizing a burst of long replies)."""
+        if not self._lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            yield self._ready(words, on_turn=True)
         finally:
             self._lock.release()
 
