@@ -411,6 +411,21 @@ def write(results: dict[str, Any], out: Path, raw: Path) -> Path:
 KEEP_START, KEEP_END = "<!-- section:start", "<!-- section:end -->"
 
 
+def replace_section(path: Path, start: str, section: str, before: str | None = None) -> None:
+    """Put ``section`` into ``path`` in place of the one that opens with ``start`` and ends at the
+    next ``KEEP_END``; a new one goes before the heading ``before`` when the page has it, else last."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    at = text.find(start)
+    end = text.find(KEEP_END, at) if at >= 0 else -1
+    if end >= 0:
+        text = text[:at] + section + text[end + len(KEEP_END):]
+    elif before and before in text:
+        text = text.replace(before, section + "\n\n" + before, 1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
 def kept_sections(text: str) -> str:
     out, at = [], 0
     while (start := text.find(KEEP_START, at)) >= 0:

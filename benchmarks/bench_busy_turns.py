@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _report  # noqa: E402  (sibling module: the page's sections)
 import locomo  # noqa: E402  (sibling module: the LoCoMo dev data)
 
 LONG_WORDS = 4800
@@ -413,14 +414,7 @@ def combined(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_section(path: Path, section: str) -> None:
     """Put ``section`` into ``path`` in place of an earlier one of the same name, else at the end."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    start = text.find(f"<!-- section:start {SECTION} -->")
-    if start >= 0:
-        end = text.find("<!-- section:end -->", start) + len("<!-- section:end -->")
-        text = text[:start] + section + text[end:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text, encoding="utf-8")
+    _report.replace_section(path, f"<!-- section:start {SECTION} -->", section)
 
 
 def package() -> str:

@@ -49,6 +49,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _report  # noqa: E402  (sibling module: the page's sections)
 
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole  # noqa: E402
 from ovos_memory_plugins._core.tokens import estimate_tokens  # noqa: E402
@@ -316,15 +319,8 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def write_docs(section: str) -> None:
-    text = DOCS.read_text(encoding="utf-8")
-    start = text.find(BEGIN)
-    end = text.find(END, start) if start >= 0 else -1
-    if end >= 0:
-        text = text[:start] + section + text[end + len(END):]
-    else:
-        anchor = "## Plots" if "## Plots" in text else "## Reproduce"
-        text = text.replace(anchor, section + "\n\n" + anchor, 1) if anchor in text else text + "\n" + section + "\n"
-    DOCS.write_text(text, encoding="utf-8")
+    _report.replace_section(DOCS, BEGIN, section, before="## Plots" if "## Plots" in DOCS.read_text(encoding="utf-8")
+                            else "## Reproduce")
 
 
 @contextlib.contextmanager
