@@ -68,3 +68,72 @@ def schema_cells(url: str) -> list[tuple[str, str]]:
             for row in con.execute(f'SELECT t::text FROM "{schema}"."{table}" AS t'):
                 out.append((f"postgres:{table}", row[0]))
     return out
+
+
+class RoundTrips:
+    """A Unix-socket proxy in front of the test server that counts round trips.
+
+    A round trip is the client speaking after the server last spoke (however many packets either
+    sends in between): what a statement costs in latency on a real network, whatever psycopg's
+    internals do. ``url(schema_url)`` is that URL through the proxy; ``count`` the round trips
+    since the last ``reset()``.
+    """
+
+    def __init__(self, folder: Path):
+        import socket
+        import threading
+        import urllib.parse
+
+        parts = urllib.parse.urlsplit(server_url())
+        query = urllib.parse.parse_qs(parts.query)
+        port = parts.port or int(query.get("port", ["5432"])[0])
+        self._target = os.path.join(query["host"][0], f".s.PGSQL.{port}")
+        self._folder, self._port = str(folder), port
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(os.path.join(self._folder, f".s.PGSQL.{port}"))
+        self._listener.listen(16)
+        self._lock = threading.Lock()
+        self._last: dict[int, str] = {}
+        self.count = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, url: str) -> str:
+        return url.replace(url.split("host=", 1)[1].split("&", 1)[0], self._folder)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.count = 0
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.connect(self._target)
+            key = id(client)
+            for src, dst, side in ((client, server, "client"), (server, client, "server")):
+                threading.Thread(target=self._pipe, args=(src, dst, side, key), daemon=True).start()
+
+    def _pipe(self, src: Any, dst: Any, side: str, key: int) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                for sock in (src, dst):
+                    sock.close()
+                return
+            with self._lock:
+                if side == "client" and self._last.get(key) != "client":
+                    self.count += 1
+                self._last[key] = side
+            dst.sendall(data)

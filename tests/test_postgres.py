@@ -169,6 +169,132 @@ def test_a_connection_dropped_while_idle_costs_no_turn_and_no_update():
         assert len(memory.get_history("s")) == 4
 
 
+def test_exchanges_imported_into_a_keyword_memory_are_found_at_once():
+    # Its index is written in the import's own transaction on PostgreSQL (no background worker).
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    with LexicalMemory({"db_url": fresh_url()}) as memory:
+        assert memory.import_exchanges("s", [{"question": "my cat is Tom", "answer": "noted", "ts": 1682935200.0},
+                                             {"question": "I like pizza", "answer": "ok"}]) == 2
+        assert [h.source for h in memory.search("cat", "s")] == ["s_0"]
+        assert memory._store.docs.count_pending() == 0
+
+
+def _rows(db, table):
+    return [r[0] for r in db.execute(f"SELECT x FROM {table} ORDER BY x")]
+
+
+@pytest.fixture
+def pg_db():
+    db = open_pg_database(fresh_url())
+    db.migrate("tx-test", ["CREATE TABLE tx (x int UNIQUE);"])
+    yield db
+    release_pg_database(db)
+
+
+def test_a_failed_savepoint_block_is_undone_whether_or_not_its_statements_were_sent(pg_db):
+    from ovos_memory_plugins.errors import StorageError
+
+    with pg_db.atomic() as con:
+        con.execute("INSERT INTO tx VALUES (1)")
+        with pytest.raises(StorageError), pg_db.atomic() as inner:
+            inner.execute("INSERT INTO tx VALUES (2)")
+            inner.execute("INSERT INTO tx VALUES (1)")  # a unique violation: the block goes, (2) with it
+        with pytest.raises(RuntimeError), pg_db.atomic() as inner:
+            inner.defer("INSERT INTO tx VALUES (?)", [(3,)])  # waiting, never sent: the block failed
+            raise RuntimeError("before any statement")
+        with pytest.raises(StorageError), pg_db.atomic() as inner:
+            inner.defer("INSERT INTO tx VALUES (?)", [(1,)])  # a deferred write fails inside its own block
+        with pg_db.atomic() as inner:
+            inner.defer("INSERT INTO tx VALUES (?)", [(4,)])
+        con.defer("INSERT INTO tx VALUES (?)", [(5,), (6,)])  # nothing reads them: sent with COMMIT
+    assert _rows(pg_db, "tx") == [1, 4, 5, 6]
+
+
+def test_an_error_swallowed_outside_a_savepoint_fails_the_commit_loudly(pg_db):
+    from ovos_memory_plugins.errors import StorageError
+
+    with pytest.raises(StorageError, match="nothing of it was written"), pg_db.atomic() as con:
+        con.execute("INSERT INTO tx VALUES (7)")
+        with pytest.raises(Exception, match="duplicate key"):  # psycopg's own error, caught by a careless caller
+            con.execute("INSERT INTO tx VALUES (7)")
+    with pytest.raises(StorageError), pg_db.atomic() as con:  # a deferred write failing at COMMIT
+        con.execute("INSERT INTO tx VALUES (8)")
+        con.defer("INSERT INTO tx VALUES (?)", [(8,)])
+    assert _rows(pg_db, "tx") == []
+    with pg_db.atomic() as con:  # the connection is usable afterwards
+        con.execute("INSERT INTO tx VALUES (9)")
+    assert _rows(pg_db, "tx") == [9]
+
+
+def test_ddl_through_the_raw_connection_is_part_of_the_transaction(pg_db):
+    with pytest.raises(RuntimeError), pg_db.atomic() as con:
+        pg_db.lock_session(con, "tx", "s")  # waiting: reaching for raw sends it (and BEGIN) first
+        con.raw.execute(b"CREATE TABLE made_in_tx (x int)")
+        raise RuntimeError("roll back")
+    assert pg_db.execute("SELECT to_regclass('made_in_tx') IS NULL")[0][0]
+
+
+def test_a_session_lock_is_held_before_the_statement_after_it_reads(pg_db):
+    # Writer A locks the session and reads; B then locks and reads: B's read must wait for A's
+    # commit and see A's row (its lock went with its statement, and was granted before it ran).
+    import threading
+
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    def writer_a():
+        with pg_db.atomic() as con:
+            pg_db.lock_session(con, "tx", "s")
+            con.execute("SELECT count(*) FROM tx").fetchone()
+            inside.set()
+            release.wait(patience(30))
+            con.execute("INSERT INTO tx VALUES (10)")
+
+    def writer_b():
+        with pg_db.atomic() as con:
+            pg_db.lock_session(con, "tx", "s")
+            seen.append(con.execute("SELECT count(*) FROM tx").fetchone()[0])
+
+    a = threading.Thread(target=writer_a)
+    a.start()
+    assert inside.wait(patience(30))
+    b = threading.Thread(target=writer_b)
+    b.start()
+    b.join(0.5)
+    assert b.is_alive() and not seen  # waiting for A's lock
+    release.set()
+    a.join(patience(30))
+    b.join(patience(30))
+    assert seen == [1]
+
+
+def test_a_block_that_runs_nothing_sends_nothing_and_an_update_is_four_round_trips(tmp_path):
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from tests._postgres import RoundTrips
+
+    proxy = RoundTrips(tmp_path)
+    try:
+        db = open_pg_database(proxy.url(fresh_url()))
+        try:
+            db.execute("SELECT 1")  # a fresh connection is checked before its first transaction
+            proxy.reset()
+            with db.atomic() as con:
+                db.lock_session(con, "tx", "s")
+            assert proxy.count == 0
+        finally:
+            release_pg_database(db)
+        with LexicalMemory({"db_url": proxy.url(fresh_url())}) as memory:
+            for n in range(3):
+                _exchange(memory, "s", f"my cat number {n} is Tom", "noted")
+            proxy.reset()
+            _exchange(memory, "s", "my cat number 2 is Tom", "noted")  # words stemmed before: no lookup
+            # BEGIN + lock + the window's tail; its rows + trim + the document; savepoint + postings; COMMIT.
+            # Each statement on its own round trip took 11.
+            assert proxy.count == 4
+    finally:
+        proxy.close()
+
+
 def test_a_hybrid_exchange_is_kept_by_every_member_or_by_none(monkeypatch):
     # On PostgreSQL a composite's members write one transaction: if its commit fails (the
     # connection dies after the last member wrote), no member keeps a partial copy.

@@ -349,3 +349,37 @@ def test_a_redis_turn_returns_while_the_summary_endpoint_hangs_and_summaries_que
     finally:
         blocked_llm.release.set()
     assert memory.flush(patience(60))
+
+
+def test_finding_the_pending_documents_reads_the_pending_rows_not_the_whole_session(tmp_path):
+    # A turn asks for the session's pending documents; with thousands indexed and none pending
+    # that must stay a handful of steps (SQLite once walked every document of the session).
+    from ovos_memory_plugins._retrieval.documents import DocumentLog
+    from ovos_memory_plugins.storage.sqlite import open_database, release_database
+
+    db = open_database(str(tmp_path / "docs.db"))
+    try:
+        log = DocumentLog(db, "t_docs")
+
+        def steps(session_id: str) -> int:
+            counted = [0]
+
+            def tick() -> int:
+                counted[0] += 1
+                return 0
+
+            db._con.set_progress_handler(tick, 100)  # called every 100 virtual machine steps
+            try:
+                log.pending_ids(50, session_id)
+            finally:
+                db._con.set_progress_handler(None, 100)
+            return counted[0]
+
+        with db.atomic() as con:
+            for n in range(5000):
+                log.add(con, "s", f"exchange {n}", {}, indexed=True)
+            log.add(con, "s", "the pending one", {}, indexed=False)
+        assert [sid for _, sid in log.pending_ids(50, "s")] == ["s"]
+        assert steps("s") < 20  # walking the session's 5,000 rows takes hundreds
+    finally:
+        release_database(db)

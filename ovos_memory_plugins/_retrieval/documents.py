@@ -231,10 +231,15 @@ class DocumentLog:
     def pending_ids(self, limit: int, session_id: str | None = None) -> list[tuple[int, str]]:
         """``(row id, session id)`` of the newest ``limit`` pending documents (of one session when
         given); reads no text."""
-        where = "AND session_id = ?" if session_id is not None else ""
+        where = f"AND {self._session_filter} = ?" if session_id is not None else ""
         params: list[Any] = [*([session_id] if session_id is not None else []), limit]
         return [(int(r[0]), r[1]) for r in self.db.execute(
             f"SELECT id, session_id FROM {self.table} WHERE indexed = 0 {where} ORDER BY id DESC LIMIT ?", params)]
+
+    #: How pending_ids names the session column. SQLite's planner, without statistics, walks the
+    #: session index through every document of the session (40 ms at 100,000 on every turn of
+    #: local-rag) instead of the few pending ones; a unary ``+`` keeps it off that index.
+    _session_filter = "+session_id"
 
     def texts(self, rowids: Sequence[int], head: int | None = None) -> dict[int, str]:
         """``{row id: text}`` of the documents that still exist (their first ``head`` characters)."""

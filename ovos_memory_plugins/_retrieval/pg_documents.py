@@ -54,6 +54,7 @@ class PgDocumentLog(DocumentLog):
 
     migrations = _PG_DOC_MIGRATIONS
     db: Any  # a PgDatabase
+    _session_filter = "session_id"  # the planner's statistics find the pending rows' index itself
 
     def __init__(self, db: PgDatabase, table: str):
         super().__init__(db, table)  # type: ignore[arg-type]

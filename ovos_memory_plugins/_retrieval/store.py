@@ -228,7 +228,7 @@ class RetrievalStore:
         kept = [(e, now if e.ts is None else e.ts) for e in exchanges]
         kept = [(e, ts) for e, ts in kept if cutoff is None or ts >= cutoff]
         window_from = _window_start([len(e.messages()) for e, _ in kept], policy.max_messages)
-        background = self.owner.background_index
+        background = self.background
 
         def write(con: Any) -> list[Document]:
             docs = []

@@ -165,18 +165,83 @@ def _mapped(what: str) -> Iterator[None]:
 
 
 class PgConnection:
-    """The connection of an open transaction, spoken to as sqlite3's (``?`` placeholders)."""
+    """The connection of an open transaction, spoken to as sqlite3's (``?`` placeholders).
+
+    Statements whose answer nobody reads wait in ``queued`` and go to the server with the next
+    statement, in one pipeline: one round trip where each used to cost its own (a lexical update
+    on PostgreSQL: 11 round trips before, 4 now). Each still runs as a statement of its own, in
+    order, before the one it precedes, so a lock is held before the next statement takes its
+    snapshot. Two kinds wait:
+
+    * preparations (:meth:`queue`): BEGIN, SET LOCAL, a session's lock, a savepoint and its
+      release. Those that precede no statement are never sent: a block that ran nothing sends
+      nothing, and COMMIT releases every savepoint;
+    * writes (:meth:`defer`): a window's new rows and its trim. Always sent: at the latest with
+      COMMIT, or as the savepoint block they were deferred in ends, so that a failure of theirs
+      is still that block's.
+
+    Reaching for ``raw`` (the psycopg connection, for DDL) sends everything that waits first.
+    """
 
     def __init__(self, raw: Any):
-        self.raw = raw
+        self._raw = raw
+        self.queued: list[_Queued] = []
+
+    @property
+    def raw(self) -> Any:
+        self.send_queued()
+        return self._raw
+
+    def queue(self, sql: str, params: Sequence[Any] = ()) -> _Queued:
+        """Send ``sql`` before the next statement (dropped if no statement and no write follows)."""
+        item = _Queued(_pg_sql(sql) if params else sql, params, write=False)
+        self.queued.append(item)
+        return item
+
+    def defer(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run ``sql`` once per row of parameters, with the next statement or the block's end."""
+        self.queued.extend(_Queued(_pg_sql(sql), params, write=True) for params in rows)
+
+    def writes_waiting(self) -> bool:
+        return any(item.write for item in self.queued)
+
+    def send_queued(self) -> None:
+        if self.queued:
+            self._run(lambda: None)
+
+    def finish(self, command: bytes) -> None:
+        """Send the waiting writes (and what precedes them) with ``command`` (COMMIT)."""
+        last = max((i for i, item in enumerate(self.queued) if item.write), default=-1)
+        del self.queued[last + 1:]
+        self._run(lambda: self._raw.execute(command))
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self.raw.execute(_pg_sql(sql), params)
+        return self._run(lambda: self._raw.execute(_pg_sql(sql), params))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
-        cur = self.raw.cursor()
-        cur.executemany(_pg_sql(sql), list(rows))
+        cur = self._raw.cursor()
+        self._run(lambda: cur.executemany(_pg_sql(sql), list(rows)))
         return cur
+
+    def _run(self, statement: Callable[[], T]) -> T:
+        if not self.queued:
+            return statement()
+        queued, self.queued = self.queued, []
+        for item in queued:
+            item.sent = True  # even if the pipeline fails after it: the server may have run it
+        with self._raw.pipeline():
+            for item in queued:
+                self._raw.execute(item.sql, item.params)
+            return statement()
+
+
+class _Queued:
+    """A statement waiting in :attr:`PgConnection.queued`."""
+
+    __slots__ = ("sql", "params", "write", "sent")
+
+    def __init__(self, sql: str, params: Sequence[Any], write: bool):
+        self.sql, self.params, self.write, self.sent = sql, params, write, False
 
 
 class _Session:
@@ -310,19 +375,15 @@ class PgDatabase:
         session = self._session()
         if session.depth == 0:
             with _mapped(f"connect to {self.path}"):
-                raw = self._checked(session)
-        else:
-            raw = session.raw
-        assert session.wrapper is not None
+                self._checked(session)
+        con = session.wrapper
+        assert con is not None
+        block = self._savepoint(session, con) if session.depth else self._transaction(con, busy_wait, durable)
         session.depth += 1
         committed = False
         try:
-            with _mapped(f"write to {self.path}"), raw.transaction():
-                if session.depth == 1 and busy_wait is not None:
-                    raw.execute(f"SET LOCAL lock_timeout = {max(1, int(busy_wait * 1000))}")
-                if session.depth == 1 and not durable:
-                    raw.execute("SET LOCAL synchronous_commit = off")
-                yield session.wrapper
+            with _mapped(f"write to {self.path}"), block:
+                yield con
             committed = True
         finally:
             session.depth -= 1
@@ -332,6 +393,59 @@ class PgDatabase:
                 after, session.after = session.after, []
                 for fn in after if committed else ():
                     fn()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _transaction(con: PgConnection, busy_wait: float | None, durable: bool) -> Iterator[None]:
+        """The outermost block: BEGIN goes with its first statement; none, no transaction at all."""
+        psycopg = psycopg_module()
+        begin = con.queue("BEGIN")
+        if busy_wait is not None:
+            con.queue(f"SET LOCAL lock_timeout = {max(1, int(busy_wait * 1000))}")
+        if not durable:
+            con.queue("SET LOCAL synchronous_commit = off")
+        try:
+            yield
+            if begin.sent and con._raw.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                # A statement failed and its error was caught outside any savepoint: COMMIT would
+                # quietly roll everything back.
+                raise StorageError("a statement of the transaction failed; nothing of it was written")
+            if begin.sent or con.writes_waiting():
+                con.finish(b"COMMIT")
+        except BaseException:
+            con.queued.clear()
+            if begin.sent and con._raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):  # a broken connection has nothing to roll back
+                    con._raw.execute(b"ROLLBACK")
+            raise
+        finally:
+            con.queued.clear()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _savepoint(session: _Session, con: PgConnection) -> Iterator[None]:
+        """A nested block: its savepoint (and release) go with the statements around it."""
+        psycopg = psycopg_module()
+        name = f"ovos_sp{session.depth}"
+        mark = con.queue(f"SAVEPOINT {name}")
+        locked = set(session.locked)
+        try:
+            yield
+            if con.writes_waiting():
+                con.send_queued()  # the block's deferred writes fail inside it, if they fail
+        except BaseException:
+            session.locked = locked  # a lock taken in the block is released with it
+            if mark.sent:
+                con.queued.clear()  # all queued since the savepoint was sent: undone with the block
+                with contextlib.suppress(psycopg.Error):  # else the transaction stays failed: COMMIT refuses
+                    con._raw.execute(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}".encode())
+            else:
+                del con.queued[con.queued.index(mark):]  # nothing of the block reached the server
+            raise
+        if mark.sent:
+            con.queue(f"RELEASE SAVEPOINT {name}")
+        else:
+            con.queued.remove(mark)
 
     def transaction(self, fn: Callable[[PgConnection], T], busy_wait: float | None = None) -> T:
         """``fn(con)`` in one write transaction (the SQLite Database's call, which also replaces a
@@ -383,7 +497,8 @@ class PgDatabase:
         for attempt in (1, 2):
             raw = session.raw if session.depth else self._connection(session)
             try:
-                cur = raw.execute(_pg_sql(sql), params)
+                cur = session.wrapper.execute(sql, params) if session.depth and session.wrapper \
+                    else raw.execute(_pg_sql(sql), params)
                 session.used = time.monotonic()
                 return cur.fetchall() if cur.description else []
             except psycopg.OperationalError as exc:
@@ -404,13 +519,13 @@ class PgDatabase:
     def lock_session(self, con: PgConnection, scope: str, session_id: str) -> None:
         """Serialise the writers of ``session_id`` in ``scope`` until the transaction ends.
 
-        Taken in a statement of its own, before anything of the session is read: under READ
-        COMMITTED every later statement then sees what the previous holder committed.
+        Taken in a statement of its own (sent with the next one), before anything of the session is
+        read: under READ COMMITTED every later statement then sees what the previous holder committed.
         """
         key = lock_key(scope, session_id)
         held = self._session().locked
         if key not in held:
-            con.execute("SELECT pg_advisory_xact_lock(?)", (key,))
+            con.queue("SELECT pg_advisory_xact_lock(?)", (key,))
             held.add(key)
 
     # -- schema ------------------------------------------------------------------------------

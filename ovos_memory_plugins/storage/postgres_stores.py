@@ -58,6 +58,10 @@ class PgWindowStore(SqliteWindowStore):
         self.db.lock_session(con, self.lock_scope, session_id)
         return super()._append(con, session_id, *args, **kwargs)
 
+    @staticmethod
+    def _write_unread(con: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        con.defer(sql, rows)  # with the turn's next statement: one round trip less each
+
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
         cutoff = policy.cutoff()
         rows = self.db.execute(

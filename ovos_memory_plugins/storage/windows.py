@@ -173,24 +173,29 @@ class SqliteWindowStore:
             pop_tail, to_add = fold_into(tail, messages)
             if pop_tail:
                 con.execute(f"DELETE FROM {t} WHERE id = ?", (row[0],))
-        con.executemany(
-            f"INSERT INTO {t} (session_id, ts, role, content, extra) VALUES (?, ?, ?, ?, ?)",
+        self._write_unread(
+            con, f"INSERT INTO {t} (session_id, ts, role, content, extra) VALUES (?, ?, ?, ?, ?)",
             [(session_id, now if ts is None else ts, *_message_row(m)) for m in to_add],
         )
         self._trim(con, session_id, policy, now)
         return tail
 
+    @staticmethod
+    def _write_unread(con: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """A write whose answer is not read (PostgreSQL's store sends it with the next statement)."""
+        con.executemany(sql, rows)
+
     def _trim(self, con: Any, session_id: str, policy: WindowPolicy, now: float) -> None:
         t = self.table
         cutoff = policy.cutoff(now)
         if cutoff is not None:
-            con.execute(f"DELETE FROM {t} WHERE session_id = ? AND ts < ?", (session_id, cutoff))
+            self._write_unread(con, f"DELETE FROM {t} WHERE session_id = ? AND ts < ?", [(session_id, cutoff)])
         if policy.max_messages:
             # One statement: when the window is not full the subquery is NULL and nothing goes.
-            con.execute(
-                f"DELETE FROM {t} WHERE session_id = ? AND id < "
+            self._write_unread(
+                con, f"DELETE FROM {t} WHERE session_id = ? AND id < "
                 f"(SELECT id FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                (session_id, session_id, policy.max_messages - 1),
+                [(session_id, session_id, policy.max_messages - 1)],
             )
 
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]:
