@@ -26,11 +26,12 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
@@ -156,8 +157,10 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             raise
         self._tables: dict[str, tuple[str, int | None]] = {}  # name -> (items table, dim)
         self._added: dict[str, int] = {}
-        self._ann: dict[str, float] = {}   # collection -> when its HNSW index was last seen valid
+        self._ann: dict[str, tuple[float, bool]] = {}  # collection -> (when asked, whether its HNSW index was valid)
         self._building: set[str] = set()
+        self._builders: set[Any] = set()  # the dedicated connections of index builds under way
+        self._threads: list[threading.Thread] = []  # background builds started
         self._lock = threading.Lock()
         self._iterative = self._has_iterative_scan()
 
@@ -311,7 +314,7 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             table = self._items(con, name)
         if table is None:
             return True
-        with self._db.dedicated() as raw:
+        with self._db.dedicated() as raw, self._building_on(raw):
             key = lock_key("hnsw", table)
             raw.execute("SET statement_timeout = 0")
             raw.execute("SET lock_timeout = 0")
@@ -334,8 +337,18 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             finally:
                 raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
         with self._lock:
-            self._ann[name] = time.monotonic()
+            self._ann[name] = (time.monotonic(), True)
         return True
+
+    @contextlib.contextmanager
+    def _building_on(self, raw: Any) -> Iterator[None]:
+        with self._lock:
+            self._builders.add(raw)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._builders.discard(raw)
 
     def _maybe_build_index(self, name: str, table: str, added: int) -> None:
         """Start the background build once the collection outgrows exact search (checked every
@@ -354,14 +367,17 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             return
         with self._lock:
             self._building.add(name)
-        threading.Thread(target=self._build_in_background, args=(name,), name=f"{PLUGIN_NAME}-hnsw",
-                         daemon=True).start()
+        builder = threading.Thread(target=self._build_in_background, args=(name,), name=f"{PLUGIN_NAME}-hnsw",
+                                   daemon=True)
+        self._threads.append(builder)
+        builder.start()
 
     def _build_in_background(self, name: str) -> None:
         try:
             self.build_index(name, wait=False)
         except Exception as exc:  # noqa: BLE001 - searches stay exact; the next check tries again
-            LOG.warning(f"{PLUGIN_NAME}: building the HNSW index of {name!r} failed ({exc}); searches stay exact")
+            if not self._closed:  # closing cancels a build: the next start begins it again
+                LOG.warning(f"{PLUGIN_NAME}: building the HNSW index of {name!r} failed ({exc}); searches stay exact")
         finally:
             with self._lock:
                 self._building.discard(name)
@@ -408,7 +424,8 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         if self._iterative:
             settings.append("SET LOCAL hnsw.iterative_scan = relaxed_order")
         with self._db.atomic() as con:  # SET LOCAL lasts for this transaction only
-            con.raw.execute("; ".join(settings).encode())
+            for setting in settings:
+                con.queue(setting)  # sent with the search: one round trip
             return con.execute(
                 f"SELECT {columns} FROM (SELECT key, metadata, embedding <=> ?::vector AS dist FROM {table} "
                 f"WHERE TRUE {clause} ORDER BY embedding <=> ?::vector LIMIT ?) AS x ORDER BY dist",
@@ -418,17 +435,24 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         """Whether the collection's HNSW index exists and is valid (asked at most once a minute)."""
         with self._lock:
             seen = self._ann.get(name)
-        if seen is not None and time.monotonic() - seen < 60:
-            return seen > 0
+        if seen is not None and time.monotonic() - seen[0] < 60:
+            return seen[1]
         ready = self._has_index(table)
         with self._lock:
-            self._ann[name] = time.monotonic() if ready else -time.monotonic()
+            self._ann[name] = (time.monotonic(), ready)
         return ready
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            with self._lock:
+                builders = list(self._builders)
+            for raw in builders:  # a background build would outlive us (and its socket the interpreter)
+                with contextlib.suppress(Exception):
+                    raw.cancel_safe(timeout=5)
+            for builder in self._threads:
+                builder.join(10)  # cancelled: it closes its connection at once
             release_pg_database(self._db)
 
     def __enter__(self) -> PgEmbeddingsDB:

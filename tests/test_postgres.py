@@ -524,6 +524,46 @@ def test_vectors_search_exactly_then_through_hnsw_without_losing_a_small_session
         assert db.get_embeddings("k3") is None and db.count_embeddings_in_collection() == 399
 
 
+def test_whether_a_collection_has_its_hnsw_index_is_asked_once_a_minute_not_every_search(monkeypatch):
+    import numpy as np
+
+    from ovos_memory_plugins.pgvector import PgEmbeddingsDB
+
+    vectors = np.random.default_rng(8).normal(size=(150, 16)).astype(np.float32)
+    with PgEmbeddingsDB({"url": fresh_url(), "hnsw_above": 100}) as db:
+        db._maybe_build_index = lambda *args: None  # no index: every search stays exact
+        db.add_embeddings_batch([f"k{i}" for i in range(150)], list(vectors), [{"n": i} for i in range(150)])
+        asked = []
+        has_index = db._has_index
+        monkeypatch.setattr(db, "_has_index", lambda table: asked.append(table) or has_index(table))
+        for _ in range(3):
+            assert db.query(vectors[5], top_k=1)[0][0] == "k5"
+        assert len(asked) == 1
+
+
+def test_closing_a_collection_during_its_background_index_build_stops_the_build_and_its_connection():
+    import numpy as np
+
+    from ovos_memory_plugins.pgvector import PgEmbeddingsDB
+    from ovos_memory_plugins.storage.postgres import open_pg_database, release_pg_database
+
+    url = fresh_url()
+    vectors = np.random.default_rng(9).normal(size=(3000, 64)).astype(np.float32)
+    keeper = open_pg_database(url)  # another store of the process keeps the database open
+    try:
+        db = PgEmbeddingsDB({"url": url, "hnsw_above": 100})
+        db.add_embeddings_batch([f"k{i}" for i in range(3000)], list(vectors), [{"n": i} for i in range(3000)])
+        assert db._threads  # the build started in the background
+        db.close()
+        assert not any(t.is_alive() for t in db._threads)
+        assert not db._builders
+        with connect(url) as admin:  # no connection of ours is left building
+            assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'CREATE INDEX%%' "
+                                 "AND state = 'active'").fetchone()[0] == 0
+    finally:
+        release_pg_database(keeper)
+
+
 def test_a_collection_dropped_by_another_server_is_found_again():
     from ovos_memory_plugins.pgvector import PgEmbeddingsDB
 

@@ -30,12 +30,14 @@ def neighbour_weight_option(doc: str) -> Any:
 
 def adjacent(con: Any, docs_table: str, session_id: str, rowid: int) -> tuple[Any, Any]:
     """The ``(id, doc_id, content)`` rows before and after ``rowid`` in its session (or None)."""
-    before = con.execute(
-        f"SELECT id, doc_id, content FROM {docs_table} WHERE session_id = ? AND id < ? ORDER BY id DESC LIMIT 1",
-        (session_id, rowid)).fetchone()
-    after = con.execute(
-        f"SELECT id, doc_id, content FROM {docs_table} WHERE session_id = ? AND id > ? ORDER BY id LIMIT 1",
-        (session_id, rowid)).fetchone()
+    # One statement (one round trip to a database server), each side an index probe.
+    rows = con.execute(
+        f"SELECT * FROM (SELECT id, doc_id, content FROM {docs_table} WHERE session_id = ? AND id < ? "
+        "ORDER BY id DESC LIMIT 1) AS b UNION ALL "
+        f"SELECT * FROM (SELECT id, doc_id, content FROM {docs_table} WHERE session_id = ? AND id > ? "
+        "ORDER BY id LIMIT 1) AS a", (session_id, rowid, session_id, rowid)).fetchall()
+    before = next((r for r in rows if r[0] < rowid), None)
+    after = next((r for r in rows if r[0] > rowid), None)
     return before, after
 
 

@@ -200,9 +200,9 @@ class PgKeywordIndex:
 
     def delete(self, con: Any, rowids: Sequence[int]) -> None:
         """Remove documents' entries (their deletion from the log removes them by cascade too)."""
-        if rowids:
-            con.execute(f"DELETE FROM {self.table}_post WHERE doc = ANY(?)", (list(rowids),))
-            con.execute(f"DELETE FROM {self.table} WHERE doc = ANY(?)", (list(rowids),))
+        if rowids:  # nothing reads their answer: they go with the transaction's next statement
+            con.defer(f"DELETE FROM {self.table}_post WHERE doc = ANY(?)", [(list(rowids),)])
+            con.defer(f"DELETE FROM {self.table} WHERE doc = ANY(?)", [(list(rowids),)])
 
     def _counts(self, text: str, context: str | None) -> tuple[dict[str, tuple[int, int]], int]:
         own, near = words_of(text), words_of(context)

@@ -226,12 +226,13 @@ class PgConnection:
     def _run(self, statement: Callable[[], T]) -> T:
         if not self.queued:
             return statement()
-        queued, self.queued = self.queued, []
-        for item in queued:
+        for item in self.queued:
             item.sent = True  # even if the pipeline fails after it: the server may have run it
+        queued, self.queued = self.queued, []
         with self._raw.pipeline():
             for item in queued:
-                self._raw.execute(item.sql, item.params)
+                # Control commands (BEGIN, SAVEPOINT...) are never worth a prepared statement.
+                self._raw.execute(item.sql, item.params, prepare=False if not item.params else None)
             return statement()
 
 
@@ -280,6 +281,7 @@ class PgDatabase:
         #: nothing is created or migrated.
         self.read_only = read_only
         self._closed = False
+        self._dedicated: set[Any] = set()  # dedicated() connections open now
         self._local = threading.local()
         self._sessions: list[_Session] = []
         self._sessions_lock = threading.Lock()
@@ -310,7 +312,12 @@ class PgDatabase:
             raw = self._connect()
             with _mapped(f"connect to {self.path}"):
                 raw.execute("SELECT pg_advisory_lock_shared(%s)", (self.worker_key,))  # alive while connected
-            session.raw, session.wrapper = raw, PgConnection(raw)
+            with self._sessions_lock:
+                if not self._closed:
+                    session.raw, session.wrapper = raw, PgConnection(raw)
+            if session.raw is not raw:  # closed while connecting: close() could not see this one
+                _close_quietly(raw)
+                raise StorageError(f"{self.path} is closed")
         return raw
 
     def _connect(self) -> Any:
@@ -351,11 +358,21 @@ class PgDatabase:
 
     @contextlib.contextmanager
     def dedicated(self) -> Iterator[Any]:
-        """A connection of its own (raw psycopg) for long maintenance (an index build)."""
+        """A connection of its own (raw psycopg) for long maintenance (an index build). ``close()``
+        cancels what it is running and closes it: a build in a background thread never outlives
+        the database (nor leaves its socket to the interpreter's exit)."""
         raw = self._connect()
+        with self._sessions_lock:
+            closed = self._closed
+            if not closed:
+                self._dedicated.add(raw)
         try:
+            if closed:
+                raise StorageError(f"{self.path} is closed")
             yield raw
         finally:
+            with self._sessions_lock:
+                self._dedicated.discard(raw)
             _close_quietly(raw)
 
     # -- transactions ----------------------------------------------------------------------
@@ -378,6 +395,8 @@ class PgDatabase:
                 self._checked(session)
         con = session.wrapper
         assert con is not None
+        if not session.depth:
+            con.queued.clear()  # nothing of an earlier block may ride with this one
         block = self._savepoint(session, con) if session.depth else self._transaction(con, busy_wait, durable)
         session.depth += 1
         committed = False
@@ -483,6 +502,7 @@ class PgDatabase:
                 raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 yield session.wrapper
         finally:
+            session.wrapper.queued.clear()  # a read-only transaction has nothing to send after it
             session.depth -= 1
             session.used = time.monotonic()
 
@@ -601,9 +621,14 @@ class PgDatabase:
 
     def close(self) -> None:
         """Close every thread's connection (a transaction still open in one is rolled back)."""
-        self._closed = True
         with self._sessions_lock:
+            self._closed = True
             sessions, self._sessions = self._sessions, []
+            dedicated, self._dedicated = list(self._dedicated), set()
+        for raw in dedicated:
+            with contextlib.suppress(Exception):
+                raw.cancel_safe(timeout=5)  # the statement under way stops; its thread sees an error
+            _close_quietly(raw)
         for session in sessions:
             _close_quietly(session.raw)
 
