@@ -549,8 +549,11 @@ def test_an_interrupted_stream_still_records_what_was_said(tmp_path):
     llm = _StreamingLLM(["Biscuit ", "is ", "a ", "beagle."], stall_after=2)
     block = {"db_path": str(tmp_path / "w.db")}
     persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+    # Ctrl-C's default action, as in a terminal: a suite started in the background (`cmd &`, as CI
+    # may) ignores SIGINT, and a child inheriting that would never see the interrupt.
     child = subprocess.Popen([sys.executable, "-m", "ovos_memory_plugins", "chat", "--persona", str(persona)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         child.stdin.write("tell me about my dog\n")
         child.stdin.flush()
