@@ -228,11 +228,10 @@ def populate(memory: Any, n: int, work: Workload) -> dict[str, float]:
 def vacuum(memory: Any) -> float | None:
     """VACUUM (ANALYZE) a PostgreSQL memory's schema after the bulk load; its duration in seconds.
 
-    A store that grew to N exchanges over months has been vacuumed by autovacuum many times: its
-    visibility map is set (the postings' index-only scans read no table page) and its planner
-    statistics are current. A bulk load of 100k exchanges written a second before the first
-    turn has neither, and autovacuum's first pass over it (minutes of I/O) would otherwise run
-    during the timed turns. None on SQLite.
+    A store that grew to N exchanges over months has been vacuumed and analysed by autovacuum many
+    times; a bulk load written a second before the first turn still has the planner statistics of
+    empty tables, and plans keyword searches for them (measured: ``ANALYZE`` alone takes lexical
+    at 100k from 5.4 to 3.4 ms a build). None on SQLite.
     """
     db = next((m._db for m in retrievers(memory) if getattr(m, "_db", None) is not None), None)
     if db is None or db.engine != "postgres":

@@ -369,7 +369,7 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             self._building.add(name)
         builder = threading.Thread(target=self._build_in_background, args=(name,), name=f"{PLUGIN_NAME}-hnsw",
                                    daemon=True)
-        self._threads.append(builder)
+        self._threads = [t for t in self._threads if t.is_alive()] + [builder]
         builder.start()
 
     def _build_in_background(self, name: str) -> None:

@@ -281,7 +281,6 @@ class PgDatabase:
         #: nothing is created or migrated.
         self.read_only = read_only
         self._closed = False
-        self._dedicated: set[Any] = set()  # dedicated() connections open now
         self._local = threading.local()
         self._sessions: list[_Session] = []
         self._sessions_lock = threading.Lock()
@@ -358,21 +357,12 @@ class PgDatabase:
 
     @contextlib.contextmanager
     def dedicated(self) -> Iterator[Any]:
-        """A connection of its own (raw psycopg) for long maintenance (an index build). ``close()``
-        cancels what it is running and closes it: a build in a background thread never outlives
-        the database (nor leaves its socket to the interpreter's exit)."""
+        """A connection of its own (raw psycopg) for long maintenance (an index build: its owner
+        cancels it when it closes)."""
         raw = self._connect()
-        with self._sessions_lock:
-            closed = self._closed
-            if not closed:
-                self._dedicated.add(raw)
         try:
-            if closed:
-                raise StorageError(f"{self.path} is closed")
             yield raw
         finally:
-            with self._sessions_lock:
-                self._dedicated.discard(raw)
             _close_quietly(raw)
 
     # -- transactions ----------------------------------------------------------------------
@@ -517,8 +507,11 @@ class PgDatabase:
         for attempt in (1, 2):
             raw = session.raw if session.depth else self._connection(session)
             try:
-                cur = session.wrapper.execute(sql, params) if session.depth and session.wrapper \
-                    else raw.execute(_pg_sql(sql), params)
+                if session.depth:  # through the transaction's connection: what waits there goes first
+                    assert session.wrapper is not None
+                    cur = session.wrapper.execute(sql, params)
+                else:
+                    cur = raw.execute(_pg_sql(sql), params)
                 session.used = time.monotonic()
                 return cur.fetchall() if cur.description else []
             except psycopg.OperationalError as exc:
@@ -624,11 +617,6 @@ class PgDatabase:
         with self._sessions_lock:
             self._closed = True
             sessions, self._sessions = self._sessions, []
-            dedicated, self._dedicated = list(self._dedicated), set()
-        for raw in dedicated:
-            with contextlib.suppress(Exception):
-                raw.cancel_safe(timeout=5)  # the statement under way stops; its thread sees an error
-            _close_quietly(raw)
         for session in sessions:
             _close_quietly(session.raw)
 
