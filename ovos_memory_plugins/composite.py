@@ -19,20 +19,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
+from ._core.history_view import SessionHistoryMixin
 from ._core.imports import session_export
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
 from ._retrieval.documents import past_exchanges
 from .common import MemoryHit
 from .config import option
+from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
 from .errors import ConfigError, MemoryPluginError
 from .fusion import FUSION_MODES, fuse, hit_key
-from .messages import check_session_id, check_utterance, clean_text, coerce_messages, is_role
-from .retrieval import BaseRetrievalMemory, RetrievalConfig, drop_window_duplicates
+from .messages import check_session_id, check_utterance, clean_text, coerce_messages, context_window, is_role
+from .retrieval import BaseRetrievalMemory, drop_window_duplicates
 from .score_fusion import KINDS, ScoreWeights, Signal, features, fused_scores
 
 __all__ = ["COMPOSITE_FUSIONS", "ENDPOINT_KEYS", "HYBRID_PRESET", "CompositeConfig", "CompositeMemory", "Member"]
@@ -65,7 +68,11 @@ PRESET_SETTINGS: dict[str, Any] = {"fusion": "score", "max_added_tokens": PRESET
 
 
 @dataclasses.dataclass(frozen=True)
-class CompositeConfig(RetrievalConfig):
+class CompositeConfig(RecallConfig):
+    max_history: int = option(10, "accepted for configs written for the reference; the window is the primary "
+                              "member's (set max_history in its config)", minimum=0)
+    db_url: str | None = option(None, "PostgreSQL URL given to every member that takes one (and sets none): one "
+                                "database, one transaction per exchange", kind=str)
     members: list[Any] = option([], 'members: {"module", "weight", "config"} dicts or bare entry-point names')
     preset: str | None = option(None, "hybrid: recency + lexical + local-rag + entity when members is empty",
                                 kind=str, choices=("hybrid",))
@@ -121,7 +128,7 @@ class Member(NamedTuple):
         return getattr(self.memory, name)
 
 
-class CompositeMemory(BaseRetrievalMemory):
+class CompositeMemory(SessionHistoryMixin, RecallingMemory):
     """Fuses its members; see the module docstring.
 
     Example::
@@ -133,13 +140,14 @@ class CompositeMemory(BaseRetrievalMemory):
 
     Config: ClassVar[type] = CompositeConfig
     plugin_name: ClassVar[str] = COMPOSITE
-    # It stores nothing itself: its window and documents are its members'.
-    keeps_documents: ClassVar[bool] = False
     own_attributes: ClassVar[frozenset[str]] = frozenset({"members", "primary"})
-    live_settings: ClassVar[frozenset[str]] = BaseRetrievalMemory.live_settings | {
-        "fusion", "fusion_weights", "rrf_k", "top_k", "member_fetch_k", "dedup", "max_added_tokens"}
+    live_settings: ClassVar[frozenset[str]] = RecallingMemory.live_settings | {
+        "fusion", "fusion_weights", "rrf_k", "top_k", "member_fetch_k", "dedup"}
+    # The reference's retrieval base, which its composite is, sends the system prompt as configured.
+    strips_system_prompt: ClassVar[bool] = False
 
     def __init__(self, config: Mapping[str, Any] | None = None):
+        self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
         super().__init__(config)
         if self._preset_applies():  # the preset's defaults, under what the config sets
             preset = {k: v for k, v in PRESET_SETTINGS.items() if k not in self.config}
@@ -155,9 +163,6 @@ class CompositeMemory(BaseRetrievalMemory):
         self.k = s.top_k or s.max_num_results
         self.fetch_k = s.member_fetch_k or max(2 * self.k, self.k)
         self.score_weights = ScoreWeights.from_config(s.fusion_weights, f"{self.plugin_name}: fusion_weights")
-
-    def _added_budget(self) -> int | None:
-        return self.settings.max_added_tokens
 
     def _preset_applies(self) -> bool:
         return self.settings.preset == "hybrid" and not self.settings.members
@@ -242,24 +247,17 @@ class CompositeMemory(BaseRetrievalMemory):
         return self.members[0] if self.members else None
 
     def _call(self, member: Member, op: str, fn: Any, default: Any) -> Any:
-        """``fn()``, or ``default`` when the member fails (logged once per member and op).
-
-        On a turn, flush or close (``_SKIP_OPS``) nothing a member raises escapes: the input was
-        validated here, so even a TypeError or ValueError is the member's own bug. Elsewhere
-        (import, export, sessions, forget) those two and this package's errors (a member's store
-        unreachable) still reach the caller, who asked for that operation and must learn it failed.
-        """
+        """``fn()``; on a turn, flush or close (``_SKIP_OPS``) a failing member gives ``default``
+        (logged once per member and operation) and the others go on. Elsewhere (import, export,
+        sessions, forget) whatever it raises reaches the caller, who asked for that operation and
+        must learn it failed."""
         try:
             result = fn()
-        except (TypeError, ValueError, MemoryPluginError) as exc:
+        except Exception as exc:
             if op not in _SKIP_OPS:
                 raise
-            self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed: %s", self.plugin_name,
-                                   member.name, op, exc)
-            return default
-        except Exception as exc:  # noqa: BLE001
-            self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed (%s); skipped this turn",
-                                   self.plugin_name, member.name, op, exc)
+            self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed (%s: %s); skipped", self.plugin_name,
+                                   member.name, op, type(exc).__name__, exc)
             return default
         self._member_log.clear(f"{op}:{member.name}", f"{self.plugin_name}: member {member.name!r} {op} works again")
         return result
@@ -324,13 +322,6 @@ class CompositeMemory(BaseRetrievalMemory):
         ids = [self._call(m, "store", lambda m=m: m.memory.store(text, sid, metadata), None)
                for m in self.retrievers if callable(getattr(m.memory, "store", None))]
         return next((i for i in ids if i), None)
-
-    # The base's two hooks are never reached: writes and queries go through the members.
-    def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
-        raise NotImplementedError("CompositeMemory stores through its members")
-
-    def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
-        return self._fused(query, session_id, (), top_k)
 
     def _fused(self, query: str, session_id: str | None, window: Sequence[AgentMessage],
                top_k: int | None = None) -> list[MemoryHit]:
@@ -411,15 +402,24 @@ class CompositeMemory(BaseRetrievalMemory):
         fused = self.settings.fusion in ("rrf", "weighted", "score")
         return [h for h in hits if (h.metadata.get("fusion_score", 0.0) if fused else h.score) >= floor]
 
-    def _extra_system(self, utterance: str, session_id: str) -> list[AgentMessage]:
-        """The system blocks plain members add (a summary, facts), asked as cheaply as they allow."""
-        blocks: list[AgentMessage] = []
+    def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
+                      blocks: bool = True) -> ContextParts:
+        """The primary's window, and the blocks the plain members add (a summary, facts), each
+        member asked once and only for what it gives: a member failing costs its part only."""
+        parts = ContextParts()
         for member in self.members:
-            if member.is_retriever:  # a plain primary's summary or facts count too
+            wants_window = window and member is self.primary
+            wants_blocks = blocks and not member.is_retriever  # a plain primary's summary or facts count too
+            if not (wants_window or wants_blocks):
                 continue
-            blocks.extend(self._call(member, "context", lambda m=member: _added_blocks(m.memory, utterance,
-                                                                                        session_id), []))
-        return blocks
+            got = self._call(member, "context", lambda m=member, w=wants_window, b=wants_blocks: member_parts(
+                m.memory, utterance, session_id, w, b), None)
+            if got is None:
+                continue
+            if wants_window:
+                parts.window, parts.history = got.window, got.query_history()
+            parts.blocks.extend(got.blocks)
+        return parts
 
     # -- session2history: the primary's windows -----------------------------------------------
     def _stored_window(self, session_id: str) -> list[AgentMessage]:
@@ -557,12 +557,21 @@ def load_memory_plugin(name: str) -> type | None:
     return load_memory_class(name)
 
 
-def _added_blocks(memory: Any, utterance: str, session_id: str) -> list[AgentMessage]:
+def member_parts(memory: Any, utterance: str, session_id: str, window: bool, blocks: bool) -> ContextParts:
+    """A member's parts of a turn: through the pipeline for this package's memories; for another
+    plugin, its history, and the system blocks it leads its own context with (minus its own
+    system prompt: members are built with an empty one)."""
+    if isinstance(memory, ContextMemory):
+        return memory.context_parts(utterance, session_id, window=window, blocks=blocks)
+    history = list(memory.get_history(session_id)) if window else []
+    return ContextParts(context_window(history), _leading_blocks(memory, utterance, session_id) if blocks else [],
+                        history)
+
+
+def _leading_blocks(memory: Any, utterance: str, session_id: str) -> list[AgentMessage]:
     blocks = getattr(memory, "context_blocks", None)
     if callable(blocks):
         return list(blocks(session_id))
-    # A plugin without the cheap call: build its context and keep the system blocks it leads
-    # with, minus its own system prompt (members are built with an empty one).
     own = (getattr(memory, "system_prompt", "") or "").strip()
     out = []
     for msg in memory.build_conversation_context(utterance, session_id):
@@ -571,3 +580,8 @@ def _added_blocks(memory: Any, utterance: str, session_id: str) -> list[AgentMes
         if msg.content.strip() and msg.content.strip() != own:
             out.append(msg)
     return out
+
+
+# A composite is what the reference made it, a retrieval memory, to isinstance() and issubclass(), without
+# being a document store: its window and documents are its members'.
+BaseRetrievalMemory.register(CompositeMemory)

@@ -43,8 +43,9 @@ from ._llm.fact_safety import is_grounded, looks_like_instruction
 from ._llm.fact_store import merge, withdraw_denied
 from ._llm.memory import LLMMemory
 from .config import option
+from .context import ContextConfig, ContextParts
 from .errors import ConfigError, LLMError, MemoryPluginError
-from .messages import check_session_id, check_utterance, coerce_messages, is_role, system_message, user_message
+from .messages import check_session_id, coerce_messages, is_role, system_message
 from .storage import BACKENDS
 
 __all__ = ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"]
@@ -71,7 +72,7 @@ MODEL_COMMIT_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
-class EntityConfig(EndpointConfig):
+class EntityConfig(EndpointConfig, ContextConfig):
     max_facts: int = option(50, "facts kept per session (or in total with scope global); 0: no cap", minimum=0)
     max_extract_tokens: int = option(128, "max_tokens of an extraction request", minimum=1)
     extraction_prompt: str = option(DEFAULT_EXTRACTION_PROMPT, "the default: the built-in extraction (the user's "
@@ -85,7 +86,6 @@ class EntityConfig(EndpointConfig):
     db_url: str | None = option(
         None, "PostgreSQL URL (postgresql://user@host/database) holding the facts instead of db_path, shared "
         "by every process and host; needs the [postgres] extra", kind=str)
-    system_prompt: str = option("", "persona system prompt, sent first")
     scope: str = option("session", "session: facts per session; global: shared by all sessions",
                         choices=("session", "global"))
     grounded_facts: bool = option(
@@ -93,6 +93,7 @@ class EntityConfig(EndpointConfig):
                "(the built-in extraction always does)")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if "{exchange}" not in self.extraction_prompt:
             raise ConfigError("'extraction_prompt' must contain {exchange}, where the exchange is inserted")
 
@@ -200,12 +201,12 @@ class EntityMemory(LLMMemory):
                     self._last_user.popitem(last=False)
         return out
 
-    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
-        text = check_utterance(utterance)
-        prompt = self.system_prompt.strip()
-        return ([system_message(prompt)] if prompt else []) + self.context_blocks(session_id) + [user_message(text)]
+    def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
+                      blocks: bool = True) -> ContextParts:
+        """The facts block; no window: this memory keeps facts, not turns (as the reference)."""
+        return ContextParts([], self.context_blocks(session_id, utterance) if blocks else [])
 
-    def context_blocks(self, session_id: str) -> list[AgentMessage]:
+    def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
         """The facts block under ``facts_header``, without the system prompt (what a composite adds)."""
         facts = self.facts(session_id)
         if not facts:

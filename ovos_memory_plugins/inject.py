@@ -1,14 +1,18 @@
-"""The five inject modes: where recalled context goes in the message list (the reference's shapes, docs/index.md).
+"""The five inject modes: where a memory's blocks (a summary, facts) and its recalled context go.
 
-All shapes, with S=system, D=developer, U=user, A=assistant, T=tool::
+The reference's shapes for recall, with S=system, D=developer, U=user, A=assistant, T=tool::
 
-    system        S base? | extra... | S "header\\n\\nContext:\\n..." | history | U utterance
-    developer     S base? | extra... | D "header\\n\\nContext:\\n..." | history | U utterance
-    system_prompt S template(base, header, context) | extra... | history | U utterance
-    user          S base? | extra... | history | U template(header, context, utterance)
-    tool          S base? | extra... | history | A "" tool_calls=[search] | T context | U utterance
+    system        S base? | blocks... | S "header\\n\\nContext:\\n..." | history | U utterance
+    developer     S base? | blocks... (D) | D "header\\n\\nContext:\\n..." | history | U utterance
+    system_prompt S template(base + blocks, header, context) | history | U utterance
+    user          S base? | history | U template(header, blocks + context, utterance)
+    tool          S base? | blocks... | history | A "" tool_calls=[search] | T context | U utterance
 
-With no context every mode is ``S base? | extra... | history | U utterance``.
+Blocks follow the mode too: their own system messages (``system``, ``tool``), developer
+messages (``developer``), joined into the one system message (``system_prompt``: the base
+prompt and a summary in one message, as the reference's long-term memory sends them), or into
+the user turn with the recalled context (``user``: for chat engines that drop system messages).
+With no blocks and no context every mode is ``S base? | history | U utterance``.
 """
 from __future__ import annotations
 
@@ -57,27 +61,36 @@ def assemble_context(
     extra_system: Sequence[AgentMessage] = (),
     tool_call_id: str = "",
 ) -> list[AgentMessage]:
-    """The message list for one turn. ``utterance`` must already be stripped."""
-    mode = injection.mode if context else "none"
+    """The message list for one turn. ``utterance`` must already be stripped.
+
+    ``extra_system`` are the memory's blocks (a summary, facts), placed as the mode says.
+    """
+    mode = injection.mode
+    blocks = [b for b in extra_system if b.content.strip()]
     out: list[AgentMessage] = []
-    if mode == "system_prompt":
-        filled = injection.system_prompt_template.format(
-            system=system_prompt, header=injection.header, context=context)
-        out.append(AgentMessage(MessageRole.SYSTEM, filled.strip()))
+    if mode == "system_prompt" and (blocks or context):
+        base = "\n\n".join(p for p in (system_prompt.strip(), *(b.content for b in blocks)) if p)
+        if context:
+            base = injection.system_prompt_template.format(system=base, header=injection.header, context=context)
+        out.append(AgentMessage(MessageRole.SYSTEM, base.strip()))
     elif system_prompt.strip():
         out.append(AgentMessage(MessageRole.SYSTEM, system_prompt))
-    out.extend(extra_system)
-    if mode in ("system", "developer"):
+    if mode == "developer":
+        out.extend(AgentMessage(MessageRole.DEVELOPER, b.content) for b in blocks)
+    elif mode in ("system", "tool"):
+        out.extend(blocks)
+    if context and mode in ("system", "developer"):
         role = MessageRole.SYSTEM if mode == "system" else MessageRole.DEVELOPER
         out.append(AgentMessage(role, _context_block(injection.header, context)))
     out.extend(history)
-    if mode == "tool":
+    if context and mode == "tool":
         call = ToolCall(id=tool_call_id, name=injection.tool_name, arguments={"query": utterance})
         out.append(make_message(MessageRole.ASSISTANT, "", tool_calls=[call]))
         out.append(make_message(MessageRole.TOOL, context, tool_call_id=tool_call_id, name=injection.tool_name))
-    if mode == "user":
+    carried = "\n\n".join([*(b.content for b in blocks), *([context] if context else [])])
+    if mode == "user" and carried:
         out.append(AgentMessage(MessageRole.USER, injection.user_template.format(
-            header=injection.header, context=context, utterance=utterance)))
+            header=injection.header, context=carried, utterance=utterance)))
     else:
         out.append(AgentMessage(MessageRole.USER, utterance))
     return out

@@ -37,10 +37,11 @@ from ._llm.memory import LLMMemory
 from ._llm.summarizer import Fold, Summarizer
 from ._llm.summary import summary_block
 from .config import option
+from .context import ContextConfig, ContextParts
 from .errors import MemoryPluginError
+from .inject import INJECT_MODES
 from .messages import (
     check_session_id,
-    check_utterance,
     coerce_messages,
     context_window,
     fold_into,
@@ -48,7 +49,6 @@ from .messages import (
     is_role,
     system_message,
     to_dict,
-    user_message,
 )
 from .persistence import JsonStore, SqliteStore
 from .storage import BACKENDS
@@ -67,7 +67,7 @@ MAX_REJECTIONS = 3
 
 
 @dataclasses.dataclass(frozen=True)
-class LongTermConfig(EndpointConfig):
+class LongTermConfig(EndpointConfig, ContextConfig):
     summarize_every: int = option(6, "exchanges between two summaries", minimum=1)
     max_summary_tokens: int = option(256, "max_tokens of a summary; also bounds the offline summary", minimum=1)
     recent_window: int = option(4, "exchanges kept verbatim after a summary; 0 keeps none", minimum=0)
@@ -78,7 +78,10 @@ class LongTermConfig(EndpointConfig):
     db_url: str | None = option(
         None, "PostgreSQL URL (postgresql://user@host/database) holding the records instead of db_path, shared "
         "by every process and host; needs the [postgres] extra", kind=str)
-    system_prompt: str = option("", "persona system prompt, sent first")
+    # The reference sends the system prompt and the summary as one system message.
+    inject_mode: str = option("system_prompt", "where the summary goes: system_prompt (with the system prompt, "
+                              "in one system message), system, developer, user (in the user turn) or tool",
+                              choices=INJECT_MODES)
 
 
 class _Conflict(Exception):
@@ -159,26 +162,24 @@ class LongTermMemory(LLMMemory):
             return
         self._log.clear("write", f"{self.plugin_name}: storing works again")
 
-    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
-        """The summary, the messages not folded into it yet and the utterance.
+    def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
+                      blocks: bool = True) -> ContextParts:
+        """The summary, and the messages not folded into it yet (one read of the record).
 
         The messages are the newest ``2 * (summarize_every + recent_window)``: all of them while
         the summaries keep up (a summary is due at ``summarize_every`` exchanges and keeps
         ``recent_window``), and no more while they are behind (a slow or unreachable model),
         so a backlog of summaries never makes the prompt, or the turn, grow.
         """
-        text = check_utterance(utterance)
-        check_session_id(session_id)
         record = self._load(session_id)
-        parts = [p for p in (self.system_prompt.strip(), _summary_block(record)) if p]
-        context = [system_message("\n\n".join(parts))] if parts else []
         newest = 2 * (self.settings.summarize_every + self.settings.recent_window)
-        return context + context_window(_messages(record)[-newest:]) + [user_message(text)]
+        history = _messages(record)[-newest:] if window else []
+        block = _summary_block(record) if blocks else ""
+        return ContextParts(context_window(history), [system_message(block)] if block else [], history)
 
-    def context_blocks(self, session_id: str) -> list[AgentMessage]:
+    def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
         """The summary as a system block, without the system prompt (what a composite adds)."""
-        block = _summary_block(self._load(check_session_id(session_id)))
-        return [system_message(block)] if block else []
+        return self.context_parts(utterance, check_session_id(session_id), window=False).blocks
 
     # -- background summaries ----------------------------------------------------------------
     def _summarise(self, session_id: str) -> None:

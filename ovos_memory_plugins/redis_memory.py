@@ -36,7 +36,6 @@ from ._core.compat import AgentMessage, MessageRole
 from ._core.due import DueQueue
 from ._core.imports import export_messages, session_export, unseen_messages
 from ._core.log import LOG, LogOnce
-from ._core.plugin import MemoryPlugin
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
 from ._llm.endpoint import EndpointConfig, chat_client
@@ -46,10 +45,10 @@ from ._redis.compaction import CompactionPolicy, RoundOutcome
 from ._redis.lease import Lease
 from ._redis.store import CommitStatus, RedisStore, decode_array, url_problem
 from .config import option
+from .context import ContextConfig, ContextMemory, ContextParts
 from .errors import StorageError
 from .messages import (
     check_session_id,
-    check_utterance,
     coerce_messages,
     context_window,
     copy_message,
@@ -57,7 +56,6 @@ from .messages import (
     is_role,
     system_message,
     to_dict,
-    user_message,
 )
 
 __all__ = ["Conversation", "Exchange", "RedisConfig", "RedisMemory", "TempMemory"]
@@ -73,7 +71,7 @@ _MAX_REJECTIONS = 3      # a session's model summaries rejected in a row before 
 
 
 @dataclasses.dataclass(frozen=True)
-class RedisConfig(EndpointConfig):
+class RedisConfig(EndpointConfig, ContextConfig):
     url: str = option("redis://localhost:6379/0", "Redis server URL (redis://, rediss:// or unix://)",
                       aliases=("redis_url",))
     prefix: str = option("ovos:memory", "key prefix; memories with different prefixes never see each other")
@@ -91,7 +89,6 @@ class RedisConfig(EndpointConfig):
         30 * DAY, "seconds the summary lives after the last activity (30 days); 0 or null: forever",
         kind=float, minimum=0, nullable=True, aliases=("long_term_memory_ttl",))
     max_summary_tokens: int = option(256, "upper bound of the long-term summary", minimum=16)
-    system_prompt: str = option("", "persona system prompt, sent first as a system message")
     max_history: int | None = option(
         None, "newest short-term messages sent in the context; 0 or null: the whole list", kind=int, minimum=0)
     socket_timeout: float = option(2.0, "seconds to connect to or hear from Redis before it counts as down",
@@ -146,7 +143,7 @@ class _Snapshot:
     later: list[list[AgentMessage]]  # batches appended since
 
 
-class RedisMemory(MemoryPlugin):
+class RedisMemory(ContextMemory):
     """Short-term messages plus a compacted long-term summary per session, in Redis.
 
     The context is ``[SYSTEM(system_prompt)?] + [SYSTEM("[Conversation summary so far]\\n" +
@@ -203,20 +200,20 @@ class RedisMemory(MemoryPlugin):
             self._due.add(session_id)
             self._worker.notify()
 
-    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
-        text = check_utterance(utterance)
+    def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
+                      blocks: bool = True) -> ContextParts:
+        """The summary and the newest messages, read together (one script: a compaction
+        committing meanwhile is seen whole or not at all)."""
+        if not window:
+            return ContextParts([], self.context_blocks(session_id, utterance) if blocks else [])
         newest = self.settings.max_history or 0
-        summary, history = self._read(check_session_id(session_id), newest)
+        summary, history = self._read(session_id, newest)
         if newest:
             history = history[-newest:]  # the cached copy used while Redis is down may be longer
-        prompt = self.system_prompt.strip()
-        out = [system_message(prompt)] if prompt else []
-        block = summary_block(summary)
-        if block:
-            out.append(system_message(block))
-        return out + context_window(history) + [user_message(text)]
+        block = summary_block(summary) if blocks else ""
+        return ContextParts(context_window(history), [system_message(block)] if block else [], history)
 
-    def context_blocks(self, session_id: str) -> list[AgentMessage]:
+    def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
         """The system block this memory adds besides its prompt: the summary, if any (for composites)."""
         check_session_id(session_id)
         try:

@@ -1,10 +1,16 @@
-"""Turning recalled hits into the context block, within an optional token budget."""
+"""Turning recalled hits into the context block, within an optional token budget.
+
+Recalled text is what somebody said: it goes in as quoted data (``_core/untrusted.py``), and a
+recalled question stays on one line, so it cannot forge the answer or another chunk after it.
+"""
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
 
 from ._core.tokens import estimate_tokens
+from ._core.untrusted import one_line, quote_untrusted
+from ._retrieval.documents import format_exchange
 from .common import MemoryHit
 
 __all__ = ["ContextStyle", "render_hits"]
@@ -23,9 +29,18 @@ class ContextStyle:
 
 
 def render_chunk(hit: MemoryHit, style: ContextStyle) -> str:
+    text = quote_untrusted(_flat_question(hit))
     if style.include_sources and hit.source:
-        return f"{style.chunk_prefix}[{hit.source}] {hit.content}"
-    return f"{style.chunk_prefix}{hit.content}"
+        return f"{style.chunk_prefix}[{hit.source}] {text}"
+    return f"{style.chunk_prefix}{text}"
+
+
+def _flat_question(hit: MemoryHit) -> str:
+    """The hit's text, its question on one line when it is a stored exchange."""
+    question, answer = hit.metadata.get("question"), hit.metadata.get("answer")
+    if isinstance(question, str) and "\n" in question and hit.content == format_exchange(question, answer):
+        return format_exchange(one_line(question), answer)
+    return hit.content
 
 
 def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int | None = None) -> str:

@@ -1,4 +1,4 @@
-"""``BaseRetrievalMemory``: history, recall, rendering and injection for every retriever.
+"""``BaseRetrievalMemory``: the context pipeline plus a document store, for every retriever.
 
 A retrieval backend implements two hooks (and optionally a few more)::
 
@@ -9,90 +9,59 @@ A retrieval backend implements two hooks (and optionally a few more)::
         def _store_documents(self, docs): ...              # batch indexing (default loops)
         def _close_backend(self): ...
 
-It inherits the rest, in two pieces:
+It inherits the rest:
 
-* what every retrieval memory shares, here: the settings as attributes, the windows as
-  ``session2history``, the query, ``search()`` (scope, ``min_score``, failures cost one turn's
-  recall), dedup of recall against the window, ``max_context_tokens``, the five inject modes
-  (``assemble_context``) and ``build_conversation_context``;
-* its own database (``_retrieval/store.py``): the verbatim window (persisted, unlike the
-  reference's), the document log with never-repeating ids, and the queue that indexes
-  documents off the turn when ``background_index`` is set (a turn never waits for it: until a
-  document is indexed, ``_pending_hits`` recalls it by its words). ``CompositeMemory`` has
-  none: its window and documents are its members'.
+* from :class:`~ovos_memory_plugins.context.RecallingMemory`: ``build_conversation_context``
+  (the one pipeline every memory shares: system prompt, window, recall, utterance, the budgets
+  and the five inject modes), the query, the rendering, ``assemble_context``;
+* here: the windows as ``session2history``, ``search()`` (scope, ``min_score``; a failure costs
+  one turn's recall), dedup of recall against the window, and its own database
+  (``_retrieval/store.py``): the verbatim window (persisted, unlike the reference's), the
+  document log with never-repeating ids, and the queue that indexes documents off the turn when
+  ``background_index`` is set (a turn never waits for it: until a document is indexed,
+  ``_pending_hits`` recalls it by its words).
+
+``CompositeMemory`` is registered as a ``BaseRetrievalMemory`` (``isinstance`` holds, as in the
+reference) without being one: it keeps no documents; its window and recall are its members'.
 """
 from __future__ import annotations
 
 import abc
 import dataclasses
 import inspect
-import itertools
 import threading
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
 from ._core.history_view import SessionHistoryMixin
 from ._core.imports import export_documents, export_messages, session_export
-from ._core.log import LOG, LogOnce
+from ._core.log import LogOnce
 from ._core.paths import default_name, default_path
-from ._core.plugin import MemoryPlugin
-from ._core.tokens import estimate_tokens
 from ._core.worker import BackgroundWorker
 from ._retrieval.documents import Document, DocumentLog, past_exchanges
 from ._retrieval.store import RetrievalStore
 from .common import MemoryHit
-from .config import check_template, option
+from .config import option
+from .context import RecallConfig, RecallingMemory
 from .errors import ConfigError, MemoryPluginError
-from .inject import INJECT_MODES, Injection, assemble_context, check_inject_mode
 from .messages import (
     check_session_id,
     check_utterance,
     clean_text,
     coerce_messages,
-    context_window,
-    fit_blocks,
-    fit_window,
-    is_role,
-    message_tokens,
     to_dict,
 )
-from .render import DEFAULT_HEADER, ContextStyle, render_hits
 from .storage import WindowPolicy, store_location
 from .storage.sqlite import Database, open_database
 from .storage.windows import SqliteWindowStore
 
 __all__ = ["BaseRetrievalMemory", "Document", "MemoryHit", "RetrievalConfig", "drop_window_duplicates"]
 
-SCOPES = ("session", "global")
-QUERY_MODES = ("utterance", "history")
-
 
 @dataclasses.dataclass(frozen=True)
-class RetrievalConfig:
+class RetrievalConfig(RecallConfig):
     max_history: int = option(10, "verbatim messages kept per session (persisted); 0 keeps all", minimum=0)
-    max_num_results: int = option(5, "top-k recalled items", key="retrieval.max_num_results", minimum=1)
-    min_score: float | None = option(None, "drop hits scoring below this (backend scale); null keeps all",
-                                     key="retrieval.min_score", kind=float)
-    query_mode: str = option("utterance", "utterance: search the turn; history: fold in earlier user turns "
-                             "(any other value acts like utterance)", key="retrieval.query_mode")
-    query_history_turns: int = option(3, "user turns folded into the query in history mode",
-                                      key="retrieval.query_history_turns", minimum=0)
-    header: str = option(DEFAULT_HEADER, "text before the recalled chunks", key="context.header")
-    chunk_prefix: str = option("- ", "text before each chunk", key="context.chunk_prefix")
-    chunk_separator: str = option("\n\n", "text between chunks", key="context.chunk_separator")
-    include_sources: bool = option(False, "prefix each chunk with [doc id]", key="context.include_sources")
-    tool_name: str = option("search_memory", "tool name in tool mode", key="context.tool_name")
-    dedup_history: bool = option(True, "skip recalled items already in the verbatim window",
-                                 key="context.dedup_history")
-    inject_mode: str = option("system", "where recalled context goes", choices=INJECT_MODES)
-    system_prompt_template: str = option("{system}\n\n{header}\n\nContext:\n{context}",
-                                         "system_prompt mode template (str.format)")
-    user_template: str = option("{header}\n\nContext:\n{context}\n\nQuestion: {utterance}",
-                                "user mode template (str.format)")
-    scope: str = option("session", "recall from this session only, or from all (global)", choices=SCOPES)
-    system_prompt: str = option("", "persona system prompt")
     db_path: str | None = option(None, "SQLite file for the window and documents; null: the XDG default",
                                  kind=str)
     db_url: str | None = option(None, "PostgreSQL URL (postgresql://user@host/database) for the window, documents "
@@ -100,26 +69,16 @@ class RetrievalConfig:
                                 "[postgres] extra", kind=str)
     max_age: float | None = option(None, "seconds after which messages and documents expire; null: never",
                                    kind=float, minimum=0)
-    max_context_tokens: int | None = option(None, "token budget for the whole context: system prompt and "
-                                            "utterance first, then a composite's facts and summary, the window, "
-                                            "recall; null: unbounded",
-                                            kind=int, minimum=1)
-
-    def __post_init__(self) -> None:
-        check_template("", "system_prompt_template", self.system_prompt_template, ("system", "header", "context"))
-        check_template("", "user_template", self.user_template, ("header", "context", "utterance"))
 
 
-class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
-    """Base of retrieval backends; see the module docstring for the hooks."""
+class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
+    """Base of retrieval backends: the context pipeline plus a document store; see the module docstring."""
 
     Config: ClassVar[type] = RetrievalConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-retrieval"
     #: The SQLite file under the XDG data dir when ``db_path`` is not set. A class that does not
     #: declare its own gets one named after it: two backends never share a default file.
     default_db_name: ClassVar[str | None] = None
-    #: False: this memory keeps no window or documents of its own (the composite).
-    keeps_documents: ClassVar[bool] = True
     #: True: documents are indexed by a background worker (slow indexes: embeddings).
     background_index: ClassVar[bool] = False
     #: Documents indexed per batch.
@@ -142,41 +101,24 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     #: "semantic" (a similarity: only differences between items mean something), or None
     #: (unknown: fused as semantic).
     score_kind: ClassVar[str | None] = None
-    live_settings: ClassVar[frozenset[str]] = frozenset({
-        "max_history", "max_num_results", "min_score", "query_mode", "query_history_turns", "header",
-        "chunk_prefix", "chunk_separator", "include_sources", "tool_name", "dedup_history", "inject_mode",
-        "system_prompt_template", "user_template", "scope", "max_age", "max_context_tokens",
-    })
-
-    @classmethod
-    def check_settings(cls, settings: Any) -> list[str]:
-        try:
-            check_inject_mode(settings.inject_mode, cls.plugin_name)
-        except ConfigError as exc:
-            return [*super().check_settings(settings), str(exc).removeprefix(f"{cls.plugin_name}: ")]
-        return super().check_settings(settings)
+    live_settings: ClassVar[frozenset[str]] = RecallingMemory.live_settings | {"max_history", "max_age"}
+    # The reference's retrieval base sends the system prompt as configured (its other backends strip it).
+    strips_system_prompt: ClassVar[bool] = False
 
     def __init__(self, config: Mapping[str, Any] | None = None):
-        super().__init__(config)
         self._log = LogOnce()
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
-        self._tool_counters: dict[str, itertools.count[int]] = defaultdict(itertools.count)
-        self._settings_changed()
+        super().__init__(config)
         self._query_takes_session = "session_id" in inspect.signature(self._query_backend).parameters
-        if self.keeps_documents:
-            db = self._open_db()
-            store_class = RetrievalStore
-            if db.engine == "postgres":
-                from ._retrieval.pg_store import PgRetrievalStore as store_class  # type: ignore[assignment]
-            self._store = store_class(self, db, self._table_prefix(), self._log)
+        db = self._open_db()
+        store_class = RetrievalStore
+        if db.engine == "postgres":
+            from ._retrieval.pg_store import PgRetrievalStore as store_class  # type: ignore[assignment]
+        self._store = store_class(self, db, self._table_prefix(), self._log)
 
     def _settings_changed(self) -> None:
+        super()._settings_changed()
         s = self.settings
-        check_inject_mode(s.inject_mode, self.plugin_name)
-        if s.query_mode not in QUERY_MODES:  # the reference's rule: a persona with a typo still loads
-            LOG.warning(f"{self.plugin_name}: unknown retrieval.query_mode {s.query_mode!r} acts like 'utterance'")
-        self.injection = Injection(s.inject_mode, s.header, s.system_prompt_template, s.user_template, s.tool_name)
-        self.style = ContextStyle(s.chunk_prefix, s.chunk_separator, s.include_sources)
         self.policy = WindowPolicy(max_messages=s.max_history, max_age=s.max_age)
 
     # The pieces of the store that subclasses reach for: their index shares the database and queue.
@@ -203,7 +145,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     @property
     def db_path(self) -> str | None:
         """The database file this memory keeps its window and documents in (None: it has none)."""
-        return self._store.db.path if self.keeps_documents else None
+        return self._store.db.path
 
     # -- hooks for subclasses --------------------------------------------------------------
     def _table_prefix(self) -> str:
@@ -233,7 +175,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     def _pending_hits(self, words: Sequence[str], top_k: int, session_id: str | None) -> list[MemoryHit]:
         """Documents not indexed yet that hold at least half of ``words`` (a query's content words),
         best first; a backend merges them into its hits so a turn never waits for the indexer."""
-        pending = self._store.pending if self.keeps_documents else None
+        pending = self._store.pending
         return pending.hits(words, top_k, session_id) if pending is not None else []
 
     def _index_in_database(self) -> bool:
@@ -278,55 +220,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
             return
         self._store.expire(self.settings.max_age)
 
-    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
-        text = check_utterance(utterance)
-        sid = check_session_id(session_id)
-        history = self.get_history(sid)
-        window = context_window(history)
-        budget = self._recall_budget(text)
-        added = self._added_budget()
-        extra = self._extra_system(text, sid)
-        if budget is not None or added is not None:
-            # The system prompt and the utterance fit first; then the blocks (facts, a summary),
-            # the window and recall, each bounded by what is left of both budgets.
-            extra = fit_blocks(extra, max(0, min(b for b in (budget, added) if b is not None)))
-            used = sum(message_tokens(m.content) for m in extra)
-            budget = None if budget is None else budget - used
-            added = None if added is None else added - used
-        if budget is not None:
-            window, budget = fit_window(window, max(0, budget))
-        if added is not None:
-            budget = added if budget is None else min(budget, added)
-        hits = self.recall(self.build_query(text, history), sid, window) if text else []
-        context = render_hits(hits, self.style, _chunk_budget(budget, self.injection.header))
-        return self.assemble_context(text, sid, context, window, extra)
-
-    def assemble_context(self, utterance: str, session_id: str, context: str, history: Sequence[AgentMessage],
-                         extra_system: Sequence[AgentMessage] | None = None) -> list[AgentMessage]:
-        """The message list of a turn: system prompt, ``extra_system`` blocks, the recalled
-        ``context`` as ``inject_mode`` says, ``history`` (trailing USER turns dropped) and the
-        utterance, stripped, last. A subclass that builds its own context calls this."""
-        text = check_utterance(utterance)
-        sid = check_session_id(session_id)
-        tool_id = ""
-        if context and self.injection.mode == "tool":
-            tool_id = f"memrag_{sid}_{next(self._tool_counters[sid])}"
-        return assemble_context(text, context_window(history), context, self.injection, self.system_prompt,
-                                list(extra_system or ()), tool_id)
-
-    def _extra_system(self, utterance: str, session_id: str) -> list[AgentMessage]:
-        """System blocks that go after the system prompt (a composite's summary and facts)."""
-        return []
-
     # -- retrieval -----------------------------------------------------------------------
-    def build_query(self, utterance: str, history: Sequence[AgentMessage]) -> str:
-        """The search query: the utterance, or in history mode earlier user turns too."""
-        utterance = clean_text(utterance)  # bounded, and storable: the query may be logged or embedded
-        if self.settings.query_mode != "history" or not self.settings.query_history_turns:
-            return utterance
-        users = [m.content for m in history if is_role(m, "user")][-self.settings.query_history_turns:]
-        return " ".join([*users, utterance]).strip()
-
     def search(self, query: str, session_id: str | None = None, top_k: int | None = None) -> list[MemoryHit]:
         """The best ``top_k`` stored items for ``query`` (session-scoped unless ``scope`` is global)."""
         if not isinstance(query, str):
@@ -361,7 +255,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
             raise TypeError(f"query must be a str, not {type(query).__name__}")
         hits = list(hits)
         query = clean_text(query)
-        if not hits or not query.strip() or not self.keeps_documents:
+        if not hits or not query.strip():
             return [None] * len(hits)
         only = self._search_scope(session_id)
         try:
@@ -454,9 +348,6 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     def close(self) -> None:
         if self._closed:
             return
-        if not self.keeps_documents:
-            super().close()
-            return
         self._store.close_worker()
         try:
             self._close_backend()
@@ -482,9 +373,16 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
     def _scoped_query(self, query: str, k: int, session_id: str | None) -> list[MemoryHit]:
         if self._query_takes_session:
             return self._query_backend(query, k, session_id=session_id)
-        # A third-party backend that cannot filter: over-fetch and filter here.
+        # A third-party backend that cannot filter: over-fetch, and keep what this session stored,
+        # or what no session stored (the backend's own data). A hit that does not carry its session
+        # (as the reference's hooks allow) is looked up in the document log.
         hits = self._query_backend(query, 4 * k if session_id else k)
-        return [h for h in hits if session_id is None or h.metadata.get("session_id") == session_id]
+        if session_id is None:
+            return hits
+        untagged = [h for h in hits if "session_id" not in h.metadata]
+        owners = dict(zip(map(id, untagged), self._docs.sessions_holding([(h.source, h.content) for h in untagged])))
+        return [h for h in hits if h.metadata.get("session_id", session_id) == session_id
+                and (id(h) not in owners or not owners[id(h)] or session_id in owners[id(h)])]
 
     def _filter_hits(self, hits: list[MemoryHit]) -> list[MemoryHit]:
         cutoff = self.policy.cutoff()
@@ -492,17 +390,6 @@ class BaseRetrievalMemory(SessionHistoryMixin, MemoryPlugin, abc.ABC):
         return [h for h in hits
                 if (min_score is None or h.score >= min_score)
                 and (cutoff is None or float(h.metadata.get("ts", cutoff)) >= cutoff)]
-
-    def _recall_budget(self, utterance: str) -> int | None:
-        """Tokens left for the blocks, the window and recall, or None when ``max_context_tokens`` is unset."""
-        if self.settings.max_context_tokens is None:
-            return None
-        return self.settings.max_context_tokens - message_tokens(self.system_prompt) - message_tokens(utterance)
-
-    def _added_budget(self) -> int | None:
-        """Tokens for what is added besides the window (blocks and recall); None: no bound of its own."""
-        return None
-
 
 def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMessage]) -> list[MemoryHit]:
     """Hits whose exchange is not already verbatim in ``window`` (it would be sent twice)."""
@@ -519,8 +406,3 @@ def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMess
             out.append(hit)
     return out
 
-
-def _chunk_budget(budget: int | None, header: str) -> int | None:
-    if budget is None:
-        return None
-    return max(0, budget - estimate_tokens(header) - 8)

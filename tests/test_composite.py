@@ -7,6 +7,7 @@ from ovos_plugin_manager.templates.agents import AgentContextManager, AgentMessa
 from ovos_memory_plugins import composite as composite_module
 from ovos_memory_plugins.common import MemoryHit
 from ovos_memory_plugins.composite import CompositeMemory
+from ovos_memory_plugins.retrieval import BaseRetrievalMemory
 from ovos_memory_plugins.errors import ConfigError
 from ovos_memory_plugins.fusion import fuse
 from ovos_memory_plugins.recency import RecencyMemory
@@ -264,7 +265,8 @@ def test_store_writes_through_to_every_retriever_and_search_finds_it(tmp_path):
 
 def test_the_composite_keeps_no_store_of_its_own(tmp_path):
     with hybrid(tmp_path) as memory:
-        assert memory.db_path is None and not hasattr(memory, "_store")
+        assert not hasattr(memory, "_store") and getattr(memory, "db_path", None) is None
+        assert isinstance(memory, BaseRetrievalMemory) and issubclass(CompositeMemory, BaseRetrievalMemory)
         memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
         assert [m.content for m in memory.session2history["s"]] == ["my dog is Rex", "nice"]
         memory.session2history["s"] = [AgentMessage(U, "edited"), AgentMessage(A, "yes")]

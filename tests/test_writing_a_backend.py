@@ -51,3 +51,17 @@ def test_the_templates_ram_index_recalls_across_a_restart(tmp_path):
                               AgentMessage(MessageRole.ASSISTANT, "a fine name")], "s")
     with cls(config) as second:
         assert [h.source for h in second.search("boat sandpiper", "s")] == ["s_0"]
+
+
+def test_the_documented_block_memory_passes_the_kit_and_follows_every_inject_mode(tmp_path):
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.DOTALL)
+    source = next(b for b in blocks if "class NotesMemory(ContextMemory)" in b)
+    namespace: dict = {"__name__": "my_package.rules"}
+    exec(compile(source, str(PAGE), "exec"), namespace)  # noqa: S102 - our own docs
+    cls = namespace["NotesMemory"]
+    check_backend(lambda overrides: cls(overrides))
+    memory = cls({"inject_mode": "user"})
+    memory.update_history([AgentMessage(MessageRole.USER, "note: the boiler code is 4471"),
+                           AgentMessage(MessageRole.ASSISTANT, "noted")], "s")
+    ctx = memory.build_conversation_context("what is the boiler code?", "s")
+    assert [m.role for m in ctx] == [MessageRole.USER] and "- the boiler code is 4471" in ctx[0].content

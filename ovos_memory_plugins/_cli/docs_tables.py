@@ -77,9 +77,14 @@ def _meaning(field: dataclasses.Field[Any]) -> str:
 def config_table(entry_point: str) -> str:
     """The Markdown table of ``entry_point``'s config keys (key, default, meaning)."""
     from ..config import config_keys
+    from ..context import ContextConfig
 
+    shared = {f.name for f in dataclasses.fields(ContextConfig)} - {"system_prompt"}
+    keys = config_keys(_config_cls(entry_point))
+    # The backend's own keys first; the context keys every memory shares (its prompt aside) last.
+    keys = [k for k in keys if k[1].name not in shared] + [k for k in keys if k[1].name in shared]
     rows = ["| key | default | meaning |", "|---|---|---|"]
-    for key, field in config_keys(_config_cls(entry_point)):
+    for key, field in keys:
         cells = (f"`{key}`", _default(field), _meaning(field))
         rows.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     return "\n".join(rows)

@@ -7,42 +7,32 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from ..config import option
+from ..context import ContextConfig, ContextMemory
 from ..errors import ConfigError, MemoryPluginError
 from ..messages import (
     check_session_id,
-    check_utterance,
     coerce_messages,
-    context_window,
-    fit_window,
-    message_tokens,
-    system_message,
     to_dict,
-    user_message,
 )
 from ..storage import BACKENDS, WindowPolicy, open_window_store, store_location
 from .compat import AgentMessage
 from .history_view import SessionHistoryMixin
 from .imports import export_messages, session_export, unseen_messages
 from .log import LogOnce
-from .plugin import MemoryPlugin
 
 __all__ = ["WindowConfig", "WindowMemory"]
 
 
 @dataclasses.dataclass(frozen=True)
-class WindowConfig:
+class WindowConfig(ContextConfig):
     max_history: int = option(10, "messages kept per session; one exchange is two; 0 keeps all", minimum=0)
     max_turns: int | None = option(
         None, "exchanges kept per session (sets max_history to twice this when given)", kind=int, minimum=0)
     max_age: float | None = option(None, "seconds after which a message is forgotten; null keeps them", kind=float,
                                    minimum=0)
-    system_prompt: str = option("", "persona system prompt, sent first as a system message")
     db_path: str | None = option(
         None, "file that keeps the window across restarts (a new file: .json is JSON, else SQLite; an existing "
         "one: its content decides); null: RAM only", kind=str)
-    max_context_tokens: int | None = option(
-        None, "token budget for the whole context; the oldest messages are left out first, the system prompt "
-        "and the utterance always fit; null: unbounded", kind=int, minimum=1)
     backend: str | None = option(
         None, "store for db_path: sqlite, json or memory (postgres: db_url); null: an existing file's content, "
         "else its name", kind=str, choices=BACKENDS)
@@ -55,7 +45,7 @@ class WindowConfig:
         return 2 * self.max_turns if self.max_turns is not None else self.max_history
 
 
-class WindowMemory(SessionHistoryMixin, MemoryPlugin):
+class WindowMemory(SessionHistoryMixin, ContextMemory):
     """Keeps the last messages of each session and sends them before the utterance.
 
     Subclasses choose defaults through ``Config`` and whether an answer whose question was
@@ -111,16 +101,6 @@ class WindowMemory(SessionHistoryMixin, MemoryPlugin):
             return
         self._log.clear("write", f"{self.plugin_name}: storing works again")
 
-    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
-        text = check_utterance(utterance)
-        history = context_window(self.get_history(session_id), self.drop_leading_answers)
-        prompt = self.system_prompt.strip()
-        budget = self.settings.max_context_tokens
-        if budget is not None:
-            budget -= message_tokens(prompt) + message_tokens(text)
-            history, _ = fit_window(history, max(0, budget), self.drop_leading_answers)
-        return ([system_message(prompt)] if prompt else []) + history + [user_message(text)]
-
     def _replace_window(self, session_id: str, messages: Iterable[Any]) -> list[AgentMessage]:
         """Make ``messages`` the session's whole window (normalised and trimmed as by update_history).
 
@@ -134,10 +114,6 @@ class WindowMemory(SessionHistoryMixin, MemoryPlugin):
         """The session's window; unlike ``get_history`` a store failure raises, so an edit of
         what could not be read never overwrites what is stored."""
         return self._window.load(check_session_id(session_id), self.policy)
-
-    def context_blocks(self, session_id: str) -> list[AgentMessage]:
-        """System blocks this memory adds besides its prompt: none (the window is not a block)."""
-        return []
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:

@@ -8,8 +8,8 @@ by :func:`is_grounded` with ``grounded_facts: true``.
 from __future__ import annotations
 
 import difflib
-import re
 
+from .._core.untrusted import looks_like_instruction
 from .fact_kinds import plain, stem
 from .fact_rules import MAX_FACT_CHARS, STOP_WORDS, WORD, normalise, wordset
 
@@ -21,18 +21,6 @@ dislikes dislike prefers prefer works work working job favorite favourite years 
 was fact facts does not doesn don t from comes come moved his her their they he she them usuário usuario nome
 gosta mora vive trabalha nombre usuaria gusta nutzer benutzer heißt utilisateur
 """) | STOP_WORDS
-_INSTRUCTION = re.compile(
-    r"(?i)\b(ignore|disregard|forget|override)\b.{0,40}\b(instructions?|previous|above|prompt|rules|context)\b"
-    r"|\bsystem\s+prompt\b|\byou\s+(?:are\s+now|must|should\s+always|will\s+now)\b|\bas\s+an?\s+ai\b"
-    r"|\bjailbreak|<\|[a-z_]+\|>|\[/?inst\]|\bassistant\s*:"
-)
-
-
-def looks_like_instruction(text: str) -> bool:
-    """True for text that tries to steer the model ("ignore previous instructions", role tags)."""
-    return bool(_INSTRUCTION.search(text))
-
-
 def _stem(word: str) -> str:
     if len(word) > 3 and word.endswith("s"):
         word = word[:-1]

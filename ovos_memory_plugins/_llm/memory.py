@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 from .._core.due import DueQueue, Job
 from .._core.log import LOG, LogOnce
 from .._core.paths import default_path, is_memory_path
-from .._core.plugin import MemoryPlugin
 from .._core.worker import BackgroundWorker
+from ..context import ContextMemory
 from ..errors import ConfigError, MemoryPluginError, StorageError
 from ..storage import after_commit, open_record_store, store_location
 from ..storage.readonly import is_read_only
@@ -60,7 +60,7 @@ def open_job_queue(store: Any, stem: str, request_timeout: float) -> Any:
     return DueQueue()
 
 
-class LLMMemory(MemoryPlugin):
+class LLMMemory(ContextMemory):
     """Base of memories keeping one record per key and doing LLM work off the turn.
 
     Subclasses declare ``store_stem`` (the default file name) and three

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._core.tokens import estimate_tokens, truncate_to_tokens
+from .._core.untrusted import quote_untrusted
 from ..errors import LLMError
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ SUMMARY_HEADER = "[Conversation summary so far]\n"
 
 def summary_block(summary: str) -> str:
     """The summary as injected, or "" when there is none."""
-    summary = summary.strip()
+    summary = quote_untrusted(summary.strip())  # what was said, never instructions to follow
     return SUMMARY_HEADER + summary if summary else ""
 
 

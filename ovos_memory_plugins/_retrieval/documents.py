@@ -319,6 +319,24 @@ class DocumentLog:
             found = [row if row is not None else by_text.get(text) for (_, text), row in zip(wanted, found)]
         return found
 
+    def sessions_holding(self, wanted: Sequence[tuple[str, str]]) -> list[set[str]]:
+        """The sessions that stored each ``(doc_id, text)``: the document with that id and text,
+        else every document with that text; an empty set for what is not a stored document."""
+        if not wanted:
+            return []
+        marks = ",".join("?" * len(wanted))
+        by_id = {doc_id: (sid, content) for doc_id, sid, content in self.db.execute(
+            f"SELECT doc_id, session_id, content FROM {self.table} WHERE doc_id IN ({marks})", [d for d, _ in wanted])}
+        found: list[set[str]] = [{by_id[d][0]} if d in by_id and by_id[d][1] == text else set() for d, text in wanted]
+        missing = sorted({text for (_, text), sids in zip(wanted, found) if not sids})
+        if missing:
+            by_text: dict[str, set[str]] = {}
+            for sid, content in self.db.execute(f"SELECT session_id, content FROM {self.table} WHERE content IN "
+                                                f"({','.join('?' * len(missing))})", missing):
+                by_text.setdefault(content, set()).add(sid)
+            found = [sids or set(by_text.get(text, ())) for (_, text), sids in zip(wanted, found)]
+        return found
+
     def for_session(self, session_id: str) -> list[Document]:
         rows = self.db.execute(
             f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ? ORDER BY id",

@@ -283,6 +283,72 @@ def check_a_retriever_recalls_what_it_stored(factory: Factory) -> None:
         _close(memory)
 
 
+def _follows_the_pipeline(memory: Any) -> bool:
+    """Whether ``memory`` builds its context with this package's pipeline (inject modes, budgets):
+    a capability, checked only where it is offered (a subclass that builds its own message list,
+    as the reference's retrieval base allows, answers for it itself)."""
+    from ..context import ContextMemory
+
+    return isinstance(memory, ContextMemory) and \
+        type(memory).build_conversation_context is ContextMemory.build_conversation_context
+
+
+def _remember_a_little(memory: Any, session_id: str) -> None:
+    memory.update_history([AgentMessage(U, "my name is Ana and I live in Porto"),
+                           AgentMessage(A, "Nice to meet you, Ana")], session_id)
+    memory.update_history([AgentMessage(U, "my dog is called Rex"), AgentMessage(A, "Rex is a good name")], session_id)
+    _flush(memory)
+
+
+def check_every_inject_mode_keeps_the_rules(factory: Factory) -> None:
+    """In every inject mode: the prompt once and first, the utterance last; in ``system_prompt``
+    mode one system message at most; in ``user`` mode no system message but the prompt."""
+    from .._core.compat import HAS_TOOLS
+    from ..inject import INJECT_MODES
+
+    for mode in INJECT_MODES:
+        if mode == "tool" and not HAS_TOOLS:
+            continue
+        memory = factory({"inject_mode": mode, "system_prompt": "You are Contract Bot."})
+        try:
+            if not _follows_the_pipeline(memory):
+                return
+            sid = _sid()
+            _remember_a_little(memory, sid)
+            ctx = memory.build_conversation_context("where does my dog live?", sid)
+            roles = [_role(m) for m in ctx]
+            assert roles[-1] == "user" and ctx[-1].content.endswith("where does my dog live?"), f"{mode}: {roles}"
+            assert roles[0] == "system" and "You are Contract Bot." in ctx[0].content, f"{mode}: prompt not first"
+            assert sum("You are Contract Bot." in m.content for m in ctx) == 1, f"{mode}: the prompt is repeated"
+            if mode in ("system_prompt", "user"):
+                assert roles.count("system") == 1, f"{mode}: {roles.count('system')} system messages"
+            if mode == "user":
+                assert "developer" not in roles
+        finally:
+            _close(memory)
+
+
+def check_the_token_budget_bounds_the_context(factory: Factory) -> None:
+    """``max_context_tokens`` bounds the whole context; the prompt and the utterance always fit."""
+    from .._core.tokens import estimate_tokens
+
+    memory = factory({"max_context_tokens": 60, "system_prompt": "You are Contract Bot."})
+    try:
+        if not _follows_the_pipeline(memory):
+            return
+        sid = _sid()
+        for i in range(6):
+            memory.update_history([AgentMessage(U, f"tell me a long story number {i} about dragons and castles"),
+                                   AgentMessage(A, "Once upon a time " + "there was a dragon in a castle " * 6)], sid)
+        _flush(memory)
+        ctx = memory.build_conversation_context("and then?", sid)
+        assert ctx[-1].content == "and then?" and "You are Contract Bot." in ctx[0].content
+        used = sum(estimate_tokens(m.content) + 4 for m in ctx)
+        assert used <= 60, f"the context costs about {used} tokens, over max_context_tokens 60"
+    finally:
+        _close(memory)
+
+
 CONTRACT_CHECKS: tuple[Callable[[Factory], None], ...] = (
     check_last_message_is_the_stripped_utterance,
     check_first_message_may_be_the_system_prompt,
@@ -298,6 +364,8 @@ CONTRACT_CHECKS: tuple[Callable[[Factory], None], ...] = (
     check_forget_removes_the_session_only,
     check_export_then_import_gives_the_session_back,
     check_a_retriever_recalls_what_it_stored,
+    check_every_inject_mode_keeps_the_rules,
+    check_the_token_budget_bounds_the_context,
 )
 
 

@@ -1,0 +1,282 @@
+"""``ContextMemory``: the one place where a turn's message list is built.
+
+Every memory of this package is a ``ContextMemory``. Each supplies only its *parts*; the base
+puts them together, the same way for all, under one token budget and one inject mode::
+
+    system prompt -> blocks (a summary, facts) -> the verbatim window -> recall -> the utterance
+
+* :meth:`ContextMemory.context_parts` gives the window (and the history a query may fold in)
+  and the blocks; a memory overrides :meth:`~ContextMemory.context_blocks`, or
+  ``context_parts`` itself when it reads both at once (one record, one Redis script).
+* :class:`RecallingMemory` adds recall: a query from the utterance, hits from :meth:`recall`
+  (a document store's search, or a composite's fusion), rendered under ``context.header``.
+* ``max_context_tokens`` bounds the whole list (the system prompt and the utterance always fit
+  first, then the blocks, the window's newest messages, recall); ``max_added_tokens`` bounds
+  what is added besides the window (blocks, then recall).
+* ``inject_mode`` places blocks and recall (see :mod:`~ovos_memory_plugins.inject` for the shapes).
+
+Example, a memory with a block of its own::
+
+    class MottoMemory(ContextMemory):
+        def context_blocks(self, session_id, utterance=""):
+            return [system_message("Motto: be kind")]
+
+        def get_history(self, session_id): return []
+        def update_history(self, new_messages, session_id): pass
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ._core.compat import AgentMessage
+from ._core.plugin import MemoryPlugin
+from ._core.tokens import estimate_tokens
+from .common import MemoryHit
+from .config import check_template, option
+from .errors import ConfigError
+from .inject import INJECT_MODES, Injection, assemble_context, check_inject_mode
+from .messages import (
+    check_session_id,
+    check_utterance,
+    clean_text,
+    context_window,
+    fit_blocks,
+    fit_window,
+    is_role,
+    message_tokens,
+)
+from .render import DEFAULT_HEADER, ContextStyle, render_hits
+
+__all__ = [
+    "QUERY_MODES",
+    "SCOPES",
+    "ContextConfig",
+    "ContextMemory",
+    "ContextParts",
+    "RecallConfig",
+    "RecallingMemory",
+]
+
+SCOPES = ("session", "global")
+QUERY_MODES = ("utterance", "history")
+#: Tokens the recalled block spends besides its chunks ("Context:", separators).
+_BLOCK_OVERHEAD_TOKENS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextConfig:
+    """The keys of the context every memory builds (each memory's config extends this)."""
+
+    system_prompt: str = option("", "persona system prompt, sent first")
+    inject_mode: str = option("system", "where the memory's blocks and recall go: system, developer, "
+                              "system_prompt (one system message), user (in the user turn) or tool",
+                              choices=INJECT_MODES)
+    header: str = option(DEFAULT_HEADER, "text before recalled context (and, in user mode, the blocks)",
+                         key="context.header")
+    tool_name: str = option("search_memory", "tool name in tool mode", key="context.tool_name")
+    system_prompt_template: str = option("{system}\n\n{header}\n\nContext:\n{context}",
+                                         "system_prompt mode template (str.format)")
+    user_template: str = option("{header}\n\nContext:\n{context}\n\nQuestion: {utterance}",
+                                "user mode template (str.format)")
+    max_context_tokens: int | None = option(None, "token budget for the whole context: system prompt and "
+                                            "utterance first, then blocks (summary, facts), the newest "
+                                            "messages of the window, recall; null: unbounded", kind=int, minimum=1)
+    max_added_tokens: int | None = option(None, "token budget for what is added besides the window: blocks "
+                                          "(summary, facts), then recall; null: unbounded", kind=int, minimum=1)
+
+    def __post_init__(self) -> None:
+        check_template("", "system_prompt_template", self.system_prompt_template, ("system", "header", "context"))
+        check_template("", "user_template", self.user_template, ("header", "context", "utterance"))
+
+
+@dataclasses.dataclass
+class ContextParts:
+    """What a memory contributes to a turn, before the budget and the inject mode apply.
+
+    Attributes:
+        window: the verbatim messages sent before the utterance (a valid context window: no
+            trailing USER turn, no orphaned tool result).
+        blocks: system blocks (a summary, facts), in the order they are sent.
+        history: the stored messages a ``query_mode: history`` query folds user turns from
+            (the window's source, before trimming); defaults to ``window``.
+    """
+
+    window: list[AgentMessage] = dataclasses.field(default_factory=list)
+    blocks: list[AgentMessage] = dataclasses.field(default_factory=list)
+    history: list[AgentMessage] | None = None
+
+    def query_history(self) -> list[AgentMessage]:
+        return self.window if self.history is None else self.history
+
+
+class ContextMemory(MemoryPlugin):
+    """A memory whose context is built by the shared pipeline (see the module docstring).
+
+    A subclass supplies ``get_history`` and ``update_history`` (the OPM contract) and its parts:
+    by default the window is ``get_history`` (trailing USER turns dropped), and the blocks are
+    :meth:`context_blocks` (none).
+    """
+
+    Config: ClassVar[type] = ContextConfig
+    #: True: an answer whose question was trimmed away is left out (ovos-persona's rule).
+    drop_leading_answers: ClassVar[bool] = False
+    #: False: the system prompt is sent exactly as configured (the reference's retrieval base);
+    #: True: stripped (the reference's other backends).
+    strips_system_prompt: ClassVar[bool] = True
+    live_settings: ClassVar[frozenset[str]] = frozenset({
+        "inject_mode", "header", "tool_name", "system_prompt_template", "user_template", "max_context_tokens",
+        "max_added_tokens"})
+
+    @classmethod
+    def check_settings(cls, settings: Any) -> list[str]:
+        problems = super().check_settings(settings)
+        try:
+            check_inject_mode(settings.inject_mode, cls.plugin_name)
+        except ConfigError as exc:
+            problems.append(str(exc).removeprefix(f"{cls.plugin_name}: "))
+        return problems
+
+    def __init__(self, config: Any = None):
+        super().__init__(config)
+        self._tool_counters: defaultdict[str, itertools.count[int]] = defaultdict(itertools.count)
+        self._settings_changed()
+
+    def _settings_changed(self) -> None:
+        s = self.settings
+        check_inject_mode(s.inject_mode, self.plugin_name)
+        self.injection = Injection(s.inject_mode, s.header, s.system_prompt_template, s.user_template, s.tool_name)
+
+    # -- the parts a memory supplies ---------------------------------------------------------
+    def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
+                      blocks: bool = True) -> ContextParts:
+        """This memory's window and blocks for a turn (``window``/``blocks`` False: not wanted,
+        so not read: a composite asks its primary for the window and its plain members for
+        blocks)."""
+        history = self.get_history(session_id) if window else []
+        return ContextParts(context_window(history, self.drop_leading_answers),
+                            self.context_blocks(session_id, utterance) if blocks else [], history)
+
+    def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
+        """The system blocks this memory adds besides its prompt (a summary, facts); none here.
+        ``utterance`` lets a memory choose what is relevant to the turn."""
+        return []
+
+    def _recalled(self, utterance: str, session_id: str, parts: ContextParts, window: list[AgentMessage],
+                  max_tokens: int | None) -> str:
+        """The rendered recall for the turn, within ``max_tokens``; "" for a memory that recalls nothing."""
+        return ""
+
+    # -- the pipeline ---------------------------------------------------------------------------
+    def build_conversation_context(self, utterance: str, session_id: str) -> list[AgentMessage]:
+        text = check_utterance(utterance)
+        sid = check_session_id(session_id)
+        parts = self.context_parts(text, sid)
+        blocks, window, recall_tokens = self._fit(text, parts)
+        context = self._recalled(text, sid, parts, window, recall_tokens)
+        return self._assemble(text, sid, blocks, window, context)
+
+    def _fit(self, utterance: str, parts: ContextParts) -> tuple[list[AgentMessage], list[AgentMessage], int | None]:
+        """The blocks and window within the budgets, and the tokens left for recall (None: unbounded).
+
+        The system prompt and the utterance fit first; then the blocks, the window (its newest
+        messages) and recall, each bounded by what is left of both budgets.
+        """
+        s = self.settings
+        total = None if s.max_context_tokens is None else (
+            s.max_context_tokens - message_tokens(self._prompt()) - message_tokens(utterance))
+        added = s.max_added_tokens
+        blocks, window = parts.blocks, parts.window
+        if total is not None or added is not None:
+            blocks = fit_blocks(blocks, max(0, min(b for b in (total, added) if b is not None)))
+            used = sum(message_tokens(m.content) for m in blocks)
+            total = None if total is None else total - used
+            added = None if added is None else added - used
+        if total is not None:
+            window, total = fit_window(window, max(0, total), self.drop_leading_answers)
+        left = [b for b in (total, added) if b is not None]
+        return blocks, window, (max(0, min(left)) if left else None)
+
+    def _prompt(self) -> str:
+        return self.system_prompt.strip() if self.strips_system_prompt else self.system_prompt
+
+    def _assemble(self, utterance: str, session_id: str, blocks: Sequence[AgentMessage],
+                  window: Sequence[AgentMessage], context: str) -> list[AgentMessage]:
+        tool_id = ""
+        if context and self.injection.mode == "tool":
+            tool_id = f"memrag_{session_id}_{next(self._tool_counters[session_id])}"
+        return assemble_context(utterance, window, context, self.injection, self._prompt(), blocks, tool_id)
+
+    def assemble_context(self, utterance: str, session_id: str, context: str, history: Sequence[AgentMessage],
+                         extra_system: Sequence[AgentMessage] | None = None) -> list[AgentMessage]:
+        """The message list of a turn from ready parts: the system prompt, ``extra_system``
+        blocks, the recalled ``context`` as ``inject_mode`` says, ``history`` (trailing USER turns
+        dropped) and the utterance, stripped, last. For a subclass that builds its own context,
+        as the reference's retrieval base offers."""
+        text = check_utterance(utterance)
+        sid = check_session_id(session_id)
+        return self._assemble(text, sid, list(extra_system or ()), context_window(history), context)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecallConfig(ContextConfig):
+    """The keys of a memory that recalls (a retriever, a composite)."""
+
+    max_num_results: int = option(5, "top-k recalled items", key="retrieval.max_num_results", minimum=1)
+    min_score: float | None = option(None, "drop hits scoring below this (backend scale); null keeps all",
+                                     key="retrieval.min_score", kind=float)
+    query_mode: str = option("utterance", "utterance: search the turn; history: fold in earlier user turns "
+                             "(any other value acts like utterance)", key="retrieval.query_mode")
+    query_history_turns: int = option(3, "user turns folded into the query in history mode",
+                                      key="retrieval.query_history_turns", minimum=0)
+    chunk_prefix: str = option("- ", "text before each chunk", key="context.chunk_prefix")
+    chunk_separator: str = option("\n\n", "text between chunks", key="context.chunk_separator")
+    include_sources: bool = option(False, "prefix each chunk with [doc id]", key="context.include_sources")
+    dedup_history: bool = option(True, "skip recalled items already in the verbatim window",
+                                 key="context.dedup_history")
+    scope: str = option("session", "recall from this session only, or from all (global)", choices=SCOPES)
+
+
+class RecallingMemory(ContextMemory):
+    """A ``ContextMemory`` that recalls: the query, :meth:`recall`, and the rendered block.
+
+    Subclasses implement :meth:`recall` (and usually ``search``).
+    """
+
+    Config: ClassVar[type] = RecallConfig
+    live_settings: ClassVar[frozenset[str]] = ContextMemory.live_settings | {
+        "max_num_results", "min_score", "query_mode", "query_history_turns", "chunk_prefix", "chunk_separator",
+        "include_sources", "dedup_history", "scope"}
+
+    def _settings_changed(self) -> None:
+        super()._settings_changed()
+        s = self.settings
+        if s.query_mode not in QUERY_MODES:  # the reference's rule: a persona with a typo still loads
+            from ._core.log import LOG
+
+            LOG.warning(f"{self.plugin_name}: unknown retrieval.query_mode {s.query_mode!r} acts like 'utterance'")
+        self.style = ContextStyle(s.chunk_prefix, s.chunk_separator, s.include_sources)
+
+    def recall(self, query: str, session_id: str, window: Sequence[AgentMessage] = ()) -> list[MemoryHit]:
+        """The hits for a turn's ``query``, best first, minus what ``window`` already holds."""
+        return []
+
+    def build_query(self, utterance: str, history: Sequence[AgentMessage]) -> str:
+        """The search query: the utterance, or in history mode earlier user turns too."""
+        utterance = clean_text(utterance)  # bounded, and storable: the query may be logged or embedded
+        if self.settings.query_mode != "history" or not self.settings.query_history_turns:
+            return utterance
+        users = [m.content for m in history if is_role(m, "user")][-self.settings.query_history_turns:]
+        return " ".join([*users, utterance]).strip()
+
+    def _recalled(self, utterance: str, session_id: str, parts: ContextParts, window: list[AgentMessage],
+                  max_tokens: int | None) -> str:
+        if not utterance:
+            return ""
+        hits = self.recall(self.build_query(utterance, parts.query_history()), session_id, window)
+        budget = None if max_tokens is None else max(
+            0, max_tokens - estimate_tokens(self.injection.header) - _BLOCK_OVERHEAD_TOKENS)
+        return render_hits(hits, self.style, budget)
