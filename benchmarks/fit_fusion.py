@@ -60,7 +60,8 @@ def conversation_features(conversation: dict[str, Any], workdir: Path, embedder:
     try:
         locomo._feed(memory, conversation, sid, dated=True)
         lexical = next(m for m in memory.retrievers if m.module.endswith("lexical"))
-        blocks = [m.content for m in memory.context_parts("", sid, window=False).blocks]  # the facts, as every turn gets them
+        # the facts, as every turn gets them
+        blocks = [m.content for m in memory.context_parts("", sid, window=False).blocks]
         out = []
         for qa in locomo.questions(conversation, (1, 2, 3, 4)):
             hits, signals = memory.fusion_candidates(qa["question"], sid)

@@ -7,10 +7,10 @@ from ovos_plugin_manager.templates.agents import AgentContextManager, AgentMessa
 from ovos_memory_plugins import composite as composite_module
 from ovos_memory_plugins.common import MemoryHit
 from ovos_memory_plugins.composite import CompositeMemory
-from ovos_memory_plugins.retrieval import BaseRetrievalMemory
 from ovos_memory_plugins.errors import ConfigError
 from ovos_memory_plugins.fusion import fuse
 from ovos_memory_plugins.recency import RecencyMemory
+from ovos_memory_plugins.retrieval import BaseRetrievalMemory
 
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
 

@@ -15,7 +15,6 @@ from ovos_memory_plugins.context import ContextMemory
 from ovos_memory_plugins.entity import EntityMemory
 from ovos_memory_plugins.lexical import LexicalMemory
 from ovos_memory_plugins.longterm import LongTermMemory
-from ovos_memory_plugins.messages import system_message
 from ovos_memory_plugins.testing.contract import check_the_token_budget_bounds_the_context
 from ovos_memory_plugins.testing.llm import closed_port_url
 
