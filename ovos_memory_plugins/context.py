@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
+from ._core.people import parse_people
 from ._core.plugin import MemoryPlugin
 from ._core.tokens import estimate_tokens
 from .common import MemoryHit
@@ -52,6 +53,7 @@ from .messages import (
 from .render import DEFAULT_HEADER, ContextStyle, render_hits
 
 __all__ = [
+    "PRIVATE_SCOPES",
     "QUERY_MODES",
     "SCOPES",
     "ContextConfig",
@@ -61,7 +63,9 @@ __all__ = [
     "RecallingMemory",
 ]
 
-SCOPES = ("session", "global")
+SCOPES = ("session", "global", "person")
+#: The scopes of a memory that keeps no shared pool (a window, a summary).
+PRIVATE_SCOPES = ("session", "person")
 QUERY_MODES = ("utterance", "history")
 #: Tokens the recalled block spends besides its chunks ("Context:", separators).
 _BLOCK_OVERHEAD_TOKENS = 8
@@ -87,10 +91,17 @@ class ContextConfig:
                                             "messages of the window, recall; null: unbounded", kind=int, minimum=1)
     max_added_tokens: int | None = option(None, "token budget for what is added besides the window: blocks "
                                           "(summary, facts), then recall; null: unbounded", kind=int, minimum=1)
+    scope: str = option("session", "session: one memory per session id; person: one per person of 'people' "
+                        "(other sessions, guests, keep their own)", choices=PRIVATE_SCOPES)
+    people: dict[str, Any] = option({}, 'scope person: who owns which sessions, {"alice": ["kitchen", "alice-*"]} '
+                                    "(session ids or glob patterns); a session two people claim is refused")
+    household: bool = option(False, "scope person: every person's sessions share one memory (the household's); "
+                             "guests never read or write it")
 
     def __post_init__(self) -> None:
         check_template("", "system_prompt_template", self.system_prompt_template, ("system", "header", "context"))
         check_template("", "user_template", self.user_template, ("header", "context", "utterance"))
+        parse_people(self.people)
 
 
 @dataclasses.dataclass
@@ -237,7 +248,8 @@ class RecallConfig(ContextConfig):
     include_sources: bool = option(False, "prefix each chunk with [doc id]", key="context.include_sources")
     dedup_history: bool = option(True, "skip recalled items already in the verbatim window",
                                  key="context.dedup_history")
-    scope: str = option("session", "recall from this session only, or from all (global)", choices=SCOPES)
+    scope: str = option("session", "recall from this session only, from all (global), or from this person's "
+                        "sessions (person, with 'people')", choices=SCOPES)
 
 
 class RecallingMemory(ContextMemory):

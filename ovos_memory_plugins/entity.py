@@ -86,8 +86,8 @@ class EntityConfig(EndpointConfig, ContextConfig):
     db_url: str | None = option(
         None, "PostgreSQL URL (postgresql://user@host/database) holding the facts instead of db_path, shared "
         "by every process and host; needs the [postgres] extra", kind=str)
-    scope: str = option("session", "session: facts per session; global: shared by all sessions",
-                        choices=("session", "global"))
+    scope: str = option("session", "session: facts per session; global: shared by all sessions; person: per "
+                        "person of 'people'", choices=("session", "global", "person"))
     grounded_facts: bool = option(
         False, "with a custom extraction_prompt: keep a sentence only if its key words are in the user's own words "
                "(the built-in extraction always does)")

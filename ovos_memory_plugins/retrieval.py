@@ -275,8 +275,9 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         return {}
 
     def _search_scope(self, session_id: str | None) -> str | None:
-        """The session a search is limited to (None: all), as ``scope`` says."""
-        return session_id if self.settings.scope == "session" and session_id is not None else None
+        """The memory key a search is limited to (None: all), as ``scope`` says: in person scope
+        ``session_id`` is already the person's key (or a guest's own id)."""
+        return session_id if self.settings.scope != "global" and session_id is not None else None
 
     def recall(self, query: str, session_id: str, window: Sequence[AgentMessage] = ()) -> list[MemoryHit]:
         """``search`` for a turn, minus items already present verbatim in ``window``."""

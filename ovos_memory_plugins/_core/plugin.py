@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..config import parse_config, replace_setting, setting_names
 from ..errors import ConfigError
 from .compat import AgentContextManager
+from .log import LOG
 from .paths import check_store_path, is_memory_path, resolve_path
+from .people import People, inside, is_memory_key, keyed, parse_people, unmapped
 
 __all__ = ["MemoryPlugin"]
 
@@ -28,6 +32,10 @@ class MemoryPlugin(AgentContextManager):
 
     Beyond the three contract methods every backend offers ``forget``, ``export``,
     ``import_session``, ``sessions``, ``flush`` and ``close``, and works as a context manager.
+
+    With ``scope: person`` (see :mod:`~ovos_memory_plugins._core.people`) every public method's
+    ``session_id`` is mapped to the memory key before the backend sees it, so a backend keys by
+    it as by any session id; ``people``, ``forget_person`` and ``export_person`` act on a person.
     """
 
     Config: ClassVar[type]
@@ -39,6 +47,15 @@ class MemoryPlugin(AgentContextManager):
     #: Names of instance attributes that are not the setting of the same name (the composite's
     #: ``members`` are the loaded members, not their config).
     own_attributes: ClassVar[frozenset[str]] = frozenset()
+    #: Private methods whose ``session_id`` is mapped like a public method's (``session2history``
+    #: reads and edits through them).
+    keyed_private_methods: ClassVar[tuple[str, ...]] = ("_replace_window", "_stored_window")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, fn in list(vars(cls).items()):
+            if _takes_session(name, fn, cls.keyed_private_methods):
+                setattr(cls, name, keyed(fn))
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         # Private injection keys (``_con``, ``_embedder``) hold live objects: never deep-copy them
@@ -52,6 +69,19 @@ class MemoryPlugin(AgentContextManager):
             raise ConfigError(f"{self.plugin_name}: {problems[0]}")
         super().__init__({**public, **private})
         self._closed = False
+        self._people = self._people_of(self.settings)
+        self._adoption = threading.Lock()
+        self._adopted = self._people is None
+
+    def _people_of(self, settings: Any) -> People | None:
+        """The person mapping of ``scope: person``; None in any other scope."""
+        if getattr(settings, "scope", None) != "person":
+            return None
+        owners = parse_people(getattr(settings, "people", {}))
+        if not owners:
+            LOG.warning(f"{self.plugin_name}: scope 'person' without 'people': every session keeps a memory of "
+                        "its own, as in scope 'session'")
+        return People(owners, bool(getattr(settings, "household", False)))
 
     @classmethod
     def check_settings(cls, settings: Any) -> list[str]:
@@ -96,6 +126,64 @@ class MemoryPlugin(AgentContextManager):
     def _settings_changed(self) -> None:
         """Rebuild what is derived from ``settings`` (after a live setting was assigned)."""
 
+    # -- people ---------------------------------------------------------------------------
+    def people(self) -> list[str]:
+        """The names of the people of ``scope: person`` (none in another scope)."""
+        return self._people.names() if self._people is not None else []
+
+    def forget_person(self, name: str) -> dict[str, Any]:
+        """Forget everything of person ``name``, whichever of their sessions stored it (the
+        household's memory when it is shared)."""
+        key = self._person_key(name)
+        with inside():  # the key is this package's, not a caller's session id
+            return self.forget(key)
+
+    def export_person(self, name: str) -> dict[str, Any]:
+        """Everything of person ``name``, shaped as :meth:`export`."""
+        key = self._person_key(name)
+        with inside():
+            return self.export(key)
+
+    def person_of(self, session_id: str) -> str | None:
+        """The person owning ``session_id``; None for a guest or outside ``scope: person``."""
+        return self._people.person_of(session_id) if self._people is not None else None
+
+    def _person_key(self, name: str) -> str:
+        if self._people is None:
+            raise ConfigError(f"{self.plugin_name}: people exist only with scope 'person' (scope is "
+                              f"{getattr(self.settings, 'scope', None)!r})")
+        try:
+            return self._people.key_of(name)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+
+    def _adopt_moved_sessions(self) -> None:
+        """Once per instance: what a session stored under its own id before it became a person's
+        (``people`` changed) moves into the person's memory, so a change of ``people`` loses nothing.
+
+        Each moved session is exported, imported into the person's key (imports skip what is
+        already there, so a second process doing the same adds nothing) and only then forgotten.
+        """
+        if self._adopted:
+            return
+        with self._adoption:
+            if self._adopted:
+                return
+            self._adopted = True  # first: the moves below call keyed methods, which land here
+            people = self._people
+            assert people is not None
+            for session_id in self.sessions():
+                person = None if is_memory_key(session_id) else people.person_of(session_id)
+                if person is not None:
+                    self._move(session_id, people.key_of(person))
+
+    def _move(self, session_id: str, key: str) -> None:
+        with unmapped():
+            data = self.export(session_id)
+            self.import_session(data, key)
+            self.forget(session_id)
+        LOG.info(f"{self.plugin_name}: session {session_id!r} now belongs to a person; its memory moved to {key!r}")
+
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
         """The session ids this memory holds anything for."""
@@ -136,6 +224,17 @@ class MemoryPlugin(AgentContextManager):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _takes_session(name: str, fn: Any, private: tuple[str, ...]) -> bool:
+    """Whether ``name`` is a method whose ``session_id`` names a memory (so person scope maps it)."""
+    if not inspect.isfunction(fn) or (name.startswith("_") and name not in private):
+        return False
+    return "session_id" in inspect.signature(fn).parameters
+
+
+for _name in ("forget", "export", "import_session"):
+    setattr(MemoryPlugin, _name, keyed(getattr(MemoryPlugin, _name)))
 
 
 def _copy_config(value: Any) -> Any:

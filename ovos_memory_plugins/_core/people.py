@@ -1,0 +1,189 @@
+"""Person scope: the sessions of one person share one memory, every other session keeps its own.
+
+A persona's ``people`` names who owns which sessions: ``{"alice": ["kitchen", "alice-*"]}`` (ids,
+or ``fnmatch`` patterns). Every public call of a memory in ``scope: person`` turns its
+``session_id`` into a *memory key* once, at the boundary (:func:`keyed`), and the stores key by
+that as they key by session ids otherwise:
+
+* a session of a person -> ``person:<name>``: the window, recall, facts and summary follow the
+  person from one device to the next;
+* with ``household: true`` every person's session -> ``household:`` (one memory shared by the
+  household; a member of a composite can be the only shared part, e.g. the facts);
+* any other session (a guest) -> its own id: it sees nothing of anyone else's and writes nowhere
+  else. A caller's session id may not start with a reserved prefix (``person:``, ``household:``),
+  so no guest can name its way into a person's memory.
+
+The mapping happens once per call chain (a thread-local depth): a composite maps the id and its
+members receive the key, which maps to itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from ..errors import ConfigError
+
+__all__ = ["HOUSEHOLD_KEY", "PERSON_PREFIX", "People", "inside", "is_memory_key", "keyed", "parse_people",
+           "unmapped"]
+
+PERSON_PREFIX = "person:"
+HOUSEHOLD_KEY = "household:"
+_RESERVED = (PERSON_PREFIX, HOUSEHOLD_KEY)
+_GLOB_CHARS = frozenset("*?[")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True)
+class People:
+    """Who owns which sessions (``{name: (id or pattern, ...)}``), and whether they share one memory."""
+
+    owners: Mapping[str, tuple[str, ...]]
+    household: bool = False
+
+    def names(self) -> list[str]:
+        return sorted(self.owners)
+
+    def key_of(self, name: str) -> str:
+        """The memory key of person ``name`` (the household's when it shares one)."""
+        if name not in self.owners:
+            known = ", ".join(self.names()) or "none"
+            raise ConfigError(f"no person named {name!r} in 'people' (known: {known})")
+        return HOUSEHOLD_KEY if self.household else PERSON_PREFIX + name
+
+    def person_of(self, session_id: str) -> str | None:
+        """The person owning ``session_id``; None for a guest. A session two people's patterns
+        both match is refused (ids claimed twice are refused at construction already)."""
+        owners = [name for name, patterns in self.owners.items() if _claims(patterns, session_id)]
+        if len(owners) > 1:
+            raise ConfigError(f"session {session_id!r} is claimed by both {owners[0]!r} and {owners[1]!r} in 'people'")
+        return owners[0] if owners else None
+
+    def memory_key(self, session_id: str, from_caller: bool) -> str:
+        """The key ``session_id`` is stored under. A key this mapping made maps to itself (a
+        composite passes its members the key); from a caller, a reserved prefix is refused."""
+        if is_memory_key(session_id):
+            name = session_id.removeprefix(PERSON_PREFIX)
+            if not from_caller and (session_id == HOUSEHOLD_KEY or name in self.owners):
+                return HOUSEHOLD_KEY if self.household else session_id
+            if from_caller:
+                raise ValueError(f"session_id {session_id!r} starts with a prefix reserved for the memories of "
+                                 f"people ({', '.join(_RESERVED)}); choose another session id")
+        person = self.person_of(session_id)
+        return session_id if person is None else self.key_of(person)
+
+
+def is_memory_key(session_id: str) -> bool:
+    """Whether ``session_id`` is a key this mapping makes (never a caller's session id)."""
+    return session_id.startswith(_RESERVED)
+
+
+def _claims(patterns: tuple[str, ...], session_id: str) -> bool:
+    return any(p == session_id or (_is_pattern(p) and fnmatch.fnmatchcase(session_id, p)) for p in patterns)
+
+
+def _is_pattern(text: str) -> bool:
+    return bool(_GLOB_CHARS & set(text))
+
+
+def parse_people(people: Any) -> dict[str, tuple[str, ...]]:
+    """``people`` checked: names to non-empty lists of session ids or patterns; an id two people
+    claim (listed by both, or listed by one and matched by the other's pattern) is refused."""
+    if not isinstance(people, Mapping):
+        raise ConfigError(f"'people' must be a dict of person name to session ids, not {type(people).__name__}")
+    owners: dict[str, tuple[str, ...]] = {}
+    for name, sessions in people.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"'people' has a person name {name!r}; a name must be non-empty text")
+        if isinstance(sessions, str) or not isinstance(sessions, (list, tuple)) or not sessions:
+            raise ConfigError(f"'people'[{name!r}] must be a non-empty list of session ids or patterns, "
+                              f"got {sessions!r}")
+        for item in sessions:
+            if not isinstance(item, str) or not item:
+                raise ConfigError(f"'people'[{name!r}] holds {item!r}; each entry must be a non-empty session id "
+                                  "or pattern")
+            if item.startswith(_RESERVED):
+                raise ConfigError(f"'people'[{name!r}] holds {item!r}, which starts with a reserved prefix "
+                                  f"({', '.join(_RESERVED)})")
+        owners[name] = tuple(sessions)
+    _refuse_shared_ids(owners)
+    return owners
+
+
+def _refuse_shared_ids(owners: Mapping[str, tuple[str, ...]]) -> None:
+    for name, patterns in owners.items():
+        for session_id in (p for p in patterns if not _is_pattern(p)):
+            for other, theirs in owners.items():
+                if other != name and _claims(theirs, session_id):
+                    first, second = sorted((name, other))
+                    raise ConfigError(f"session {session_id!r} is claimed by both {first!r} and {second!r} "
+                                      "in 'people'")
+
+
+# -- the boundary ------------------------------------------------------------------------------
+_calls = threading.local()
+
+
+def _depth() -> int:
+    return getattr(_calls, "depth", 0)
+
+
+@contextlib.contextmanager
+def inside() -> Iterator[None]:
+    """Calls made in this block come from the package, not a caller: a memory key passes."""
+    _calls.depth = _depth() + 1
+    try:
+        yield
+    finally:
+        _calls.depth -= 1
+
+
+@contextlib.contextmanager
+def unmapped() -> Iterator[None]:
+    """Calls made in this block reach the stores with the ids given, unmapped (moving what a
+    session stored under its own id into a person's memory)."""
+    before = getattr(_calls, "unmapped", False)
+    _calls.unmapped = True
+    try:
+        with inside():
+            yield
+    finally:
+        _calls.unmapped = before
+
+
+def keyed(fn: F) -> F:
+    """``fn`` (a memory's method with a ``session_id`` parameter) with that argument mapped to the
+    memory key by the instance's ``_people`` (see the module docstring); unchanged without it."""
+    if getattr(fn, "_keyed", False):
+        return fn
+    params = list(inspect.signature(fn).parameters)
+    position = params.index("session_id") - 1  # without self
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        people: People | None = self.__dict__.get("_people")
+        if people is not None and not getattr(_calls, "unmapped", False):
+            self._adopt_moved_sessions()
+            args, kwargs = _mapped(people, position, args, kwargs)
+        with inside():
+            return fn(self, *args, **kwargs)
+
+    wrapper._keyed = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def _mapped(people: People, position: int, args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    from_caller = _depth() == 0
+    if "session_id" in kwargs:
+        if isinstance(kwargs["session_id"], str):
+            kwargs = {**kwargs, "session_id": people.memory_key(kwargs["session_id"], from_caller)}
+    elif position < len(args) and isinstance(args[position], str):
+        args = (*args[:position], people.memory_key(args[position], from_caller), *args[position + 1:])
+    return args, kwargs
