@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
-from ._core.imports import export_messages, session_export
+from ._core.imports import export_messages, merged_summary, session_export, unseen_messages
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
 from ._llm.memory import LLMMemory
@@ -249,15 +249,25 @@ class LongTermMemory(LLMMemory):
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         data, sid = session_export(data, session_id)
-        recent = [to_dict(m) for m in export_messages(data, "recent")]
+        recent = export_messages(data, "recent")
         count = data.get("exchange_count") or 0
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise TypeError(f"the export's 'exchange_count' must be a count, not {count!r}")
         if not isinstance(data.get("summary") or "", str):
             raise TypeError("the export's 'summary' must be a string")
-        record = {"summary": str(data.get("summary") or ""), "recent": recent, "updated_at": time.time(),
-                  "exchange_count": count}
-        self._update(sid, lambda _old: record, self._is_due)
+        summary = str(data.get("summary") or "")
+
+        def merge(old: dict[str, Any]) -> dict[str, Any]:
+            # Into a memory that holds something (a session moved into a person's): both kept.
+            stored = _messages(old)
+            added = unseen_messages(stored, recent)
+            joined = merged_summary(str(old.get("summary") or ""), summary)
+            grew = bool(added) or joined != (old.get("summary") or "")
+            return {**old, "summary": joined, "recent": [to_dict(m) for m in [*stored, *added]],
+                    "updated_at": time.time(),
+                    "exchange_count": int(old.get("exchange_count") or 0) + (count if grew else 0)}
+
+        self._update(sid, merge, self._is_due)
 
 
 def _message(data: Mapping[str, Any]) -> AgentMessage | None:

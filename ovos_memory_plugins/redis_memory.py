@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage, MessageRole
 from ._core.due import DueQueue
-from ._core.imports import export_messages, session_export, unseen_messages
+from ._core.imports import export_messages, merged_summary, session_export, unseen_messages
 from ._core.log import LOG, LogOnce
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
@@ -291,16 +291,18 @@ class RedisMemory(ContextMemory):
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        """Load what :meth:`export` produced: the summary replaces the session's, the window's new
-        messages are appended (importing the same export again changes nothing). Checked whole
+        """Load what :meth:`export` produced: the summary joins the session's (the stored one first),
+        the window's new messages are appended (importing the same export again changes nothing). Checked whole
         first; unlike a turn it raises while Redis is down: nothing is held for an import."""
         data, sid = session_export(data, session_id)
         messages = export_messages(data)
         if not isinstance(data.get("summary") or "", str):
             raise TypeError("the export's 'summary' must be a string")
-        summary = truncate_to_tokens(str(data.get("summary") or "").strip(), self.settings.max_summary_tokens)
-        new = unseen_messages(decode_array(self._store.read(sid)[1]), messages)
-        if summary:
+        stored_summary, blob = self._store.read(sid)
+        summary = truncate_to_tokens(merged_summary(stored_summary, str(data.get("summary") or "")),
+                                     self.settings.max_summary_tokens)
+        new = unseen_messages(decode_array(blob), messages)
+        if summary and summary != stored_summary:
             self._store.set_summary(sid, summary)
         if new:
             self._write_held(sid)  # anything held for this session goes first, in order

@@ -14,7 +14,7 @@ from typing import Any
 from ..messages import check_session_id, from_dict, to_dict
 from .compat import AgentMessage
 
-__all__ = ["export_documents", "export_messages", "session_export", "unseen_messages"]
+__all__ = ["export_documents", "export_messages", "merged_summary", "session_export", "unseen_messages"]
 
 
 def session_export(data: Any, session_id: str | None) -> tuple[Mapping[str, Any], str]:
@@ -85,6 +85,17 @@ def unseen_messages(stored: Sequence[AgentMessage], imported: Sequence[AgentMess
         if have[-overlap:] == new[:overlap]:
             return list(imported[overlap:])
     return list(imported)
+
+
+def merged_summary(stored: str, imported: str) -> str:
+    """The summary of a memory that receives another's: both kept (the stored one first), once.
+
+    Importing the same export again, or into an empty memory, gives what a plain replace would.
+    """
+    stored, imported = stored.strip(), imported.strip()
+    if not stored or imported in stored:
+        return imported if not stored else stored
+    return f"{stored}\n\n{imported}" if imported else stored
 
 
 def _key(msg: AgentMessage) -> tuple[Any, ...]:

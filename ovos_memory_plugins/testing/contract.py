@@ -25,7 +25,7 @@ from typing import Any
 
 from .._core.compat import AgentMessage, MessageRole
 
-__all__ = ["CONTRACT_CHECKS", "check_backend"]
+__all__ = ["CONTRACT_CHECKS", "PERSON_SCOPE_CHECKS", "check_backend", "check_person_scope"]
 
 Factory = Callable[[dict[str, Any]], Any]
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
@@ -369,10 +369,123 @@ CONTRACT_CHECKS: tuple[Callable[[Factory], None], ...] = (
 )
 
 
-def check_backend(factory: Factory) -> None:
-    """Run every contract check; the first failure raises ``AssertionError`` naming the rule."""
-    for check in CONTRACT_CHECKS:
+# -- person scope ----------------------------------------------------------------------------
+def _people(**extra: Any) -> dict[str, Any]:
+    """Person-scope overrides: ana owns the kitchen and every ``ana-`` session, ben his phone."""
+    return {"scope": "person", "people": {"ana": ["kitchen", "ana-*"], "ben": ["ben-phone"]}, **extra}
+
+
+def _tell(memory: Any, session_id: str, text: str) -> None:
+    memory.update_history([AgentMessage(U, text), AgentMessage(A, "I will remember that.")], session_id)
+    _flush(memory)
+
+
+#: Said in one session and looked for in others: the offline fact rules keep it too.
+_SECRET = ("my name is Quillwort", "Quillwort")
+
+
+def check_a_person_is_remembered_across_their_sessions(factory: Factory) -> None:
+    memory = factory(_people())
+    try:
+        _tell(memory, "kitchen", _SECRET[0])
+        assert _mentions(memory, "ana-bedroom", _SECRET[1]), (
+            "what ana said in the kitchen is not in the context of her bedroom session")
+    finally:
+        _close(memory)
+
+
+def check_guests_and_other_people_see_nothing_of_a_person(factory: Factory) -> None:
+    memory = factory(_people())
+    try:
+        _tell(memory, "ana-phone", _SECRET[0])
+        for other in ("ben-phone", _sid()):
+            assert not _mentions(memory, other, _SECRET[1]), f"session {other!r} sees ana's memory"
+        _tell(memory, "guest-" + _sid(), "my name is Brambleton")
+        assert not _mentions(memory, "kitchen", "Brambleton"), "a guest's words reached ana's memory"
+    finally:
+        _close(memory)
+
+
+def check_forget_from_one_session_forgets_the_person(factory: Factory) -> None:
+    memory = factory(_people())
+    try:
+        if not callable(getattr(memory, "forget", None)):
+            return
+        _tell(memory, "kitchen", _SECRET[0])
+        _tell(memory, "ben-phone", "my name is Zephyrine")
+        memory.forget("ana-car")
+        _flush(memory)
+        for session_id in ("kitchen", "ana-car"):
+            assert not _mentions(memory, session_id, _SECRET[1]), f"forget left ana's memory in {session_id!r}"
+        assert _mentions(memory, "ben-phone", "Zephyrine"), "forgetting ana changed ben's memory"
+        assert memory.people() == ["ana", "ben"]
+    finally:
+        _close(memory)
+
+
+def check_export_person_holds_what_every_session_of_the_person_stored(factory: Factory) -> None:
+    memory = factory(_people())
+    try:
+        _tell(memory, "kitchen", _SECRET[0])
+        data = memory.export_person("ana")
+        assert _SECRET[1] in repr(data), "export_person('ana') does not hold what ana said"
+        assert data == memory.export("ana-garden"), "export_person differs from the export of one of her sessions"
+        assert "Quillwort" not in repr(memory.export_person("ben")), "ben's export holds ana's words"
+        memory.forget_person("ana")
+        _flush(memory)
+        assert not _mentions(memory, "kitchen", _SECRET[1]), "forget_person('ana') left her memory"
+    finally:
+        _close(memory)
+
+
+def check_a_session_claimed_by_two_people_is_refused(factory: Factory) -> None:
+    try:
+        memory = factory({"scope": "person", "people": {"ana": ["kitchen"], "ben": ["kitchen", "ben-phone"]}})
+    except ValueError as exc:
+        assert "'kitchen'" in str(exc) and "'ana'" in str(exc) and "'ben'" in str(exc), (
+            f"the error does not name the session and both people: {exc}")
+        return
+    _close(memory)
+    raise AssertionError("a session claimed by two people was accepted")
+
+
+def check_a_caller_cannot_name_a_persons_memory(factory: Factory) -> None:
+    memory = factory(_people())
+    try:
+        _tell(memory, "kitchen", _SECRET[0])
+        try:
+            memory.build_conversation_context("what is my name?", "person:ana")
+        except ValueError:
+            return
+        raise AssertionError("the session id 'person:ana' was accepted: a guest could read ana's memory")
+    finally:
+        _close(memory)
+
+
+#: What a backend offering ``scope: person`` (see docs/people.md) must do.
+PERSON_SCOPE_CHECKS: tuple[Callable[[Factory], None], ...] = (
+    check_a_person_is_remembered_across_their_sessions,
+    check_guests_and_other_people_see_nothing_of_a_person,
+    check_forget_from_one_session_forgets_the_person,
+    check_export_person_holds_what_every_session_of_the_person_stored,
+    check_a_session_claimed_by_two_people_is_refused,
+    check_a_caller_cannot_name_a_persons_memory,
+)
+
+
+def _run(checks: tuple[Callable[[Factory], None], ...], factory: Factory) -> None:
+    for check in checks:
         try:
             check(factory)
         except AssertionError as exc:
             raise AssertionError(f"{check.__name__}: {exc}") from exc
+
+
+def check_backend(factory: Factory) -> None:
+    """Run every contract check; the first failure raises ``AssertionError`` naming the rule."""
+    _run(CONTRACT_CHECKS, factory)
+
+
+def check_person_scope(factory: Factory) -> None:
+    """Run the person-scope checks (for a backend that takes ``scope: person`` and ``people``)."""
+    _run(PERSON_SCOPE_CHECKS, factory)
