@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from .._core.people import PERSON_PREFIX, inside
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
 from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape
@@ -63,7 +64,8 @@ def _backend_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 def _backend(args: argparse.Namespace, read_only: bool = False) -> Iterator[Any]:
     """The memory the arguments name; ``read_only``: its stores change no file (a command that
     only looks), and a file that is not a store is an error, never a store to start afresh."""
-    with storage_read_only() if read_only else contextlib.nullcontext(), _opened(args) as memory:
+    # The commands name memories by what 'sessions' lists: a person's key ("person:alice") is one.
+    with storage_read_only() if read_only else contextlib.nullcontext(), _opened(args) as memory, inside():
         yield memory
 
 
@@ -91,7 +93,8 @@ def _sessions(memory: Any) -> list[str] | None:
 
 def _require_session(memory: Any, session_id: str) -> None:
     known = _sessions(memory)
-    if known is not None and session_id not in known:
+    key = memory.memory_key(session_id) if callable(getattr(memory, "memory_key", None)) else session_id
+    if known is not None and key not in known:
         name = getattr(memory, "plugin_name", type(memory).__name__)
         raise CLIError(f"no session {session_id!r} in {name} (see 'ovos-memory sessions')", EXIT_NO_SESSION)
 
@@ -169,11 +172,35 @@ def cmd_search(args: argparse.Namespace, ui: UI) -> int:
 
 
 
+def _person_of(memory: Any, key: str) -> str:
+    """The person whose memory ``key`` is ("" for a guest's session)."""
+    name = key.removeprefix(PERSON_PREFIX) if key.startswith(PERSON_PREFIX) else ""
+    people = memory.people() if callable(getattr(memory, "people", None)) else []
+    return name if name in people else ""
+
+
+def _target(memory: Any, args: argparse.Namespace) -> tuple[str, str]:
+    """``(session, what)`` the command acts on: ``--person NAME`` or a SESSION, checked."""
+    if getattr(args, "person", None):
+        if args.session:
+            raise CLIError("give a SESSION or --person, not both")
+        people = memory.people() if callable(getattr(memory, "people", None)) else []
+        if args.person not in people:
+            raise CLIError(f"no person {args.person!r} in this memory's 'people' (known: {', '.join(people) or 'none'};"
+                           " people exist with scope 'person')", EXIT_NO_SESSION)
+        return memory.memory_key(PERSON_PREFIX + args.person), f"person {args.person!r}"
+    if not args.session:
+        raise CLIError(f"{args.command} needs a SESSION or --person (or --all)")
+    _require_session(memory, args.session)
+    person = _person_of(memory, memory.memory_key(args.session)) if hasattr(memory, "memory_key") else ""
+    return args.session, f"session {args.session!r}" + (f" (person {person!r})" if person else "")
+
+
 def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
     with _backend(args) as memory:
-        _require_session(memory, args.session)
-        counts = memory.forget(args.session)
-        lines = [f"forgot session {args.session!r}: {count_items(counts)} item(s) deleted"]
+        session, what = _target(memory, args)
+        counts = memory.forget(session)
+        lines = [f"forgot {what}: {count_items(counts)} item(s) deleted"]
         for key, value in (counts or {}).items():
             if isinstance(value, Mapping):
                 detail = ", ".join(f"{k} {v}" for k, v in value.items()) or "nothing"
@@ -190,10 +217,7 @@ def cmd_export(args: argparse.Namespace, ui: UI) -> int:
             data: dict[str, Any] = {"plugin": getattr(memory, "plugin_name", ""),
                                     "sessions": [memory.export(s) for s in (_sessions(memory) or [])]}
         else:
-            if not args.session:
-                raise CLIError("export needs a SESSION (or --all)")
-            _require_session(memory, args.session)
-            data = memory.export(args.session)
+            data = memory.export(_target(memory, args)[0])
         ui.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
     return 0
 
@@ -295,19 +319,21 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
 
     with _backend(args, read_only=True) as memory:
         found = _sessions(memory) or []
-        table = Table(title=f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)")
-        for col in ("session", "window", "documents", "facts", "summary"):
-            table.add_column(col, justify="left" if col == "session" else "right")
+        people = [sid for sid in found if _person_of(memory, sid)]
+        title = f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)"
+        table = Table(title=title + (f", {len(people)} of them people's" if people else ""))
+        for col in ("session", "person", "window", "documents", "facts", "summary"):
+            table.add_column(col, justify="left" if col in ("session", "person") else "right")
         totals = [0, 0, 0, 0]
         for sid in found[: args.limit]:
             data = memory.export(sid) if callable(getattr(memory, "export", None)) else {}
             row = [len(memory.get_history(sid)), *_tally(data)]
             totals = [a + b for a, b in zip(totals, row)]
-            table.add_row(Text(sid), *(str(v) for v in row))
+            table.add_row(Text(sid), Text(_person_of(memory, sid) or "-"), *(str(v) for v in row))
         if len(found) > args.limit:
             table.caption = f"first {args.limit} sessions shown (--limit)"
         if found:
-            table.add_row("[bold]total[/bold]", *(f"[bold]{v}[/bold]" for v in totals))
+            table.add_row("[bold]total[/bold]", "", *(f"[bold]{v}[/bold]" for v in totals))
         ui.out.print(table)
     return 0
 

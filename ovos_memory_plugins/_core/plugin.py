@@ -148,6 +148,11 @@ class MemoryPlugin(AgentContextManager):
         """The person owning ``session_id``; None for a guest or outside ``scope: person``."""
         return self._people.person_of(session_id) if self._people is not None else None
 
+    def memory_key(self, session_id: str) -> str:
+        """The key ``session_id``'s memory is stored under: its person's in ``scope: person``, else
+        itself (what :meth:`sessions` lists)."""
+        return self._people.memory_key(session_id, from_caller=False) if self._people is not None else session_id
+
     def _person_key(self, name: str) -> str:
         if self._people is None:
             raise ConfigError(f"{self.plugin_name}: people exist only with scope 'person' (scope is "
@@ -164,7 +169,7 @@ class MemoryPlugin(AgentContextManager):
         Each moved session is exported, imported into the person's key (imports skip what is
         already there, so a second process doing the same adds nothing) and only then forgotten.
         """
-        if self._adopted:
+        if self._adopted or _storage_read_only():  # a command that only looks moves nothing
             return
         with self._adoption:
             if self._adopted:
@@ -224,6 +229,12 @@ class MemoryPlugin(AgentContextManager):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _storage_read_only() -> bool:
+    from ..storage import is_read_only  # the stores import this module's package
+
+    return is_read_only()
 
 
 def _takes_session(name: str, fn: Any, private: tuple[str, ...]) -> bool:
