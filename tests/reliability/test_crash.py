@@ -65,11 +65,15 @@ def _parse(ack: str, tag: str, expected: int) -> None:
     assert ack == f"{tag} {expected}", f"acknowledgements out of order: got {ack!r}, expected {tag} {expected}"
 
 
+#: Person scope: the writer talks to the kitchen satellite, the checks read the bedroom's session.
+ONE_PERSON = {"scope": "person", "people": {"ana": ["kitchen", "bedroom"]}}
+
+
 def crash_run(name: str, entry_point: str, variant: dict[str, Any], tmp_path: Path, monkeypatch: Any, total: int,
-              min_kills: int) -> dict[str, int]:
+              min_kills: int, person: bool = False) -> dict[str, int]:
     rng = random.Random(_seed(name))
-    folder, sid, tag = tmp_path / "store", "crash-session", "c"
-    overrides = _overrides(entry_point, variant)
+    folder, sid, tag = tmp_path / "store", ("kitchen", "bedroom") if person else "crash-session", "c"
+    overrides = _overrides(entry_point, {**variant, **(ONE_PERSON if person else {})})
     with contextlib.ExitStack() as stack:
         if overrides.get("api_url") == "{llm}":
             overrides["api_url"] = stack.enter_context(FakeLLMServer(reply=marker_llm_reply)).url
@@ -82,7 +86,10 @@ def crash_run(name: str, entry_point: str, variant: dict[str, Any], tmp_path: Pa
 
 
 def _crash_loop(entry_point: str, tmp_path: Path, monkeypatch: Any, total: int, min_kills: int, rng: random.Random,
-                zygote: Zygote, folder: Path, sid: str, tag: str, overrides: dict[str, Any]) -> dict[str, int]:
+                zygote: Zygote, folder: Path, sids: str | tuple[str, str], tag: str,
+                overrides: dict[str, Any]) -> dict[str, int]:
+    """``sids``: one session, or (the one written, the one read back) of one person."""
+    written, sid = (sids, sids) if isinstance(sids, str) else sids
     acked = kills = checked = committed_in_flight = folded = 0
     while acked < total:
         kills_left = min_kills - kills
@@ -90,7 +97,7 @@ def _crash_loop(entry_point: str, tmp_path: Path, monkeypatch: Any, total: int, 
         # otherwise a fast backend finishes before the parent's SIGKILL lands.
         share = max(1, (total - acked) // (kills_left + 1)) if kills_left > 0 else total - acked
         stop = min(total, acked + 2 * share) if kills_left > 0 else total
-        job = {"entry_point": entry_point, "folder": str(folder), "overrides": overrides, "sid": sid, "tag": tag,
+        job = {"entry_point": entry_point, "folder": str(folder), "overrides": overrides, "sid": written, "tag": tag,
                "start": acked, "stop": stop, "idle_at_end": kills_left > 0, "marker_summaries": True}
         writer = zygote.start(job)
         try:
@@ -143,6 +150,14 @@ def _crash_loop(entry_point: str, tmp_path: Path, monkeypatch: Any, total: int, 
 @pytest.mark.parametrize(("name", "entry_point", "variant"), CASES, ids=IDS)
 def test_a_few_sigkills_lose_no_acknowledged_update(name, entry_point, variant, tmp_path, monkeypatch):
     figures = crash_run(name, entry_point, variant, tmp_path, monkeypatch, total=40, min_kills=3)
+    assert figures["updates acknowledged"] == 40
+
+
+@pytest.mark.parametrize(("name", "entry_point", "variant"), CASES, ids=IDS)
+def test_a_few_sigkills_in_person_scope_lose_no_acknowledged_update(name, entry_point, variant, tmp_path,
+                                                                    monkeypatch):
+    figures = crash_run(f"{name}, person scope", entry_point, variant, tmp_path, monkeypatch, total=40, min_kills=3,
+                        person=True)
     assert figures["updates acknowledged"] == 40
 
 

@@ -116,6 +116,41 @@ def test_forget_leaves_no_row_file_key_or_summary_of_the_session(name, entry_poi
                                "other session intact": intact})
 
 
+PERSON_CASES = [c for c in CASES if "scope global" not in c[0]]
+
+
+@pytest.mark.parametrize(("name", "entry_point", "overrides"), PERSON_CASES, ids=[c[0] for c in PERSON_CASES])
+def test_forget_from_one_session_of_a_person_leaves_nothing_of_any_of_their_sessions(name, entry_point, overrides,
+                                                                                      tmp_path):
+    folder, tag = tmp_path / "store", uuid.uuid4().hex[:8]
+    victim, bystander = f"ana{tag}", f"ben{tag}"
+    people = {victim: [f"{victim}-kitchen", f"{victim}-*"], bystander: [f"{bystander}-phone"]}
+    config = namespaced(entry_point, {**overrides, "scope": "person", "people": people}, "privacy-person")
+    sessions = [f"{victim}-kitchen", f"{victim}-bedroom"]
+    secrets = [marker("v", n) for n in range(TURNS)]
+    kept = [marker("b", n) for n in range(TURNS)]
+    memory = make_memory(entry_point, folder, config)
+    try:
+        for n in range(TURNS):
+            memory.update_history(exchange("v", n), sessions[n % 2])  # the person moves between rooms
+            memory.update_history(exchange("b", n), f"{bystander}-phone")
+        _flush(memory)
+        assert _remnants(_places(memory, folder), [victim, *secrets]), "the scanners found nothing before forget()"
+        memory.forget(f"{victim}-car")  # a session of hers that never said a word
+        _flush(memory)
+        left_open = _remnants(_places(memory, folder), [victim, *secrets])
+        bystander_views = views(memory.export_person(bystander))
+        contexts = [memory.build_conversation_context("what do I like?", sid) for sid in sessions]
+    finally:
+        memory.close()
+    assert not left_open, f"after forget(), while open: {left_open[:10]}"
+    assert not _remnants(_places(memory, folder), [victim, *secrets]), "after forget(), once closed"
+    assert not [m for ctx in contexts for m in ctx[:-1] if any(s in m.content for s in secrets)], "recalled after forget"
+    assert bystander_views and all(all(c[m] >= 1 for m in kept) for c in bystander_views.values()), (
+        f"forget() of one person touched another: {bystander_views}")
+    record("privacy", f"{name}, person scope", **{"remnants found": 0, "other person intact": True})
+
+
 @pytest.mark.parametrize(("entry_point", "store"),
                          with_postgres([ep for ep in entry_points() if ep.endswith(("lexical", "local-rag"))]))
 def test_a_forgotten_session_id_used_again_never_reuses_a_document_id(entry_point, store, tmp_path):
