@@ -93,9 +93,9 @@ def merged_summary(stored: str, imported: str) -> str:
     Importing the same export again, or into an empty memory, gives what a plain replace would.
     """
     stored, imported = stored.strip(), imported.strip()
-    if not stored or imported in stored:
-        return imported if not stored else stored
-    return f"{stored}\n\n{imported}" if imported else stored
+    if not stored:
+        return imported
+    return stored if imported in stored else f"{stored}\n\n{imported}"
 
 
 def _key(msg: AgentMessage) -> tuple[Any, ...]:

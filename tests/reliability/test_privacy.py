@@ -145,7 +145,8 @@ def test_forget_from_one_session_of_a_person_leaves_nothing_of_any_of_their_sess
         memory.close()
     assert not left_open, f"after forget(), while open: {left_open[:10]}"
     assert not _remnants(_places(memory, folder), [victim, *secrets]), "after forget(), once closed"
-    assert not [m for ctx in contexts for m in ctx[:-1] if any(s in m.content for s in secrets)], "recalled after forget"
+    recalled = [m for ctx in contexts for m in ctx[:-1] if any(s in m.content for s in secrets)]
+    assert not recalled, f"recalled after forget: {recalled}"
     assert bystander_views and all(all(c[m] >= 1 for m in kept) for c in bystander_views.values()), (
         f"forget() of one person touched another: {bystander_views}")
     record("privacy", f"{name}, person scope", **{"remnants found": 0, "other person intact": True})

@@ -1,0 +1,290 @@
+"""Person scope: one memory per person across their sessions, guests apart, a household by choice.
+
+The conformance kit (tests/test_contract.py) checks every backend and store in person scope;
+this file covers the config, moving a session into a person, the composite, the household,
+what forget does to facts, a restart, and the command line.
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+from ovos_memory_plugins.cli import main
+from ovos_memory_plugins.composite import CompositeMemory
+from ovos_memory_plugins.entity import EntityMemory
+from ovos_memory_plugins.errors import ConfigError
+from ovos_memory_plugins.lexical import LexicalMemory
+from ovos_memory_plugins.longterm import LongTermMemory
+from ovos_memory_plugins.recency import RecencyMemory
+from ovos_memory_plugins.testing.llm import closed_port_url
+
+U, A = MessageRole.USER, MessageRole.ASSISTANT
+PEOPLE = {"alice": ["kitchen", "alice-*"], "bob": ["bob-phone"]}
+PERSON = {"scope": "person", "people": PEOPLE}
+
+
+def tell(memory, session_id, text, answer="I will remember that."):
+    memory.update_history([AgentMessage(U, text), AgentMessage(A, answer)], session_id)
+    memory.flush()
+
+
+def contents(memory, session_id):
+    return [m.content for m in memory.get_history(session_id)]
+
+
+def context_text(memory, session_id, utterance="what do you know about me?"):
+    return "\n".join(m.content for m in memory.build_conversation_context(utterance, session_id)[:-1])
+
+
+def entity(tmp_path, **config):
+    return EntityMemory({"db_path": str(tmp_path / "entity.json"), "api_url": closed_port_url(),
+                         "request_timeout": 2, **config})
+
+
+# -- config ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("people", "words"), [
+    (["alice"], ["'people'", "dict"]),
+    ({"alice": "kitchen"}, ["'people'['alice']", "list"]),
+    ({"alice": []}, ["'people'['alice']", "non-empty"]),
+    ({"alice": ["kitchen", 3]}, ["'people'['alice']", "3"]),
+    ({"": ["kitchen"]}, ["person name"]),
+    ({"alice": ["person:bob"]}, ["'person:bob'", "reserved"]),
+])
+def test_a_malformed_people_is_a_config_error_naming_it(people, words, tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        RecencyMemory({"scope": "person", "people": people})
+    assert all(w in str(caught.value) for w in words), str(caught.value)
+
+
+@pytest.mark.parametrize("people", [
+    {"alice": ["kitchen"], "bob": ["kitchen"]},
+    {"alice": ["kitchen"], "bob": ["kit*"]},
+    {"bob": ["k?tchen"], "alice": ["kitchen", "alice-*"]},
+])
+def test_a_session_claimed_by_two_people_is_refused_at_construction_naming_it_and_both(people):
+    with pytest.raises(ConfigError) as caught:
+        RecencyMemory({"scope": "person", "people": people})
+    assert "'kitchen'" in str(caught.value) and "'alice'" in str(caught.value) and "'bob'" in str(caught.value)
+
+
+def test_a_session_two_patterns_claim_is_refused_when_it_comes(tmp_path):
+    # Two patterns may overlap on ids nobody can list in advance: the first such id is refused.
+    with RecencyMemory({"scope": "person", "people": {"alice": ["*-kitchen"], "bob": ["bob-*"]}}) as memory:
+        tell(memory, "alice-kitchen", "hello")
+        with pytest.raises(ConfigError, match="'bob-kitchen' is claimed by both 'alice' and 'bob'"):
+            memory.get_history("bob-kitchen")
+
+
+def test_a_window_takes_no_global_scope_and_retrieval_takes_person():
+    with pytest.raises(ConfigError, match="'scope' is 'global'"):
+        RecencyMemory({"scope": "global"})
+    with LexicalMemory({"db_path": ":memory:", **PERSON}) as memory:
+        assert memory.scope == "person" and memory.people() == ["alice", "bob"]
+
+
+def test_the_callers_people_dict_is_not_kept_or_changed():
+    people = {"alice": ["kitchen"]}
+    with RecencyMemory({"scope": "person", "people": people}) as memory:
+        people["alice"].append("bedroom")
+        tell(memory, "kitchen", "my dog is Rex")
+        assert contents(memory, "bedroom") == []
+    assert people == {"alice": ["kitchen", "bedroom"]}
+
+
+def test_person_scope_without_people_keeps_every_session_apart():
+    with RecencyMemory({"scope": "person"}) as memory:
+        tell(memory, "kitchen", "my dog is Rex")
+        assert contents(memory, "bedroom") == [] and memory.people() == []
+
+
+def test_people_methods_outside_person_scope_or_for_an_unknown_name_are_clear_errors():
+    with RecencyMemory({}) as memory:
+        assert memory.people() == []
+        with pytest.raises(ConfigError, match="scope 'person'"):
+            memory.forget_person("alice")
+    with RecencyMemory(PERSON) as memory, pytest.raises(ConfigError, match="no person named 'carol'.*alice, bob"):
+        memory.export_person("carol")
+
+
+@pytest.mark.parametrize("session_id", ["person:alice", "household:"])
+def test_a_caller_cannot_use_a_key_of_the_people(session_id):
+    with RecencyMemory({**PERSON, "household": session_id == "household:"}) as memory:
+        tell(memory, "kitchen", "my dog is Rex")
+        with pytest.raises(ValueError, match="reserved"):
+            memory.get_history(session_id)
+        with pytest.raises(ValueError, match="reserved"):
+            memory.update_history([AgentMessage(U, "poison")], session_id)
+
+
+# -- a person across sessions, restarts and stores -----------------------------------------------
+@pytest.mark.parametrize("store", ["window.db", "window.json"])
+def test_the_window_continues_from_room_to_room_and_across_a_restart(store, tmp_path):
+    config = {"db_path": str(tmp_path / store), **PERSON}
+    with RecencyMemory(config) as memory:
+        tell(memory, "kitchen", "my dog is Rex")
+        tell(memory, "alice-bedroom", "and my cat is Tom")
+        tell(memory, "guest-1", "I am a guest")
+    with RecencyMemory(config) as memory:
+        assert contents(memory, "alice-phone") == ["my dog is Rex", "I will remember that.", "and my cat is Tom",
+                                                   "I will remember that."]
+        assert contents(memory, "bob-phone") == [] and contents(memory, "guest-2") == []
+        assert contents(memory, "guest-1")[0] == "I am a guest"
+        assert memory.sessions() == ["guest-1", "person:alice"]
+
+
+def test_recall_follows_the_person_and_not_to_a_guest(tmp_path):
+    with LexicalMemory({"db_path": str(tmp_path / "lex.db"), "max_history": 0, **PERSON}) as memory:
+        tell(memory, "kitchen", "my passport is in the blue drawer")
+        tell(memory, "guest-1", "my passport is in the red suitcase")
+        mine = [h.content for h in memory.search("passport", "alice-car")]
+        assert any("blue drawer" in h for h in mine) and not any("red suitcase" in h for h in mine)
+        assert not any("blue drawer" in h.content for h in memory.search("passport", "guest-1"))
+        assert "blue drawer" in context_text(memory, "alice-car", "where is my passport?")
+
+
+def test_the_summary_is_the_persons(tmp_path):
+    config = {"db_path": str(tmp_path / "lt.json"), "api_url": None, "summarize_every": 2, "recent_window": 1,
+              **PERSON}
+    with LongTermMemory(config) as memory:
+        for n in range(4):
+            tell(memory, ("kitchen", "alice-bedroom")[n % 2], f"my favourite colour number {n} is teal")
+        assert "teal" in memory.export("alice-garden")["summary"]
+        assert memory.export("bob-phone")["summary"] == ""
+
+
+def test_two_satellites_of_one_person_at_once_lose_no_turn_and_keep_each_ones_order(tmp_path):
+    with RecencyMemory({"db_path": str(tmp_path / "w.db"), "max_history": 0, **PERSON}) as memory:
+        def talk(session_id):
+            for n in range(25):
+                memory.update_history([AgentMessage(U, f"{session_id} {n}"), AgentMessage(A, "ok")], session_id)
+
+        threads = [threading.Thread(target=talk, args=(sid,)) for sid in ("kitchen", "alice-bedroom")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        window = contents(memory, "alice-phone")
+    for sid in ("kitchen", "alice-bedroom"):
+        assert [w for w in window if w.startswith(sid + " ")] == [f"{sid} {n}" for n in range(25)]
+
+
+# -- people change: a session that becomes a person's keeps what it stored --------------------------
+def test_a_session_moved_to_a_person_brings_its_window_and_documents_with_their_times(tmp_path):
+    before = {"db_path": str(tmp_path / "lex.db"), "max_history": 0, **PERSON}
+    with LexicalMemory(before) as memory:
+        tell(memory, "kitchen", "my bike is green")
+        tell(memory, "office", "my locker number is 42")
+        office_docs = {d["content"]: d["ts"] for d in memory.export("office")["documents"]}
+    after = {**before, "people": {**PEOPLE, "alice": ["kitchen", "office", "alice-*"]}}
+    with LexicalMemory(after) as memory:
+        assert contents(memory, "alice-x") == ["my bike is green", "I will remember that.",
+                                               "my locker number is 42", "I will remember that."]
+        docs = {d["content"]: d["ts"] for d in memory.export_person("alice")["documents"]}
+        assert office_docs and all(docs.get(text) == ts for text, ts in office_docs.items())
+        assert memory.sessions() == ["person:alice"]
+        assert "locker number is 42" in context_text(memory, "kitchen", "what is my locker number?")
+    with LexicalMemory(after) as memory:  # moved once: a second start adds nothing
+        assert len(memory.export_person("alice")["documents"]) == len(docs)
+
+
+def test_a_moved_session_joins_the_persons_summary_and_facts(tmp_path):
+    lt = {"db_path": str(tmp_path / "lt.json"), "api_url": None, "summarize_every": 1, "recent_window": 0}
+    with LongTermMemory({**lt, **PERSON}) as memory:
+        tell(memory, "kitchen", "my sister is called Maya")
+        tell(memory, "office", "my boss is called Igor")
+    with LongTermMemory({**lt, "scope": "person", "people": {"alice": ["kitchen", "office"]}}) as memory:
+        summary = memory.export_person("alice")["summary"]
+        assert "Maya" in summary and "Igor" in summary
+    with entity(tmp_path, **PERSON) as memory:
+        tell(memory, "kitchen", "I live in Paris")
+        tell(memory, "office", "I moved to Berlin")
+    with entity(tmp_path, scope="person", people={"alice": ["kitchen", "office"]}) as memory:
+        assert memory.facts("kitchen") == ["User lives in Berlin"]  # merged, the later city superseding
+
+
+# -- the composite and the household ----------------------------------------------------------------
+def composite(tmp_path, **top):
+    members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}},
+               {"module": "ovos-memory-plugin-entity",
+                "config": {"db_path": str(tmp_path / "e.json"), "household": True}}]
+    return CompositeMemory({"members": members, "api_url": closed_port_url(), "request_timeout": 2, **top})
+
+
+def test_the_composite_gives_its_scope_and_people_to_every_member(tmp_path):
+    with composite(tmp_path, **PERSON) as memory:
+        for member in memory.members:
+            assert member.memory.scope == "person" and member.memory.people() == ["alice", "bob"]
+        assert memory.people() == ["alice", "bob"]
+
+
+def test_a_global_composite_still_loads_a_window_member(tmp_path):
+    with composite(tmp_path, scope="global") as memory:
+        assert [m.memory.scope for m in memory.members] == ["session", "global"]
+
+
+def test_household_facts_are_heard_by_every_person_and_never_written_by_a_guest(tmp_path):
+    with composite(tmp_path, **PERSON) as memory:
+        tell(memory, "kitchen", "I live in Paris")
+        tell(memory, "guest-1", "my name is Mallory")
+        bob = context_text(memory, "bob-phone")
+        assert "lives in Paris" in bob and "Mallory" not in bob
+        assert "I live in Paris" not in bob  # the window stays alice's
+        assert "Paris" not in context_text(memory, "guest-2")
+        assert "Mallory" in context_text(memory, "guest-1")
+
+
+def test_forget_of_a_person_forgets_both_the_new_and_the_previous_value(tmp_path):
+    with entity(tmp_path, **PERSON) as memory:
+        tell(memory, "kitchen", "I live in Paris")
+        tell(memory, "alice-car", "I moved to Berlin")
+        tell(memory, "bob-phone", "I live in Lisbon")
+        memory.forget("alice-car")
+        assert memory.facts("kitchen") == [] and memory.export_person("alice")["superseded"] == []
+        assert memory.facts("bob-phone") == ["User lives in Lisbon"]
+
+
+def test_forget_of_a_household_memory_forgets_it_for_everyone(tmp_path):
+    with entity(tmp_path, household=True, **PERSON) as memory:
+        tell(memory, "kitchen", "I live in Paris")
+        tell(memory, "guest-1", "I live in Rome")
+        memory.forget_person("bob")
+        assert memory.facts("alice-car") == [] and memory.facts("guest-1") == ["User lives in Rome"]
+
+
+# -- the command line -------------------------------------------------------------------------------
+@pytest.fixture
+def people_cli(tmp_path):
+    config = {"db_path": str(tmp_path / "w.db"), **PERSON}
+    with RecencyMemory(config) as memory:
+        tell(memory, "kitchen", "my dog is Rex")
+        tell(memory, "bob-phone", "my dog is Fido")
+        tell(memory, "guest-1", "just visiting")
+    return ["--module", "ovos-memory-plugin-recency", "--config", json.dumps(config)]
+
+
+def test_sessions_and_stats_show_people(people_cli, capsys):
+    assert main(["sessions", *people_cli]) == 0
+    assert capsys.readouterr().out.split() == ["guest-1", "person:alice", "person:bob"]
+    assert main(["stats", *people_cli]) == 0
+    out = capsys.readouterr().out
+    assert "2 of them people's" in out and "person:alice │ alice" in out and "guest-1      │ -" in out
+
+
+def test_export_and_forget_by_person(people_cli, capsys):
+    assert main(["export", "--person", "alice", *people_cli]) == 0
+    assert json.loads(capsys.readouterr().out)["window"][0]["content"] == "my dog is Rex"
+    assert main(["export", "alice-anything", *people_cli]) == 0
+    assert json.loads(capsys.readouterr().out)["session_id"] == "person:alice"
+    assert main(["forget", "--person", "alice", *people_cli]) == 0
+    assert "forgot person 'alice': 2 item(s) deleted" in capsys.readouterr().out
+    assert main(["sessions", *people_cli]) == 0
+    assert capsys.readouterr().out.split() == ["guest-1", "person:bob"]
+
+
+def test_an_unknown_person_is_one_line_with_exit_4(people_cli, capsys):
+    assert main(["forget", "--person", "carol", *people_cli]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no person 'carol'" in err and "alice, bob" in err
