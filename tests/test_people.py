@@ -7,7 +7,9 @@ what forget does to facts, a restart, and the command line.
 from __future__ import annotations
 
 import json
+import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -288,3 +290,31 @@ def test_an_unknown_person_is_one_line_with_exit_4(people_cli, capsys):
     assert main(["forget", "--person", "carol", *people_cli]) == 4
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no person 'carol'" in err and "alice, bob" in err
+
+
+# -- the documented personas ------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def documented_blocks(page):
+    """The composite blocks of the persona JSON in ``page`` (whole personas and bare blocks)."""
+    blocks = []
+    for text in re.findall(r"```json\n(.*?)```", (ROOT / page).read_text(encoding="utf-8"), re.S):
+        data = json.loads(text if text.lstrip().startswith("{") else "{" + text + "}")
+        block = data.get("ovos-memory-plugin-composite")
+        if block is not None:
+            blocks.append(block)
+    return blocks
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/first-persona.md", "docs/people.md"])
+def test_every_documented_persona_remembers_a_person_in_a_second_session(page):
+    blocks = [b for b in documented_blocks(page) if b.get("scope") == "person"]
+    assert blocks, f"{page} shows no persona in person scope"
+    for block in blocks:
+        sessions = next(iter(block["people"].values()))  # the first person's
+        one, two = (sessions + [sessions[0]])[:2]
+        with CompositeMemory({**block, "api_url": closed_port_url(), "request_timeout": 2}) as memory:
+            tell(memory, one.replace("*", "1"), "My dog is called Biscuit")
+            assert "Biscuit" in context_text(memory, two.replace("*", "2"), "what is my dog called?"), (page, block)
+            assert "Biscuit" not in context_text(memory, "visitor", "what is my dog called?") or "*" in sessions
