@@ -318,3 +318,31 @@ def test_every_documented_persona_remembers_a_person_in_a_second_session(page):
             tell(memory, one.replace("*", "1"), "My dog is called Biscuit")
             assert "Biscuit" in context_text(memory, two.replace("*", "2"), "what is my dog called?"), (page, block)
             assert "Biscuit" not in context_text(memory, "visitor", "what is my dog called?") or "*" in sessions
+
+
+def test_a_store_down_while_moving_sessions_costs_no_turn_and_the_move_happens_later(tmp_path, monkeypatch):
+    from ovos_memory_plugins.errors import StoreUnavailable
+
+    config = {"db_path": str(tmp_path / "w.db"), **PERSON}
+    with RecencyMemory(config) as memory:
+        tell(memory, "office", "my locker number is 42")
+    moved = {**config, "people": {**PEOPLE, "alice": ["kitchen", "office"]}}
+    with RecencyMemory(moved) as memory:
+        def down():
+            raise StoreUnavailable("the store is down")
+
+        monkeypatch.setattr(memory, "sessions", down)
+        tell(memory, "kitchen", "my bike is green")  # the turn is stored all the same
+        monkeypatch.undo()
+        assert contents(memory, "kitchen") == ["my bike is green", "I will remember that.",
+                                               "my locker number is 42", "I will remember that."]
+
+
+def test_session2history_shows_the_persons_window_under_any_of_their_sessions():
+    with RecencyMemory(PERSON) as memory:
+        tell(memory, "kitchen", "my dog is Rex")
+        view = memory.session2history
+        assert "alice-car" in view and "bob-phone" not in view and list(view) == ["person:alice"]
+        assert [m.content for m in view["alice-car"]] == ["my dog is Rex", "I will remember that."]
+        view["alice-car"].append(AgentMessage(U, "and a cat"))
+        assert contents(memory, "kitchen")[-1] == "and a cat"

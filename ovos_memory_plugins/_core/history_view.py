@@ -22,6 +22,7 @@ class EditableWindow(Protocol):
     _edit_lock: Any
 
     def sessions(self) -> list[str]: ...
+    def memory_key(self, session_id: str) -> str: ...
     def forget(self, session_id: str) -> Any: ...
     def _stored_window(self, session_id: str) -> list[AgentMessage]: ...
     def _replace_window(self, session_id: str, messages: Iterable[Any]) -> list[AgentMessage]: ...
@@ -35,7 +36,8 @@ class SessionHistoryView(MutableMapping[str, list]):
       list mutation write the whole window back to the store at once.
     * ``view[sid] = messages`` replaces the window with copies of ``messages`` (the caller's
       list and messages are never modified); ``del view[sid]`` forgets the session.
-    * iteration and ``len`` list the stored sessions.
+    * iteration and ``len`` list the stored sessions (in person scope, the memory keys: a
+      person's memory is ``person:<name>``, and any session of the person is in the view).
 
     Writes go through the window rules of ``update_history``: the window is normalised (a USER
     after a USER replaces it, consecutive answers merge), trimmed to ``max_history``, and its
@@ -55,7 +57,7 @@ class SessionHistoryView(MutableMapping[str, list]):
 
     def __getitem__(self, session_id: str) -> LiveHistory:
         history = self._memory._stored_window(session_id)
-        if not history and session_id not in self._empty and session_id not in self._memory.sessions():
+        if not history and session_id not in self:
             raise KeyError(session_id)
         return LiveHistory(self._memory, session_id, history)
 
@@ -73,7 +75,9 @@ class SessionHistoryView(MutableMapping[str, list]):
         self._memory.forget(session_id)
 
     def __contains__(self, session_id: object) -> bool:
-        return session_id in self._empty or session_id in self._memory.sessions()
+        if session_id in self._empty:
+            return True
+        return isinstance(session_id, str) and self._memory.memory_key(session_id) in self._memory.sessions()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._known())

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..config import parse_config, replace_setting, setting_names
-from ..errors import ConfigError
+from ..errors import ConfigError, MemoryPluginError
 from .compat import AgentContextManager
 from .log import LOG
 from .paths import check_store_path, is_memory_path, resolve_path
@@ -175,12 +175,20 @@ class MemoryPlugin(AgentContextManager):
             if self._adopted:
                 return
             self._adopted = True  # first: the moves below call keyed methods, which land here
-            people = self._people
-            assert people is not None
-            for session_id in self.sessions():
-                person = None if is_memory_key(session_id) else people.person_of(session_id)
-                if person is not None:
-                    self._move(session_id, people.key_of(person))
+            try:
+                self._move_sessions_of_people()
+            except MemoryPluginError as exc:  # the store is down: the turn goes on, the move waits
+                self._adopted = False
+                LOG.warning(f"{self.plugin_name}: cannot move the sessions that now belong to people yet ({exc}); "
+                            "trying again on the next call")
+
+    def _move_sessions_of_people(self) -> None:
+        people = self._people
+        assert people is not None
+        for session_id in self.sessions():
+            person = None if is_memory_key(session_id) else people.person_of(session_id)
+            if person is not None:
+                self._move(session_id, people.key_of(person))
 
     def _move(self, session_id: str, key: str) -> None:
         with unmapped():
