@@ -644,3 +644,20 @@ def test_the_benchmark_runs_end_to_end_on_a_tiny_workload(redis_server_url, monk
     bench.main(["--quick", "--exchanges", "30", "--calls", "10"])  # its exit code is about timing: not asserted
     out = capsys.readouterr().out
     assert "baseline redis PING" in out and "redis default" in out and "max_history 20" in out
+
+
+# -- person scope ------------------------------------------------------------------------------------
+def test_a_session_moved_to_a_person_joins_the_persons_summary_and_window(make):
+    prefix = _prefix()
+    people = {"alice": ["kitchen", "alice-*"]}
+    memory = make(prefix, scope="person", people=people)
+    memory.import_session({"summary": "The user is Ana."}, "kitchen")
+    exchange(memory, "alice-car", "my bike is green", "Noted.")
+    memory.import_session({"summary": "The user works nights."}, "office")
+    exchange(memory, "office", "my locker is 42", "Noted.")
+    memory.close()
+    moved = make(prefix, scope="person", people={"alice": ["kitchen", "alice-*", "office"]})
+    data = moved.export_person("alice")
+    assert data["summary"] == "The user is Ana.\n\nThe user works nights."
+    assert [m["content"] for m in data["window"]] == ["my bike is green", "Noted.", "my locker is 42", "Noted."]
+    assert moved.sessions() == ["person:alice"]
