@@ -346,3 +346,13 @@ def test_session2history_shows_the_persons_window_under_any_of_their_sessions():
         assert [m.content for m in view["alice-car"]] == ["my dog is Rex", "I will remember that."]
         view["alice-car"].append(AgentMessage(U, "and a cat"))
         assert contents(memory, "kitchen")[-1] == "and a cat"
+
+
+def test_assigning_scope_person_maps_sessions_from_the_next_call(tmp_path):
+    with LexicalMemory({"db_path": str(tmp_path / "lex.db"), "people": PEOPLE}) as memory:
+        tell(memory, "kitchen", "my bike is green")
+        assert contents(memory, "alice-car") == []
+        memory.scope = "person"
+        assert contents(memory, "alice-car")[0] == "my bike is green"  # the kitchen's window moved to alice
+        memory.scope = "session"
+        assert contents(memory, "alice-car") == [] and memory.people() == []

@@ -76,6 +76,9 @@ class MemoryPlugin(AgentContextManager):
     def _people_of(self, settings: Any) -> People | None:
         """The person mapping of ``scope: person``; None in any other scope."""
         if getattr(settings, "scope", None) != "person":
+            if getattr(settings, "people", None):
+                LOG.warning(f"{self.plugin_name}: 'people' is set but scope is {settings.scope!r}: sessions are not "
+                            "mapped to people (set \"scope\": \"person\")")
             return None
         owners = parse_people(getattr(settings, "people", {}))
         if not owners:
@@ -121,6 +124,9 @@ class MemoryPlugin(AgentContextManager):
         if name not in self.live_settings:
             raise AttributeError(f"{self.plugin_name}: {name!r} is fixed at construction; set it in the config")
         object.__setattr__(self, "settings", replace_setting(self.settings, name, value, self.plugin_name))
+        if name == "scope":  # into or out of person scope: the mapping follows at once
+            self._people = self._people_of(self.settings)
+            self._adopted = self._people is None
         self._settings_changed()
 
     def _settings_changed(self) -> None:
