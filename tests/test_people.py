@@ -356,3 +356,12 @@ def test_assigning_scope_person_maps_sessions_from_the_next_call(tmp_path):
         assert contents(memory, "alice-car")[0] == "my bike is green"  # the kitchen's window moved to alice
         memory.scope = "session"
         assert contents(memory, "alice-car") == [] and memory.people() == []
+
+
+def test_forget_in_global_scope_removes_the_sessions_facts_without_reviving_what_they_superseded(tmp_path):
+    with entity(tmp_path, scope="global") as memory:
+        tell(memory, "kitchen", "I live in Paris")
+        tell(memory, "car", "I moved to Berlin")
+        tell(memory, "kitchen", "my name is Ana")
+        memory.forget("car")
+        assert memory.facts("anywhere") == ["User's name is Ana"]
