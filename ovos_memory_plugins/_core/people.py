@@ -36,6 +36,7 @@ PERSON_PREFIX = "person:"
 HOUSEHOLD_KEY = "household:"
 _RESERVED = (PERSON_PREFIX, HOUSEHOLD_KEY)
 _GLOB_CHARS = frozenset("*?[")
+_SEEN_MAX = 4096
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,6 +47,8 @@ class People:
 
     owners: Mapping[str, tuple[str, ...]]
     household: bool = False
+    #: session id -> its person (None: a guest), so a turn's nested calls match patterns once.
+    _seen: dict[str, str | None] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def names(self) -> list[str]:
         return sorted(self.owners)
@@ -60,10 +63,15 @@ class People:
     def person_of(self, session_id: str) -> str | None:
         """The person owning ``session_id``; None for a guest. A session two people's patterns
         both match is refused (ids claimed twice are refused at construction already)."""
+        if session_id in self._seen:
+            return self._seen[session_id]
         owners = [name for name, patterns in self.owners.items() if _claims(patterns, session_id)]
         if len(owners) > 1:
             raise ConfigError(f"session {session_id!r} is claimed by both {owners[0]!r} and {owners[1]!r} in 'people'")
-        return owners[0] if owners else None
+        if len(self._seen) >= _SEEN_MAX:  # bounded: a caller may invent session ids without end
+            self._seen.clear()
+        self._seen[session_id] = owners[0] if owners else None
+        return self._seen[session_id]
 
     def memory_key(self, session_id: str, from_caller: bool) -> str:
         """The key ``session_id`` is stored under. A key this mapping made maps to itself (a
@@ -171,8 +179,11 @@ def keyed(fn: F) -> F:
         if people is not None and not getattr(_calls, "unmapped", False):
             self._adopt_moved_sessions()
             args, kwargs = _mapped(people, position, args, kwargs)
-        with inside():
+        _calls.depth = _depth() + 1  # inline rather than inside(): this runs on every call of a turn
+        try:
             return fn(self, *args, **kwargs)
+        finally:
+            _calls.depth -= 1
 
     wrapper._keyed = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
