@@ -19,7 +19,9 @@ better where the reference is weak (docs/compatibility.md):
 * a custom ``extraction_prompt`` is sent as it is and its JSON list of sentences kept as the
   reference did, less any that reads like an instruction; ``grounded_facts: true`` also keeps
   only sentences whose key words the user said;
-* ``scope: global`` shares one set of facts across sessions (one user, several devices).
+* ``scope: global`` shares one set of facts across every session; ``scope: person`` keeps one set
+  per person of ``people`` across their sessions (guests keep their own), and ``household: true``
+  one set for the whole household (see :mod:`~ovos_memory_plugins._core.people`).
 """
 from __future__ import annotations
 
@@ -73,7 +75,8 @@ MODEL_COMMIT_S = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class EntityConfig(EndpointConfig, ContextConfig):
-    max_facts: int = option(50, "facts kept per session (or in total with scope global); 0: no cap", minimum=0)
+    max_facts: int = option(50, "facts kept per session (per person in scope person, in total with scope global); "
+                            "0: no cap", minimum=0)
     max_extract_tokens: int = option(128, "max_tokens of an extraction request", minimum=1)
     extraction_prompt: str = option(DEFAULT_EXTRACTION_PROMPT, "the default: the built-in extraction (the user's "
                                     "words only, a JSON schema, facts built by code); another prompt (it must "
