@@ -37,7 +37,7 @@ from ._cli.output import EXIT_ENDPOINT, EXIT_ERROR, EXIT_INPUT, UI, CLIError, lo
 from ._cli.persona import PersonaError
 from .errors import ConfigError, LLMError, MemoryPluginError
 
-__all__ = ["CLIError", "build_parser", "main"]
+__all__ = ["build_parser", "CLIError", "main"]
 
 
 # -- parser ------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from .messages import check_session_id, check_utterance, clean_text, coerce_mess
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
 from .score_fusion import KINDS, ScoreWeights, Signal, features, fused_scores
 
-__all__ = ["COMPOSITE_FUSIONS", "ENDPOINT_KEYS", "HYBRID_PRESET", "CompositeConfig", "CompositeMemory", "Member"]
+__all__ = ["COMPOSITE_FUSIONS", "CompositeConfig", "CompositeMemory", "ENDPOINT_KEYS", "HYBRID_PRESET", "Member"]
 
 COMPOSITE = "ovos-memory-plugin-composite"
 #: The reference's five fusions, and score fusion (score_fusion.py), the hybrid preset's.

@@ -55,7 +55,7 @@ from ._retrieval.model_gate import ModelGate
 from .config import option, parse_config
 from .errors import ConfigError, EmbeddingsError, MissingDependencyError
 
-__all__ = ["E5Embedder", "MiniLMEmbedder", "available_cpus", "default_threads"]
+__all__ = ["available_cpus", "default_threads", "E5Embedder", "MiniLMEmbedder"]
 
 INPUT_TYPES = ("passage", "query")
 #: Texts (or passage windows) per call into the model at most.

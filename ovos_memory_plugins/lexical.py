@@ -31,7 +31,7 @@ from .config import option
 from .errors import ConfigError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
 
-__all__ = ["MAX_QUERY_TERMS", "LexicalConfig", "LexicalMemory", "match_expression", "query_words"]
+__all__ = ["LexicalConfig", "LexicalMemory", "match_expression", "MAX_QUERY_TERMS", "query_words"]
 
 
 _FTS_MIGRATIONS = (

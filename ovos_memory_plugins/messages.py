@@ -26,8 +26,6 @@ from ._core.log import LOG
 from ._core.tokens import estimate_tokens
 
 __all__ = [
-    "MAX_MESSAGE_CHARS",
-    "MESSAGE_OVERHEAD_TOKENS",
     "check_session_id",
     "check_utterance",
     "clean_text",
@@ -39,6 +37,8 @@ __all__ = [
     "fold_into",
     "from_dict",
     "is_role",
+    "MAX_MESSAGE_CHARS",
+    "MESSAGE_OVERHEAD_TOKENS",
     "message_tokens",
     "role_of",
     "to_dict",

@@ -44,7 +44,7 @@ from .errors import ConfigError, EmbeddingsError, StorageError
 from .storage.postgres import PgDatabase, is_postgres_url, lock_key, open_pg_database, release_pg_database
 from .vectordb import Collection, CollectionNotFound, _check_key, _check_name, _dump, _load
 
-__all__ = ["PLUGIN_NAME", "PgEmbeddingsConfig", "PgEmbeddingsDB"]
+__all__ = ["PgEmbeddingsConfig", "PgEmbeddingsDB", "PLUGIN_NAME"]
 
 PLUGIN_NAME = "ovos-memory-postgres-embeddings-plugin"
 T = TypeVar("T")

@@ -56,7 +56,7 @@ from .storage import WindowPolicy, store_location
 from .storage.sqlite import Database, open_database
 from .storage.windows import SqliteWindowStore
 
-__all__ = ["BaseRetrievalMemory", "Document", "MemoryHit", "RetrievalConfig", "drop_window_duplicates"]
+__all__ = ["BaseRetrievalMemory", "Document", "drop_window_duplicates", "MemoryHit", "RetrievalConfig"]
 
 
 @dataclasses.dataclass(frozen=True)

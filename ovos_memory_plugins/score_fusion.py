@@ -38,7 +38,7 @@ from ._retrieval import dates
 from ._retrieval.fitted_weights import FITTED
 from .errors import ConfigError
 
-__all__ = ["FEATURES", "KINDS", "ScoreWeights", "Signal", "features", "fused_scores"]
+__all__ = ["FEATURES", "features", "fused_scores", "KINDS", "ScoreWeights", "Signal"]
 
 #: The features, in the order of :meth:`ScoreWeights.vector`.
 FEATURES = ("keyword", "semantic", "date", "length")

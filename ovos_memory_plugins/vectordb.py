@@ -44,7 +44,7 @@ from .config import option, parse_config
 from .errors import EmbeddingsError
 from .storage.sqlite import Database, open_database, release_database
 
-__all__ = ["Collection", "CollectionNotFound", "SqliteEmbeddingsDB", "SqliteEmbeddingsConfig"]
+__all__ = ["Collection", "CollectionNotFound", "SqliteEmbeddingsConfig", "SqliteEmbeddingsDB"]
 
 DEFAULT_FILE = "embeddings.db"
 #: Keys per ``IN (...)`` list (SQLite's default limit on variables is 999 on old builds).

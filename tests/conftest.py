@@ -3,6 +3,7 @@ from __future__ import annotations
 import importlib.metadata
 import itertools
 import os
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,10 @@ def make_memory(tmp_path):
             memory.close()
 
 
+REDIS_ENTRY_POINT = "ovos-memory-plugin-redis"
+RELIABILITY = Path(__file__).resolve().parent / "reliability"
+
+
 def pytest_collection_modifyitems(config, items):
     """Real-model tests (marker ``llm``) run only when ``OVOS_MEMORY_TEST_LLM_URL`` names a model,
     and PostgreSQL tests (marker ``postgres``) only when ``OVOS_MEMORY_POSTGRES_URL`` names a server.
@@ -70,11 +75,20 @@ def pytest_collection_modifyitems(config, items):
     They are deselected, not skipped: without a model or a server they have nothing to check,
     and a skip would read as a feature that is missing. CI (scripts/test) sets
     ``OVOS_MEMORY_REQUIRE_POSTGRES``: there a missing server is an error, never a quiet deselection.
+
+    Markers follow what a case needs, so ``make test-fast`` can leave it out: a case run on the
+    Redis backend needs a redis-server (``redis``), and the reliability suite is ``heavy``.
     """
-    for item in items:  # reliability cases on PostgreSQL (tests/reliability/_harness.py: POSTGRES)
+    for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
+        # reliability cases on PostgreSQL (tests/reliability/_harness.py: POSTGRES)
         if any(isinstance(v, dict) and v.get("db_url") == "{postgres}" for v in params.values()):
             item.add_marker(pytest.mark.postgres)
+        # a case, on the Redis backend, of a test run on every backend
+        if any(isinstance(v, str) and v == REDIS_ENTRY_POINT for v in params.values()):
+            item.add_marker(pytest.mark.redis)
+        if RELIABILITY in item.path.parents:  # minutes of crashes, races and sweeps: not the fast lane
+            item.add_marker(pytest.mark.heavy)
     missing = []
     if not os.environ.get("OVOS_MEMORY_TEST_LLM_URL"):
         missing.append("llm")

@@ -30,18 +30,18 @@ from .postgres import is_postgres_url
 from .readonly import is_read_only, read_only
 
 __all__ = [
-    "BACKENDS",
-    "RecordStore",
     "after_commit",
-    "WindowPolicy",
-    "WindowStore",
     "backend_for",
+    "BACKENDS",
     "open_database_at",
     "open_record_store",
     "open_window_store",
     "read_only",
+    "RecordStore",
     "release_database",
     "store_location",
+    "WindowPolicy",
+    "WindowStore",
 ]
 
 #: The store backends a config may name.

@@ -44,8 +44,8 @@ from .readonly import StoreReadOnly, is_read_only
 from .sharing import SharedHandles
 
 __all__ = [
-    "WORKER_GONE", "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module",
-    "redact", "release_pg_database",
+    "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",
+    "release_pg_database", "WORKER_GONE",
 ]
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from ..errors import StorageError
 from .sqlite import Database, StoreDamaged, release_database
 from .windows import safe_table_name
 
-__all__ = ["SqliteRecordStore", "as_record"]
+__all__ = ["as_record", "SqliteRecordStore"]
 
 
 def as_record(value: Any, session_id: str, where: str) -> dict[str, Any]:

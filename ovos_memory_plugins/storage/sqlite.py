@@ -26,8 +26,8 @@ from .integrity import StoreDamaged, damage_of, quick_check, set_aside
 from .readonly import StoreReadOnly, check_migrated, connect_read_only, is_read_only
 from .sharing import SharedHandles
 
-__all__ = ["Database", "StoreDamaged", "StoreReplaced", "connect", "map_sqlite_errors", "open_database",
-           "storage_error"]
+__all__ = ["connect", "Database", "map_sqlite_errors", "open_database", "storage_error", "StoreDamaged",
+           "StoreReplaced"]
 
 T = TypeVar("T")
 

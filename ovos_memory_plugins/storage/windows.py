@@ -12,7 +12,7 @@ from ..messages import copy_message, fold_into, from_dict, to_dict
 from .policy import WindowPolicy
 from .sqlite import Database, StoreDamaged, release_database
 
-__all__ = ["RecordWindowStore", "SqliteWindowStore", "append_entries", "prune_entries", "safe_table_name"]
+__all__ = ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"]
 
 Entry = tuple[float, AgentMessage]
 

@@ -12,5 +12,5 @@ from .contract import CONTRACT_CHECKS, check_backend
 from .embeddings import FakeEmbedder
 from .llm import FakeLLMServer, LoggedRequest, closed_port_url, free_port
 
-__all__ = ["CONTRACT_CHECKS", "FakeEmbedder", "FakeLLMServer", "LoggedRequest", "check_backend", "closed_port_url",
-           "free_port"]
+__all__ = ["check_backend", "closed_port_url", "CONTRACT_CHECKS", "FakeEmbedder", "FakeLLMServer", "free_port",
+           "LoggedRequest"]

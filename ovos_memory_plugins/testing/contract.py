@@ -25,7 +25,7 @@ from typing import Any
 
 from .._core.compat import AgentMessage, MessageRole
 
-__all__ = ["CONTRACT_CHECKS", "check_backend"]
+__all__ = ["check_backend", "CONTRACT_CHECKS"]
 
 Factory = Callable[[dict[str, Any]], Any]
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
