@@ -52,13 +52,13 @@ from .messages import (
 from .render import DEFAULT_HEADER, ContextStyle, render_hits
 
 __all__ = [
-    "QUERY_MODES",
-    "SCOPES",
     "ContextConfig",
     "ContextMemory",
     "ContextParts",
+    "QUERY_MODES",
     "RecallConfig",
     "RecallingMemory",
+    "SCOPES",
 ]
 
 SCOPES = ("session", "global")

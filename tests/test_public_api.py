@@ -41,6 +41,9 @@ PUBLIC = {
     "composite": [
         "COMPOSITE_FUSIONS", "CompositeConfig", "CompositeMemory", "ENDPOINT_KEYS", "HYBRID_PRESET", "Member"
     ],
+    "context": [
+        "ContextConfig", "ContextMemory", "ContextParts", "QUERY_MODES", "RecallConfig", "RecallingMemory", "SCOPES"
+    ],
     "config": [
         "check_config", "check_template", "config_keys", "MAXIMUM", "option", "parse_config", "replace_setting",
         "setting_names", "UNSET"
