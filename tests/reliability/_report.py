@@ -95,6 +95,15 @@ SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("backend", "exchanges per session", "files searched", "bytes searched", "remnants found",
          "other session intact", "forget took (s)"),
     ),
+    "permissions": (
+        "5c. Private files",
+        "Every store kept in files is created under folders that do not exist yet, under the umask a service "
+        "usually runs with (022) and under none (000); after turns, background work and a `forget()`, every file "
+        "(database, WAL, shm, JSON, lock, vectors) must be 0600 and every folder the package made 0700, while the "
+        "folder that was already there keeps its mode. Also checked: the default data folder, a damaged file set "
+        "aside with its replacement, and an export redirected to a new file (a file appended to keeps its mode).",
+        ("store", "where", "umasks tried", "files checked", "folders checked", "not private"),
+    ),
     "outage": (
         "6. Outages and repeated operations",
         "A command or call that cannot reach its store fails with one line and a non-zero exit, and nothing is "
@@ -155,6 +164,7 @@ def _totals() -> list[str]:
     sized = _figures.get("privacy-size", {})
     faults = _figures.get("faults", {}).values()
     forgets = _figures.get("privacy", {})
+    perms = _figures.get("permissions", {}).values()
     return [
         f"- kills survived: {sum(int(r.get('kills', 0)) for r in crash):,}",
         f"- updates checked: {sum(int(r.get('updates checked', 0)) for r in crash) + sum(int(r.get('updates', 0)) for r in conc):,}",  # noqa: E501
@@ -163,6 +173,8 @@ def _totals() -> list[str]:
         f"{'yes' if all(r.get('turns') == r.get('turns answered') for r in faults) else 'no'}",
         f"- stores checked byte by byte after forget(): {len(forgets) + len(sized)}, remnants found: "
         f"{sum(int(r.get('remnants found', 0)) for r in [*forgets.values(), *sized.values()])}",
+        f"- files and folders checked for their mode: {sum(int(r.get('files checked', 0)) + int(r.get('folders checked', 0)) for r in perms):,}, "  # noqa: E501
+        f"not private: {sum(int(r.get('not private', 0)) for r in perms)}",
         f"- misuse cases tried: {sum(int(r.get('tried', 0)) for r in _figures.get('misuse', {}).values()):,}, "
         f"files changed that should not have been: "
         f"{sum(int(r.get('files changed', 0)) for r in _figures.get('misuse', {}).values())}",
