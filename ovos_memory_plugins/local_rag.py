@@ -26,8 +26,10 @@ with the hits by meaning; once embedded they are found by meaning.
 
 Document ids (``<session>_<n>``) never repeat, so a restart never overwrites an old memory,
 and the document log is the source of truth: a vector whose document was forgotten or
-expired is never recalled. When the embedder changes (another model in the same collection),
-every document is re-embedded in the background instead of mixing incompatible vectors.
+expired is never recalled, and the indexer never writes a vector of a document deleted while it
+was embedding it. When the embedder changes (another model in the same collection), every
+document is re-embedded in the background instead of mixing incompatible vectors; a process
+whose embedder no longer owns the collection (another one claimed it) stops using it.
 """
 from __future__ import annotations
 
