@@ -77,6 +77,18 @@ SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "and the store is consistent afterwards.",
         ("fault", "backend", "turns", "turns answered", "errors logged", "consistent afterwards"),
     ),
+    "disk-full": (
+        "4b. A disk that fills up",
+        "Each store on a small tmpfs (8 MB) mounted for the test; after a few turns of about 40 kB each, a file takes "
+        "every byte left, then, for each cycle: three turns go on (each answered; `update_history` logs the failure, "
+        "once per outage), an import must raise, every acknowledged turn must still read back; the file goes, and "
+        "the next turn and import must work. At the end the store is opened again: every acknowledged turn is there "
+        "exactly once, a failed one wholly there or wholly absent. Also on the full disk: `forget()` of one session "
+        "(it finishes or raises, all or nothing, and no other session is touched; once space is back it leaves no "
+        "byte of the session) and a new store (refused at once with the package's error).",
+        ("store", "cycles", "writes refused", "imports refused, with an error", "errors logged for failed turns",
+         "forgets and new stores on a full disk", "acknowledged lost", "works after space is freed"),
+    ),
     "privacy": (
         "5. Privacy",
         "After `forget(session_id)` every SQLite table (read through SQLite), every file's raw bytes, "
@@ -160,11 +172,13 @@ def _totals() -> list[str]:
     damaged = _figures.get("corruption", {}).values()
     lost = sum(int(r.get("lost", 0) or 0) for r in [*crash, *conc]) + sum(
         int(r.get("updates lost", 0) or 0) for r in damaged) + sum(
-        int(r.get("lost", 0) or 0) for r in _figures.get("outage", {}).values())
+        int(r.get("lost", 0) or 0) for r in _figures.get("outage", {}).values()) + sum(
+        int(r.get("acknowledged lost", 0) or 0) for r in _figures.get("disk-full", {}).values())
     sized = _figures.get("privacy-size", {})
     faults = _figures.get("faults", {}).values()
     forgets = _figures.get("privacy", {})
     perms = _figures.get("permissions", {}).values()
+    full = _figures.get("disk-full", {}).values()
     return [
         f"- kills survived: {sum(int(r.get('kills', 0)) for r in crash):,}",
         f"- updates checked: {sum(int(r.get('updates checked', 0)) for r in crash) + sum(int(r.get('updates', 0)) for r in conc):,}",  # noqa: E501
@@ -178,6 +192,9 @@ def _totals() -> list[str]:
         f"- misuse cases tried: {sum(int(r.get('tried', 0)) for r in _figures.get('misuse', {}).values()):,}, "
         f"files changed that should not have been: "
         f"{sum(int(r.get('files changed', 0)) for r in _figures.get('misuse', {}).values())}",
+        f"- disk-full cycles: {sum(int(r.get('cycles', 0)) for r in full):,}, writes refused: "
+        f"{sum(int(r.get('writes refused', 0)) for r in full):,}, acknowledged lost: "
+        f"{sum(int(r.get('acknowledged lost', 0)) for r in full)}",
         f"- updates lost: {lost:,}",
     ]
 

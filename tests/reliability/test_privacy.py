@@ -25,9 +25,9 @@ from tests._postgres import folder_url, schema_cells
 from tests._timing import patience
 from tests.reliability._harness import (
     CLOSED_LLM,
-    REPO,
     ON_POSTGRES,
     POSTGRES,
+    REPO,
     entry_points,
     exchange,
     folder_texts,
