@@ -22,6 +22,20 @@ def _private_data_home(tmp_path_factory, monkeypatch):
     yield home
 
 
+@pytest.fixture(autouse=True)
+def _postgres_connections_closed(request):
+    """Every PostgreSQL database a test opens has an owner that closes it by the test's end: a handle
+    left open keeps its connections until the interpreter exits (psycopg's ResourceWarning)."""
+    import sys
+
+    postgres = sys.modules.get("ovos_memory_plugins.storage.postgres")
+    before = {id(db) for db in postgres._shared.values()} if postgres else set()
+    yield
+    postgres = sys.modules.get("ovos_memory_plugins.storage.postgres")
+    left = [db.path for db in postgres._shared.values() if id(db) not in before] if postgres else []
+    assert not left, f"{request.node.nodeid} left PostgreSQL databases open (never released): {left}"
+
+
 @pytest.fixture
 def closing():
     """``closing(memory)`` returns ``memory`` and closes it when the test ends."""

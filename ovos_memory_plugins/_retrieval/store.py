@@ -91,8 +91,12 @@ class RetrievalStore:
         self.owner = owner
         self.db = db
         prefix = safe_table_name(prefix)
-        self.window = self.window_class(db, f"{prefix}_window")
-        self.docs = self.docs_class(db, f"{prefix}_docs")
+        try:
+            self.window = self.window_class(db, f"{prefix}_window")
+            self.docs = self.docs_class(db, f"{prefix}_docs")
+        except BaseException:
+            release_database(db)  # a store that never existed keeps no connection open
+            raise
         self._log = log
         self._started = False
         self._start_lock = threading.Lock()
