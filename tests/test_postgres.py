@@ -169,6 +169,29 @@ def test_a_store_or_memory_that_fails_to_start_keeps_no_connection_open(monkeypa
     assert url not in [db.url for db in postgres._shared.values()], "a database stayed open with nobody to close it"
 
 
+def test_a_connection_that_fails_its_first_statement_is_closed(monkeypatch):
+    import psycopg
+
+    from ovos_memory_plugins.errors import StorageError
+    from ovos_memory_plugins.storage.postgres import PgDatabase
+
+    made, real = [], PgDatabase._connect
+
+    def connect(self):
+        raw = real(self)
+        made.append(raw)
+        monkeypatch.setattr(raw, "execute", fail)  # the liveness lock, its first statement, fails
+        return raw
+
+    def fail(*args, **kwargs):
+        raise psycopg.OperationalError("the server went away")
+
+    monkeypatch.setattr(PgDatabase, "_connect", connect)
+    with pytest.raises(StorageError):
+        open_pg_database(fresh_url())
+    assert made and all(raw.closed for raw in made), "a connection nobody holds was left open"
+
+
 def _continue_answer(url, tag, count, go):
     from ovos_memory_plugins.recency import RecencyMemory
 
