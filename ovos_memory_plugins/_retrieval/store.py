@@ -60,7 +60,9 @@ class IndexOwner(Protocol):
     index_delay: ClassVar[float]
     #: How a failing background step is logged (once): "error" or "warning".
     index_failure_level: ClassVar[str]
-    #: True: the index is in this same database, so its writes join the store's transactions.
+    #: True: the index is in this same database and cheap to write (keywords): the indexer writes
+    #: entries and marks in one transaction. False: documents are leased and prepared (embedded)
+    #: outside any transaction. Whether a forget joins the index's writes is ``_index_in_database()``.
     index_in_database: ClassVar[bool]
     #: False: the index is in RAM and every stored document is indexed again on first use.
     index_survives_restart: ClassVar[bool]
