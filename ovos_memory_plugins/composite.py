@@ -271,6 +271,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         sid = check_session_id(session_id)
+        self._check_open()
         messages = coerce_messages(new_messages)
         if not messages:
             return

@@ -150,6 +150,7 @@ class EntityMemory(LLMMemory):
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         check_session_id(session_id)
+        self._check_open()
         messages = coerce_messages(new_messages)
         exchanges = self._pair(messages, session_id)
         if not exchanges:

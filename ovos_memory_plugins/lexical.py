@@ -87,6 +87,23 @@ class LexicalConfig(RetrievalConfig):
                 f"'retrieval.stopword_languages' has {unknown}; supported languages are {', '.join(LANGUAGES)}")
 
 
+#: The longest name this package makes of ``table`` on PostgreSQL is ``<table>_window_by_session``;
+#: PostgreSQL keeps 63 bytes of a name and cuts the rest, so two names may become one.
+PG_TABLE_MAX = 63 - len("_window_by_session")
+
+
+def _postgres_table_problems(settings: Any) -> list[str]:
+    """``table`` too long for the names made of it on PostgreSQL (checked before anything is opened)."""
+    from .storage.postgres import is_postgres_url
+    from .storage.windows import safe_table_name
+
+    table = safe_table_name(settings.table)
+    if not is_postgres_url(settings.db_url or settings.db_path) or len(table) <= PG_TABLE_MAX:
+        return []
+    return [f"'table' is {len(table)} characters long; on PostgreSQL it may have at most {PG_TABLE_MAX} (names "
+            f"there hold 63 bytes, and the package adds up to {63 - PG_TABLE_MAX} to it)"]
+
+
 def match_expression(text: str, ignore: frozenset[str] = frozenset()) -> str:
     """An FTS5 query matching any content word of ``text``, safe for any input.
 
@@ -129,6 +146,10 @@ class LexicalMemory(BaseRetrievalMemory):
     # a failing batch is a WARNING; the cause (a full disk) fails update_history too, the ERROR.
     index_failure_level: ClassVar[str] = "warning"
     score_kind: ClassVar[str | None] = "keyword"
+
+    @classmethod
+    def check_settings(cls, settings: Any) -> list[str]:
+        return [*super().check_settings(settings), *_postgres_table_problems(settings)]
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)

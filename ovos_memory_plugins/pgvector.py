@@ -190,6 +190,11 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         count = self._db.execute(f"SELECT COALESCE(sum(n), 0) FROM {items}_sizes")[0][0] if dim is not None else 0
         return Collection(name, _load(meta), dim, int(count))
 
+    def collection_metadata(self, name: str) -> dict[str, Any] | None:
+        """The metadata of ``name`` (None if there is no such collection): one row read, no count."""
+        rows = self._db.execute("SELECT metadata FROM ovos_vec_collections WHERE name = ?", (_check_name(name),))
+        return _load(rows[0][0]) if rows else None
+
     def delete_collection(self, name: str) -> None:
         name = _check_name(name)
         with self._db.atomic() as con:

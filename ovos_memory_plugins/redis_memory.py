@@ -182,6 +182,7 @@ class RedisMemory(ContextMemory):
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         check_session_id(session_id)
+        self._check_open()
         messages = coerce_messages(new_messages)
         if not messages:
             return

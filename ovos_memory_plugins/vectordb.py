@@ -120,6 +120,12 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         self._lock = threading.RLock()  # taken inside the Database lock, never around it
         self._closed = False
 
+    @property
+    def database(self) -> Database:
+        """The SQLite database the vectors are in: shared with every store of this process on the same
+        file, so a memory keeping its documents there writes both in one transaction."""
+        return self._db
+
     # -- collections ---------------------------------------------------------------------
     def create_collection(self, name: str, metadata: dict[str, Any] | None = None) -> Collection:
         """Create ``name`` if missing (idempotent); ``metadata``, when given, replaces the old."""
@@ -138,6 +144,12 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         if not rows:
             raise CollectionNotFound(f"{PLUGIN_NAME}: no collection named {name!r}")
         return _collection(rows[0])
+
+    def collection_metadata(self, name: str) -> dict[str, Any] | None:
+        """The metadata of ``name`` (None if there is no such collection): one row read, no count,
+        cheap enough for every query (in a transaction of this database, it reads within it)."""
+        rows = self._db.execute("SELECT metadata FROM ovos_vec_collections WHERE name = ?", (_check_name(name),))
+        return _load(rows[0][0]) if rows else None
 
     def delete_collection(self, name: str) -> None:
         name = _check_name(name)
@@ -379,7 +391,9 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             mirror = self._mirrors.get(name)
             if mirror is not None and (mirror.version, mirror.epoch, mirror.dim) == (version, epoch, dim):
                 return mirror
-            if mirror is None or mirror.epoch != epoch or mirror.dim != dim:
+            # Ahead of the file: a write of ours was rolled back with an enclosing transaction (a
+            # memory's, that also marks its documents), and the rows it put in RAM are not on disk.
+            if mirror is None or mirror.epoch != epoch or mirror.dim != dim or mirror.version > version:
                 mirror = Matrix(dim)  # something was deleted or replaced elsewhere: reload all
                 self._mirrors[name] = mirror
             self._load_rows(con, name, mirror)  # only rows added since the mirror's last id

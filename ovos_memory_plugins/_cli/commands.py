@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
-from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape
+from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, private_stdout
 from .persona import load_persona, open_memory
 
 __all__ = ["cmd_docs_table", "cmd_export", "cmd_forget", "cmd_import", "cmd_plugins", "cmd_search", "cmd_sessions",
@@ -126,6 +126,7 @@ def cmd_show(args: argparse.Namespace, ui: UI) -> int:
 
         for msg in memory.get_history(args.session):
             table.add_row(role_of(msg), Text(msg.content))
+        private_stdout()  # a conversation: a file it is redirected to is private
         ui.out.print(table)
         data = memory.export(args.session) if callable(getattr(memory, "export", None)) else {}
         for label, value in _highlights(data):
@@ -164,6 +165,7 @@ def cmd_search(args: argparse.Namespace, ui: UI) -> int:
             score = hit.metadata.get("fusion_score", hit.score)
             table.add_row(str(i), f"{score:.3f}", Text(str(hit.metadata.get("session_id", ""))),
                           str(hit.metadata.get("retriever", "")).replace("ovos-memory-plugin-", ""), Text(hit.content))
+        private_stdout()
         ui.out.print(table)
     return 0
 
@@ -194,7 +196,7 @@ def cmd_export(args: argparse.Namespace, ui: UI) -> int:
                 raise CLIError("export needs a SESSION (or --all)")
             _require_session(memory, args.session)
             data = memory.export(args.session)
-        ui.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+        ui.write_private(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
     return 0
 
 

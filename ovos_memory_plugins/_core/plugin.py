@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..config import parse_config, replace_setting, setting_names
-from ..errors import ConfigError
+from ..errors import ConfigError, MemoryClosed
 from .compat import AgentContextManager
 from .paths import check_store_path, is_memory_path, resolve_path
 
@@ -130,6 +130,16 @@ class MemoryPlugin(AgentContextManager):
     def close(self) -> None:
         """Finish background work and release files and connections. Idempotent."""
         self._closed = True
+
+    def _check_open(self, call: str = "update_history") -> None:
+        """Refuse ``call`` on a closed memory with :class:`MemoryClosed`.
+
+        Its stores are released: the update would be dropped (a SQLite store) or written by a
+        memory that no longer runs its background work, while the caller believes it was kept.
+        """
+        if self._closed:
+            raise MemoryClosed(f"{self.plugin_name}: {call}() after close(); this memory is closed and stores "
+                               "nothing more (create a new one)")
 
     def __enter__(self) -> MemoryPlugin:
         return self

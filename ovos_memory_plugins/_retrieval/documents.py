@@ -215,6 +215,17 @@ class DocumentLog:
                             [(d.rowid, owner, now + seconds) for d in docs])
         return docs
 
+    def lock_leased(self, con: Any, rowids: Sequence[int], owner: str) -> set[int]:
+        """The documents of ``rowids`` still present, pending and leased to ``owner``. Called in a
+        write transaction (``con``), which holds the file's write lock: none of them can be
+        deleted, or leased to another, before it commits."""
+        if not rowids:
+            return set()
+        marks = ",".join("?" * len(rowids))
+        rows = con.execute(f"SELECT d.id FROM {self.table} AS d JOIN {self.table}_leases AS l ON l.id = d.id "
+                           f"WHERE d.id IN ({marks}) AND d.indexed = 0 AND l.owner = ?", (*rowids, owner)).fetchall()
+        return {int(r[0]) for r in rows}
+
     def release(self, rowids: Sequence[int], owner: str) -> None:
         """Give up ``owner``'s leases of ``rowids`` (documents it could not index: others may try)."""
         if rowids:

@@ -20,7 +20,7 @@ other path (a new or empty file) by its name: ``.json`` is JSON, anything else S
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .._core.compat import AgentMessage
 from .._core.paths import check_store_path, is_memory_path, resolve_path
@@ -164,6 +164,19 @@ def release_database(db: Any) -> None:
     release_sqlite(db)
 
 
+T = TypeVar("T")
+
+
+def _built_on(db: Any, build: Callable[[Any], T]) -> T:
+    """``build(db)``; if that fails (a migration, say), ``db`` is released: a store that never
+    existed must not keep its connection open until the process exits."""
+    try:
+        return build(db)
+    except BaseException:
+        release_database(db)
+        raise
+
+
 def open_window_store(path: str | None, backend: str | None = None, table: str = "window") -> WindowStore:
     """A window store at ``path`` (a file, ``":memory:"`` or a PostgreSQL URL).
 
@@ -173,7 +186,7 @@ def open_window_store(path: str | None, backend: str | None = None, table: str =
     if kind == "postgres":
         from .postgres import open_pg_database
         from .postgres_stores import PgWindowStore
-        return PgWindowStore(open_pg_database(str(path)), f"ovos_{table}", owns_db=True)
+        return _built_on(open_pg_database(str(path)), lambda db: PgWindowStore(db, f"ovos_{table}", owns_db=True))
     if kind == "memory":
         from .memory import MemoryWindowStore
         return MemoryWindowStore()
@@ -183,7 +196,7 @@ def open_window_store(path: str | None, backend: str | None = None, table: str =
         return RecordWindowStore(JsonRecordStore(resolve_path(str(path))), owns_store=True)
     from .sqlite import open_database
     from .windows import SqliteWindowStore
-    return SqliteWindowStore(open_database(str(path)), table, owns_db=True)
+    return _built_on(open_database(str(path)), lambda db: SqliteWindowStore(db, table, owns_db=True))
 
 
 def open_record_store(path: str | None, backend: str | None = None, table: str = "records") -> RecordStore:
@@ -192,7 +205,7 @@ def open_record_store(path: str | None, backend: str | None = None, table: str =
     if kind == "postgres":
         from .postgres import open_pg_database
         from .postgres_stores import PgRecordStore
-        return PgRecordStore(open_pg_database(str(path)), f"ovos_{table}", owns_db=True)
+        return _built_on(open_pg_database(str(path)), lambda db: PgRecordStore(db, f"ovos_{table}", owns_db=True))
     if kind == "memory":
         from .memory import MemoryRecordStore
         return MemoryRecordStore()
@@ -201,4 +214,4 @@ def open_record_store(path: str | None, backend: str | None = None, table: str =
         return JsonRecordStore(resolve_path(str(path)))
     from .records import SqliteRecordStore
     from .sqlite import open_database
-    return SqliteRecordStore(open_database(str(path)), table, owns_db=True)
+    return _built_on(open_database(str(path)), lambda db: SqliteRecordStore(db, table, owns_db=True))

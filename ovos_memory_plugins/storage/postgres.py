@@ -309,8 +309,12 @@ class PgDatabase:
         if raw is None or raw.closed or raw.broken:
             _close_quietly(raw)  # a broken one still holds its socket
             raw = self._connect()
-            with _mapped(f"connect to {self.path}"):
-                raw.execute("SELECT pg_advisory_lock_shared(%s)", (self.worker_key,))  # alive while connected
+            try:
+                with _mapped(f"connect to {self.path}"):
+                    raw.execute("SELECT pg_advisory_lock_shared(%s)", (self.worker_key,))  # alive while connected
+            except BaseException:
+                _close_quietly(raw)  # nobody else holds it yet
+                raise
             with self._sessions_lock:
                 if not self._closed:
                     session.raw, session.wrapper = raw, PgConnection(raw)

@@ -21,7 +21,7 @@ import pytest
 
 from ovos_memory_plugins.errors import ConfigError
 from tests._timing import patience
-from tests.reliability._harness import exchange, make_memory, marker, spec_for, store_cases, views
+from tests.reliability._harness import exchange, make_memory, marker, namespaced, spec_for, store_cases, views
 from tests.reliability._report import record
 
 #: Backends and store kinds that take a path: (name, entry point, overrides besides db_path).
@@ -307,4 +307,31 @@ def test_check_config_reports_every_problem_at_once_with_did_you_mean(tmp_path, 
     missing = [e for e in expected if e not in err]
     assert code == 2 and not missing, f"check-config missed {missing}:\n{err}"
     record("misuse", ("check-config of a persona with seven errors", "ovos-memory-plugin-composite"), tried=7, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+# -- a memory used after close() ---------------------------------------------------------------
+CLOSED_CASES = [*store_cases(), ("ovos-memory-plugin-composite", "ovos-memory-plugin-composite", {})]
+
+
+@pytest.mark.parametrize(("name", "entry_point", "variant"), CLOSED_CASES, ids=[c[0] for c in CLOSED_CASES])
+def test_an_update_after_close_is_an_error_naming_the_memory_and_stores_nothing(name, entry_point, variant,
+                                                                                tmp_path):
+    from ovos_memory_plugins.errors import MemoryClosed
+
+    folder = tmp_path / "store"
+    config = namespaced(entry_point, {**spec_for(entry_point).keep_all, **variant}, "closed")
+    memory = make_memory(entry_point, folder, config)
+    memory.update_history(exchange("open", 1), "s")
+    memory.flush(patience(30))
+    memory.close()
+    with pytest.raises(MemoryClosed) as caught:
+        memory.update_history(exchange("closed", 1), "s")
+    assert memory.plugin_name in str(caught.value) and "close()" in str(caught.value), str(caught.value)
+    with make_memory(entry_point, folder, config) as again:
+        again.flush(patience(30))
+        found = {m for counts in views(again.export("s")).values() for m in counts}
+    assert marker("open", 1) in found, f"what was stored before close() is gone: {found}"
+    assert marker("closed", 1) not in found, "an update refused after close() was stored anyway"
+    record("misuse", ("update_history after close()", name), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
