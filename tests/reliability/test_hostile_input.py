@@ -7,8 +7,10 @@ created outside the configured data directory, whatever the session id says.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -261,3 +263,50 @@ def test_one_update_with_five_thousand_messages_is_stored_whole(entry_point, sto
         missing = [i for i in range(0, 5_000, 2) if counts[marker("bulk", i)] != 1]
         assert not missing, f"{view}: {len(missing)} of 2,500 user turns of the update missing, e.g. {missing[:3]}"
     record("hostile", _name(entry_point, store), **{"inputs tried": 1})
+
+
+@dataclasses.dataclass
+class _Said:
+    """A host's message type other than AgentMessage, with the tool fields (on any OPM)."""
+
+    role: str
+    content: str
+    tool_calls: Any = None
+    tool_call_id: Any = None
+    name: Any = None
+
+
+_WIRE_CALL = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Porto"}'}}
+#: Tool calls of the shapes a careless host sends: the OpenAI wire format (arguments a JSON text),
+#: a ToolCall-like object with JSON-text arguments, a string, a number.
+BAD_TOOL_CALLS = {
+    "wire format": [_WIRE_CALL],
+    "JSON-text arguments": [SimpleNamespace(id="c1", name="weather", arguments='{"city": "Porto"}')],
+    "a string": "notalist",
+    "a number": [5],
+}
+
+
+@pytest.mark.parametrize(("entry_point", "store"), STORES)
+def test_malformed_tool_calls_never_lose_the_exchange(entry_point, store, tmp_path):
+    memory = make_memory(entry_point, tmp_path / "store", {**spec_for(entry_point).keep_all, **store})
+    try:
+        for n, calls in enumerate(BAD_TOOL_CALLS.values()):
+            memory.update_history([_Said("user", f"I like {marker('tool', n)}"),
+                                   _Said("assistant", "", tool_calls=calls),
+                                   _Said("tool", "sunny", tool_call_id="c1", name="weather"),
+                                   _Said("assistant", "It is sunny")], "s")
+        for member in members_of(memory):
+            if hasattr(member, "flush"):
+                assert member.flush(patience(60)) is not False
+        exported = memory.export("s")
+        context = memory.build_conversation_context("and now?", "s")
+    finally:
+        memory.close()
+    assert context[-1].content == "and now?"
+    for view, counts in views(exported).items():
+        if "/" in view and view.endswith("window"):
+            continue  # a composite member's own window, bounded by the factory's member config
+        missing = [name for n, name in enumerate(BAD_TOOL_CALLS) if counts[marker("tool", n)] < 1]
+        assert not missing, f"{view}: the exchange with tool calls as {missing} was lost"
+    record("hostile", _name(entry_point, store), **{"inputs tried": len(BAD_TOOL_CALLS)})
