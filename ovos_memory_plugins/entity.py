@@ -224,7 +224,10 @@ class EntityMemory(LLMMemory):
                 results.append((item, self._extract(item)))
                 if self.client.available and time.monotonic() - started >= MODEL_COMMIT_S:
                     break
-            self._store.update(key, lambda record: self._commit(record, results))
+            try:
+                self._store.update(key, lambda record: self._commit(record, results))
+            except _Forgotten:
+                return  # the rest of that queue went with it
             if len(pending) > len(results):
                 self._mark_due(key, wake=False)
 
@@ -274,6 +277,9 @@ class EntityMemory(LLMMemory):
 
     def _commit(self, record: dict[str, Any],
                 results: list[tuple[Mapping[str, Any], tuple[list[Fact], str]]]) -> dict[str, Any]:
+        """The extractions merged into ``record``; :class:`_Forgotten` (nothing written) when none
+        of their exchanges is pending any more: a write would bring a forgotten record back."""
+        committed = False
         for item, (found, source) in results:
             pending = list(record.get("pending") or [])
             ids = [p.get("id") for p in pending]
@@ -282,6 +288,9 @@ class EntityMemory(LLMMemory):
             pending.pop(ids.index(item.get("id")))
             record["pending"] = pending
             record = self._merge_item(record, item, found, source)
+            committed = True
+        if not committed:
+            raise _Forgotten
         return record
 
     def _merge_item(self, record: dict[str, Any], item: Mapping[str, Any], found: list[Fact],
@@ -328,14 +337,22 @@ class EntityMemory(LLMMemory):
         return counts
 
     def export(self, session_id: str) -> dict[str, Any]:
+        """The session's facts with what is known of each, its superseded facts and how many
+        exchanges await extraction. With ``scope: global``, those the session stated: what
+        :meth:`forget` would delete (the other sessions' facts are theirs)."""
         data = super().export(session_id)
         record = self._load(self._key(session_id))
         meta = record.get("meta") or {}
+
+        def mine(sid: Any) -> bool:
+            return self.settings.scope != "global" or sid == session_id
+
         data.update(
             scope=self.settings.scope,
-            facts=[{"text": f, **(meta.get(f) or {})} for f in record.get("facts") or []],
-            superseded=list(record.get("history") or []),
-            pending=len(record.get("pending") or []),
+            facts=[{"text": f, **(meta.get(f) or {})} for f in record.get("facts") or []
+                   if mine((meta.get(f) or {}).get("sid"))],
+            superseded=[h for h in record.get("history") or [] if mine(h.get("sid"))],
+            pending=len([p for p in record.get("pending") or [] if mine(p.get("sid"))]),
         )
         return data
 
@@ -350,6 +367,10 @@ class EntityMemory(LLMMemory):
             raise TypeError(f"the export's 'facts'[{bad[0]}] must be a string or a {{'text': ...}} dict")
         found = [make_fact(t) for t in texts if t]
         self._store.update(self._key(sid), lambda r: merge(r, found, sid, self.settings.max_facts, "import"))
+
+
+class _Forgotten(Exception):
+    """The exchanges an extraction read were forgotten meanwhile: nothing is written."""
 
 
 def _prompt_part(text: str) -> str:
