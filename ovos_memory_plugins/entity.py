@@ -40,7 +40,7 @@ from ._llm.fact_extraction import model_facts
 from ._llm.fact_parsing import parse_fact_list
 from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
-from ._llm.fact_store import merge, withdraw_denied
+from ._llm.fact_store import add_history, fact_of, merge, withdraw_denied
 from ._llm.memory import LLMMemory
 from .config import option
 from .errors import ConfigError, LLMError, MemoryPluginError
@@ -357,16 +357,43 @@ class EntityMemory(LLMMemory):
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
+        """Merge what :meth:`export` produced into the session's facts: each fact with its time and
+        source, the superseded ones into the history (the session's own, under ``scope: global``).
+        Checked whole first; importing the same export again changes nothing."""
         data, sid = session_export(data, session_id)
-        facts = data.get("facts") or []
-        if not isinstance(facts, list):
-            raise TypeError(f"the export's 'facts' must be a list, not {type(facts).__name__}")
-        texts = [f.get("text") if isinstance(f, Mapping) else f for f in facts]
-        bad = [i for i, t in enumerate(texts) if t is not None and not isinstance(t, str)]
-        if bad:
-            raise TypeError(f"the export's 'facts'[{bad[0]}] must be a string or a {{'text': ...}} dict")
-        found = [make_fact(t) for t in texts if t]
-        self._store.update(self._key(sid), lambda r: merge(r, found, sid, self.settings.max_facts, "import"))
+        facts = _exported_facts(data)
+        history = [{**entry, "sid": sid} for entry in _exported_list(data, "superseded")]
+
+        def apply(record: dict[str, Any]) -> dict[str, Any]:
+            for text, meta in facts:
+                fact = fact_of({"meta": {text: meta}}, text)
+                record = merge(record, [fact], sid, self.settings.max_facts, str(meta.get("source") or "import"),
+                               meta.get("ts"))
+            return add_history(record, history)
+
+        self._store.update(self._key(sid), apply)
+
+
+def _exported_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """``data[key]``: a list of ``{"text": ...}`` dicts (a bare string is a text), checked."""
+    items = data.get(key) or []
+    if not isinstance(items, list):
+        raise TypeError(f"the export's '{key}' must be a list, not {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        entry = dict(item) if isinstance(item, Mapping) else {"text": item}
+        if not isinstance(entry.get("text"), str) or not entry["text"].strip():
+            raise TypeError(f"the export's '{key}'[{i}] must be a fact text or a {{'text': ...}} dict")
+        ts = entry.get("ts")
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
+            raise TypeError(f"the export's '{key}'[{i}]['ts'] must be a number (seconds), not {ts!r}")
+        out.append(entry)
+    return out
+
+
+def _exported_facts(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The export's facts as ``(text, what is known of it)``, checked."""
+    return [(entry.pop("text"), entry) for entry in _exported_list(data, "facts")]
 
 
 class _Forgotten(Exception):

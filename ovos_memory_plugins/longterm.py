@@ -34,7 +34,7 @@ from ._core.imports import export_messages, session_export
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
 from ._llm.memory import LLMMemory
-from ._llm.summarizer import Fold, Summarizer
+from ._llm.summarizer import Fold, Summarizer, parse_summary
 from ._llm.summary import summary_block
 from .config import option
 from .errors import MemoryPluginError
@@ -238,15 +238,23 @@ class LongTermMemory(LLMMemory):
         return {"messages": len(record.get("recent") or []), "summaries": 1 if record.get("summary") else 0}
 
     def export(self, session_id: str) -> dict[str, Any]:
+        """The summary (its text, and its structured state: ``summary_state`` holds the facts and
+        the narrative, ``summary_history`` the facts they superseded), the messages not folded yet
+        and how many exchanges are due."""
         data = super().export(session_id)
         record = self._load(session_id)
+        state = record.get("summary_state")
+        state = state if isinstance(state, dict) else {}
         data.update(summary=str(record.get("summary") or ""), recent=list(record.get("recent") or []),
                     exchange_count=int(record.get("exchange_count") or 0),
                     summary_source=str(record.get("summary_source") or ""),
-                    summary_history=list((record.get("summary_state") or {}).get("history") or []))
+                    summary_history=list(state.get("history") or []),
+                    summary_state={k: v for k, v in state.items() if k != "history"})
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
+        """Load what :meth:`export` produced: the session's record is replaced by it, the summary's
+        state and history included (importing the same export again changes nothing)."""
         data, sid = session_export(data, session_id)
         recent = [to_dict(m) for m in export_messages(data, "recent")]
         count = data.get("exchange_count") or 0
@@ -254,9 +262,34 @@ class LongTermMemory(LLMMemory):
             raise TypeError(f"the export's 'exchange_count' must be a count, not {count!r}")
         if not isinstance(data.get("summary") or "", str):
             raise TypeError("the export's 'summary' must be a string")
-        record = {"summary": str(data.get("summary") or ""), "recent": recent, "updated_at": time.time(),
-                  "exchange_count": count}
+        summary = str(data.get("summary") or "")
+        record: dict[str, Any] = {"summary": summary, "recent": recent, "updated_at": time.time(),
+                                  "exchange_count": count}
+        state = _imported_state(data, summary)
+        if state is not None:
+            record.update(summary_state=state, summary_source=str(data.get("summary_source") or ""))
         self._update(sid, lambda _old: record, self._is_due)
+
+
+def _imported_state(data: Mapping[str, Any], summary: str) -> dict[str, Any] | None:
+    """The summary's structured state from an export (None: it has none); checked whole."""
+    history = data.get("summary_history") or []
+    if not isinstance(history, list) or not all(isinstance(h, Mapping) and isinstance(h.get("text"), str)
+                                                for h in history):
+        raise TypeError("the export's 'summary_history' must be a list of superseded facts ({'text': ...} dicts)")
+    given = data.get("summary_state")
+    if given is None:
+        if not history:
+            return None
+        given = parse_summary(summary)  # an export without the state: the facts are read from the text
+    if not isinstance(given, Mapping):
+        raise TypeError(f"the export's 'summary_state' must be a dict, not {type(given).__name__}")
+    facts, meta = given.get("facts") or [], given.get("meta") or {}
+    if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts) or not isinstance(meta, Mapping):
+        raise TypeError("the export's 'summary_state' needs 'facts' (a list of strings) and 'meta' (a dict)")
+    if not isinstance(given.get("narrative") or "", str):
+        raise TypeError("the export's 'summary_state' 'narrative' must be a string")
+    return {**given, "history": [dict(h) for h in history]}
 
 
 def _message(data: Mapping[str, Any]) -> AgentMessage | None:

@@ -525,6 +525,37 @@ def test_forget_and_export_in_session_scope(make, tmp_path):
     assert memory.facts("t") == ["User's name is Bea"]
 
 
+def test_an_import_keeps_the_facts_dates_and_the_superseded_ones(make, tmp_path):
+    memory = make()
+    say(memory, "I live in Lisbon")
+    say(memory, "I moved to Porto")
+    say(memory, "My name is Ana")
+    memory.flush(patience(10))
+    exported = memory.export("s")
+    assert [h["text"] for h in exported["superseded"]] == ["User lives in Lisbon"]
+    other = make(db_path=str(tmp_path / "other.json"))
+    other.import_session(exported, "t")
+    other.import_session(exported, "t")  # again: changes nothing
+    back = other.export("t")
+    assert [(f["text"], f["ts"], f["source"], f["sid"]) for f in back["facts"]] == \
+        [(f["text"], f["ts"], f["source"], "t") for f in exported["facts"]]
+    assert [(h["text"], h["superseded_at"], h["sid"]) for h in back["superseded"]] == \
+        [(h["text"], h["superseded_at"], "t") for h in exported["superseded"]]
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({"facts": [{"text": 5}]}, "'facts'\\[0\\]"),
+    ({"facts": [{"text": "x", "ts": "yesterday"}]}, "'ts'"),
+    ({"superseded": [{"text": None}]}, "'superseded'\\[0\\]"),
+    ({"superseded": "Lisbon"}, "'superseded' must be a list"),
+])
+def test_a_malformed_facts_export_is_an_error_naming_the_part_and_stores_nothing(make, bad, why):
+    memory = make()
+    with pytest.raises((TypeError, ValueError), match=why):
+        memory.import_session({"plugin": "ovos-memory-plugin-entity", "session_id": "s", **bad})
+    assert memory.sessions() == []
+
+
 @pytest.mark.parametrize("backend, name", [("json", "e.json"), ("sqlite", "e.db"), ("memory", "e")])
 def test_facts_forgotten_while_extraction_runs_do_not_come_back(make, llm, tmp_path, backend, name):
     llm.mode, llm.delay = "slow", 1.0
