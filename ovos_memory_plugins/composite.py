@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
+from ._core.conversion import member_imports
 from ._core.imports import session_export
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
@@ -480,9 +481,9 @@ class CompositeMemory(BaseRetrievalMemory):
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         data, sid = session_export(data, session_id)
-        exported = data.get("members") or {}
-        if not isinstance(exported, Mapping):
-            raise TypeError(f"the export's 'members' must be a dict of member exports, not {type(exported).__name__}")
+        # Each member its own export, or the parts of another backend's it keeps (_core/conversion.py).
+        exported = member_imports(data, [(m.name, m.memory) for m in self.members
+                                         if hasattr(m.memory, "import_session")], self.plugin_name)
         for m in self.members:
             if m.name in exported and hasattr(m.memory, "import_session"):
                 self._call(m, "import", lambda m=m: m.memory.import_session(exported[m.name], sid), None)

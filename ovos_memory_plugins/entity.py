@@ -112,6 +112,7 @@ class EntityMemory(LLMMemory):
 
     Config: ClassVar[type] = EntityConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-entity"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"facts"})
 
     store_stem: ClassVar[str] = "entity_memory"
     offline_fallback: ClassVar[str] = "facts come from the offline rules"
@@ -360,7 +361,7 @@ class EntityMemory(LLMMemory):
         """Merge what :meth:`export` produced into the session's facts: each fact with its time and
         source, the superseded ones into the history (the session's own, under ``scope: global``).
         Checked whole first; importing the same export again changes nothing."""
-        data, sid = session_export(data, session_id)
+        data, sid = session_export(data, session_id, self)
         facts = _exported_facts(data)
         history = [{**entry, "sid": sid} for entry in _exported_list(data, "superseded")]
 

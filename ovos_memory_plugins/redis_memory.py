@@ -155,6 +155,7 @@ class RedisMemory(MemoryPlugin):
 
     Config: ClassVar[type] = RedisConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-redis"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"window", "summary"})
 
     @classmethod
     def check_settings(cls, settings: Any) -> list[str]:
@@ -297,7 +298,7 @@ class RedisMemory(MemoryPlugin):
         """Load what :meth:`export` produced: the summary replaces the session's, the window's new
         messages are appended (importing the same export again changes nothing). Checked whole
         first; unlike a turn it raises while Redis is down: nothing is held for an import."""
-        data, sid = session_export(data, session_id)
+        data, sid = session_export(data, session_id, self)
         messages = export_messages(data)
         if not isinstance(data.get("summary") or "", str):
             raise TypeError("the export's 'summary' must be a string")

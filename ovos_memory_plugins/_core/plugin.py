@@ -39,6 +39,9 @@ class MemoryPlugin(AgentContextManager):
     #: Names of instance attributes that are not the setting of the same name (the composite's
     #: ``members`` are the loaded members, not their config).
     own_attributes: ClassVar[frozenset[str]] = frozenset()
+    #: The parts of an export this backend keeps ("window", "documents", "summary", "facts"): what
+    #: it takes from another backend's export (see ``_core/conversion.py``).
+    export_parts: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         # Private injection keys (``_con``, ``_embedder``) hold live objects: never deep-copy them
