@@ -224,6 +224,77 @@ def test_import_of_a_file_that_is_not_an_export_is_one_line(lexical, tmp_path, c
     assert_one_line_error(code, capsys.readouterr().err, ["junk.json", "session_id"])
 
 
+def test_a_lexical_export_imported_into_a_composite_is_recalled_there(lexical, tmp_path, capsys):
+    assert main(["export", "kitchen", *lexical]) == 0
+    dump = tmp_path / "kitchen.json"
+    dump.write_text(capsys.readouterr().out)
+    members = [{"module": m, "config": {"db_path": str(tmp_path / f"{m[-7:]}.db")}}
+               for m in ("ovos-memory-plugin-recency", "ovos-memory-plugin-lexical")]
+    target = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps({"members": members})]
+    assert main(["import", str(dump), *target]) == 0
+    out, err = capsys.readouterr()
+    assert "imported 1 session(s)" in out and "exported from ovos-memory-plugin-lexical" in err
+    assert main(["search", "what is my dog called", *target]) == 0
+    assert "Biscuit" in capsys.readouterr().out
+    assert main(["show", "kitchen", *target]) == 0
+    assert "Porto" in capsys.readouterr().out
+
+
+def test_an_export_the_memory_keeps_nothing_of_is_one_line_and_nothing_is_imported(tmp_path, capsys):
+    facts = {"db_path": str(tmp_path / "e.json"), "api_url": None}
+    with open_memory("ovos-memory-plugin-entity", facts) as memory:
+        exchange(memory, "kitchen", "My name is Ana", "Hi Ana")
+    assert main(["export", "kitchen", "--module", "ovos-memory-plugin-entity", "--config", json.dumps(facts)]) == 0
+    dump = tmp_path / "kitchen.json"
+    dump.write_text(capsys.readouterr().out)
+    target = ["--module", "ovos-memory-plugin-recency", "--config", json.dumps({"db_path": str(tmp_path / "r.db")})]
+    code = main(["import", str(dump), *target])
+    out, err = capsys.readouterr()
+    assert code == 2 and "imported" not in out
+    assert_one_line_error(code, err, ["kitchen.json", "ovos-memory-plugin-entity holds facts",
+                                      "ovos-memory-plugin-recency keeps a window", "nothing in it can be imported"])
+    assert main(["sessions", *target]) == 0
+    assert capsys.readouterr().out.split() == []
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ('{"session_id": "s", "window": 5}', ["bad.json", "'s'", "'window' must be a list"]),
+    ('{"sessions": [{"session_id": 5}]}', ["bad.json", "session_id must be a str"]),
+    ('{"session_id": "s", "window": [{"role": "wizard", "content": "x"}]}', ["bad.json", "role 'wizard'"]),
+    ('{"session_id": "s", "documents": [{"content": null}]}', ["bad.json", "'documents'[0]"]),
+    ("[" * 100_000 + "]" * 100_000, ["bad.json", "nested too deeply"]),
+])
+def test_a_malformed_export_is_one_line_with_exit_2(lexical, tmp_path, capsys, content, words):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    code = main(["import", str(bad), *lexical])
+    assert code == 2
+    assert_one_line_error(code, capsys.readouterr().err, words)
+
+
+def test_a_second_malformed_session_names_what_was_imported_before_it(lexical, tmp_path, capsys):
+    bad = tmp_path / "two.json"
+    bad.write_text(json.dumps({"sessions": [{"session_id": "a", "window": []}, {"session_id": "b", "window": 5}]}))
+    code = main(["import", str(bad), *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, ["session 'b'", "1 session(s) before it"])
+
+
+@pytest.mark.parametrize("command", [["sessions", "--config", "{deep}"], ["sessions", "--persona", "{deep}"],
+                                     ["check-config", "{deep}"]])
+def test_deeply_nested_json_is_one_line_with_exit_2(tmp_path, capsys, command):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a": ' * 50_000 + "1" + "}" * 50_000)
+    args = [str(deep) if a == "{deep}" else a for a in command]
+    code = main([*args, "--module", "ovos-memory-plugin-recency"] if "--config" in args else args)
+    assert code == 2
+    assert_one_line_error(code, capsys.readouterr().err, ["deep.json", "nested too deeply"])
+
+
+def test_export_of_a_session_and_all_is_one_line(lexical, capsys):
+    code = main(["export", "--all", "kitchen", *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, ["SESSION or --all", "'kitchen'"])
+
+
 def test_import_exchanges_keeps_their_dates(lexical, tmp_path, capsys):
     log = tmp_path / "history.jsonl"
     log.write_text('{"question": "I bought a red bike", "answer": "Nice!", "ts": "2023-05-08T13:56:00Z"}\n'
@@ -239,6 +310,7 @@ def test_import_exchanges_keeps_their_dates(lexical, tmp_path, capsys):
     ('[{"question": "q", "ts": "last tuesday"}]', ["history.json", "ISO 8601"]),
     ('[{"answer": 5}]', ["history.json", "answer", "nothing was imported"]),
     ("not json", ["history.json", "JSON lines"]),
+    ('[{"question": "q", "answer": "a", "ts": "0001-01-01T00:00:00"}]', ["history.json", "out of range"]),
 ])
 def test_bad_past_exchanges_are_one_line(lexical, tmp_path, capsys, content, words):
     log = tmp_path / "history.json"

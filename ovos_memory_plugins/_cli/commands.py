@@ -30,6 +30,8 @@ def read_json(path: str, what: str) -> Any:
         raise CLIError(f"cannot read {what} {path!r}: {exc}") from None
     except ValueError as exc:
         raise CLIError(f"{what} {path!r} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise CLIError(f"{what} {path!r} is nested too deeply to read") from None
 
 
 def _config_arg(text: str | None) -> dict[str, Any]:
@@ -41,6 +43,8 @@ def _config_arg(text: str | None) -> dict[str, Any]:
             value = json.loads(text)
         except ValueError as exc:
             raise CLIError(f"--config is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise CLIError("--config is nested too deeply to read") from None
     else:
         value = read_json(text, "config file")
     if not isinstance(value, dict):
@@ -185,6 +189,8 @@ def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
 
 
 def cmd_export(args: argparse.Namespace, ui: UI) -> int:
+    if args.all and args.session:
+        raise CLIError(f"export takes a SESSION or --all, not both (got --all and {args.session!r})")
     with _backend(args, read_only=True) as memory:
         if args.all:
             data: dict[str, Any] = {"plugin": getattr(memory, "plugin_name", ""),
@@ -231,6 +237,8 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
             json.loads(line) for line in text.splitlines() if line.strip()]
     except ValueError as exc:
         raise CLIError(f"exchanges file {path!r} is neither a JSON list nor JSON lines: {exc}") from None
+    except RecursionError:
+        raise CLIError(f"exchanges file {path!r} is nested too deeply to read") from None
     out = []
     for i, item in enumerate(items):
         if isinstance(item, Mapping) and isinstance(item.get("ts"), str):
@@ -238,7 +246,11 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
                 when = datetime.datetime.fromisoformat(item["ts"].replace("Z", "+00:00"))
             except ValueError:
                 raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is not an ISO 8601 date") from None
-            item = {**item, "ts": when.timestamp()}
+            try:
+                seconds = when.timestamp()
+            except (ValueError, OverflowError, OSError):  # year 1 in local time is before year 1 in UTC
+                raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is out of range") from None
+            item = {**item, "ts": seconds}
         out.append(item)
     return out
 
@@ -253,8 +265,10 @@ def _import_exchanges(args: argparse.Namespace, ui: UI) -> int:
                            "retrieval memories and composites can")
         try:
             count = memory.import_exchanges(args.session, items)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise CLIError(f"{args.file!r}: {exc}; nothing was imported") from None
+        except RecursionError:
+            raise CLIError(f"{args.file!r}: an exchange is nested too deeply to store; nothing was imported") from None
         memory.flush(600)
         ui.out.print(f"imported {count} exchange(s) into session {escape(repr(args.session))}")
     return 0
@@ -272,22 +286,36 @@ def cmd_import(args: argparse.Namespace, ui: UI) -> int:
         raise CLIError("--session only applies to a file holding one session")
     with _backend(args) as memory:
         name = getattr(memory, "plugin_name", "")
-        for item in items:
-            if item.get("plugin") and name and item["plugin"] != name:
-                ui.err.print(f"[yellow]warning:[/yellow] session {escape(repr(item['session_id']))} was exported "
-                             f"from {escape(str(item['plugin']))}, importing into {name}")
         with Progress(console=ui.err, transient=True) as progress:
             task = progress.add_task("importing", total=len(items))
-            for item in items:
-                memory.import_session(item, args.session)
+            for i, item in enumerate(items):
+                _import_one(memory, item, args, i)
                 progress.advance(task)
             progress.add_task("indexing", total=None)
             settled = memory.flush(600)
         ui.out.print(f"imported {len(items)} session(s) into {name or type(memory).__name__}")
+        others = sorted({str(item["plugin"]) for item in items if item.get("plugin") and item["plugin"] != name})
+        if others and name:
+            ui.err.print(f"[yellow]note:[/yellow] exported from {escape(', '.join(others))}: what {name} keeps "
+                         "of it (a window, documents, a summary or facts) was imported")
         if settled is False:  # stored, but the index (or a summary) is not done: say so, do not hide it
             ui.err.print("[yellow]note:[/yellow] background work (indexing, summaries) is not finished; it "
                          "resumes the next time this memory runs")
     return 0
+
+
+def _import_one(memory: Any, item: Mapping[str, Any], args: argparse.Namespace, index: int) -> None:
+    """One session of the file; what the memory refuses (a malformed export, one of a kind it
+    keeps nothing of) is one line naming the session, and what was imported before it."""
+    try:
+        memory.import_session(item, args.session)
+        return
+    except (TypeError, ValueError) as exc:
+        why = str(exc)
+    except RecursionError:
+        why = "it is nested too deeply to store"
+    before = f" ({index} session(s) before it in the file were imported)" if index else ""
+    raise CLIError(f"{args.file!r}: cannot import session {item.get('session_id')!r}: {why}{before}")
 
 
 def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
