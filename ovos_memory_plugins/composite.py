@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
@@ -97,6 +98,8 @@ class CompositeConfig(RetrievalConfig):
         for i, spec in enumerate(self.members):
             if not isinstance(spec, (str, Mapping)) or (isinstance(spec, Mapping) and not spec.get("module")):
                 raise ConfigError(f"'members[{i}]' must be an entry-point name or a dict with a 'module' key")
+            if isinstance(spec, Mapping):
+                _check_member(i, spec)
 
 
 class Member(NamedTuple):
@@ -527,16 +530,20 @@ def _timestamp(hit: MemoryHit) -> float | None:
     return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
 
 
+def _check_member(i: int, spec: Mapping[str, Any]) -> None:
+    """A member's weight (finite, not negative: a fused score must stay a number) and config."""
+    weight = spec.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+        raise ConfigError(f"'members[{i}].weight' must be a finite number >= 0, got {weight!r}")
+    if not isinstance(spec.get("config") or {}, Mapping):
+        raise ConfigError(f"'members[{i}].config' must be a dict, not {type(spec.get('config')).__name__}")
+
+
 def _parse_member(spec: Any) -> tuple[str, float, dict[str, Any]]:
+    """``(module, weight, config)`` of a member spec the config checked (``_check_member``)."""
     if isinstance(spec, str):
         return spec, 1.0, {}
-    weight = spec.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-        raise ConfigError(f"member {spec.get('module')!r}: 'weight' must be a number, got {weight!r}")
-    config = spec.get("config") or {}
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"member {spec.get('module')!r}: 'config' must be a dict")
-    return str(spec["module"]), float(weight), dict(config)
+    return str(spec["module"]), float(spec.get("weight", 1.0)), dict(spec.get("config") or {})
 
 
 def _accepts(cls: type, key: str, third_party: bool = True) -> bool:

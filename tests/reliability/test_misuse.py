@@ -89,6 +89,32 @@ def test_a_store_path_that_is_not_a_regular_file_is_refused_and_left_alone(name,
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
+@pytest.mark.parametrize("kind", ["FIFO", "socket", "directory"])
+def test_a_vector_store_path_that_is_not_a_regular_file_is_refused_at_construction_and_by_check_config(kind,
+                                                                                                    tmp_path):
+    from ovos_memory_plugins._cli.check import _check_block
+
+    folder = tmp_path / "dev"
+    folder.mkdir()
+    node = folder / "vectors"
+    keep = _make_node(kind, node)
+    before = _tree(folder)
+    config = {"embeddings_db_config": {"path": str(node)}}
+    try:
+        with pytest.raises(ConfigError) as caught:
+            make_memory("ovos-memory-plugin-local-rag", tmp_path / "store", config).close()
+        problems = _check_block("ovos-memory-plugin-local-rag", config)
+    finally:
+        if keep is not None:
+            keep.close()
+    message = str(caught.value)
+    assert "'embeddings_db_config.path'" in message and kind in message, message
+    assert any("'embeddings_db_config.path'" in p for p in problems), f"check-config calls it valid: {problems}"
+    assert _tree(folder) == before
+    record("misuse", ("embeddings_db_config.path is a FIFO, a socket or a directory", "ovos-memory-plugin-local-rag"),
+           tried=1, **{"clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
 def test_quarantine_never_moves_what_is_not_a_regular_file(tmp_path):
     from ovos_memory_plugins._core.paths import quarantine_file
     from ovos_memory_plugins.errors import StorageError
@@ -267,6 +293,10 @@ BAD_CONFIGS = [
     ("ovos-memory-plugin-longterm", {"backend": "sqllite"}, "backend"),
     ("ovos-memory-plugin-redis", {"url": "http://localhost:6379"}, "url"),
     ("ovos-memory-plugin-recency", {"max_history": 10**30}, "max_history"),
+    *[("ovos-memory-plugin-composite", {"members": [{"module": "ovos-memory-plugin-lexical", "weight": weight}]},
+       "members[0].weight") for weight in (float("nan"), float("inf"), -5, "1")],
+    ("ovos-memory-plugin-composite", {"members": [{"module": "ovos-memory-plugin-lexical", "config": [1]}]},
+     "members[0].config"),
 ]
 
 
