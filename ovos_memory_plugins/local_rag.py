@@ -51,6 +51,7 @@ from .common import MemoryHit
 from .config import option
 from .errors import EmbeddingsError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
+from .storage.readonly import is_read_only
 
 __all__ = ["LocalRAGConfig", "LocalRAGMemory", "PluginSlot"]
 
@@ -401,6 +402,9 @@ class LocalRAGMemory(BaseRetrievalMemory):
                                   self.settings.collection, exc)
             return
         model = self._model_id()
+        if is_read_only():
+            self._check_collection(db, model)
+            return
         collection = db.create_collection(self.settings.collection)
         if collection.metadata.get("embedder") == model:
             return
@@ -416,6 +420,20 @@ class LocalRAGMemory(BaseRetrievalMemory):
             if self._worker is not None:
                 self._worker.notify()
         db.create_collection(self.settings.collection, {**collection.metadata, "embedder": model})
+
+    def _check_collection(self, db: Any, model: str) -> None:
+        """For a command that only looks: the collection read as it is, never created or re-embedded.
+        Vectors of another model cannot be compared with this one's: recall by meaning is then off."""
+        from .vectordb import CollectionNotFound
+
+        try:
+            collection = db.get_collection(self.settings.collection)
+        except CollectionNotFound:
+            return  # nothing embedded yet: no hits by meaning, and nothing to create
+        held = collection.metadata.get("embedder")
+        if held != model and collection.count:
+            raise EmbeddingsError(f"collection {self.settings.collection!r} holds vectors of {held!r}, not of "
+                                  f"{model!r}; they are embedded again the next time this memory runs")
 
     def _model_id(self) -> str:
         embedder = self._embedding_slot.get()

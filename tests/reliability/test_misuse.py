@@ -213,24 +213,59 @@ def test_a_read_only_command_refuses_a_file_that_is_not_a_store_and_leaves_it_al
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
-@pytest.mark.parametrize("entry_point", ["ovos-memory-plugin-recency", "ovos-memory-plugin-lexical",
-                                         "ovos-memory-plugin-longterm", "ovos-memory-plugin-entity"])
-def test_read_only_commands_on_a_real_store_change_no_file(entry_point, tmp_path, capsys):
+def _cli_config(entry_point: str, folder: Path, postgres: bool = False) -> dict[str, Any]:
+    """A config the command line can open as it is (no injected objects): each backend's real
+    stores and models, the composite with the hybrid preset's members."""
+    if entry_point == "ovos-memory-plugin-composite":
+        members = [{"module": ep, "config": _cli_config(ep, folder / ep.rsplit("-", 1)[-1], postgres)}
+                   for ep in ("ovos-memory-plugin-recency", "ovos-memory-plugin-lexical",
+                              "ovos-memory-plugin-local-rag", "ovos-memory-plugin-entity")]
+        return {"members": members}
+    if postgres:
+        from tests._postgres import folder_url
+
+        return {**spec_for(entry_point).keep_all, "db_url": folder_url(folder)}
+    if entry_point == "ovos-memory-plugin-redis":
+        import uuid
+
+        from tests._redis import server_url
+
+        return {**spec_for(entry_point).keep_all, "url": server_url(), "prefix": f"ro:{uuid.uuid4().hex}"}
+    folder.mkdir(parents=True, exist_ok=True)
+    return {**spec_for(entry_point).keep_all, "db_path": str(folder / "store.db")}
+
+
+RETRIEVERS = ("ovos-memory-plugin-lexical", "ovos-memory-plugin-local-rag", "ovos-memory-plugin-composite")
+
+
+@pytest.mark.parametrize(("entry_point", "postgres"), [
+    *[pytest.param(ep, False, id=ep) for ep in (*CLI_BACKENDS, "ovos-memory-plugin-composite")],
+    pytest.param("ovos-memory-plugin-redis", False, marks=pytest.mark.redis, id="ovos-memory-plugin-redis"),
+    *[pytest.param(ep, True, marks=pytest.mark.postgres, id=f"{ep}-postgres")
+      for ep in ("ovos-memory-plugin-local-rag", "ovos-memory-plugin-composite")],
+])
+def test_read_only_commands_on_a_real_store_answer_and_change_no_file(entry_point, postgres, tmp_path, capsys):
+    from ovos_memory_plugins._cli.persona import open_memory
     from ovos_memory_plugins.cli import main
 
     folder = tmp_path / "store"
-    config = {**spec_for(entry_point).keep_all, "db_path": str(folder / "store.db")}
-    _populated(entry_point, folder, config)
+    folder.mkdir()
+    config = _cli_config(entry_point, folder, postgres)
+    with open_memory(entry_point, config) as memory:  # as the command line opens it: the same models
+        for n in range(3):
+            memory.update_history(exchange("ro", n), "s")
+        assert memory.flush(patience(120)) is not False
     before = _tree(folder)
-    for command in [*CLI_READ_ONLY, ["search", marker("ro", 1)]]:
-        if command[0] == "search" and not entry_point.endswith("lexical"):
-            continue
+    commands = [*CLI_READ_ONLY, *([["search", f"I like {marker('ro', 1)}"]] if entry_point in RETRIEVERS else [])]
+    for command in commands:
         code = main([*command, "--module", entry_point, "--config", json.dumps(config)])
-        out = capsys.readouterr().out
-        assert code == 0, f"{command} failed"
-        assert command[0] in ("stats",) or "s" in out
+        out, err = capsys.readouterr()
+        assert code == 0, f"{command} failed: {err}"
+        assert "read-only" not in err and "recall is off" not in err, f"{command}: {err}"
+        expected = {"sessions": "s", "stats": "1 session(s)"}.get(command[0], marker("ro", 1))
+        assert expected in out, f"{command} does not show {expected!r}: {out}"
     assert _tree(folder) == before, "a read-only command changed the store"
-    record("misuse", ("read-only commands on a real store", entry_point), tried=len(CLI_READ_ONLY), **{
+    record("misuse", ("read-only commands on a real store", entry_point), tried=len(commands), **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
