@@ -331,6 +331,49 @@ def test_stats_counts_windows_and_documents(lexical, capsys):
     assert "2 session(s)" in out and "kitchen" in out and "total" in out
 
 
+def stats_table(out):
+    """``{row label: [numbers]}`` of the stats table (its header row under "header")."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip("│┃").split("│" if "│" in line else "┃")]
+        if len(cells) > 1 and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_stats_counts_shared_facts_once(tmp_path, capsys):
+    config = {"db_path": str(tmp_path / "e.json"), "api_url": None, "scope": "global"}
+    with open_memory("ovos-memory-plugin-entity", config) as memory:
+        exchange(memory, "a", "My name is Ana", "Hi")
+        exchange(memory, "b", "I live in Porto", "Nice")
+        exchange(memory, "c", "I work at the library", "Cool")
+        exchange(memory, "c", "I have a dog called Rex", "Cute")
+        memory.flush(patience(10))
+        assert len(memory.facts("a")) == 4
+    assert main(["stats", "--module", "ovos-memory-plugin-entity", "--config", json.dumps(config)]) == 0
+    rows = stats_table(capsys.readouterr().out)
+    facts = rows["session"].index("facts")
+    assert rows["total"][facts] == "4", rows
+    assert [rows[sid][facts] for sid in "abc"] == ["1", "1", "2"]
+
+
+def test_stats_shows_each_retrievers_documents_apart(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one line per row, headers unwrapped
+    members = [{"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / f"l{i}.db")}}
+               for i in (1, 2)]
+    config = {"members": members}
+    with open_memory("ovos-memory-plugin-composite", config) as memory:
+        for i in range(3):
+            exchange(memory, "s", f"question {i}", f"answer {i}")
+        memory.flush(patience(10))
+    assert main(["stats", "--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]) == 0
+    rows = stats_table(capsys.readouterr().out)
+    header = rows["session"]
+    assert "documents" not in header, "two retrievers' documents added together"
+    assert rows["total"][header.index("documents (lexical)")] == "3"
+    assert rows["total"][header.index("documents (lexical#2)")] == "3"
+
+
 def test_management_commands_take_the_memory_from_a_persona_file(tmp_path, capsys):
     persona = write_persona(tmp_path / "p.json", closed_port_url(), block={"db_path": str(tmp_path / "w.db")})
     with open_memory("ovos-memory-plugin-recency", {"db_path": str(tmp_path / "w.db")}) as memory:

@@ -323,30 +323,48 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
 
     with _backend(args, read_only=True) as memory:
         found = _sessions(memory) or []
-        table = Table(title=f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)")
-        for col in ("session", "window", "documents", "facts", "summary"):
-            table.add_column(col, justify="left" if col == "session" else "right")
-        totals = [0, 0, 0, 0]
+        rows: list[tuple[str, dict[str, int]]] = []
+        shared = False
         for sid in found[: args.limit]:
             data = memory.export(sid) if callable(getattr(memory, "export", None)) else {}
-            row = [len(memory.get_history(sid)), *_tally(data)]
-            totals = [a + b for a, b in zip(totals, row)]
-            table.add_row(Text(sid), *(str(v) for v in row))
-        if len(found) > args.limit:
-            table.caption = f"first {args.limit} sessions shown (--limit)"
-        if found:
-            table.add_row("[bold]total[/bold]", *(f"[bold]{v}[/bold]" for v in totals))
+            rows.append((sid, {"window": len(memory.get_history(sid)), **_tally(data)}))
+            shared = shared or _shares_facts(data)
+        columns = list(dict.fromkeys(["window", *(c for _, counts in rows for c in counts), "facts", "summary"]))
+        table = Table(title=f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)")
+        for col in ("session", *columns):
+            table.add_column(col, justify="left" if col == "session" else "right")
+        for sid, counts in rows:
+            table.add_row(Text(sid), *(str(counts.get(c, 0)) for c in columns))
+        if rows:
+            table.add_row("[bold]total[/bold]", *(f"[bold]{sum(r.get(c, 0) for _, r in rows)}[/bold]" for c in columns))
+        notes = [f"first {args.limit} sessions shown (--limit)"] if len(found) > args.limit else []
+        if shared:
+            notes.append("facts are shared by every session (scope global): each is counted in the session it "
+                         "came from")
+        table.caption = "; ".join(notes) or None
         ui.out.print(table)
     return 0
 
 
-def _tally(data: Mapping[str, Any]) -> tuple[int, int, int]:
-    docs, facts = len(data.get("documents") or []), len(data.get("facts") or [])
-    summary = int(bool(data.get("summary")))
-    for member in (data.get("members") or {}).values():
-        d, f, s = _tally(member)
-        docs, facts, summary = docs + d, facts + f, summary + s
-    return docs, facts, summary
+def _tally(data: Mapping[str, Any], member: str = "") -> dict[str, int]:
+    """Documents, facts and summaries in an export. Each retriever of a composite stores every
+    exchange: its documents get a column of their own (added up, they would count each twice)."""
+    out: dict[str, int] = {}
+    for name, export in (data.get("members") or {}).items():
+        for key, count in _tally(export, str(name).replace("ovos-memory-plugin-", "")).items():
+            out[key] = out.get(key, 0) + count
+    if "documents" in data:
+        out[f"documents ({member})" if member else "documents"] = len(data.get("documents") or [])
+    if "facts" in data:
+        out["facts"] = out.get("facts", 0) + len(data.get("facts") or [])
+    if "summary" in data:
+        out["summary"] = out.get("summary", 0) + int(bool(data.get("summary")))
+    return out
+
+
+def _shares_facts(data: Mapping[str, Any]) -> bool:
+    return data.get("scope") == "global" and "facts" in data or any(
+        _shares_facts(m) for m in (data.get("members") or {}).values() if isinstance(m, Mapping))
 
 
 def cmd_plugins(args: argparse.Namespace, ui: UI) -> int:
