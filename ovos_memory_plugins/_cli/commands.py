@@ -329,8 +329,9 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
             data = memory.export(sid) if callable(getattr(memory, "export", None)) else {}
             rows.append((sid, {"window": len(memory.get_history(sid)), **_tally(data)}))
             shared = shared or _shares_facts(data)
-        columns = list(dict.fromkeys(["window", *(c for _, counts in rows for c in counts), "facts", "summary"]))
-        table = Table(title=f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)")
+        columns = list(dict.fromkeys(["window", *(c for _, counts in rows for c in counts)]))  # what it keeps
+        title = f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)"
+        table = Table(title=title, min_width=len(title) + 4)  # a title on one line over a narrow table
         for col in ("session", *columns):
             table.add_column(col, justify="left" if col == "session" else "right")
         for sid, counts in rows:
