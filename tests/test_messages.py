@@ -1,11 +1,9 @@
 """Normalisation rules (docs/index.md) as properties, and the dict round-trip."""
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -23,6 +21,7 @@ from ovos_memory_plugins.messages import (
     is_role,
     to_dict,
 )
+from tests._host_messages import WIRE_CALL, Said
 
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
 message = st.builds(AgentMessage, st.sampled_from([U, A]), st.text(max_size=8))
@@ -108,21 +107,6 @@ def test_a_budget_cut_never_leaves_an_answer_without_its_question():
     assert [m.content for m in kept] == ["five", "fine"]
     assert left == budget - message_tokens("five") - message_tokens("fine")
     assert fit_window(msgs, 10_000)[0] == msgs  # everything fits: nothing dropped
-
-
-@dataclasses.dataclass
-class Said:
-    """A host's message type other than AgentMessage (role, content and the tool fields): what
-    ``update_history`` accepts on every ovos-plugin-manager, with or without ``ToolCall``."""
-
-    role: Any
-    content: str
-    tool_calls: Any = None
-    tool_call_id: Any = None
-    name: Any = None
-
-
-WIRE_CALL = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Porto"}'}}
 
 
 @pytest.mark.parametrize(("calls", "expected"), [

@@ -66,53 +66,37 @@ def _tree(folder: Path) -> dict[str, tuple[int, int, int, str]]:
     return out
 
 
+#: Each path key a backend opens a store at: (name, entry point, overrides, key).
+NODE_CASES = [(*case, "db_path") for case in PATH_CASES] + [
+    ("ovos-memory-plugin-local-rag (vector store)", "ovos-memory-plugin-local-rag", {}, "embeddings_db_config.path")]
+
+
 @pytest.mark.parametrize("kind", ["character device", "FIFO", "socket", "directory"])
-@pytest.mark.parametrize(("name", "entry_point", "overrides"), PATH_CASES, ids=[c[0] for c in PATH_CASES])
-def test_a_store_path_that_is_not_a_regular_file_is_refused_and_left_alone(name, entry_point, overrides, kind,
+@pytest.mark.parametrize(("name", "entry_point", "overrides", "key"), NODE_CASES, ids=[c[0] for c in NODE_CASES])
+def test_a_store_path_that_is_not_a_regular_file_is_refused_and_left_alone(name, entry_point, overrides, key, kind,
                                                                             tmp_path):
+    from ovos_memory_plugins._cli.check import _check_block
+
     folder = tmp_path / "dev"
     folder.mkdir()
     node = folder / "null"
     keep = _make_node(kind, node)
     before = _tree(folder)
+    config = {**overrides, **_nested(key, str(node))}
     try:
         with pytest.raises(ConfigError) as caught:
-            make_memory(entry_point, tmp_path / "store", {**overrides, "db_path": str(node)}).close()
+            make_memory(entry_point, tmp_path / "store", config).close()
+        problems = _check_block(entry_point, config)
     finally:
         if keep is not None:
             keep.close()
     after = _tree(folder)
     message = str(caught.value)
     assert str(node) in message and kind in message, f"the error does not say what is wrong: {message}"
+    assert any(f"'{key}'" in p for p in problems), f"check-config calls it valid: {problems}"
     assert after == before, f"the store touched the {kind} or its folder: {before} -> {after}"
-    record("misuse", ("db_path is a device, a FIFO, a socket or a directory", name), tried=1, **{
+    record("misuse", (f"{key} is a device, a FIFO, a socket or a directory", name), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
-
-
-@pytest.mark.parametrize("kind", ["FIFO", "socket", "directory"])
-def test_a_vector_store_path_that_is_not_a_regular_file_is_refused_at_construction_and_by_check_config(kind,
-                                                                                                    tmp_path):
-    from ovos_memory_plugins._cli.check import _check_block
-
-    folder = tmp_path / "dev"
-    folder.mkdir()
-    node = folder / "vectors"
-    keep = _make_node(kind, node)
-    before = _tree(folder)
-    config = {"embeddings_db_config": {"path": str(node)}}
-    try:
-        with pytest.raises(ConfigError) as caught:
-            make_memory("ovos-memory-plugin-local-rag", tmp_path / "store", config).close()
-        problems = _check_block("ovos-memory-plugin-local-rag", config)
-    finally:
-        if keep is not None:
-            keep.close()
-    message = str(caught.value)
-    assert "'embeddings_db_config.path'" in message and kind in message, message
-    assert any("'embeddings_db_config.path'" in p for p in problems), f"check-config calls it valid: {problems}"
-    assert _tree(folder) == before
-    record("misuse", ("embeddings_db_config.path is a FIFO, a socket or a directory", "ovos-memory-plugin-local-rag"),
-           tried=1, **{"clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
 def test_quarantine_never_moves_what_is_not_a_regular_file(tmp_path):
