@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_ERROR  # `ovos-memory export x | head`
+    except RecursionError:  # only hostile input nests this deep (JSON inside a config or an export)
+        if args.debug:
+            raise
+        code, message = EXIT_INPUT, "the input is nested too deeply to handle"
     except Exception as exc:  # noqa: BLE001 - never a traceback for the user (--debug shows it)
         if args.debug:
             raise

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
+from ._core.conversion import member_imports
 from ._core.history_view import SessionHistoryMixin
 from ._core.imports import session_export
 from ._core.loading import load_memory_class
@@ -103,6 +105,8 @@ class CompositeConfig(RecallConfig):
         for i, spec in enumerate(self.members):
             if not isinstance(spec, (str, Mapping)) or (isinstance(spec, Mapping) and not spec.get("module")):
                 raise ConfigError(f"'members[{i}]' must be an entry-point name or a dict with a 'module' key")
+            if isinstance(spec, Mapping):
+                _check_member(i, spec)
 
 
 class Member(NamedTuple):
@@ -481,9 +485,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         data, sid = session_export(data, session_id)
-        exported = data.get("members") or {}
-        if not isinstance(exported, Mapping):
-            raise TypeError(f"the export's 'members' must be a dict of member exports, not {type(exported).__name__}")
+        # Each member its own export, or the parts of another backend's it keeps (_core/conversion.py).
+        exported = member_imports(data, [(m.name, m.memory) for m in self.members
+                                         if hasattr(m.memory, "import_session")], self.plugin_name)
         for m in self.members:
             if m.name in exported and hasattr(m.memory, "import_session"):
                 self._call(m, "import", lambda m=m: m.memory.import_session(exported[m.name], sid), None)
@@ -527,16 +531,20 @@ def _timestamp(hit: MemoryHit) -> float | None:
     return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
 
 
+def _check_member(i: int, spec: Mapping[str, Any]) -> None:
+    """A member's weight (finite, not negative: a fused score must stay a number) and config."""
+    weight = spec.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+        raise ConfigError(f"'members[{i}].weight' must be a finite number >= 0, got {weight!r}")
+    if not isinstance(spec.get("config") or {}, Mapping):
+        raise ConfigError(f"'members[{i}].config' must be a dict, not {type(spec.get('config')).__name__}")
+
+
 def _parse_member(spec: Any) -> tuple[str, float, dict[str, Any]]:
+    """``(module, weight, config)`` of a member spec the config checked (``_check_member``)."""
     if isinstance(spec, str):
         return spec, 1.0, {}
-    weight = spec.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-        raise ConfigError(f"member {spec.get('module')!r}: 'weight' must be a number, got {weight!r}")
-    config = spec.get("config") or {}
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"member {spec.get('module')!r}: 'config' must be a dict")
-    return str(spec["module"]), float(weight), dict(config)
+    return str(spec["module"]), float(spec.get("weight", 1.0)), dict(spec.get("config") or {})
 
 
 def _accepts(cls: type, key: str, third_party: bool = True) -> bool:

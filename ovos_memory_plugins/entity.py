@@ -40,7 +40,7 @@ from ._llm.fact_extraction import model_facts
 from ._llm.fact_parsing import parse_fact_list
 from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
-from ._llm.fact_store import merge, withdraw_denied
+from ._llm.fact_store import add_history, fact_of, merge, withdraw_denied
 from ._llm.memory import LLMMemory
 from .config import option
 from .context import ContextConfig, ContextParts
@@ -113,6 +113,7 @@ class EntityMemory(LLMMemory):
 
     Config: ClassVar[type] = EntityConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-entity"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"facts"})
 
     store_stem: ClassVar[str] = "entity_memory"
     offline_fallback: ClassVar[str] = "facts come from the offline rules"
@@ -226,7 +227,10 @@ class EntityMemory(LLMMemory):
                 results.append((item, self._extract(item)))
                 if self.client.available and time.monotonic() - started >= MODEL_COMMIT_S:
                     break
-            self._store.update(key, lambda record: self._commit(record, results))
+            try:
+                self._store.update(key, lambda record: self._commit(record, results))
+            except _Forgotten:
+                return  # the rest of that queue went with it
             if len(pending) > len(results):
                 self._mark_due(key, wake=False)
 
@@ -276,6 +280,9 @@ class EntityMemory(LLMMemory):
 
     def _commit(self, record: dict[str, Any],
                 results: list[tuple[Mapping[str, Any], tuple[list[Fact], str]]]) -> dict[str, Any]:
+        """The extractions merged into ``record``; :class:`_Forgotten` (nothing written) when none
+        of their exchanges is pending any more: a write would bring a forgotten record back."""
+        committed = False
         for item, (found, source) in results:
             pending = list(record.get("pending") or [])
             ids = [p.get("id") for p in pending]
@@ -284,6 +291,9 @@ class EntityMemory(LLMMemory):
             pending.pop(ids.index(item.get("id")))
             record["pending"] = pending
             record = self._merge_item(record, item, found, source)
+            committed = True
+        if not committed:
+            raise _Forgotten
         return record
 
     def _merge_item(self, record: dict[str, Any], item: Mapping[str, Any], found: list[Fact],
@@ -330,28 +340,67 @@ class EntityMemory(LLMMemory):
         return counts
 
     def export(self, session_id: str) -> dict[str, Any]:
+        """The session's facts with what is known of each, its superseded facts and how many
+        exchanges await extraction. With ``scope: global``, those the session stated: what
+        :meth:`forget` would delete (the other sessions' facts are theirs)."""
         data = super().export(session_id)
         record = self._load(self._key(session_id))
         meta = record.get("meta") or {}
+
+        def mine(sid: Any) -> bool:
+            return self.settings.scope != "global" or sid == session_id
+
         data.update(
             scope=self.settings.scope,
-            facts=[{"text": f, **(meta.get(f) or {})} for f in record.get("facts") or []],
-            superseded=list(record.get("history") or []),
-            pending=len(record.get("pending") or []),
+            facts=[{"text": f, **(meta.get(f) or {})} for f in record.get("facts") or []
+                   if mine((meta.get(f) or {}).get("sid"))],
+            superseded=[h for h in record.get("history") or [] if mine(h.get("sid"))],
+            pending=len([p for p in record.get("pending") or [] if mine(p.get("sid"))]),
         )
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        data, sid = session_export(data, session_id)
-        facts = data.get("facts") or []
-        if not isinstance(facts, list):
-            raise TypeError(f"the export's 'facts' must be a list, not {type(facts).__name__}")
-        texts = [f.get("text") if isinstance(f, Mapping) else f for f in facts]
-        bad = [i for i, t in enumerate(texts) if t is not None and not isinstance(t, str)]
-        if bad:
-            raise TypeError(f"the export's 'facts'[{bad[0]}] must be a string or a {{'text': ...}} dict")
-        found = [make_fact(t) for t in texts if t]
-        self._store.update(self._key(sid), lambda r: merge(r, found, sid, self.settings.max_facts, "import"))
+        """Merge what :meth:`export` produced into the session's facts: each fact with its time and
+        source, the superseded ones into the history (the session's own, under ``scope: global``).
+        Checked whole first; importing the same export again changes nothing."""
+        data, sid = session_export(data, session_id, self)
+        facts = _exported_facts(data)
+        history = [{**entry, "sid": sid} for entry in _exported_list(data, "superseded")]
+
+        def apply(record: dict[str, Any]) -> dict[str, Any]:
+            for text, meta in facts:
+                fact = fact_of({"meta": {text: meta}}, text)
+                record = merge(record, [fact], sid, self.settings.max_facts, str(meta.get("source") or "import"),
+                               meta.get("ts"))
+            return add_history(record, history)
+
+        self._store.update(self._key(sid), apply)
+
+
+def _exported_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """``data[key]``: a list of ``{"text": ...}`` dicts (a bare string is a text), checked."""
+    items = data.get(key) or []
+    if not isinstance(items, list):
+        raise TypeError(f"the export's '{key}' must be a list, not {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        entry = dict(item) if isinstance(item, Mapping) else {"text": item}
+        if not isinstance(entry.get("text"), str) or not entry["text"].strip():
+            raise TypeError(f"the export's '{key}'[{i}] must be a fact text or a {{'text': ...}} dict")
+        ts = entry.get("ts")
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
+            raise TypeError(f"the export's '{key}'[{i}]['ts'] must be a number (seconds), not {ts!r}")
+        out.append(entry)
+    return out
+
+
+def _exported_facts(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The export's facts as ``(text, what is known of it)``, checked."""
+    return [(entry.pop("text"), entry) for entry in _exported_list(data, "facts")]
+
+
+class _Forgotten(Exception):
+    """The exchanges an extraction read were forgotten meanwhile: nothing is written."""
 
 
 def _prompt_part(text: str) -> str:

@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 
 from ._core.loading import EMBEDDINGS_DB_GROUP, TEXT_EMBEDDINGS_GROUP, find_plugin_class, installed_plugins
 from ._core.log import LogOnce
+from ._core.plugin import store_path_problems
 from ._retrieval.documents import Document
 from ._retrieval.neighbours import NeighbourVectors, neighbour_weight_option
 from ._retrieval.pending import merge_pending
@@ -190,6 +191,16 @@ class LocalRAGMemory(BaseRetrievalMemory):
     # embedder or store also fails the turn's search (or the slot's load), which is the ERROR.
     index_failure_level: ClassVar[str] = "warning"
     score_kind: ClassVar[str | None] = "semantic"
+
+    @classmethod
+    def check_settings(cls, settings: Any) -> list[str]:
+        # The vector store is opened off the turn: a path it can never use (a FIFO, a directory)
+        # would only be logged there, with recall by meaning silently off. Another store's
+        # "path" may name a folder: only the built-in store's is checked.
+        path = settings.embeddings_db_config.get("path")
+        own = settings.embeddings_db_plugin == DEFAULT_DB
+        return super().check_settings(settings) + (store_path_problems("embeddings_db_config.path", path)
+                                                   if own else [])
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)

@@ -152,6 +152,7 @@ class RedisMemory(ContextMemory):
 
     Config: ClassVar[type] = RedisConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-redis"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"window", "summary"})
 
     @classmethod
     def check_settings(cls, settings: Any) -> list[str]:
@@ -295,7 +296,7 @@ class RedisMemory(ContextMemory):
         """Load what :meth:`export` produced: the summary replaces the session's, the window's new
         messages are appended (importing the same export again changes nothing). Checked whole
         first; unlike a turn it raises while Redis is down: nothing is held for an import."""
-        data, sid = session_export(data, session_id)
+        data, sid = session_export(data, session_id, self)
         messages = export_messages(data)
         if not isinstance(data.get("summary") or "", str):
             raise TypeError("the export's 'summary' must be a string")

@@ -76,6 +76,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
 
     Config: ClassVar[type] = RetrievalConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-retrieval"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"window", "documents"})
     #: The SQLite file under the XDG data dir when ``db_path`` is not set. A class that does not
     #: declare its own gets one named after it: two backends never share a default file.
     default_db_name: ClassVar[str | None] = None
@@ -313,7 +314,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         """Load what :meth:`export` produced: checked whole first, and what is already stored (the
         same messages, the same documents) is not stored again."""
-        data, sid = session_export(data, session_id)
+        data, sid = session_export(data, session_id, self)
         self._store.import_session(sid, export_messages(data), export_documents(data), self.policy)
 
     def import_exchanges(self, session_id: str, exchanges: Sequence[Mapping[str, Any]]) -> int:

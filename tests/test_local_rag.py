@@ -723,3 +723,22 @@ def test_a_document_the_embedder_rejects_holds_up_no_other(memories, monkeypatch
     assert memory.search("dog Rex", "s")[0].source == "s_1"
     assert memory._docs.count_pending() == 1
     assert len([e for e in errors if "1 of 2 document(s) could not be indexed" in e]) == 1
+
+
+def test_opened_read_only_it_recalls_by_meaning_and_never_re_embeds_another_models_vectors(memories, logged):
+    from ovos_memory_plugins.storage import read_only
+
+    memory = memories()
+    memory.update_history(exchange("my dog is called Biscuit", "lovely"), "s")
+    memory.flush(patience(30))
+    memory.close()
+    with read_only():
+        same = memories()
+        assert [h.content for h in same.search("dog Biscuit", "s")][:1] == ["Q: my dog is called Biscuit\nA: lovely"]
+        same.close()
+        other = memories(embedder=FakeEmbedder({"dim": 32}))
+        assert other.search("dog Biscuit", "s") == []  # another model's vectors: no recall by meaning
+        other.close()
+    assert any("holds vectors of 'fake-hashed-bag-of-words-64'" in line for line in logged), logged
+    again = memories()  # the vectors are still there, not re-embedded by the look
+    assert again.search("dog Biscuit", "s")

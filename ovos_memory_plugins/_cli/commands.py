@@ -30,6 +30,8 @@ def read_json(path: str, what: str) -> Any:
         raise CLIError(f"cannot read {what} {path!r}: {exc}") from None
     except ValueError as exc:
         raise CLIError(f"{what} {path!r} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise CLIError(f"{what} {path!r} is nested too deeply to read") from None
 
 
 def _config_arg(text: str | None) -> dict[str, Any]:
@@ -41,6 +43,8 @@ def _config_arg(text: str | None) -> dict[str, Any]:
             value = json.loads(text)
         except ValueError as exc:
             raise CLIError(f"--config is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise CLIError("--config is nested too deeply to read") from None
     else:
         value = read_json(text, "config file")
     if not isinstance(value, dict):
@@ -187,6 +191,8 @@ def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
 
 
 def cmd_export(args: argparse.Namespace, ui: UI) -> int:
+    if args.all and args.session:
+        raise CLIError(f"export takes a SESSION or --all, not both (got --all and {args.session!r})")
     with _backend(args, read_only=True) as memory:
         if args.all:
             data: dict[str, Any] = {"plugin": getattr(memory, "plugin_name", ""),
@@ -233,6 +239,8 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
             json.loads(line) for line in text.splitlines() if line.strip()]
     except ValueError as exc:
         raise CLIError(f"exchanges file {path!r} is neither a JSON list nor JSON lines: {exc}") from None
+    except RecursionError:
+        raise CLIError(f"exchanges file {path!r} is nested too deeply to read") from None
     out = []
     for i, item in enumerate(items):
         if isinstance(item, Mapping) and isinstance(item.get("ts"), str):
@@ -240,7 +248,11 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
                 when = datetime.datetime.fromisoformat(item["ts"].replace("Z", "+00:00"))
             except ValueError:
                 raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is not an ISO 8601 date") from None
-            item = {**item, "ts": when.timestamp()}
+            try:
+                seconds = when.timestamp()
+            except (ValueError, OverflowError, OSError):  # year 1 in local time is before year 1 in UTC
+                raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is out of range") from None
+            item = {**item, "ts": seconds}
         out.append(item)
     return out
 
@@ -255,8 +267,10 @@ def _import_exchanges(args: argparse.Namespace, ui: UI) -> int:
                            "retrieval memories and composites can")
         try:
             count = memory.import_exchanges(args.session, items)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise CLIError(f"{args.file!r}: {exc}; nothing was imported") from None
+        except RecursionError:
+            raise CLIError(f"{args.file!r}: an exchange is nested too deeply to store; nothing was imported") from None
         memory.flush(600)
         ui.out.print(f"imported {count} exchange(s) into session {escape(repr(args.session))}")
     return 0
@@ -274,22 +288,36 @@ def cmd_import(args: argparse.Namespace, ui: UI) -> int:
         raise CLIError("--session only applies to a file holding one session")
     with _backend(args) as memory:
         name = getattr(memory, "plugin_name", "")
-        for item in items:
-            if item.get("plugin") and name and item["plugin"] != name:
-                ui.err.print(f"[yellow]warning:[/yellow] session {escape(repr(item['session_id']))} was exported "
-                             f"from {escape(str(item['plugin']))}, importing into {name}")
         with Progress(console=ui.err, transient=True) as progress:
             task = progress.add_task("importing", total=len(items))
-            for item in items:
-                memory.import_session(item, args.session)
+            for i, item in enumerate(items):
+                _import_one(memory, item, args, i)
                 progress.advance(task)
             progress.add_task("indexing", total=None)
             settled = memory.flush(600)
         ui.out.print(f"imported {len(items)} session(s) into {name or type(memory).__name__}")
+        others = sorted({str(item["plugin"]) for item in items if item.get("plugin") and item["plugin"] != name})
+        if others and name:
+            ui.err.print(f"[yellow]note:[/yellow] exported from {escape(', '.join(others))}: what {name} keeps "
+                         "of it (a window, documents, a summary or facts) was imported")
         if settled is False:  # stored, but the index (or a summary) is not done: say so, do not hide it
             ui.err.print("[yellow]note:[/yellow] background work (indexing, summaries) is not finished; it "
                          "resumes the next time this memory runs")
     return 0
+
+
+def _import_one(memory: Any, item: Mapping[str, Any], args: argparse.Namespace, index: int) -> None:
+    """One session of the file; what the memory refuses (a malformed export, one of a kind it
+    keeps nothing of) is one line naming the session, and what was imported before it."""
+    try:
+        memory.import_session(item, args.session)
+        return
+    except (TypeError, ValueError) as exc:
+        why = str(exc)
+    except RecursionError:
+        why = "it is nested too deeply to store"
+    before = f" ({index} session(s) before it in the file were imported)" if index else ""
+    raise CLIError(f"{args.file!r}: cannot import session {item.get('session_id')!r}: {why}{before}")
 
 
 def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
@@ -297,30 +325,49 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
 
     with _backend(args, read_only=True) as memory:
         found = _sessions(memory) or []
-        table = Table(title=f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)")
-        for col in ("session", "window", "documents", "facts", "summary"):
-            table.add_column(col, justify="left" if col == "session" else "right")
-        totals = [0, 0, 0, 0]
+        rows: list[tuple[str, dict[str, int]]] = []
+        shared = False
         for sid in found[: args.limit]:
             data = memory.export(sid) if callable(getattr(memory, "export", None)) else {}
-            row = [len(memory.get_history(sid)), *_tally(data)]
-            totals = [a + b for a, b in zip(totals, row)]
-            table.add_row(Text(sid), *(str(v) for v in row))
-        if len(found) > args.limit:
-            table.caption = f"first {args.limit} sessions shown (--limit)"
-        if found:
-            table.add_row("[bold]total[/bold]", *(f"[bold]{v}[/bold]" for v in totals))
+            rows.append((sid, {"window": len(memory.get_history(sid)), **_tally(data)}))
+            shared = shared or _shares_facts(data)
+        columns = list(dict.fromkeys(["window", *(c for _, counts in rows for c in counts)]))  # what it keeps
+        title = f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)"
+        table = Table(title=title, min_width=len(title) + 4)  # a title on one line over a narrow table
+        for col in ("session", *columns):
+            table.add_column(col, justify="left" if col == "session" else "right")
+        for sid, counts in rows:
+            table.add_row(Text(sid), *(str(counts.get(c, 0)) for c in columns))
+        if rows:
+            table.add_row("[bold]total[/bold]", *(f"[bold]{sum(r.get(c, 0) for _, r in rows)}[/bold]" for c in columns))
+        notes = [f"first {args.limit} sessions shown (--limit)"] if len(found) > args.limit else []
+        if shared:
+            notes.append("facts are shared by every session (scope global): each is counted in the session it "
+                         "came from")
+        table.caption = "; ".join(notes) or None
         ui.out.print(table)
     return 0
 
 
-def _tally(data: Mapping[str, Any]) -> tuple[int, int, int]:
-    docs, facts = len(data.get("documents") or []), len(data.get("facts") or [])
-    summary = int(bool(data.get("summary")))
-    for member in (data.get("members") or {}).values():
-        d, f, s = _tally(member)
-        docs, facts, summary = docs + d, facts + f, summary + s
-    return docs, facts, summary
+def _tally(data: Mapping[str, Any], member: str = "") -> dict[str, int]:
+    """Documents, facts and summaries in an export. Each retriever of a composite stores every
+    exchange: its documents get a column of their own (added up, they would count each twice)."""
+    out: dict[str, int] = {}
+    for name, export in (data.get("members") or {}).items():
+        for key, count in _tally(export, str(name).replace("ovos-memory-plugin-", "")).items():
+            out[key] = out.get(key, 0) + count
+    if "documents" in data:
+        out[f"documents ({member})" if member else "documents"] = len(data.get("documents") or [])
+    if "facts" in data:
+        out["facts"] = out.get("facts", 0) + len(data.get("facts") or [])
+    if "summary" in data:
+        out["summary"] = out.get("summary", 0) + int(bool(data.get("summary")))
+    return out
+
+
+def _shares_facts(data: Mapping[str, Any]) -> bool:
+    return data.get("scope") == "global" and "facts" in data or any(
+        _shares_facts(m) for m in (data.get("members") or {}).values() if isinstance(m, Mapping))
 
 
 def cmd_plugins(args: argparse.Namespace, ui: UI) -> int:

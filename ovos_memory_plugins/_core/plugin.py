@@ -10,7 +10,18 @@ from ..errors import ConfigError, MemoryClosed
 from .compat import AgentContextManager
 from .paths import check_store_path, is_memory_path, resolve_path
 
-__all__ = ["MemoryPlugin"]
+__all__ = ["MemoryPlugin", "store_path_problems"]
+
+
+def store_path_problems(key: str, path: Any) -> list[str]:
+    """``["'key': why"]`` when ``path`` names what no store may use (a FIFO, a directory, a
+    device: see :func:`~._core.paths.check_store_path`); else ``[]``. Nothing is opened or made."""
+    if isinstance(path, str) and path.strip() and not is_memory_path(path):
+        try:
+            check_store_path(resolve_path(path))
+        except ConfigError as exc:
+            return [f"'{key}': {exc}"]
+    return []
 
 
 class MemoryPlugin(AgentContextManager):
@@ -39,6 +50,9 @@ class MemoryPlugin(AgentContextManager):
     #: Names of instance attributes that are not the setting of the same name (the composite's
     #: ``members`` are the loaded members, not their config).
     own_attributes: ClassVar[frozenset[str]] = frozenset()
+    #: The parts of an export this backend keeps ("window", "documents", "summary", "facts"): what
+    #: it takes from another backend's export (see ``_core/conversion.py``).
+    export_parts: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         # Private injection keys (``_con``, ``_embedder``) hold live objects: never deep-copy them
@@ -58,13 +72,7 @@ class MemoryPlugin(AgentContextManager):
         """What would stop this backend from starting with ``settings``, beyond each key's own
         checks; without I/O or side effects, so ``ovos-memory check-config`` reports it too.
         Subclasses extend the list (``super().check_settings(settings) + [...]``)."""
-        path = getattr(settings, "db_path", None)
-        if isinstance(path, str) and path.strip() and not is_memory_path(path):
-            try:
-                check_store_path(resolve_path(path))
-            except ConfigError as exc:
-                return [f"'db_path': {exc}"]
-        return []
+        return store_path_problems("db_path", getattr(settings, "db_path", None))
 
     @property
     def system_prompt(self) -> str:

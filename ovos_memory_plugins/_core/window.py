@@ -57,6 +57,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
     drop_leading_answers: ClassVar[bool] = False
     #: Names this memory's table in a PostgreSQL database (``<store_name>_window``).
     store_name: ClassVar[str] = "window"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"window"})
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -132,7 +133,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         """Load what :meth:`export` produced (checked whole first; messages already there are not
         added again). A store failure raises: the caller asked for this and must know."""
-        data, sid = session_export(data, session_id)
+        data, sid = session_export(data, session_id, self)
         messages = export_messages(data)
         with self._edit_lock:
             new = unseen_messages(self._window.load(sid, self.policy), messages)

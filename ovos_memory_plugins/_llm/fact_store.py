@@ -29,7 +29,7 @@ from typing import Any
 from .fact_kinds import ATTRIBUTES, is_single_valued, statement, subject_of
 from .fact_rules import STOP_WORDS, Fact, make_fact, model_fact, normalise
 
-__all__ = ["MAX_HISTORY", "fact_of", "merge", "withdraw_denied"]
+__all__ = ["MAX_HISTORY", "add_history", "fact_of", "merge", "withdraw_denied"]
 
 #: Superseded facts kept per record (export shows them; they are never injected).
 MAX_HISTORY = 100
@@ -99,6 +99,24 @@ def merge(state: Mapping[str, Any], found: Iterable[Fact], sid: str, max_facts: 
             meta.pop(old, None)
         facts = facts[-max_facts:]
     return {**state, "facts": facts, "meta": meta, "history": history[-MAX_HISTORY:]}
+
+
+def add_history(state: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``state`` with superseded facts from elsewhere (an import) added to its history, in the order
+    they were superseded; one already there (the same text superseded at the same time) is not."""
+    history = list(state.get("history") or [])
+    seen = {(h.get("text"), h.get("superseded_at")) for h in history if isinstance(h, Mapping)}
+    new = [dict(e) for e in entries if (e.get("text"), e.get("superseded_at")) not in seen]
+    if not new:
+        return dict(state)
+    history += new
+    history.sort(key=_superseded_at)
+    return {**state, "history": history[-MAX_HISTORY:]}
+
+
+def _superseded_at(entry: Any) -> float:
+    when = entry.get("superseded_at") if isinstance(entry, Mapping) else None
+    return float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else 0.0
 
 
 # -- denials, without a model ----------------------------------------------------------------------
