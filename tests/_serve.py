@@ -142,7 +142,8 @@ def _wait_for_url(process: subprocess.Popen[bytes], log_path: Path, patience_s: 
 
 @contextlib.contextmanager
 def chromium(width: int = 1280, height: int = 900) -> Iterator[Any]:
-    """A headless Chromium (selenium WebDriver) with a fresh profile, closed after the block."""
+    """A headless Chromium (selenium WebDriver) with a fresh profile, closed after the block; a
+    ``width`` under 600 pixels is a phone's screen (touch layout, two pixels per point)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -155,6 +156,9 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[Any]:
         options.add_argument(flag)
     os.environ.setdefault("SE_OFFLINE", "true")  # selenium never looks for a driver online
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    if width < 600:  # a window cannot be that narrow: the page is shown as a phone shows it
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": width, "height": height, "deviceScaleFactor": 2, "mobile": True})
     try:
         yield driver
     finally:
