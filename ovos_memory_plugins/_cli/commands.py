@@ -295,11 +295,33 @@ def _not_settled(ui: UI) -> None:
 
 
 def _progress(ui: UI) -> Any:
-    """A progress bar on stderr, drawn on a terminal only (a log or a pipe gets no bar lines)."""
+    """A progress bar on stderr, drawn on a terminal only (a log or a pipe gets nothing, not even
+    the blank line a disabled rich bar leaves)."""
+    if not ui.err.is_terminal:
+        return _NoProgress()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=ui.err, transient=True, disable=not ui.err.is_terminal)
+                    console=ui.err, transient=True)
+
+
+class _NoProgress:
+    """The calls of a rich ``Progress``, drawing nothing."""
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    def advance(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 def wait_for_index(memory: Any, ui: UI, timeout: float | None = None, poll: float = 0.25) -> bool:
@@ -337,7 +359,7 @@ def cmd_index(args: argparse.Namespace, ui: UI) -> int:
             raise CLIError(f"the index of {name} is not up to date after {args.timeout:g} s: "
                            f"{memory.index_backlog()} document(s) still wait (the work resumes the next time this "
                            "memory runs)", EXIT_ERROR)
-        ui.out.print(f"the index of {name} is up to date ({waiting} document(s) indexed now)")
+        ui.out.print(f"the index of {name} is up to date ({waiting} document(s) indexed now)", soft_wrap=True)
     return 0
 
 
