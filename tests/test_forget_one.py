@@ -199,3 +199,21 @@ def test_the_backlog_counts_what_waits_for_the_index_and_finds_a_changed_embedde
         assert memory.index_backlog() == 4  # another model: every document is embedded again
     with LocalRAGMemory({**config, "_embedder": FakeEmbedder({"dim": 32})}) as memory:
         assert memory.flush(patience(30)) and memory.index_backlog() == 0
+
+
+# -- on PostgreSQL -----------------------------------------------------------------------------
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["lexical", "local-rag"])
+def test_one_exchange_is_forgotten_on_postgresql_too(backend):
+    from tests._postgres import fresh_url
+
+    url = fresh_url()
+    memory = LexicalMemory({"db_url": url, "retrieval": {"neighbour_weight": 0.5}}) if backend == "lexical" \
+        else LocalRAGMemory({"db_url": url, "_embedder": FakeEmbedder(), "retrieval": {"neighbour_weight": 0.5}})
+    with memory:
+        fill(memory)
+        assert memory.flush(patience(30))
+        assert memory.forget_document("kitchen", secret_doc_id(memory)) == {"documents": 1, "messages": 2}
+        assert SECRET not in str(memory.export("kitchen"))
+        assert all(SECRET not in h.content for h in memory.search(f"locker {SECRET}", "kitchen", top_k=10))
+        assert len(memory.export("kitchen")["documents"]) == 2
