@@ -13,6 +13,7 @@ import pytest
 
 from ovos_memory_plugins._cli.persona import open_memory
 from ovos_memory_plugins._cli.serve import is_loopback
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins._serve import views
 from ovos_memory_plugins.cli import main
 from tests._serve import SECRET, files_holding, household_config, remember_household, served
@@ -298,3 +299,19 @@ def test_without_the_serve_extra_the_command_names_what_to_install(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=patience(60))
     assert done.returncode == 1
     assert "pip install 'ovos-memory-plugins[serve]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_any_session_id_works_in_a_path_when_percent_encoded(tmp_path):
+    from urllib.parse import quote
+
+    config = {"db_path": str(tmp_path / "lex.db")}
+    odd = "Ana's room/2 ü?#"
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "hello"), AgentMessage(MessageRole.ASSISTANT, "hi")], odd)
+    with served(["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)], tmp_path) as running:
+        path = f"/api/sessions/{quote(odd, safe='')}"
+        assert running.request("GET", path).body["id"] == odd
+        assert running.request("GET", path + "/export").headers["content-disposition"].endswith('2____.json"')
+        doc = running.request("GET", path).body["documents"][0]
+        assert running.request("DELETE", f"{path}/documents/{quote(doc['doc_id'], safe='')}").status == 200
+        assert running.request("GET", "/api/sessions").body == {"sessions": []}  # its only exchange is gone

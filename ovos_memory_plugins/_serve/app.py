@@ -235,9 +235,8 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
     async def session(request: Request) -> Response:
         """``/api/sessions/{id}[/export|/facts|/documents/{doc_id}]``, the ids percent-encoded
         (a session id may hold any character, "/" too)."""
-        parts = [unquote(p) for p in request.scope.get("raw_path", b"").decode("latin-1").split("?")[0]
-                 .split("/")[3:]]
-        sid, rest, method = parts[0], parts[1:], request.method
+        sid, *rest = _path_ids(request)
+        method = request.method
         if not rest and method == "GET":
             return JSONResponse(await run(views.session_view, memory, sid))
         if not rest and method == "DELETE":
@@ -266,9 +265,7 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
                              "people": await run(views.people, memory)})
 
     async def person(request: Request) -> Response:
-        parts = [unquote(p) for p in request.scope.get("raw_path", b"").decode("latin-1").split("?")[0]
-                 .split("/")[3:]]
-        name, rest = parts[0], parts[1:]
+        name, *rest = _path_ids(request)
         if not rest and request.method == "GET":
             return JSONResponse(await run(views.person_view, memory, name))
         if not rest and request.method == "DELETE":
@@ -304,6 +301,13 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
     app = Starlette(routes=routes)
     app.add_middleware(Guard, token=token, hosts=LOOPBACK_NAMES | {host.strip("[]").lower()})  # type: ignore[arg-type]
     return app
+
+
+def _path_ids(request: Request) -> list[str]:
+    """The segments after ``/api/<collection>/``, each percent-decoded on its own (so an id may
+    hold "/"; the server's decoded path would have split it)."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    return [unquote(p) for p in raw.decode("latin-1").split("?")[0].split("/")[3:]]
 
 
 async def _json_body(request: Request, kinds: tuple[type, ...] = (dict,)) -> Any:
