@@ -175,7 +175,7 @@ def test_an_import_runs_in_the_background_and_reports_its_progress(fresh):
         job = server.request("GET", f"/api/jobs/{job.body['id']}")
         phases.add(job.body["phase"])
     assert job.body["phase"] == "done", job.body
-    assert job.body["done"] == job.body["total"]
+    assert job.body["done"] == job.body["total"] and job.body["sessions"] == 1
     assert [s["id"] for s in server.request("GET", "/api/sessions").body["sessions"]] == ["ana-kitchen", "rui-car"]
     assert server.request("GET", "/api/search?q=jazz&mode=keyword&session=rui-car").body["hits"]
     assert server.request("GET", "/api/status").body == {"backlog": 0}

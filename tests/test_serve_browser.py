@@ -80,3 +80,19 @@ def test_the_page_fits_a_phone_and_forgets_a_whole_session(tmp_path):
         wait(driver, seen.alert_is_present()).accept()
         wait(driver, lambda d: "rui-car" not in d.find_element(By.ID, "sessions").text)
         assert server.request("GET", "/api/sessions").body == {"sessions": [{"id": "ana-kitchen"}]}
+
+
+def test_a_session_file_is_imported_through_the_page(tmp_path):
+    args = remember_household(tmp_path)
+    with served(args, tmp_path) as server, chromium() as driver:
+        exported = server.request("GET", "/api/sessions/rui-car/export").body
+        assert server.request("DELETE", "/api/sessions/rui-car").status == 200
+        upload = tmp_path / "rui-car.json"
+        upload.write_text(json.dumps(exported))
+        driver.get(server.url + "/")
+        wait(driver, lambda d: "ana-kitchen" in d.find_element(By.ID, "sessions").text)
+        driver.find_element(By.ID, "import-file").send_keys(str(upload))
+        driver.find_element(By.ID, "import-button").click()
+        wait(driver, lambda d: d.find_element(By.ID, "banner").text == "Imported 1 session.", 60)
+        wait(driver, lambda d: "rui-car" in d.find_element(By.ID, "sessions").text)
+        assert server.request("GET", "/api/search?q=jazz&mode=keyword&session=rui-car").body["hits"]

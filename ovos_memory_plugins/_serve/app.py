@@ -156,7 +156,12 @@ def _error(code: int, message: str, headers: dict[str, str] | None = None) -> Re
 
 # -- import jobs ---------------------------------------------------------------------------------
 class Jobs:
-    """Imports running in the background, with their progress: the page polls ``/api/jobs/{id}``."""
+    """Imports running in the background, with their progress: the page polls ``/api/jobs/{id}``.
+
+    A job is ``{"id", "phase", "done", "total", "sessions", "error"}``: ``phase`` "importing"
+    (``done`` of ``total`` sessions), then "indexing" (``done`` of ``total`` documents), then
+    "done", or "failed" with ``error``; ``sessions`` is how many the file held.
+    """
 
     def __init__(self) -> None:
         self._jobs: dict[str, dict[str, Any]] = {}
@@ -165,7 +170,8 @@ class Jobs:
 
     def start(self, work: Callable[[dict[str, Any]], None], total: int) -> dict[str, Any]:
         job_id = str(next(self._ids))
-        job: dict[str, Any] = {"id": job_id, "phase": "importing", "done": 0, "total": total, "error": None}
+        job: dict[str, Any] = {"id": job_id, "phase": "importing", "done": 0, "total": total, "sessions": total,
+                               "error": None}
         with self._lock:
             self._jobs[job_id] = job
 

@@ -149,7 +149,7 @@ def forget_fact(memory: Any, session_id: str, text: Any) -> dict[str, Any]:
 def forget_exchange(memory: Any, session_id: str, doc_id: str, member: str | None = None) -> dict[str, Any]:
     """Forget the stored exchange ``doc_id`` (of ``member``, whose ids they are, in a composite)
     everywhere the memory keeps it."""
-    owner = dict(_members(memory)).get(member or "", memory) if member else memory
+    owner = dict(_members(memory)).get(member, memory) if member else memory
     find = getattr(owner, "document", None)
     if not callable(find) or not callable(getattr(memory, "forget_exchange", None)):
         raise Unsupported(f"{_name(memory)} cannot forget one exchange (forget the session instead)")

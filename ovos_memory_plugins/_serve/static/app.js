@@ -16,7 +16,8 @@ async function api(path, options = {}) {
   if (token) headers.Authorization = `Bearer ${token}`;
   if (options.method && options.method !== "GET") headers["X-Requested-With"] = "ovos-memory";
   const response = await fetch(path, { ...options, headers, credentials: "omit", cache: "no-store" });
-  if (response.status === 401 || response.status === 403 && path.startsWith("/api/") && !options.method) {
+  // 401, or 403 on a read: the token is missing or wrong (a refused change says why in the banner).
+  if (response.status === 401 || (response.status === 403 && !options.method)) {
     askForToken(response.status === 403 ? "That token is not the right one." : "");
     throw new NeedsToken();
   }
@@ -224,7 +225,7 @@ $("import-button").addEventListener("click", async () => {
     }
     $("progress").hidden = true;
     if (job.error) throw new Error(job.error);
-    say(`Imported ${job.total} session${job.total === 1 ? "" : "s"}.`, true);
+    say(`Imported ${job.sessions} session${job.sessions === 1 ? "" : "s"}.`, true);
     await loadSessions();
   } catch (error) { $("progress").hidden = true; failed(error); }
 });
