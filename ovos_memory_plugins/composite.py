@@ -519,6 +519,52 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                 self._call(m, "close", m.memory.close, None)
         super().close()
 
+    # -- one item at a time (what a person sees and removes: ``ovos-memory serve``) ---------------
+    def document(self, session_id: str, doc_id: str) -> dict[str, Any] | None:
+        """The stored document ``doc_id`` of the first member holding one by that id, or None."""
+        sid = check_session_id(session_id)
+        for m in self.members:
+            if callable(getattr(m.memory, "document", None)):
+                found = self._call(m, "document", lambda m=m: m.memory.document(sid, doc_id), None)
+                if found is not None:
+                    return found  # type: ignore[no-any-return]
+        return None
+
+    def forget_document(self, session_id: str, doc_id: str) -> dict[str, Any]:
+        """Forget the stored exchange ``doc_id`` (as :meth:`document` finds it) in every member."""
+        doc = self.document(session_id, doc_id)
+        return self.forget_exchange(session_id, doc["content"]) if doc is not None else {}
+
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, Any]:
+        """Forget the exchange stored as ``content`` in every member that keeps it (documents,
+        index entries, window messages; see :meth:`BaseRetrievalMemory.forget_exchange`); what
+        each member deleted, by member. A member that fails does not stop the others, and its
+        error is raised once they are done."""
+        return self._fan_out("forget_exchange", check_session_id(session_id), content)
+
+    def forget_fact(self, session_id: str, text: str) -> dict[str, Any]:
+        """Forget the fact ``text`` in every member that keeps facts (entity, a summary's facts);
+        how many each deleted, by member. Failures as in :meth:`forget_exchange`."""
+        return self._fan_out("forget_fact", check_session_id(session_id), text)
+
+    def index_backlog(self) -> int:
+        """The documents every member's index still waits for."""
+        return sum(int(self._call(m, "backlog", lambda m=m: m.memory.index_backlog(), 0) or 0)
+                   for m in self.members if callable(getattr(m.memory, "index_backlog", None)))
+
+    def _fan_out(self, op: str, session_id: str, item: str) -> dict[str, Any]:
+        counts: dict[str, Any] = {}
+        failure: Exception | None = None
+        for m in self.members:
+            if callable(getattr(m.memory, op, None)):
+                try:
+                    counts[m.name] = self._call(m, op, lambda m=m: getattr(m.memory, op)(session_id, item), {})
+                except Exception as exc:  # noqa: BLE001 - raised below, after the others committed
+                    failure = failure or exc
+        if failure is not None:
+            raise failure
+        return counts
+
 
 def _replay(memory: Any, session_id: str, items: Sequence[Mapping[str, Any]]) -> None:
     """Past exchanges as turns, for a member that cannot take their times."""

@@ -40,7 +40,7 @@ from ._llm.fact_extraction import model_facts
 from ._llm.fact_parsing import parse_fact_list
 from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
-from ._llm.fact_store import add_history, fact_of, merge, withdraw_denied
+from ._llm.fact_store import add_history, fact_of, merge, withdraw_denied, without_fact
 from ._llm.memory import LLMMemory
 from .config import option
 from .context import ContextConfig, ContextParts
@@ -375,6 +375,27 @@ class EntityMemory(LLMMemory):
             return add_history(record, history)
 
         self._store.update(self._key(sid), apply)
+
+    def forget_fact(self, session_id: str, text: str) -> int:
+        """Delete the fact ``text`` shown for ``session_id`` (with ``scope: global``, the shared
+        one), active or superseded, with what is kept about it; the store is compacted, so no
+        byte of it stays. Returns how many facts held it (0: none)."""
+        key = self._key(check_session_id(session_id))
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        if not without_fact(self._load(key), text)[1]:
+            return 0  # nothing to write (and no record made for an unknown session)
+        removed = 0
+
+        def drop(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal removed
+            kept, removed = without_fact(record, text)
+            return kept
+
+        self._store.update(key, drop)
+        self._store.compact()
+        return removed
+
 
 
 def _exported_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:

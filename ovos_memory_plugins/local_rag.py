@@ -521,6 +521,15 @@ class LocalRAGMemory(BaseRetrievalMemory):
             f"SELECT doc_id, content, session_id, metadata FROM {self._docs.table} WHERE doc_id IN ({marks})", keys)
         return {doc_id: (content, sid, json.loads(meta)) for doc_id, content, sid, meta in rows}
 
+    def index_backlog(self) -> int:
+        """As the base's, once the embedder and the vector store are loaded: an embedder changed
+        since the vectors were made is found then, and every document queued to be embedded again."""
+        try:
+            self._vector_slot.get()
+        except EmbeddingsError:
+            pass  # the slot said why, once; the documents stay queued until it recovers
+        return super().index_backlog()
+
 
 def _our_store(db: Any) -> bool:
     """Whether ``db`` is one of this package's vector stores (filters before ranking, replaces by key,

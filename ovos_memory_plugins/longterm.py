@@ -33,9 +33,11 @@ from ._core.compat import AgentMessage
 from ._core.imports import export_messages, session_export, unseen_messages
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
+from ._llm.fact_store import without_fact
 from ._llm.memory import LLMMemory
-from ._llm.summarizer import Fold, Summarizer, parse_summary
+from ._llm.summarizer import Fold, Summarizer, parse_summary, render_summary
 from ._llm.summary import summary_block
+from ._retrieval.documents import exchange_positions
 from .config import option
 from .context import ContextConfig, ContextParts
 from .errors import MemoryPluginError
@@ -281,6 +283,54 @@ class LongTermMemory(LLMMemory):
             return record
 
         self._update(sid, merge, self._is_due)
+
+    def forget_fact(self, session_id: str, text: str) -> int:
+        """Delete the fact ``text`` from the session's summary (its list of facts and their
+        history); the summary is written again without it and the store compacted. The
+        narrative is left as it is. Returns how many facts held it (0: none)."""
+        sid = check_session_id(session_id)
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        removed = 0
+
+        def drop(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal removed
+            state = record.get("summary_state")
+            if not isinstance(state, dict):
+                state = parse_summary(str(record.get("summary") or ""))
+            kept, removed = without_fact(state, text)
+            if removed:
+                record.update(summary=render_summary(kept, self.settings.max_summary_tokens), summary_state=kept)
+            return record
+
+        record = self._load(sid)
+        if text and text in f"{record.get('summary')}{record.get('summary_state')}":  # no write when absent
+            self._store.update(sid, drop)  # a summary being written meanwhile sees the change and starts again
+            if removed:
+                self._store.compact()
+        return removed
+
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
+        """Delete the not yet summarised messages of the exchange stored as ``content`` (as a
+        retrieval memory formats it); what a summary already holds stays in it."""
+        sid = check_session_id(session_id)
+        dropped = 0
+
+        def drop(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal dropped
+            recent = list(record.get("recent") or [])
+            # A malformed entry (a hand-edited file) stands as a message that matches nothing.
+            messages = [(_message(m) if isinstance(m, Mapping) else None) or system_message("") for m in recent]
+            doomed = exchange_positions(messages, content)
+            dropped = len(doomed)
+            record["recent"] = [m for i, m in enumerate(recent) if i not in doomed]
+            return record
+
+        if self._load(sid).get("recent"):
+            self._store.update(sid, drop)
+            if dropped:
+                self._store.compact()
+        return {"messages": dropped}
 
 
 def _appended(record: dict[str, Any], messages: list[AgentMessage], now: float) -> dict[str, Any]:

@@ -393,6 +393,40 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
                 if (min_score is None or h.score >= min_score)
                 and (cutoff is None or float(h.metadata.get("ts", cutoff)) >= cutoff)]
 
+    # -- one item at a time (what a person sees and removes: ``ovos-memory serve``) ---------------
+    def document(self, session_id: str, doc_id: str) -> dict[str, Any] | None:
+        """The session's stored document ``doc_id`` as :meth:`export` lists it, or None."""
+        sid = check_session_id(session_id)
+        doc = self._store.docs.by_doc_id(sid, str(doc_id))
+        return None if doc is None else {"doc_id": doc.doc_id, "ts": doc.ts, "content": doc.text,
+                                         "metadata": doc.metadata}
+
+    def forget_document(self, session_id: str, doc_id: str) -> dict[str, Any]:
+        """Forget the stored exchange ``doc_id`` for good: see :meth:`forget_exchange`, given its text.
+        Returns what was deleted (nothing when the session has no such document)."""
+        doc = self.document(session_id, doc_id)
+        return self.forget_exchange(session_id, doc["content"]) if doc is not None else {}
+
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, Any]:
+        """Delete every document of the session whose text is ``content`` (an exchange stored twice
+        goes twice), its index entries (a neighbour's context included) and its messages in the
+        window, then compact the files as :meth:`forget` does: no byte of it stays. What was
+        derived from it elsewhere (facts, a summary) is forgotten item by item."""
+        sid = check_session_id(session_id)
+        if not isinstance(content, str):
+            raise TypeError(f"content must be a str, not {type(content).__name__}")
+        counts = self._store.forget_exchange(sid, content)
+        if counts["documents"]:
+            self._compact_backend()
+        return counts
+
+    def index_backlog(self) -> int:
+        """How many documents wait for the index (after an import, or every one while they are
+        embedded again after an embedder change); 0 when the index is up to date."""
+        self._store.ensure_started()
+        return self._store.docs.count_pending()
+
+
 def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMessage]) -> list[MemoryHit]:
     """Hits whose exchange is not already verbatim in ``window`` (it would be sent twice)."""
     present = {m.content.strip() for m in window}

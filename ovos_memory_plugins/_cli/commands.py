@@ -1,5 +1,5 @@
 """The management commands of ``ovos-memory``: sessions, show, search, forget, export, import,
-stats, plugins and docs-table. Each takes the parsed arguments and a :class:`UI`, returns an exit
+index, stats, plugins and docs-table. Each takes the parsed arguments and a :class:`UI`, returns an exit
 status, and reports a failure as one :class:`CLIError` line."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from ..storage import read_only as storage_read_only
 from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, private_stdout
 from .persona import load_persona, open_memory
 
-__all__ = ["cmd_docs_table", "cmd_export", "cmd_forget", "cmd_import", "cmd_plugins", "cmd_search", "cmd_sessions",
-           "cmd_show", "cmd_stats", "read_json"]
+__all__ = ["cmd_docs_table", "cmd_export", "cmd_forget", "cmd_import", "cmd_index", "cmd_plugins", "cmd_search",
+           "cmd_sessions", "cmd_show", "cmd_stats", "read_json", "wait_for_index"]
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -271,14 +271,14 @@ def _import_exchanges(args: argparse.Namespace, ui: UI) -> int:
             raise CLIError(f"{args.file!r}: {exc}; nothing was imported") from None
         except RecursionError:
             raise CLIError(f"{args.file!r}: an exchange is nested too deeply to store; nothing was imported") from None
-        memory.flush(600)
+        settled = wait_for_index(memory, ui, 600)
         ui.out.print(f"imported {count} exchange(s) into session {escape(repr(args.session))}")
+        if not settled:
+            _not_settled(ui)
     return 0
 
 
 def cmd_import(args: argparse.Namespace, ui: UI) -> int:
-    from rich.progress import Progress
-
     if getattr(args, "exchanges", False):
         return _import_exchanges(args, ui)
     if args.all and args.session:
@@ -288,21 +288,94 @@ def cmd_import(args: argparse.Namespace, ui: UI) -> int:
         raise CLIError("--session only applies to a file holding one session")
     with _backend(args) as memory:
         name = getattr(memory, "plugin_name", "")
-        with Progress(console=ui.err, transient=True) as progress:
+        with _progress(ui) as progress:
             task = progress.add_task("importing", total=len(items))
             for i, item in enumerate(items):
                 _import_one(memory, item, args, i)
                 progress.advance(task)
-            progress.add_task("indexing", total=None)
-            settled = memory.flush(600)
+        settled = wait_for_index(memory, ui, 600)
         ui.out.print(f"imported {len(items)} session(s) into {name or type(memory).__name__}")
         others = sorted({str(item["plugin"]) for item in items if item.get("plugin") and item["plugin"] != name})
         if others and name:
             ui.err.print(f"[yellow]note:[/yellow] exported from {escape(', '.join(others))}: what {name} keeps "
                          "of it (a window, documents, a summary or facts) was imported")
-        if settled is False:  # stored, but the index (or a summary) is not done: say so, do not hide it
-            ui.err.print("[yellow]note:[/yellow] background work (indexing, summaries) is not finished; it "
-                         "resumes the next time this memory runs")
+        if not settled:
+            _not_settled(ui)
+    return 0
+
+
+def _not_settled(ui: UI) -> None:
+    # Stored, but the index (or a summary) is not done: say so, do not hide it.
+    ui.err.print("[yellow]note:[/yellow] background work (indexing, summaries) is not finished; it "
+                 "resumes the next time this memory runs")
+
+
+def _progress(ui: UI) -> Any:
+    """A progress bar on stderr, drawn on a terminal only (a log or a pipe gets nothing, not even
+    the blank line a disabled rich bar leaves)."""
+    if not ui.err.is_terminal:
+        return _NoProgress()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=ui.err, transient=True)
+
+
+class _NoProgress:
+    """The calls of a rich ``Progress``, drawing nothing."""
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    def advance(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def wait_for_index(memory: Any, ui: UI, timeout: float | None = None, poll: float = 0.25) -> bool:
+    """Wait for the memory's background work (documents waiting for the index: what was imported,
+    or everything after an embedder change), with a progress bar of the documents indexed on a
+    terminal. False when ``timeout`` seconds passed first."""
+    import time
+
+    backlog, flush = getattr(memory, "index_backlog", None), getattr(memory, "flush", None)
+    if not callable(flush):
+        return True  # a third-party memory with no background work to wait for
+    waiting = int(backlog()) if callable(backlog) else 0
+    deadline = None if timeout is None else time.monotonic() + timeout
+    total = waiting
+    with _progress(ui) as progress:
+        task = progress.add_task("indexing", total=total or None)
+        while True:
+            left = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
+            if flush(left) is not False:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            waiting = int(backlog()) if callable(backlog) else waiting
+            total = max(total, waiting)
+            progress.update(task, total=total or None, completed=total - waiting)
+
+
+def cmd_index(args: argparse.Namespace, ui: UI) -> int:
+    with _backend(args) as memory:
+        name = getattr(memory, "plugin_name", type(memory).__name__)
+        if not callable(getattr(memory, "index_backlog", None)):
+            raise CLIError(f"{name} keeps no index of its own (retrieval memories and composites do)")
+        waiting = memory.index_backlog()  # an embedder changed since the vectors were made: all of them
+        if not wait_for_index(memory, ui, args.timeout):
+            raise CLIError(f"the index of {name} is not up to date after {args.timeout:g} s: "
+                           f"{memory.index_backlog()} document(s) still wait (the work resumes the next time this "
+                           "memory runs)", EXIT_ERROR)
+        ui.out.print(f"the index of {name} is up to date ({waiting} document(s) indexed now)", soft_wrap=True)
     return 0
 
 

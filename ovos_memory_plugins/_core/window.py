@@ -125,6 +125,16 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         check_session_id(session_id)
         return {"messages": self._window.forget(session_id)}
 
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
+        """Delete the window's messages of the exchange a retrieval memory stores as ``content``
+        (see ``BaseRetrievalMemory.forget_exchange``): a window beside a retriever in a
+        composite forgets it too. The store is compacted; returns how many messages went."""
+        from .._retrieval.documents import exchange_positions  # a retrieval module: not loaded by a window alone
+
+        sid = check_session_id(session_id)
+        with self._edit_lock:
+            return {"messages": self._window.drop(sid, lambda window: exchange_positions(window, content))}
+
     def export(self, session_id: str) -> dict[str, Any]:
         data = super().export(session_id)
         data["window"] = [to_dict(m) for m in self.get_history(session_id)]

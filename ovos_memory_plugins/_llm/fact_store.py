@@ -29,7 +29,7 @@ from typing import Any
 from .fact_kinds import ATTRIBUTES, is_single_valued, statement, subject_of
 from .fact_rules import STOP_WORDS, Fact, make_fact, model_fact, normalise
 
-__all__ = ["MAX_HISTORY", "add_history", "fact_of", "merge", "withdraw_denied"]
+__all__ = ["add_history", "fact_of", "MAX_HISTORY", "merge", "withdraw_denied", "without_fact"]
 
 #: Superseded facts kept per record (export shows them; they are never injected).
 MAX_HISTORY = 100
@@ -156,3 +156,24 @@ def withdraw_denied(state: Mapping[str, Any], user: str, sid: str, now: float | 
             value = fact.said or fact.subject
             denials.append(model_fact(fact.kind, value, True, statement(fact.kind, value, True)))
     return merge(state, denials, sid, 0, "denied", now) if denials else dict(state)
+
+
+def without_fact(state: Mapping[str, Any], text: str) -> tuple[dict[str, Any], int]:
+    """``state`` with the fact ``text`` gone everywhere it is kept: the active facts, their
+    metadata (the user's words included), the history of superseded facts, and the
+    ``superseded_by`` of an older fact that names it; and how many facts held it.
+
+    >>> from .fact_rules import extract_facts
+    >>> state = merge({}, extract_facts("I live in Lisbon"), "s", 0, "rules")
+    >>> state = merge(state, extract_facts("I moved from Lisbon to Porto"), "s", 0, "rules")
+    >>> kept, removed = without_fact(state, "User lives in Porto")
+    >>> removed, kept["facts"], "User lives in Porto" in str(kept)
+    (1, [], False)
+    """
+    facts = [str(f) for f in state.get("facts") or []]
+    history = [h for h in state.get("history") or [] if isinstance(h, Mapping)]
+    kept_history = [{k: v for k, v in h.items() if not (k == "superseded_by" and v == text)}
+                    for h in history if h.get("text") != text]
+    kept = {**state, "facts": [f for f in facts if f != text],
+            "meta": {k: v for k, v in (state.get("meta") or {}).items() if k != text}, "history": kept_history}
+    return kept, len(facts) - len(kept["facts"]) + len(history) - len(kept_history)

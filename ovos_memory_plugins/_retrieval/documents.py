@@ -19,8 +19,8 @@ from .._core.compat import AgentMessage, MessageRole
 from ..messages import clean_text, is_role
 from ..storage.sqlite import Database
 
-__all__ = ["Document", "DocumentLog", "PastExchange", "exchange_texts", "format_exchange", "past_exchanges",
-           "within_chars"]
+__all__ = ["Document", "DocumentLog", "PastExchange", "exchange_positions", "exchange_texts", "format_exchange",
+           "past_exchanges", "within_chars"]
 
 _DOC_MIGRATIONS = (
     """
@@ -74,6 +74,29 @@ def format_exchange(question: str | None, answer: str | None) -> str:
     if answer is None:
         return f"Q: {question or ''}".strip()
     return f"Q: {question or ''}\nA: {answer}".strip()
+
+
+def exchange_positions(messages: Sequence[AgentMessage], content: str) -> set[int]:
+    """Where a window holds the exchange stored as ``content`` (each time it does): a USER and the
+    ASSISTANT answering it, a USER left unanswered, or an answer whose question was trimmed away.
+
+        >>> from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+        >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
+        >>> window = [AgentMessage(U, "hi"), AgentMessage(A, "hello"), AgentMessage(U, "my dog is Rex"),
+        ...           AgentMessage(A, "Nice!")]
+        >>> sorted(exchange_positions(window, "Q: my dog is Rex\\nA: Nice!"))
+        [2, 3]
+    """
+    doomed: set[int] = set()
+    for i, msg in enumerate(messages):
+        answer = messages[i + 1] if i + 1 < len(messages) and is_role(messages[i + 1], "assistant") else None
+        if is_role(msg, "user"):
+            if format_exchange(msg.content, answer.content if answer is not None else None) == content:
+                doomed |= {i, i + 1} if answer is not None else {i}
+        elif is_role(msg, "assistant") and (i == 0 or not is_role(messages[i - 1], "user")) \
+                and content.endswith(f"\nA: {msg.content}".rstrip()) and msg.content.strip():
+            doomed.add(i)
+    return doomed
 
 
 def exchange_texts(tail: AgentMessage | None, messages: Sequence[AgentMessage]) -> list[tuple[str | None, str | None]]:
@@ -371,6 +394,26 @@ class DocumentLog:
         con.execute(f"DELETE FROM {self.table} WHERE ts < ?", (cutoff,))
         self._drop_leases(con, rows)
         return [_document(r) for r in rows]
+
+    def with_content(self, session_id: str, content: str) -> list[Document]:
+        """The session's documents whose text is ``content``, in id order."""
+        rows = self.db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ? AND content = ? ORDER BY id",
+                               (session_id, content))
+        return [_document(r) for r in rows]
+
+    def delete_content(self, con: Any, session_id: str, content: str) -> list[Document]:
+        """Delete the session's documents whose text is ``content`` (its id counter stays: ids never repeat)."""
+        rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ? AND content = ?",
+                           (session_id, content)).fetchall()
+        con.executemany(f"DELETE FROM {self.table} WHERE id = ?", [(r[0],) for r in rows])
+        self._drop_leases(con, rows)
+        return [_document(r) for r in rows]
+
+    def by_doc_id(self, session_id: str, doc_id: str) -> Document | None:
+        """The session's document ``doc_id``, or None."""
+        rows = self.db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE doc_id = ? AND session_id = ?",
+                               (doc_id, session_id))
+        return _document(rows[0]) if rows else None
 
     def _drop_leases(self, con: Any, rows: Sequence[Any]) -> None:
         con.executemany(f"DELETE FROM {self.table}_leases WHERE id = ?", [(r[0],) for r in rows])

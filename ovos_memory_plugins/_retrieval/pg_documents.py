@@ -146,3 +146,9 @@ class PgDocumentLog(DocumentLog):
     def delete_older_than(self, con: Any, cutoff: float) -> list[Document]:
         rows = con.execute(f"DELETE FROM {self.table} WHERE ts < ? RETURNING {_COLUMNS}", (cutoff,)).fetchall()
         return sorted((_document(r) for r in rows), key=lambda d: d.rowid)
+
+    def delete_content(self, con: Any, session_id: str, content: str) -> list[Document]:
+        self.db.lock_session(con, self.lock_scope, session_id)
+        rows = con.execute(f"DELETE FROM {self.table} WHERE session_id = ? AND content = ? RETURNING {_COLUMNS}",
+                           (session_id, content)).fetchall()
+        return sorted((_document(r) for r in rows), key=lambda d: d.rowid)

@@ -34,7 +34,15 @@ from ..storage import after_commit, release_database
 from ..storage.policy import WindowPolicy
 from ..storage.sqlite import Database
 from ..storage.windows import SqliteWindowStore, safe_table_name
-from .documents import Document, DocumentLog, PastExchange, exchange_texts, format_exchange, within_chars
+from .documents import (
+    Document,
+    DocumentLog,
+    PastExchange,
+    exchange_positions,
+    exchange_texts,
+    format_exchange,
+    within_chars,
+)
 from .pending import PendingRecall
 
 __all__ = ["IndexOwner", "RetrievalStore"]
@@ -445,6 +453,33 @@ class RetrievalStore:
             except Exception as exc:  # noqa: BLE001 - stays pending; the caller reports the first
                 failure = failure or exc
         return done, failure
+
+    # -- forgetting one exchange ---------------------------------------------------------
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
+        """Delete every document of the session whose text is ``content`` and the window's messages
+        of that exchange, then compact, as :meth:`forget` does for a whole session (the same
+        order of steps, so a crash never leaves the text on disk while it is gone from export)."""
+        in_db = self.owner._index_in_database()
+        if self.worker is not None and not in_db:
+            self.worker.flush(30)
+        removed: set[int] = set()
+        if not in_db:
+            current = self.docs.with_content(session_id, content)
+            if current:
+                with self.db.atomic() as con:
+                    self.docs.mark_indexed(con, [d.rowid for d in current], False)
+                self.owner._delete_documents(current)
+            removed = {d.rowid for d in current}
+        with self.db.atomic() as con:
+            messages = self.window.drop(session_id, lambda window: exchange_positions(window, content), con)
+            docs = self.docs.delete_content(con, session_id, content)
+            if in_db:
+                self.owner._delete_documents(docs)
+        if not in_db:
+            self.owner._delete_documents([d for d in docs if d.rowid not in removed])
+        if docs or messages:
+            self.db.compact()
+        return {"messages": messages, "documents": len(docs)}
 
 
 def _window_start(sizes: Sequence[int], max_messages: int) -> int:

@@ -19,7 +19,7 @@ other path (a new or empty file) by its name: ``.json`` is JSON, anything else S
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from .._core.compat import AgentMessage
@@ -54,6 +54,8 @@ class WindowStore(Protocol):
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]: ...
     def sessions(self) -> list[str]: ...
     def forget(self, session_id: str) -> int: ...
+    #: Delete the messages a chooser picks (positions in the stored order); how many.
+    def drop(self, session_id: str, choose: Callable[[Sequence[AgentMessage]], set[int]]) -> int: ...
     def close(self) -> None: ...
 
 

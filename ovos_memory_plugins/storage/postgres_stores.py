@@ -79,6 +79,11 @@ class PgWindowStore(SqliteWindowStore):
             self.db.lock_session(con, self.lock_scope, session_id)
         return super().forget(session_id, con)
 
+    def drop(self, session_id: str, choose: Any, con: Any = None) -> int:
+        if con is not None:
+            self.db.lock_session(con, self.lock_scope, session_id)
+        return super().drop(session_id, choose, con)
+
     def close(self) -> None:
         if self._owns:
             self._owns = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.compat import AgentMessage
@@ -15,6 +16,8 @@ from .sqlite import Database, StoreDamaged, release_database
 __all__ = ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"]
 
 Entry = tuple[float, AgentMessage]
+#: Picks messages to delete from a window: given them in order, the positions of those to drop.
+Chooser = Callable[[Sequence[AgentMessage]], set[int]]
 
 
 def safe_table_name(name: str) -> str:
@@ -94,6 +97,25 @@ class RecordWindowStore:
         count = len(self._records.load(session_id).get(self._field, []))
         self._records.delete(session_id)
         return count
+
+    def drop(self, session_id: str, choose: Chooser) -> int:
+        """Delete the messages ``choose`` picks, keeping the others' times; then compact the store
+        (a forgotten message leaves no byte behind). Returns how many were deleted."""
+        dropped = 0
+
+        def change(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal dropped
+            entries = self._entries(record)
+            doomed = choose([msg for _, msg in entries])
+            dropped = len(doomed)
+            record[self._field] = [to_dict(msg, ts) for i, (ts, msg) in enumerate(entries) if i not in doomed]
+            return record
+
+        if self._records.load(session_id).get(self._field):
+            self._records.update(session_id, change)
+            if dropped:
+                self._records.compact()
+        return dropped
 
     def close(self) -> None:
         if self._owns:
@@ -218,6 +240,21 @@ class SqliteWindowStore:
             self.db.compact()  # forget() must reach the bytes on disk: free space, split pages, the WAL
             return count
         return int(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount)
+
+    def drop(self, session_id: str, choose: Chooser, con: Any = None) -> int:
+        """Delete the messages ``choose`` picks (from every stored row, trimmed or not yet), in
+        the caller's ``con`` (which then compacts) or alone, compacted. Returns how many."""
+        if con is None:
+            with self.db.atomic() as con:
+                count = self.drop(session_id, choose, con)
+            if count:
+                self.db.compact()
+            return count
+        rows = con.execute(f"SELECT id, role, content, extra FROM {self.table} WHERE session_id = ? ORDER BY id",
+                           (session_id,)).fetchall()
+        doomed = choose([_row_message(r[1:]) for r in rows])
+        con.executemany(f"DELETE FROM {self.table} WHERE id = ?", [(rows[i][0],) for i in sorted(doomed)])
+        return len(doomed)
 
     def close(self) -> None:
         if self._owns:
