@@ -474,11 +474,13 @@ class LocalRAGMemory(BaseRetrievalMemory):
             if stale or reembed:
                 db.create_collection(name, {**(found or {}), "embedder": model})
 
-        if needed()[1:] == (False, False):
+        found, stale, reembed = needed()
+        if not (stale or reembed):
             return
         if self._db.read_only:
-            message = (f"{self.plugin_name}: collection {name!r} does not hold vectors of {model!r}; a read-only "
-                       "command does not re-embed it (recall by meaning is off)")
+            held = f"holds vectors of {found.get('embedder')!r}, not" if found else "does not hold vectors"
+            message = (f"{self.plugin_name}: collection {name!r} {held} of {model!r}; a read-only command does not "
+                       "re-embed it (recall by meaning is off)")
             self._log.warning("model", "%s", message)
             raise EmbeddingsError(message)
         if getattr(db, "database", None) is self._db:
@@ -525,7 +527,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         """As the base's, once the embedder and the vector store are loaded: an embedder changed
         since the vectors were made is found then, and every document queued to be embedded again."""
         try:
-            self._vector_slot.get()
+            self._vectors()
         except EmbeddingsError:
             pass  # the slot said why, once; the documents stay queued until it recovers
         return super().index_backlog()

@@ -52,7 +52,7 @@ PUBLIC = {
     "entity": ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"],
     "errors": [
         "ConfigError", "EmbeddingsError", "LLMContextOverflow", "LLMError", "LLMTimeout", "LLMUnavailable",
-        "MemoryPluginError", "MigrationError", "MissingDependencyError", "StorageError", "StoreUnavailable"
+        "MemoryClosed", "MemoryPluginError", "MigrationError", "MissingDependencyError", "StorageError", "StoreUnavailable"
     ],
     "fusion": [
         "fuse", "fuse_interleave", "fuse_merge", "fuse_priority", "fuse_rrf", "fuse_weighted", "FUSION_MODES",
@@ -65,7 +65,7 @@ PUBLIC = {
     "messages": [
         "check_session_id", "check_utterance", "clean_text", "coerce_messages", "context_window", "copy_message",
         "fit_blocks", "fit_window", "fold_into", "from_dict", "is_role", "MAX_MESSAGE_CHARS", "MESSAGE_OVERHEAD_TOKENS",
-        "message_tokens", "role_of", "to_dict", "user_message"
+        "message_tokens", "RAW_ARGUMENTS", "role_of", "to_dict", "tool_calls_of", "user_message"
     ],
     "persistence": ["JsonStore", "SqliteStore"],
     "pgvector": ["PgEmbeddingsConfig", "PgEmbeddingsDB", "PLUGIN_NAME"],
