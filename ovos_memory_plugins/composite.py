@@ -25,12 +25,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
-from ._core.conversion import member_imports
-from ._core.history_view import SessionHistoryMixin
-from ._core.imports import session_export
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
-from ._retrieval.documents import past_exchanges
+from ._memory.conversion import member_imports
+from ._memory.exports import session_export
+from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
 from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
@@ -39,6 +38,7 @@ from .fusion import FUSION_MODES, fuse, hit_key
 from .messages import check_session_id, check_utterance, clean_text, coerce_messages, context_window, is_role
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
 from .score_fusion import KINDS, ScoreWeights, Signal, features, fused_scores
+from .storage.documents import past_exchanges
 
 __all__ = ["COMPOSITE_FUSIONS", "CompositeConfig", "CompositeMemory", "ENDPOINT_KEYS", "HYBRID_PRESET", "Member"]
 
@@ -485,7 +485,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         data, sid = session_export(data, session_id)
-        # Each member its own export, or the parts of another backend's it keeps (_core/conversion.py).
+        # Each member its own export, or the parts of another backend's it keeps (_memory/conversion.py).
         exported = member_imports(data, [(m.name, m.memory) for m in self.members
                                          if hasattr(m.memory, "import_session")], self.plugin_name)
         for m in self.members:

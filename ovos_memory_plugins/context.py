@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
-from ._core.plugin import MemoryPlugin
 from ._core.tokens import estimate_tokens
+from ._memory.plugin import MemoryPlugin
 from .common import MemoryHit
 from .config import check_template, option
 from .errors import ConfigError

@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
-from ._core.imports import session_export
 from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
@@ -42,6 +41,7 @@ from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
 from ._llm.fact_store import add_history, fact_of, merge, withdraw_denied, without_fact
 from ._llm.memory import LLMMemory
+from ._memory.exports import session_export
 from .config import option
 from .context import ContextConfig, ContextParts
 from .errors import ConfigError, LLMError, MemoryPluginError

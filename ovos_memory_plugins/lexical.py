@@ -21,15 +21,15 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ._core.log import LOG
-from ._retrieval.bm25 import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
-from ._retrieval.documents import Document
-from ._retrieval.neighbours import adjacent, context_text, neighbour_weight_option, survivors
-from ._retrieval.pending import merge_pending
-from ._retrieval.stopwords import LANGUAGES, MAX_QUERY_TERMS, query_words, stopwords
+from ._index.neighbours import adjacent, context_text, neighbour_weight_option, survivors
+from ._index.pending import merge_pending
+from ._index.postings import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
+from ._index.stopwords import LANGUAGES, MAX_QUERY_TERMS, query_words, stopwords
 from .common import MemoryHit
 from .config import option
 from .errors import ConfigError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
+from .storage.documents import Document
 
 __all__ = ["LexicalConfig", "LexicalMemory", "match_expression", "MAX_QUERY_TERMS", "query_words"]
 
@@ -155,7 +155,7 @@ class LexicalMemory(BaseRetrievalMemory):
         super().__init__(config)
         s = self.settings
         self._ignore = stopwords(s.stopword_languages or (), s.extra_stopwords)
-        # On PostgreSQL: postings ranked in SQL (_retrieval/pg_keyword.py) instead of FTS5.
+        # On PostgreSQL: postings ranked in SQL (_index/keyword_postgres.py) instead of FTS5.
         self._pg = self._open_pg_index() if self._db.engine == "postgres" else None
         self._fts = self._create_fts() if self._pg is None else None
         self._mirror = self._open_mirror() if s.ram_index and self._fts is not None else None
@@ -181,7 +181,7 @@ class LexicalMemory(BaseRetrievalMemory):
         return table
 
     def _open_pg_index(self) -> Any:
-        from ._retrieval.pg_keyword import PgKeywordIndex
+        from ._index.keyword_postgres import PgKeywordIndex
         from .storage.windows import safe_table_name
 
         try:

@@ -44,15 +44,15 @@ from typing import Any, ClassVar
 
 from ._core.loading import EMBEDDINGS_DB_GROUP, TEXT_EMBEDDINGS_GROUP, find_plugin_class, installed_plugins
 from ._core.log import LogOnce
-from ._core.plugin import store_path_problems
-from ._retrieval.documents import Document
-from ._retrieval.neighbours import NeighbourVectors, neighbour_weight_option
-from ._retrieval.pending import merge_pending
-from ._retrieval.stopwords import LANGUAGES, query_words, stopwords
+from ._index.neighbours import NeighbourVectors, neighbour_weight_option
+from ._index.pending import merge_pending
+from ._index.stopwords import LANGUAGES, query_words, stopwords
+from ._memory.plugin import store_path_problems
 from .common import MemoryHit
 from .config import option
 from .errors import EmbeddingsError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
+from .storage.documents import Document
 
 __all__ = ["LocalRAGConfig", "LocalRAGMemory", "PluginSlot"]
 

@@ -30,14 +30,13 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
-from ._core.imports import export_messages, session_export, unseen_messages
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
 from ._llm.fact_store import without_fact
 from ._llm.memory import LLMMemory
 from ._llm.summarizer import Fold, Summarizer, parse_summary, render_summary
 from ._llm.summary import summary_block
-from ._retrieval.documents import exchange_positions
+from ._memory.exports import export_messages, session_export, unseen_messages
 from .config import option
 from .context import ContextConfig, ContextParts
 from .errors import MemoryPluginError
@@ -54,6 +53,7 @@ from .messages import (
 )
 from .persistence import JsonStore, SqliteStore
 from .storage import BACKENDS
+from .storage.documents import exchange_positions
 
 # The reference module exposed its stores under these names.
 _JsonStore = JsonStore

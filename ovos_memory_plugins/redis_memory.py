@@ -34,13 +34,13 @@ from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage, MessageRole
 from ._core.due import DueQueue
-from ._core.imports import export_messages, session_export, unseen_messages
 from ._core.log import LOG, LogOnce
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
 from ._llm.endpoint import EndpointConfig, chat_client
 from ._llm.summarizer import Fold, Summarizer
 from ._llm.summary import summary_block
+from ._memory.exports import export_messages, session_export, unseen_messages
 from ._redis.compaction import CompactionPolicy, RoundOutcome
 from ._redis.lease import Lease
 from ._redis.store import CommitStatus, RedisStore, decode_array, url_problem

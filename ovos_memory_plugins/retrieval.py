@@ -16,7 +16,7 @@ It inherits the rest:
   and the five inject modes), the query, the rendering, ``assemble_context``;
 * here: the windows as ``session2history``, ``search()`` (scope, ``min_score``; a failure costs
   one turn's recall), dedup of recall against the window, and its own database
-  (``_retrieval/store.py``): the verbatim window (persisted, unlike the reference's), the
+  (``storage/retrieval.py``): the verbatim window (persisted, unlike the reference's), the
   document log with never-repeating ids, and the queue that indexes documents off the turn when
   ``background_index`` is set (a turn never waits for it: until a document is indexed,
   ``_pending_hits`` recalls it by its words).
@@ -34,13 +34,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
-from ._core.history_view import SessionHistoryMixin
-from ._core.imports import export_documents, export_messages, session_export
 from ._core.log import LogOnce
 from ._core.paths import default_name, default_path
 from ._core.worker import BackgroundWorker
-from ._retrieval.documents import Document, DocumentLog, past_exchanges
-from ._retrieval.store import RetrievalStore
+from ._memory.exports import export_documents, export_messages, session_export
+from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
 from .context import RecallConfig, RecallingMemory
@@ -53,6 +51,8 @@ from .messages import (
     to_dict,
 )
 from .storage import WindowPolicy, store_location
+from .storage.documents import Document, DocumentLog, past_exchanges
+from .storage.retrieval import RetrievalStore
 from .storage.sqlite import Database, open_database
 from .storage.windows import SqliteWindowStore
 
@@ -114,7 +114,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         db = self._open_db()
         store_class = RetrievalStore
         if db.engine == "postgres":
-            from ._retrieval.pg_store import PgRetrievalStore as store_class  # type: ignore[assignment]
+            from .storage.postgres.retrieval import PgRetrievalStore as store_class  # type: ignore[assignment]
         self._store = store_class(self, db, self._table_prefix(), self._log)
 
     def _settings_changed(self) -> None:

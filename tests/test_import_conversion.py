@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
-from ovos_memory_plugins._core.conversion import converted, export_parts, member_imports
+from ovos_memory_plugins._memory.conversion import converted, export_parts, member_imports
 from ovos_memory_plugins.composite import CompositeMemory
 from ovos_memory_plugins.entity import EntityMemory
 from ovos_memory_plugins.lexical import LexicalMemory

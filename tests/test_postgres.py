@@ -153,10 +153,10 @@ def test_a_store_migrated_by_a_newer_package_is_refused_not_damaged():
 
 
 def test_a_store_or_memory_that_fails_to_start_keeps_no_connection_open(monkeypatch):
-    from ovos_memory_plugins._retrieval.pg_documents import PgDocumentLog
     from ovos_memory_plugins.lexical import LexicalMemory
     from ovos_memory_plugins.storage import open_record_store, postgres
-    from ovos_memory_plugins.storage.postgres_stores import PgRecordStore
+    from ovos_memory_plugins.storage.postgres.documents import PgDocumentLog
+    from ovos_memory_plugins.storage.postgres.stores import PgRecordStore
 
     broken = ("CREATE TABLE {t} (x int); CREATE TABLE {t} (x int);",)  # fails half way, every time
     monkeypatch.setattr(PgRecordStore, "migrations", broken)
@@ -408,7 +408,7 @@ def test_a_hybrid_exchange_is_kept_by_every_member_or_by_none(monkeypatch):
 
 # -- the shared job queues -----------------------------------------------------------------------
 def _claim_and_die(url, ready):
-    from ovos_memory_plugins.storage.postgres_jobs import PgJobQueue
+    from ovos_memory_plugins.storage.postgres.jobs import PgJobQueue
 
     queue = PgJobQueue(open_pg_database(url), "jobs", lease_s=3600)
     assert queue.claim() is not None
@@ -417,7 +417,7 @@ def _claim_and_die(url, ready):
 
 
 def test_a_job_runs_once_across_workers_and_a_dead_workers_job_is_taken_at_once():
-    from ovos_memory_plugins.storage.postgres_jobs import PgJobQueue
+    from ovos_memory_plugins.storage.postgres.jobs import PgJobQueue
 
     url = fresh_url()
     db = open_pg_database(url)
@@ -479,7 +479,7 @@ def test_facts_queued_by_several_servers_are_extracted_once_each():
 
 
 def _lease_and_die(url, ready):
-    from ovos_memory_plugins._retrieval.pg_documents import PgDocumentLog
+    from ovos_memory_plugins.storage.postgres.documents import PgDocumentLog
 
     db = open_pg_database(url)
     docs = PgDocumentLog(db, "local_rag_docs")

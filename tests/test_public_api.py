@@ -52,7 +52,8 @@ PUBLIC = {
     "entity": ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"],
     "errors": [
         "ConfigError", "EmbeddingsError", "LLMContextOverflow", "LLMError", "LLMTimeout", "LLMUnavailable",
-        "MemoryClosed", "MemoryPluginError", "MigrationError", "MissingDependencyError", "StorageError", "StoreUnavailable"
+        "MemoryClosed", "MemoryPluginError", "MigrationError", "MissingDependencyError", "StorageError",
+        "StoreUnavailable"
     ],
     "fusion": [
         "fuse", "fuse_interleave", "fuse_merge", "fuse_priority", "fuse_rrf", "fuse_weighted", "FUSION_MODES",
@@ -79,6 +80,10 @@ PUBLIC = {
         "after_commit", "backend_for", "BACKENDS", "open_database_at", "open_record_store", "open_window_store",
         "read_only", "RecordStore", "release_database", "store_location", "WindowPolicy", "WindowStore"
     ],
+    "storage.documents": [
+        "Document", "DocumentLog", "exchange_positions", "exchange_texts", "format_exchange", "past_exchanges",
+        "PastExchange", "within_chars"
+    ],
     "storage.integrity": ["COMPANIONS", "damage_of", "quick_check", "set_aside", "StoreDamaged"],
     "storage.jsonfile": ["JsonRecordStore"],
     "storage.memory": ["MemoryRecordStore", "MemoryWindowStore"],
@@ -87,10 +92,13 @@ PUBLIC = {
         "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",
         "release_pg_database", "WORKER_GONE"
     ],
-    "storage.postgres_jobs": ["PgJobQueue"],
-    "storage.postgres_stores": ["PgRecordStore", "PgWindowStore"],
+    "storage.postgres.documents": ["PgDocumentLog"],
+    "storage.postgres.jobs": ["PgJobQueue"],
+    "storage.postgres.retrieval": ["PgRetrievalStore"],
+    "storage.postgres.stores": ["PgRecordStore", "PgWindowStore"],
     "storage.readonly": ["check_migrated", "connect_read_only", "is_read_only", "read_only", "StoreReadOnly"],
     "storage.records": ["as_record", "SqliteRecordStore"],
+    "storage.retrieval": ["IndexOwner", "RetrievalStore"],
     "storage.sharing": ["Closable", "SharedHandles"],
     "storage.sqlite": [
         "connect", "Database", "map_sqlite_errors", "open_database", "storage_error", "StoreDamaged", "StoreReplaced"

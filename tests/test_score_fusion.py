@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ovos_memory_plugins._retrieval import dates
-from ovos_memory_plugins._retrieval.fitted_weights import FITTED
+from ovos_memory_plugins._index import dates
+from ovos_memory_plugins._index.fusion_weights import FITTED
 from ovos_memory_plugins.errors import ConfigError
 from ovos_memory_plugins.score_fusion import FEATURES, ScoreWeights, Signal, features, fused_scores
 

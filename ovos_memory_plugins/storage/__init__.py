@@ -187,7 +187,7 @@ def open_window_store(path: str | None, backend: str | None = None, table: str =
     kind = backend_for(path, backend)
     if kind == "postgres":
         from .postgres import open_pg_database
-        from .postgres_stores import PgWindowStore
+        from .postgres.stores import PgWindowStore
         return _built_on(open_pg_database(str(path)), lambda db: PgWindowStore(db, f"ovos_{table}", owns_db=True))
     if kind == "memory":
         from .memory import MemoryWindowStore
@@ -206,7 +206,7 @@ def open_record_store(path: str | None, backend: str | None = None, table: str =
     kind = backend_for(path, backend)
     if kind == "postgres":
         from .postgres import open_pg_database
-        from .postgres_stores import PgRecordStore
+        from .postgres.stores import PgRecordStore
         return _built_on(open_pg_database(str(path)), lambda db: PgRecordStore(db, f"ovos_{table}", owns_db=True))
     if kind == "memory":
         from .memory import MemoryRecordStore

@@ -190,7 +190,7 @@ class SqliteWindowStore:
             f"SELECT id, role, content, extra FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
             (session_id,),
         ).fetchone()
-        tail = _row_message(row[1:]) if row else None
+        tail = message_of_row(row[1:]) if row else None
         if policy.normalise:
             pop_tail, to_add = fold_into(tail, messages)
             if pop_tail:
@@ -227,7 +227,7 @@ class SqliteWindowStore:
         return self.db.query(
             f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND ts >= ? ORDER BY id DESC LIMIT ?",
             (session_id, cutoff if cutoff is not None else float("-inf"), limit),
-            lambda rows: [_row_message(r) for r in reversed(rows)])
+            lambda rows: [message_of_row(r) for r in reversed(rows)])
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT DISTINCT session_id FROM {self.table} ORDER BY session_id")]
@@ -252,7 +252,7 @@ class SqliteWindowStore:
             return count
         rows = con.execute(f"SELECT id, role, content, extra FROM {self.table} WHERE session_id = ? ORDER BY id",
                            (session_id,)).fetchall()
-        doomed = choose([_row_message(r[1:]) for r in rows])
+        doomed = choose([message_of_row(r[1:]) for r in rows])
         con.executemany(f"DELETE FROM {self.table} WHERE id = ?", [(rows[i][0],) for i in sorted(doomed)])
         return len(doomed)
 
@@ -268,7 +268,8 @@ def _message_row(msg: AgentMessage) -> tuple[str, str, str | None]:
     return role, content, json.dumps(data, ensure_ascii=False) if data else None
 
 
-def _row_message(row: Any) -> AgentMessage:
+def message_of_row(row: Any) -> AgentMessage:
+    """A stored window row (role, content, tool fields as JSON) as a message; PostgreSQL's window reads the same."""
     try:
         data = json.loads(row[2]) if row[2] else {}
     except ValueError as exc:  # this package writes JSON only: the bytes changed on disk

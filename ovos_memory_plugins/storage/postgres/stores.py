@@ -11,11 +11,11 @@ import json
 import re
 from typing import Any
 
-from .._core.compat import AgentMessage
-from .policy import WindowPolicy
-from .postgres import PgDatabase, release_pg_database
-from .records import SqliteRecordStore
-from .windows import SqliteWindowStore, _row_message
+from ..._core.compat import AgentMessage
+from ..policy import WindowPolicy
+from ..records import SqliteRecordStore
+from ..windows import SqliteWindowStore, message_of_row
+from . import PgDatabase, release_pg_database
 
 __all__ = ["PgRecordStore", "PgWindowStore"]
 
@@ -72,7 +72,7 @@ class PgWindowStore(SqliteWindowStore):
         rows = self.db.execute(
             f"SELECT role, content, extra FROM {self.table} WHERE session_id = ? AND ts >= ? ORDER BY id DESC LIMIT ?",
             (session_id, cutoff if cutoff is not None else float("-inf"), policy.max_messages or None))
-        return [_row_message(r) for r in reversed(rows)]
+        return [message_of_row(r) for r in reversed(rows)]
 
     def forget(self, session_id: str, con: Any = None) -> int:
         if con is not None:
@@ -109,7 +109,7 @@ class PgRecordStore(SqliteRecordStore):
         # A NUL character goes as itself, not as JSON's "\u0000": PostgreSQL's JSON functions refuse
         # that escape, so one such character anywhere in a record made load_field fail for the whole
         # record (every fact of a session; with scope global, of every session). The connection
-        # stores the character itself reversibly (storage/postgres.py), and the JSON stays valid.
+        # stores the character itself reversibly (storage/postgres/__init__.py), and the JSON stays valid.
         return _NUL_ESCAPE.sub(lambda m: m.group(1) + "\x00", json.dumps(record, ensure_ascii=False))
 
     @staticmethod

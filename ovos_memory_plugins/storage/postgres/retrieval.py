@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..storage.postgres_stores import PgWindowStore
-from .pg_documents import PgDocumentLog
-from .store import IndexOwner, RetrievalStore
+from ..retrieval import IndexOwner, RetrievalStore
+from .documents import PgDocumentLog
+from .stores import PgWindowStore
 
 __all__ = ["PgRetrievalStore"]
 
@@ -36,7 +36,7 @@ class PgRetrievalStore(RetrievalStore):
     poll = 10.0
 
     def __init__(self, owner: IndexOwner, db: Any, prefix: str, log: Any):
-        self.worker_id = str(db.worker_key)  # this process's leases (see storage/postgres.py)
+        self.worker_id = str(db.worker_key)  # this process's leases (see storage/postgres/__init__.py)
         super().__init__(owner, db, prefix, log)
         self._lease_owner = self.worker_id  # flush() waits for what other workers hold
         # One session lock covers the window and the documents: a turn takes it once.

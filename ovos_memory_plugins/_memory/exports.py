@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._core.compat import AgentMessage
 from ..messages import check_session_id, from_dict, to_dict
-from .compat import AgentMessage
 from .conversion import converted
 
 __all__ = ["export_documents", "export_messages", "session_export", "unseen_messages"]

@@ -39,9 +39,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ..errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
-from .readonly import StoreReadOnly, is_read_only
-from .sharing import SharedHandles
+from ...errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
+from ..readonly import StoreReadOnly, is_read_only
+from ..sharing import SharedHandles
 
 __all__ = [
     "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",

@@ -7,7 +7,7 @@ backend indexes in the background, and a worker indexes them from that durable q
 nothing is lost if the process dies first, and a restart resumes the work.
 
 A turn never waits for that work. Until a document is indexed, :attr:`RetrievalStore.pending`
-recalls it by its words (``_retrieval/pending.py``). Batches are small (``index_batch``
+recalls it by its words (``_index/pending.py``). Batches are small (``index_batch``
 documents, ``index_chars`` characters), so the indexer's transactions and model calls are
 short; an outside index (vectors) leases its batch, so processes sharing the file never embed
 the same documents, and ``flush()`` also waits for what other processes hold.
@@ -26,14 +26,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from .._core.compat import AgentMessage
-from .._core.imports import unseen_messages
 from .._core.log import LogOnce
 from .._core.worker import BackgroundWorker
+from .._index.pending import PendingRecall
+from .._memory.exports import unseen_messages
 from ..errors import MemoryPluginError
-from ..storage import after_commit, release_database
-from ..storage.policy import WindowPolicy
-from ..storage.sqlite import Database
-from ..storage.windows import SqliteWindowStore, safe_table_name
+from . import after_commit, release_database
 from .documents import (
     Document,
     DocumentLog,
@@ -43,7 +41,9 @@ from .documents import (
     format_exchange,
     within_chars,
 )
-from .pending import PendingRecall
+from .policy import WindowPolicy
+from .sqlite import Database
+from .windows import SqliteWindowStore, safe_table_name
 
 __all__ = ["IndexOwner", "RetrievalStore"]
 
@@ -89,7 +89,7 @@ class RetrievalStore:
     """The window, the document log and the index queue of one retrieval memory.
 
     A memory on a PostgreSQL database gets the subclass ``PgRetrievalStore``
-    (``_retrieval/pg_store.py``): the same turn, with its locks and the shared queue.
+    (``storage/postgres/retrieval.py``): the same turn, with its locks and the shared queue.
     """
 
     window_class: type[SqliteWindowStore] = SqliteWindowStore

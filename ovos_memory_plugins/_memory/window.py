@@ -6,6 +6,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from .._core.compat import AgentMessage
+from .._core.log import LogOnce
 from ..config import option
 from ..context import ContextConfig, ContextMemory
 from ..errors import ConfigError, MemoryPluginError
@@ -15,10 +17,8 @@ from ..messages import (
     to_dict,
 )
 from ..storage import BACKENDS, WindowPolicy, open_window_store, store_location
-from .compat import AgentMessage
-from .history_view import SessionHistoryMixin
-from .imports import export_messages, session_export, unseen_messages
-from .log import LogOnce
+from .exports import export_messages, session_export, unseen_messages
+from .session_view import SessionHistoryMixin
 
 __all__ = ["WindowConfig", "WindowMemory"]
 
@@ -50,7 +50,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
 
     Subclasses choose defaults through ``Config`` and whether an answer whose question was
     trimmed away is dropped from the context (``drop_leading_answers``). ``session2history`` is
-    the windows as a live mapping (``_core/history_view.py``).
+    the windows as a live mapping (``_memory/session_view.py``).
     """
 
     Config: ClassVar[type] = WindowConfig
@@ -129,7 +129,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         """Delete the window's messages of the exchange a retrieval memory stores as ``content``
         (see ``BaseRetrievalMemory.forget_exchange``): a window beside a retriever in a
         composite forgets it too. The store is compacted; returns how many messages went."""
-        from .._retrieval.documents import exchange_positions  # a retrieval module: not loaded by a window alone
+        from ..storage.documents import exchange_positions  # a retrieval module: not loaded by a window alone
 
         sid = check_session_id(session_id)
         with self._edit_lock:

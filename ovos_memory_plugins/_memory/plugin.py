@@ -5,10 +5,10 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from .._core.compat import AgentContextManager
+from .._core.paths import check_store_path, is_memory_path, resolve_path
 from ..config import parse_config, replace_setting, setting_names
 from ..errors import ConfigError, MemoryClosed
-from .compat import AgentContextManager
-from .paths import check_store_path, is_memory_path, resolve_path
 
 __all__ = ["MemoryPlugin", "store_path_problems"]
 
@@ -51,7 +51,7 @@ class MemoryPlugin(AgentContextManager):
     #: ``members`` are the loaded members, not their config).
     own_attributes: ClassVar[frozenset[str]] = frozenset()
     #: The parts of an export this backend keeps ("window", "documents", "summary", "facts"): what
-    #: it takes from another backend's export (see ``_core/conversion.py``).
+    #: it takes from another backend's export (see ``_memory/conversion.py``).
     export_parts: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Mapping[str, Any] | None = None):
