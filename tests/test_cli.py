@@ -6,6 +6,7 @@ import io
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -778,6 +779,8 @@ def test_the_demo_runs_offline_on_the_embedded_defaults_and_recalls_every_answer
     assert result["right"] == result["total"] == len(QUESTIONS), text
     assert "Biscuit" in text and "Kyoto" in text
     assert (tmp_path / "demo" / "hybrid_local_rag.db").exists()  # --data-dir keeps the files
+    assert stat.S_IMODE((tmp_path / "demo").stat().st_mode) == 0o700  # a private folder, as a persona's
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "demo").glob("*.db")} == {0o600}
 
 
 def test_the_demo_leaves_no_files_behind_by_default(tmp_path, monkeypatch, _private_data_home):
