@@ -258,9 +258,6 @@ class LexicalMemory(BaseRetrievalMemory):
             return
         con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (text, rowid))
 
-    def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
-        raise NotImplementedError("LexicalMemory indexes through _store_documents")
-
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         words = query_words(query, self._ignore)
         if self._pg is not None:

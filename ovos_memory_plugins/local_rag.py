@@ -226,9 +226,6 @@ class LocalRAGMemory(BaseRetrievalMemory):
     def _table_prefix(self) -> str:
         return "local_rag"
 
-    def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
-        self._store_documents([Document(doc_id, text, session_id, metadata, 0.0, 0)])
-
     def _store_documents(self, docs: Sequence[Document]) -> None:
         if docs:
             self._store_prepared(docs, self._prepare_documents(docs))

@@ -3,10 +3,10 @@
 A retrieval backend implements two hooks (and optionally a few more)::
 
     class MyMemory(BaseRetrievalMemory):
-        def _store_document(self, doc_id, text, session_id, metadata): ...
+        def _store_document(self, doc_id, text, session_id, metadata): ...  # or _store_documents(docs)
         def _query_backend(self, query, top_k, session_id=None) -> list[MemoryHit]: ...
         def _delete_documents(self, docs): ...             # forget() and max_age expiry
-        def _store_documents(self, docs): ...              # batch indexing (default loops)
+        def _store_documents(self, docs): ...              # the batch primitive (default loops)
         def _close_backend(self): ...
 
 It inherits the rest:
@@ -109,6 +109,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def __init__(self, config: Mapping[str, Any] | None = None):
         self._log = LogOnce()
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
+        _check_indexes(type(self))
         super().__init__(config)
         self._query_takes_session = "session_id" in inspect.signature(self._query_backend).parameters
         db = self._open_db()
@@ -152,11 +153,15 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def _table_prefix(self) -> str:
         return "retrieval"
 
-    @abc.abstractmethod
+    # Indexing has one primitive, ``_store_documents`` (every indexing path calls it with a batch).
+    # A backend implements it, or the reference's one-document hook ``_store_document``, which the
+    # default batch calls for each document; implementing neither is a TypeError at construction.
     def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
-        """Index one document (``doc_id`` is unique for ever); a batch calls ``_store_documents``."""
+        """Index one document (``doc_id`` is unique for ever): the reference's hook."""
+        self._store_documents([Document(doc_id, text, session_id, metadata, 0.0, 0)])
 
     def _store_documents(self, docs: Sequence[Document]) -> None:
+        """Index a batch of documents (the one primitive); the default calls ``_store_document``."""
         for doc in docs:
             self._store_document(doc.doc_id, doc.text, doc.session_id, doc.metadata)
 
@@ -442,3 +447,10 @@ def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMess
             out.append(hit)
     return out
 
+
+def _check_indexes(cls: type[BaseRetrievalMemory]) -> None:
+    """A retrieval backend indexes documents one way or the other (see ``_store_documents``)."""
+    base = BaseRetrievalMemory
+    if cls._store_document is base._store_document and cls._store_documents is base._store_documents:
+        raise TypeError(f"{cls.__name__} must implement _store_document(doc_id, text, session_id, metadata) "
+                        "or _store_documents(docs) to index what it stores")
