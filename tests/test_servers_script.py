@@ -56,7 +56,12 @@ def _start_redis(env: dict[str, str] | None = None) -> subprocess.Popen:
     when its stdin closes."""
     script = '. scripts/servers.sh && start_redis && echo "$OVOS_MEMORY_REDIS_URL" && read -r _'
     return subprocess.Popen(["bash", "-c", script], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+                            stderr=subprocess.PIPE, text=True, env={**_without_port(os.environ), **(env or {})})
+
+
+def _without_port(environ: os._Environ[str]) -> dict[str, str]:
+    # A port the outer run was told to use (and holds) is not this test's unless it says so.
+    return {k: v for k, v in environ.items() if k != "OVOS_MEMORY_REDIS_PORT"}
 
 
 def _finish(shell: subprocess.Popen) -> tuple[str, str]:
