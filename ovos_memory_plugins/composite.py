@@ -35,7 +35,7 @@ from .config import option
 from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
 from .errors import ConfigError, MemoryPluginError
 from .fusion import FUSION_MODES, fuse, hit_key
-from .messages import check_session_id, check_utterance, clean_text, coerce_messages, context_window, is_role
+from .messages import check_session_id, check_utterance, clean_text, context_window, is_role
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
 from .score_fusion import KINDS, ScoreWeights, Signal, features, fused_scores
 from .storage.documents import past_exchanges
@@ -274,9 +274,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         return list(self._call(self.primary, "history", lambda: self.primary.memory.get_history(sid), []))
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        sid = check_session_id(session_id)
-        self._check_open()
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
+        sid = session_id
         if not messages:
             return
         try:

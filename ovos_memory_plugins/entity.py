@@ -45,7 +45,7 @@ from ._memory.exports import session_export
 from .config import option
 from .context import ContextConfig, ContextParts
 from .errors import ConfigError, LLMError, MemoryPluginError
-from .messages import check_session_id, coerce_messages, is_role, system_message
+from .messages import check_session_id, is_role, system_message
 from .storage import BACKENDS
 
 __all__ = ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"]
@@ -150,9 +150,7 @@ class EntityMemory(LLMMemory):
         return [str(f) for f in self._load_field(self._key(session_id), "facts") or []]
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        check_session_id(session_id)
-        self._check_open()
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
         exchanges = self._pair(messages, session_id)
         if not exchanges:
             return

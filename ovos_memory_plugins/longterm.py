@@ -43,7 +43,6 @@ from .errors import MemoryPluginError
 from .inject import INJECT_MODES
 from .messages import (
     check_session_id,
-    coerce_messages,
     context_window,
     fold_into,
     from_dict,
@@ -136,9 +135,7 @@ class LongTermMemory(LLMMemory):
         return _messages(self._load(session_id))
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        check_session_id(session_id)
-        self._check_open()
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
         if not messages:
             return
         now = time.time()

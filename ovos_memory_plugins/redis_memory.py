@@ -49,7 +49,6 @@ from .context import ContextConfig, ContextMemory, ContextParts
 from .errors import StorageError
 from .messages import (
     check_session_id,
-    coerce_messages,
     context_window,
     copy_message,
     fold_into,
@@ -182,9 +181,7 @@ class RedisMemory(ContextMemory):
         return self._read(check_session_id(session_id))[1]
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        check_session_id(session_id)
-        self._check_open()
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
         if not messages:
             return
         with self._lock:

@@ -214,9 +214,8 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         """Append to the window and store each exchange as a document, in one transaction."""
-        sid = check_session_id(session_id)
-        self._check_open()
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
+        sid = session_id
         if not messages:
             return
         try:

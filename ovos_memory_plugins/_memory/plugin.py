@@ -5,10 +5,11 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .._core.compat import AgentContextManager
+from .._core.compat import AgentContextManager, AgentMessage
 from .._core.paths import check_store_path, is_memory_path, resolve_path
 from ..config import parse_config, replace_setting, setting_names
 from ..errors import ConfigError, MemoryClosed
+from ..messages import check_session_id, coerce_messages
 
 __all__ = ["MemoryPlugin", "store_path_problems"]
 
@@ -138,6 +139,13 @@ class MemoryPlugin(AgentContextManager):
     def close(self) -> None:
         """Finish background work and release files and connections. Idempotent."""
         self._closed = True
+
+    def _incoming(self, new_messages: Any, session_id: str) -> list[AgentMessage]:
+        """What ``update_history`` is given, checked at the boundary: the session id, the memory
+        still open, and the messages normalised (an empty list: nothing to store)."""
+        check_session_id(session_id)
+        self._check_open()
+        return coerce_messages(new_messages)
 
     def _check_open(self, call: str = "update_history") -> None:
         """Refuse ``call`` on a closed memory with :class:`MemoryClosed`.

@@ -90,9 +90,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         return history
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        check_session_id(session_id)
-        self._check_open()
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
         if not messages:
             return
         try:
