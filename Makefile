@@ -1,12 +1,23 @@
-# Developer shortcuts. PYTHON must have this package installed with its [all,dev] extras
-# (scripts/test makes .venv so; e.g. make bench PYTHON=.venv/bin/python).
-PYTHON ?= python
+# Developer shortcuts. PYTHON must have this package installed with its [all,dev] extras:
+# .venv/bin/python when scripts/test has made it, else python (or say, e.g. make bench PYTHON=...).
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python)
 
-.PHONY: test docs reliability-report bench bench-quick llm-eval bench-postgres
+# The fast lane: unit and contract tests, no server (redis, PostgreSQL), no real local model, and
+# not the tests marked heavy (the reliability suite, processes racing on one store, long text
+# through the embedding model) or slow. A test that starts redis-server without its marker fails here.
+FAST = not heavy and not slow and not redis and not postgres and not llm and not persona
+
+.PHONY: test test-fast docs reliability-report bench bench-quick llm-eval bench-postgres
 
 # The whole suite as CI runs it (installs and starts what it needs; see README).
 test:
 	bash scripts/test
+
+# About 2 minutes on 2 busy cores (README); the whole suite stays `make test`.
+test-fast:
+	env -u OVOS_MEMORY_REDIS_URL -u OVOS_MEMORY_POSTGRES_URL -u OVOS_MEMORY_REQUIRE_POSTGRES \
+		-u OVOS_MEMORY_TEST_LLM_URL OVOS_MEMORY_TEST_NO_SERVERS=1 \
+		$(PYTHON) -m pytest -p no:cacheprovider -q -m "$(FAST)"
 
 # Refresh the generated config tables in docs/backends/*.md (tests fail while they differ).
 docs:

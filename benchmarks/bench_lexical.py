@@ -33,7 +33,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _worker import Workload, _messages, alternate_turns  # noqa: E402
 
-from ovos_memory_plugins._retrieval.stopwords import LANGUAGES, stopwords  # noqa: E402
+from ovos_memory_plugins._index.stopwords import LANGUAGES, stopwords  # noqa: E402
 from ovos_memory_plugins.lexical import LexicalMemory, match_expression  # noqa: E402
 
 

@@ -51,7 +51,7 @@ import _report  # noqa: E402  (sibling module: the page's sections)
 import numpy as np  # noqa: E402
 from _worker import Workload, _messages, alternate_turns  # noqa: E402
 
-from ovos_memory_plugins._retrieval.documents import format_exchange  # noqa: E402
+from ovos_memory_plugins.storage.documents import format_exchange  # noqa: E402
 
 SESSION = "bench"
 DIM = 384

@@ -2,7 +2,7 @@
 defaults the package ships.
 
     python benchmarks/fit_fusion.py                  # LOCO report, the hand-set variant, the final weights
-    python benchmarks/fit_fusion.py --write          # ... and write ovos_memory_plugins/_retrieval/fitted_weights.py
+    python benchmarks/fit_fusion.py --write          # ... and write ovos_memory_plugins/_index/fusion_weights.py
     python benchmarks/fit_fusion.py --check          # exit 1 unless the shipped weights are what the fit gives
     python benchmarks/fit_fusion.py --folds F.json   # per-fold weights for locomo.py --fold-weights
 
@@ -42,7 +42,7 @@ import locomo  # noqa: E402
 
 ROOT = HERE.parent
 CACHE = ROOT / "build" / "fusion"
-WEIGHTS_FILE = ROOT / "ovos_memory_plugins" / "_retrieval" / "fitted_weights.py"
+WEIGHTS_FILE = ROOT / "ovos_memory_plugins" / "_index" / "fusion_weights.py"
 HAND_SET = {"keyword": 1.0, "semantic": 0.2, "date": 0.5, "length": -0.07}
 TOP = 5
 BUDGET = 1390.0  # training mean recalled characters: the 1,400 target with a 10-character margin

@@ -5,7 +5,8 @@
     ovos-memory demo                                   # scripted conversation, no network, no LLM
     ovos-memory chat --persona assistant.json          # talk to the persona's OpenAI-compatible endpoint
     ovos-memory ask --persona assistant.json "what is my dog called?"   # reads memory, records nothing
-    ovos-memory sessions --persona assistant.json      # also: show, search, forget, export, import, stats
+    ovos-memory sessions --persona assistant.json      # also: show, search, forget, export, import, index, stats
+    ovos-memory serve --persona assistant.json         # a web page on 127.0.0.1 to see and forget what is kept
     ovos-memory check-config assistant.json
     ovos-memory plugins
     ovos-memory --version
@@ -27,6 +28,7 @@ from ._cli.commands import (
     cmd_export,
     cmd_forget,
     cmd_import,
+    cmd_index,
     cmd_plugins,
     cmd_search,
     cmd_sessions,
@@ -35,9 +37,10 @@ from ._cli.commands import (
 )
 from ._cli.output import EXIT_ENDPOINT, EXIT_ERROR, EXIT_INPUT, UI, CLIError, logs_to_stderr
 from ._cli.persona import PersonaError
+from ._cli.serve import DEFAULT_PORT, TOKEN_ENV, cmd_serve
 from .errors import ConfigError, LLMError, MemoryPluginError
 
-__all__ = ["CLIError", "build_parser", "main"]
+__all__ = ["build_parser", "CLIError", "main"]
 
 
 # -- parser ------------------------------------------------------------------------------------
@@ -113,6 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help='the file holds past exchanges, {"question", "answer", "ts"} as a JSON list or one per line '
                         "(ts: seconds since 1970 or an ISO 8601 date); needs --session")
     p.set_defaults(func=cmd_import)
+    p = sub.add_parser("index", parents=[backend],
+                       help="bring the index up to date (every document is embedded again after an embedder change), "
+                            "with a progress bar")
+    p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (default: never)")
+    p.set_defaults(func=cmd_index)
+    p = sub.add_parser("serve", parents=[backend], help="a web page and JSON API to see, search, export and forget "
+                                                        "what the memory keeps")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: %(default)s, this computer only; any other needs --token)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default: %(default)s; 0: any free one)")
+    p.add_argument("--token", help=f"every API request must carry 'Authorization: Bearer TOKEN'; the page asks for it "
+                                   f"(or set {TOKEN_ENV}: a command line is visible to other users)")
+    p.set_defaults(func=cmd_serve)
     p = sub.add_parser("stats", parents=[backend], help="sessions and what each holds")
     p.add_argument("--limit", type=int, default=50, help="sessions listed (default: %(default)s)")
     p.set_defaults(func=cmd_stats)
@@ -129,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: Commands whose log lines are shown as they happen.
-_LIVE_LOGS = ("chat", "demo", "ask")
+_LIVE_LOGS = ("chat", "demo", "ask", "serve")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     # The command reports what matters itself (one line per problem); library warnings would
     # repeat it, so only errors are logged unless asked for more.
     level = "DEBUG" if args.debug else "INFO" if args.verbose else "ERROR"
+    if args.command == "serve" and level == "ERROR":
+        level = "CRITICAL"  # a memory's log lines may name sessions; the server logs nothing of the memory
     # A management command reports its failure in one line: what the library logged on the way
     # is shown only if it succeeds (or with -v/--debug). Chat shows it as it happens.
     hold = args.command not in _LIVE_LOGS and not (args.debug or args.verbose)
@@ -155,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_ERROR  # `ovos-memory export x | head`
+    except RecursionError:  # only hostile input nests this deep (JSON inside a config or an export)
+        if args.debug:
+            raise
+        code, message = EXIT_INPUT, "the input is nested too deeply to handle"
     except Exception as exc:  # noqa: BLE001 - never a traceback for the user (--debug shows it)
         if args.debug:
             raise

@@ -5,18 +5,18 @@ import dataclasses
 from typing import Any
 
 __all__ = [
-    "FUSION_MODES",
-    "MemoryHit",
-    "RankedLists",
     "fuse",
     "fuse_interleave",
     "fuse_merge",
     "fuse_priority",
     "fuse_rrf",
     "fuse_weighted",
+    "FUSION_MODES",
     "interleave",
+    "MemoryHit",
     "merge",
     "priority",
+    "RankedLists",
     "rrf",
     "weighted",
 ]

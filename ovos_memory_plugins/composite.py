@@ -19,26 +19,28 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
-from ._core.history_view import SessionHistoryMixin
-from ._core.imports import session_export
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
-from ._retrieval.documents import past_exchanges
+from ._memory.conversion import member_imports
+from ._memory.exports import session_export
+from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
 from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
 from .errors import ConfigError, MemoryPluginError
 from .fusion import FUSION_MODES, fuse, hit_key
-from .messages import check_session_id, check_utterance, clean_text, coerce_messages, context_window, is_role
+from .messages import check_session_id, check_utterance, clean_text, context_window, is_role
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
 from .score_fusion import KINDS, ScoreWeights, Signal, features, fused_scores
+from .storage.documents import past_exchanges
 
-__all__ = ["COMPOSITE_FUSIONS", "ENDPOINT_KEYS", "HYBRID_PRESET", "CompositeConfig", "CompositeMemory", "Member"]
+__all__ = ["COMPOSITE_FUSIONS", "CompositeConfig", "CompositeMemory", "ENDPOINT_KEYS", "HYBRID_PRESET", "Member"]
 
 COMPOSITE = "ovos-memory-plugin-composite"
 #: The reference's five fusions, and score fusion (score_fusion.py), the hybrid preset's.
@@ -103,6 +105,8 @@ class CompositeConfig(RecallConfig):
         for i, spec in enumerate(self.members):
             if not isinstance(spec, (str, Mapping)) or (isinstance(spec, Mapping) and not spec.get("module")):
                 raise ConfigError(f"'members[{i}]' must be an entry-point name or a dict with a 'module' key")
+            if isinstance(spec, Mapping):
+                _check_member(i, spec)
 
 
 class Member(NamedTuple):
@@ -274,8 +278,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         return list(self._call(self.primary, "history", lambda: self.primary.memory.get_history(sid), []))
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        sid = check_session_id(session_id)
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
+        sid = session_id
         if not messages:
             return
         try:
@@ -484,9 +488,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         data, sid = session_export(data, session_id)
-        exported = data.get("members") or {}
-        if not isinstance(exported, Mapping):
-            raise TypeError(f"the export's 'members' must be a dict of member exports, not {type(exported).__name__}")
+        # Each member its own export, or the parts of another backend's it keeps (_memory/conversion.py).
+        exported = member_imports(data, [(m.name, m.memory) for m in self.members
+                                         if hasattr(m.memory, "import_session")], self.plugin_name)
         for m in self.members:
             if m.name in exported and hasattr(m.memory, "import_session"):
                 self._call(m, "import", lambda m=m: m.memory.import_session(exported[m.name], sid), None)
@@ -518,6 +522,52 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                 self._call(m, "close", m.memory.close, None)
         super().close()
 
+    # -- one item at a time (what a person sees and removes: ``ovos-memory serve``) ---------------
+    def document(self, session_id: str, doc_id: str) -> dict[str, Any] | None:
+        """The stored document ``doc_id`` of the first member holding one by that id, or None."""
+        sid = check_session_id(session_id)
+        for m in self.members:
+            if callable(getattr(m.memory, "document", None)):
+                found = self._call(m, "document", lambda m=m: m.memory.document(sid, doc_id), None)
+                if found is not None:
+                    return found  # type: ignore[no-any-return]
+        return None
+
+    def forget_document(self, session_id: str, doc_id: str) -> dict[str, Any]:
+        """Forget the stored exchange ``doc_id`` (as :meth:`document` finds it) in every member."""
+        doc = self.document(session_id, doc_id)
+        return self.forget_exchange(session_id, doc["content"]) if doc is not None else {}
+
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, Any]:
+        """Forget the exchange stored as ``content`` in every member that keeps it (documents,
+        index entries, window messages; see :meth:`BaseRetrievalMemory.forget_exchange`); what
+        each member deleted, by member. A member that fails does not stop the others, and its
+        error is raised once they are done."""
+        return self._fan_out("forget_exchange", check_session_id(session_id), content)
+
+    def forget_fact(self, session_id: str, text: str) -> dict[str, Any]:
+        """Forget the fact ``text`` in every member that keeps facts (entity, a summary's facts);
+        how many each deleted, by member. Failures as in :meth:`forget_exchange`."""
+        return self._fan_out("forget_fact", check_session_id(session_id), text)
+
+    def index_backlog(self) -> int:
+        """The documents every member's index still waits for."""
+        return sum(int(self._call(m, "backlog", lambda m=m: m.memory.index_backlog(), 0) or 0)
+                   for m in self.members if callable(getattr(m.memory, "index_backlog", None)))
+
+    def _fan_out(self, op: str, session_id: str, item: str) -> dict[str, Any]:
+        counts: dict[str, Any] = {}
+        failure: Exception | None = None
+        for m in self.members:
+            if callable(getattr(m.memory, op, None)):
+                try:
+                    counts[m.name] = self._call(m, op, lambda m=m: getattr(m.memory, op)(session_id, item), {})
+                except Exception as exc:  # noqa: BLE001 - raised below, after the others committed
+                    failure = failure or exc
+        if failure is not None:
+            raise failure
+        return counts
+
 
 def _replay(memory: Any, session_id: str, items: Sequence[Mapping[str, Any]]) -> None:
     """Past exchanges as turns, for a member that cannot take their times."""
@@ -530,16 +580,20 @@ def _timestamp(hit: MemoryHit) -> float | None:
     return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
 
 
+def _check_member(i: int, spec: Mapping[str, Any]) -> None:
+    """A member's weight (finite, not negative: a fused score must stay a number) and config."""
+    weight = spec.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+        raise ConfigError(f"'members[{i}].weight' must be a finite number >= 0, got {weight!r}")
+    if not isinstance(spec.get("config") or {}, Mapping):
+        raise ConfigError(f"'members[{i}].config' must be a dict, not {type(spec.get('config')).__name__}")
+
+
 def _parse_member(spec: Any) -> tuple[str, float, dict[str, Any]]:
+    """``(module, weight, config)`` of a member spec the config checked (``_check_member``)."""
     if isinstance(spec, str):
         return spec, 1.0, {}
-    weight = spec.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-        raise ConfigError(f"member {spec.get('module')!r}: 'weight' must be a number, got {weight!r}")
-    config = spec.get("config") or {}
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"member {spec.get('module')!r}: 'config' must be a dict")
-    return str(spec["module"]), float(weight), dict(config)
+    return str(spec["module"]), float(spec.get("weight", 1.0)), dict(spec.get("config") or {})
 
 
 def _accepts(cls: type, key: str, third_party: bool = True) -> bool:

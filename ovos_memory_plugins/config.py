@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 from ._core.log import LOG
 from .errors import ConfigError
 
-__all__ = ["MAXIMUM", "UNSET", "check_config", "check_template", "config_keys", "option", "parse_config",
-           "replace_setting", "setting_names"]
+__all__ = ["check_config", "check_template", "config_keys", "MAXIMUM", "option", "parse_config", "replace_setting",
+           "setting_names", "UNSET"]
 
 T = TypeVar("T")
 

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
-from ._core.people import parse_people
-from ._core.plugin import MemoryPlugin
 from ._core.tokens import estimate_tokens
+from ._memory.people import parse_people
+from ._memory.plugin import MemoryPlugin
 from .common import MemoryHit
 from .config import check_template, option
 from .errors import ConfigError
@@ -54,13 +54,13 @@ from .render import DEFAULT_HEADER, ContextStyle, render_hits
 
 __all__ = [
     "PRIVATE_SCOPES",
-    "QUERY_MODES",
-    "SCOPES",
     "ContextConfig",
     "ContextMemory",
     "ContextParts",
+    "QUERY_MODES",
     "RecallConfig",
     "RecallingMemory",
+    "SCOPES",
 ]
 
 SCOPES = ("session", "global", "person")

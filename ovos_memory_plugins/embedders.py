@@ -17,7 +17,7 @@ has the pinned size, optionally the pinned sha256, and gives vectors of the expe
 dimension), size their thread pools for small machines, and return L2-normalised float32
 vectors, so a dot product is the cosine similarity.
 
-A turn never waits for background embedding (:mod:`~ovos_memory_plugins._retrieval.model_gate`):
+A turn never waits for background embedding (:mod:`~ovos_memory_plugins._index.model_gate`):
 a call made by a background worker thread (the indexer) runs one passage window at a time, on
 ``background_threads`` threads (e5), and starts only while no turn's call is waiting; a turn's
 call runs at once, beside it.
@@ -51,11 +51,11 @@ from ovos_plugin_manager.templates.embeddings import TextEmbedder
 
 from ._core.log import LOG
 from ._core.worker import in_background
-from ._retrieval.model_gate import ModelGate
+from ._index.model_gate import ModelGate
 from .config import option, parse_config
 from .errors import ConfigError, EmbeddingsError, MissingDependencyError
 
-__all__ = ["E5Embedder", "MiniLMEmbedder", "available_cpus", "default_threads"]
+__all__ = ["available_cpus", "default_threads", "E5Embedder", "MiniLMEmbedder"]
 
 INPUT_TYPES = ("passage", "query")
 #: Texts (or passage windows) per call into the model at most.

@@ -21,7 +21,7 @@ better where the reference is weak (docs/compatibility.md):
   only sentences whose key words the user said;
 * ``scope: global`` shares one set of facts across every session; ``scope: person`` keeps one set
   per person of ``people`` across their sessions (guests keep their own), and ``household: true``
-  one set for the whole household (see :mod:`~ovos_memory_plugins._core.people`).
+  one set for the whole household (see :mod:`~ovos_memory_plugins._memory.people`).
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
-from ._core.imports import session_export
 from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
@@ -42,12 +41,13 @@ from ._llm.fact_extraction import model_facts
 from ._llm.fact_parsing import parse_fact_list
 from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
-from ._llm.fact_store import merge, withdraw_denied
+from ._llm.fact_store import add_history, fact_of, merge, withdraw_denied, without_fact
 from ._llm.memory import LLMMemory
+from ._memory.exports import session_export
 from .config import option
 from .context import ContextConfig, ContextParts
 from .errors import ConfigError, LLMError, MemoryPluginError
-from .messages import check_session_id, coerce_messages, is_role, system_message
+from .messages import check_session_id, is_role, system_message
 from .storage import BACKENDS
 
 __all__ = ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"]
@@ -116,6 +116,7 @@ class EntityMemory(LLMMemory):
 
     Config: ClassVar[type] = EntityConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-entity"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"facts"})
 
     store_stem: ClassVar[str] = "entity_memory"
     offline_fallback: ClassVar[str] = "facts come from the offline rules"
@@ -152,8 +153,7 @@ class EntityMemory(LLMMemory):
         return [str(f) for f in self._load_field(self._key(session_id), "facts") or []]
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        check_session_id(session_id)
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
         exchanges = self._pair(messages, session_id)
         if not exchanges:
             return
@@ -228,7 +228,10 @@ class EntityMemory(LLMMemory):
                 results.append((item, self._extract(item)))
                 if self.client.available and time.monotonic() - started >= MODEL_COMMIT_S:
                     break
-            self._store.update(key, lambda record: self._commit(record, results))
+            try:
+                self._store.update(key, lambda record: self._commit(record, results))
+            except _Forgotten:
+                return  # the rest of that queue went with it
             if len(pending) > len(results):
                 self._mark_due(key, wake=False)
 
@@ -278,6 +281,9 @@ class EntityMemory(LLMMemory):
 
     def _commit(self, record: dict[str, Any],
                 results: list[tuple[Mapping[str, Any], tuple[list[Fact], str]]]) -> dict[str, Any]:
+        """The extractions merged into ``record``; :class:`_Forgotten` (nothing written) when none
+        of their exchanges is pending any more: a write would bring a forgotten record back."""
+        committed = False
         for item, (found, source) in results:
             pending = list(record.get("pending") or [])
             ids = [p.get("id") for p in pending]
@@ -286,6 +292,9 @@ class EntityMemory(LLMMemory):
             pending.pop(ids.index(item.get("id")))
             record["pending"] = pending
             record = self._merge_item(record, item, found, source)
+            committed = True
+        if not committed:
+            raise _Forgotten
         return record
 
     def _merge_item(self, record: dict[str, Any], item: Mapping[str, Any], found: list[Fact],
@@ -332,28 +341,88 @@ class EntityMemory(LLMMemory):
         return counts
 
     def export(self, session_id: str) -> dict[str, Any]:
+        """The session's facts with what is known of each, its superseded facts and how many
+        exchanges await extraction. With ``scope: global``, those the session stated: what
+        :meth:`forget` would delete (the other sessions' facts are theirs)."""
         data = super().export(session_id)
         record = self._load(self._key(session_id))
         meta = record.get("meta") or {}
+
+        def mine(sid: Any) -> bool:
+            return self.settings.scope != "global" or sid == session_id
+
         data.update(
             scope=self.settings.scope,
-            facts=[{"text": f, **(meta.get(f) or {})} for f in record.get("facts") or []],
-            superseded=list(record.get("history") or []),
-            pending=len(record.get("pending") or []),
+            facts=[{"text": f, **(meta.get(f) or {})} for f in record.get("facts") or []
+                   if mine((meta.get(f) or {}).get("sid"))],
+            superseded=[h for h in record.get("history") or [] if mine(h.get("sid"))],
+            pending=len([p for p in record.get("pending") or [] if mine(p.get("sid"))]),
         )
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        data, sid = session_export(data, session_id)
-        facts = data.get("facts") or []
-        if not isinstance(facts, list):
-            raise TypeError(f"the export's 'facts' must be a list, not {type(facts).__name__}")
-        texts = [f.get("text") if isinstance(f, Mapping) else f for f in facts]
-        bad = [i for i, t in enumerate(texts) if t is not None and not isinstance(t, str)]
-        if bad:
-            raise TypeError(f"the export's 'facts'[{bad[0]}] must be a string or a {{'text': ...}} dict")
-        found = [make_fact(t) for t in texts if t]
-        self._store.update(self._key(sid), lambda r: merge(r, found, sid, self.settings.max_facts, "import"))
+        """Merge what :meth:`export` produced into the session's facts: each fact with its time and
+        source, the superseded ones into the history (the session's own, under ``scope: global``).
+        Checked whole first; importing the same export again changes nothing."""
+        data, sid = session_export(data, session_id, self)
+        facts = _exported_facts(data)
+        history = [{**entry, "sid": sid} for entry in _exported_list(data, "superseded")]
+
+        def apply(record: dict[str, Any]) -> dict[str, Any]:
+            for text, meta in facts:
+                fact = fact_of({"meta": {text: meta}}, text)
+                record = merge(record, [fact], sid, self.settings.max_facts, str(meta.get("source") or "import"),
+                               meta.get("ts"))
+            return add_history(record, history)
+
+        self._store.update(self._key(sid), apply)
+
+    def forget_fact(self, session_id: str, text: str) -> int:
+        """Delete the fact ``text`` shown for ``session_id`` (with ``scope: global``, the shared
+        one), active or superseded, with what is kept about it; the store is compacted, so no
+        byte of it stays. Returns how many facts held it (0: none)."""
+        key = self._key(check_session_id(session_id))
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        if not without_fact(self._load(key), text)[1]:
+            return 0  # nothing to write (and no record made for an unknown session)
+        removed = 0
+
+        def drop(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal removed
+            kept, removed = without_fact(record, text)
+            return kept
+
+        self._store.update(key, drop)
+        self._store.compact()
+        return removed
+
+
+
+def _exported_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """``data[key]``: a list of ``{"text": ...}`` dicts (a bare string is a text), checked."""
+    items = data.get(key) or []
+    if not isinstance(items, list):
+        raise TypeError(f"the export's '{key}' must be a list, not {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        entry = dict(item) if isinstance(item, Mapping) else {"text": item}
+        if not isinstance(entry.get("text"), str) or not entry["text"].strip():
+            raise TypeError(f"the export's '{key}'[{i}] must be a fact text or a {{'text': ...}} dict")
+        ts = entry.get("ts")
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
+            raise TypeError(f"the export's '{key}'[{i}]['ts'] must be a number (seconds), not {ts!r}")
+        out.append(entry)
+    return out
+
+
+def _exported_facts(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The export's facts as ``(text, what is known of it)``, checked."""
+    return [(entry.pop("text"), entry) for entry in _exported_list(data, "facts")]
+
+
+class _Forgotten(Exception):
+    """The exchanges an extraction read were forgotten meanwhile: nothing is written."""
 
 
 def _prompt_part(text: str) -> str:

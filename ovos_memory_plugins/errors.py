@@ -7,7 +7,8 @@
     ├── MissingDependencyError (ImportError) an optional extra is not installed
     ├── StorageError                         a store could not be read or written
     │   ├── StoreUnavailable                 the store cannot be opened or reached
-    │   └── MigrationError                   the schema could not be brought up to date
+    │   ├── MigrationError                   the schema could not be brought up to date
+    │   └── MemoryClosed                     a write to a memory after its close()
     ├── LLMError                             the chat endpoint failed
     │   ├── LLMTimeout
     │   ├── LLMUnavailable                   refused, unreachable, or circuit open
@@ -16,7 +17,9 @@
 
 The three contract methods never let a ``MemoryPluginError`` escape at run time: they log it
 once and degrade (no recall, no summary, no facts). Config errors are the exception: they are
-raised at construction so that a broken persona fails to load loudly.
+raised at construction so that a broken persona fails to load loudly, and so is
+``MemoryClosed``: an update handed to a closed memory is a mistake of the caller, and returning
+normally would acknowledge a message that went nowhere.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ __all__ = [
     "LLMError",
     "LLMTimeout",
     "LLMUnavailable",
+    "MemoryClosed",
     "MemoryPluginError",
     "MigrationError",
     "MissingDependencyError",
@@ -57,6 +61,10 @@ class StoreUnavailable(StorageError):
 
 class MigrationError(StorageError):
     """The store's schema could not be brought up to date."""
+
+
+class MemoryClosed(StorageError):
+    """A write (``update_history``) reached a memory after its ``close()``: nothing was stored."""
 
 
 class LLMError(MemoryPluginError):

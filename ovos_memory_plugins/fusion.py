@@ -28,18 +28,18 @@ if TYPE_CHECKING:
     from .common import MemoryHit
 
 __all__ = [
-    "FUSION_MODES",
-    "RankedLists",
     "fuse",
     "fuse_interleave",
     "fuse_merge",
     "fuse_priority",
     "fuse_rrf",
     "fuse_weighted",
+    "FUSION_MODES",
     "hit_key",
     "interleave",
     "merge",
     "priority",
+    "RankedLists",
     "rrf",
     "weighted",
 ]

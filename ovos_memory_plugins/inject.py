@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from ._core.compat import HAS_TOOLS, AgentMessage, MessageRole, ToolCall, make_message
 from .errors import ConfigError
 
-__all__ = ["INJECT_MODES", "Injection", "assemble_context", "check_inject_mode"]
+__all__ = ["assemble_context", "check_inject_mode", "INJECT_MODES", "Injection"]
 
 INJECT_MODES = ("system", "developer", "system_prompt", "user", "tool")
 

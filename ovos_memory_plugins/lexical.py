@@ -21,17 +21,17 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ._core.log import LOG
-from ._retrieval.bm25 import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
-from ._retrieval.documents import Document
-from ._retrieval.neighbours import adjacent, context_text, neighbour_weight_option, survivors
-from ._retrieval.pending import merge_pending
-from ._retrieval.stopwords import LANGUAGES, MAX_QUERY_TERMS, query_words, stopwords
+from ._index.neighbours import adjacent, context_text, neighbour_weight_option, survivors
+from ._index.pending import merge_pending
+from ._index.postings import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
+from ._index.stopwords import LANGUAGES, MAX_QUERY_TERMS, query_words, stopwords
 from .common import MemoryHit
 from .config import option
 from .errors import ConfigError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
+from .storage.documents import Document
 
-__all__ = ["MAX_QUERY_TERMS", "LexicalConfig", "LexicalMemory", "match_expression", "query_words"]
+__all__ = ["LexicalConfig", "LexicalMemory", "match_expression", "MAX_QUERY_TERMS", "query_words"]
 
 
 _FTS_MIGRATIONS = (
@@ -87,6 +87,23 @@ class LexicalConfig(RetrievalConfig):
                 f"'retrieval.stopword_languages' has {unknown}; supported languages are {', '.join(LANGUAGES)}")
 
 
+#: The longest name this package makes of ``table`` on PostgreSQL is ``<table>_window_by_session``;
+#: PostgreSQL keeps 63 bytes of a name and cuts the rest, so two names may become one.
+PG_TABLE_MAX = 63 - len("_window_by_session")
+
+
+def _postgres_table_problems(settings: Any) -> list[str]:
+    """``table`` too long for the names made of it on PostgreSQL (checked before anything is opened)."""
+    from .storage.postgres import is_postgres_url
+    from .storage.windows import safe_table_name
+
+    table = safe_table_name(settings.table)
+    if not is_postgres_url(settings.db_url or settings.db_path) or len(table) <= PG_TABLE_MAX:
+        return []
+    return [f"'table' is {len(table)} characters long; on PostgreSQL it may have at most {PG_TABLE_MAX} (names "
+            f"there hold 63 bytes, and the package adds up to {63 - PG_TABLE_MAX} to it)"]
+
+
 def match_expression(text: str, ignore: frozenset[str] = frozenset()) -> str:
     """An FTS5 query matching any content word of ``text``, safe for any input.
 
@@ -130,11 +147,15 @@ class LexicalMemory(BaseRetrievalMemory):
     index_failure_level: ClassVar[str] = "warning"
     score_kind: ClassVar[str | None] = "keyword"
 
+    @classmethod
+    def check_settings(cls, settings: Any) -> list[str]:
+        return [*super().check_settings(settings), *_postgres_table_problems(settings)]
+
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
         s = self.settings
         self._ignore = stopwords(s.stopword_languages or (), s.extra_stopwords)
-        # On PostgreSQL: postings ranked in SQL (_retrieval/pg_keyword.py) instead of FTS5.
+        # On PostgreSQL: postings ranked in SQL (_index/keyword_postgres.py) instead of FTS5.
         self._pg = self._open_pg_index() if self._db.engine == "postgres" else None
         self._fts = self._create_fts() if self._pg is None else None
         self._mirror = self._open_mirror() if s.ram_index and self._fts is not None else None
@@ -160,7 +181,7 @@ class LexicalMemory(BaseRetrievalMemory):
         return table
 
     def _open_pg_index(self) -> Any:
-        from ._retrieval.pg_keyword import PgKeywordIndex
+        from ._index.keyword_postgres import PgKeywordIndex
         from .storage.windows import safe_table_name
 
         try:
@@ -236,9 +257,6 @@ class LexicalMemory(BaseRetrievalMemory):
             self._pg.refresh(con, rowid, session_id, text)
             return
         con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (text, rowid))
-
-    def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
-        raise NotImplementedError("LexicalMemory indexes through _store_documents")
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         words = query_words(query, self._ignore)

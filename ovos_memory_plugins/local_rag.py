@@ -26,8 +26,10 @@ with the hits by meaning; once embedded they are found by meaning.
 
 Document ids (``<session>_<n>``) never repeat, so a restart never overwrites an old memory,
 and the document log is the source of truth: a vector whose document was forgotten or
-expired is never recalled. When the embedder changes (another model in the same collection),
-every document is re-embedded in the background instead of mixing incompatible vectors.
+expired is never recalled, and the indexer never writes a vector of a document deleted while it
+was embedding it. When the embedder changes (another model in the same collection), every
+document is re-embedded in the background instead of mixing incompatible vectors; a process
+whose embedder no longer owns the collection (another one claimed it) stops using it.
 """
 from __future__ import annotations
 
@@ -42,14 +44,15 @@ from typing import Any, ClassVar
 
 from ._core.loading import EMBEDDINGS_DB_GROUP, TEXT_EMBEDDINGS_GROUP, find_plugin_class, installed_plugins
 from ._core.log import LogOnce
-from ._retrieval.documents import Document
-from ._retrieval.neighbours import NeighbourVectors, neighbour_weight_option
-from ._retrieval.pending import merge_pending
-from ._retrieval.stopwords import LANGUAGES, query_words, stopwords
+from ._index.neighbours import NeighbourVectors, neighbour_weight_option
+from ._index.pending import merge_pending
+from ._index.stopwords import LANGUAGES, query_words, stopwords
+from ._memory.plugin import store_path_problems
 from .common import MemoryHit
 from .config import option
 from .errors import EmbeddingsError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
+from .storage.documents import Document
 
 __all__ = ["LocalRAGConfig", "LocalRAGMemory", "PluginSlot"]
 
@@ -189,6 +192,16 @@ class LocalRAGMemory(BaseRetrievalMemory):
     index_failure_level: ClassVar[str] = "warning"
     score_kind: ClassVar[str | None] = "semantic"
 
+    @classmethod
+    def check_settings(cls, settings: Any) -> list[str]:
+        # The vector store is opened off the turn: a path it can never use (a FIFO, a directory)
+        # would only be logged there, with recall by meaning silently off. Another store's
+        # "path" may name a folder: only the built-in store's is checked.
+        path = settings.embeddings_db_config.get("path")
+        own = settings.embeddings_db_plugin == DEFAULT_DB
+        return super().check_settings(settings) + (store_path_problems("embeddings_db_config.path", path)
+                                                   if own else [])
+
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         s = self.settings
@@ -202,6 +215,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
                                             s.neighbour_weight) if s.neighbour_weight else None
         self._stopwords = stopwords(LANGUAGES)  # for the keyword recall of exchanges not embedded yet
         self._query_vectors = _RecentVectors()  # score_candidates reuses the search's query vector
+        self._claimed = False  # the collection was made this embedder's in this process (see _vectors)
 
     def _search(self, query: str, session_id: str | None = None,
                 top_k: int | None = None) -> list[tuple[str, str, float]]:
@@ -212,9 +226,6 @@ class LocalRAGMemory(BaseRetrievalMemory):
     def _table_prefix(self) -> str:
         return "local_rag"
 
-    def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
-        self._store_documents([Document(doc_id, text, session_id, metadata, 0.0, 0)])
-
     def _store_documents(self, docs: Sequence[Document]) -> None:
         if docs:
             self._store_prepared(docs, self._prepare_documents(docs))
@@ -222,15 +233,23 @@ class LocalRAGMemory(BaseRetrievalMemory):
     def _prepare_documents(self, docs: Sequence[Document]) -> list[Any]:
         """The documents' vectors (the slow part: a PostgreSQL store embeds outside any transaction)."""
         embedder = self._embedding_slot.get()
-        self._vector_slot.get()  # both plugins, or nothing is embedded
+        self._vectors()  # both plugins and the collection this model's, or nothing is embedded
         return _embed_passages(embedder, [d.text for d in docs])
 
     def _store_prepared(self, docs: Sequence[Document], vectors: Sequence[Any]) -> None:
-        db = self._vector_slot.get()
+        db = self._vectors()
         if self._mixes_neighbours() and all(d.rowid for d in docs):
             self._write(db, self._neighbours.store(docs, vectors))  # type: ignore[union-attr]
-            return
-        _add_vectors(db, [d.doc_id for d in docs], vectors, [_portable(d) for d in docs], self.settings.collection)
+        else:
+            _add_vectors(db, [d.doc_id for d in docs], vectors, [_portable(d) for d in docs], self.settings.collection)
+        if _our_store(db):
+            try:  # again, after the write: another process may have claimed the collection meanwhile
+                self._check_model(db)
+            except EmbeddingsError:
+                # In this memory's database the enclosing transaction takes them back; a store in
+                # a file of its own has committed them already.
+                _delete_vectors(db, [d.doc_id for d in docs], self.settings.collection)
+                raise
 
     def _mixes_neighbours(self) -> bool:
         # Rewriting a neighbour's vector needs replace-by-key, which only our store promises.
@@ -253,9 +272,9 @@ class LocalRAGMemory(BaseRetrievalMemory):
         the indexer."""
         pending = self._pending_hits(query_words(query, self._stopwords), top_k, session_id)
         try:
-            embedder, db = self._embedding_slot.get(), self._vector_slot.get()
+            embedder, db = self._embedding_slot.get(), self._vectors()
         except EmbeddingsError:
-            return pending  # already logged once by the slot; the turn goes on with keyword recall
+            return pending  # already logged once (slot, model); the turn goes on with keyword recall
         vector = _embed_query(embedder, query)
         self._query_vectors.put(query, vector)
         collection = self.settings.collection
@@ -272,7 +291,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         """Cosine of the query with each document's stored vector (a document not embedded yet is
         unscored). The query vector is the one the search just computed: never embedded twice."""
         try:
-            embedder, db = self._embedding_slot.get(), self._vector_slot.get()
+            embedder, db = self._embedding_slot.get(), self._vectors()
         except EmbeddingsError:
             return {}
         vector = self._query_vectors.get(query)
@@ -295,8 +314,9 @@ class LocalRAGMemory(BaseRetrievalMemory):
             self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
 
     def _index_in_database(self) -> bool:
-        """True when the vectors are in this memory's own PostgreSQL database: then a forget or an
-        expiry deletes documents and vectors in one transaction."""
+        """True when the vectors are in this memory's own database (our SQLite store in its file, the
+        default, or our PostgreSQL store in its database): then a forget or an expiry deletes
+        documents and vectors in one transaction."""
         try:
             db = self._vector_slot.get()
         except EmbeddingsError:
@@ -381,30 +401,92 @@ class LocalRAGMemory(BaseRetrievalMemory):
             return builtin, plugin_class(builtin, group), {}
 
     def _prepare_collection(self, db: Any) -> None:
-        """Create the collection once; re-embed everything if it holds another model's vectors."""
+        """Create a third-party store's collection once (ours is claimed at first use: :meth:`_vectors`)."""
         if not _our_store(db):
             try:
                 db.create_collection(self.settings.collection)
             except Exception as exc:  # noqa: BLE001 - many stores raise when it already exists
                 self._log.warning("collection", "%s: create_collection(%r): %s", self.plugin_name,
                                   self.settings.collection, exc)
-            return
+
+    def _vectors(self) -> Any:
+        """The vector store, its collection holding this memory's embedder's vectors.
+
+        Our store's collection is claimed for the embedder at first use in this process: every
+        document is re-embedded if it held another model's vectors. One that another process has
+        claimed since, for another embedder, is an :class:`EmbeddingsError` (an ERROR, once):
+        this process then neither writes nor searches it, so two models' vectors are never mixed
+        (the last process to start with a new embedder wins). Deleting needs no model: forget()
+        uses the store as it is.
+        """
+        db = self._vector_slot.get()
+        if _our_store(db):
+            self._check_model(db)
+        return db
+
+    def _check_model(self, db: Any) -> None:
         model = self._model_id()
-        collection = db.create_collection(self.settings.collection)
-        if collection.metadata.get("embedder") == model:
+        found = db.collection_metadata(self.settings.collection)
+        held = None if found is None else found.get("embedder")
+        if self._claimed and held == model:
             return
-        if collection.count:
-            self._log.warning("reindex", "%s: collection %r holds vectors of %r; re-embedding every document "
-                              "with %r in the background", self.plugin_name, self.settings.collection,
-                              collection.metadata.get("embedder"), model)
-            db.delete_collection(self.settings.collection)
-            with self._db.atomic() as con:
-                con.execute(f"UPDATE {self._docs.table} SET indexed = 0")
-                if self._neighbours is not None:
-                    self._neighbours.clear(con)
-            if self._worker is not None:
-                self._worker.notify()
-        db.create_collection(self.settings.collection, {**collection.metadata, "embedder": model})
+        if self._claimed and found is not None:
+            message = (f"{self.plugin_name}: collection {self.settings.collection!r} now holds vectors of {held!r} "
+                       f"(another process sharing the store re-embedded it for its embedder); this one ({model!r}) no "
+                       "longer writes or searches it, so the two models are never mixed: give every process the same "
+                       "embeddings_plugin and embeddings_config, then restart this one")
+            self._log.error("model", "%s", message)
+            raise EmbeddingsError(message)
+        self._claim_collection(db, model)
+        self._claimed = True
+        self._log.clear("model", f"{self.plugin_name}: collection {self.settings.collection!r} holds {model!r} again")
+
+    def _claim_collection(self, db: Any, model: str) -> None:
+        """Make the collection this model's: with another model's vectors (or with none while
+        documents are marked indexed, as an interrupted change left it) every document is marked
+        for re-embedding. In the memory's own database the collection and the marks change in one
+        transaction; elsewhere a crash between the two is what the check for "none" repairs."""
+        name = self.settings.collection
+
+        def needed() -> tuple[dict[str, Any] | None, bool, bool]:
+            """(the metadata, whether it names another model, whether every document must be re-embedded)."""
+            found = db.collection_metadata(name)
+            stale = found is None or found.get("embedder") != model
+            has_vectors = found is not None and db.count_embeddings_in_collection(name) > 0
+            return found, stale, (stale and has_vectors) or (not has_vectors and bool(self._docs.indexed_after(0, 1)))
+
+        def claim() -> None:
+            found, stale, reembed = needed()  # again: another process may have claimed it meanwhile
+            if reembed:
+                self._log.warning("reindex", "%s: collection %r holds %s; re-embedding every document with %r in "
+                                  "the background", self.plugin_name, name,
+                                  f"vectors of {found.get('embedder')!r}" if stale and found else
+                                  "no vector of the documents marked embedded", model)
+                if found is not None:
+                    db.delete_collection(name)
+                with self._db.atomic() as con:
+                    con.execute(f"UPDATE {self._docs.table} SET indexed = 0")
+                    if self._neighbours is not None:
+                        self._neighbours.clear(con)
+            if stale or reembed:
+                db.create_collection(name, {**(found or {}), "embedder": model})
+
+        found, stale, reembed = needed()
+        if not (stale or reembed):
+            return
+        if self._db.read_only:
+            held = f"holds vectors of {found.get('embedder')!r}, not" if found else "does not hold vectors"
+            message = (f"{self.plugin_name}: collection {name!r} {held} of {model!r}; a read-only command does not "
+                       "re-embed it (recall by meaning is off)")
+            self._log.warning("model", "%s", message)
+            raise EmbeddingsError(message)
+        if getattr(db, "database", None) is self._db:
+            with self._db.atomic():
+                claim()
+        else:
+            claim()
+        if self._worker is not None:
+            self._worker.notify()
 
     def _model_id(self) -> str:
         embedder = self._embedding_slot.get()
@@ -437,6 +519,15 @@ class LocalRAGMemory(BaseRetrievalMemory):
         rows = self._db.execute(
             f"SELECT doc_id, content, session_id, metadata FROM {self._docs.table} WHERE doc_id IN ({marks})", keys)
         return {doc_id: (content, sid, json.loads(meta)) for doc_id, content, sid, meta in rows}
+
+    def index_backlog(self) -> int:
+        """As the base's, once the embedder and the vector store are loaded: an embedder changed
+        since the vectors were made is found then, and every document queued to be embedded again."""
+        try:
+            self._vectors()
+        except EmbeddingsError:
+            pass  # the slot said why, once; the documents stay queued until it recovers
+        return super().index_backlog()
 
 
 def _our_store(db: Any) -> bool:

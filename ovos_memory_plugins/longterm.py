@@ -30,19 +30,19 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
-from ._core.imports import export_messages, merged_summary, session_export, unseen_messages
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
+from ._llm.fact_store import without_fact
 from ._llm.memory import LLMMemory
-from ._llm.summarizer import Fold, Summarizer
+from ._llm.summarizer import Fold, Summarizer, parse_summary, render_summary
 from ._llm.summary import summary_block
+from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
 from .config import option
 from .context import ContextConfig, ContextParts
 from .errors import MemoryPluginError
 from .inject import INJECT_MODES
 from .messages import (
     check_session_id,
-    coerce_messages,
     context_window,
     fold_into,
     from_dict,
@@ -52,6 +52,7 @@ from .messages import (
 )
 from .persistence import JsonStore, SqliteStore
 from .storage import BACKENDS
+from .storage.documents import exchange_positions
 
 # The reference module exposed its stores under these names.
 _JsonStore = JsonStore
@@ -102,6 +103,7 @@ class LongTermMemory(LLMMemory):
 
     Config: ClassVar[type] = LongTermConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-longterm"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"window", "summary"})
 
     store_stem: ClassVar[str] = "longterm_memory"
     offline_fallback: ClassVar[str] = "old turns are summarised without the model"
@@ -133,28 +135,12 @@ class LongTermMemory(LLMMemory):
         return _messages(self._load(session_id))
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        check_session_id(session_id)
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
         if not messages:
             return
         now = time.time()
-
-        def append(record: dict[str, Any]) -> dict[str, Any]:
-            recent = list(record.get("recent") or [])
-            tail = _message(recent[-1]) if recent else None
-            pop_tail, to_add = fold_into(tail, messages)
-            merged = pop_tail and tail is not None and is_role(tail, "assistant")
-            if pop_tail:
-                recent.pop()
-            recent.extend(to_dict(m) for m in to_add)
-            # A reply recorded in two calls is merged into one message: one exchange, not two.
-            added = sum(1 for m in to_add if is_role(m, "assistant")) - (1 if merged else 0)
-            record.update(summary=record.get("summary") or "", recent=recent, updated_at=now,
-                          exchange_count=int(record.get("exchange_count") or 0) + max(0, added))
-            return record
-
         try:
-            self._update(session_id, append, self._is_due)
+            self._update(session_id, lambda record: _appended(record, messages, now), self._is_due)
         except (MemoryPluginError, OSError) as exc:
             # Once, not per turn: a full disk would otherwise write one line per exchange.
             self._log.error("write", f"{self.plugin_name}: could not store {len(messages)} message(s) of "
@@ -239,35 +225,164 @@ class LongTermMemory(LLMMemory):
         return {"messages": len(record.get("recent") or []), "summaries": 1 if record.get("summary") else 0}
 
     def export(self, session_id: str) -> dict[str, Any]:
+        """The summary (its text, and its structured state: ``summary_state`` holds the facts and
+        the narrative, ``summary_history`` the facts they superseded), the messages not folded yet
+        and how many exchanges are due."""
         data = super().export(session_id)
         record = self._load(session_id)
+        state = record.get("summary_state")
+        state = state if isinstance(state, dict) else {}
         data.update(summary=str(record.get("summary") or ""), recent=list(record.get("recent") or []),
                     exchange_count=int(record.get("exchange_count") or 0),
                     summary_source=str(record.get("summary_source") or ""),
-                    summary_history=list((record.get("summary_state") or {}).get("history") or []))
+                    summary_history=list(state.get("history") or []),
+                    summary_state={k: v for k, v in state.items() if k != "history"})
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
-        data, sid = session_export(data, session_id)
-        recent = export_messages(data, "recent")
+        """Load what :meth:`export` produced. An empty session takes the export as it is, the
+        summary's state and history included (importing the same export again changes nothing);
+        a session that holds something (a session moved into a person's) keeps it: the summaries
+        are joined, the stored one first, and the messages it lacks are added after its own."""
+        data, sid = session_export(data, session_id, self)
+        if "recent" not in data:
+            self._import_converted(data, sid)
+            return
+        messages = export_messages(data, "recent")
+        recent = [to_dict(m) for m in messages]
         count = data.get("exchange_count") or 0
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise TypeError(f"the export's 'exchange_count' must be a count, not {count!r}")
         if not isinstance(data.get("summary") or "", str):
             raise TypeError("the export's 'summary' must be a string")
         summary = str(data.get("summary") or "")
+        record: dict[str, Any] = {"summary": summary, "recent": recent, "updated_at": time.time(),
+                                  "exchange_count": count}
+        state = _imported_state(data, summary)
+        if state is not None:
+            record.update(summary_state=state, summary_source=str(data.get("summary_source") or ""))
 
         def merge(old: dict[str, Any]) -> dict[str, Any]:
-            # Into a memory that holds something (a session moved into a person's): both kept.
+            if not old.get("summary") and not old.get("recent"):
+                return record
             stored = _messages(old)
-            added = unseen_messages(stored, recent)
+            added = unseen_messages(stored, messages)
             joined = merged_summary(str(old.get("summary") or ""), summary)
-            grew = bool(added) or joined != (old.get("summary") or "")
-            return {**old, "summary": joined, "recent": [to_dict(m) for m in [*stored, *added]],
-                    "updated_at": time.time(),
-                    "exchange_count": int(old.get("exchange_count") or 0) + (count if grew else 0)}
+            if not added and joined == (old.get("summary") or ""):
+                return old  # already there
+            merged = {**old, "summary": joined, "recent": [to_dict(m) for m in [*stored, *added]],
+                      "updated_at": time.time(), "exchange_count": int(old.get("exchange_count") or 0) + count}
+            if joined != (old.get("summary") or ""):
+                merged.pop("summary_state", None)  # it described the stored summary alone; the next fold rebuilds it
+            return merged
 
         self._update(sid, merge, self._is_due)
+
+    def _import_converted(self, data: Mapping[str, Any], sid: str) -> None:
+        """Another backend's window (and summary, from redis): its messages not yet in the session
+        are appended as turns would be, and its summary, if any, replaces the session's."""
+        messages = export_messages(data)
+        if not isinstance(data.get("summary") or "", str):
+            raise TypeError("the export's 'summary' must be a string")
+        summary = str(data.get("summary") or "")
+        state = _imported_state(data, summary) if summary else None
+        now = time.time()
+
+        def merge(record: dict[str, Any]) -> dict[str, Any]:
+            record = _appended(record, unseen_messages(_messages(record), messages), now)
+            if summary:
+                record["summary"] = summary
+                record.pop("summary_state", None)  # it described the summary replaced
+                if state:
+                    record["summary_state"] = state
+            return record
+
+        self._update(sid, merge, self._is_due)
+
+    def forget_fact(self, session_id: str, text: str) -> int:
+        """Delete the fact ``text`` from the session's summary (its list of facts and their
+        history); the summary is written again without it and the store compacted. The
+        narrative is left as it is. Returns how many facts held it (0: none)."""
+        sid = check_session_id(session_id)
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        removed = 0
+
+        def drop(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal removed
+            state = record.get("summary_state")
+            if not isinstance(state, dict):
+                state = parse_summary(str(record.get("summary") or ""))
+            kept, removed = without_fact(state, text)
+            if removed:
+                record.update(summary=render_summary(kept, self.settings.max_summary_tokens), summary_state=kept)
+            return record
+
+        record = self._load(sid)
+        if text and text in f"{record.get('summary')}{record.get('summary_state')}":  # no write when absent
+            self._store.update(sid, drop)  # a summary being written meanwhile sees the change and starts again
+            if removed:
+                self._store.compact()
+        return removed
+
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
+        """Delete the not yet summarised messages of the exchange stored as ``content`` (as a
+        retrieval memory formats it); what a summary already holds stays in it."""
+        sid = check_session_id(session_id)
+        dropped = 0
+
+        def drop(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal dropped
+            recent = list(record.get("recent") or [])
+            # A malformed entry (a hand-edited file) stands as a message that matches nothing.
+            messages = [(_message(m) if isinstance(m, Mapping) else None) or system_message("") for m in recent]
+            doomed = exchange_positions(messages, content)
+            dropped = len(doomed)
+            record["recent"] = [m for i, m in enumerate(recent) if i not in doomed]
+            return record
+
+        if self._load(sid).get("recent"):
+            self._store.update(sid, drop)
+            if dropped:
+                self._store.compact()
+        return {"messages": dropped}
+
+
+def _appended(record: dict[str, Any], messages: list[AgentMessage], now: float) -> dict[str, Any]:
+    """``record`` with ``messages`` appended to its unsummarised messages, normalised as a turn's."""
+    recent = list(record.get("recent") or [])
+    tail = _message(recent[-1]) if recent else None
+    pop_tail, to_add = fold_into(tail, messages)
+    merged = pop_tail and tail is not None and is_role(tail, "assistant")
+    if pop_tail:
+        recent.pop()
+    recent.extend(to_dict(m) for m in to_add)
+    # A reply recorded in two calls is merged into one message: one exchange, not two.
+    added = sum(1 for m in to_add if is_role(m, "assistant")) - (1 if merged else 0)
+    record.update(summary=record.get("summary") or "", recent=recent, updated_at=now,
+                  exchange_count=int(record.get("exchange_count") or 0) + max(0, added))
+    return record
+
+
+def _imported_state(data: Mapping[str, Any], summary: str) -> dict[str, Any] | None:
+    """The summary's structured state from an export (None: it has none); checked whole."""
+    history = data.get("summary_history") or []
+    if not isinstance(history, list) or not all(isinstance(h, Mapping) and isinstance(h.get("text"), str)
+                                                for h in history):
+        raise TypeError("the export's 'summary_history' must be a list of superseded facts ({'text': ...} dicts)")
+    given = data.get("summary_state")
+    if given is None:
+        if not history:
+            return None
+        given = parse_summary(summary)  # an export without the state: the facts are read from the text
+    if not isinstance(given, Mapping):
+        raise TypeError(f"the export's 'summary_state' must be a dict, not {type(given).__name__}")
+    facts, meta = given.get("facts") or [], given.get("meta") or {}
+    if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts) or not isinstance(meta, Mapping):
+        raise TypeError("the export's 'summary_state' needs 'facts' (a list of strings) and 'meta' (a dict)")
+    if not isinstance(given.get("narrative") or "", str):
+        raise TypeError("the export's 'summary_state' 'narrative' must be a string")
+    return {**given, "history": [dict(h) for h in history]}
 
 
 def _message(data: Mapping[str, Any]) -> AgentMessage | None:

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._core.compat import HAS_TOOLS, AgentMessage, MessageRole, ToolCall, make_message, tool_fields
-from ._core.log import LOG
+from ._core.log import LOG, LogOnce
 from ._core.tokens import estimate_tokens
 
 __all__ = [
-    "MAX_MESSAGE_CHARS",
-    "MESSAGE_OVERHEAD_TOKENS",
     "check_session_id",
     "check_utterance",
     "clean_text",
@@ -39,9 +38,13 @@ __all__ = [
     "fold_into",
     "from_dict",
     "is_role",
+    "MAX_MESSAGE_CHARS",
+    "MESSAGE_OVERHEAD_TOKENS",
     "message_tokens",
+    "RAW_ARGUMENTS",
     "role_of",
     "to_dict",
+    "tool_calls_of",
     "user_message",
 ]
 
@@ -49,8 +52,13 @@ __all__ = [
 #: every later turn slow. 100,000 characters is about 25,000 tokens, more than any chat reply.
 MAX_MESSAGE_CHARS = 100_000
 
+#: Tool-call arguments that are not a JSON object (plain text, a list) are kept under this key:
+#: ``arguments`` is a dict everywhere in this package, as in ovos-plugin-manager's ``ToolCall``.
+RAW_ARGUMENTS = "_raw"
+
 _ROLES = {r.value: r for r in MessageRole}
 _warned_truncation = False
+_log = LogOnce()
 
 
 def role_of(msg: Any) -> str:
@@ -118,8 +126,8 @@ def copy_message(msg: AgentMessage) -> AgentMessage:
         out: Any = object.__new__(type(msg))  # copy.copy's generic protocol costs 4 µs a message
         vars(out).update(vars(msg))
         calls = getattr(msg, "tool_calls", None)
-        if calls:
-            out.tool_calls = [copy.deepcopy(c) for c in calls]
+        if calls:  # a list of calls, or (from a careless host) anything: coerce_messages reads it
+            out.tool_calls = [copy.deepcopy(c) for c in calls] if isinstance(calls, list) else copy.deepcopy(calls)
         return out  # type: ignore[no-any-return]
     return make_message(msg.role, msg.content, **copy.deepcopy(tool_fields(msg)))
 
@@ -142,8 +150,40 @@ def coerce_messages(new_messages: Any) -> list[AgentMessage]:
         role_of(msg)
         msg = copy_message(msg)
         msg.content = clean_text(msg.content)
+        if getattr(msg, "tool_calls", None) is not None:
+            msg.tool_calls = tool_calls_of(msg.tool_calls)
+        for key in ("tool_call_id", "name"):
+            value = getattr(msg, key, None)
+            if value is not None and not isinstance(value, str):
+                setattr(msg, key, str(value))
         out.append(msg)
     return out
+
+
+def tool_calls_of(value: Any) -> list[Any] | None:
+    """``tool_calls`` as this package keeps them: a list of ``ToolCall`` (of dicts on an OPM without
+    it), each with ``id`` and ``name`` strings and ``arguments`` a JSON-ready dict; None if none.
+
+    A message's text must not be lost to the shape of its tool calls. Read: ``ToolCall`` objects,
+    ``{"id", "name", "arguments"}`` dicts, the OpenAI wire shape (``{"id", "function": {"name",
+    "arguments": "<JSON text>"}}``), and a JSON text of a list of those. What is none of these (a
+    number, a plain string) is dropped, with one warning.
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if isinstance(value, Mapping) or (hasattr(value, "name") and hasattr(value, "arguments")):
+        value = [value]  # one call given bare
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    calls = [call for call in (_call_dict(item) for item in items) if call is not None]
+    if len(calls) < len(items):
+        _log.warning("tool_calls", f"tool calls that are not ToolCall objects or call dicts were dropped "
+                                   f"(first seen: {str(value)[:80]!r}); the message itself is kept")
+    if not calls:
+        return None
+    return [ToolCall(**call) for call in calls] if HAS_TOOLS else calls
 
 
 def _mergeable(a: AgentMessage, b: AgentMessage) -> bool:
@@ -207,10 +247,39 @@ def system_message(text: str) -> AgentMessage:
     return AgentMessage(MessageRole.SYSTEM, text)
 
 
-def _tool_call_to_dict(call: Any) -> dict[str, Any]:
-    if isinstance(call, dict):
-        return {"id": call.get("id", ""), "name": call.get("name", ""), "arguments": call.get("arguments") or {}}
-    return {"id": call.id, "name": call.name, "arguments": dict(call.arguments or {})}
+def _call_dict(call: Any) -> dict[str, Any] | None:
+    """One tool call as ``{"id", "name", "arguments"}`` (see :func:`tool_calls_of`); None if it is none."""
+    if isinstance(call, Mapping):
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        ident, name = call.get("id"), call.get("name", function.get("name"))
+        arguments = call.get("arguments", function.get("arguments"))
+    elif hasattr(call, "name") and hasattr(call, "arguments"):
+        ident, name, arguments = getattr(call, "id", None), call.name, call.arguments
+    else:
+        return None
+    return {"id": "" if ident is None else str(ident), "name": "" if name is None else str(name),
+            "arguments": _arguments(arguments)}
+
+
+def _arguments(value: Any) -> dict[str, Any]:
+    """Tool-call arguments as a JSON-ready dict: the wire format's JSON text decoded; anything
+    but an object kept under :data:`RAW_ARGUMENTS`; values JSON cannot hold written as text."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            pass
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        value = {RAW_ARGUMENTS: value}
+    try:
+        # A copy that every store can write (a datetime becomes its text, a set its repr).
+        out = json.loads(json.dumps(dict(value), default=str))
+    except (TypeError, ValueError):  # keys JSON cannot hold
+        out = {str(k): str(v) for k, v in value.items()}
+    return out if isinstance(out, dict) else {}
 
 
 def to_dict(msg: AgentMessage, ts: float | None = None) -> dict[str, Any]:
@@ -220,8 +289,10 @@ def to_dict(msg: AgentMessage, ts: float | None = None) -> dict[str, Any]:
         out["ts"] = ts
     fields = tool_fields(msg)
     if "tool_calls" in fields:
-        out["tool_calls"] = [_tool_call_to_dict(c) for c in fields.pop("tool_calls")]
-    out.update(fields)
+        calls = tool_calls_of(fields.pop("tool_calls"))
+        if calls:
+            out["tool_calls"] = [_call_dict(c) for c in calls]
+    out.update({k: v if isinstance(v, str) else str(v) for k, v in fields.items()})
     return out
 
 
@@ -234,9 +305,10 @@ def from_dict(data: dict[str, Any]) -> AgentMessage:
     extra: dict[str, Any] = {}
     if HAS_TOOLS:
         if data.get("tool_calls"):
-            extra["tool_calls"] = [ToolCall(**_tool_call_to_dict(c)) for c in data["tool_calls"]]
-        extra["tool_call_id"] = data.get("tool_call_id")
-        extra["name"] = data.get("name")
+            extra["tool_calls"] = tool_calls_of(data["tool_calls"])
+        for key in ("tool_call_id", "name"):
+            value = data.get(key)
+            extra[key] = value if value is None or isinstance(value, str) else str(value)
     return make_message(role, data["content"], **extra)
 
 

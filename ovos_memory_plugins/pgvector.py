@@ -37,14 +37,14 @@ from typing import Any, TypeVar
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
 from ._core.log import LOG
-from ._retrieval.vector_calls import SingleKeyCalls, checked_batch
-from ._retrieval.vector_matrix import as_vector, numpy_module
+from ._index.vector_calls import SingleKeyCalls, check_key, check_name, checked_batch, dump_metadata, load_metadata
+from ._index.vector_matrix import as_vector, numpy_module
 from .config import option, parse_config
 from .errors import ConfigError, EmbeddingsError, StorageError
 from .storage.postgres import PgDatabase, is_postgres_url, lock_key, open_pg_database, release_pg_database
-from .vectordb import Collection, CollectionNotFound, _check_key, _check_name, _dump, _load
+from .vectordb import Collection, CollectionNotFound
 
-__all__ = ["PLUGIN_NAME", "PgEmbeddingsConfig", "PgEmbeddingsDB"]
+__all__ = ["PgEmbeddingsConfig", "PgEmbeddingsDB", "PLUGIN_NAME"]
 
 PLUGIN_NAME = "ovos-memory-postgres-embeddings-plugin"
 T = TypeVar("T")
@@ -172,7 +172,7 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
     # -- collections ---------------------------------------------------------------------
     def create_collection(self, name: str, metadata: dict[str, Any] | None = None) -> Collection:
         """Create ``name`` if missing (idempotent); ``metadata``, when given, replaces the old."""
-        name = _check_name(name)
+        name = check_name(name)
         with self._db.atomic() as con:
             con.execute(_NEW_COLLECTION, (name,))
             if metadata is not None:
@@ -181,17 +181,22 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         return self.get_collection(name)
 
     def get_collection(self, name: str) -> Collection:
-        name = _check_name(name)
+        name = check_name(name)
         rows = self._db.execute("SELECT metadata, dim, items FROM ovos_vec_collections WHERE name = ?", (name,))
         if not rows:
             raise CollectionNotFound(f"{PLUGIN_NAME}: no collection named {name!r}")
         meta, dim, items = rows[0]
         # The per-session counts: no scan of the vectors, whatever their number.
         count = self._db.execute(f"SELECT COALESCE(sum(n), 0) FROM {items}_sizes")[0][0] if dim is not None else 0
-        return Collection(name, _load(meta), dim, int(count))
+        return Collection(name, load_metadata(meta), dim, int(count))
+
+    def collection_metadata(self, name: str) -> dict[str, Any] | None:
+        """The metadata of ``name`` (None if there is no such collection): one row read, no count."""
+        rows = self._db.execute("SELECT metadata FROM ovos_vec_collections WHERE name = ?", (check_name(name),))
+        return load_metadata(rows[0][0]) if rows else None
 
     def delete_collection(self, name: str) -> None:
-        name = _check_name(name)
+        name = check_name(name)
         with self._db.atomic() as con:
             row = con.execute("DELETE FROM ovos_vec_collections WHERE name = ? RETURNING items, dim",
                               (name,)).fetchone()
@@ -215,7 +220,7 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         name = self._name(collection_name)
         sids = [str(m["session_id"]) if m and isinstance(m.get("session_id"), str) else None for m in metas]
         rows = ([keys[i] for i in order], [sids[i] for i in order], [_literal(vectors[i]) for i in order],
-                [_dump(metas[i]) for i in order])
+                [dump_metadata(metas[i]) for i in order])
 
         def write() -> str:
             with self._db.atomic() as con:
@@ -232,7 +237,7 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
 
     def delete_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None) -> None:
         """Delete ``keys`` (missing ones are ignored) in one transaction."""
-        keys = [_check_key(k) for k in keys]
+        keys = [check_key(k) for k in keys]
         if not keys:
             return
         with self._db.atomic() as con:
@@ -245,12 +250,12 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
                              return_metadata: bool = False) -> list[tuple[Any, ...]]:
         """``(key, vector)`` or ``(key, vector, metadata)`` per key, in order; None/{} when missing."""
         np = numpy_module()
-        keys = [_check_key(k) for k in keys]
+        keys = [check_key(k) for k in keys]
         with self._db.read() as con:
             table = self._items(con, self._name(collection_name))
             rows = con.execute(f"SELECT key, embedding::text, metadata FROM {table} WHERE key = ANY(?)",
                                (keys,)).fetchall() if table is not None and keys else []
-        found = {k: (np.asarray(json.loads(v), dtype=np.float32), _load(m)) for k, v, m in rows}
+        found = {k: (np.asarray(json.loads(v), dtype=np.float32), load_metadata(m)) for k, v, m in rows}
         out: list[tuple[Any, ...]] = []
         for key in keys:
             vector, meta = found.get(key, (None, {}))
@@ -290,12 +295,12 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         out: list[tuple[Any, ...]] = []
         for row in rows:
             distance = 1.0 if row[1] is None or row[1] != row[1] else max(0.0, float(row[1]))  # NaN: a zero vector
-            out.append((row[0], distance, _load(row[2])) if return_metadata else (row[0], distance))
+            out.append((row[0], distance, load_metadata(row[2])) if return_metadata else (row[0], distance))
         return out
 
     def similarities(self, vector: Any, keys: Sequence[str], collection_name: str | None = None) -> list[float | None]:
         """Cosine of ``vector`` with each key's stored vector (None for a key not stored)."""
-        keys = [_check_key(k) for k in keys]
+        keys = [check_key(k) for k in keys]
         with self._db.read() as con:
             table = self._items(con, self._name(collection_name))
             rows = con.execute(f"SELECT key, 1 - (embedding <=> ?::vector) FROM {table} WHERE key = ANY(?)",
@@ -463,7 +468,7 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
 
     # -- internals -----------------------------------------------------------------------
     def _name(self, collection_name: str | None) -> str:
-        return _check_name(collection_name if collection_name is not None else self.settings.default_collection)
+        return check_name(collection_name if collection_name is not None else self.settings.default_collection)
 
     def _items(self, con: Any, name: str, create: bool = False, dim: int | None = None) -> str | None:
         """The collection's table (created with the collection, and the table with its first vector,

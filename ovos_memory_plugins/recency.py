@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ._core.window import WindowConfig, WindowMemory
+from ._memory.window import WindowConfig, WindowMemory
 
 __all__ = ["RecencyMemory"]
 

@@ -34,13 +34,13 @@ from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage, MessageRole
 from ._core.due import DueQueue
-from ._core.imports import export_messages, merged_summary, session_export, unseen_messages
 from ._core.log import LOG, LogOnce
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
 from ._llm.endpoint import EndpointConfig, chat_client
 from ._llm.summarizer import Fold, Summarizer
 from ._llm.summary import summary_block
+from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
 from ._redis.compaction import CompactionPolicy, RoundOutcome
 from ._redis.lease import Lease
 from ._redis.store import CommitStatus, RedisStore, decode_array, url_problem
@@ -49,7 +49,6 @@ from .context import ContextConfig, ContextMemory, ContextParts
 from .errors import StorageError
 from .messages import (
     check_session_id,
-    coerce_messages,
     context_window,
     copy_message,
     fold_into,
@@ -152,6 +151,7 @@ class RedisMemory(ContextMemory):
 
     Config: ClassVar[type] = RedisConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-redis"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"window", "summary"})
 
     @classmethod
     def check_settings(cls, settings: Any) -> list[str]:
@@ -181,8 +181,7 @@ class RedisMemory(ContextMemory):
         return self._read(check_session_id(session_id))[1]
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        check_session_id(session_id)
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
         if not messages:
             return
         with self._lock:
@@ -294,7 +293,7 @@ class RedisMemory(ContextMemory):
         """Load what :meth:`export` produced: the summary joins the session's (the stored one first),
         the window's new messages are appended (importing the same export again changes nothing). Checked whole
         first; unlike a turn it raises while Redis is down: nothing is held for an import."""
-        data, sid = session_export(data, session_id)
+        data, sid = session_export(data, session_id, self)
         messages = export_messages(data)
         if not isinstance(data.get("summary") or "", str):
             raise TypeError("the export's 'summary' must be a string")

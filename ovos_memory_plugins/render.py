@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from ._core.tokens import estimate_tokens
 from ._core.untrusted import one_line, quote_untrusted
-from ._retrieval.documents import format_exchange
 from .common import MemoryHit
+from .storage.documents import format_exchange
 
 __all__ = ["ContextStyle", "render_hits"]
 

@@ -3,10 +3,10 @@
 A retrieval backend implements two hooks (and optionally a few more)::
 
     class MyMemory(BaseRetrievalMemory):
-        def _store_document(self, doc_id, text, session_id, metadata): ...
+        def _store_document(self, doc_id, text, session_id, metadata): ...  # or _store_documents(docs)
         def _query_backend(self, query, top_k, session_id=None) -> list[MemoryHit]: ...
         def _delete_documents(self, docs): ...             # forget() and max_age expiry
-        def _store_documents(self, docs): ...              # batch indexing (default loops)
+        def _store_documents(self, docs): ...              # the batch primitive (default loops)
         def _close_backend(self): ...
 
 It inherits the rest:
@@ -16,7 +16,7 @@ It inherits the rest:
   and the five inject modes), the query, the rendering, ``assemble_context``;
 * here: the windows as ``session2history``, ``search()`` (scope, ``min_score``; a failure costs
   one turn's recall), dedup of recall against the window, and its own database
-  (``_retrieval/store.py``): the verbatim window (persisted, unlike the reference's), the
+  (``storage/retrieval.py``): the verbatim window (persisted, unlike the reference's), the
   document log with never-repeating ids, and the queue that indexes documents off the turn when
   ``background_index`` is set (a turn never waits for it: until a document is indexed,
   ``_pending_hits`` recalls it by its words).
@@ -34,13 +34,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
-from ._core.history_view import SessionHistoryMixin
-from ._core.imports import export_documents, export_messages, session_export
 from ._core.log import LogOnce
 from ._core.paths import default_name, default_path
 from ._core.worker import BackgroundWorker
-from ._retrieval.documents import Document, DocumentLog, past_exchanges
-from ._retrieval.store import RetrievalStore
+from ._memory.exports import export_documents, export_messages, session_export
+from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
 from .context import RecallConfig, RecallingMemory
@@ -53,10 +51,12 @@ from .messages import (
     to_dict,
 )
 from .storage import WindowPolicy, store_location
+from .storage.documents import Document, DocumentLog, past_exchanges
+from .storage.retrieval import RetrievalStore
 from .storage.sqlite import Database, open_database
 from .storage.windows import SqliteWindowStore
 
-__all__ = ["BaseRetrievalMemory", "Document", "MemoryHit", "RetrievalConfig", "drop_window_duplicates"]
+__all__ = ["BaseRetrievalMemory", "Document", "drop_window_duplicates", "MemoryHit", "RetrievalConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +76,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
 
     Config: ClassVar[type] = RetrievalConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-retrieval"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"window", "documents"})
     #: The SQLite file under the XDG data dir when ``db_path`` is not set. A class that does not
     #: declare its own gets one named after it: two backends never share a default file.
     default_db_name: ClassVar[str | None] = None
@@ -108,12 +109,13 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def __init__(self, config: Mapping[str, Any] | None = None):
         self._log = LogOnce()
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
+        _check_indexes(type(self))
         super().__init__(config)
         self._query_takes_session = "session_id" in inspect.signature(self._query_backend).parameters
         db = self._open_db()
         store_class = RetrievalStore
         if db.engine == "postgres":
-            from ._retrieval.pg_store import PgRetrievalStore as store_class  # type: ignore[assignment]
+            from .storage.postgres.retrieval import PgRetrievalStore as store_class  # type: ignore[assignment]
         self._store = store_class(self, db, self._table_prefix(), self._log)
 
     def _settings_changed(self) -> None:
@@ -151,11 +153,15 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def _table_prefix(self) -> str:
         return "retrieval"
 
-    @abc.abstractmethod
+    # Indexing has one primitive, ``_store_documents`` (every indexing path calls it with a batch).
+    # A backend implements it, or the reference's one-document hook ``_store_document``, which the
+    # default batch calls for each document; implementing neither is a TypeError at construction.
     def _store_document(self, doc_id: str, text: str, session_id: str, metadata: dict[str, Any]) -> None:
-        """Index one document (``doc_id`` is unique for ever); a batch calls ``_store_documents``."""
+        """Index one document (``doc_id`` is unique for ever): the reference's hook."""
+        self._store_documents([Document(doc_id, text, session_id, metadata, 0.0, 0)])
 
     def _store_documents(self, docs: Sequence[Document]) -> None:
+        """Index a batch of documents (the one primitive); the default calls ``_store_document``."""
         for doc in docs:
             self._store_document(doc.doc_id, doc.text, doc.session_id, doc.metadata)
 
@@ -208,8 +214,8 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         """Append to the window and store each exchange as a document, in one transaction."""
-        sid = check_session_id(session_id)
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
+        sid = session_id
         if not messages:
             return
         try:
@@ -313,7 +319,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         """Load what :meth:`export` produced: checked whole first, and what is already stored (the
         same messages, the same documents) is not stored again."""
-        data, sid = session_export(data, session_id)
+        data, sid = session_export(data, session_id, self)
         self._store.import_session(sid, export_messages(data), export_documents(data), self.policy)
 
     def import_exchanges(self, session_id: str, exchanges: Sequence[Mapping[str, Any]]) -> int:
@@ -392,6 +398,40 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
                 if (min_score is None or h.score >= min_score)
                 and (cutoff is None or float(h.metadata.get("ts", cutoff)) >= cutoff)]
 
+    # -- one item at a time (what a person sees and removes: ``ovos-memory serve``) ---------------
+    def document(self, session_id: str, doc_id: str) -> dict[str, Any] | None:
+        """The session's stored document ``doc_id`` as :meth:`export` lists it, or None."""
+        sid = check_session_id(session_id)
+        doc = self._store.docs.by_doc_id(sid, str(doc_id))
+        return None if doc is None else {"doc_id": doc.doc_id, "ts": doc.ts, "content": doc.text,
+                                         "metadata": doc.metadata}
+
+    def forget_document(self, session_id: str, doc_id: str) -> dict[str, Any]:
+        """Forget the stored exchange ``doc_id`` for good: see :meth:`forget_exchange`, given its text.
+        Returns what was deleted (nothing when the session has no such document)."""
+        doc = self.document(session_id, doc_id)
+        return self.forget_exchange(session_id, doc["content"]) if doc is not None else {}
+
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, Any]:
+        """Delete every document of the session whose text is ``content`` (an exchange stored twice
+        goes twice), its index entries (a neighbour's context included) and its messages in the
+        window, then compact the files as :meth:`forget` does: no byte of it stays. What was
+        derived from it elsewhere (facts, a summary) is forgotten item by item."""
+        sid = check_session_id(session_id)
+        if not isinstance(content, str):
+            raise TypeError(f"content must be a str, not {type(content).__name__}")
+        counts = self._store.forget_exchange(sid, content)
+        if counts["documents"]:
+            self._compact_backend()
+        return counts
+
+    def index_backlog(self) -> int:
+        """How many documents wait for the index (after an import, or every one while they are
+        embedded again after an embedder change); 0 when the index is up to date."""
+        self._store.ensure_started()
+        return self._store.docs.count_pending()
+
+
 def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMessage]) -> list[MemoryHit]:
     """Hits whose exchange is not already verbatim in ``window`` (it would be sent twice)."""
     present = {m.content.strip() for m in window}
@@ -407,3 +447,10 @@ def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMess
             out.append(hit)
     return out
 
+
+def _check_indexes(cls: type[BaseRetrievalMemory]) -> None:
+    """A retrieval backend indexes documents one way or the other (see ``_store_documents``)."""
+    base = BaseRetrievalMemory
+    if cls._store_document is base._store_document and cls._store_documents is base._store_documents:
+        raise TypeError(f"{cls.__name__} must implement _store_document(doc_id, text, session_id, metadata) "
+                        "or _store_documents(docs) to index what it stores")

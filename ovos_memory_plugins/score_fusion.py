@@ -24,7 +24,7 @@ embedded yet) gets the lowest cosine present; fewer than two scored, or no sprea
 A retriever whose ``score_kind`` is not declared is fused as semantic.
 
 The weights are one :class:`ScoreWeights`: the defaults are fitted on the LoCoMo dev split
-(``benchmarks/fit_fusion.py`` writes them to ``_retrieval/fitted_weights.py``), and the composite's
+(``benchmarks/fit_fusion.py`` writes them to ``_index/fusion_weights.py``), and the composite's
 ``fusion_weights`` key overrides any of them.
 """
 from __future__ import annotations
@@ -34,11 +34,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._retrieval import dates
-from ._retrieval.fitted_weights import FITTED
+from ._index import dates
+from ._index.fusion_weights import FITTED
 from .errors import ConfigError
 
-__all__ = ["FEATURES", "KINDS", "ScoreWeights", "Signal", "features", "fused_scores"]
+__all__ = ["FEATURES", "features", "fused_scores", "KINDS", "ScoreWeights", "Signal"]
 
 #: The features, in the order of :meth:`ScoreWeights.vector`.
 FEATURES = ("keyword", "semantic", "date", "length")

@@ -11,15 +11,15 @@ Differences from ovos-persona's class, all deliberate (docs/compatibility.md):
 
 ``session2history`` is kept as in the original (``{session_id: [AgentMessage]}``), as a live
 view over the window store rather than a dict, so code that seeds or edits it directly also
-works when the window lives in SQLite or JSON (see ``_core/history_view.py``).
+works when the window lives in SQLite or JSON (see ``_memory/session_view.py``).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import ClassVar
 
-from ._core.history_view import LiveHistory, SessionHistoryView
-from ._core.window import WindowConfig, WindowMemory
+from ._memory.session_view import LiveHistory, SessionHistoryView
+from ._memory.window import WindowConfig, WindowMemory
 from .config import option
 
 __all__ = ["BasicShortTermMemory", "LiveHistory", "SessionHistoryView", "ShortTermConfig"]

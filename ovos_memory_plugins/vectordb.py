@@ -38,13 +38,13 @@ from typing import Any
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
 from ._core.paths import default_path
-from ._retrieval.vector_calls import SingleKeyCalls, check_key, checked_batch
-from ._retrieval.vector_matrix import PLUGIN_NAME, Matrix, as_vector, numpy_module, unit_rows
+from ._index.vector_calls import SingleKeyCalls, check_key, check_name, checked_batch, dump_metadata, load_metadata
+from ._index.vector_matrix import PLUGIN_NAME, Matrix, as_vector, numpy_module, unit_rows
 from .config import option, parse_config
 from .errors import EmbeddingsError
 from .storage.sqlite import Database, open_database, release_database
 
-__all__ = ["Collection", "CollectionNotFound", "SqliteEmbeddingsDB", "SqliteEmbeddingsConfig"]
+__all__ = ["Collection", "CollectionNotFound", "SqliteEmbeddingsConfig", "SqliteEmbeddingsDB"]
 
 DEFAULT_FILE = "embeddings.db"
 #: Keys per ``IN (...)`` list (SQLite's default limit on variables is 999 on old builds).
@@ -120,10 +120,16 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         self._lock = threading.RLock()  # taken inside the Database lock, never around it
         self._closed = False
 
+    @property
+    def database(self) -> Database:
+        """The SQLite database the vectors are in: shared with every store of this process on the same
+        file, so a memory keeping its documents there writes both in one transaction."""
+        return self._db
+
     # -- collections ---------------------------------------------------------------------
     def create_collection(self, name: str, metadata: dict[str, Any] | None = None) -> Collection:
         """Create ``name`` if missing (idempotent); ``metadata``, when given, replaces the old."""
-        name = _check_name(name)
+        name = check_name(name)
         with self._db.atomic() as con:
             con.execute(_CREATE, (name,))
             if metadata is not None:
@@ -134,13 +140,19 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
     def get_collection(self, name: str) -> Collection:
         rows = self._db.execute(
             "SELECT c.name, c.metadata, c.dim, (SELECT COUNT(*) FROM ovos_vec_items i WHERE i.collection = c.name) "
-            "FROM ovos_vec_collections c WHERE c.name = ?", (_check_name(name),))
+            "FROM ovos_vec_collections c WHERE c.name = ?", (check_name(name),))
         if not rows:
             raise CollectionNotFound(f"{PLUGIN_NAME}: no collection named {name!r}")
         return _collection(rows[0])
 
+    def collection_metadata(self, name: str) -> dict[str, Any] | None:
+        """The metadata of ``name`` (None if there is no such collection): one row read, no count,
+        cheap enough for every query (in a transaction of this database, it reads within it)."""
+        rows = self._db.execute("SELECT metadata FROM ovos_vec_collections WHERE name = ?", (check_name(name),))
+        return load_metadata(rows[0][0]) if rows else None
+
     def delete_collection(self, name: str) -> None:
-        name = _check_name(name)
+        name = check_name(name)
         with self._db.atomic() as con:
             con.execute("DELETE FROM ovos_vec_items WHERE collection = ?", (name,))
             con.execute("DELETE FROM ovos_vec_collections WHERE name = ?", (name,))
@@ -171,7 +183,7 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
                 raise EmbeddingsError(f"{PLUGIN_NAME}: collection {name!r} holds {mirror.dim}-dim vectors, "
                                       f"got {vectors.shape[1]} (a different embedder?)")
             replaced = any(keys[i] in mirror.pos for i in order)
-            rows = [(name, keys[i], vectors[i].astype("<f4").tobytes(), _dump(metas[i])) for i in order]
+            rows = [(name, keys[i], vectors[i].astype("<f4").tobytes(), dump_metadata(metas[i])) for i in order]
             try:
                 if replaced:  # a new row id, so other readers see a replacement as delete + add
                     con.executemany("DELETE FROM ovos_vec_items WHERE collection = ? AND key = ?",
@@ -191,7 +203,7 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
 
     def delete_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None) -> None:
         """Delete ``keys`` (missing ones are ignored) in one transaction."""
-        keys = [_check_key(k) for k in keys]
+        keys = [check_key(k) for k in keys]
         if not keys:
             return
         name = self._name(collection_name)
@@ -218,7 +230,7 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
                              return_metadata: bool = False) -> list[tuple[Any, ...]]:
         """``(key, vector)`` or ``(key, vector, metadata)`` per key, in order; None/{} when missing."""
         np = numpy_module()
-        keys = [_check_key(k) for k in keys]
+        keys = [check_key(k) for k in keys]
         name = self._name(collection_name)
         found: dict[str, tuple[Any, dict[str, Any]]] = {}
         for start in range(0, len(keys), _CHUNK):
@@ -227,7 +239,7 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             for key, blob, meta in self._db.execute(
                     f"SELECT key, vector, metadata FROM ovos_vec_items WHERE collection = ? AND key IN ({marks})",
                     (name, *chunk)):
-                found[key] = (np.frombuffer(blob, dtype="<f4").astype(np.float32), _load(meta))
+                found[key] = (np.frombuffer(blob, dtype="<f4").astype(np.float32), load_metadata(meta))
         out: list[tuple[Any, ...]] = []
         for key in keys:
             vector, meta = found.get(key, (None, {}))
@@ -283,7 +295,7 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         norm = float(np.linalg.norm(q))
         if norm > 0:
             q = q / np.float32(norm)
-        keys = [_check_key(k) for k in keys]
+        keys = [check_key(k) for k in keys]
         name = self._name(collection_name)
         with self._db.read() as con:
             mirror = self._sync(con, name)
@@ -318,7 +330,7 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
 
     # -- internals -----------------------------------------------------------------------
     def _name(self, collection_name: str | None) -> str:
-        return _check_name(collection_name if collection_name is not None else self.settings.default_collection)
+        return check_name(collection_name if collection_name is not None else self.settings.default_collection)
 
     def _top_k(self, mirror: Matrix, q: Any, k: int, return_metadata: bool,
                where: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
@@ -379,7 +391,9 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             mirror = self._mirrors.get(name)
             if mirror is not None and (mirror.version, mirror.epoch, mirror.dim) == (version, epoch, dim):
                 return mirror
-            if mirror is None or mirror.epoch != epoch or mirror.dim != dim:
+            # Ahead of the file: a write of ours was rolled back with an enclosing transaction (a
+            # memory's, that also marks its documents), and the rows it put in RAM are not on disk.
+            if mirror is None or mirror.epoch != epoch or mirror.dim != dim or mirror.version > version:
                 mirror = Matrix(dim)  # something was deleted or replaced elsewhere: reload all
                 self._mirrors[name] = mirror
             self._load_rows(con, name, mirror)  # only rows added since the mirror's last id
@@ -395,7 +409,7 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), mirror.dim)
         # Keys are unique per collection and a replaced key forces a full reload, so the rows
         # after max_id are all new to the mirror.
-        mirror.extend([r[1] for r in rows], unit_rows(matrix), [_load(r[3]) or None for r in rows])
+        mirror.extend([r[1] for r in rows], unit_rows(matrix), [load_metadata(r[3]) or None for r in rows])
         mirror.max_id = int(rows[-1][0])
 
     def _fix_dim(self, con: Any, name: str, dim: int) -> Matrix:
@@ -420,29 +434,7 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             self._mirrors.pop(name, None)
 
 
-def _check_name(name: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"collection name must be a non-empty str, not {name!r}")
-    return name
-
-
-_check_key = check_key
-
-
-def _dump(meta: dict[str, Any] | None) -> str | None:
-    if not meta:
-        return None
-    try:
-        return json.dumps(meta, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"metadata must be JSON-serialisable: {exc}") from exc
-
-
-def _load(text: str | None) -> dict[str, Any]:
-    return json.loads(text) if text else {}
-
-
 def _collection(row: Iterable[Any]) -> Collection:
     name, meta, dim, count = row
-    return Collection(name, _load(meta), dim, int(count))
+    return Collection(name, load_metadata(meta), dim, int(count))
 

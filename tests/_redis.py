@@ -18,8 +18,10 @@ import time
 
 import pytest
 
-__all__ = ["RedisServer", "redis_server_url", "server_url"]
+__all__ = ["RedisServer", "answers", "redis_server_url", "server_url"]
 
+#: Set by ``make test-fast``: a test that would start a server there is missing its ``redis`` marker.
+NO_SERVERS_ENV = "OVOS_MEMORY_TEST_NO_SERVERS"
 REDIS_SERVER = os.environ.get("OVOS_MEMORY_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
@@ -40,10 +42,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def answers(port: int) -> bool:
+    """Whether a Redis server on 127.0.0.1:``port`` answers a PING."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 class RedisServer:
     """A private redis-server process on 127.0.0.1 (``--save ""``, ``--appendonly no``)."""
 
     def __init__(self, port: int | None = None):
+        if os.environ.get(NO_SERVERS_ENV):
+            raise RuntimeError(f"{NO_SERVERS_ENV} is set (make test-fast) but this test starts redis-server: "
+                               "mark it `redis`")
         self.port = port or free_port()
         self._folder = tempfile.TemporaryDirectory(prefix="ovos-redis-")
         self._process: subprocess.Popen | None = None
@@ -89,12 +104,7 @@ class RedisServer:
         self._folder.cleanup()
 
     def _answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
+        return answers(self.port)
 
     def __enter__(self) -> RedisServer:
         return self.start()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from ovos_memory_plugins._retrieval.bm25 import Tokenizer
+from ovos_memory_plugins._index.postings import Tokenizer
 from ovos_memory_plugins.lexical import LexicalMemory
 from tests._timing import patience
 
@@ -379,7 +379,7 @@ def test_a_query_that_matches_nothing_can_be_asked_again_and_scored(tmp_path, cl
 def test_a_burst_of_long_replies_is_tokenized_off_the_turn(tmp_path, closing, monkeypatch):
     import threading
 
-    from ovos_memory_plugins._retrieval.bm25 import PostingsMirror
+    from ovos_memory_plugins._index.postings import PostingsMirror
 
     memory = closing(LexicalMemory({"db_path": str(tmp_path / "l.db"), "scope": "session"}))
     memory.update_history([AgentMessage(U, "my dog Rex"), AgentMessage(A, "a fine dog")], "s")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("ovos_memory_plugins", "docs", "benchmarks", "tests", "scripts", "README.md", "Makefile")
+SCANNED = ("ovos_memory_plugins", "docs", "benchmarks", "tests", "scripts", "README.md", "CHANGELOG.md", "Makefile")
 SKIPPED_DIRS = {"__pycache__", ".venv", ".venv-pre", "build", ".bench-cache"}
 
 #: Anywhere, identifiers included (a test named after a seed document cites it too).

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -224,6 +225,77 @@ def test_import_of_a_file_that_is_not_an_export_is_one_line(lexical, tmp_path, c
     assert_one_line_error(code, capsys.readouterr().err, ["junk.json", "session_id"])
 
 
+def test_a_lexical_export_imported_into_a_composite_is_recalled_there(lexical, tmp_path, capsys):
+    assert main(["export", "kitchen", *lexical]) == 0
+    dump = tmp_path / "kitchen.json"
+    dump.write_text(capsys.readouterr().out)
+    members = [{"module": m, "config": {"db_path": str(tmp_path / f"{m[-7:]}.db")}}
+               for m in ("ovos-memory-plugin-recency", "ovos-memory-plugin-lexical")]
+    target = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps({"members": members})]
+    assert main(["import", str(dump), *target]) == 0
+    out, err = capsys.readouterr()
+    assert "imported 1 session(s)" in out and "exported from ovos-memory-plugin-lexical" in err
+    assert main(["search", "what is my dog called", *target]) == 0
+    assert "Biscuit" in capsys.readouterr().out
+    assert main(["show", "kitchen", *target]) == 0
+    assert "Porto" in capsys.readouterr().out
+
+
+def test_an_export_the_memory_keeps_nothing_of_is_one_line_and_nothing_is_imported(tmp_path, capsys):
+    facts = {"db_path": str(tmp_path / "e.json"), "api_url": None}
+    with open_memory("ovos-memory-plugin-entity", facts) as memory:
+        exchange(memory, "kitchen", "My name is Ana", "Hi Ana")
+    assert main(["export", "kitchen", "--module", "ovos-memory-plugin-entity", "--config", json.dumps(facts)]) == 0
+    dump = tmp_path / "kitchen.json"
+    dump.write_text(capsys.readouterr().out)
+    target = ["--module", "ovos-memory-plugin-recency", "--config", json.dumps({"db_path": str(tmp_path / "r.db")})]
+    code = main(["import", str(dump), *target])
+    out, err = capsys.readouterr()
+    assert code == 2 and "imported" not in out
+    assert_one_line_error(code, err, ["kitchen.json", "ovos-memory-plugin-entity holds facts",
+                                      "ovos-memory-plugin-recency keeps a window", "nothing in it can be imported"])
+    assert main(["sessions", *target]) == 0
+    assert capsys.readouterr().out.split() == []
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ('{"session_id": "s", "window": 5}', ["bad.json", "'s'", "'window' must be a list"]),
+    ('{"sessions": [{"session_id": 5}]}', ["bad.json", "session_id must be a str"]),
+    ('{"session_id": "s", "window": [{"role": "wizard", "content": "x"}]}', ["bad.json", "role 'wizard'"]),
+    ('{"session_id": "s", "documents": [{"content": null}]}', ["bad.json", "'documents'[0]"]),
+    ("[" * 100_000 + "]" * 100_000, ["bad.json", "nested too deeply"]),
+])
+def test_a_malformed_export_is_one_line_with_exit_2(lexical, tmp_path, capsys, content, words):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    code = main(["import", str(bad), *lexical])
+    assert code == 2
+    assert_one_line_error(code, capsys.readouterr().err, words)
+
+
+def test_a_second_malformed_session_names_what_was_imported_before_it(lexical, tmp_path, capsys):
+    bad = tmp_path / "two.json"
+    bad.write_text(json.dumps({"sessions": [{"session_id": "a", "window": []}, {"session_id": "b", "window": 5}]}))
+    code = main(["import", str(bad), *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, ["session 'b'", "1 session(s) before it"])
+
+
+@pytest.mark.parametrize("command", [["sessions", "--config", "{deep}"], ["sessions", "--persona", "{deep}"],
+                                     ["check-config", "{deep}"]])
+def test_deeply_nested_json_is_one_line_with_exit_2(tmp_path, capsys, command):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a": ' * 50_000 + "1" + "}" * 50_000)
+    args = [str(deep) if a == "{deep}" else a for a in command]
+    code = main([*args, "--module", "ovos-memory-plugin-recency"] if "--config" in args else args)
+    assert code == 2
+    assert_one_line_error(code, capsys.readouterr().err, ["deep.json", "nested too deeply"])
+
+
+def test_export_of_a_session_and_all_is_one_line(lexical, capsys):
+    code = main(["export", "--all", "kitchen", *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, ["SESSION or --all", "'kitchen'"])
+
+
 def test_import_exchanges_keeps_their_dates(lexical, tmp_path, capsys):
     log = tmp_path / "history.jsonl"
     log.write_text('{"question": "I bought a red bike", "answer": "Nice!", "ts": "2023-05-08T13:56:00Z"}\n'
@@ -239,6 +311,7 @@ def test_import_exchanges_keeps_their_dates(lexical, tmp_path, capsys):
     ('[{"question": "q", "ts": "last tuesday"}]', ["history.json", "ISO 8601"]),
     ('[{"answer": 5}]', ["history.json", "answer", "nothing was imported"]),
     ("not json", ["history.json", "JSON lines"]),
+    ('[{"question": "q", "answer": "a", "ts": "0001-01-01T00:00:00"}]', ["history.json", "out of range"]),
 ])
 def test_bad_past_exchanges_are_one_line(lexical, tmp_path, capsys, content, words):
     log = tmp_path / "history.json"
@@ -257,6 +330,49 @@ def test_stats_counts_windows_and_documents(lexical, capsys):
     assert main(["stats", *lexical]) == 0
     out = capsys.readouterr().out
     assert "2 session(s)" in out and "kitchen" in out and "total" in out
+
+
+def stats_table(out):
+    """``{row label: [numbers]}`` of the stats table (its header row under "header")."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip("│┃").split("│" if "│" in line else "┃")]
+        if len(cells) > 1 and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_stats_counts_shared_facts_once(tmp_path, capsys):
+    config = {"db_path": str(tmp_path / "e.json"), "api_url": None, "scope": "global"}
+    with open_memory("ovos-memory-plugin-entity", config) as memory:
+        exchange(memory, "a", "My name is Ana", "Hi")
+        exchange(memory, "b", "I live in Porto", "Nice")
+        exchange(memory, "c", "I work at the library", "Cool")
+        exchange(memory, "c", "I have a dog called Rex", "Cute")
+        memory.flush(patience(10))
+        assert len(memory.facts("a")) == 4
+    assert main(["stats", "--module", "ovos-memory-plugin-entity", "--config", json.dumps(config)]) == 0
+    rows = stats_table(capsys.readouterr().out)
+    facts = rows["session"].index("facts")
+    assert rows["total"][facts] == "4", rows
+    assert [rows[sid][facts] for sid in "abc"] == ["1", "1", "2"]
+
+
+def test_stats_shows_each_retrievers_documents_apart(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one line per row, headers unwrapped
+    members = [{"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / f"l{i}.db")}}
+               for i in (1, 2)]
+    config = {"members": members}
+    with open_memory("ovos-memory-plugin-composite", config) as memory:
+        for i in range(3):
+            exchange(memory, "s", f"question {i}", f"answer {i}")
+        memory.flush(patience(10))
+    assert main(["stats", "--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]) == 0
+    rows = stats_table(capsys.readouterr().out)
+    header = rows["session"]
+    assert "documents" not in header, "two retrievers' documents added together"
+    assert rows["total"][header.index("documents (lexical)")] == "3"
+    assert rows["total"][header.index("documents (lexical#2)")] == "3"
 
 
 def test_management_commands_take_the_memory_from_a_persona_file(tmp_path, capsys):
@@ -663,6 +779,8 @@ def test_the_demo_runs_offline_on_the_embedded_defaults_and_recalls_every_answer
     assert result["right"] == result["total"] == len(QUESTIONS), text
     assert "Biscuit" in text and "Kyoto" in text
     assert (tmp_path / "demo" / "hybrid_local_rag.db").exists()  # --data-dir keeps the files
+    assert stat.S_IMODE((tmp_path / "demo").stat().st_mode) == 0o700  # a private folder, as a persona's
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "demo").glob("*.db")} == {0o600}
 
 
 def test_the_demo_leaves_no_files_behind_by_default(tmp_path, monkeypatch, _private_data_home):

@@ -84,6 +84,7 @@ def test_e5_embeds_queries_and_passages_with_their_own_prefixes(e5):
     assert np.allclose(as_query.get_embeddings(DOG), query, atol=1e-5)
 
 
+@pytest.mark.heavy
 @needs_e5
 def test_e5_copes_with_hostile_text(e5):
     vectors = e5.get_embeddings_batch(["\x00nul", "\ud800 bad surrogate", "", "x" * 100_000, "مرحبا 👋"])

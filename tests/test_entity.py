@@ -490,6 +490,26 @@ def test_forget_in_global_scope_removes_only_that_sessions_facts(make):
     assert memory.facts("anything") == ["User lives in Lisbon"]
 
 
+def test_in_global_scope_a_sessions_export_holds_its_own_facts_only(make):
+    memory = make(scope="global")
+    say(memory, "My name is Ana", sid="kitchen")
+    say(memory, "I live in Lisbon", sid="bedroom")
+    say(memory, "I moved to Porto", sid="bedroom")
+    memory.flush(patience(10))
+    kitchen = memory.export("kitchen")
+    assert [(f["text"], f["sid"]) for f in kitchen["facts"]] == [("User's name is Ana", "kitchen")]
+    assert kitchen["superseded"] == [] and kitchen["pending"] == 0
+    bedroom = memory.export("bedroom")
+    assert [f["text"] for f in bedroom["facts"]] == ["User lives in Porto"]
+    assert [h["text"] for h in bedroom["superseded"]] == ["User lives in Lisbon"]
+    # What export gives is what forget takes: imported again, it is that session's, and only its.
+    memory.forget("kitchen")
+    memory.import_session(kitchen)
+    assert [f["text"] for f in memory.export("kitchen")["facts"]] == ["User's name is Ana"]
+    assert memory.forget("kitchen")["facts"] == 1
+    assert memory.facts("car") == ["User lives in Porto"]
+
+
 def test_forget_and_export_in_session_scope(make, tmp_path):
     memory = make()
     say(memory, "My name is Ana")
@@ -505,17 +525,51 @@ def test_forget_and_export_in_session_scope(make, tmp_path):
     assert memory.facts("t") == ["User's name is Bea"]
 
 
-def test_facts_forgotten_while_extraction_runs_do_not_come_back(make, llm):
+def test_an_import_keeps_the_facts_dates_and_the_superseded_ones(make, tmp_path):
+    memory = make()
+    say(memory, "I live in Lisbon")
+    say(memory, "I moved to Porto")
+    say(memory, "My name is Ana")
+    memory.flush(patience(10))
+    exported = memory.export("s")
+    assert [h["text"] for h in exported["superseded"]] == ["User lives in Lisbon"]
+    other = make(db_path=str(tmp_path / "other.json"))
+    other.import_session(exported, "t")
+    other.import_session(exported, "t")  # again: changes nothing
+    back = other.export("t")
+    assert [(f["text"], f["ts"], f["source"], f["sid"]) for f in back["facts"]] == \
+        [(f["text"], f["ts"], f["source"], "t") for f in exported["facts"]]
+    assert [(h["text"], h["superseded_at"], h["sid"]) for h in back["superseded"]] == \
+        [(h["text"], h["superseded_at"], "t") for h in exported["superseded"]]
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({"facts": [{"text": 5}]}, "'facts'\\[0\\]"),
+    ({"facts": [{"text": "x", "ts": "yesterday"}]}, "'ts'"),
+    ({"superseded": [{"text": None}]}, "'superseded'\\[0\\]"),
+    ({"superseded": "Lisbon"}, "'superseded' must be a list"),
+])
+def test_a_malformed_facts_export_is_an_error_naming_the_part_and_stores_nothing(make, bad, why):
+    memory = make()
+    with pytest.raises((TypeError, ValueError), match=why):
+        memory.import_session({"plugin": "ovos-memory-plugin-entity", "session_id": "s", **bad})
+    assert memory.sessions() == []
+
+
+@pytest.mark.parametrize("backend, name", [("json", "e.json"), ("sqlite", "e.db"), ("memory", "e")])
+def test_facts_forgotten_while_extraction_runs_do_not_come_back(make, llm, tmp_path, backend, name):
     llm.mode, llm.delay = "slow", 1.0
     llm.reply = items(("name", "Ana"))
-    memory = make(api_url=llm.url, model="m")
+    memory = make(api_url=llm.url, model="m", backend=backend, db_path=str(tmp_path / name))
     say(memory, "My name is Ana")
     while llm.count("/chat/completions") == 0:  # the worker is now waiting on the model
         time.sleep(0.01)
     memory.forget("s")
+    assert memory.sessions() == []
     llm.mode = "ok"
     memory.flush(patience(10))
     assert memory.facts("s") == []
+    assert memory.sessions() == [], "the forgotten session came back when its extraction finished"
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "memory", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
@@ -84,6 +85,7 @@ def _writer(path: str, name: str, count: int) -> None:
     m.close()
 
 
+@pytest.mark.heavy
 def test_two_processes_writing_one_file_lose_nothing(tmp_path):
     path = str(tmp_path / "shared.db")
     ctx = multiprocessing.get_context("spawn")

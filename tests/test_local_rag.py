@@ -279,6 +279,72 @@ def test_a_vector_without_a_live_document_is_never_recalled(tmp_path, memories):
     assert [h.source for h in memory.search("my dog Rex", "s", top_k=5)] == ["s_0"]
 
 
+class HeldEmbedder(FakeEmbedder):
+    """Holds every passage embedding until the test lets it go; says when one is held."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.held = threading.Event()
+        self.go = threading.Event()
+
+    def encode(self, texts, query=False):
+        if not query:
+            self.held.set()
+            assert self.go.wait(patience(60)), "the embedder was never let go"
+        return super().encode(texts, query)
+
+
+def _bytes_holding(folder, needle):
+    return sorted(p.name for p in folder.rglob("*") if p.is_file() and needle.encode() in p.read_bytes())
+
+
+def _vector_sessions(path, collection="ovos_local_rag"):
+    con = sqlite3.connect(path)
+    try:
+        return sorted(r[0] for r in con.execute(
+            "SELECT json_extract(metadata, '$.session_id') FROM ovos_vec_items WHERE collection = ?", (collection,)))
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("vectors", ["in the memory's file", "in a file of their own"])
+def test_forget_while_the_session_is_being_embedded_returns_at_once_and_no_vector_of_it_appears(
+        tmp_path, memories, vectors):
+    own = vectors == "in a file of their own"
+    config = {"max_history": 0, "embeddings_db_config": {"path": str(tmp_path / "vectors.db")} if own else {}}
+    embedder = HeldEmbedder()
+    memory = memories(config, embedder=embedder)
+    for i in range(6):
+        memory.update_history(exchange(f"secret zqforgotten{i}", "noted"), "A")
+        memory.update_history(exchange(f"kept zqkept{i}", "fine"), "B")
+    assert embedder.held.wait(patience(30)), "the indexer never started"
+    done = threading.Event()
+    forgot = threading.Thread(target=lambda: (memory.forget("A"), done.set()), daemon=True)
+    forgot.start()
+    forgot.join(patience(20))  # a safety net: forget must not wait for the embedding it races with
+    embedder.go.set()
+    assert done.is_set(), "forget() waited for the indexer's backlog"
+    assert memory.flush(patience(30))
+    vectors_file = tmp_path / ("vectors.db" if own else "rag.db")
+    assert _vector_sessions(vectors_file) == ["B"] * 6, "vectors of a forgotten session were written"
+    memory.forget("nobody")  # compacts the files: deleted bytes would show otherwise
+    assert _bytes_holding(tmp_path, "zqforgotten") == []
+    assert [h.source for h in memory.search("kept zqkept3", "B", top_k=1)] == ["B_3"]
+
+
+def test_a_vector_is_never_written_for_a_document_another_process_forgot(tmp_path, memories):
+    persona = memories({"max_history": 0}, embedder=(embedder := HeldEmbedder()))
+    for i in range(4):
+        persona.update_history(exchange(f"secret zqforgotten{i}", "noted"), "A")
+    assert embedder.held.wait(patience(30))
+    cli = memories({"max_history": 0})  # `ovos-memory forget A`: another memory on the same file
+    assert cli.forget("A")["documents"] == 4
+    embedder.go.set()
+    assert persona.flush(patience(30))
+    assert _vector_sessions(tmp_path / "rag.db") == []
+    assert cli.sessions() == [] and persona.search("secret zqforgotten1", "A") == []
+
+
 def test_changing_the_embedder_re_embeds_every_document(memories):
     old = memories(embedder=FakeEmbedder({"dim": 64}))
     old.update_history(exchange("my dog Rex", "ok"), "s")
@@ -287,6 +353,106 @@ def test_changing_the_embedder_re_embeds_every_document(memories):
     new.search("warm up", "s")  # loads the store; the old vectors are dropped and re-embedded
     assert new.flush(patience(30))
     assert [h.source for h in new.search("dog Rex", "s")] == ["s_0"]
+
+
+class _Crash(BaseException):
+    """The process dies here (not an Exception: nothing may swallow it)."""
+
+
+class NegatedEmbedder(FakeEmbedder):
+    """Another model of the same dimension (as e5 and MiniLM both are 384)."""
+
+    @property
+    def model_id(self):
+        return "another-model-64"
+
+    def encode(self, texts, query=False):
+        return -super().encode(texts, query)
+
+
+def _embedded_by(path, collection="ovos_local_rag"):
+    """For each stored vector: 'fake' or 'negated', whichever model embedded its text."""
+    fake = FakeEmbedder()
+    con = sqlite3.connect(path)
+    try:
+        rows = con.execute("SELECT vector, json_extract(metadata, '$.content') FROM ovos_vec_items "
+                           "WHERE collection = ?", (collection,)).fetchall()
+    finally:
+        con.close()
+    out = []
+    for blob, text in rows:
+        cosine = float(np.frombuffer(blob, dtype="<f4") @ fake.get_embeddings(text))
+        out.append("fake" if cosine > 0.99 else "negated" if cosine < -0.99 else "?")
+    return sorted(out)
+
+
+@pytest.mark.parametrize("vectors", ["in the memory's file", "in a file of their own"])
+def test_a_crash_while_the_embedder_changes_leaves_every_document_re_embedded(tmp_path, memories, monkeypatch,
+                                                                              vectors):
+    config = {"embeddings_db_config": {"path": str(tmp_path / "vectors.db")}} if vectors.endswith("own") else {}
+    with LocalRAGMemory({"db_path": str(tmp_path / "rag.db"), **config, "_embedder": FakeEmbedder()}) as old:
+        for i in range(5):
+            old.update_history(exchange(f"my pet number {i} is a dragon called zog{i}", "cute"), "s")
+        assert old.flush(patience(30))
+    real = SqliteEmbeddingsDB.delete_collection
+
+    def crash(self, name):  # the power goes right after the old vectors are gone
+        real(self, name)
+        raise _Crash
+
+    monkeypatch.setattr(SqliteEmbeddingsDB, "delete_collection", crash)
+    changed = LocalRAGMemory({"db_path": str(tmp_path / "rag.db"), **config, "_embedder": NegatedEmbedder()})
+    with pytest.raises(_Crash):
+        changed.search("dragon", "s")
+    monkeypatch.undo()
+    changed._store.close_worker()  # what dies with the process
+    new = memories(config, embedder=NegatedEmbedder())
+    new.search("warm up", "s")  # its first use of the store
+    assert new.flush(patience(30))
+    vectors_file = tmp_path / ("vectors.db" if config else "rag.db")
+    assert _embedded_by(vectors_file) == ["negated"] * 5
+    assert [h.source for h in new.search("my pet number 3 is a dragon called zog3", "s", top_k=1)] == ["s_3"]
+
+
+def test_documents_marked_embedded_without_a_vector_are_embedded_again(tmp_path, memories):
+    # What an interrupted change of embedder left behind in an earlier version: the new model's
+    # empty collection, and every document marked as embedded.
+    memory = memories()
+    for i in range(4):
+        memory.update_history(exchange(f"the dragon zog{i}", "cute"), "s")
+    assert memory.flush(patience(30))
+    memory.close()
+    con = sqlite3.connect(tmp_path / "rag.db")
+    con.execute("DELETE FROM ovos_vec_items")
+    con.commit()
+    con.close()
+    again = memories()
+    assert again.search("dragon zog2", "s") == [] or again.flush(patience(30))
+    assert again.flush(patience(30))
+    assert _embedded_by(tmp_path / "rag.db") == ["fake"] * 4
+    assert [h.source for h in again.search("dragon zog2", "s", top_k=1)] == ["s_2"]
+
+
+def test_two_processes_with_different_embedders_never_mix_their_vectors(tmp_path, memories, monkeypatch):
+    errors = []
+    monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: errors.append(str(msg)))
+    first = memories({"max_history": 0}, embedder=FakeEmbedder())
+    for i in range(3):
+        first.update_history(exchange(f"green turtle number {i}", "ok"), "s")
+    assert first.flush(patience(30))
+    second = memories({"max_history": 0}, embedder=NegatedEmbedder())  # another process, another model
+    second.search("turtle", "s")  # its first use: the collection becomes its model's, re-embedded
+    assert second.flush(patience(30))
+    for i in range(3, 6):  # the first one goes on, with its own model
+        first.update_history(exchange(f"green turtle number {i}", "ok"), "s")
+    first.flush(2)
+    for _ in range(3):
+        assert all(h.metadata.get("pending") for h in first.search("green turtle number 4", "s"))
+    assert second.flush(patience(30))
+    assert _embedded_by(tmp_path / "rag.db") == ["negated"] * 6
+    assert [h.source for h in second.search("green turtle number 4", "s", top_k=1)] == ["s_4"]
+    complaints = [line for line in errors if "another-model-64" in line and "no longer writes" in line]
+    assert len(complaints) == 1, errors
 
 
 def test_the_reference_config_keys_are_accepted_without_warnings(memories, logged):
@@ -557,3 +723,22 @@ def test_a_document_the_embedder_rejects_holds_up_no_other(memories, monkeypatch
     assert memory.search("dog Rex", "s")[0].source == "s_1"
     assert memory._docs.count_pending() == 1
     assert len([e for e in errors if "1 of 2 document(s) could not be indexed" in e]) == 1
+
+
+def test_opened_read_only_it_recalls_by_meaning_and_never_re_embeds_another_models_vectors(memories, logged):
+    from ovos_memory_plugins.storage import read_only
+
+    memory = memories()
+    memory.update_history(exchange("my dog is called Biscuit", "lovely"), "s")
+    memory.flush(patience(30))
+    memory.close()
+    with read_only():
+        same = memories()
+        assert [h.content for h in same.search("dog Biscuit", "s")][:1] == ["Q: my dog is called Biscuit\nA: lovely"]
+        same.close()
+        other = memories(embedder=FakeEmbedder({"dim": 32}))
+        assert other.search("dog Biscuit", "s") == []  # another model's vectors: no recall by meaning
+        other.close()
+    assert any("holds vectors of 'fake-hashed-bag-of-words-64'" in line for line in logged), logged
+    again = memories()  # the vectors are still there, not re-embedded by the look
+    assert again.search("dog Biscuit", "s")

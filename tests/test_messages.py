@@ -1,6 +1,10 @@
 """Normalisation rules (docs/index.md) as properties, and the dict round-trip."""
 from __future__ import annotations
 
+import datetime as dt
+import json
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,6 +13,7 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_memory_plugins._core.compat import HAS_TOOLS, make_message
 from ovos_memory_plugins.messages import (
     MAX_MESSAGE_CHARS,
+    RAW_ARGUMENTS,
     coerce_messages,
     context_window,
     fold_into,
@@ -16,6 +21,7 @@ from ovos_memory_plugins.messages import (
     is_role,
     to_dict,
 )
+from tests._host_messages import WIRE_CALL, Said
 
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
 message = st.builds(AgentMessage, st.sampled_from([U, A]), st.text(max_size=8))
@@ -101,3 +107,34 @@ def test_a_budget_cut_never_leaves_an_answer_without_its_question():
     assert [m.content for m in kept] == ["five", "fine"]
     assert left == budget - message_tokens("five") - message_tokens("fine")
     assert fit_window(msgs, 10_000)[0] == msgs  # everything fits: nothing dropped
+
+
+@pytest.mark.parametrize(("calls", "expected"), [
+    ([WIRE_CALL], [{"id": "c1", "name": "weather", "arguments": {"city": "Porto"}}]),
+    ([SimpleNamespace(id="c1", name="weather", arguments='{"city": "Porto"}')],
+     [{"id": "c1", "name": "weather", "arguments": {"city": "Porto"}}]),
+    (json.dumps([WIRE_CALL]), [{"id": "c1", "name": "weather", "arguments": {"city": "Porto"}}]),
+    ([{"id": 7, "name": "say", "arguments": "plain text"}],
+     [{"id": "7", "name": "say", "arguments": {RAW_ARGUMENTS: "plain text"}}]),
+    ([{"id": "c2", "name": "when", "arguments": {"at": dt.date(2024, 5, 1)}}],
+     [{"id": "c2", "name": "when", "arguments": {"at": "2024-05-01"}}]),
+    ("notalist", None),
+    ([5], None),
+    ([5, WIRE_CALL], [{"id": "c1", "name": "weather", "arguments": {"city": "Porto"}}]),
+])
+def test_tool_calls_of_any_shape_are_normalised_and_the_message_kept(calls, expected):
+    out = coerce_messages([Said("user", "weather in Porto?"), Said("assistant", "checking", tool_calls=calls),
+                           Said("tool", "sunny", tool_call_id=5, name="weather")])
+    assert [m.content for m in out] == ["weather in Porto?", "checking", "sunny"]
+    stored = [to_dict(m) for m in out]
+    assert stored[1].get("tool_calls") == expected
+    assert stored[2] == {"role": "tool", "content": "sunny", "tool_call_id": "5", "name": "weather"}
+    json.dumps(stored)  # every store can write it
+
+
+def test_a_stored_message_with_malformed_tool_calls_reads_back():
+    for calls in ("notalist", [5], [WIRE_CALL]):
+        back = from_dict({"role": "assistant", "content": "y", "tool_calls": calls})
+        assert back.content == "y"
+        if HAS_TOOLS:
+            assert (back.tool_calls is None) == (calls != [WIRE_CALL])

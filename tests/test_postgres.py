@@ -77,6 +77,37 @@ def test_text_postgresql_cannot_hold_round_trips_and_stays_distinct():
         assert memory.get_history("a\ue0000b")[0].content == "q a\ue0000b"
 
 
+@pytest.mark.parametrize("scope", ["session", "global"])
+def test_a_nul_character_in_a_message_costs_no_fact_of_any_session(scope):
+    from ovos_memory_plugins.entity import EntityMemory
+
+    with EntityMemory({"db_url": fresh_url(), "api_url": None, "scope": scope}) as memory:
+        _exchange(memory, "kitchen", "my name is Ana", "hi Ana")
+        _exchange(memory, "kitchen", "I live in Porto", "nice")
+        assert memory.flush(patience(30))
+        before = memory.facts("kitchen")
+        _exchange(memory, "bed\x00room", "I like jazz\x00", "cool")  # a paste, a bad decoder
+        assert memory.flush(patience(30))
+        assert set(before) <= set(memory.facts("kitchen")) and any("Ana" in f for f in before)
+        assert any("jazz\x00" in f for f in memory.facts("bed\x00room")), memory.export("bed\x00room")
+        context = memory.build_conversation_context("who am I?", "kitchen")
+        assert any("Ana" in m.content for m in context[:-1])
+
+
+def test_a_record_keeps_nul_characters_and_their_escape_text_exactly():
+    from ovos_memory_plugins.storage import open_record_store
+
+    store = open_record_store(fresh_url(), table="nul")
+    try:
+        record = {"a\x00": ["x\x00y", "\\u0000", "\\\x00", "\ue000 0"], "n": 1}
+        store.save("s\x00", record)
+        assert store.load("s\x00") == record
+        assert store.load_field("s\x00", "a\x00") == record["a\x00"]
+        assert store.update("s\x00", lambda r: {**r, "n": 2})["a\x00"] == record["a\x00"]
+    finally:
+        store.close()
+
+
 def _open_lexical(url, queue):
     from ovos_memory_plugins.lexical import LexicalMemory
 
@@ -119,6 +150,46 @@ def test_a_store_migrated_by_a_newer_package_is_refused_not_damaged():
         assert db.execute("SELECT to_regclass('half') IS NULL")[0][0]
     finally:
         release_pg_database(db)
+
+
+def test_a_store_or_memory_that_fails_to_start_keeps_no_connection_open(monkeypatch):
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.storage import open_record_store, postgres
+    from ovos_memory_plugins.storage.postgres.documents import PgDocumentLog
+    from ovos_memory_plugins.storage.postgres.stores import PgRecordStore
+
+    broken = ("CREATE TABLE {t} (x int); CREATE TABLE {t} (x int);",)  # fails half way, every time
+    monkeypatch.setattr(PgRecordStore, "migrations", broken)
+    monkeypatch.setattr(PgDocumentLog, "migrations", broken)
+    url = fresh_url()
+    with pytest.raises(MigrationError):
+        open_record_store(url, table="broken")
+    with pytest.raises(MigrationError):
+        LexicalMemory({"db_url": url})
+    assert url not in [db.url for db in postgres._shared.values()], "a database stayed open with nobody to close it"
+
+
+def test_a_connection_that_fails_its_first_statement_is_closed(monkeypatch):
+    import psycopg
+
+    from ovos_memory_plugins.errors import StorageError
+    from ovos_memory_plugins.storage.postgres import PgDatabase
+
+    made, real = [], PgDatabase._connect
+
+    def connect(self):
+        raw = real(self)
+        made.append(raw)
+        monkeypatch.setattr(raw, "execute", fail)  # the liveness lock, its first statement, fails
+        return raw
+
+    def fail(*args, **kwargs):
+        raise psycopg.OperationalError("the server went away")
+
+    monkeypatch.setattr(PgDatabase, "_connect", connect)
+    with pytest.raises(StorageError):
+        open_pg_database(fresh_url())
+    assert made and all(raw.closed for raw in made), "a connection nobody holds was left open"
 
 
 def _continue_answer(url, tag, count, go):
@@ -312,7 +383,11 @@ def test_a_hybrid_exchange_is_kept_by_every_member_or_by_none(monkeypatch):
 
         def then_lose_the_connection(self, messages, session_id):
             original(self, messages, session_id)
-            pid = open_pg_database(url).execute("SELECT pg_backend_pid()")[0][0]  # this thread's connection
+            db = open_pg_database(url)  # the members' own: this thread's connection
+            try:
+                pid = db.execute("SELECT pg_backend_pid()")[0][0]
+            finally:
+                release_pg_database(db)
             with connect() as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
@@ -333,7 +408,7 @@ def test_a_hybrid_exchange_is_kept_by_every_member_or_by_none(monkeypatch):
 
 # -- the shared job queues -----------------------------------------------------------------------
 def _claim_and_die(url, ready):
-    from ovos_memory_plugins.storage.postgres_jobs import PgJobQueue
+    from ovos_memory_plugins.storage.postgres.jobs import PgJobQueue
 
     queue = PgJobQueue(open_pg_database(url), "jobs", lease_s=3600)
     assert queue.claim() is not None
@@ -342,7 +417,7 @@ def _claim_and_die(url, ready):
 
 
 def test_a_job_runs_once_across_workers_and_a_dead_workers_job_is_taken_at_once():
-    from ovos_memory_plugins.storage.postgres_jobs import PgJobQueue
+    from ovos_memory_plugins.storage.postgres.jobs import PgJobQueue
 
     url = fresh_url()
     db = open_pg_database(url)
@@ -404,7 +479,7 @@ def test_facts_queued_by_several_servers_are_extracted_once_each():
 
 
 def _lease_and_die(url, ready):
-    from ovos_memory_plugins._retrieval.pg_documents import PgDocumentLog
+    from ovos_memory_plugins.storage.postgres.documents import PgDocumentLog
 
     db = open_pg_database(url)
     docs = PgDocumentLog(db, "local_rag_docs")
@@ -495,6 +570,37 @@ def test_a_tokenizer_postgresql_cannot_follow_is_a_config_error():
 
     with pytest.raises(ConfigError, match="trigram"):
         LexicalMemory({"db_url": fresh_url(), "tokenizer": "trigram"})
+
+
+def _identifiers(url):
+    """Every name in the store's schema: relations, functions, triggers, constraints."""
+    schema = schema_of(url)
+    with connect(url) as con:
+        return [r[0] for r in con.execute(
+            "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+            "UNION SELECT proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s "
+            "UNION SELECT conname FROM pg_constraint k JOIN pg_namespace n ON n.oid = k.connamespace "
+            "WHERE n.nspname = %s", (schema, schema, schema)).fetchall()]
+
+
+def test_the_longest_lexical_table_name_postgresql_can_hold_works_and_a_longer_one_is_a_config_error(tmp_path):
+    from ovos_memory_plugins._cli.check import _check_block
+    from ovos_memory_plugins.lexical import PG_TABLE_MAX, LexicalMemory
+
+    url = fresh_url()
+    longest = "persona_" + "x" * (PG_TABLE_MAX - 8)
+    with LexicalMemory({"db_url": url, "table": longest, "retrieval": {"neighbour_weight": 0.5}}) as memory:
+        _exchange(memory, "s", "my dog is called Rex", "nice")
+        assert memory.flush(patience(30))
+        assert memory.search("dog Rex", "s")[0].content.startswith("Q: my dog")
+    made = [n for n in _identifiers(url) if n.startswith(longest[:20])]
+    assert made and all(n.startswith(longest) for n in made), f"names PostgreSQL cut: {made}"
+    too_long = {"db_url": url, "table": longest + "x"}
+    with pytest.raises(ConfigError, match=f"'table' is {PG_TABLE_MAX + 1} characters long.*at most {PG_TABLE_MAX}"):
+        LexicalMemory(too_long)
+    assert any("'table'" in p for p in _check_block("ovos-memory-plugin-lexical", too_long))
+    with LexicalMemory({"db_path": str(tmp_path / "lexical.db"), "table": longest + "x" * 30}) as memory:
+        _exchange(memory, "s", "my dog is called Rex", "nice")  # SQLite has no such limit
 
 
 # -- vectors --------------------------------------------------------------------------------------

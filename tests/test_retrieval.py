@@ -111,6 +111,36 @@ def test_the_base_is_abstract_until_both_hooks_are_written():
     with pytest.raises(TypeError, match="_query_backend"):
         OnlyStores({"db_path": ":memory:"})
 
+    class OnlyQueries(BaseRetrievalMemory):
+        def _query_backend(self, query, top_k, session_id=None):
+            return []
+
+    with pytest.raises(TypeError, match="_store_document"):
+        OnlyQueries({"db_path": ":memory:"})
+
+
+def test_either_indexing_hook_is_enough_and_both_see_every_document(tmp_path):
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+
+    class OneByOne(BaseRetrievalMemory):  # the reference's hook
+        def _store_document(self, doc_id, text, session_id, metadata):
+            self.seen.append(text)
+
+        def _query_backend(self, query, top_k, session_id=None):
+            return []
+
+    class Batches(OneByOne):  # the batch primitive
+        def _store_documents(self, docs):
+            self.seen.extend(d.text for d in docs)
+
+    for cls in (OneByOne, Batches):
+        memory = cls({"db_path": str(tmp_path / f"{cls.__name__}.db")})
+        memory.seen = []
+        memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
+        assert memory.flush(30)
+        assert memory.seen == ["Q: my dog is Rex\nA: nice"], cls
+        memory.close()
+
 
 def test_a_failing_backend_is_logged_once_as_an_error_and_the_turn_goes_on(tmp_path, monkeypatch):
     from ovos_memory_plugins._core.log import LOG

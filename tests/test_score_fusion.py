@@ -8,18 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from ovos_memory_plugins._retrieval import dates
-from ovos_memory_plugins._retrieval.fitted_weights import FITTED
+from ovos_memory_plugins._index import dates
+from ovos_memory_plugins._index.fusion_weights import FITTED
 from ovos_memory_plugins.errors import ConfigError
 from ovos_memory_plugins.score_fusion import FEATURES, ScoreWeights, Signal, features, fused_scores
 
 NOW = dt.datetime(2023, 8, 20, tzinfo=dt.timezone.utc).timestamp()
 
 
-def days(text: str, now: float | None = NOW) -> list[tuple[str, str]]:
+def days_of(spans: list[tuple[float, float]]) -> list[tuple[str, str]]:
     def iso(t: float) -> str:
         return dt.datetime.fromtimestamp(t, dt.timezone.utc).date().isoformat()
-    return [(iso(a), iso(b)) for a, b in dates.periods(text, now)]
+    return [(iso(a), iso(b)) for a, b in spans]
+
+
+def days(text: str, now: float | None = NOW) -> list[tuple[str, str]]:
+    return days_of(dates.periods(text, now))
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -140,3 +144,20 @@ def test_the_shipped_weights_file_is_what_the_fitting_script_writes():
     finally:
         sys.path.remove(str(bench))
     assert module.WEIGHTS_FILE.read_text(encoding="utf-8") == module.render_weights(dict(FITTED))
+
+
+def test_a_text_of_thousands_of_years_reads_a_bounded_number_of_mentions(monkeypatch):
+    # Counted, not timed: each mention read builds its period, so the periods built are the work.
+    built: list[tuple[int, ...]] = []
+    real_ts = dates._ts
+    monkeypatch.setattr(dates, "_ts", lambda *args: built.append(args) or real_ts(*args))
+    spans = dates.periods("2023 " * 20_000, NOW)
+    assert days_of(spans) == [("2023-01-01", "2024-01-01")]  # one period, named 20,000 times
+    assert len(built) <= 2 * dates.MAX_MENTIONS
+
+
+def test_a_text_naming_many_dates_gives_at_most_max_mentions_periods():
+    text = " ".join(f"on {day} July 2023 and" for day in range(1, 29)) * 10
+    spans = dates.periods(text, NOW)
+    assert 0 < len(spans) <= dates.MAX_MENTIONS
+    assert days_of(spans)[0] == ("2023-07-01", "2023-07-02")

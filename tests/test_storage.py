@@ -257,6 +257,7 @@ def _append_many(path: str, name: str, count: int) -> None:
     store.close()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name, count", [("w.db", 1000), ("w.json", 250)])
 def test_two_processes_appending_lose_no_update(tmp_path, name, count):
     path = str(tmp_path / name)

@@ -113,7 +113,7 @@ def test_a_query_runs_while_a_background_call_holds_the_model(engine):
 
 def test_a_background_call_does_not_start_while_a_query_is_waiting_or_running():
     from ovos_memory_plugins._core.worker import in_background, run_as_background
-    from ovos_memory_plugins._retrieval.model_gate import ModelGate
+    from ovos_memory_plugins._index.model_gate import ModelGate
 
     gate = ModelGate()
     started = threading.Event()
@@ -354,7 +354,7 @@ def test_a_redis_turn_returns_while_the_summary_endpoint_hangs_and_summaries_que
 def test_finding_the_pending_documents_reads_the_pending_rows_not_the_whole_session(tmp_path):
     # A turn asks for the session's pending documents; with thousands indexed and none pending
     # that must stay a handful of steps (SQLite once walked every document of the session).
-    from ovos_memory_plugins._retrieval.documents import DocumentLog
+    from ovos_memory_plugins.storage.documents import DocumentLog
     from ovos_memory_plugins.storage.sqlite import open_database, release_database
 
     db = open_database(str(tmp_path / "docs.db"))

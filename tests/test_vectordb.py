@@ -227,6 +227,7 @@ _OTHER_PROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_writes_by_another_process_are_seen_without_reopening(tmp_path):
     path = str(tmp_path / "procs.db")
     with SqliteEmbeddingsDB({"path": path}) as db:

@@ -1,5 +1,5 @@
 """The management commands of ``ovos-memory``: sessions, show, search, forget, export, import,
-stats, plugins and docs-table. Each takes the parsed arguments and a :class:`UI`, returns an exit
+index, stats, plugins and docs-table. Each takes the parsed arguments and a :class:`UI`, returns an exit
 status, and reports a failure as one :class:`CLIError` line."""
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._core.people import PERSON_PREFIX, inside
+from .._memory.people import PERSON_PREFIX, inside
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
-from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape
+from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, private_stdout
 from .persona import load_persona, open_memory
 
-__all__ = ["cmd_docs_table", "cmd_export", "cmd_forget", "cmd_import", "cmd_plugins", "cmd_search", "cmd_sessions",
-           "cmd_show", "cmd_stats", "read_json"]
+__all__ = ["cmd_docs_table", "cmd_export", "cmd_forget", "cmd_import", "cmd_index", "cmd_plugins", "cmd_search",
+           "cmd_sessions", "cmd_show", "cmd_stats", "read_json", "wait_for_index"]
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -31,6 +31,8 @@ def read_json(path: str, what: str) -> Any:
         raise CLIError(f"cannot read {what} {path!r}: {exc}") from None
     except ValueError as exc:
         raise CLIError(f"{what} {path!r} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise CLIError(f"{what} {path!r} is nested too deeply to read") from None
 
 
 def _config_arg(text: str | None) -> dict[str, Any]:
@@ -42,6 +44,8 @@ def _config_arg(text: str | None) -> dict[str, Any]:
             value = json.loads(text)
         except ValueError as exc:
             raise CLIError(f"--config is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise CLIError("--config is nested too deeply to read") from None
     else:
         value = read_json(text, "config file")
     if not isinstance(value, dict):
@@ -129,6 +133,7 @@ def cmd_show(args: argparse.Namespace, ui: UI) -> int:
 
         for msg in memory.get_history(args.session):
             table.add_row(role_of(msg), Text(msg.content))
+        private_stdout()  # a conversation: a file it is redirected to is private
         ui.out.print(table)
         data = memory.export(args.session) if callable(getattr(memory, "export", None)) else {}
         for label, value in _highlights(data):
@@ -167,6 +172,7 @@ def cmd_search(args: argparse.Namespace, ui: UI) -> int:
             score = hit.metadata.get("fusion_score", hit.score)
             table.add_row(str(i), f"{score:.3f}", Text(str(hit.metadata.get("session_id", ""))),
                           str(hit.metadata.get("retriever", "")).replace("ovos-memory-plugin-", ""), Text(hit.content))
+        private_stdout()
         ui.out.print(table)
     return 0
 
@@ -184,7 +190,7 @@ def _target(memory: Any, args: argparse.Namespace) -> tuple[str, str]:
     if getattr(args, "person", None):
         if args.session:
             raise CLIError("give a SESSION or --person, not both")
-        people = memory.people() if callable(getattr(memory, "people", None)) else []
+        people = list(memory.people()) if callable(getattr(memory, "people", None)) else []
         if args.person not in people:
             raise CLIError(f"no person {args.person!r} in this memory's 'people' (known: {', '.join(people) or 'none'};"
                            " people exist with scope 'person')", EXIT_NO_SESSION)
@@ -212,13 +218,15 @@ def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
 
 
 def cmd_export(args: argparse.Namespace, ui: UI) -> int:
+    if args.all and args.session:
+        raise CLIError(f"export takes a SESSION or --all, not both (got --all and {args.session!r})")
     with _backend(args, read_only=True) as memory:
         if args.all:
             data: dict[str, Any] = {"plugin": getattr(memory, "plugin_name", ""),
                                     "sessions": [memory.export(s) for s in (_sessions(memory) or [])]}
         else:
             data = memory.export(_target(memory, args)[0])
-        ui.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+        ui.write_private(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
     return 0
 
 
@@ -255,6 +263,8 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
             json.loads(line) for line in text.splitlines() if line.strip()]
     except ValueError as exc:
         raise CLIError(f"exchanges file {path!r} is neither a JSON list nor JSON lines: {exc}") from None
+    except RecursionError:
+        raise CLIError(f"exchanges file {path!r} is nested too deeply to read") from None
     out = []
     for i, item in enumerate(items):
         if isinstance(item, Mapping) and isinstance(item.get("ts"), str):
@@ -262,7 +272,11 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
                 when = datetime.datetime.fromisoformat(item["ts"].replace("Z", "+00:00"))
             except ValueError:
                 raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is not an ISO 8601 date") from None
-            item = {**item, "ts": when.timestamp()}
+            try:
+                seconds = when.timestamp()
+            except (ValueError, OverflowError, OSError):  # year 1 in local time is before year 1 in UTC
+                raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is out of range") from None
+            item = {**item, "ts": seconds}
         out.append(item)
     return out
 
@@ -277,16 +291,18 @@ def _import_exchanges(args: argparse.Namespace, ui: UI) -> int:
                            "retrieval memories and composites can")
         try:
             count = memory.import_exchanges(args.session, items)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise CLIError(f"{args.file!r}: {exc}; nothing was imported") from None
-        memory.flush(600)
+        except RecursionError:
+            raise CLIError(f"{args.file!r}: an exchange is nested too deeply to store; nothing was imported") from None
+        settled = wait_for_index(memory, ui, 600)
         ui.out.print(f"imported {count} exchange(s) into session {escape(repr(args.session))}")
+        if not settled:
+            _not_settled(ui)
     return 0
 
 
 def cmd_import(args: argparse.Namespace, ui: UI) -> int:
-    from rich.progress import Progress
-
     if getattr(args, "exchanges", False):
         return _import_exchanges(args, ui)
     if args.all and args.session:
@@ -296,22 +312,109 @@ def cmd_import(args: argparse.Namespace, ui: UI) -> int:
         raise CLIError("--session only applies to a file holding one session")
     with _backend(args) as memory:
         name = getattr(memory, "plugin_name", "")
-        for item in items:
-            if item.get("plugin") and name and item["plugin"] != name:
-                ui.err.print(f"[yellow]warning:[/yellow] session {escape(repr(item['session_id']))} was exported "
-                             f"from {escape(str(item['plugin']))}, importing into {name}")
-        with Progress(console=ui.err, transient=True) as progress:
+        with _progress(ui) as progress:
             task = progress.add_task("importing", total=len(items))
-            for item in items:
-                memory.import_session(item, args.session)
+            for i, item in enumerate(items):
+                _import_one(memory, item, args, i)
                 progress.advance(task)
-            progress.add_task("indexing", total=None)
-            settled = memory.flush(600)
+        settled = wait_for_index(memory, ui, 600)
         ui.out.print(f"imported {len(items)} session(s) into {name or type(memory).__name__}")
-        if settled is False:  # stored, but the index (or a summary) is not done: say so, do not hide it
-            ui.err.print("[yellow]note:[/yellow] background work (indexing, summaries) is not finished; it "
-                         "resumes the next time this memory runs")
+        others = sorted({str(item["plugin"]) for item in items if item.get("plugin") and item["plugin"] != name})
+        if others and name:
+            ui.err.print(f"[yellow]note:[/yellow] exported from {escape(', '.join(others))}: what {name} keeps "
+                         "of it (a window, documents, a summary or facts) was imported")
+        if not settled:
+            _not_settled(ui)
     return 0
+
+
+def _not_settled(ui: UI) -> None:
+    # Stored, but the index (or a summary) is not done: say so, do not hide it.
+    ui.err.print("[yellow]note:[/yellow] background work (indexing, summaries) is not finished; it "
+                 "resumes the next time this memory runs")
+
+
+def _progress(ui: UI) -> Any:
+    """A progress bar on stderr, drawn on a terminal only (a log or a pipe gets nothing, not even
+    the blank line a disabled rich bar leaves)."""
+    if not ui.err.is_terminal:
+        return _NoProgress()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=ui.err, transient=True)
+
+
+class _NoProgress:
+    """The calls of a rich ``Progress``, drawing nothing."""
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    def advance(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def wait_for_index(memory: Any, ui: UI, timeout: float | None = None, poll: float = 0.25) -> bool:
+    """Wait for the memory's background work (documents waiting for the index: what was imported,
+    or everything after an embedder change), with a progress bar of the documents indexed on a
+    terminal. False when ``timeout`` seconds passed first."""
+    import time
+
+    backlog, flush = getattr(memory, "index_backlog", None), getattr(memory, "flush", None)
+    if not callable(flush):
+        return True  # a third-party memory with no background work to wait for
+    waiting = int(backlog()) if callable(backlog) else 0
+    deadline = None if timeout is None else time.monotonic() + timeout
+    total = waiting
+    with _progress(ui) as progress:
+        task = progress.add_task("indexing", total=total or None)
+        while True:
+            left = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
+            if flush(left) is not False:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            waiting = int(backlog()) if callable(backlog) else waiting
+            total = max(total, waiting)
+            progress.update(task, total=total or None, completed=total - waiting)
+
+
+def cmd_index(args: argparse.Namespace, ui: UI) -> int:
+    with _backend(args) as memory:
+        name = getattr(memory, "plugin_name", type(memory).__name__)
+        if not callable(getattr(memory, "index_backlog", None)):
+            raise CLIError(f"{name} keeps no index of its own (retrieval memories and composites do)")
+        waiting = memory.index_backlog()  # an embedder changed since the vectors were made: all of them
+        if not wait_for_index(memory, ui, args.timeout):
+            raise CLIError(f"the index of {name} is not up to date after {args.timeout:g} s: "
+                           f"{memory.index_backlog()} document(s) still wait (the work resumes the next time this "
+                           "memory runs)", EXIT_ERROR)
+        ui.out.print(f"the index of {name} is up to date ({waiting} document(s) indexed now)", soft_wrap=True)
+    return 0
+
+
+def _import_one(memory: Any, item: Mapping[str, Any], args: argparse.Namespace, index: int) -> None:
+    """One session of the file; what the memory refuses (a malformed export, one of a kind it
+    keeps nothing of) is one line naming the session, and what was imported before it."""
+    try:
+        memory.import_session(item, args.session)
+        return
+    except (TypeError, ValueError) as exc:
+        why = str(exc)
+    except RecursionError:
+        why = "it is nested too deeply to store"
+    before = f" ({index} session(s) before it in the file were imported)" if index else ""
+    raise CLIError(f"{args.file!r}: cannot import session {item.get('session_id')!r}: {why}{before}")
 
 
 def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
@@ -319,32 +422,53 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
 
     with _backend(args, read_only=True) as memory:
         found = _sessions(memory) or []
-        people = [sid for sid in found if _person_of(memory, sid)]
-        title = f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)"
-        table = Table(title=title + (f", {len(people)} of them people's" if people else ""))
-        for col in ("session", "person", "window", "documents", "facts", "summary"):
-            table.add_column(col, justify="left" if col in ("session", "person") else "right")
-        totals = [0, 0, 0, 0]
+        rows: list[tuple[str, dict[str, int]]] = []
+        shared = False
         for sid in found[: args.limit]:
             data = memory.export(sid) if callable(getattr(memory, "export", None)) else {}
-            row = [len(memory.get_history(sid)), *_tally(data)]
-            totals = [a + b for a, b in zip(totals, row)]
-            table.add_row(Text(sid), Text(_person_of(memory, sid) or "-"), *(str(v) for v in row))
-        if len(found) > args.limit:
-            table.caption = f"first {args.limit} sessions shown (--limit)"
-        if found:
-            table.add_row("[bold]total[/bold]", "", *(f"[bold]{v}[/bold]" for v in totals))
+            rows.append((sid, {"window": len(memory.get_history(sid)), **_tally(data)}))
+            shared = shared or _shares_facts(data)
+        columns = list(dict.fromkeys(["window", *(c for _, counts in rows for c in counts)]))  # what it keeps
+        people = [sid for sid in found if _person_of(memory, sid)]
+        title = f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)"
+        title += f", {len(people)} of them people's" if people else ""
+        table = Table(title=title, min_width=len(title) + 4)  # a title on one line over a narrow table
+        for col in ("session", *(["person"] if people else []), *columns):
+            table.add_column(col, justify="left" if col in ("session", "person") else "right")
+        for sid, counts in rows:
+            person = [Text(_person_of(memory, sid) or "-")] if people else []
+            table.add_row(Text(sid), *person, *(str(counts.get(c, 0)) for c in columns))
+        if rows:
+            table.add_row("[bold]total[/bold]", *([""] if people else []),
+                          *(f"[bold]{sum(r.get(c, 0) for _, r in rows)}[/bold]" for c in columns))
+        notes = [f"first {args.limit} sessions shown (--limit)"] if len(found) > args.limit else []
+        if shared:
+            notes.append("facts are shared by every session (scope global): each is counted in the session it "
+                         "came from")
+        table.caption = "; ".join(notes) or None
         ui.out.print(table)
     return 0
 
 
-def _tally(data: Mapping[str, Any]) -> tuple[int, int, int]:
-    docs, facts = len(data.get("documents") or []), len(data.get("facts") or [])
-    summary = int(bool(data.get("summary")))
-    for member in (data.get("members") or {}).values():
-        d, f, s = _tally(member)
-        docs, facts, summary = docs + d, facts + f, summary + s
-    return docs, facts, summary
+def _tally(data: Mapping[str, Any], member: str = "") -> dict[str, int]:
+    """Documents, facts and summaries in an export. Each retriever of a composite stores every
+    exchange: its documents get a column of their own (added up, they would count each twice)."""
+    out: dict[str, int] = {}
+    for name, export in (data.get("members") or {}).items():
+        for key, count in _tally(export, str(name).replace("ovos-memory-plugin-", "")).items():
+            out[key] = out.get(key, 0) + count
+    if "documents" in data:
+        out[f"documents ({member})" if member else "documents"] = len(data.get("documents") or [])
+    if "facts" in data:
+        out["facts"] = out.get("facts", 0) + len(data.get("facts") or [])
+    if "summary" in data:
+        out["summary"] = out.get("summary", 0) + int(bool(data.get("summary")))
+    return out
+
+
+def _shares_facts(data: Mapping[str, Any]) -> bool:
+    return data.get("scope") == "global" and "facts" in data or any(
+        _shares_facts(m) for m in (data.get("members") or {}).values() if isinstance(m, Mapping))
 
 
 def cmd_plugins(args: argparse.Namespace, ui: UI) -> int:

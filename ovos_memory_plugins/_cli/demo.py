@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.compat import AgentMessage, MessageRole
+from .._core.paths import make_private_dirs
 from ..messages import role_of
 
 __all__ = ["QUESTIONS", "SESSIONS", "Question", "demo_config", "run_demo"]
@@ -93,7 +94,7 @@ def demo_config(data_dir: str) -> dict[str, Any]:
 @contextmanager
 def _data_dir(path: str | None) -> Iterator[str]:
     if path:
-        os.makedirs(path, exist_ok=True)
+        make_private_dirs(path)  # the demo's conversation is as private as a persona's
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="ovos-memory-demo-") as tmp:

@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import stat
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .._core.log import LOG
+from .._core.paths import PRIVATE_FILE_MODE
 
 __all__ = ["EXIT_ENDPOINT", "EXIT_ERROR", "EXIT_INPUT", "EXIT_NO_SESSION", "UI", "CLIError", "Text", "count_items",
-           "escape", "logs_to_stderr"]
+           "escape", "logs_to_stderr", "private_stdout"]
 
 EXIT_ERROR, EXIT_INPUT, EXIT_ENDPOINT, EXIT_NO_SESSION = 1, 2, 3, 4
 
@@ -48,6 +51,25 @@ class UI:
         """Plain text on stdout (JSON, streamed replies): no markup, no wrapping."""
         sys.stdout.write(text)
         sys.stdout.flush()
+
+    def write_private(self, text: str) -> None:
+        """:meth:`write` of a conversation (an export): a file that stdout was redirected to is
+        made ``0600`` first, as every file holding one is."""
+        private_stdout()
+        self.write(text)
+
+
+def private_stdout() -> None:
+    """Make stdout ``0600`` when it is an empty regular file of ours: what ``> export.json`` has
+    just created (or emptied) with the shell's umask. A file appended to (``>>``), someone
+    else's, a pipe or a terminal keeps its mode."""
+    try:
+        fd = sys.stdout.fileno()
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_size == 0 and st.st_uid == os.geteuid():
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+    except (OSError, ValueError, AttributeError):  # no real file behind stdout (a test's capture, a closed one)
+        pass
 
 
 class _Held(list):  # type: ignore[type-arg]

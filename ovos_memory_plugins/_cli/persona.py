@@ -94,6 +94,8 @@ def load_persona(path: str | os.PathLike[str]) -> Persona:
         data = json.loads(text)
     except ValueError as exc:
         raise PersonaError(f"persona file {str(file)!r} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise PersonaError(f"persona file {str(file)!r} is nested too deeply to read") from None
     return parse_persona(data, default_name=file.stem, path=str(file))
 
 

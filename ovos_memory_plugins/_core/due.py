@@ -4,7 +4,7 @@ Background workers (summaries, fact extraction, compaction) take one key at a ti
 marked again while queued keeps its place, and one that failed goes back to the end.
 
 ``claim``/``done``/``retry`` are the job-queue surface the LLM memories use, shared with the
-durable queue of a PostgreSQL store (``storage/postgres_jobs.py``): here a claimed job is simply
+durable queue of a PostgreSQL store (``storage/postgres/jobs.py``): here a claimed job is simply
 taken out of the set, and a failed one put back.
 """
 from __future__ import annotations

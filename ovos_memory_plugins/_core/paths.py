@@ -1,4 +1,11 @@
-"""Default file locations: always under the XDG data directory, never the current directory."""
+"""Default file locations (always under the XDG data directory, never the current directory), and
+how store files and folders are made: private to their owner, whatever the umask.
+
+Conversations are private: every store file the package creates is ``0600`` and every folder it
+creates ``0700``. SQLite gives its ``-wal``, ``-shm`` and ``-journal`` files the mode of the
+database file, so creating that one private is enough. What already exists keeps its mode: a
+folder the user made (``~/.local/share``) is theirs to set, as is a store file they opened up.
+"""
 from __future__ import annotations
 
 import os
@@ -8,12 +15,16 @@ import time
 from pathlib import Path
 
 __all__ = [
-    "MEMORY_PATH", "check_store_path", "data_dir", "default_name", "default_path", "is_memory_path", "is_regular_file",
-    "quarantine_file", "resolve_path",
+    "MEMORY_PATH", "PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "check_store_path", "create_private_file", "data_dir",
+    "default_name", "default_path", "is_memory_path", "is_regular_file", "make_private_dirs", "quarantine_file",
+    "resolve_path",
 ]
 
 #: The special path meaning "keep it in RAM" (as SQLite spells it).
 MEMORY_PATH = ":memory:"
+#: The mode of every file and folder the package creates.
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
 
 
 def data_dir() -> Path:
@@ -41,6 +52,45 @@ def default_name(cls: type, attribute: str, suffix: str = "") -> str:
         return str(declared)
     stem = "_".join(part for part in re.split(r"[^A-Za-z0-9]+", f"{cls.__module__}.{cls.__qualname__}") if part)
     return stem + suffix
+
+
+def make_private_dirs(folder: str) -> None:
+    """Create ``folder`` and its missing parents, each ``0700`` whatever the umask.
+
+    Folders that exist keep their mode (the user's ``~/.local/share`` is theirs), including one
+    another process creates at the same moment.
+    """
+    missing = []
+    path = os.path.abspath(folder)
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, PRIVATE_DIR_MODE)
+        except FileExistsError:
+            continue  # made meanwhile by another process (or not a folder: the next step says so)
+        os.chmod(path, PRIVATE_DIR_MODE)  # mkdir's mode went through the umask
+
+
+def create_private_file(path: str) -> bool:
+    """Create ``path`` empty and ``0600`` (whatever the umask) if nothing is there; True if it did.
+
+    A file that exists keeps its mode. ``O_EXCL`` makes the creation atomic, so of two processes
+    starting together one creates the file and the other uses it.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)  # the open's mode went through the umask
+    finally:
+        os.close(fd)
+    return True
 
 
 def is_memory_path(path: str | None) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 from .fact_kinds import ATTRIBUTES, is_single_valued, statement, subject_of
 from .fact_rules import STOP_WORDS, Fact, make_fact, model_fact, normalise
 
-__all__ = ["MAX_HISTORY", "fact_of", "merge", "withdraw_denied"]
+__all__ = ["add_history", "fact_of", "MAX_HISTORY", "merge", "withdraw_denied", "without_fact"]
 
 #: Superseded facts kept per record (export shows them; they are never injected).
 MAX_HISTORY = 100
@@ -101,6 +101,24 @@ def merge(state: Mapping[str, Any], found: Iterable[Fact], sid: str, max_facts: 
     return {**state, "facts": facts, "meta": meta, "history": history[-MAX_HISTORY:]}
 
 
+def add_history(state: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``state`` with superseded facts from elsewhere (an import) added to its history, in the order
+    they were superseded; one already there (the same text superseded at the same time) is not."""
+    history = list(state.get("history") or [])
+    seen = {(h.get("text"), h.get("superseded_at")) for h in history if isinstance(h, Mapping)}
+    new = [dict(e) for e in entries if (e.get("text"), e.get("superseded_at")) not in seen]
+    if not new:
+        return dict(state)
+    history += new
+    history.sort(key=_superseded_at)
+    return {**state, "history": history[-MAX_HISTORY:]}
+
+
+def _superseded_at(entry: Any) -> float:
+    when = entry.get("superseded_at") if isinstance(entry, Mapping) else None
+    return float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else 0.0
+
+
 # -- denials, without a model ----------------------------------------------------------------------
 _DENIAL = (r"(?:not|no longer|never|don't|dont|do not|doesn't|does not|didn't|stopped|quit|left|gave up|n[ãa]o|"
            r"j[áa] n[ãa]o|deixei de)")
@@ -138,3 +156,24 @@ def withdraw_denied(state: Mapping[str, Any], user: str, sid: str, now: float | 
             value = fact.said or fact.subject
             denials.append(model_fact(fact.kind, value, True, statement(fact.kind, value, True)))
     return merge(state, denials, sid, 0, "denied", now) if denials else dict(state)
+
+
+def without_fact(state: Mapping[str, Any], text: str) -> tuple[dict[str, Any], int]:
+    """``state`` with the fact ``text`` gone everywhere it is kept: the active facts, their
+    metadata (the user's words included), the history of superseded facts, and the
+    ``superseded_by`` of an older fact that names it; and how many facts held it.
+
+    >>> from .fact_rules import extract_facts
+    >>> state = merge({}, extract_facts("I live in Lisbon"), "s", 0, "rules")
+    >>> state = merge(state, extract_facts("I moved from Lisbon to Porto"), "s", 0, "rules")
+    >>> kept, removed = without_fact(state, "User lives in Porto")
+    >>> removed, kept["facts"], "User lives in Porto" in str(kept)
+    (1, [], False)
+    """
+    facts = [str(f) for f in state.get("facts") or []]
+    history = [h for h in state.get("history") or [] if isinstance(h, Mapping)]
+    kept_history = [{k: v for k, v in h.items() if not (k == "superseded_by" and v == text)}
+                    for h in history if h.get("text") != text]
+    kept = {**state, "facts": [f for f in facts if f != text],
+            "meta": {k: v for k, v in (state.get("meta") or {}).items() if k != text}, "history": kept_history}
+    return kept, len(facts) - len(kept["facts"]) + len(history) - len(kept_history)

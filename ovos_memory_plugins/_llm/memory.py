@@ -53,7 +53,7 @@ def open_job_queue(store: Any, stem: str, request_timeout: float) -> Any:
     process, surviving any of them), else a set in RAM (the records are scanned at start)."""
     db: Any = getattr(store, "db", None)
     if getattr(db, "engine", None) == "postgres":
-        from ..storage.postgres_jobs import PgJobQueue
+        from ..storage.postgres.jobs import PgJobQueue
 
         # Longer than any one piece of work (a few LLM calls): only a dead worker's lease expires.
         return PgJobQueue(db, f"ovos_{stem}_jobs", lease_s=60.0 + 4 * request_timeout)

@@ -19,8 +19,8 @@ other path (a new or empty file) by its name: ``.json`` is JSON, anything else S
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from .._core.compat import AgentMessage
 from .._core.paths import check_store_path, is_memory_path, resolve_path
@@ -30,18 +30,18 @@ from .postgres import is_postgres_url
 from .readonly import is_read_only, read_only
 
 __all__ = [
-    "BACKENDS",
-    "RecordStore",
     "after_commit",
-    "WindowPolicy",
-    "WindowStore",
     "backend_for",
+    "BACKENDS",
     "open_database_at",
     "open_record_store",
     "open_window_store",
     "read_only",
+    "RecordStore",
     "release_database",
     "store_location",
+    "WindowPolicy",
+    "WindowStore",
 ]
 
 #: The store backends a config may name.
@@ -54,6 +54,8 @@ class WindowStore(Protocol):
     def load(self, session_id: str, policy: WindowPolicy) -> list[AgentMessage]: ...
     def sessions(self) -> list[str]: ...
     def forget(self, session_id: str) -> int: ...
+    #: Delete the messages a chooser picks (positions in the stored order); how many.
+    def drop(self, session_id: str, choose: Callable[[Sequence[AgentMessage]], set[int]]) -> int: ...
     def close(self) -> None: ...
 
 
@@ -164,6 +166,19 @@ def release_database(db: Any) -> None:
     release_sqlite(db)
 
 
+T = TypeVar("T")
+
+
+def _built_on(db: Any, build: Callable[[Any], T]) -> T:
+    """``build(db)``; if that fails (a migration, say), ``db`` is released: a store that never
+    existed must not keep its connection open until the process exits."""
+    try:
+        return build(db)
+    except BaseException:
+        release_database(db)
+        raise
+
+
 def open_window_store(path: str | None, backend: str | None = None, table: str = "window") -> WindowStore:
     """A window store at ``path`` (a file, ``":memory:"`` or a PostgreSQL URL).
 
@@ -172,8 +187,8 @@ def open_window_store(path: str | None, backend: str | None = None, table: str =
     kind = backend_for(path, backend)
     if kind == "postgres":
         from .postgres import open_pg_database
-        from .postgres_stores import PgWindowStore
-        return PgWindowStore(open_pg_database(str(path)), f"ovos_{table}", owns_db=True)
+        from .postgres.stores import PgWindowStore
+        return _built_on(open_pg_database(str(path)), lambda db: PgWindowStore(db, f"ovos_{table}", owns_db=True))
     if kind == "memory":
         from .memory import MemoryWindowStore
         return MemoryWindowStore()
@@ -183,7 +198,7 @@ def open_window_store(path: str | None, backend: str | None = None, table: str =
         return RecordWindowStore(JsonRecordStore(resolve_path(str(path))), owns_store=True)
     from .sqlite import open_database
     from .windows import SqliteWindowStore
-    return SqliteWindowStore(open_database(str(path)), table, owns_db=True)
+    return _built_on(open_database(str(path)), lambda db: SqliteWindowStore(db, table, owns_db=True))
 
 
 def open_record_store(path: str | None, backend: str | None = None, table: str = "records") -> RecordStore:
@@ -191,8 +206,8 @@ def open_record_store(path: str | None, backend: str | None = None, table: str =
     kind = backend_for(path, backend)
     if kind == "postgres":
         from .postgres import open_pg_database
-        from .postgres_stores import PgRecordStore
-        return PgRecordStore(open_pg_database(str(path)), f"ovos_{table}", owns_db=True)
+        from .postgres.stores import PgRecordStore
+        return _built_on(open_pg_database(str(path)), lambda db: PgRecordStore(db, f"ovos_{table}", owns_db=True))
     if kind == "memory":
         from .memory import MemoryRecordStore
         return MemoryRecordStore()
@@ -201,4 +216,4 @@ def open_record_store(path: str | None, backend: str | None = None, table: str =
         return JsonRecordStore(resolve_path(str(path)))
     from .records import SqliteRecordStore
     from .sqlite import open_database
-    return SqliteRecordStore(open_database(str(path)), table, owns_db=True)
+    return _built_on(open_database(str(path)), lambda db: SqliteRecordStore(db, table, owns_db=True))

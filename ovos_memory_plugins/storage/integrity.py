@@ -17,7 +17,7 @@ from .._core.log import LOG
 from .._core.paths import quarantine_file
 from ..errors import StorageError
 
-__all__ = ["COMPANIONS", "StoreDamaged", "damage_of", "quick_check", "set_aside"]
+__all__ = ["COMPANIONS", "damage_of", "quick_check", "set_aside", "StoreDamaged"]
 
 
 class StoreDamaged(StorageError):

@@ -26,7 +26,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._core.log import LOG
-from .._core.paths import check_store_path, is_regular_file, quarantine_file
+from .._core.paths import (
+    PRIVATE_FILE_MODE,
+    check_store_path,
+    create_private_file,
+    is_regular_file,
+    make_private_dirs,
+    quarantine_file,
+)
 from ..errors import ConfigError, StorageError
 from .readonly import StoreReadOnly, is_read_only
 from .records import as_record
@@ -54,7 +61,7 @@ class JsonRecordStore:
                     raise  # damaged: a read-only command reports it, the next writer quarantines it
         if self.read_only:
             return
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        make_private_dirs(os.path.dirname(self.path) or ".")
         with self._locked():
             if not os.path.exists(self.path):
                 self._write({})
@@ -114,6 +121,7 @@ class JsonRecordStore:
             if fcntl is None or self.read_only:  # every write is a rename: a reader needs no lock
                 yield
                 return
+            create_private_file(self.path + ".lock")  # empty, but its name is a store's
             with open(self.path + ".lock", "a") as lock_file:
                 fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
                 try:
@@ -184,6 +192,7 @@ class JsonRecordStore:
         folder = os.path.dirname(self.path) or "."
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
         try:
+            os.fchmod(fd, PRIVATE_FILE_MODE)  # mkstemp's 0600 went through the umask
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(data, f, ensure_ascii=False, indent=2)
                 f.flush()

@@ -10,7 +10,7 @@ from typing import Any
 from .._core.compat import AgentMessage
 from ..messages import copy_message
 from .policy import WindowPolicy
-from .windows import Entry, append_entries, prune_entries
+from .windows import Chooser, Entry, append_entries, prune_entries
 
 __all__ = ["MemoryRecordStore", "MemoryWindowStore"]
 
@@ -48,6 +48,18 @@ class MemoryWindowStore:
     def forget(self, session_id: str) -> int:
         with self._lock:
             return len(self._windows.pop(session_id, []))
+
+    def drop(self, session_id: str, choose: Chooser) -> int:
+        """Delete the messages ``choose`` picks; returns how many."""
+        with self._lock:
+            entries = self._windows.get(session_id, [])
+            doomed = choose([msg for _, msg in entries])
+            kept = [e for i, e in enumerate(entries) if i not in doomed]
+            if kept:
+                self._windows[session_id] = kept
+            else:
+                self._windows.pop(session_id, None)
+            return len(doomed)
 
     def close(self) -> None:
         pass

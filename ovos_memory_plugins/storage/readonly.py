@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from .._core.paths import check_store_path
 from ..errors import StorageError, StoreUnavailable
 
-__all__ = ["StoreReadOnly", "check_migrated", "connect_read_only", "is_read_only", "read_only"]
+__all__ = ["check_migrated", "connect_read_only", "is_read_only", "read_only", "StoreReadOnly"]
 
 _READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("ovos_memory_read_only", default=False)
 

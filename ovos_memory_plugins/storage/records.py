@@ -10,7 +10,7 @@ from ..errors import StorageError
 from .sqlite import Database, StoreDamaged, release_database
 from .windows import safe_table_name
 
-__all__ = ["SqliteRecordStore", "as_record"]
+__all__ = ["as_record", "SqliteRecordStore"]
 
 
 def as_record(value: Any, session_id: str, where: str) -> dict[str, Any]:
@@ -58,7 +58,7 @@ class SqliteRecordStore:
             f"FROM {self.table} WHERE session_id = ?", (field, session_id))
         if rows and not rows[0][0]:
             return self.load(session_id).get(field)  # raises the malformed record's StorageError
-        return json.loads(rows[0][1]) if rows and rows[0][1] is not None else None
+        return self._loads(rows[0][1]) if rows and rows[0][1] is not None else None
 
     def save(self, session_id: str, record: dict[str, Any], con: Any = None) -> None:
         if con is None:
@@ -66,7 +66,7 @@ class SqliteRecordStore:
         con.execute(
             f"INSERT INTO {self.table} (session_id, data, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT(session_id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
-            (session_id, json.dumps(record, ensure_ascii=False), time.time()),
+            (session_id, self._dumps(record), time.time()),
         )
 
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
@@ -98,9 +98,18 @@ class SqliteRecordStore:
         """Leave no byte of deleted or rewritten records in the file (see Database.compact)."""
         return self.db.compact()
 
+    @staticmethod
+    def _dumps(record: Any) -> str:
+        """The JSON text a record is stored as."""
+        return json.dumps(record, ensure_ascii=False)
+
+    @staticmethod
+    def _loads(text: str) -> Any:
+        return json.loads(text)
+
     def _parse(self, text: str, session_id: str) -> dict[str, Any]:
         try:
-            value = json.loads(text)
+            value = self._loads(text)
         except ValueError as exc:  # this package writes JSON only: the bytes changed on disk
             raise StoreDamaged(f"the record of session {session_id!r} is not JSON ({exc})") from exc
         return as_record(value, session_id, self.db.path)

@@ -10,6 +10,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
+__all__ = ["Closable", "SharedHandles"]
+
 
 class Closable(Protocol):
     _closed: bool

@@ -20,14 +20,21 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from .._core.paths import MEMORY_PATH, check_store_path, is_memory_path, resolve_path
+from .._core.paths import (
+    MEMORY_PATH,
+    check_store_path,
+    create_private_file,
+    is_memory_path,
+    make_private_dirs,
+    resolve_path,
+)
 from ..errors import MigrationError, StorageError, StoreUnavailable
 from .integrity import StoreDamaged, damage_of, quick_check, set_aside
 from .readonly import StoreReadOnly, check_migrated, connect_read_only, is_read_only
 from .sharing import SharedHandles
 
-__all__ = ["Database", "StoreDamaged", "StoreReplaced", "connect", "map_sqlite_errors", "open_database",
-           "storage_error"]
+__all__ = ["connect", "Database", "map_sqlite_errors", "open_database", "storage_error", "StoreDamaged",
+           "StoreReplaced"]
 
 T = TypeVar("T")
 
@@ -73,7 +80,8 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
     """
     if not is_memory_path(path):
         check_store_path(path)  # SQLite would write its journal beside a device, and into a FIFO
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        make_private_dirs(os.path.dirname(path) or ".")
+        create_private_file(path)  # SQLite gives its -wal, -shm and -journal the same mode
     with map_sqlite_errors(f"cannot open {path}"):
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.compat import AgentMessage
@@ -12,9 +13,11 @@ from ..messages import copy_message, fold_into, from_dict, to_dict
 from .policy import WindowPolicy
 from .sqlite import Database, StoreDamaged, release_database
 
-__all__ = ["RecordWindowStore", "SqliteWindowStore", "append_entries", "prune_entries", "safe_table_name"]
+__all__ = ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"]
 
 Entry = tuple[float, AgentMessage]
+#: Picks messages to delete from a window: given them in order, the positions of those to drop.
+Chooser = Callable[[Sequence[AgentMessage]], set[int]]
 
 
 def safe_table_name(name: str) -> str:
@@ -95,6 +98,25 @@ class RecordWindowStore:
         self._records.delete(session_id)
         return count
 
+    def drop(self, session_id: str, choose: Chooser) -> int:
+        """Delete the messages ``choose`` picks, keeping the others' times; then compact the store
+        (a forgotten message leaves no byte behind). Returns how many were deleted."""
+        dropped = 0
+
+        def change(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal dropped
+            entries = self._entries(record)
+            doomed = choose([msg for _, msg in entries])
+            dropped = len(doomed)
+            record[self._field] = [to_dict(msg, ts) for i, (ts, msg) in enumerate(entries) if i not in doomed]
+            return record
+
+        if self._records.load(session_id).get(self._field):
+            self._records.update(session_id, change)
+            if dropped:
+                self._records.compact()
+        return dropped
+
     def close(self) -> None:
         if self._owns:
             self._records.close()
@@ -168,7 +190,7 @@ class SqliteWindowStore:
             f"SELECT id, role, content, extra FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
             (session_id,),
         ).fetchone()
-        tail = _row_message(row[1:]) if row else None
+        tail = message_of_row(row[1:]) if row else None
         if policy.normalise:
             pop_tail, to_add = fold_into(tail, messages)
             if pop_tail:
@@ -205,7 +227,7 @@ class SqliteWindowStore:
         return self.db.query(
             f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND ts >= ? ORDER BY id DESC LIMIT ?",
             (session_id, cutoff if cutoff is not None else float("-inf"), limit),
-            lambda rows: [_row_message(r) for r in reversed(rows)])
+            lambda rows: [message_of_row(r) for r in reversed(rows)])
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT DISTINCT session_id FROM {self.table} ORDER BY session_id")]
@@ -219,6 +241,21 @@ class SqliteWindowStore:
             return count
         return int(con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,)).rowcount)
 
+    def drop(self, session_id: str, choose: Chooser, con: Any = None) -> int:
+        """Delete the messages ``choose`` picks (from every stored row, trimmed or not yet), in
+        the caller's ``con`` (which then compacts) or alone, compacted. Returns how many."""
+        if con is None:
+            with self.db.atomic() as con:
+                count = self.drop(session_id, choose, con)
+            if count:
+                self.db.compact()
+            return count
+        rows = con.execute(f"SELECT id, role, content, extra FROM {self.table} WHERE session_id = ? ORDER BY id",
+                           (session_id,)).fetchall()
+        doomed = choose([message_of_row(r[1:]) for r in rows])
+        con.executemany(f"DELETE FROM {self.table} WHERE id = ?", [(rows[i][0],) for i in sorted(doomed)])
+        return len(doomed)
+
     def close(self) -> None:
         if self._owns:
             self._owns = False
@@ -231,7 +268,8 @@ def _message_row(msg: AgentMessage) -> tuple[str, str, str | None]:
     return role, content, json.dumps(data, ensure_ascii=False) if data else None
 
 
-def _row_message(row: Any) -> AgentMessage:
+def message_of_row(row: Any) -> AgentMessage:
+    """A stored window row (role, content, tool fields as JSON) as a message; PostgreSQL's window reads the same."""
     try:
         data = json.loads(row[2]) if row[2] else {}
     except ValueError as exc:  # this package writes JSON only: the bytes changed on disk

@@ -13,5 +13,5 @@ from .contract import CONTRACT_CHECKS, PERSON_SCOPE_CHECKS, check_backend, check
 from .embeddings import FakeEmbedder
 from .llm import FakeLLMServer, LoggedRequest, closed_port_url, free_port
 
-__all__ = ["CONTRACT_CHECKS", "PERSON_SCOPE_CHECKS", "FakeEmbedder", "FakeLLMServer", "LoggedRequest", "check_backend",
-           "check_person_scope", "closed_port_url", "free_port"]
+__all__ = ["check_backend", "check_person_scope", "closed_port_url", "CONTRACT_CHECKS", "FakeEmbedder", "FakeLLMServer",
+           "free_port", "LoggedRequest", "PERSON_SCOPE_CHECKS"]

@@ -47,7 +47,7 @@ from typing import Any, Union
 
 from .._core.tokens import estimate_messages, estimate_tokens
 
-__all__ = ["FakeLLMServer", "LoggedRequest", "closed_port_url", "free_port"]
+__all__ = ["closed_port_url", "FakeLLMServer", "free_port", "LoggedRequest"]
 
 MODES = ("ok", "slow", "error", "malformed", "garbage", "bad_shape", "closed")
 STRUCTURED = ("openai", "llama-cpp-python", "json_object", "none", "ignore")

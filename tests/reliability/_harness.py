@@ -160,8 +160,12 @@ def namespaced(entry_point: str, config: Mapping[str, Any], tag: str) -> dict[st
     return out
 
 
-def make_memory(entry_point: str, folder: Path, overrides: Mapping[str, Any] | None = None) -> Any:
-    folder.mkdir(parents=True, exist_ok=True)
+def make_memory(entry_point: str, folder: Path, overrides: Mapping[str, Any] | None = None,
+                make_folder: bool = True) -> Any:
+    """A memory of ``entry_point`` with its files in ``folder`` (made here, unless ``make_folder`` is
+    False: then the backend must make it)."""
+    if make_folder:
+        folder.mkdir(parents=True, exist_ok=True)
     config = dict(overrides or {})
     path = config.get("db_path")
     if isinstance(path, str) and path.startswith("{folder}"):

@@ -77,6 +77,18 @@ SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "and the store is consistent afterwards.",
         ("fault", "backend", "turns", "turns answered", "errors logged", "consistent afterwards"),
     ),
+    "disk-full": (
+        "4b. A disk that fills up",
+        "Each store on a small tmpfs (8 MB) mounted for the test; after a few turns of about 40 kB each, a file takes "
+        "every byte left, then, for each cycle: three turns go on (each answered; `update_history` logs the failure, "
+        "once per outage), an import must raise, every acknowledged turn must still read back; the file goes, and "
+        "the next turn and import must work. At the end the store is opened again: every acknowledged turn is there "
+        "exactly once, a failed one wholly there or wholly absent. Also on the full disk: `forget()` of one session "
+        "(it finishes or raises, all or nothing, and no other session is touched; once space is back it leaves no "
+        "byte of the session) and a new store (refused at once with the package's error).",
+        ("store", "cycles", "writes refused", "imports refused, with an error", "errors logged for failed turns",
+         "forgets and new stores on a full disk", "acknowledged lost", "works after space is freed"),
+    ),
     "privacy": (
         "5. Privacy",
         "After `forget(session_id)` every SQLite table (read through SQLite), every file's raw bytes, "
@@ -94,6 +106,15 @@ SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "(`VACUUM`) and empties the WAL. The time is `forget()` itself, on this machine.",
         ("backend", "exchanges per session", "files searched", "bytes searched", "remnants found",
          "other session intact", "forget took (s)"),
+    ),
+    "permissions": (
+        "5c. Private files",
+        "Every store kept in files is created under folders that do not exist yet, under the umask a service "
+        "usually runs with (022) and under none (000); after turns, background work and a `forget()`, every file "
+        "(database, WAL, shm, JSON, lock, vectors) must be 0600 and every folder the package made 0700, while the "
+        "folder that was already there keeps its mode. Also checked: the default data folder, a damaged file set "
+        "aside with its replacement, and an export redirected to a new file (a file appended to keeps its mode).",
+        ("store", "where", "umasks tried", "files checked", "folders checked", "not private"),
     ),
     "outage": (
         "6. Outages and repeated operations",
@@ -151,10 +172,13 @@ def _totals() -> list[str]:
     damaged = _figures.get("corruption", {}).values()
     lost = sum(int(r.get("lost", 0) or 0) for r in [*crash, *conc]) + sum(
         int(r.get("updates lost", 0) or 0) for r in damaged) + sum(
-        int(r.get("lost", 0) or 0) for r in _figures.get("outage", {}).values())
+        int(r.get("lost", 0) or 0) for r in _figures.get("outage", {}).values()) + sum(
+        int(r.get("acknowledged lost", 0) or 0) for r in _figures.get("disk-full", {}).values())
     sized = _figures.get("privacy-size", {})
     faults = _figures.get("faults", {}).values()
     forgets = _figures.get("privacy", {})
+    perms = _figures.get("permissions", {}).values()
+    full = _figures.get("disk-full", {}).values()
     return [
         f"- kills survived: {sum(int(r.get('kills', 0)) for r in crash):,}",
         f"- updates checked: {sum(int(r.get('updates checked', 0)) for r in crash) + sum(int(r.get('updates', 0)) for r in conc):,}",  # noqa: E501
@@ -163,9 +187,14 @@ def _totals() -> list[str]:
         f"{'yes' if all(r.get('turns') == r.get('turns answered') for r in faults) else 'no'}",
         f"- stores checked byte by byte after forget(): {len(forgets) + len(sized)}, remnants found: "
         f"{sum(int(r.get('remnants found', 0)) for r in [*forgets.values(), *sized.values()])}",
+        f"- files and folders checked for their mode: {sum(int(r.get('files checked', 0)) + int(r.get('folders checked', 0)) for r in perms):,}, "  # noqa: E501
+        f"not private: {sum(int(r.get('not private', 0)) for r in perms)}",
         f"- misuse cases tried: {sum(int(r.get('tried', 0)) for r in _figures.get('misuse', {}).values()):,}, "
         f"files changed that should not have been: "
         f"{sum(int(r.get('files changed', 0)) for r in _figures.get('misuse', {}).values())}",
+        f"- disk-full cycles: {sum(int(r.get('cycles', 0)) for r in full):,}, writes refused: "
+        f"{sum(int(r.get('writes refused', 0)) for r in full):,}, acknowledged lost: "
+        f"{sum(int(r.get('acknowledged lost', 0)) for r in full)}",
         f"- updates lost: {lost:,}",
     ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins.messages import MAX_MESSAGE_CHARS
+from tests._host_messages import WIRE_CALL, Said
 from tests._timing import patience
 from tests.reliability._harness import (
     entry_points,
@@ -244,20 +246,49 @@ def test_recalled_text_with_format_fields_is_injected_literally(entry_point, sto
 def test_one_update_with_five_thousand_messages_is_stored_whole(entry_point, store, tmp_path):
     # A client replaying a long conversation in one call (an import, a reconnecting satellite).
     messages = [AgentMessage(U if i % 2 == 0 else A, f"I like zqbulkn{i:05d}") for i in range(5_000)]
-    memory = make_memory(entry_point, tmp_path / "store", {**spec_for(entry_point).keep_all, **store})
-    try:
-        memory.update_history(messages, "bulk")
-        for member in members_of(memory):
-            if hasattr(member, "flush"):
-                assert member.flush(patience(120)) is not False
-        exported = memory.export("bulk")
-        context = memory.build_conversation_context("and now?", "bulk")
-    finally:
-        memory.close()
-    assert context[-1].content == "and now?"
-    for view, counts in views(exported).items():
-        if "/" in view and view.endswith("window"):
-            continue  # a composite member's own window, bounded by the factory's member config
+    for view, counts in _stored(entry_point, store, tmp_path, [messages], "bulk").items():
         missing = [i for i in range(0, 5_000, 2) if counts[marker("bulk", i)] != 1]
         assert not missing, f"{view}: {len(missing)} of 2,500 user turns of the update missing, e.g. {missing[:3]}"
     record("hostile", _name(entry_point, store), **{"inputs tried": 1})
+
+
+#: Tool calls of the shapes a careless host sends: the OpenAI wire format (arguments a JSON text),
+#: a ToolCall-like object with JSON-text arguments, a string, a number.
+BAD_TOOL_CALLS = {
+    "wire format": [WIRE_CALL],
+    "JSON-text arguments": [SimpleNamespace(id="c1", name="weather", arguments='{"city": "Porto"}')],
+    "a string": "notalist",
+    "a number": [5],
+}
+
+
+@pytest.mark.parametrize(("entry_point", "store"), STORES)
+def test_malformed_tool_calls_never_lose_the_exchange(entry_point, store, tmp_path):
+    updates = [[Said("user", f"I like {marker('tool', n)}"), Said("assistant", "", tool_calls=calls),
+                Said("tool", "sunny", tool_call_id="c1", name="weather"), Said("assistant", "It is sunny")]
+               for n, calls in enumerate(BAD_TOOL_CALLS.values())]
+    for view, counts in _stored(entry_point, store, tmp_path, updates, "s").items():
+        missing = [name for n, name in enumerate(BAD_TOOL_CALLS) if counts[marker("tool", n)] < 1]
+        assert not missing, f"{view}: the exchange with tool calls as {missing} was lost"
+    record("hostile", _name(entry_point, store), **{"inputs tried": len(BAD_TOOL_CALLS)})
+
+
+def _stored(entry_point: str, store: dict[str, Any], tmp_path: Path, updates: list[list[Any]],
+            sid: str) -> dict[str, Any]:
+    """The marker counts of each view of the export after ``updates`` (every member flushed), the
+    composite members' own windows left out (bounded by the factory's member config); the turn
+    after them still ends with its utterance."""
+    memory = make_memory(entry_point, tmp_path / "store", {**spec_for(entry_point).keep_all, **store})
+    try:
+        for update in updates:
+            memory.update_history(update, sid)
+        for member in members_of(memory):
+            if hasattr(member, "flush"):
+                assert member.flush(patience(120)) is not False
+        exported = memory.export(sid)
+        context = memory.build_conversation_context("and now?", sid)
+    finally:
+        memory.close()
+    assert context[-1].content == "and now?"
+    return {view: counts for view, counts in views(exported).items()
+            if not ("/" in view and view.endswith("window"))}

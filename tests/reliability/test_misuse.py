@@ -21,7 +21,7 @@ import pytest
 
 from ovos_memory_plugins.errors import ConfigError
 from tests._timing import patience
-from tests.reliability._harness import exchange, make_memory, marker, spec_for, store_cases, views
+from tests.reliability._harness import exchange, make_memory, marker, namespaced, spec_for, store_cases, views
 from tests.reliability._report import record
 
 #: Backends and store kinds that take a path: (name, entry point, overrides besides db_path).
@@ -66,26 +66,36 @@ def _tree(folder: Path) -> dict[str, tuple[int, int, int, str]]:
     return out
 
 
+#: Each path key a backend opens a store at: (name, entry point, overrides, key).
+NODE_CASES = [(*case, "db_path") for case in PATH_CASES] + [
+    ("ovos-memory-plugin-local-rag (vector store)", "ovos-memory-plugin-local-rag", {}, "embeddings_db_config.path")]
+
+
 @pytest.mark.parametrize("kind", ["character device", "FIFO", "socket", "directory"])
-@pytest.mark.parametrize(("name", "entry_point", "overrides"), PATH_CASES, ids=[c[0] for c in PATH_CASES])
-def test_a_store_path_that_is_not_a_regular_file_is_refused_and_left_alone(name, entry_point, overrides, kind,
+@pytest.mark.parametrize(("name", "entry_point", "overrides", "key"), NODE_CASES, ids=[c[0] for c in NODE_CASES])
+def test_a_store_path_that_is_not_a_regular_file_is_refused_and_left_alone(name, entry_point, overrides, key, kind,
                                                                             tmp_path):
+    from ovos_memory_plugins._cli.check import _check_block
+
     folder = tmp_path / "dev"
     folder.mkdir()
     node = folder / "null"
     keep = _make_node(kind, node)
     before = _tree(folder)
+    config = {**overrides, **_nested(key, str(node))}
     try:
         with pytest.raises(ConfigError) as caught:
-            make_memory(entry_point, tmp_path / "store", {**overrides, "db_path": str(node)}).close()
+            make_memory(entry_point, tmp_path / "store", config).close()
+        problems = _check_block(entry_point, config)
     finally:
         if keep is not None:
             keep.close()
     after = _tree(folder)
     message = str(caught.value)
     assert str(node) in message and kind in message, f"the error does not say what is wrong: {message}"
+    assert any(f"'{key}'" in p for p in problems), f"check-config calls it valid: {problems}"
     assert after == before, f"the store touched the {kind} or its folder: {before} -> {after}"
-    record("misuse", ("db_path is a device, a FIFO, a socket or a directory", name), tried=1, **{
+    record("misuse", (f"{key} is a device, a FIFO, a socket or a directory", name), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
@@ -187,24 +197,59 @@ def test_a_read_only_command_refuses_a_file_that_is_not_a_store_and_leaves_it_al
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
-@pytest.mark.parametrize("entry_point", ["ovos-memory-plugin-recency", "ovos-memory-plugin-lexical",
-                                         "ovos-memory-plugin-longterm", "ovos-memory-plugin-entity"])
-def test_read_only_commands_on_a_real_store_change_no_file(entry_point, tmp_path, capsys):
+def _cli_config(entry_point: str, folder: Path, postgres: bool = False) -> dict[str, Any]:
+    """A config the command line can open as it is (no injected objects): each backend's real
+    stores and models, the composite with the hybrid preset's members."""
+    if entry_point == "ovos-memory-plugin-composite":
+        members = [{"module": ep, "config": _cli_config(ep, folder / ep.rsplit("-", 1)[-1], postgres)}
+                   for ep in ("ovos-memory-plugin-recency", "ovos-memory-plugin-lexical",
+                              "ovos-memory-plugin-local-rag", "ovos-memory-plugin-entity")]
+        return {"members": members}
+    if postgres:
+        from tests._postgres import folder_url
+
+        return {**spec_for(entry_point).keep_all, "db_url": folder_url(folder)}
+    if entry_point == "ovos-memory-plugin-redis":
+        import uuid
+
+        from tests._redis import server_url
+
+        return {**spec_for(entry_point).keep_all, "url": server_url(), "prefix": f"ro:{uuid.uuid4().hex}"}
+    folder.mkdir(parents=True, exist_ok=True)
+    return {**spec_for(entry_point).keep_all, "db_path": str(folder / "store.db")}
+
+
+RETRIEVERS = ("ovos-memory-plugin-lexical", "ovos-memory-plugin-local-rag", "ovos-memory-plugin-composite")
+
+
+@pytest.mark.parametrize(("entry_point", "postgres"), [
+    *[pytest.param(ep, False, id=ep) for ep in (*CLI_BACKENDS, "ovos-memory-plugin-composite")],
+    pytest.param("ovos-memory-plugin-redis", False, marks=pytest.mark.redis, id="ovos-memory-plugin-redis"),
+    *[pytest.param(ep, True, marks=pytest.mark.postgres, id=f"{ep}-postgres")
+      for ep in ("ovos-memory-plugin-local-rag", "ovos-memory-plugin-composite")],
+])
+def test_read_only_commands_on_a_real_store_answer_and_change_no_file(entry_point, postgres, tmp_path, capsys):
+    from ovos_memory_plugins._cli.persona import open_memory
     from ovos_memory_plugins.cli import main
 
     folder = tmp_path / "store"
-    config = {**spec_for(entry_point).keep_all, "db_path": str(folder / "store.db")}
-    _populated(entry_point, folder, config)
+    folder.mkdir()
+    config = _cli_config(entry_point, folder, postgres)
+    with open_memory(entry_point, config) as memory:  # as the command line opens it: the same models
+        for n in range(3):
+            memory.update_history(exchange("ro", n), "s")
+        assert memory.flush(patience(120)) is not False
     before = _tree(folder)
-    for command in [*CLI_READ_ONLY, ["search", marker("ro", 1)]]:
-        if command[0] == "search" and not entry_point.endswith("lexical"):
-            continue
+    commands = [*CLI_READ_ONLY, *([["search", f"I like {marker('ro', 1)}"]] if entry_point in RETRIEVERS else [])]
+    for command in commands:
         code = main([*command, "--module", entry_point, "--config", json.dumps(config)])
-        out = capsys.readouterr().out
-        assert code == 0, f"{command} failed"
-        assert command[0] in ("stats",) or "s" in out
+        out, err = capsys.readouterr()
+        assert code == 0, f"{command} failed: {err}"
+        assert "read-only" not in err and "recall is off" not in err, f"{command}: {err}"
+        expected = {"sessions": "s", "stats": "1 session(s)"}.get(command[0], marker("ro", 1))
+        assert expected in " ".join(out.split()), f"{command} does not show {expected!r}: {out}"
     assert _tree(folder) == before, "a read-only command changed the store"
-    record("misuse", ("read-only commands on a real store", entry_point), tried=len(CLI_READ_ONLY), **{
+    record("misuse", ("read-only commands on a real store", entry_point), tried=len(commands), **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
@@ -267,6 +312,10 @@ BAD_CONFIGS = [
     ("ovos-memory-plugin-longterm", {"backend": "sqllite"}, "backend"),
     ("ovos-memory-plugin-redis", {"url": "http://localhost:6379"}, "url"),
     ("ovos-memory-plugin-recency", {"max_history": 10**30}, "max_history"),
+    *[("ovos-memory-plugin-composite", {"members": [{"module": "ovos-memory-plugin-lexical", "weight": weight}]},
+       "members[0].weight") for weight in (float("nan"), float("inf"), -5, "1")],
+    ("ovos-memory-plugin-composite", {"members": [{"module": "ovos-memory-plugin-lexical", "config": [1]}]},
+     "members[0].config"),
 ]
 
 
@@ -307,4 +356,31 @@ def test_check_config_reports_every_problem_at_once_with_did_you_mean(tmp_path, 
     missing = [e for e in expected if e not in err]
     assert code == 2 and not missing, f"check-config missed {missing}:\n{err}"
     record("misuse", ("check-config of a persona with seven errors", "ovos-memory-plugin-composite"), tried=7, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+# -- a memory used after close() ---------------------------------------------------------------
+CLOSED_CASES = [*store_cases(), ("ovos-memory-plugin-composite", "ovos-memory-plugin-composite", {})]
+
+
+@pytest.mark.parametrize(("name", "entry_point", "variant"), CLOSED_CASES, ids=[c[0] for c in CLOSED_CASES])
+def test_an_update_after_close_is_an_error_naming_the_memory_and_stores_nothing(name, entry_point, variant,
+                                                                                tmp_path):
+    from ovos_memory_plugins.errors import MemoryClosed
+
+    folder = tmp_path / "store"
+    config = namespaced(entry_point, {**spec_for(entry_point).keep_all, **variant}, "closed")
+    memory = make_memory(entry_point, folder, config)
+    memory.update_history(exchange("open", 1), "s")
+    memory.flush(patience(30))
+    memory.close()
+    with pytest.raises(MemoryClosed) as caught:
+        memory.update_history(exchange("closed", 1), "s")
+    assert memory.plugin_name in str(caught.value) and "close()" in str(caught.value), str(caught.value)
+    with make_memory(entry_point, folder, config) as again:
+        again.flush(patience(30))
+        found = {m for counts in views(again.export("s")).values() for m in counts}
+    assert marker("open", 1) in found, f"what was stored before close() is gone: {found}"
+    assert marker("closed", 1) not in found, "an update refused after close() was stored anyway"
+    record("misuse", ("update_history after close()", name), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})

@@ -8,6 +8,12 @@ the session id and its markers.
 """
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,7 @@ from tests.reliability._harness import (
     CLOSED_LLM,
     ON_POSTGRES,
     POSTGRES,
+    REPO,
     entry_points,
     exchange,
     folder_texts,
@@ -212,6 +219,78 @@ def test_a_forget_interrupted_between_its_steps_leaves_all_or_nothing(entry_poin
         on_disk = _remnants(cells, [victim, *secrets])
     complete = set(secrets) <= exported
     assert complete or not on_disk, f"forget() half done: gone from export() but still on disk: {on_disk[:6]}"
+
+
+# -- forget() while another process embeds --------------------------------------------------------
+#: A persona process storing turns of two sessions, its embedder slower than its user.
+_PERSONA = """
+import sys, time
+from ovos_memory_plugins.local_rag import LocalRAGMemory
+from ovos_memory_plugins.testing.embeddings import FakeEmbedder
+from tests.reliability._harness import exchange
+
+class Slow(FakeEmbedder):
+    def encode(self, texts, query=False):
+        if not query:
+            time.sleep(0.1)
+        return super().encode(texts, query)
+
+memory = LocalRAGMemory({"db_path": sys.argv[1], "max_history": 0, "_embedder": Slow()})
+for n in range(int(sys.argv[2])):
+    memory.update_history(exchange("v", n), "victim")
+    memory.update_history(exchange("b", n), "bystander")
+print("stored", flush=True)
+assert memory.flush(300)
+memory.close()
+print("done", flush=True)
+"""
+RACES = 3
+
+
+def _leased(path: Path) -> bool:
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        return bool(con.execute("SELECT COUNT(*) FROM local_rag_docs_leases").fetchone()[0])
+
+
+def test_forget_while_another_process_embeds_the_session_leaves_no_vector_of_it(tmp_path, capsys):
+    # `ovos-memory forget` while the persona's indexer is still embedding the session: the indexer
+    # must write nothing for documents that no longer exist, and forget must not wait for it.
+    from ovos_memory_plugins.cli import main
+
+    searched = 0
+    for race in range(RACES):
+        folder = tmp_path / f"race{race}"
+        folder.mkdir()
+        db = folder / "rag.db"
+        persona = subprocess.Popen([sys.executable, "-c", _PERSONA, str(db), "30"], cwd=REPO, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert persona.stdout.readline().strip() == "stored", persona.stderr.read()
+            deadline = time.monotonic() + patience(30)
+            while not _leased(db) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            code = main(["forget", "victim", "--module", "ovos-memory-plugin-local-rag",
+                         "--config", json.dumps({"db_path": str(db)})])
+            capsys.readouterr()
+            still_embedding = _leased(db)
+            assert code == 0
+            assert persona.stdout.readline().strip() == "done", persona.stderr.read()
+        finally:
+            persona.kill()
+            persona.wait()
+            persona.stdout.close()
+            persona.stderr.close()
+        assert still_embedding, "forget() returned only once the other process had embedded its backlog"
+        with make_memory("ovos-memory-plugin-local-rag", folder, {"db_path": str(db)}) as memory:
+            memory.forget("nobody")  # compacts what the persona wrote since, as any forget does
+            kept = views(memory.export("bystander"))
+        places = folder_texts(folder)
+        searched += len(places)
+        left = _remnants(places, ["victim", *[marker("v", n) for n in range(30)]])
+        assert not left, f"race {race}: after forget(), written by the other process: {left[:6]}"
+        assert all(counts[marker("b", 29)] == 1 for counts in kept.values()), kept
+    record("privacy", "ovos-memory-plugin-local-rag (forget while another process embeds it)", **{
+        "places searched": searched, "remnants found": 0, "other session intact": True})
 
 
 # -- forget() at every store size ----------------------------------------------------------------

@@ -2,12 +2,14 @@
 the single-key calls, made of the batch ones, and the checks of a batch's arguments."""
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .vector_matrix import as_vector, numpy_module
 
-__all__ = ["Batch", "SingleKeyCalls", "check_key", "check_meta", "checked_batch"]
+__all__ = ["Batch", "SingleKeyCalls", "check_key", "check_meta", "check_name", "checked_batch", "dump_metadata",
+           "load_metadata"]
 
 
 def check_key(key: Any) -> str:
@@ -22,6 +24,28 @@ def check_meta(meta: Any) -> dict[str, Any] | None:
     if meta is not None and not isinstance(meta, Mapping):
         raise TypeError(f"metadata must be a dict, not {type(meta).__name__}")
     return dict(meta) if meta else None
+
+
+def check_name(name: Any) -> str:
+    """A collection name: a non-empty str."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"collection name must be a non-empty str, not {name!r}")
+    return name
+
+
+def dump_metadata(meta: dict[str, Any] | None) -> str | None:
+    """A collection's or an embedding's metadata as stored (JSON; None when empty)."""
+    if not meta:
+        return None
+    try:
+        return json.dumps(meta, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"metadata must be JSON-serialisable: {exc}") from exc
+
+
+def load_metadata(text: str | None) -> dict[str, Any]:
+    """Stored metadata read back (``{}`` for none)."""
+    return json.loads(text) if text else {}
 
 
 class Batch(NamedTuple):

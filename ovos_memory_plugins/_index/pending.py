@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 
 from ..common import MemoryHit
-from .documents import DocumentLog
+from ..storage.documents import DocumentLog
 from .stopwords import term_set
 
 __all__ = ["PendingRecall", "merge_pending"]

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Protocol
 
-from .compat import AgentMessage
+from .._core.compat import AgentMessage
 
 __all__ = ["EditableWindow", "LiveHistory", "SessionHistoryView"]
 

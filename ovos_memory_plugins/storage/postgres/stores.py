@@ -8,15 +8,20 @@ columns hold JSON as text, as in SQLite, so rows read back identically.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from .._core.compat import AgentMessage
-from .policy import WindowPolicy
-from .postgres import PgDatabase, release_pg_database
-from .records import SqliteRecordStore
-from .windows import SqliteWindowStore, _row_message
+from ..._core.compat import AgentMessage
+from ..policy import WindowPolicy
+from ..records import SqliteRecordStore
+from ..windows import SqliteWindowStore, message_of_row
+from . import PgDatabase, release_pg_database
 
 __all__ = ["PgRecordStore", "PgWindowStore"]
+
+#: JSON's escape of a NUL character (``\u0000``), not when its backslash is itself escaped (``\\u0000``
+#: is the text "\u0000").
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 _PG_WINDOW_MIGRATIONS = (
     """
@@ -67,12 +72,17 @@ class PgWindowStore(SqliteWindowStore):
         rows = self.db.execute(
             f"SELECT role, content, extra FROM {self.table} WHERE session_id = ? AND ts >= ? ORDER BY id DESC LIMIT ?",
             (session_id, cutoff if cutoff is not None else float("-inf"), policy.max_messages or None))
-        return [_row_message(r) for r in reversed(rows)]
+        return [message_of_row(r) for r in reversed(rows)]
 
     def forget(self, session_id: str, con: Any = None) -> int:
         if con is not None:
             self.db.lock_session(con, self.lock_scope, session_id)
         return super().forget(session_id, con)
+
+    def drop(self, session_id: str, choose: Any, con: Any = None) -> int:
+        if con is not None:
+            self.db.lock_session(con, self.lock_scope, session_id)
+        return super().drop(session_id, choose, con)
 
     def close(self) -> None:
         if self._owns:
@@ -92,7 +102,19 @@ class PgRecordStore(SqliteRecordStore):
     def load_field(self, session_id: str, field: str) -> Any:
         rows = self.db.execute(f"SELECT (data::json -> ?)::text FROM {self.table} WHERE session_id = ?",
                                (field, session_id))
-        return json.loads(rows[0][0]) if rows and rows[0][0] is not None else None
+        return self._loads(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    @staticmethod
+    def _dumps(record: Any) -> str:
+        # A NUL character goes as itself, not as JSON's "\u0000": PostgreSQL's JSON functions refuse
+        # that escape, so one such character anywhere in a record made load_field fail for the whole
+        # record (every fact of a session; with scope global, of every session). The connection
+        # stores the character itself reversibly (storage/postgres/__init__.py), and the JSON stays valid.
+        return _NUL_ESCAPE.sub(lambda m: m.group(1) + "\x00", json.dumps(record, ensure_ascii=False))
+
+    @staticmethod
+    def _loads(text: str) -> Any:
+        return json.loads(text, strict=False)  # a NUL character written as itself (see _dumps)
 
     def save(self, session_id: str, record: dict[str, Any], con: Any = None) -> None:
         if con is not None:  # (without one, the base opens a transaction and comes back here)

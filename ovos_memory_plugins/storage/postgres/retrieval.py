@@ -15,13 +15,11 @@ database at once:
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from ..storage.postgres_stores import PgWindowStore
-from .documents import Document
-from .pg_documents import PgDocumentLog
-from .store import IndexOwner, RetrievalStore
+from ..retrieval import IndexOwner, RetrievalStore
+from .documents import PgDocumentLog
+from .stores import PgWindowStore
 
 __all__ = ["PgRetrievalStore"]
 
@@ -38,7 +36,7 @@ class PgRetrievalStore(RetrievalStore):
     poll = 10.0
 
     def __init__(self, owner: IndexOwner, db: Any, prefix: str, log: Any):
-        self.worker_id = str(db.worker_key)  # this process's leases (see storage/postgres.py)
+        self.worker_id = str(db.worker_key)  # this process's leases (see storage/postgres/__init__.py)
         super().__init__(owner, db, prefix, log)
         self._lease_owner = self.worker_id  # flush() waits for what other workers hold
         # One session lock covers the window and the documents: a turn takes it once.
@@ -60,41 +58,11 @@ class PgRetrievalStore(RetrievalStore):
         docs = self.docs.lease(batch, self.worker_id, LEASE_S)
         if not docs:
             return False
-        prepared, failure = self._prepare_each(docs)
-        try:
-            if prepared:
-                # Vectors and marks are derived: a server crash that loses this commit leaves the
-                # documents pending, and they are embedded again.
-                with self.db.atomic(durable=False) as con:
-                    live = self.docs.lock_leased(con, sorted(prepared), self.worker_id)
-                    ready = [d for d in docs if d.rowid in live]
-                    if ready:
-                        self.owner._store_prepared(ready, [prepared[d.rowid] for d in ready])
-                    self.docs.mark_indexed(con, [d.rowid for d in ready], True)
-        except BaseException:
-            self.docs.release([d.rowid for d in docs], self.worker_id)
-            raise
-        self.docs.release([d.rowid for d in docs if d.rowid not in prepared], self.worker_id)
-        if failure is not None:
-            if prepared:
-                self._log.error("unindexable", "%s: %d of %d document(s) could not be indexed (%s); they stay "
-                                "queued and are retried", self._name, len(docs) - len(prepared), len(docs), failure)
-            raise failure
+        done, failure = self._index_leased(docs)
+        self._raise_failure(docs, done, failure)
         return len(docs) == batch
 
-    def _prepare_each(self, docs: Sequence[Document]) -> tuple[dict[int, Any], Exception | None]:
-        """``{rowid: prepared}`` for the documents the owner could prepare (the batch, else one by
-        one, so one the embedder rejects holds up no other), and the first failure."""
-        try:
-            return dict(zip([d.rowid for d in docs], self.owner._prepare_documents(docs))), None
-        except Exception as exc:  # noqa: BLE001 - retried one by one below
-            if len(docs) == 1:
-                return {}, exc
-        out: dict[int, Any] = {}
-        failure: Exception | None = None
-        for doc in docs:
-            try:
-                out[doc.rowid] = self.owner._prepare_documents([doc])[0]
-            except Exception as exc:  # noqa: BLE001 - stays queued; the caller reports the first
-                failure = failure or exc
-        return out, failure
+    def _index_transaction(self) -> Any:
+        # Vectors and marks are derived: a server crash that loses this commit leaves the
+        # documents pending, and they are embedded again.
+        return self.db.atomic(durable=False)

@@ -6,6 +6,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from .._core.compat import AgentMessage
+from .._core.log import LogOnce
 from ..config import option
 from ..context import ContextConfig, ContextMemory
 from ..errors import ConfigError, MemoryPluginError
@@ -15,10 +17,8 @@ from ..messages import (
     to_dict,
 )
 from ..storage import BACKENDS, WindowPolicy, open_window_store, store_location
-from .compat import AgentMessage
-from .history_view import SessionHistoryMixin
-from .imports import export_messages, session_export, unseen_messages
-from .log import LogOnce
+from .exports import export_messages, session_export, unseen_messages
+from .session_view import SessionHistoryMixin
 
 __all__ = ["WindowConfig", "WindowMemory"]
 
@@ -50,13 +50,14 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
 
     Subclasses choose defaults through ``Config`` and whether an answer whose question was
     trimmed away is dropped from the context (``drop_leading_answers``). ``session2history`` is
-    the windows as a live mapping (``_core/history_view.py``).
+    the windows as a live mapping (``_memory/session_view.py``).
     """
 
     Config: ClassVar[type] = WindowConfig
     drop_leading_answers: ClassVar[bool] = False
     #: Names this memory's table in a PostgreSQL database (``<store_name>_window``).
     store_name: ClassVar[str] = "window"
+    export_parts: ClassVar[frozenset[str]] = frozenset({"window"})
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
@@ -89,8 +90,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         return history
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        check_session_id(session_id)
-        messages = coerce_messages(new_messages)
+        messages = self._incoming(new_messages, session_id)
         if not messages:
             return
         try:
@@ -123,6 +123,16 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         check_session_id(session_id)
         return {"messages": self._window.forget(session_id)}
 
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
+        """Delete the window's messages of the exchange a retrieval memory stores as ``content``
+        (see ``BaseRetrievalMemory.forget_exchange``): a window beside a retriever in a
+        composite forgets it too. The store is compacted; returns how many messages went."""
+        from ..storage.documents import exchange_positions  # a retrieval module: not loaded by a window alone
+
+        sid = check_session_id(session_id)
+        with self._edit_lock:
+            return {"messages": self._window.drop(sid, lambda window: exchange_positions(window, content))}
+
     def export(self, session_id: str) -> dict[str, Any]:
         data = super().export(session_id)
         data["window"] = [to_dict(m) for m in self.get_history(session_id)]
@@ -131,7 +141,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         """Load what :meth:`export` produced (checked whole first; messages already there are not
         added again). A store failure raises: the caller asked for this and must know."""
-        data, sid = session_export(data, session_id)
+        data, sid = session_export(data, session_id, self)
         messages = export_messages(data)
         with self._edit_lock:
             new = unseen_messages(self._window.load(sid, self.policy), messages)

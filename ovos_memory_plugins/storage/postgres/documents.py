@@ -21,8 +21,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..storage.postgres import WORKER_GONE, PgDatabase
-from .documents import _COLUMNS, Document, DocumentLog, _document
+from ..documents import COLUMNS, Document, DocumentLog, document_of_row
+from . import WORKER_GONE, PgDatabase
 
 __all__ = ["PgDocumentLog"]
 
@@ -82,9 +82,9 @@ class PgDocumentLog(DocumentLog):
         """Pending documents; inside a transaction, locked, skipping those another writer holds."""
         if con is None:
             return super().pending(limit)
-        rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE indexed = 0 ORDER BY id LIMIT ? "
+        rows = con.execute(f"SELECT {COLUMNS} FROM {self.table} WHERE indexed = 0 ORDER BY id LIMIT ? "
                            "FOR UPDATE SKIP LOCKED", (limit,)).fetchall()
-        return [_document(r) for r in rows]
+        return [document_of_row(r) for r in rows]
 
     def mark_indexed(self, con: Any, rowids: Sequence[int], indexed: bool = True) -> None:
         if rowids:
@@ -108,9 +108,9 @@ class PgDocumentLog(DocumentLog):
                 f"UPDATE {self.table} SET lease_owner = ?, lease_until = ? WHERE id IN ("
                 f"SELECT id FROM {self.table} WHERE indexed = 0 AND (lease_until IS NULL OR lease_until < ? "
                 f"OR lease_owner = ? OR {WORKER_GONE.format(col='lease_owner')}) "
-                f"ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING {_COLUMNS}",
+                f"ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}",
                 (owner, now + seconds, now, owner, limit)).fetchall()
-        return sorted((_document(r) for r in rows), key=lambda d: d.rowid)
+        return sorted((document_of_row(r) for r in rows), key=lambda d: d.rowid)
 
     def lock_leased(self, con: Any, rowids: Sequence[int], owner: str) -> set[int]:
         """Lock the documents of ``rowids`` still present, pending and leased to ``owner``."""
@@ -137,12 +137,18 @@ class PgDocumentLog(DocumentLog):
     def delete_session(self, con: Any, session_id: str) -> list[Document]:
         self.db.lock_session(con, self.lock_scope, session_id)
         t = self.table
-        rows = con.execute(f"DELETE FROM {t} WHERE session_id = ? RETURNING {_COLUMNS}", (session_id,)).fetchall()
+        rows = con.execute(f"DELETE FROM {t} WHERE session_id = ? RETURNING {COLUMNS}", (session_id,)).fetchall()
         con.execute(f"WITH gone AS (DELETE FROM {t}_seq WHERE session_id = ? RETURNING next) "
                     f"INSERT INTO {t}_floor (id, next) SELECT 1, next FROM gone "
                     f"ON CONFLICT (id) DO UPDATE SET next = GREATEST({t}_floor.next, excluded.next)", (session_id,))
-        return sorted((_document(r) for r in rows), key=lambda d: d.rowid)
+        return sorted((document_of_row(r) for r in rows), key=lambda d: d.rowid)
 
     def delete_older_than(self, con: Any, cutoff: float) -> list[Document]:
-        rows = con.execute(f"DELETE FROM {self.table} WHERE ts < ? RETURNING {_COLUMNS}", (cutoff,)).fetchall()
-        return sorted((_document(r) for r in rows), key=lambda d: d.rowid)
+        rows = con.execute(f"DELETE FROM {self.table} WHERE ts < ? RETURNING {COLUMNS}", (cutoff,)).fetchall()
+        return sorted((document_of_row(r) for r in rows), key=lambda d: d.rowid)
+
+    def delete_content(self, con: Any, session_id: str, content: str) -> list[Document]:
+        self.db.lock_session(con, self.lock_scope, session_id)
+        rows = con.execute(f"DELETE FROM {self.table} WHERE session_id = ? AND content = ? RETURNING {COLUMNS}",
+                           (session_id, content)).fetchall()
+        return sorted((document_of_row(r) for r in rows), key=lambda d: d.rowid)

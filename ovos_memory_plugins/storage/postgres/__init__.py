@@ -39,13 +39,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ..errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
-from .readonly import StoreReadOnly, is_read_only
-from .sharing import SharedHandles
+from ...errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
+from ..readonly import StoreReadOnly, is_read_only
+from ..sharing import SharedHandles
 
 __all__ = [
-    "WORKER_GONE", "PgConnection", "PgDatabase", "is_postgres_url", "lock_key", "open_pg_database", "psycopg_module",
-    "redact", "release_pg_database",
+    "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",
+    "release_pg_database", "WORKER_GONE",
 ]
 
 T = TypeVar("T")
@@ -309,8 +309,12 @@ class PgDatabase:
         if raw is None or raw.closed or raw.broken:
             _close_quietly(raw)  # a broken one still holds its socket
             raw = self._connect()
-            with _mapped(f"connect to {self.path}"):
-                raw.execute("SELECT pg_advisory_lock_shared(%s)", (self.worker_key,))  # alive while connected
+            try:
+                with _mapped(f"connect to {self.path}"):
+                    raw.execute("SELECT pg_advisory_lock_shared(%s)", (self.worker_key,))  # alive while connected
+            except BaseException:
+                _close_quietly(raw)  # nobody else holds it yet
+                raise
             with self._sessions_lock:
                 if not self._closed:
                     session.raw, session.wrapper = raw, PgConnection(raw)

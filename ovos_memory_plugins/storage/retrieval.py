@@ -7,7 +7,7 @@ backend indexes in the background, and a worker indexes them from that durable q
 nothing is lost if the process dies first, and a restart resumes the work.
 
 A turn never waits for that work. Until a document is indexed, :attr:`RetrievalStore.pending`
-recalls it by its words (``_retrieval/pending.py``). Batches are small (``index_batch``
+recalls it by its words (``_index/pending.py``). Batches are small (``index_batch``
 documents, ``index_chars`` characters), so the indexer's transactions and model calls are
 short; an outside index (vectors) leases its batch, so processes sharing the file never embed
 the same documents, and ``flush()`` also waits for what other processes hold.
@@ -26,16 +26,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from .._core.compat import AgentMessage
-from .._core.imports import unseen_messages
 from .._core.log import LogOnce
 from .._core.worker import BackgroundWorker
+from .._index.pending import PendingRecall
+from .._memory.exports import unseen_messages
 from ..errors import MemoryPluginError
-from ..storage import after_commit, release_database
-from ..storage.policy import WindowPolicy
-from ..storage.sqlite import Database
-from ..storage.windows import SqliteWindowStore, safe_table_name
-from .documents import Document, DocumentLog, PastExchange, exchange_texts, format_exchange, within_chars
-from .pending import PendingRecall
+from . import after_commit, release_database
+from .documents import (
+    Document,
+    DocumentLog,
+    PastExchange,
+    exchange_positions,
+    exchange_texts,
+    format_exchange,
+    within_chars,
+)
+from .policy import WindowPolicy
+from .sqlite import Database
+from .windows import SqliteWindowStore, safe_table_name
 
 __all__ = ["IndexOwner", "RetrievalStore"]
 
@@ -60,7 +68,9 @@ class IndexOwner(Protocol):
     index_delay: ClassVar[float]
     #: How a failing background step is logged (once): "error" or "warning".
     index_failure_level: ClassVar[str]
-    #: True: the index is in this same database, so its writes join the store's transactions.
+    #: True: the index is in this same database and cheap to write (keywords): the indexer writes
+    #: entries and marks in one transaction. False: documents are leased and prepared (embedded)
+    #: outside any transaction. Whether a forget joins the index's writes is ``_index_in_database()``.
     index_in_database: ClassVar[bool]
     #: False: the index is in RAM and every stored document is indexed again on first use.
     index_survives_restart: ClassVar[bool]
@@ -79,7 +89,7 @@ class RetrievalStore:
     """The window, the document log and the index queue of one retrieval memory.
 
     A memory on a PostgreSQL database gets the subclass ``PgRetrievalStore``
-    (``_retrieval/pg_store.py``): the same turn, with its locks and the shared queue.
+    (``storage/postgres/retrieval.py``): the same turn, with its locks and the shared queue.
     """
 
     window_class: type[SqliteWindowStore] = SqliteWindowStore
@@ -91,8 +101,12 @@ class RetrievalStore:
         self.owner = owner
         self.db = db
         prefix = safe_table_name(prefix)
-        self.window = self.window_class(db, f"{prefix}_window")
-        self.docs = self.docs_class(db, f"{prefix}_docs")
+        try:
+            self.window = self.window_class(db, f"{prefix}_window")
+            self.docs = self.docs_class(db, f"{prefix}_docs")
+        except BaseException:
+            release_database(db)  # a store that never existed keeps no connection open
+            raise
         self._log = log
         self._started = False
         self._start_lock = threading.Lock()
@@ -173,12 +187,13 @@ class RetrievalStore:
         return sorted(set(self.window.sessions()) | set(self.docs.sessions()))
 
     def forget(self, session_id: str) -> dict[str, int]:
+        """Delete the session's window, documents and index entries; never waits for the indexer.
+
+        An indexer (of this process or another) embedding the session's documents meanwhile
+        writes nothing for them: its write checks, in one transaction, that each document still
+        exists and is still leased to it (:meth:`_index_leased`).
+        """
         in_db = self.owner._index_in_database()
-        if self.worker is not None and not in_db:
-            # An outside index: do not let the indexer re-add what we are deleting. (An index in
-            # this file reads its queue inside its own transaction: nothing to wait for.)
-            self.worker.flush(30)
-        removed: set[int] = set()  # documents whose index entries are already gone
         if not in_db:
             # An outside index (vectors, whose metadata holds the text) is emptied first: a crash
             # between the steps then leaves the session whole and visible (its documents pending
@@ -187,14 +202,15 @@ class RetrievalStore:
                 current = self.docs.for_session(session_id)
                 self.docs.mark_indexed(con, [d.rowid for d in current], False)
             self.owner._delete_documents(current)
-            removed = {d.rowid for d in current}
         with self.db.atomic() as con:
             messages = self.window.forget(session_id, con)
             docs = self.docs.delete_session(con, session_id)
             if in_db:
                 self.owner._delete_documents(docs)  # a savepoint inside this transaction
         if not in_db:
-            self.owner._delete_documents([d for d in docs if d.rowid not in removed])  # written meanwhile
+            # Every one again, not only those written meanwhile: an indexer may have written a
+            # document's entries again between the two steps (its write committed before ours).
+            self.owner._delete_documents(docs)
         self.db.compact()  # no byte of the session may stay: free space, split pages, index segments, WAL
         return {"messages": messages, "documents": len(docs)}
 
@@ -339,41 +355,85 @@ class RetrievalStore:
         batch, chars = self.owner.index_batch, self.owner.index_chars
         if self.pending is not None:
             self.pending.prepare()  # word sets for the turns' keyword recall, before the slow part
-        if self.owner._index_in_database():
-            # The index is in this file: entries and marks commit together, one commit a batch,
-            # bounded in characters (the transaction holds the file's write lock).
+        if self.owner.index_in_database:
+            # The index is in this file and cheap to write (keywords): entries and marks commit
+            # together, one commit a batch, bounded in characters (the transaction holds the
+            # file's write lock).
             with self.db.atomic(busy_wait) as con:
                 docs = within_chars(self.docs.pending(batch, con), chars)
-                done, failure = self._store_each(docs, savepoints=True)
+                done, failure = self._store_each(docs)
                 self.docs.mark_indexed(con, done, True)
             more = bool(docs) and self.docs.has_pending()
         else:
             docs = self.docs.lease(batch, self._lease_owner, LEASE_S, chars)
             if not docs:
                 return False
-            done, failure = self._store_each(docs, savepoints=False)  # slow (embedding): outside any transaction
-            with self.db.atomic() as con:
-                self.docs.mark_indexed(con, done, True)
-            self.docs.release([d.rowid for d in docs if d.rowid not in set(done)], self._lease_owner)
+            done, failure = self._index_leased(docs)
             more = True  # the next lease finds out
-        if failure is not None:
-            if done:  # the backend works, some documents do not: worth an ERROR of its own, once
-                self._log.error("unindexable", "%s: %d of %d document(s) could not be indexed (%s); they stay "
-                                "queued and are retried", self._name, len(docs) - len(done), len(docs), failure)
-            raise failure
+        self._raise_failure(docs, done, failure)
         return more
 
-    def _store_each(self, docs: Sequence[Document], savepoints: bool) -> tuple[list[int], Exception | None]:
-        """Store ``docs``: the batch, else one by one. Returns the rowids stored and the first failure.
+    def _index_leased(self, docs: Sequence[Document]) -> tuple[list[int], Exception | None]:
+        """Index documents leased to this store: the slow part (embedding) outside any transaction,
+        then, in one transaction, the entries of those still present and still leased here, and
+        their marks. Returns the row ids prepared and the first failure.
 
-        ``savepoints``: each attempt in its own savepoint (an index in this database), so a
-        failed attempt leaves no partial rows.
+        A document forgotten or expired meanwhile (in this process or another) is skipped: no
+        vector of it is written after its deletion. Taking the write lock first makes the check
+        and the write one step against any deletion (which takes the same lock), whether the
+        vectors live in this file (a savepoint of this transaction) or elsewhere.
         """
+        prepared, failure = self._prepare_each(docs)
+        try:
+            if prepared:
+                with self._index_transaction() as con:
+                    live = self.docs.lock_leased(con, sorted(prepared), self._lease_owner)
+                    ready = [d for d in docs if d.rowid in live]
+                    if ready:
+                        self.owner._store_prepared(ready, [prepared[d.rowid] for d in ready])
+                    self.docs.mark_indexed(con, [d.rowid for d in ready], True)
+        except BaseException:
+            self.docs.release([d.rowid for d in docs], self._lease_owner)
+            raise
+        self.docs.release([d.rowid for d in docs if d.rowid not in prepared], self._lease_owner)
+        return list(prepared), failure
+
+    def _index_transaction(self) -> Any:
+        """The transaction that writes a leased batch's index entries and marks."""
+        return self.db.atomic()
+
+    def _prepare_each(self, docs: Sequence[Document]) -> tuple[dict[int, Any], Exception | None]:
+        """``{rowid: prepared}`` for the documents the owner could prepare (the batch, else one by
+        one, so one the embedder rejects holds up no other), and the first failure."""
+        try:
+            return dict(zip([d.rowid for d in docs], self.owner._prepare_documents(docs))), None
+        except Exception as exc:  # noqa: BLE001 - retried one by one below
+            if len(docs) == 1:
+                return {}, exc
+        out: dict[int, Any] = {}
+        failure: Exception | None = None
+        for doc in docs:
+            try:
+                out[doc.rowid] = self.owner._prepare_documents([doc])[0]
+            except Exception as exc:  # noqa: BLE001 - stays queued; the caller reports the first
+                failure = failure or exc
+        return out, failure
+
+    def _raise_failure(self, docs: Sequence[Document], done: Sequence[int], failure: Exception | None) -> None:
+        """Raise ``failure`` (the worker logs it once), after one ERROR of its own when the backend
+        works and only some documents do not."""
+        if failure is None:
+            return
+        if done:
+            self._log.error("unindexable", "%s: %d of %d document(s) could not be indexed (%s); they stay "
+                            "queued and are retried", self._name, len(docs) - len(done), len(docs), failure)
+        raise failure
+
+    def _store_each(self, docs: Sequence[Document]) -> tuple[list[int], Exception | None]:
+        """Store ``docs`` in this database: the batch, else one by one, each attempt in a savepoint
+        (a failed one leaves no partial rows). Returns the rowids stored and the first failure."""
         def attempt(batch: Sequence[Document]) -> None:
-            if savepoints:
-                with self.db.atomic():
-                    self.owner._store_documents(batch)
-            else:
+            with self.db.atomic():
                 self.owner._store_documents(batch)
 
         if not docs:
@@ -393,6 +453,33 @@ class RetrievalStore:
             except Exception as exc:  # noqa: BLE001 - stays pending; the caller reports the first
                 failure = failure or exc
         return done, failure
+
+    # -- forgetting one exchange ---------------------------------------------------------
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
+        """Delete every document of the session whose text is ``content`` and the window's messages
+        of that exchange, then compact, as :meth:`forget` does for a whole session (the same
+        order of steps, so a crash never leaves the text on disk while it is gone from export)."""
+        in_db = self.owner._index_in_database()
+        if self.worker is not None and not in_db:
+            self.worker.flush(30)
+        removed: set[int] = set()
+        if not in_db:
+            current = self.docs.with_content(session_id, content)
+            if current:
+                with self.db.atomic() as con:
+                    self.docs.mark_indexed(con, [d.rowid for d in current], False)
+                self.owner._delete_documents(current)
+            removed = {d.rowid for d in current}
+        with self.db.atomic() as con:
+            messages = self.window.drop(session_id, lambda window: exchange_positions(window, content), con)
+            docs = self.docs.delete_content(con, session_id, content)
+            if in_db:
+                self.owner._delete_documents(docs)
+        if not in_db:
+            self.owner._delete_documents([d for d in docs if d.rowid not in removed])
+        if docs or messages:
+            self.db.compact()
+        return {"messages": messages, "documents": len(docs)}
 
 
 def _window_start(sizes: Sequence[int], max_messages: int) -> int:

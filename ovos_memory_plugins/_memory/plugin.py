@@ -7,14 +7,26 @@ import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from .._core.compat import AgentContextManager, AgentMessage
+from .._core.log import LOG
+from .._core.paths import check_store_path, is_memory_path, resolve_path
 from ..config import parse_config, replace_setting, setting_names
-from ..errors import ConfigError, MemoryPluginError
-from .compat import AgentContextManager
-from .log import LOG
-from .paths import check_store_path, is_memory_path, resolve_path
+from ..errors import ConfigError, MemoryClosed, MemoryPluginError
+from ..messages import check_session_id, coerce_messages
 from .people import People, inside, is_memory_key, keyed, parse_people, unmapped
 
-__all__ = ["MemoryPlugin"]
+__all__ = ["MemoryPlugin", "store_path_problems"]
+
+
+def store_path_problems(key: str, path: Any) -> list[str]:
+    """``["'key': why"]`` when ``path`` names what no store may use (a FIFO, a directory, a
+    device: see :func:`~._core.paths.check_store_path`); else ``[]``. Nothing is opened or made."""
+    if isinstance(path, str) and path.strip() and not is_memory_path(path):
+        try:
+            check_store_path(resolve_path(path))
+        except ConfigError as exc:
+            return [f"'{key}': {exc}"]
+    return []
 
 
 class MemoryPlugin(AgentContextManager):
@@ -33,7 +45,7 @@ class MemoryPlugin(AgentContextManager):
     Beyond the three contract methods every backend offers ``forget``, ``export``,
     ``import_session``, ``sessions``, ``flush`` and ``close``, and works as a context manager.
 
-    With ``scope: person`` (see :mod:`~ovos_memory_plugins._core.people`) every public method's
+    With ``scope: person`` (see :mod:`~ovos_memory_plugins._memory.people`) every public method's
     ``session_id`` is mapped to the memory key before the backend sees it, so a backend keys by
     it as by any session id; ``people``, ``forget_person`` and ``export_person`` act on a person.
     """
@@ -47,6 +59,9 @@ class MemoryPlugin(AgentContextManager):
     #: Names of instance attributes that are not the setting of the same name (the composite's
     #: ``members`` are the loaded members, not their config).
     own_attributes: ClassVar[frozenset[str]] = frozenset()
+    #: The parts of an export this backend keeps ("window", "documents", "summary", "facts"): what
+    #: it takes from another backend's export (see ``_memory/conversion.py``).
+    export_parts: ClassVar[frozenset[str]] = frozenset()
     #: Private methods whose ``session_id`` is mapped like a public method's (``session2history``
     #: reads and edits through them).
     keyed_private_methods: ClassVar[tuple[str, ...]] = ("_replace_window", "_stored_window")
@@ -91,13 +106,7 @@ class MemoryPlugin(AgentContextManager):
         """What would stop this backend from starting with ``settings``, beyond each key's own
         checks; without I/O or side effects, so ``ovos-memory check-config`` reports it too.
         Subclasses extend the list (``super().check_settings(settings) + [...]``)."""
-        path = getattr(settings, "db_path", None)
-        if isinstance(path, str) and path.strip() and not is_memory_path(path):
-            try:
-                check_store_path(resolve_path(path))
-            except ConfigError as exc:
-                return [f"'db_path': {exc}"]
-        return []
+        return store_path_problems("db_path", getattr(settings, "db_path", None))
 
     @property
     def system_prompt(self) -> str:
@@ -133,9 +142,12 @@ class MemoryPlugin(AgentContextManager):
         """Rebuild what is derived from ``settings`` (after a live setting was assigned)."""
 
     # -- people ---------------------------------------------------------------------------
-    def people(self) -> list[str]:
-        """The names of the people of ``scope: person`` (none in another scope)."""
-        return self._people.names() if self._people is not None else []
+    def people(self) -> dict[str, list[str]]:
+        """The people of ``scope: person``, each with their session ids and patterns, by name
+        (empty in another scope)."""
+        if self._people is None:
+            return {}
+        return {name: list(self._people.owners[name]) for name in self._people.names()}
 
     def forget_person(self, name: str) -> dict[str, Any]:
         """Forget everything of person ``name``, whichever of their sessions stored it (the
@@ -237,6 +249,23 @@ class MemoryPlugin(AgentContextManager):
     def close(self) -> None:
         """Finish background work and release files and connections. Idempotent."""
         self._closed = True
+
+    def _incoming(self, new_messages: Any, session_id: str) -> list[AgentMessage]:
+        """What ``update_history`` is given, checked at the boundary: the session id, the memory
+        still open, and the messages normalised (an empty list: nothing to store)."""
+        check_session_id(session_id)
+        self._check_open()
+        return coerce_messages(new_messages)
+
+    def _check_open(self, call: str = "update_history") -> None:
+        """Refuse ``call`` on a closed memory with :class:`MemoryClosed`.
+
+        Its stores are released: the update would be dropped (a SQLite store) or written by a
+        memory that no longer runs its background work, while the caller believes it was kept.
+        """
+        if self._closed:
+            raise MemoryClosed(f"{self.plugin_name}: {call}() after close(); this memory is closed and stores "
+                               "nothing more (create a new one)")
 
     def __enter__(self) -> MemoryPlugin:
         return self

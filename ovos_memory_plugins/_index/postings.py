@@ -41,7 +41,7 @@ from typing import Any
 from .._core.log import LogOnce
 from .._core.worker import run_as_background
 from ..storage.sqlite import Database
-from .postings import Postings
+from .bm25 import Postings
 
 __all__ = ["PostingsMirror", "Tokenizer", "table_tokenizer"]
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import option
+from ..storage.documents import Document, DocumentLog
 from ..storage.sqlite import Database
-from .documents import Document, DocumentLog
 
 __all__ = ["NeighbourVectors", "adjacent", "context_text", "neighbour_weight_option", "survivors"]
 

@@ -22,8 +22,8 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from .._core.due import Job
-from .postgres import WORKER_GONE, PgDatabase
+from ..._core.due import Job
+from . import WORKER_GONE, PgDatabase
 
 __all__ = ["PgJobQueue"]
 

@@ -17,10 +17,12 @@ from typing import Any
 
 from .._core.compat import AgentMessage, MessageRole
 from ..messages import clean_text, is_role
-from ..storage.sqlite import Database
+from .sqlite import Database
 
-__all__ = ["Document", "DocumentLog", "PastExchange", "exchange_texts", "format_exchange", "past_exchanges",
-           "within_chars"]
+__all__ = [
+    "Document", "DocumentLog", "exchange_positions", "exchange_texts", "format_exchange", "past_exchanges",
+    "PastExchange", "within_chars",
+]
 
 _DOC_MIGRATIONS = (
     """
@@ -74,6 +76,29 @@ def format_exchange(question: str | None, answer: str | None) -> str:
     if answer is None:
         return f"Q: {question or ''}".strip()
     return f"Q: {question or ''}\nA: {answer}".strip()
+
+
+def exchange_positions(messages: Sequence[AgentMessage], content: str) -> set[int]:
+    """Where a window holds the exchange stored as ``content`` (each time it does): a USER and the
+    ASSISTANT answering it, a USER left unanswered, or an answer whose question was trimmed away.
+
+        >>> from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+        >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
+        >>> window = [AgentMessage(U, "hi"), AgentMessage(A, "hello"), AgentMessage(U, "my dog is Rex"),
+        ...           AgentMessage(A, "Nice!")]
+        >>> sorted(exchange_positions(window, "Q: my dog is Rex\\nA: Nice!"))
+        [2, 3]
+    """
+    doomed: set[int] = set()
+    for i, msg in enumerate(messages):
+        answer = messages[i + 1] if i + 1 < len(messages) and is_role(messages[i + 1], "assistant") else None
+        if is_role(msg, "user"):
+            if format_exchange(msg.content, answer.content if answer is not None else None) == content:
+                doomed |= {i, i + 1} if answer is not None else {i}
+        elif is_role(msg, "assistant") and (i == 0 or not is_role(messages[i - 1], "user")) \
+                and content.endswith(f"\nA: {msg.content}".rstrip()) and msg.content.strip():
+            doomed.add(i)
+    return doomed
 
 
 def exchange_texts(tail: AgentMessage | None, messages: Sequence[AgentMessage]) -> list[tuple[str | None, str | None]]:
@@ -194,9 +219,9 @@ class DocumentLog:
         return con.execute(sql + " LIMIT 1", params).fetchone() is not None
 
     def pending(self, limit: int, con: Any = None) -> list[Document]:
-        sql = f"SELECT {_COLUMNS} FROM {self.table} WHERE indexed = 0 ORDER BY id LIMIT ?"
+        sql = f"SELECT {COLUMNS} FROM {self.table} WHERE indexed = 0 ORDER BY id LIMIT ?"
         rows = con.execute(sql, (limit,)).fetchall() if con is not None else self.db.execute(sql, (limit,))
-        return [_document(r) for r in rows]
+        return [document_of_row(r) for r in rows]
 
     def lease(self, limit: int, owner: str, seconds: float, max_chars: int | None = None) -> list[Document]:
         """The oldest pending documents no other indexer holds, now held by ``owner`` for ``seconds``.
@@ -207,13 +232,24 @@ class DocumentLog:
         now = time.time()
         with self.db.atomic() as con:
             rows = con.execute(
-                f"SELECT {_COLUMNS} FROM {self.table} AS d WHERE indexed = 0 AND NOT EXISTS "
+                f"SELECT {COLUMNS} FROM {self.table} AS d WHERE indexed = 0 AND NOT EXISTS "
                 f"(SELECT 1 FROM {self.table}_leases AS l WHERE l.id = d.id AND l.until > ? AND l.owner != ?) "
                 "ORDER BY id LIMIT ?", (now, owner, limit)).fetchall()
-            docs = within_chars([_document(r) for r in rows], max_chars)
+            docs = within_chars([document_of_row(r) for r in rows], max_chars)
             con.executemany(f"INSERT OR REPLACE INTO {self.table}_leases (id, owner, until) VALUES (?, ?, ?)",
                             [(d.rowid, owner, now + seconds) for d in docs])
         return docs
+
+    def lock_leased(self, con: Any, rowids: Sequence[int], owner: str) -> set[int]:
+        """The documents of ``rowids`` still present, pending and leased to ``owner``. Called in a
+        write transaction (``con``), which holds the file's write lock: none of them can be
+        deleted, or leased to another, before it commits."""
+        if not rowids:
+            return set()
+        marks = ",".join("?" * len(rowids))
+        rows = con.execute(f"SELECT d.id FROM {self.table} AS d JOIN {self.table}_leases AS l ON l.id = d.id "
+                           f"WHERE d.id IN ({marks}) AND d.indexed = 0 AND l.owner = ?", (*rowids, owner)).fetchall()
+        return {int(r[0]) for r in rows}
 
     def release(self, rowids: Sequence[int], owner: str) -> None:
         """Give up ``owner``'s leases of ``rowids`` (documents it could not index: others may try)."""
@@ -254,15 +290,15 @@ class DocumentLog:
         """The documents with these row ids that still exist, in id order (a read of its own)."""
         if not rowids:
             return []
-        rows = self.db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE id IN ({','.join('?' * len(rowids))}) "
+        rows = self.db.execute(f"SELECT {COLUMNS} FROM {self.table} WHERE id IN ({','.join('?' * len(rowids))}) "
                                "ORDER BY id", list(rowids))
-        return [_document(r) for r in rows]
+        return [document_of_row(r) for r in rows]
 
     def indexed_after(self, rowid: int, limit: int) -> list[Document]:
         """Up to ``limit`` indexed documents with a row id above ``rowid``, in id order."""
-        rows = self.db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE indexed = 1 AND id > ? ORDER BY id LIMIT ?",
+        rows = self.db.execute(f"SELECT {COLUMNS} FROM {self.table} WHERE indexed = 1 AND id > ? ORDER BY id LIMIT ?",
                                (rowid, limit))
-        return [_document(r) for r in rows]
+        return [document_of_row(r) for r in rows]
 
     def mark_indexed(self, con: Any, rowids: Sequence[int], indexed: bool = True) -> None:
         con.executemany(f"UPDATE {self.table} SET indexed = ? WHERE id = ?", [(int(indexed), r) for r in rowids])
@@ -291,9 +327,9 @@ class DocumentLog:
         """The documents with these row ids that still exist, in id order."""
         if not rowids:
             return []
-        rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE id IN ({','.join('?' * len(rowids))}) "
+        rows = con.execute(f"SELECT {COLUMNS} FROM {self.table} WHERE id IN ({','.join('?' * len(rowids))}) "
                            "ORDER BY id", list(rowids)).fetchall()
-        return [_document(r) for r in rows]
+        return [document_of_row(r) for r in rows]
 
     def resolve(self, wanted: Sequence[tuple[str, str]],
                 session_id: str | None = None) -> list[tuple[int, str] | None]:
@@ -339,13 +375,13 @@ class DocumentLog:
 
     def for_session(self, session_id: str) -> list[Document]:
         rows = self.db.execute(
-            f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ? ORDER BY id",
+            f"SELECT {COLUMNS} FROM {self.table} WHERE session_id = ? ORDER BY id",
             (session_id,))
-        return [_document(r) for r in rows]
+        return [document_of_row(r) for r in rows]
 
     def delete_session(self, con: Any, session_id: str) -> list[Document]:
         """Delete the session's documents and its id counter, raising the floor new counters start from."""
-        rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE session_id = ?", (session_id,)).fetchall()
+        rows = con.execute(f"SELECT {COLUMNS} FROM {self.table} WHERE session_id = ?", (session_id,)).fetchall()
         con.execute(f"DELETE FROM {self.table} WHERE session_id = ?", (session_id,))
         self._drop_leases(con, rows)
         seq = con.execute(f"SELECT next FROM {self.table}_seq WHERE session_id = ?", (session_id,)).fetchone()
@@ -353,13 +389,33 @@ class DocumentLog:
             con.execute(f"INSERT INTO {self.table}_floor (id, next) VALUES (1, ?) "
                         "ON CONFLICT(id) DO UPDATE SET next = MAX(next, excluded.next)", (seq[0],))
             con.execute(f"DELETE FROM {self.table}_seq WHERE session_id = ?", (session_id,))
-        return [_document(r) for r in rows]
+        return [document_of_row(r) for r in rows]
 
     def delete_older_than(self, con: Any, cutoff: float) -> list[Document]:
-        rows = con.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE ts < ?", (cutoff,)).fetchall()
+        rows = con.execute(f"SELECT {COLUMNS} FROM {self.table} WHERE ts < ?", (cutoff,)).fetchall()
         con.execute(f"DELETE FROM {self.table} WHERE ts < ?", (cutoff,))
         self._drop_leases(con, rows)
-        return [_document(r) for r in rows]
+        return [document_of_row(r) for r in rows]
+
+    def with_content(self, session_id: str, content: str) -> list[Document]:
+        """The session's documents whose text is ``content``, in id order."""
+        rows = self.db.execute(f"SELECT {COLUMNS} FROM {self.table} WHERE session_id = ? AND content = ? ORDER BY id",
+                               (session_id, content))
+        return [document_of_row(r) for r in rows]
+
+    def delete_content(self, con: Any, session_id: str, content: str) -> list[Document]:
+        """Delete the session's documents whose text is ``content`` (its id counter stays: ids never repeat)."""
+        rows = con.execute(f"SELECT {COLUMNS} FROM {self.table} WHERE session_id = ? AND content = ?",
+                           (session_id, content)).fetchall()
+        con.executemany(f"DELETE FROM {self.table} WHERE id = ?", [(r[0],) for r in rows])
+        self._drop_leases(con, rows)
+        return [document_of_row(r) for r in rows]
+
+    def by_doc_id(self, session_id: str, doc_id: str) -> Document | None:
+        """The session's document ``doc_id``, or None."""
+        rows = self.db.execute(f"SELECT {COLUMNS} FROM {self.table} WHERE doc_id = ? AND session_id = ?",
+                               (doc_id, session_id))
+        return document_of_row(rows[0]) if rows else None
 
     def _drop_leases(self, con: Any, rows: Sequence[Any]) -> None:
         con.executemany(f"DELETE FROM {self.table}_leases WHERE id = ?", [(r[0],) for r in rows])
@@ -371,7 +427,8 @@ class DocumentLog:
         return int(self.db.execute(f"SELECT COUNT(*) FROM {self.table}")[0][0])
 
 
-_COLUMNS = "id, doc_id, session_id, ts, content, metadata"
+#: The columns a :class:`Document` is read from, in :func:`document_of_row`'s order (PostgreSQL's log shares them).
+COLUMNS = "id, doc_id, session_id, ts, content, metadata"
 
 
 def within_chars(docs: list[Document], max_chars: int | None) -> list[Document]:
@@ -386,6 +443,7 @@ def within_chars(docs: list[Document], max_chars: int | None) -> list[Document]:
     return docs
 
 
-def _document(row: Any) -> Document:
+def document_of_row(row: Any) -> Document:
+    """A :class:`Document` from a row of :data:`COLUMNS`."""
     rowid, doc_id, session_id, ts, content, metadata = row
     return Document(doc_id, content, session_id, json.loads(metadata), ts, rowid)

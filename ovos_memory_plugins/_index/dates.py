@@ -17,15 +17,23 @@ common word ("may", "mar" is Spanish for sea, "mai" Italian for never, "mars", "
 "marc") counts only next to a day number or a year ("May 3", "3 mai 2023"). Relative phrases
 ("last week", "yesterday") are not read: on LoCoMo they echo the dialogue's own words rather
 than the time of asking, and what helps there could not be checked for live use.
+
+A question names a few dates. Only the first :data:`MAX_MENTIONS` date mentions are read, so a
+text of thousands ("2023 2023 2023 ...", a pasted list) costs time in proportion to its length,
+not to the square of its mentions, and the periods compared with each candidate stay few.
 """
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
+from collections.abc import Iterator
 
-__all__ = ["DAY", "MONTHS", "date_match", "periods"]
+__all__ = ["DAY", "MAX_MENTIONS", "MONTHS", "date_match", "periods"]
 
 DAY = 86400.0
+#: Date mentions read in one text; the rest are not read (see the module docstring).
+MAX_MENTIONS = 32
 
 # Folded (lower case, no diacritics) month names and abbreviations -> month number.
 _NAMES = {
@@ -102,18 +110,7 @@ def periods(text: str, now: float | None = None) -> list[Span]:
         >>> periods("you may know")
         []
     """
-    found: list[Span] = []
-    taken: list[tuple[int, int]] = []  # character spans already read
-
-    def free(m: re.Match[str]) -> bool:
-        return all(m.end() <= a or m.start() >= b for a, b in taken)
-
-    def keep(span: Span | None, m: re.Match[str]) -> None:
-        if span is not None:
-            found.append(span)
-            taken.append(m.span())
-
-    years = _YEAR_ALONE.findall(text)
+    years = [m.group(1) for m in itertools.islice(_YEAR_ALONE.finditer(text), 2)]  # the second settles it
     only_year = int(years[0]) if len(years) == 1 else None
 
     def year_of(month: int, given: str | None) -> int | None:
@@ -121,30 +118,57 @@ def periods(text: str, now: float | None = None) -> list[Span]:
             return int(given)
         return only_year if only_year is not None else _latest_year(month, now)
 
-    for m in _ISO.finditer(text):
-        keep(_day_span(int(m.group(1)), int(m.group(2)), int(m.group(3))), m)
+    read = _Mentions(text)
+    for m in read.matches(_ISO):
+        read.keep(_day_span(int(m.group(1)), int(m.group(2)), int(m.group(3))), m)
     for pattern, day_at, month_at, year_at in ((_DAY_MONTH, 1, 2, 3), (_MONTH_DAY, 2, 1, 3)):
-        for m in pattern.finditer(text):
+        for m in read.matches(pattern):
             month = MONTHS.get(_fold(m.group(month_at)))
-            year = year_of(month, m.group(year_at)) if month is not None and free(m) else None
+            year = year_of(month, m.group(year_at)) if month is not None and read.free(m) else None
             if month is not None and year is not None:
-                keep(_day_span(year, month, int(m.group(day_at))), m)
-    for m in _MONTH_YEAR.finditer(text):
+                read.keep(_day_span(year, month, int(m.group(day_at))), m)
+    for m in read.matches(_MONTH_YEAR):
         month = MONTHS.get(_fold(m.group(1)))
-        if month is not None and free(m):
-            keep(_month_span(int(m.group(2)), month), m)
-    for m in _MONTH.finditer(text):
+        if month is not None and read.free(m):
+            read.keep(_month_span(int(m.group(2)), month), m)
+    for m in read.matches(_MONTH):
         word = _fold(m.group(1))
         month = MONTHS.get(word)
-        if month is None or word in _AMBIGUOUS or not free(m):
+        if month is None or word in _AMBIGUOUS or not read.free(m):
             continue
         year = year_of(month, None)
         if year is not None:
-            keep(_month_span(year, month), m)
-    for m in _YEAR_ALONE.finditer(text):
-        if free(m):
-            keep((_ts(int(m.group(1)), 1), _ts(int(m.group(1)) + 1, 1)), m)
-    return found
+            read.keep(_month_span(year, month), m)
+    for m in read.matches(_YEAR_ALONE):
+        if read.free(m):
+            read.keep((_ts(int(m.group(1)), 1), _ts(int(m.group(1)) + 1, 1)), m)
+    return read.found
+
+
+class _Mentions:
+    """The periods read in a text so far, and where it names them (each pattern in turn, the more
+    precise first: a mention read is not read again); at most MAX_MENTIONS mentions."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.found: list[Span] = []
+        self.taken: list[tuple[int, int]] = []  # character spans read
+
+    def matches(self, pattern: re.Pattern[str]) -> Iterator[re.Match[str]]:
+        """``pattern``'s matches in the text, until MAX_MENTIONS mentions are read."""
+        for m in pattern.finditer(self.text):
+            if len(self.taken) >= MAX_MENTIONS:
+                return
+            yield m
+
+    def free(self, m: re.Match[str]) -> bool:
+        return all(m.end() <= a or m.start() >= b for a, b in self.taken)
+
+    def keep(self, span: Span | None, m: re.Match[str]) -> None:
+        if span is not None:
+            if span not in self.found:  # "2023 ... 2023" names one period
+                self.found.append(span)
+            self.taken.append(m.span())
 
 
 def date_match(spans: list[Span], ts: float | None) -> float:

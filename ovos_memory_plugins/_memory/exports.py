@@ -4,27 +4,34 @@
 malformed export is a ``TypeError`` or ``ValueError`` naming the part that is wrong, and the
 store is unchanged. Importing what is already there changes nothing: messages already at the
 end of the window are not appended again (:func:`unseen_messages`), and documents already
-stored (same text, same time) are not stored twice.
+stored (same text, same time) are not stored twice. Another backend's export is converted
+first: what both backends keep carries over (:mod:`.conversion`).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._core.compat import AgentMessage
 from ..messages import check_session_id, from_dict, to_dict
-from .compat import AgentMessage
+from .conversion import converted
 
 __all__ = ["export_documents", "export_messages", "merged_summary", "session_export", "unseen_messages"]
 
 
-def session_export(data: Any, session_id: str | None) -> tuple[Mapping[str, Any], str]:
-    """``(data, the session id to import into)``; TypeError if ``data`` is not an export."""
+def session_export(data: Any, session_id: str | None, into: Any = None) -> tuple[Mapping[str, Any], str]:
+    """``(data, the session id to import into)``; TypeError if ``data`` is not an export.
+
+    With ``into`` (the memory importing it), another backend's export comes back as the parts
+    of it ``into`` keeps, and one holding none of them is a ValueError (:mod:`.conversion`).
+    """
     if not isinstance(data, Mapping):
         raise TypeError(f"import_session takes one session as export() returns it (a dict), not "
                         f"{type(data).__name__}")
     if session_id is None and "session_id" not in data:
         raise ValueError("the export names no 'session_id'; pass session_id= to say where it goes")
-    return data, check_session_id(session_id if session_id is not None else data.get("session_id"))
+    sid = check_session_id(session_id if session_id is not None else data.get("session_id"))
+    return (data if into is None else converted(data, into)), sid
 
 
 def _list_of(data: Mapping[str, Any], key: str) -> list[Any]:

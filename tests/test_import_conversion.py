@@ -1,0 +1,165 @@
+"""Importing one backend's export into another: what both keep carries over, else a clear refusal."""
+from __future__ import annotations
+
+import pytest
+
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+from ovos_memory_plugins._memory.conversion import converted, export_parts, member_imports
+from ovos_memory_plugins.composite import CompositeMemory
+from ovos_memory_plugins.entity import EntityMemory
+from ovos_memory_plugins.lexical import LexicalMemory
+from ovos_memory_plugins.longterm import LongTermMemory
+from ovos_memory_plugins.recency import RecencyMemory
+from tests._timing import patience
+
+U, A = MessageRole.USER, MessageRole.ASSISTANT
+LEXICAL, RECENCY, ENTITY = "ovos-memory-plugin-lexical", "ovos-memory-plugin-recency", "ovos-memory-plugin-entity"
+
+
+def talk(memory, sid="kitchen"):
+    memory.update_history([AgentMessage(U, "my bike is a red Bianchi"), AgentMessage(A, "nice bike")], sid)
+    memory.update_history([AgentMessage(U, "My name is Ana"), AgentMessage(A, "hi Ana")], sid)
+    memory.flush(patience(30))
+
+
+def contents(memory, sid="kitchen"):
+    return [m.content for m in memory.get_history(sid)]
+
+
+@pytest.fixture
+def build(tmp_path, closing):
+    def make(cls, name, **config):
+        return closing(cls({"db_path": str(tmp_path / name), **config}))
+    return make
+
+
+@pytest.fixture
+def lexical_export(build):
+    source = build(LexicalMemory, "source.db")
+    talk(source)
+    return source.export("kitchen")
+
+
+@pytest.fixture
+def composite(tmp_path, closing):
+    def make(tag, *modules):
+        def path(module):
+            return str(tmp_path / f"{tag}-{module.rsplit('-', 1)[-1]}.{'json' if module == ENTITY else 'db'}")
+        return closing(CompositeMemory({"members": [
+            {"module": m, "config": {"db_path": path(m), **({"api_url": None} if m == ENTITY else {})}}
+            for m in modules]}))
+    return make
+
+
+WINDOW = ["my bike is a red Bianchi", "nice bike", "My name is Ana", "hi Ana"]
+
+
+# -- what carries over -----------------------------------------------------------------------------
+def test_a_lexical_export_into_recency_keeps_its_window(build, lexical_export):
+    target = build(RecencyMemory, "r.db")
+    target.import_session(lexical_export)
+    assert contents(target) == WINDOW
+    target.import_session(lexical_export)  # again: changes nothing
+    assert contents(target) == WINDOW
+
+
+def test_a_lexical_export_into_a_composite_reaches_each_member_that_keeps_a_part_of_it(composite, lexical_export):
+    target = composite("c", RECENCY, LEXICAL, ENTITY)
+    target.import_session(lexical_export)
+    target.flush(patience(30))
+    exported = target.export("kitchen")["members"]
+    assert [m["content"] for m in exported[RECENCY]["window"]] == WINDOW
+    assert [m["content"] for m in exported[LEXICAL]["window"]] == WINDOW
+    assert len(exported[LEXICAL]["documents"]) == len(lexical_export["documents"]) == 2
+    assert exported[ENTITY]["facts"] == []  # a window and documents hold no facts for it
+    assert "Bianchi" in target.search("what bike do I have", "kitchen")[0].content
+
+
+def test_a_composite_export_into_lexical_recency_and_entity_gives_each_what_it_keeps(build, composite):
+    source = composite("src", RECENCY, LEXICAL, ENTITY)
+    talk(source)
+    exported = source.export("kitchen")
+    lexical = build(LexicalMemory, "l.db")
+    lexical.import_session(exported)
+    lexical.flush(patience(30))
+    assert contents(lexical) == WINDOW and len(lexical.export("kitchen")["documents"]) == 2
+    recency = build(RecencyMemory, "r.db")
+    recency.import_session(exported)
+    assert contents(recency) == WINDOW
+    entity = build(EntityMemory, "e.json", api_url=None)
+    entity.import_session(exported)
+    assert entity.facts("kitchen") == ["User's bike is a red Bianchi", "User's name is Ana"]
+
+
+def test_a_lexical_export_into_longterm_adds_its_window_and_keeps_the_summary(build, lexical_export):
+    target = build(LongTermMemory, "lt.json", api_url=None)
+    target.import_session({"summary": "The user likes tea.", "recent": [], "exchange_count": 0}, "kitchen")
+    target.import_session(lexical_export)
+    target.import_session(lexical_export)  # again: changes nothing
+    assert contents(target) == WINDOW
+    data = target.export("kitchen")
+    assert data["summary"] == "The user likes tea." and data["exchange_count"] == 2
+
+
+def test_a_longterm_export_into_recency_keeps_its_unsummarised_messages(build):
+    source = build(LongTermMemory, "lt.json", api_url=None)
+    talk(source)
+    target = build(RecencyMemory, "r.db")
+    target.import_session(source.export("kitchen"))
+    assert contents(target) == WINDOW
+
+
+# -- refused: nothing in common --------------------------------------------------------------------
+def test_an_entity_export_into_recency_is_refused_naming_both_kinds(build):
+    source = build(EntityMemory, "e.json", api_url=None)
+    talk(source)
+    target = build(RecencyMemory, "r.db")
+    with pytest.raises(ValueError, match=f"export of {ENTITY} holds facts; {RECENCY} keeps a window of messages"):
+        target.import_session(source.export("kitchen"))
+    assert target.sessions() == []
+
+
+def test_a_recency_export_into_entity_is_refused(build):
+    source = build(RecencyMemory, "r.db")
+    talk(source)
+    target = build(EntityMemory, "e.json", api_url=None)
+    with pytest.raises(ValueError, match=f"{RECENCY} holds a window of messages; {ENTITY} keeps facts"):
+        target.import_session(source.export("kitchen"))
+    assert target.sessions() == []
+
+
+def test_an_export_no_member_of_a_composite_keeps_is_refused_naming_the_members(build, composite):
+    source = build(EntityMemory, "e.json", api_url=None)
+    talk(source)
+    target = composite("c", RECENCY, LEXICAL)
+    with pytest.raises(ValueError, match=f"no member of .*composite \\({RECENCY}, {LEXICAL}\\) keeps any of it"):
+        target.import_session(source.export("kitchen"))
+    assert target.sessions() == []
+
+
+# -- the pure parts --------------------------------------------------------------------------------
+def test_a_composites_parts_are_its_longest_window_and_documents_and_its_first_facts():
+    data = {"plugin": "ovos-memory-plugin-composite", "session_id": "s", "members": {
+        RECENCY: {"window": [{"role": "user", "content": "b"}]},
+        LEXICAL: {"window": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+                  "documents": [{"content": "Q: a A: b"}]},
+        ENTITY: {"facts": [{"text": "User likes tea"}], "superseded": []}}}
+    parts = export_parts(data)
+    assert len(parts["window"]["window"]) == 2 and parts["documents"] == {"documents": [{"content": "Q: a A: b"}]}
+    assert parts["facts"] == {"facts": [{"text": "User likes tea"}], "superseded": []}
+
+
+def test_an_export_naming_no_backend_or_this_one_is_read_as_it_is():
+    class Recency:
+        plugin_name, export_parts = RECENCY, frozenset({"window"})
+
+    own = {"plugin": RECENCY, "session_id": "s", "window": []}
+    assert converted(own, Recency()) is own
+    by_hand = {"session_id": "s", "window": []}
+    assert converted(by_hand, Recency()) is by_hand
+
+
+@pytest.mark.parametrize("members, why", [("x", "'members' must be a dict"), ({"m": 5}, r"'members'\['m'\]")])
+def test_a_malformed_composite_export_is_a_type_error_naming_the_part(members, why):
+    with pytest.raises(TypeError, match=why):
+        member_imports({"plugin": "ovos-memory-plugin-composite", "session_id": "s", "members": members}, [], "c")

@@ -1,0 +1,317 @@
+"""``ovos-memory serve``: the JSON API against the real server (a child process on loopback), its
+safety rules (token, loopback, cross-site requests, DNS rebinding, a log that holds nothing of
+the memory), and the command's own checks."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ovos_memory_plugins._cli.persona import open_memory
+from ovos_memory_plugins._cli.serve import is_loopback
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+from ovos_memory_plugins._serve import views
+from ovos_memory_plugins.cli import main
+from tests._serve import SECRET, files_holding, household_config, remember_household, served
+from tests._timing import patience
+
+TOKEN = "correct-horse-battery"
+PRIVATE = (SECRET, "Biscuit", "peanuts", "ana-kitchen", "rui-car", "Porto", TOKEN)
+
+
+@pytest.fixture(scope="module")
+def household(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("household")
+    return folder, remember_household(folder)
+
+
+@pytest.fixture(scope="module")
+def server(household):
+    folder, args = household
+    with served(args, folder) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def guarded(household):
+    folder, args = household
+    with served([*args, "--token", TOKEN], folder) as running:
+        yield running
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    """A household of its own (for what changes it) and its server."""
+    args = remember_household(tmp_path)
+    with served(args, tmp_path) as running:
+        yield tmp_path, running
+
+
+# -- what a person sees ----------------------------------------------------------------------------
+def test_the_api_lists_the_sessions_and_says_what_the_memory_offers(server):
+    info = server.request("GET", "/api/info")
+    assert info.status == 200
+    assert info.body["plugin"] == "ovos-memory-plugin-composite" and info.body["token"] is False
+    assert info.body["search_modes"] == ["all", "keyword", "meaning"]
+    assert info.body["forget_fact"] and info.body["forget_exchange"] and not info.body["people"]
+    assert server.request("GET", "/api/sessions").body == {"sessions": [{"id": "ana-kitchen"}, {"id": "rui-car"}]}
+
+
+def test_a_session_shows_its_window_facts_and_stored_exchanges(server):
+    view = server.request("GET", "/api/sessions/ana-kitchen").body
+    assert view["id"] == "ana-kitchen"
+    assert {"role": "user", "content": "my dog is called Biscuit"} in view["window"]
+    facts = {f["text"]: f for f in view["facts"]}
+    assert facts["User's dog is called Biscuit"]["member"] == "ovos-memory-plugin-entity"
+    assert [d["content"].split("\n")[0] for d in view["documents"]] == [
+        "Q: my dog is called Biscuit", "Q: I live in Porto", f"Q: my locker code is {SECRET}",
+        "Q: I am allergic to peanuts"]
+    assert all(d["doc_id"] and d["member"] for d in view["documents"])
+
+
+def test_search_finds_by_keyword_and_by_meaning_within_a_session(server):
+    keyword = server.request("GET", "/api/search?q=peanuts&mode=keyword&session=ana-kitchen").body["hits"]
+    assert "allergic to peanuts" in keyword[0]["content"]
+    assert keyword[0]["member"] == "ovos-memory-plugin-lexical" and keyword[0]["session_id"] == "ana-kitchen"
+    question = "which%20pet%20does%20she%20own"  # no word of the stored exchange: only meaning finds it
+    meaning = server.request("GET", f"/api/search?q={question}&mode=meaning&session=ana-kitchen").body["hits"]
+    assert "Biscuit" in meaning[0]["content"] and meaning[0]["member"] == "ovos-memory-plugin-local-rag"
+    by_words = server.request("GET", f"/api/search?q={question}&mode=keyword&session=ana-kitchen").body["hits"]
+    assert not any("Biscuit" in h["content"] for h in by_words)
+    everywhere = server.request("GET", "/api/search?q=jazz").body["hits"]
+    assert everywhere[0]["session_id"] == "rui-car"
+    within = server.request("GET", "/api/search?q=jazz&session=ana-kitchen").body["hits"]
+    assert all(h["session_id"] == "ana-kitchen" for h in within)
+
+
+def test_export_is_a_download_of_the_whole_session(server):
+    reply = server.request("GET", "/api/sessions/ana-kitchen/export")
+    assert reply.status == 200
+    assert reply.headers["content-disposition"] == 'attachment; filename="ana-kitchen.json"'
+    assert reply.body["session_id"] == "ana-kitchen" and set(reply.body["members"]) >= {
+        "ovos-memory-plugin-lexical", "ovos-memory-plugin-entity"}
+
+
+def test_what_does_not_exist_is_404_and_bad_input_is_400_naming_the_problem(server):
+    assert server.request("GET", "/api/sessions/nobody").status == 404
+    assert server.request("GET", "/api/sessions/nobody/export").status == 404
+    bad_mode = server.request("GET", "/api/search?q=dog&mode=telepathy")
+    assert bad_mode.status == 400 and "'mode' must be one of" in bad_mode.body["error"]
+    assert "'q'" in server.request("GET", "/api/search?q=%20").body["error"]
+    assert server.request("DELETE", "/api/sessions/ana-kitchen/documents/ana-kitchen_99").status == 404
+    no_fact = server.request("DELETE", "/api/sessions/ana-kitchen/facts", body={"text": "User is a pirate"})
+    assert no_fact.status == 404 and no_fact.body == {"error": "no such fact in this session"}
+    no_text = server.request("DELETE", "/api/sessions/ana-kitchen/facts", body={})
+    assert no_text.status == 400 and "'text'" in no_text.body["error"]
+    assert server.request("POST", "/api/import", body=b"{not json").status == 400
+
+
+def test_without_a_person_scope_there_are_no_people(server):
+    assert server.request("GET", "/api/people").body == {"supported": False, "people": []}
+    reply = server.request("GET", "/api/people/ana")
+    assert reply.status == 400 and "no person scope" in reply.body["error"]
+
+
+def test_people_are_listed_and_forgotten_through_the_memorys_person_scope():
+    class WithPeople:  # what a memory with a person scope answers
+        plugin_name = "with-people"
+        forgotten: list[str] = []
+
+        def people(self):
+            return {"ana": ["ana-kitchen", "ana-car"]}
+
+        def forget_person(self, name):
+            self.forgotten.append(name)
+            return {"sessions": 2}
+
+    memory = WithPeople()
+    assert views.people(memory) == [{"name": "ana", "sessions": ["ana-car", "ana-kitchen"]}]
+    assert views.forget_person(memory, "ana") == {"forgotten": 2, "counts": {"sessions": 2}}
+    with pytest.raises(views.NotFound):
+        views.person_view(memory, "rui")
+
+
+def test_a_memory_without_facts_or_search_says_so(tmp_path):
+    with open_memory("ovos-memory-plugin-recency", {"db_path": str(tmp_path / "w.db")}) as memory:
+        memory.update_history([], "s")
+        with pytest.raises(views.Unsupported, match="no facts"):
+            views.forget_fact(memory, "s", "User likes jazz")
+        with pytest.raises(views.Unsupported, match="does not search"):
+            views.search(memory, "jazz", None)
+        assert views.memory_info(memory)["search_modes"] == []
+
+
+# -- forgetting, checked in the store ---------------------------------------------------------------
+def test_forgetting_an_exchange_a_fact_and_a_session_reaches_the_store(fresh):
+    folder, server = fresh
+    view = server.request("GET", "/api/sessions/ana-kitchen").body
+    doc = next(d for d in view["documents"] if SECRET in d["content"])
+    gone = server.request("DELETE", f"/api/sessions/ana-kitchen/documents/{doc['doc_id']}?member={doc['member']}")
+    assert gone.status == 200 and gone.body["forgotten"] >= 4  # the window's two messages, two documents
+    fact = next(f["text"] for f in view["facts"] if SECRET in f["text"])
+    assert server.request("DELETE", "/api/sessions/ana-kitchen/facts", body={"text": fact}).body == {"forgotten": 1}
+    assert SECRET not in json.dumps(server.request("GET", "/api/sessions/ana-kitchen/export").body)
+    assert files_holding(folder, SECRET) == []  # no byte of it in any file, journals included
+    assert server.request("DELETE", "/api/sessions/rui-car").body["forgotten"] > 0
+    with open_memory("ovos-memory-plugin-composite", household_config(folder)) as memory:  # the store, reopened
+        assert memory.sessions() == ["ana-kitchen"]
+        assert len(memory.export("ana-kitchen")["members"]["ovos-memory-plugin-lexical"]["documents"]) == 3
+
+
+def test_an_import_runs_in_the_background_and_reports_its_progress(fresh):
+    folder, server = fresh
+    exported = server.request("GET", "/api/sessions/rui-car/export").body
+    assert server.request("DELETE", "/api/sessions/rui-car").status == 200
+    job = server.request("POST", "/api/import", body=exported)
+    assert job.status == 202 and job.body["phase"] == "importing" and job.body["total"] == 1
+    deadline = time.monotonic() + patience(60)
+    phases = {job.body["phase"]}
+    while job.body["phase"] not in ("done", "failed") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        job = server.request("GET", f"/api/jobs/{job.body['id']}")
+        phases.add(job.body["phase"])
+    assert job.body["phase"] == "done", job.body
+    assert job.body["done"] == job.body["total"] and job.body["sessions"] == 1
+    assert [s["id"] for s in server.request("GET", "/api/sessions").body["sessions"]] == ["ana-kitchen", "rui-car"]
+    assert server.request("GET", "/api/search?q=jazz&mode=keyword&session=rui-car").body["hits"]
+    assert server.request("GET", "/api/status").body == {"backlog": 0}
+
+
+# -- safety ------------------------------------------------------------------------------------------
+def test_with_a_token_every_api_call_needs_it_and_the_page_asks_for_it(guarded):
+    missing = guarded.request("GET", "/api/sessions")
+    assert missing.status == 401 and missing.headers["www-authenticate"].startswith("Bearer")
+    assert guarded.request("GET", "/api/sessions", token="wrong-token-here").status == 403
+    assert guarded.request("DELETE", "/api/sessions/rui-car").status == 401
+    assert guarded.request("GET", "/api/sessions", token=TOKEN).status == 200
+    assert guarded.request("GET", "/api/info", token=TOKEN).body["token"] is True
+    page = guarded.request("GET", "/")
+    assert page.status == 200 and 'id="token-form"' in page.body
+    assert not any(word in page.body for word in PRIVATE)  # the page holds nothing of the memory
+
+
+def test_a_request_from_another_site_cannot_change_the_memory(server, guarded):
+    for running, token in ((server, None), (guarded, TOKEN)):
+        path = "/api/sessions/rui-car"
+        assert running.request("DELETE", path, token=token, csrf=False).status == 403  # a plain form or fetch
+        evil = running.request("DELETE", path, token=token, headers={"Origin": "http://evil.example"})
+        assert evil.status == 403 and "another site" in evil.body["error"]
+        fetched = running.request("DELETE", path, token=token, headers={"Sec-Fetch-Site": "cross-site"})
+        assert fetched.status == 403
+        assert running.request("GET", path, token=token).status == 200  # still there
+
+
+def test_without_a_token_a_page_under_another_name_is_refused(server):
+    """DNS rebinding: evil.example resolving to 127.0.0.1 would make the browser treat this server
+    as that site's own; the Host header gives it away."""
+    reply = server.request("GET", "/api/sessions", headers={"Host": "evil.example"})
+    assert reply.status == 400 and "DNS rebinding" in reply.body["error"]
+    assert server.request("GET", "/api/sessions", headers={"Host": "localhost:1234"}).status == 200
+
+
+def test_every_answer_carries_the_security_headers(server):
+    for path in ("/", "/api/sessions", "/static/app.js"):
+        headers = server.request("GET", path).headers
+        assert "default-src 'self'" in headers["content-security-policy"]
+        assert headers["x-content-type-options"] == "nosniff" and headers["cache-control"] == "no-store"
+        assert headers["referrer-policy"] == "no-referrer"
+
+
+def test_the_log_holds_one_line_per_request_and_nothing_of_the_memory(household):
+    folder, args = household
+    with served(args, folder) as running:
+        running.request("GET", "/api/sessions/ana-kitchen")
+        running.request("GET", f"/api/search?q={SECRET}&mode=keyword&session=ana-kitchen")
+        running.request("GET", "/api/sessions/ana-kitchen/export")
+        running.request("DELETE", "/api/sessions/ana-kitchen/facts", body={"text": "User is a pirate"})
+        running.request("GET", "/api/sessions/rui-car/documents/x")  # an error too
+    log = running.log
+    for line in ("GET /api/sessions/* 200", "GET /api/search 200", "DELETE /api/sessions/*/facts 404"):
+        assert line in log
+    leaked = [word for word in PRIVATE if word in log]
+    assert leaked == [], log
+
+
+# -- the command -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])
+def test_loopback_addresses_are_recognised(host):
+    assert is_loopback(host)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "pi.local"])
+def test_other_addresses_are_not_loopback(host):
+    assert not is_loopback(host)
+
+
+def test_a_non_loopback_host_without_a_token_is_refused_before_anything_opens(tmp_path, capsys):
+    code = main(["serve", "--host", "0.0.0.0", "--module", "ovos-memory-plugin-recency",
+                 "--config", json.dumps({"db_path": str(tmp_path / "w.db")})])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--token" in err and "0.0.0.0" in err
+    assert not (tmp_path / "w.db").exists()
+
+
+def test_a_short_token_is_refused(capsys):
+    assert main(["serve", "--token", "abc", "--module", "ovos-memory-plugin-recency"]) == 2
+    assert "at least 8 characters" in capsys.readouterr().err
+
+
+def test_a_busy_port_is_one_line(tmp_path, capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        code = main(["serve", "--port", str(port), "--module", "ovos-memory-plugin-recency",
+                     "--config", json.dumps({"db_path": str(tmp_path / "w.db")})])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("ovos-memory: error: cannot listen on 127.0.0.1:")
+
+
+def test_any_address_with_a_token_serves_and_sigterm_stops_it_cleanly(household):
+    folder, args = household
+    with served([*args, "--host", "0.0.0.0", "--token", TOKEN], folder) as running:
+        url = running.url.replace("0.0.0.0", "127.0.0.1")
+        running.url = url
+        assert running.request("GET", "/api/sessions", token=TOKEN).status == 200
+        assert running.request("GET", "/api/sessions").status == 401
+    assert running.process.returncode == 0
+
+
+def test_importing_the_package_and_its_command_line_loads_no_web_framework():
+    code = ("import sys, ovos_memory_plugins, ovos_memory_plugins.cli\n"
+            "ovos_memory_plugins.cli.build_parser()\n"
+            "print(sorted(m for m in ('starlette', 'uvicorn', 'selenium', 'ovos_memory_plugins._serve.app') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=patience(60))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_without_the_serve_extra_the_command_names_what_to_install(tmp_path):
+    code = ("import sys\nsys.modules['starlette'] = None\n"
+            "from ovos_memory_plugins.cli import main\n"
+            "sys.exit(main(['serve', '--module', 'ovos-memory-plugin-recency']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=patience(60))
+    assert done.returncode == 1
+    assert "pip install 'ovos-memory-plugins[serve]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_any_session_id_works_in_a_path_when_percent_encoded(tmp_path):
+    from urllib.parse import quote
+
+    config = {"db_path": str(tmp_path / "lex.db")}
+    odd = "Ana's room/2 ü?#"
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "hello"), AgentMessage(MessageRole.ASSISTANT, "hi")], odd)
+    with served(["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)], tmp_path) as running:
+        path = f"/api/sessions/{quote(odd, safe='')}"
+        assert running.request("GET", path).body["id"] == odd
+        assert running.request("GET", path + "/export").headers["content-disposition"].endswith('2____.json"')
+        doc = running.request("GET", path).body["documents"][0]
+        assert running.request("DELETE", f"{path}/documents/{quote(doc['doc_id'], safe='')}").status == 200
+        assert running.request("GET", "/api/sessions").body == {"sessions": []}  # its only exchange is gone
