@@ -162,10 +162,6 @@ class MemoryPlugin(AgentContextManager):
         with inside():
             return self.export(key)
 
-    def person_of(self, session_id: str) -> str | None:
-        """The person owning ``session_id``; None for a guest or outside ``scope: person``."""
-        return self._people.person_of(session_id) if self._people is not None else None
-
     def memory_key(self, session_id: str) -> str:
         """The key ``session_id``'s memory is stored under: its person's in ``scope: person``, else
         itself (what :meth:`sessions` lists)."""
