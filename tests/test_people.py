@@ -381,3 +381,12 @@ def test_the_web_page_lists_people_forgets_and_exports_them(tmp_path):
         assert contents(memory, "alice-car") == []
     with RecencyMemory({}) as memory:
         assert views.people(memory) == [] and views.memory_info(memory)["people"] is False
+
+
+def test_a_guest_who_becomes_a_person_brings_their_facts_into_a_household_member(tmp_path):
+    with composite(tmp_path, scope="person", people={"alice": ["kitchen"], "bob": ["bob-phone"]}) as memory:
+        tell(memory, "office", "I live in Paris")  # a guest, for now
+        assert "Paris" not in context_text(memory, "bob-phone")
+    with composite(tmp_path, scope="person", people={"alice": ["kitchen", "office"], "bob": ["bob-phone"]}) as memory:
+        assert "lives in Paris" in context_text(memory, "bob-phone")  # the household's facts now
+        assert "office" not in memory.sessions()

@@ -205,9 +205,11 @@ class MemoryPlugin(AgentContextManager):
                 self._move(session_id, people.key_of(person))
 
     def _move(self, session_id: str, key: str) -> None:
-        with unmapped():
+        with unmapped():  # the session's own copy, under its own id
             data = self.export(session_id)
+        with inside():  # into the person's key, as each member maps it (a household member: the household's)
             self.import_session(data, key)
+        with unmapped():
             self.forget(session_id)
         LOG.info(f"{self.plugin_name}: session {session_id!r} now belongs to a person; its memory moved to {key!r}")
 
