@@ -36,8 +36,8 @@ from ._core.imports import session_export
 from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
-from ._llm.fact_extraction import model_facts
-from ._llm.fact_parsing import parse_fact_list
+from ._llm.fact_extraction import Exchange, extract, question_in
+from ._llm.fact_parsing import reply_items
 from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
 from ._llm.fact_store import merge, withdraw_denied
@@ -120,7 +120,9 @@ class EntityMemory(LLMMemory):
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         self._last_user: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._lock = threading.Lock()  # guards _last_user
+        # The question ending the assistant's last reply, per session: the next message may answer it.
+        self._last_question: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._lock = threading.Lock()  # guards _last_user and _last_question
 
     def _open_sqlite(self, path: str) -> Any:
         from .storage.records import SqliteRecordStore
@@ -179,7 +181,7 @@ class EntityMemory(LLMMemory):
         self._log.clear("write", f"{self.plugin_name}: storing works again")
 
     def _pair(self, messages: list[AgentMessage], session_id: str) -> list[dict[str, Any]]:
-        """Each answered user turn as a pending exchange (the user text is what facts come from).
+        """Each answered user turn as a pending exchange, with the assistant's question it answers.
 
         The reply is kept only as far as extraction reads it: every update rewrites the record,
         so a queue of whole long replies would make each turn's write slower.
@@ -187,18 +189,20 @@ class EntityMemory(LLMMemory):
         out = []
         with self._lock:
             last_user = self._last_user.pop(session_id, "")
+            asked = self._last_question.pop(session_id, "")
             for msg in messages:
                 text = msg.content.strip()
                 if is_role(msg, "user") and text:
                     last_user = text
                 elif is_role(msg, "assistant") and text and last_user:
                     out.append({"id": uuid.uuid4().hex, "sid": session_id, "user": last_user,
-                                "assistant": _prompt_part(text), "ts": time.time()})
+                                "assistant": _prompt_part(text), "asked": asked, "ts": time.time()})
                     last_user = ""  # a reply in several parts is one exchange
-            if last_user:
-                self._last_user[session_id] = last_user
-                while len(self._last_user) > 4096:
-                    self._last_user.popitem(last=False)
+                    asked = question_in(text)
+                elif is_role(msg, "assistant") and text:
+                    asked = question_in(text)  # a reply with no user turn before it still asks
+            _remember(self._last_user, session_id, last_user)
+            _remember(self._last_question, session_id, asked)
         return out
 
     def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
@@ -236,42 +240,33 @@ class EntityMemory(LLMMemory):
             return extract_facts(user), "rules"
         try:
             if self.settings.extraction_prompt == DEFAULT_EXTRACTION_PROMPT:
-                found = model_facts(self.client, user, self.settings.max_extract_tokens)
-                # An answer out of shape (prose, a list of sentences) says nothing usable: the rules read it.
-                return (extract_facts(user), "rules") if found is None else (found, "extracted")
+                found = extract(self.client, [_exchange(item)], self.settings.max_extract_tokens)
+                return [fact for _, fact in found], "extracted"
             return self._custom_extraction(item), "extracted"
         except LLMError:
             return extract_facts(user), "rules"  # no model answered (the client logged it once)
 
     def _custom_extraction(self, item: Mapping[str, Any]) -> list[Fact]:
         """A custom prompt's reply, kept as the reference kept it (its sentences, as returned)."""
-        user = str(item.get("user") or "")
-        # Bounded so a pasted document cannot overflow a small local model's context.
-        exchange = (f"User: {truncate_to_tokens(user, MAX_PROMPT_TOKENS)}\n"
-                    f"Assistant: {_prompt_part(str(item.get('assistant') or ''))}")
-        prompt = self.settings.extraction_prompt.replace("{exchange}", exchange)
+        exchange = _exchange(item)
+        prompt = self.settings.extraction_prompt.replace("{exchange}", exchange.lines())
         reply = self.client.complete([{"role": "user", "content": prompt}], max_tokens=self.settings.max_extract_tokens)
+        proposed = [" ".join(item.split()) for item in reply_items(reply) if isinstance(item, str)]
         # Never a "fact": an instruction to the model ("ignore previous instructions", role tags)
         # or a pasted paragraph. No honest extraction looks like either.
-        proposed = [text for text in self._parse_reply(reply)
-                    if len(text) <= MAX_FACT_CHARS and not looks_like_instruction(text)]
-        if self.settings.grounded_facts:
-            kept = [text for text in proposed if is_grounded(text, user)]
+        proposed = [text for text in dict.fromkeys(proposed) if any(c.isalnum() for c in text)
+                    and len(text) <= MAX_FACT_CHARS and not looks_like_instruction(text)]
+        if self.settings.grounded_facts or not _holds_json(reply):  # prose: facts only where the user said them
+            kept = [text for text in proposed if is_grounded(text, exchange.user, context=exchange.asked)]
             if len(kept) < len(proposed):
                 LOG.debug(f"{self.plugin_name}: dropped {len(proposed) - len(kept)} fact(s) not stated by the user")
             proposed = kept
+        if not proposed and reply.strip() and not _holds_json(reply):
+            self._log.warning("garbage", f"{self.plugin_name}: the model's reply held no facts; "
+                                         f"ignored (first seen: {reply[:80]!r})")
+        else:
+            self._log.clear("garbage")
         return [make_fact(text) for text in proposed]
-
-    def _parse_reply(self, reply: str) -> list[str]:
-        """The fact strings of a reply; a reply without a JSON array holds none (warned once)."""
-        proposed = parse_fact_list(reply)
-        if proposed is None:
-            if reply.strip():
-                self._log.warning("garbage", f"{self.plugin_name}: the model's reply held no JSON array; "
-                                             f"ignored (first seen: {reply[:80]!r})")
-            return []
-        self._log.clear("garbage")
-        return proposed
 
     def _commit(self, record: dict[str, Any],
                 results: list[tuple[Mapping[str, Any], tuple[list[Fact], str]]]) -> dict[str, Any]:
@@ -306,6 +301,7 @@ class EntityMemory(LLMMemory):
         check_session_id(session_id)
         with self._lock:
             self._last_user.pop(session_id, None)
+            self._last_question.pop(session_id, None)
         if self.settings.scope != "global":
             record = self._load(session_id)
             self._delete(session_id)
@@ -351,6 +347,22 @@ class EntityMemory(LLMMemory):
             raise TypeError(f"the export's 'facts'[{bad[0]}] must be a string or a {{'text': ...}} dict")
         found = [make_fact(t) for t in texts if t]
         self._store.update(self._key(sid), lambda r: merge(r, found, sid, self.settings.max_facts, "import"))
+
+
+def _remember(by_session: collections.OrderedDict[str, str], session_id: str, text: str) -> None:
+    """Keep ``text`` for ``session_id`` (the most recent 4096 sessions)."""
+    if text:
+        by_session[session_id] = text
+        while len(by_session) > 4096:
+            by_session.popitem(last=False)
+
+
+def _holds_json(reply: str) -> bool:
+    return "[" in reply or "{" in reply
+
+
+def _exchange(item: Mapping[str, Any]) -> Exchange:
+    return Exchange(str(item.get("user") or ""), str(item.get("assistant") or ""), str(item.get("asked") or ""))
 
 
 def _prompt_part(text: str) -> str:

@@ -30,8 +30,8 @@ import functools
 import re
 import unicodedata
 
-__all__ = ["ATTRIBUTES", "MULTI_VALUED", "SINGLE_VALUED", "is_single_valued", "label", "plain", "read_statement",
-           "singular", "statement", "stem", "subject_of"]
+__all__ = ["ATTRIBUTES", "MULTI_VALUED", "SINGLE_VALUED", "about", "is_single_valued", "label", "person_attribute",
+           "plain", "read_statement", "singular", "statement", "stem", "subject_of"]
 
 #: The attributes a model may name (the extraction schema's enum), with their labels.
 ATTRIBUTES: dict[str, str] = {
@@ -71,8 +71,28 @@ _ARTICLES = frozenset(("a", "an", "the", "o", "os", "as", "um", "uma", "el", "la
 
 
 def is_single_valued(attribute: str) -> bool:
-    """One value at a time: the named attributes, and what the rules read as "my X is Y" or "my X is called Y"."""
-    return attribute in SINGLE_VALUED or not (attribute in MULTI_VALUED or attribute.startswith("text:"))
+    """One value at a time: the named attributes, and what the rules read as "my X is Y" or "my X is called Y".
+
+    Someone else's attribute ("sister_ana.home_city") has the kind of its last part.
+    """
+    if attribute.startswith("text:"):
+        return False
+    base = attribute.rsplit(".", 1)[-1]
+    return base in SINGLE_VALUED or base not in MULTI_VALUED
+
+
+def person_attribute(person: str, attribute: str) -> str:
+    """The attribute of someone in the user's life: ``("sister Ana", "health")`` -> ``"sister_ana.health"``;
+    their facts supersede each other as the user's do, never the user's."""
+    return "_".join(plain(w) for w in _WORD.findall(person)) + "." + attribute
+
+
+def about(person: str, sentence: str) -> str:
+    """A sentence :func:`statement` wrote about the user, said of ``person`` instead:
+    "User lives in Porto" -> "User's sister Ana lives in Porto"."""
+    if sentence.startswith("User's "):
+        return f"User's {person}'s {sentence[len('User' + chr(39) + 's '):]}"
+    return f"User's {person}{sentence[len('User'):]}" if sentence.startswith("User") else sentence
 
 
 def label(attribute: str) -> str:

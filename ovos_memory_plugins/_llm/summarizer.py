@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.tokens import estimate_tokens, truncate_to_tokens
 from ..errors import LLMContextOverflow, LLMError
-from .fact_extraction import is_small_talk, model_facts, worth_asking
-from .fact_rules import extract_facts, normalise
+from .fact_extraction import exchanges_of, extract, is_small_talk
+from .fact_rules import Fact, extract_facts, normalise
 from .fact_store import fact_of, merge, withdraw_denied
 from .summary import extractive_summary, role_content
 from .summary_checks import check_piece, check_summary, trim_to_sentence
@@ -55,13 +55,17 @@ MAX_SUMMARY_FACTS = 40
 #: max_tokens of one narrative request: one or two sentences.
 NARRATIVE_TOKENS = 120
 #: max_tokens of one extraction request.
-EXTRACT_TOKENS = 128
-#: User statements per fold read by the model; older ones in a larger fold (a backlog) by the rules.
-MAX_MODEL_STATEMENTS = 24
+EXTRACT_TOKENS = 192
+#: Exchanges read by one extraction request (a fold of more sends several).
+EXCHANGES_PER_REQUEST = 6
+#: Exchanges per fold read by the model; older ones in a larger fold (a backlog) by the rules.
+MAX_MODEL_EXCHANGES = 24
 
 NARRATIVE_PROMPT = (
-    "Summarize what the user said in this part of a conversation in one or two short sentences: what the user "
-    'talked about, did or plans, with names and places. Write about "the user". Reply with the summary only.'
+    "You summarize part of a conversation between a user and an assistant in two or three short sentences. "
+    "Keep what the user said, did or plans, and what the assistant recommended, promised or answered, with "
+    'names, titles and places. Say who said what: "The user ...", "The assistant recommended ...". '
+    "Reply with the summary only."
 )
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 # The offline narrative quotes the turns ("User: ..."): such a line stays on a line of its own.
@@ -210,18 +214,27 @@ class Summarizer:
 
     # -- the facts --------------------------------------------------------------------------------
     def _facts(self, state: dict[str, Any], messages: Sequence[Any], use_model: bool) -> tuple[dict[str, Any], bool]:
-        said = [text for role, text in map(role_content, messages) if role == "user" and text.strip()]
-        by_model = set([i for i, text in enumerate(said) if worth_asking(text)][-MAX_MODEL_STATEMENTS:])
-        for i, text in enumerate(said):
-            state = withdraw_denied(state, text, "")
-            found = None
-            if use_model and i in by_model:
-                try:
-                    found = model_facts(self.client, text, EXTRACT_TOKENS)  # type: ignore[arg-type]
-                except LLMError:
-                    use_model = False
-            state = merge(state, extract_facts(text) if found is None else found, "", MAX_SUMMARY_FACTS,
-                          "rules" if found is None else "extracted")
+        """The facts of the folded exchanges merged into ``state``, in the order they were said: the
+        newest exchanges by the model (a few per request), the rest, and all without a model, by the rules."""
+        exchanges = exchanges_of(messages)
+        by_model = len(exchanges) - MAX_MODEL_EXCHANGES
+        found: dict[int, list[Fact]] = {}
+        for start in range(max(0, by_model), len(exchanges), EXCHANGES_PER_REQUEST):
+            if not use_model:
+                break
+            batch = exchanges[start:start + EXCHANGES_PER_REQUEST]
+            try:
+                for index, fact in extract(self.client, batch, EXTRACT_TOKENS):  # type: ignore[arg-type]
+                    found.setdefault(start + index, []).append(fact)
+            except LLMError:
+                use_model = False
+            else:
+                found.update({start + i: found.get(start + i, []) for i in range(len(batch))})
+        for index, exchange in enumerate(exchanges):
+            state = withdraw_denied(state, exchange.user, "")
+            by_rules = index not in found
+            state = merge(state, extract_facts(exchange.user) if by_rules else found[index], "", MAX_SUMMARY_FACTS,
+                          "rules" if by_rules else "extracted")
         return state, use_model
 
     def _narrative_budget(self, state: Mapping[str, Any]) -> int:
@@ -231,11 +244,11 @@ class Summarizer:
 
     # -- the narrative ------------------------------------------------------------------------------
     def _narrate(self, messages: Sequence[Any]) -> tuple[str, Sequence[Any]]:
-        """One or two sentences about the newest user turns that fit the context, and those turns."""
+        """A few sentences about the newest turns (both sides) that fit the context, and those turns."""
         client = self.client
         assert client is not None
-        lines = [(i, "User: " + " ".join(text.split())) for i, (role, text) in enumerate(map(role_content, messages))
-                 if role == "user" and text.strip() and not is_small_talk(text)]
+        lines = [(i, f"{role}: " + " ".join(text.split())) for i, (role, text) in enumerate(map(role_content, messages))
+                 if role in ("user", "assistant") and text.strip() and not is_small_talk(text)]
         max_tokens = min(NARRATIVE_TOKENS, self.max_tokens)
         for _ in range(3):  # an overflow teaches the client the real context; then it is rebuilt smaller
             request, first = self._newest_that_fit(lines, max_tokens)
@@ -270,4 +283,7 @@ class Summarizer:
 
 
 def _narrative_request(lines: list[str]) -> list[dict[str, str]]:
-    return [{"role": "system", "content": NARRATIVE_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+    """The instruction, then the turns as the reference sends them ("New conversation:" and
+    ``role: content`` lines)."""
+    return [{"role": "system", "content": NARRATIVE_PROMPT},
+            {"role": "user", "content": "New conversation:\n" + "\n".join(lines) + "\n"}]

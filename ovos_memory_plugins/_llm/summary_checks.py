@@ -7,8 +7,8 @@ the turns it folds with nothing useful; the memory keeps its old state instead a
 later. The checks are cheap and need no model:
 
 * :func:`check_piece`: a newly written part of a summary is not empty, not a greeting or an
-  assistant's reply, not a transcript, and names at least one of the named things the user said
-  in the turns it summarises (when they name two or more);
+  assistant's reply, not a transcript, and names at least one of the named things said (by
+  either side) in the turns it summarises (when they name two or more);
 * :func:`check_summary`: the new summary is not empty, keeps most of the names (people, places)
   of the old summary and of what the user said in the folded turns (at most ten of the latter
   are required: a bounded summary of a long backlog cannot name everything), counting a value
@@ -28,7 +28,7 @@ from typing import Any
 from .fact_rules import wordset
 from .summary import role_content
 
-__all__ = ["check_piece", "check_summary", "named_entities", "trim_to_sentence", "user_statements"]
+__all__ = ["check_piece", "check_summary", "named_entities", "spoken_lines", "trim_to_sentence", "user_statements"]
 
 
 # Capitalised words that open sentences without naming anything.
@@ -75,9 +75,17 @@ def named_entities(text: str) -> set[str]:
 
 def user_statements(messages: Iterable[Any]) -> list[str]:
     """What the user said in ``messages`` that states something (questions and small talk excluded)."""
-    from .fact_extraction import worth_asking
+    from .fact_extraction import Exchange, worth_reading
 
-    return [text for role, text in map(role_content, messages) if role == "user" and worth_asking(text)]
+    return [text for role, text in map(role_content, messages) if role == "user" and worth_reading(Exchange(text))]
+
+
+def spoken_lines(messages: Iterable[Any]) -> list[str]:
+    """What both sides said in ``messages`` that is more than small talk."""
+    from .fact_extraction import is_small_talk
+
+    return [text for role, text in map(role_content, messages)
+            if role in ("user", "assistant") and text.strip() and not is_small_talk(text)]
 
 
 def check_piece(piece: str, messages: Sequence[Any]) -> str | None:
@@ -89,9 +97,9 @@ def check_piece(piece: str, messages: Sequence[Any]) -> str | None:
         return "reads like a greeting or an assistant reply"
     if _TRANSCRIPT.search(text):
         return "copies the prompt or the transcript"
-    said = set().union(*(named_entities(s) for s in user_statements(messages))) if messages else set()
+    said = _names(set().union(*(named_entities(s) for s in spoken_lines(messages)))) if messages else set()
     if len(said) >= 2 and not said & named_entities(text):
-        return f"names none of the {len(said)} names the user said"
+        return f"names none of the {len(said)} names said in the conversation"
     return None
 
 
