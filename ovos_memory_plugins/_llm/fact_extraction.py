@@ -98,8 +98,8 @@ def question_in(reply: str) -> str:
     """The question ending ``reply`` (the one a next message may answer), or ""."""
     text = _one_line(reply)[-600:]
     found = _QUESTION.findall(text)
-    if not found or text.rstrip(" )\"'").rfind("?") < len(text.rstrip(" )\"'")) - 80:
-        return ""  # a question followed by more talk is rhetorical, or already answered
+    if not found or len(text) - text.rfind("?") > 40:
+        return ""  # a question followed by more talk is rhetorical, or answered already
     return found[-1].strip()
 
 

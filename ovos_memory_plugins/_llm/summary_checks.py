@@ -36,8 +36,12 @@ _OPENERS = wordset("""
 I I'm I've I'd I'll The A An She He They It This That These Those We You Your My Our Her His Their User Users
 Assistant Hi Hello Hey Thanks Thank Yes No Okay Ok Oh And But So Then Now Also Today Tomorrow Good Great Nice Sure
 Well Facts Conversation Summary Honestly Funny Cool Pretty Big Is Can What How Where When Why Who Please Let There
-Here Haha After Before During While If In On At For With From To Of As By
+Here Haha After Before During While If In On At For With From To Of As By Any Some Every All One Maybe Just
+Actually Really Perfect Awesome Right Got Love Like Not Do Does Did Could Would Should Will Are Was Were Have Has Had
+Tell Give Show Remind Suggest Recommend Sounds Yeah Yep Nope Also Sorry Wow Sure Okay
 """)
+#: "I" and its contractions are capitalised anywhere in a sentence.
+_I_WORDS = frozenset(("I", "I'm", "I've", "I'd", "I'll", "I\u2019m", "I\u2019ve", "I\u2019d", "I\u2019ll"))
 _TOKEN = re.compile(r"[^\W_][\w'\u2019-]*|[.!?:\n]", re.UNICODE)
 _GREETING = re.compile(
     r"^\W*(hi|hello|hey|good (morning|evening|night)|ol[áa]|greetings|dear)\b|how (can|may) i (help|assist)|"
@@ -66,7 +70,7 @@ def named_entities(text: str) -> set[str]:
             continue
         if token[0].isdigit():
             found.add(token.casefold())
-        elif token[0].isupper() and token not in ("I", "I'm") and not (start and token in _OPENERS):
+        elif token[0].isupper() and token not in _I_WORDS and not (start and token in _OPENERS):
             word = token.casefold()
             found.add(word[:-2] if word.endswith(("'s", "\u2019s")) else word)
         start = False
