@@ -28,6 +28,7 @@ from ._core.history_view import SessionHistoryMixin
 from ._core.imports import session_export
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
+from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._retrieval.documents import past_exchanges
 from .common import MemoryHit
 from .config import option
@@ -229,6 +230,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         for key in ENDPOINT_KEYS:  # given at the top level: one endpoint for every member that calls one
             if key in self.config and _accepts(cls, key, third_party=False):
                 config.setdefault(key, self.config[key])
+        if PERSONA_ENDPOINT_KEY in self.config and _accepts(cls, "api_url", third_party=False):
+            config.setdefault(PERSONA_ENDPOINT_KEY, self.config[PERSONA_ENDPOINT_KEY])  # the persona's chat endpoint
         try:
             return cls(config=config)
         except Exception as exc:  # noqa: BLE001 - one broken member must not take the persona down
