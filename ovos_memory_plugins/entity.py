@@ -15,7 +15,7 @@ better where the reference is weak (docs/compatibility.md):
   (:func:`~ovos_memory_plugins._llm.fact_rules.extract_facts`);
 * a change supersedes the fact it changes ("I moved from Lisbon to Porto", "I work at São João
   now", "I don't like jazz anymore"), with or without a model, and the old fact is kept as
-  history (exported, never injected) (:mod:`~ovos_memory_plugins._llm.fact_store`);
+  history (exported, never injected) (:mod:`~ovos_memory_plugins._llm.fact_merging`);
 * a custom ``extraction_prompt`` is sent as it is and its JSON list of sentences kept as the
   reference did, less any that reads like an instruction; ``grounded_facts: true`` also keeps
   only sentences whose key words the user said;
@@ -37,10 +37,10 @@ from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
 from ._llm.fact_extraction import Exchange, extract, question_in
+from ._llm.fact_merging import merge, withdraw_denied
 from ._llm.fact_parsing import reply_items
 from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
-from ._llm.fact_store import merge, withdraw_denied
 from ._llm.memory import LLMMemory
 from .config import option
 from .context import ContextConfig, ContextParts

@@ -77,13 +77,18 @@ class Exchange:
     assistant: str = ""
     asked: str = ""
 
-    def lines(self) -> str:
-        """The exchange as the request shows it (the reference's "User: ...\\nAssistant: ..." after
-        the question answered)."""
+    def lines(self, whole_reply: bool = True) -> str:
+        """The exchange as a request shows it (the reference's "User: ...\\nAssistant: ..." after the
+        question answered). ``whole_reply=False`` leaves out a question ending the reply: the next
+        message answers it (it is that exchange's ``asked``), and shown here unanswered it reads as
+        a question to the extractor."""
+        reply = _one_line(self.assistant)
+        if not whole_reply and question_in(reply):
+            reply = reply[:reply.rfind(question_in(reply))].strip()
         out = [f"Assistant: {_one_line(self.asked)}"] if self.asked else []
         out.append(f"User: {_one_line(truncate_to_tokens(self.user, MAX_PART_TOKENS))}")
-        if self.assistant:
-            out.append(f"Assistant: {_one_line(truncate_to_tokens(self.assistant, MAX_REPLY_TOKENS))}")
+        if reply:
+            out.append(f"Assistant: {_one_line(truncate_to_tokens(reply, MAX_REPLY_TOKENS))}")
         return "\n".join(out)
 
 
@@ -116,6 +121,7 @@ SYSTEM_PROMPT = (
 # The example values are names and words a user would have to say for them to be kept.
 _SHOTS = [
     (Exchange("Hey! My name's Tomás, nice to meet you.", "Nice to meet you, Tomás!"), ["User's name is Tomás"]),
+    (Exchange("Priya.", "Lovely to meet you, Priya!", asked="What's your name?"), ["User's name is Priya"]),
     (Exchange("Kiwi.", "Kiwi, what a lovely name!", asked="And what is your parrot called?"),
      ["User's parrot is called Kiwi"]),
     (Exchange("I moved from Gdańsk to Oslo in March.", "How do you like Oslo?"), ["User lives in Oslo"]),
@@ -127,7 +133,7 @@ _SHOTS = [
     (Exchange("Thanks, see you tomorrow!", "See you!"), []),
 ]
 #: The examples' values, which the user's words must contain for any of them to be stored.
-EXAMPLE_VALUES = ("Tomás", "Kiwi", "Gdańsk", "Oslo", "Luc", "shellfish", "rowing", "reggae", "opera", "Amélie")
+EXAMPLE_VALUES = ("Tomás", "Priya", "Kiwi", "Gdańsk", "Oslo", "Luc", "shellfish", "rowing", "reggae", "opera", "Amélie")
 
 # -- is an exchange worth a request? -------------------------------------------------------------
 _SMALL_TALK = re.compile(
@@ -180,7 +186,7 @@ def exchanges_of(messages: Iterable[Any]) -> list[Exchange]:
 
 # -- the request -----------------------------------------------------------------------------------
 def _conversation(exchanges: Sequence[Exchange]) -> str:
-    return "\n\n".join(e.lines() for e in exchanges)
+    return "\n\n".join(e.lines(whole_reply=False) for e in exchanges)
 
 
 def extraction_messages(exchanges: Sequence[Exchange], client: ChatClient | None = None,
@@ -189,7 +195,7 @@ def extraction_messages(exchanges: Sequence[Exchange], client: ChatClient | None
     examples go first, then the oldest exchanges."""
     shots: list[dict[str, str]] = []
     for exchange, facts in _SHOTS:
-        shots += [{"role": "user", "content": exchange.lines()},
+        shots += [{"role": "user", "content": exchange.lines(whole_reply=False)},
                   {"role": "assistant", "content": json.dumps(facts, ensure_ascii=False)}]
     limit = client.context_limit() if client is not None else 2048
 
@@ -197,7 +203,7 @@ def extraction_messages(exchanges: Sequence[Exchange], client: ChatClient | None
         return client.estimate_prompt(request) if client is not None else estimate_tokens(json.dumps(request))
 
     system = {"role": "system", "content": SYSTEM_PROMPT}
-    for examples in (shots, shots[:8], []):
+    for examples in (shots, shots[:10], []):
         for first in range(len(exchanges)):
             request = [system, *examples, {"role": "user", "content": _conversation(exchanges[first:])}]
             if size(request) + max_tokens <= int(limit / 1.1):
@@ -272,6 +278,10 @@ _MENTION = re.compile(r"\b(?:my|minha|meu|mi)\s+(?:(?:little|big|older|younger|e
                       rf"(?P<rel>{_RELATION})\b(?:,?\s+(?P<name>(?-i:[A-Z\u00c0-\u00de][\w'-]+)))?", re.IGNORECASE)
 _USER_SUBJECT = re.compile(r"\b(?:i|i'm|i've|i'd|we|we're|eu|yo)\b", re.IGNORECASE)
 _CLAUSE = re.compile(r"(?<=[.!?;])\s+|\n+|,\s+(?:and|but)\s+")
+#: Not a sentence about the user: the assistant speaking ("Porto is treating you"), a question, or
+#: another subject ("A carrot cake would be perfect").
+_NOT_ABOUT_THE_USER = re.compile(r"\b(?:you|your|yours)\b|\?\s*$|^(?:a|an|the|this|that|it)\s+(?!user\b)",
+                                 re.IGNORECASE)
 #: Events of the conversation itself, not lasting facts ("User asked for a book").
 _NOT_DURABLE = re.compile(r"\b(asked|asks|asking|wants? to know|requested|thanked|greeted|said (?:hi|hello|thanks))\b",
                           re.IGNORECASE)
@@ -390,6 +400,8 @@ def _sentence(text: str, exchange: Exchange) -> list[Fact]:
     """A fact sentence the model wrote, if the user said it, about the person it names."""
     text = re.sub(r"^\d{1,2}[.)]\s+", "", _one_line(text).strip(" -*\u2022\"'")).removesuffix(".")
     if not text or len(text) > MAX_FACT_CHARS or text.endswith(":") or _NOT_DURABLE.search(text):
+        return []
+    if _NOT_ABOUT_THE_USER.search(text):
         return []
     if _JUNK_VALUE.match(text) or not is_grounded(text, exchange.user, context=exchange.asked):
         return []

@@ -30,8 +30,20 @@ import functools
 import re
 import unicodedata
 
-__all__ = ["ATTRIBUTES", "MULTI_VALUED", "SINGLE_VALUED", "about", "is_single_valued", "label", "person_attribute",
-           "plain", "read_statement", "singular", "statement", "stem", "subject_of"]
+__all__ = ["ATTRIBUTES", "MULTI_VALUED", "SINGLE_VALUED", "STOP_WORDS", "about", "is_single_valued", "label",
+           "person_attribute", "plain", "read_statement", "singular", "statement", "stem", "subject_of", "wordset"]
+
+def wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+#: Glue words: never what a value is about.
+STOP_WORDS = wordset("""
+a an the it this that these those them him her you me us something anything everything nothing there here to
+of in on at for with and or but so very really too much many lot lots bit some any my your our his their its o
+os as um uma de do da dos das em no na el la los las un una lo le les der die das ein eine den dem es ça is
+are was be been am i we they he she not no yes
+""")
 
 #: The attributes a model may name (the extraction schema's enum), with their labels.
 ATTRIBUTES: dict[str, str] = {
@@ -150,6 +162,4 @@ def stem(word: str) -> str:
 def subject_of(value: str) -> frozenset[str]:
     """The value's content words, comparable ("Cats" and "cat"), whole: values that share a
     beginning stay apart ("Lisboa" and "lisbon", "item0001" and "item0002")."""
-    from .fact_rules import STOP_WORDS
-
     return frozenset(singular(w) for w in _WORD.findall(value) if w.casefold() not in STOP_WORDS)

@@ -19,19 +19,14 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .fact_kinds import is_single_valued, read_statement, statement
+from .fact_kinds import STOP_WORDS, is_single_valued, read_statement, statement, wordset
 
-__all__ = ["MAX_FACT_CHARS", "STOP_WORDS", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise",
-           "wordset"]
+__all__ = ["MAX_FACT_CHARS", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise"]
 
 #: Only the start of a very long user turn is read by the rules.
 MAX_RULE_CHARS = 8_000
 #: Facts longer than this are not short durable facts (and would bloat every prompt).
 MAX_FACT_CHARS = 200
-
-
-def wordset(text: str) -> frozenset[str]:
-    return frozenset(text.split())
 
 
 @dataclass(frozen=True)
@@ -64,12 +59,6 @@ class Fact:
         return self.attribute or self.key
 
 
-STOP_WORDS = wordset("""
-a an the it this that these those them him her you me us something anything everything nothing there here to
-of in on at for with and or but so very really too much many lot lots bit some any my your our his their its o
-os as um uma de do da dos das em no na el la los las un una lo le les der die das ein eine den dem es ça is
-are was be been am i we they he she not no yes
-""")
 
 # The value ends at punctuation, a spaced dash or a conjunction (en, pt, es, de, fr).
 _END = (r"(?=\s*[,.;:!?()\n]|\s+[-\u2013\u2014]\s|\s+(?:and|but|so|because|though|although|while|since|who|"

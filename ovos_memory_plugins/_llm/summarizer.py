@@ -13,7 +13,7 @@ whole summary here. The summary has two parts::
 
 * **The facts** come from the fact extraction, one small request per user statement in the
   folded turns (:mod:`~ovos_memory_plugins._llm.fact_extraction`), merged with supersession
-  (:mod:`~ovos_memory_plugins._llm.fact_store`): old facts stay until the user changes them, and
+  (:mod:`~ovos_memory_plugins._llm.fact_merging`): old facts stay until the user changes them, and
   the old value of a change moves to the history. Without a model, the offline rules.
 * **The narrative**: one request writes one or two sentences about what the user said in the
   newest folded turns that fit the endpoint's context (small talk left out); code appends them to the old narrative,
@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 from .._core.tokens import estimate_tokens, truncate_to_tokens
 from ..errors import LLMContextOverflow, LLMError
 from .fact_extraction import exchanges_of, extract, is_small_talk
+from .fact_merging import fact_of, merge, withdraw_denied
 from .fact_rules import Fact, extract_facts, normalise
-from .fact_store import fact_of, merge, withdraw_denied
 from .summary import extractive_summary, role_content
 from .summary_checks import check_piece, check_summary, trim_to_sentence
 
@@ -52,12 +52,13 @@ FACTS_HEADER = "Facts about the user:"
 NARRATIVE_HEADER = "Conversation so far:"
 #: Facts kept in a summary (the oldest go first past this).
 MAX_SUMMARY_FACTS = 40
-#: max_tokens of one narrative request: one or two sentences.
-NARRATIVE_TOKENS = 120
+#: max_tokens of one narrative request: a few sentences (a cut reply loses its last, unfinished one).
+NARRATIVE_TOKENS = 200
 #: max_tokens of one extraction request.
 EXTRACT_TOKENS = 192
-#: Exchanges read by one extraction request (a fold of more sends several).
-EXCHANGES_PER_REQUEST = 6
+#: Exchanges read by one extraction request (a fold of more sends several). Measured with a 0.5B
+#: model: 6 exchanges in one request gave no fact, 3 gave most; a larger model reads more at once.
+EXCHANGES_PER_REQUEST = 3
 #: Exchanges per fold read by the model; older ones in a larger fold (a backlog) by the rules.
 MAX_MODEL_EXCHANGES = 24
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .fact_rules import wordset
+from .fact_kinds import wordset
 from .summary import role_content
 
 __all__ = ["check_piece", "check_summary", "named_entities", "spoken_lines", "trim_to_sentence", "user_statements"]
