@@ -248,3 +248,31 @@ def test_offline_the_summary_is_still_made_without_any_request(tmp_path, closing
     memory.update_history([AgentMessage(U, "My name is Ana."), AgentMessage(A, RECOMMENDATION)], "s")
     assert memory.flush(patience(10))
     assert "User's name is Ana" in memory.export("s")["summary"]
+
+
+# -- with the real model ----------------------------------------------------------------------------------------
+@pytest.mark.llm
+@pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
+def test_a_real_model_keeps_a_name_given_as_an_answer_and_a_sisters_allergy_as_hers(tmp_path, closing, real_llm_url):
+    memory = closing(EntityMemory({"db_path": str(tmp_path / "e.json"), "api_url": real_llm_url}))
+    say(memory, "Hello!", "Hi! I'm Nova. What should I call you?")
+    say(memory, "Jack.", "Nice to meet you, Jack! Where do you live?")
+    say(memory, "My sister Ana is allergic to peanuts.", "Good to know, I'll keep that in mind.")
+    assert memory.flush(900)
+    kept = memory.facts("s")
+    assert any("Jack" in f and "name" in f for f in kept), kept
+    assert not [f for f in kept if "peanut" in f and "Ana" not in f], "the allergy is not put on the user"
+
+
+@pytest.mark.llm
+@pytest.mark.timeout(1200)
+def test_a_real_models_summary_keeps_the_assistants_recommendation(tmp_path, closing, real_llm_url):
+    memory = closing(LongTermMemory({"db_path": str(tmp_path / "lt.json"), "api_url": real_llm_url,
+                                     "summarize_every": 2, "recent_window": 0}))
+    memory.update_history([AgentMessage(U, "I'm flying to Tokyo next week. Can you suggest a book for the flight?"),
+                           AgentMessage(A, RECOMMENDATION)], "s")
+    memory.update_history([AgentMessage(U, "Sounds good, I'll get it."),
+                           AgentMessage(A, "Great! I'll remind you to pack it on Sunday.")], "s")
+    assert memory.flush(900)
+    data = memory.export("s")
+    assert data["summary_source"] == "llm" and "Wind-Up Bird" in data["summary"], data["summary"]

@@ -378,6 +378,8 @@ def _content_words(text: str) -> list[str]:
     return [w for w in re.findall(r"[^\W\d_][\w'-]*", text) if len(w) > 3]
 
 
+#: A label before a sentence about the user ("Fact: the user is Ana").
+_LABEL = re.compile(r"^[^\W\d_][\w ]{0,20}:\s+(?=(?:the\s+)?user\b)", re.IGNORECASE)
 _FIRST_PERSON_START = re.compile(r"^(?:i|i'm|i've|i'd|my|we|we're|our)\b", re.IGNORECASE)
 #: "User's sister Ana is ...", "User's best friend's job is ...": a fact about someone in the user's life.
 _ABOUT_PERSON = re.compile(
@@ -399,6 +401,8 @@ def read_fact(text: str) -> Fact:
 def _sentence(text: str, exchange: Exchange) -> list[Fact]:
     """A fact sentence the model wrote, if the user said it, about the person it names."""
     text = re.sub(r"^\d{1,2}[.)]\s+", "", _one_line(text).strip(" -*\u2022\"'")).removesuffix(".")
+    text = _LABEL.sub("", text)
+    text = text[:1].upper() + text[1:]
     if not text or len(text) > MAX_FACT_CHARS or text.endswith(":") or _NOT_DURABLE.search(text):
         return []
     if _NOT_ABOUT_THE_USER.search(text):

@@ -101,9 +101,12 @@ def check_piece(piece: str, messages: Sequence[Any]) -> str | None:
         return "reads like a greeting or an assistant reply"
     if _TRANSCRIPT.search(text):
         return "copies the prompt or the transcript"
-    said = _names(set().union(*(named_entities(s) for s in spoken_lines(messages)))) if messages else set()
-    if len(said) >= 2 and not said & named_entities(text):
-        return f"names none of the {len(said)} names said in the conversation"
+    said = _names(set().union(*(named_entities(s) for s in user_statements(messages)))) if messages else set()
+    # The user's names make a piece that names nothing suspect; a name either side said answers it
+    # (the assistant's recommendation is as much the conversation as the user's words).
+    spoken = _names(set().union(*(named_entities(s) for s in spoken_lines(messages)))) if messages else set()
+    if len(said) >= 2 and not (said | spoken) & named_entities(text):
+        return f"names none of the {len(said)} names the user said"
     return None
 
 
