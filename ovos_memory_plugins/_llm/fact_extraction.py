@@ -415,6 +415,8 @@ def _sentence(text: str, exchange: Exchange) -> list[Fact]:
     mentions = list(_MENTION.finditer(exchange.user))
     names_them = any(re.search(rf"\b{re.escape(m.group('rel'))}\b", text, re.IGNORECASE)
                      or (m.group("name") and m.group("name") in text) for m in mentions)
+    if not names_them and not re.search(r"\buser\b", text, re.IGNORECASE):
+        return []  # about no one ("Near the river"): a fact says whose it is
     if mentions and not names_them and any(said_of(w, exchange.user) for w in _content_words(text)):
         return []  # the user said it of someone else; this sentence puts it on the user
     return [read_fact(text)]

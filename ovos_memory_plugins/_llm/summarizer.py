@@ -41,7 +41,7 @@ from .fact_extraction import exchanges_of, extract, is_small_talk
 from .fact_merging import fact_of, merge, withdraw_denied
 from .fact_rules import Fact, extract_facts, normalise
 from .summary import extractive_summary, role_content
-from .summary_checks import check_piece, check_summary, trim_to_sentence
+from .summary_checks import check_piece, check_summary, named_entities, trim_to_sentence
 
 if TYPE_CHECKING:
     from .client import ChatClient
@@ -166,6 +166,28 @@ def _join(sentences: list[str]) -> str:
     return out
 
 
+#: What the assistant recommends or promises: the user may ask about it later ("which book was it?").
+_COMMITMENT = re.compile(r"\b(?:I|we)\s+(?:would\s+|'d\s+)?(?:recommend|suggest)\b|\b(?:I|we)(?:'ll|\s+will)\s+"
+                         r"(?:remind|send|call|book|check|add|set|order|text|email|note)\b", re.IGNORECASE)
+MAX_COMMITMENTS = 2
+
+
+def commitments_missing(messages: Sequence[Any], narrative: str) -> list[str]:
+    """The assistant's recommendations and promises in ``messages`` whose names ``narrative``
+    leaves out, as sentences to add ("The assistant said: I recommend ..."): a summary that lost
+    the title of a recommended book cannot answer "which book was it?"."""
+    named = named_entities(narrative)
+    out = []
+    for role, text in map(role_content, messages):
+        if role != "assistant":
+            continue
+        for sentence in _SENTENCES.split(" ".join(text.split())):
+            names = named_entities(sentence)
+            if _COMMITMENT.search(sentence) and names and not names <= named:
+                out.append(f"The assistant said: {trim_to_sentence(sentence)}")
+    return out[-MAX_COMMITMENTS:]
+
+
 class Summarizer:
     """Folds turns into a summary; one per memory (it holds no session state).
 
@@ -204,6 +226,7 @@ class Summarizer:
             return Fold(render_summary(updated, self.max_tokens), updated, "extractive")
         why = check_piece(piece, batch) if batch else None  # no batch: no user turn to narrate
         if why is None:
+            piece = " ".join([piece, *commitments_missing(batch, piece)])
             updated["narrative"] = roll_narrative(str(base.get("narrative") or ""), piece, updated,
                                                   self._narrative_budget(updated))
             summary = render_summary(updated, self.max_tokens)
