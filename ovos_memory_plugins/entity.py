@@ -5,11 +5,12 @@ better where the reference is weak (docs/compatibility.md):
 
 * extraction runs in a background worker from a durable pending list (in the same record), so
   ``update_history`` returns in milliseconds and a restart resumes unfinished work;
-* facts come from what the *user* said, never from the assistant's reply or the prompt's
-  examples: the built-in extraction sends the model the user's utterance only (none at all for
-  small talk and questions), asks for ``{attribute, value, negated}`` items under a JSON schema,
-  builds each sentence itself and keeps a value only in the user's own words
-  (:mod:`~ovos_memory_plugins._llm.fact_extraction`); a reply cut off keeps its complete items;
+* facts come from what the *user* said, read in context: the built-in extraction sends the
+  exchange after the assistant's question it answers ("What should I call you?" / "Jack"),
+  nothing for small talk and bare questions, at most one request per exchange, and reads any
+  reply shape (a JSON array of sentences, a list under any key, objects, lines); a fact is kept
+  only if the user said it, of the person it names: "my sister Ana is allergic to peanuts" is
+  Ana's fact, never the user's (:mod:`~ovos_memory_plugins._llm.fact_extraction`);
 * when no model answers (no endpoint, an error, the circuit breaker open), and for the oldest
   exchanges of a backlog over 200, facts come from the user's clear first-person statements
   (:func:`~ovos_memory_plugins._llm.fact_rules.extract_facts`);
@@ -17,8 +18,8 @@ better where the reference is weak (docs/compatibility.md):
   now", "I don't like jazz anymore"), with or without a model, and the old fact is kept as
   history (exported, never injected) (:mod:`~ovos_memory_plugins._llm.fact_merging`);
 * a custom ``extraction_prompt`` is sent as it is and its JSON list of sentences kept as the
-  reference did, less any that reads like an instruction; ``grounded_facts: true`` also keeps
-  only sentences whose key words the user said;
+  reference did, less any that reads like an instruction (a reply without JSON: only the lines
+  the user said); ``grounded_facts: true`` keeps only sentences whose key words the user said;
 * ``scope: global`` shares one set of facts across sessions (one user, several devices).
 """
 from __future__ import annotations
@@ -75,9 +76,9 @@ MODEL_COMMIT_S = 0.5
 class EntityConfig(EndpointConfig, ContextConfig):
     max_facts: int = option(50, "facts kept per session (or in total with scope global); 0: no cap", minimum=0)
     max_extract_tokens: int = option(128, "max_tokens of an extraction request", minimum=1)
-    extraction_prompt: str = option(DEFAULT_EXTRACTION_PROMPT, "the default: the built-in extraction (the user's "
-                                    "words only, a JSON schema, facts built by code); another prompt (it must "
-                                    "contain {exchange}) is sent as is and its JSON list of sentences kept")
+    extraction_prompt: str = option(DEFAULT_EXTRACTION_PROMPT, "the default: the built-in extraction (the exchange "
+                                    "with the question it answers, any reply shape, facts the user said); another "
+                                    "prompt (it must contain {exchange}) is sent as is and its sentences kept")
     facts_header: str = option("Known facts about the user:", "first line of the injected facts block")
     backend: str = option("json", "store: json, sqlite, memory (RAM only) or postgres (with db_url)",
                           choices=BACKENDS)

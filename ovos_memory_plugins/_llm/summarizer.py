@@ -11,18 +11,20 @@ whole summary here. The summary has two parts::
     ...
     Conversation so far: <a few sentences, the newest kept>
 
-* **The facts** come from the fact extraction, one small request per user statement in the
-  folded turns (:mod:`~ovos_memory_plugins._llm.fact_extraction`), merged with supersession
+* **The facts** come from the fact extraction of the folded exchanges, three per request
+  (:mod:`~ovos_memory_plugins._llm.fact_extraction`), merged with supersession
   (:mod:`~ovos_memory_plugins._llm.fact_merging`): old facts stay until the user changes them, and
   the old value of a change moves to the history. Without a model, the offline rules.
-* **The narrative**: one request writes one or two sentences about what the user said in the
-  newest folded turns that fit the endpoint's context (small talk left out); code appends them to the old narrative,
-  drops repeated sentences and sentences that state a value the user has since changed, and
-  drops the oldest sentences past the budget. Without a model, the user's most informative
-  statements (:func:`~ovos_memory_plugins._llm.summary.extractive_summary`).
+* **The narrative**: one request writes a few sentences about the newest folded turns of both
+  sides that fit the endpoint's context (``user: ...`` / ``assistant: ...`` lines, small talk
+  left out), saying who said what; the assistant's recommendations and promises it leaves out
+  are added ("The assistant said: I recommend ..."). Code appends the piece to the old
+  narrative, drops repeated sentences and sentences that state a value the user has since
+  changed, and drops the oldest sentences past the budget. Without a model, the most
+  informative statements (:func:`~ovos_memory_plugins._llm.summary.extractive_summary`).
 * **Checks** (:mod:`~ovos_memory_plugins._llm.summary_checks`): a narrative that reads like a
-  greeting, copies the transcript or names nothing the user said, and a summary that loses most
-  of the names it should keep, are not committed: :attr:`Fold.rejected` says why, and the caller
+  greeting, copies the transcript or names nothing said while the user named things, and a
+  summary that loses most of the names it should keep, are not committed: :attr:`Fold.rejected` says why, and the caller
   keeps its old state and tries again later (with more turns, a different request).
 
 Every request fits the endpoint's context (:meth:`~ovos_memory_plugins._llm.client.ChatClient.fits`);
