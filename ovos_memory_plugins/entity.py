@@ -39,7 +39,7 @@ from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
 from ._llm.fact_extraction import Exchange, extract, question_in
 from ._llm.fact_merging import merge, withdraw_denied
-from ._llm.fact_parsing import reply_items
+from ._llm.fact_parsing import fact_strings
 from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
 from ._llm.memory import LLMMemory
@@ -252,11 +252,10 @@ class EntityMemory(LLMMemory):
         exchange = _exchange(item)
         prompt = self.settings.extraction_prompt.replace("{exchange}", exchange.lines())
         reply = self.client.complete([{"role": "user", "content": prompt}], max_tokens=self.settings.max_extract_tokens)
-        proposed = [" ".join(item.split()) for item in reply_items(reply) if isinstance(item, str)]
         # Never a "fact": an instruction to the model ("ignore previous instructions", role tags)
         # or a pasted paragraph. No honest extraction looks like either.
-        proposed = [text for text in dict.fromkeys(proposed) if any(c.isalnum() for c in text)
-                    and len(text) <= MAX_FACT_CHARS and not looks_like_instruction(text)]
+        proposed = [text for text in fact_strings(reply) if len(text) <= MAX_FACT_CHARS
+                    and not looks_like_instruction(text)]
         if self.settings.grounded_facts or not _holds_json(reply):  # prose: facts only where the user said them
             kept = [text for text in proposed if is_grounded(text, exchange.user, context=exchange.asked)]
             if len(kept) < len(proposed):

@@ -8,9 +8,9 @@ A reply cut by ``max_tokens`` (or by the model's context) is not thrown away: it
 arrays and objects are closed, and every complete item it holds is kept. The last item is kept
 only if it is whole: an object with its value, or a string that ends like a sentence.
 
-    >>> parse_fact_list('Sure: ["likes jazz", "likes jazz", 3, "  "] done')
+    >>> fact_strings('Sure: ["likes jazz", "likes jazz", 3, "  "] done')
     ['likes jazz']
-    >>> parse_fact_list('["User is a nurse", "I moved from Lisbon to Porto last week.')
+    >>> fact_strings('["User is a nurse", "I moved from Lisbon to Porto last week.')
     ['User is a nurse', 'I moved from Lisbon to Porto last week.']
     >>> parse_items('{"facts": [{"attribute": "name", "value": "Marta"}, {"attribute": "home_ci')
     ([{'attribute': 'name', 'value': 'Marta'}], True)
@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["MAX_FAILED_DECODES", "MAX_SCAN_CHARS", "close_json", "find_json_arrays", "parse_fact_list", "parse_items",
+__all__ = ["MAX_FAILED_DECODES", "MAX_SCAN_CHARS", "close_json", "fact_strings", "find_json_arrays", "parse_items",
            "reply_items"]
 
 #: Only the start of a reply is scanned (as the reference): a fact list is short.
@@ -62,31 +62,6 @@ def find_json_arrays(text: str, max_chars: int = MAX_SCAN_CHARS,
         found.append(value)
         i = end
     return found
-
-
-def parse_fact_list(text: str) -> list[str] | None:
-    """The fact strings of a model's reply; ``None`` when the reply holds no JSON array.
-
-    Only string items with a letter or digit are kept, stripped, first occurrence wins
-    (case-insensitively). An object reply such as ``{"facts": [...]}`` (JSON mode) works too.
-    """
-    arrays = find_json_arrays(text)
-    if not arrays:
-        items, cut = parse_items(text)
-        if not (cut and items):
-            return None
-        arrays = [items]
-    out: list[str] = []
-    seen: set[str] = set()
-    for array in arrays:
-        for item in array:
-            if not isinstance(item, str) or not any(c.isalnum() for c in item):
-                continue
-            item = " ".join(item.split())
-            if item.casefold() not in seen:
-                seen.add(item.casefold())
-                out.append(item)
-    return out
 
 
 # -- replies cut off ----------------------------------------------------------------------------
@@ -193,7 +168,7 @@ def reply_items(reply: str) -> list[Any]:
 
         >>> reply_items('["User likes jazz"] and ["User is Ana"]')
         ['User likes jazz', 'User is Ana']
-        >>> reply_items('- User likes jazz\n2. User lives in Porto')
+        >>> reply_items('- User likes jazz\\n2. User lives in Porto')
         ['User likes jazz', 'User lives in Porto']
     """
     text = (reply or "")[:MAX_SCAN_CHARS]
@@ -213,3 +188,18 @@ def _sentence_of(item: Any) -> Any:
         texts = [v for k, v in item.items() if k in _TEXT_KEYS and isinstance(v, str)]
         return texts[0] if texts else item
     return item
+
+
+def fact_strings(reply: str) -> list[str]:
+    """The fact sentences of a reply of any shape (:func:`reply_items`): strings with a letter or
+    digit, whitespace collapsed, each once (case-insensitively, first kept).
+
+        >>> fact_strings('Sure: ["likes jazz", "Likes  jazz", 3, "  "] done')
+        ['likes jazz']
+    """
+    out: dict[str, str] = {}
+    for item in reply_items(reply):
+        if isinstance(item, str) and any(c.isalnum() for c in item):
+            text = " ".join(item.split())
+            out.setdefault(text.casefold(), text)
+    return list(out.values())
