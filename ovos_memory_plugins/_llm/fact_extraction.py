@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["EXAMPLE_VALUES", "Exchange", "clean_items", "exchanges_of", "extract", "extraction_messages",
            "is_small_talk", "question_in", "worth_reading"]
 
-#: At most this many items per exchange (the schema allows as many per request).
-MAX_ITEMS = 4
+#: Items read per exchange of a request, at most (a reply looping on one item stops there).
+MAX_ITEMS = 8
 MAX_VALUE_CHARS = 60
 #: Each message of an exchange is cut to this many tokens in a request (a pasted document is not
 #: a statement about the user, and must not overflow a small model's context).
@@ -522,7 +522,7 @@ def extract(client: ChatClient, exchanges: Sequence[Exchange], max_tokens: int =
                 raise
             # The server named its context (the client learnt it): the request is rebuilt to fit.
             reply = client.chat(extraction_messages(batch, client, max_tokens), max_tokens=max_tokens)
-        items = reply_items(reply.text)[: MAX_ITEMS * 2 * len(batch)]
+        items = reply_items(reply.text)[: MAX_ITEMS * len(batch)]
         _replies.put(key, items)
     together = Exchange("\n".join(e.user for e in batch), "", "\n".join(e.asked for e in batch if e.asked))
     found = [(sent[_owner(fact, batch)], fact) for fact in clean(items, together)]
