@@ -148,8 +148,8 @@ class Script:
                  if u.strip(" -*\t")]
         current = {}
         for F in self.facts:
-            if folded is not None and min(F.get("said_in") or [0]) > folded:
-                continue  # still in the verbatim window: not summarised yet
+            if folded is not None and max(F.get("said_in") or [0]) > folded:
+                continue  # its current value is still in the verbatim window: not summarised yet
             mentioned = self._any(F["now"], summary or "")
             current[F["id"]] = mentioned and not any(self.stale(F, u) for u in units)
         return {"current": sum(current.values()), "expected": len(current),

@@ -291,3 +291,13 @@ def test_a_real_models_summary_keeps_the_assistants_recommendation(tmp_path, clo
     assert memory.flush(900)
     data = memory.export("s")
     assert data["summary_source"] == "llm" and "Wind-Up Bird" in data["summary"], data["summary"]
+
+
+def test_a_move_the_model_words_as_a_move_is_stored_as_the_current_city(entity, llm):
+    llm.reply = by_message({"I live in Lisbon.": ["User lives in Lisbon"],
+                            "I moved from Lisbon to Porto last week.": ["User moved from Lisbon to Porto last week"]})
+    memory = entity()
+    say(memory, "I live in Lisbon.")
+    say(memory, "I moved from Lisbon to Porto last week.")
+    assert facts(memory) == ["User lives in Porto"]
+    assert [h["text"] for h in memory.export("s")["superseded"]] == ["User lives in Lisbon"]

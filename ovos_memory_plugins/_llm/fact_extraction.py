@@ -388,14 +388,16 @@ _ABOUT_PERSON = re.compile(
 
 
 def read_fact(text: str) -> Fact:
-    """A fact sentence and what it is about; one about someone in the user's life is theirs (its
-    attribute and key carry the person), so it supersedes only their facts."""
+    """A fact sentence and what it is about, in the rules' words where they read it ("User
+    moved from Lisbon to Porto" is "User lives in Porto"); one about someone in the user's life
+    is theirs (its attribute and key carry the person), so it supersedes only their facts."""
     found = _ABOUT_PERSON.match(text)
     if found is None:
-        return make_fact(text)
-    inner = make_fact(("User's " if found.group("own") else "User ") + found.group("rest"))
+        return make_fact(text, reworded=True)
+    inner = make_fact(("User's " if found.group("own") else "User ") + found.group("rest"), reworded=True)
     prefix = person_attribute(found.group("person"), "")
-    return dataclasses.replace(inner, text=text, key=prefix + inner.key, attribute=prefix + inner.kind)
+    return dataclasses.replace(inner, text=about(found.group("person"), inner.text), key=prefix + inner.key,
+                               attribute=prefix + inner.kind)
 
 
 def _sentence(text: str, exchange: Exchange) -> list[Fact]:

@@ -312,10 +312,13 @@ _THIRD_TO_FIRST = [
 ]
 
 
-def make_fact(text: str) -> Fact:
+def make_fact(text: str, reworded: bool = False) -> Fact:
     """``text`` as a :class:`Fact`: a sentence this package wrote is read back
     (:func:`~ovos_memory_plugins._llm.fact_kinds.read_statement`), any other is read as a
-    first-person statement by the rules."""
+    first-person statement by the rules. ``reworded``: a sentence the rules read as one of the
+    user's single values (name, home, job, workplace, age) is stored in their words ("User moved
+    from Lisbon to Porto last week" becomes "User lives in Porto": the current value, without the
+    old one); any other as it was written."""
     text = " ".join((text or "").split())
     ours = read_statement(text)
     if ours is not None:
@@ -328,7 +331,10 @@ def make_fact(text: str) -> Fact:
             break
     found = list(_matches(normalise(first_person).rstrip(".")))
     if found:
-        return dataclasses.replace(found[0], text=text)
+        fact = found[0]
+        if reworded and "." not in fact.kind and is_single_valued(fact.kind):
+            return fact
+        return dataclasses.replace(fact, text=text)
     key = "text:" + " ".join(WORD.findall(text.casefold()))
     return Fact(text, key, attribute=key, subject=key[5:], said=text)
 
