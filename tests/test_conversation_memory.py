@@ -301,3 +301,10 @@ def test_a_move_the_model_words_as_a_move_is_stored_as_the_current_city(entity, 
     say(memory, "I moved from Lisbon to Porto last week.")
     assert facts(memory) == ["User lives in Porto"]
     assert [h["text"] for h in memory.export("s")["superseded"]] == ["User lives in Lisbon"]
+
+
+def test_the_users_own_words_copied_by_the_model_keep_whose_fact_it_is():
+    kept = clean_items(["My sister Ana is allergic to peanuts", "I love jazz"],
+                       "My sister Ana is allergic to peanuts and I love jazz")
+    assert [(f.text, f.kind) for f in kept] == [("User's sister Ana is allergic to peanuts", "sister_ana.allergy"),
+                                                ("User loves jazz", "pref")]

@@ -413,7 +413,7 @@ def _sentence(text: str, exchange: Exchange) -> list[Fact]:
         return []
     if _FIRST_PERSON_START.match(text):
         # The user's own words copied: read as the offline rules read a statement (third person).
-        return [f for f in extract_facts(text) if not any(said_of(w, exchange.user) for w in _content_words(f.said))]
+        return [read_fact(f.text) for f in extract_facts(text)]
     mentions = list(_MENTION.finditer(exchange.user))
     names_them = any(re.search(rf"\b{re.escape(m.group('rel'))}\b", text, re.IGNORECASE)
                      or (m.group("name") and m.group("name") in text) for m in mentions)
