@@ -232,7 +232,7 @@ def test_the_summary_request_holds_both_sides_and_the_summary_keeps_the_assistan
                                "it on Sunday.") and data["summary_source"] == "llm"
     assert any(f"user: I'm flying to Tokyo next week. Any book for the flight?\nassistant: {RECOMMENDATION}" in p
                for p in prompts), "the folded turns of both sides, marked by speaker"
-    assert len(prompts) == 2, "one extraction request for the fold, one summary request"
+    assert len(prompts) == 3, "one extraction request per exchange, one summary request"
 
 
 def test_a_recommendation_the_models_summary_leaves_out_is_added_to_it(tmp_path, closing):
@@ -308,3 +308,17 @@ def test_the_users_own_words_copied_by_the_model_keep_whose_fact_it_is():
                        "My sister Ana is allergic to peanuts and I love jazz")
     assert [(f.text, f.kind) for f in kept] == [("User's sister Ana is allergic to peanuts", "sister_ana.allergy"),
                                                 ("User loves jazz", "pref")]
+
+
+def test_entity_and_longterm_on_one_endpoint_ask_once_per_exchange(tmp_path, closing, llm):
+    extraction = by_message({"My name is Ana.": ["User's name is Ana"]})
+    llm.reply = lambda m: extraction(m) if "User: " in m[-1]["content"] else "The user introduced herself as Ana."
+    entity = closing(EntityMemory({"db_path": str(tmp_path / "e.json"), "api_url": llm.url}))
+    longterm = closing(LongTermMemory({"db_path": str(tmp_path / "lt.json"), "api_url": llm.url,
+                                       "summarize_every": 1, "recent_window": 0}))
+    for memory in (entity, longterm):
+        say(memory, "My name is Ana.", "Nice to meet you, Ana!")
+        assert memory.flush(patience(10))
+    extractions = [r for r in llm.chat_requests() if "User: My name is Ana." in r.prompt]
+    assert len(extractions) == 1, "the same request is answered once"
+    assert entity.facts("s") == ["User's name is Ana"] and "User's name is Ana" in longterm.export("s")["summary"]

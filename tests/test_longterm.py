@@ -188,7 +188,8 @@ def test_the_summary_keeps_the_facts_and_a_change_supersedes_the_old_value(make,
                                "- User lives in Porto\nConversation so far: Ana introduced herself and her dog Rex. "
                                "Ana moved to Porto.")
     assert [h["text"] for h in data["summary_history"]] == ["User lives in Lisbon"]
-    assert sum(1 for r in llm.chat_requests() if is_extraction(r.messages)) == 2, "one extraction request per fold"
+    assert sum(1 for r in llm.chat_requests() if is_extraction(r.messages)) == 3, \
+        "one extraction request per exchange, none for the question"
 
 
 def test_the_next_summary_includes_the_previous_one(make, llm):

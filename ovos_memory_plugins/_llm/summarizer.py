@@ -11,7 +11,8 @@ whole summary here. The summary has two parts::
     ...
     Conversation so far: <a few sentences, the newest kept>
 
-* **The facts** come from the fact extraction of the folded exchanges, three per request
+* **The facts** come from the fact extraction of the folded exchanges, one per request (the
+  request entity sends for the same exchange: on a shared endpoint it is answered once)
   (:mod:`~ovos_memory_plugins._llm.fact_extraction`), merged with supersession
   (:mod:`~ovos_memory_plugins._llm.fact_merging`): old facts stay until the user changes them, and
   the old value of a change moves to the history. Without a model, the offline rules.
@@ -58,17 +59,19 @@ MAX_SUMMARY_FACTS = 40
 NARRATIVE_TOKENS = 200
 #: max_tokens of one extraction request.
 EXTRACT_TOKENS = 192
-#: Exchanges read by one extraction request (a fold of more sends several). Measured with a 0.5B
-#: model: 6 exchanges in one request gave no fact, 3 gave most; a larger model reads more at once.
-EXCHANGES_PER_REQUEST = 3
+#: Exchanges read by one extraction request (a fold of more sends several). One, as entity sends
+#: them: the same request on the same endpoint is answered once for both memories (the replies
+#: are cached), and a 0.5B model read a batch worse (6 exchanges gave no fact; 3 lost a move and a
+#: new workplace on the 30-exchange script).
+EXCHANGES_PER_REQUEST = 1
 #: Exchanges per fold read by the model; older ones in a larger fold (a backlog) by the rules.
 MAX_MODEL_EXCHANGES = 24
 
 NARRATIVE_PROMPT = (
     "You summarize part of a conversation between a user and an assistant in two or three short sentences. "
     "Keep what the user said, did or plans, and what the assistant recommended, promised or answered, with "
-    'names, titles and places. Say who said what: "The user ...", "The assistant recommended ...". '
-    "Reply with the summary only."
+    'names, titles and places. Say who said what ("The user ...", "The assistant ..."), and never put one '
+    "side's words in the other's mouth. Reply with the summary only."
 )
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 # The offline narrative quotes the turns ("User: ..."): such a line stays on a line of its own.
