@@ -280,8 +280,9 @@ _USER_SUBJECT = re.compile(r"\b(?:i|i'm|i've|i'd|we|we're|eu|yo)\b", re.IGNORECA
 _CLAUSE = re.compile(r"(?<=[.!?;])\s+|\n+|,\s+(?:and|but)\s+")
 #: Not a sentence about the user: the assistant speaking ("Porto is treating you"), a question, or
 #: another subject ("A carrot cake would be perfect").
-_NOT_ABOUT_THE_USER = re.compile(r"\b(?:you|your|yours)\b|\?\s*$|^(?:a|an|the|this|that|it)\s+(?!user\b)",
-                                 re.IGNORECASE)
+_NOT_ABOUT_THE_USER = re.compile(r"\b(?:you|your|yours)\b|\?\s*$|^(?:a|an|the|this|that|it)\s+(?!user\b)|"
+                                 # the user's words pasted after "User's": "User's receptionist calls me Maria"
+                                 r"^(?:the\s+)?user\b.*\b(?:me|my|i|i'm)\b", re.IGNORECASE)
 #: Events of the conversation itself, not lasting facts ("User asked for a book").
 _NOT_DURABLE = re.compile(r"\b(asked|asks|asking|wants? to know|requested|thanked|greeted|said (?:hi|hello|thanks))\b",
                           re.IGNORECASE)
