@@ -184,9 +184,9 @@ def _conversation_table(cells: list[dict[str, Any]]) -> list[str]:
     convs = sorted({conv for c in ok for conv in c["by_conversation"]})
     if not convs:
         return []
-    out = ["Recall@5 / chars@5 per conversation; for the hybrid preset also the questions asked as turns: the "
-           "characters the context adds besides the window (recalled exchanges, facts; with the recall header "
-           "and bullets) and the share of questions with an evidence turn in it:", "",
+    out = ["Recall@5 / chars@5 per conversation, and the questions asked as turns: the characters the context "
+           "adds besides the window (recalled exchanges and facts; in brackets with the recall header and "
+           "bullets) and the share of questions with an evidence turn in it:", "",
            "| package | backend | embedder | " + " | ".join(convs) + " | added chars | in context |",
            "|---|---|---|" + "---|" * (len(convs) + 2)]
     for c in ok:
@@ -351,16 +351,14 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "ovos-plugin-manager itself is shown apart because each venv holds its own OPM release "
               f"(ours: {results['ours']}; reference: {results['reference']}).", ""] + startup_table(results)
     lines += ["## Recall on LoCoMo (dev split, categories 1-4)", "",
-              "Each conversation is fed through `update_history` (speaker_a as USER, speaker_b as ASSISTANT, one "
-              "call per exchange), then `search(question, session_id, top_k=k)`; a question is recalled when the "
-              "text of one of its evidence turns is inside the hits. *chars* is the mean total length of the hits "
-              "(what the recall costs in prompt size). See `benchmarks/locomo.py` for the exact protocol. "
-              "Data: Maharana et al., ACL 2024, CC BY-NC 4.0.",
-              "",
-              "Our backends that have `import_exchanges` get the same exchanges through it, each with its "
-              "session's date (`session_<n>_date_time`), as a user restoring a chat log would import them; "
-              "the stored exchanges are the same, only their times differ (the reference has no such call and is "
-              "fed turn by turn).",
+              "The path a persona takes: each conversation is fed through `update_history` as it happens "
+              "(speaker_a as USER, speaker_b as ASSISTANT, one call per exchange, stored with the clock's time), "
+              "then each question is asked as a turn: *in context* is whether the text of an evidence turn is in "
+              "what `build_conversation_context` adds besides the window and the utterance, *added chars* what "
+              "that costs (facts, summaries, headers and bullets included). R@k reads `search(question, "
+              "session_id, top_k=k)` alone: a question is recalled when one of its evidence turns is inside the "
+              "hits; *chars* is the mean total length of the hits. See `benchmarks/locomo.py` for the exact "
+              "protocol. Data: Maharana et al., ACL 2024, CC BY-NC 4.0.",
               "",
               "*-neighbours* rows index each exchange with the exchanges before and after it "
               "(`retrieval.neighbour_weight: 0.5`); *composite-plain* fuses lexical and local-rag at their "

@@ -284,7 +284,6 @@ def locomo_cells(mode: Mode, pythons: dict[str, str], data_home: str) -> list[di
         os.makedirs(workdir, exist_ok=True)
         task = {"task": "locomo", "entry_point": entry_point, "config": config, "locomo_path": data,
                 "limit": mode.locomo_limit, "ks": [5, 10], "workdir": workdir,
-                "context": package == "ours" and backend.startswith("composite-hybrid"),
                 "overrides": _fold_weights(pythons[package], data) if backend.endswith("-loco") else {}}
         result = run_worker(pythons[package], task, mode.worker_timeout_s, data_home)
         cells.append({**cell, **result})

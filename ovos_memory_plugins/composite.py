@@ -56,7 +56,8 @@ HYBRID_PRESET: tuple[dict[str, Any], ...] = (
     {"module": "ovos-memory-plugin-local-rag", "config": {"db_path": "hybrid_local_rag.db",
                                                           "collection": "ovos_hybrid_rag",
                                                           "retrieval": {"neighbour_weight": 0.5}}},
-    {"module": "ovos-memory-plugin-entity", "config": {"db_path": "hybrid_entity.json"}},
+    {"module": "ovos-memory-plugin-entity", "config": {"db_path": "hybrid_entity.json",
+                                                       "context_facts": "relevant"}},
 )
 
 
@@ -419,6 +420,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             if wants_window:
                 parts.window, parts.history = got.window, got.query_history()
             parts.blocks.extend(got.blocks)
+        parts.blocks = distinct_blocks(parts.blocks)
         return parts
 
     # -- session2history: the primary's windows -----------------------------------------------
@@ -513,6 +515,24 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             if hasattr(m.memory, "close"):
                 self._call(m, "close", m.memory.close, None)
         super().close()
+
+
+def distinct_blocks(blocks: Sequence[AgentMessage]) -> list[AgentMessage]:
+    """The blocks with what an earlier block already says left out: a block sent twice, and a
+    block's lines that an earlier block holds (the same fact in entity's facts and in a summary's
+    facts); a block left with its first line (its header) only is dropped. Sent once, the budget
+    left goes to recall."""
+    out: list[AgentMessage] = []
+    seen: set[str] = set()
+    for block in blocks:
+        first, *rest = block.content.split("\n")
+        fresh = [line for line in rest if not line.strip() or line.strip() not in seen]
+        if block.content in (b.content for b in out) or (rest and not any(line.strip() for line in fresh)):
+            continue
+        seen.update(line.strip() for line in rest if line.strip())
+        out.append(block if len(fresh) == len(rest) else dataclasses.replace(
+            block, content="\n".join([first, *fresh])))
+    return out
 
 
 def _replay(memory: Any, session_id: str, items: Sequence[Mapping[str, Any]]) -> None:

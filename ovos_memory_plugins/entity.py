@@ -42,6 +42,7 @@ from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
 from ._llm.fact_store import merge, withdraw_denied
 from ._llm.memory import LLMMemory
+from ._retrieval.fact_choice import choose_facts
 from .config import option
 from .context import ContextConfig, ContextParts
 from .errors import ConfigError, LLMError, MemoryPluginError
@@ -79,6 +80,11 @@ class EntityConfig(EndpointConfig, ContextConfig):
                                     "words only, a JSON schema, facts built by code); another prompt (it must "
                                     "contain {exchange}) is sent as is and its JSON list of sentences kept")
     facts_header: str = option("Known facts about the user:", "first line of the injected facts block")
+    context_facts: str = option("all", "which facts a turn sends: all, or relevant (the name and home city, "
+                                "then those sharing a word with the utterance, at most max_context_facts)",
+                                choices=("all", "relevant"))
+    max_context_facts: int = option(6, "with context_facts relevant: facts sent besides the name and home city",
+                                    minimum=0)
     backend: str = option("json", "store: json, sqlite, memory (RAM only) or postgres (with db_url)",
                           choices=BACKENDS)
     db_path: str | None = option(
@@ -207,8 +213,11 @@ class EntityMemory(LLMMemory):
         return ContextParts([], self.context_blocks(session_id, utterance) if blocks else [])
 
     def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
-        """The facts block under ``facts_header``, without the system prompt (what a composite adds)."""
+        """The facts block under ``facts_header``, without the system prompt (what a composite adds):
+        every fact, or with ``context_facts: relevant`` those chosen for ``utterance`` (fact_choice.py)."""
         facts = self.facts(session_id)
+        if self.settings.context_facts == "relevant":
+            facts = choose_facts(facts, utterance, self.settings.max_context_facts)
         if not facts:
             return []
         return [system_message(self.settings.facts_header + "\n" + "\n".join(f"- {f}" for f in facts))]

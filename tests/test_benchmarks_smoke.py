@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -132,6 +133,63 @@ def test_a_memory_that_finds_nothing_recalls_nothing():
     report = locomo.evaluate(Empty, ks=(5,), conversations=[CONVERSATION])
     assert report["overall"][5]["recall"] == 0.0
     assert report["overall"][5]["mean_chars"] == 0.0
+
+
+class TurnMemory(WordOverlapMemory):
+    """A retriever that builds turns: a facts block, the top hit under a header, the utterance."""
+
+    header = "Recalled:"
+
+    def __init__(self):
+        super().__init__()
+        self.imported = False
+
+    def import_exchanges(self, session_id, items):
+        self.imported = True
+
+    def build_conversation_context(self, utterance, session_id):
+        hits = self.search(utterance, session_id, top_k=1)
+        return [_system("Facts:\n- likes tea"), *([_system(self.header + "\n- " + hits[0]["content"])] if hits else []),
+                locomo._message("user", utterance)]
+
+
+def _system(text):
+    from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+    return AgentMessage(MessageRole.SYSTEM, text)
+
+
+def test_the_live_protocol_feeds_turns_and_scores_what_the_turn_adds():
+    built = []
+
+    def factory():
+        built.append(TurnMemory())
+        return built[-1]
+
+    report = locomo.evaluate(factory, ks=(1,), conversations=[CONVERSATION])
+    assert not built[0].imported and len(built[0].docs["locomo-tiny"]) == 5, "live: update_history, turn by turn"
+    overall = report["overall"][1]
+    # The cat question's top hit is the evidence, inside the recall block the turn adds.
+    assert report["by_category"][4][1]["in_context"] == 1.0
+    # Facts and headers count: every turn adds the facts block at least.
+    assert overall["added_total_chars"] > len("Facts:\n- likes tea") + len("Recalled:")
+    assert overall["added_total_chars"] - overall["added_chars"] == len("Recalled:"), "the recall header apart"
+    dated = locomo.evaluate(factory, ks=(1,), conversations=[CONVERSATION], dated=True)
+    assert built[-1].imported and dated["conversations"] == 1
+
+
+def test_standard_metrics_count_evidence_turns_and_sessions():
+    turns = [("a1", 1), ("a2", 1), ("b1", 2), ("c1", 3)]
+    hits = ["Q: b1", "Q: a1 A: a2", "Q: zz", "Q: c1"]
+    got = locomo.standard_metrics(hits, ["a2"], [1], turns)
+    assert got["turn_hit@1"] == 0.0 and got["turn_hit@5"] == 1.0 == got["turn_hit@10"]
+    assert got["session_hit@1"] == 0.0
+    # sessions in order of first appearance: 2, 1, 3; the evidence session is second.
+    assert got["session_ndcg@5"] == pytest.approx(1 / math.log2(3))
+    assert locomo.standard_metrics([], ["a2"], [1], turns) == {
+        "turn_hit@1": 0.0, "turn_hit@5": 0.0, "turn_hit@10": 0.0, "session_hit@1": 0.0, "session_ndcg@5": 0.0}
+    assert {q["question"]: q["sessions"] for q in locomo.questions(CONVERSATION, (1, 2, 4))} == {
+        "What is the name of Ana's cat?": [1], "What does Ana's sister teach?": [1], "Where did Bo run a marathon?": [2]}
 
 
 def test_a_memory_without_search_is_reported_as_unavailable():
