@@ -55,6 +55,8 @@ TOP = 5
 BUDGET = 1390.0  # training mean recalled characters: the 1,400 target with a 10-character margin
 #: The date weight, in keyword = 1 units: a tie-breaker (see the module docstring).
 DATE_BONUS = 0.1
+#: Whether candidates carrying no signal are left out, as the composite does (--keep-silent: not).
+SILENT_DROPPED = True
 LENGTH_GRID = np.round(np.arange(0.0, -1.201, -0.05), 3)  # in fitted units (the keyword weight is ~5-6 there)
 
 
@@ -113,10 +115,15 @@ class Query:
         self.texts = [locomo._squash(t) for t in data["texts"]]
         self.wanted = data["wanted"]
         self.lexical_top = [locomo._squash(t) for t in data["lexical_top"]]
+        from ovos_memory_plugins.score_fusion import carries_signal
+
+        self.signal = np.asarray([carries_signal(row) for row in self.x], dtype=bool).reshape(-1)
 
     def pick(self, w: np.ndarray) -> np.ndarray:
-        # The composite's order: by score, ties in candidate order (a stable sort).
-        return np.argsort(-(self.x @ w), kind="stable")[:TOP]
+        # The composite's order: by score, ties in candidate order (a stable sort); a candidate
+        # carrying no signal (score_fusion.carries_signal) is never recalled.
+        order = np.argsort(-(self.x @ w), kind="stable")
+        return order[self.signal[order]][:TOP] if SILENT_DROPPED else order[:TOP]
 
     def recalled(self, texts: Sequence[str]) -> bool:
         joined = " ".join(texts)
@@ -226,9 +233,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--refresh", action="store_true", help="rebuild the cached features")
     parser.add_argument("--write", action="store_true", help=f"write {WEIGHTS_FILE.relative_to(ROOT)}")
     parser.add_argument("--check", action="store_true", help="exit 1 unless the shipped weights are the fit's")
+    parser.add_argument("--keep-silent", action="store_true",
+                        help="rank the candidates carrying no signal too (what the composite did before)")
     parser.add_argument("--folds", default=None, help="write the per-fold weights here (locomo.py --fold-weights)")
     args = parser.parse_args(argv)
 
+    global SILENT_DROPPED
+    SILENT_DROPPED = not args.keep_silent
     data = load_features(args.embedder, args.refresh)
     queries = [Query(c["conversation"], q) for c in data for q in c["questions"]]
     convs = sorted({q.conv for q in queries})

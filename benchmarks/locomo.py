@@ -428,7 +428,7 @@ def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[st
             {"module": member + "local-rag", "config": {**rag, **neighbours}},
             {"module": member + "entity", "config": {"db_path": str(folder / "entity.json"),
                                                      "context_facts": "relevant"}}],
-            "fusion": "score", "max_added_tokens": 460}),
+            "fusion": "score", "max_added_tokens": 460, "context": {"show_dates": "older"}}),
         # The preset's two retrievers and score fusion, nothing else.
         "composite-fusion": (member + "composite", {"members": [
             {"module": member + "lexical", "config": {**lexical, **neighbours}},

@@ -28,6 +28,7 @@ from ._core.history_view import SessionHistoryMixin
 from ._core.imports import session_export
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
+from ._retrieval.current import put_contradicted_last
 from ._retrieval.documents import past_exchanges
 from .common import MemoryHit
 from .config import option
@@ -36,7 +37,7 @@ from .errors import ConfigError, MemoryPluginError
 from .fusion import FUSION_MODES, fuse, hit_key
 from .messages import check_session_id, check_utterance, clean_text, coerce_messages, context_window, is_role
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
-from .score_fusion import KINDS, ScoreWeights, Signal, features, fused_scores
+from .score_fusion import KINDS, ScoreWeights, Signal, carries_signal, features, fused_scores
 
 __all__ = ["COMPOSITE_FUSIONS", "ENDPOINT_KEYS", "HYBRID_PRESET", "CompositeConfig", "CompositeMemory", "Member"]
 
@@ -66,6 +67,9 @@ HYBRID_PRESET: tuple[dict[str, Any], ...] = (
 PRESET_ADDED_TOKENS = 460
 #: The preset's defaults for the composite's own keys (a key the config sets wins).
 PRESET_SETTINGS: dict[str, Any] = {"fusion": "score", "max_added_tokens": PRESET_ADDED_TOKENS}
+#: The preset's ``context`` keys (a key the config's ``context`` sets wins): a recalled exchange
+#: from an earlier day shows that day, so the model can tell it from newer facts.
+PRESET_CONTEXT: dict[str, Any] = {"show_dates": "older"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +156,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         super().__init__(config)
         if self._preset_applies():  # the preset's defaults, under what the config sets
             preset = {k: v for k, v in PRESET_SETTINGS.items() if k not in self.config}
+            context = self.config.get("context") if isinstance(self.config.get("context"), Mapping) else {}
+            preset.update({k: v for k, v in PRESET_CONTEXT.items() if k not in context})
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, **preset))
             self._settings_changed()
         self._member_log = LogOnce()
@@ -314,6 +320,13 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """The fused hits for a turn, minus what is already verbatim in the window."""
         return self._fused(query, session_id, window)
 
+    def turn_recall(self, query: str, session_id: str, window: Sequence[AgentMessage],
+                    blocks: Sequence[AgentMessage]) -> list[MemoryHit]:
+        """:meth:`recall`, with the exchanges the facts sent in ``blocks`` contradict moved behind
+        the others (_retrieval/current.py): ranked from the wider pool, so others take their place."""
+        hits = self._fused(query, session_id, window, max(self.fetch_k, self.k))
+        return put_contradicted_last(hits, [b.content for b in blocks])[:self.k]
+
     def store(self, text: str, session_id: str, metadata: dict[str, Any] | None = None) -> str | None:
         """Store a free-text document in every retriever member that stores; returns the first id."""
         sid = check_session_id(session_id)
@@ -390,8 +403,10 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                      found: Sequence[tuple[Member, list[MemoryHit]]]) -> list[MemoryHit]:
         hits, signals = self._candidates(query, session_id, found)
         times = [_timestamp(h) for h in hits]
-        scores = fused_scores(features(signals, [h.content for h in hits], times, query), self.score_weights)
-        order = sorted(range(len(hits)), key=lambda i: -scores[i])  # stable: ties keep member order
+        rows = features(signals, [h.content for h in hits], times, query)
+        scores = fused_scores(rows, self.score_weights)
+        kept = [i for i, row in enumerate(rows) if carries_signal(row)]
+        order = sorted(kept, key=lambda i: -scores[i])  # stable: ties keep member order
         return [dataclasses.replace(hits[i], metadata={**hits[i].metadata, "fusion_score": scores[i]})
                 for i in order]
 

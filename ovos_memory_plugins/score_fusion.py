@@ -18,6 +18,10 @@ first). The keyword ratio keeps how far ahead the best keyword hit is; the seman
 a cosine's gap to the best in units of the candidates' spread, so one weight works for any
 embedder (each has its own cosine range). The length term keeps the recalled text within budget.
 
+A candidate *carries no signal* when it holds none of the query's words (keyword 0) and its
+cosine is below the candidates' mean (semantic under -1): it is not recalled at all, however few
+hits are left ("What's my name?" must not bring back "My sister Lena is coming with me.").
+
 Edge cases: a candidate a keyword retriever did not score gets 0 (it matches no query word); no
 candidate matching any keyword, 0 for all. A candidate a semantic retriever did not score (not
 embedded yet) gets the lowest cosine present; fewer than two scored, or no spread, 0 for all.
@@ -38,10 +42,13 @@ from ._retrieval import dates
 from ._retrieval.fitted_weights import FITTED
 from .errors import ConfigError
 
-__all__ = ["FEATURES", "KINDS", "ScoreWeights", "Signal", "features", "fused_scores"]
+__all__ = ["FEATURES", "KINDS", "NO_SIGNAL_BELOW", "ScoreWeights", "Signal", "carries_signal", "features",
+           "fused_scores"]
 
 #: The features, in the order of :meth:`ScoreWeights.vector`.
 FEATURES = ("keyword", "semantic", "date", "length")
+#: The semantic feature under which a candidate matching no query word carries no signal: the mean.
+NO_SIGNAL_BELOW = -1.0
 #: How a retriever's scores are read (its class attribute ``score_kind``).
 KINDS = ("keyword", "semantic")
 
@@ -106,6 +113,12 @@ def fused_scores(rows: Sequence[Sequence[float]], weights: ScoreWeights) -> list
     """The weighted sum of each candidate's features."""
     w = weights.vector()
     return [sum(a * b for a, b in zip(w, row)) for row in rows]
+
+
+def carries_signal(row: Sequence[float]) -> bool:
+    """Whether a candidate's features (:data:`FEATURES` order) say anything for the query: a query
+    word, or a cosine at least the candidates' mean."""
+    return row[0] > 0 or row[1] >= NO_SIGNAL_BELOW
 
 
 def _ratio(scores: Sequence[float | None]) -> list[float]:
