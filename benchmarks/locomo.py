@@ -310,9 +310,9 @@ def evaluate_conversation(memory: Any, conversation: dict[str, Any], ks: Sequenc
     rows = []
     name = str(conversation.get("sample_id", session_id))
     turns = turn_sessions(conversation)
-    for qa in questions(conversation, categories):
+    for number, qa in enumerate(questions(conversation, categories)):
         wanted = [_squash(e) for e in qa["evidence"]]
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"question": f"{name}:{number}"}
         if context:
             text, chars, total = _added(memory, qa["question"], session_id)
             extra = {"added_chars": chars, "added_total_chars": total,
@@ -384,7 +384,7 @@ def evaluate(factory: Callable[..., Any], ks: Sequence[int] = (5, 10), limit_con
         if progress:
             progress(f"{sid}: {result['exchanges']} exchanges in {result['ingest_s']:.1f} s")
     report = summarise(rows, ks)
-    report.update(conversations=len(convs), exchanges=total_calls, ingest_s=total_ingest, ks=list(ks))
+    report.update(conversations=len(convs), exchanges=total_calls, ingest_s=total_ingest, ks=list(ks), rows=rows)
     return report
 
 

@@ -400,3 +400,42 @@ def test_the_forget_benchmark_runs_on_a_small_store(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     figures = json.loads(out.stdout)
     assert figures["exchanges"] == 300 and figures["of which the rewrite (VACUUM + WAL emptied) s"] > 0
+
+
+# -- the live section of the report ----------------------------------------------------------------
+live_report = _load("live_report")
+
+
+def _live(conv_shares):
+    """A locomo.py report whose rows hold the given in-context results per conversation."""
+    rows = [{"question": f"{conv}:{i}", "conversation": conv, "k": 5, "in_context": hit}
+            for conv, hits in conv_shares.items() for i, hit in enumerate(hits)]
+    n = len(rows)
+    share = sum(r["in_context"] for r in rows) / n
+    stats = {"5": {"n": n, "recall": share, "in_context": share, "added_total_chars": 1000.0}}
+    by_conversation = {c: {"5": {"in_context": sum(h) / len(h)}} for c, h in conv_shares.items()}
+    return {"overall": stats, "by_conversation": by_conversation, "rows": rows}
+
+
+def test_the_gain_over_the_best_member_comes_with_a_paired_bootstrap_interval(tmp_path):
+    preset = _live({"a": [True, True, True, False], "b": [True, True]})
+    member = _live({"a": [True, False, False, False], "b": [True, True]})
+    weak = _live({"a": [False] * 4, "b": [False, False]})
+    gain, low, high = live_report.gain_interval(live_report.per_question(preset), live_report.per_question(member))
+    assert gain == pytest.approx(2 / 6) and low <= gain <= high and high <= 4 / 6
+    same = live_report.gain_interval(live_report.per_question(member), live_report.per_question(member))
+    assert same == (0.0, 0.0, 0.0)
+    reports = {"lexical-neighbours": member, "local-rag-neighbours": weak, "composite-hybrid-loco": preset}
+    lines = live_report.section(reports, "composite-hybrid-loco")
+    assert lines[0] == live_report.START and lines[-1] == live_report.END
+    assert any("over its best member, `lexical-neighbours`" in line for line in lines)
+    assert any(line.startswith("| **all** | +0.333 |") for line in lines)
+    page = tmp_path / "b.md"
+    page.write_text(f"# B\n\n{live_report.START}\nold\n{live_report.END}\n\nafter\n", encoding="utf-8")
+    live_report.write_docs(lines, page)
+    text = page.read_text(encoding="utf-8")
+    assert "old" not in text and text.endswith("\n\nafter\n") and "| lexical-neighbours |" in text
+    unmarked = tmp_path / "none.md"
+    unmarked.write_text("# no markers\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="markers"):
+        live_report.write_docs(lines, unmarked)
