@@ -27,9 +27,11 @@ candidate matching any keyword, 0 for all. A candidate a semantic retriever did 
 embedded yet) gets the lowest cosine present; fewer than two scored, or no spread, 0 for all.
 A retriever whose ``score_kind`` is not declared is fused as semantic.
 
-The weights are one :class:`ScoreWeights`: the defaults are fitted on the LoCoMo dev split
-(``benchmarks/fit_fusion.py`` writes them to ``_retrieval/fitted_weights.py``), and the composite's
-``fusion_weights`` key overrides any of them.
+The weights are one :class:`ScoreWeights`: the defaults are fitted on the LoCoMo dev split fed
+as a persona feeds a memory, turn by turn (``benchmarks/fit_fusion.py`` writes them to
+``_retrieval/fitted_weights.py``), and the composite's ``fusion_weights`` key overrides any of
+them. The date weight is not fitted but a small bonus: it reorders near-ties for a question that
+names when something was said, and never outweighs the words.
 """
 from __future__ import annotations
 
