@@ -435,7 +435,8 @@ def test_the_gain_over_the_best_member_comes_with_a_paired_bootstrap_interval(tm
     live_report.write_docs(lines, page)
     text = page.read_text(encoding="utf-8")
     assert "old" not in text and text.endswith("\n\nafter\n") and "| lexical-neighbours |" in text
-    unmarked = tmp_path / "none.md"
-    unmarked.write_text("# no markers\n", encoding="utf-8")
-    with pytest.raises(SystemExit, match="markers"):
-        live_report.write_docs(lines, unmarked)
+    first = tmp_path / "first.md"
+    first.write_text(f"# B\n\n{live_report.BEFORE}\n\nold tables\n", encoding="utf-8")
+    live_report.write_docs(lines, first)
+    text = first.read_text(encoding="utf-8")
+    assert text.index(live_report.START) < text.index(live_report.BEFORE) < text.index("old tables")
