@@ -61,13 +61,15 @@ LENGTH_GRID = np.round(np.arange(0.0, -1.201, -0.05), 3)  # in fitted units (the
 
 
 # -- features from the product ------------------------------------------------------------------
-def conversation_features(conversation: dict[str, Any], workdir: Path, embedder: str) -> dict[str, Any]:
+def conversation_features(conversation: dict[str, Any], workdir: Path, embedder: str,
+                          fetch_k: int | None = None) -> dict[str, Any]:
     """Per question: the candidates' features (score_fusion.FEATURES order), whether each holds
     evidence, its characters, and the lexical member's own top five (the baseline)."""
     from ovos_memory_plugins.score_fusion import features
 
     sid = f"locomo-{conversation['sample_id']}"
-    memory = locomo.backend_factory("composite-hybrid", embedder, workdir)(sid)
+    overrides = {conversation["sample_id"]: {"member_fetch_k": fetch_k}} if fetch_k else None
+    memory = locomo.backend_factory("composite-hybrid", embedder, workdir, overrides)(sid)
     try:
         locomo._feed(memory, conversation, sid, dated=False)
         lexical = next(m for m in memory.retrievers if m.module.endswith("lexical"))
@@ -90,16 +92,17 @@ def conversation_features(conversation: dict[str, Any], workdir: Path, embedder:
         memory.close()
 
 
-def load_features(embedder: str, refresh: bool) -> list[dict[str, Any]]:
+def load_features(embedder: str, refresh: bool, fetch_k: int | None = None) -> list[dict[str, Any]]:
     CACHE.mkdir(parents=True, exist_ok=True)
     out = []
     with tempfile.TemporaryDirectory(prefix="fit-fusion-") as workdir:
         os.environ["XDG_DATA_HOME"] = os.path.join(workdir, "xdg")  # nothing lands in a real data dir
         for conversation in locomo.load_conversations():
-            path = CACHE / f"{conversation['sample_id']}-{embedder}-live.json"
+            pool = f"-pool{fetch_k}" if fetch_k else ""
+            path = CACHE / f"{conversation['sample_id']}-{embedder}-live{pool}.json"
             if refresh or not path.exists():
                 print(f"{conversation['sample_id']}: feeding the preset ...", file=sys.stderr)
-                path.write_text(json.dumps(conversation_features(conversation, Path(workdir), embedder)),
+                path.write_text(json.dumps(conversation_features(conversation, Path(workdir), embedder, fetch_k)),
                                 encoding="utf-8")
             out.append(json.loads(path.read_text(encoding="utf-8")))
     return out
@@ -233,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--refresh", action="store_true", help="rebuild the cached features")
     parser.add_argument("--write", action="store_true", help=f"write {WEIGHTS_FILE.relative_to(ROOT)}")
     parser.add_argument("--check", action="store_true", help="exit 1 unless the shipped weights are the fit's")
+    parser.add_argument("--fetch-k", type=int, default=None,
+                        help="hits asked of each retriever (the composite's member_fetch_k; default: its own)")
     parser.add_argument("--keep-silent", action="store_true",
                         help="rank the candidates carrying no signal too (what the composite did before)")
     parser.add_argument("--folds", default=None, help="write the per-fold weights here (locomo.py --fold-weights)")
@@ -240,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     global SILENT_DROPPED
     SILENT_DROPPED = not args.keep_silent
-    data = load_features(args.embedder, args.refresh)
+    data = load_features(args.embedder, args.refresh, args.fetch_k)
     queries = [Query(c["conversation"], q) for c in data for q in c["questions"]]
     convs = sorted({q.conv for q in queries})
     print(f"{len(queries)} questions, {np.mean([len(q.y) for q in queries]):.1f} candidates each; "

@@ -46,8 +46,14 @@ def per_question(report: dict[str, Any]) -> dict[str, tuple[str, float]]:
     """``{question id: (conversation, in context 0/1)}`` from a report's rows (one k suffices)."""
     rows = report.get("rows") or []
     first_k = rows[0]["k"] if rows else None
-    return {r["question"]: (r["conversation"], float(r["in_context"])) for r in rows
-            if r["k"] == first_k and "in_context" in r}
+    asked = [r for r in rows if r["k"] == first_k and "in_context" in r]
+    # Rows without an id come in question order: their place in their conversation is their id.
+    places: dict[str, int] = {}
+    out = {}
+    for r in asked:
+        place = places[r["conversation"]] = places.get(r["conversation"], -1) + 1
+        out[r.get("question") or f"{r['conversation']}:{place}"] = (r["conversation"], float(r["in_context"]))
+    return out
 
 
 def gain_interval(preset: dict[str, tuple[str, float]], member: dict[str, tuple[str, float]],

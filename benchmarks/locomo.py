@@ -315,8 +315,8 @@ def evaluate_conversation(memory: Any, conversation: dict[str, Any], ks: Sequenc
         extra: dict[str, Any] = {"question": f"{name}:{number}"}
         if context:
             text, chars, total = _added(memory, qa["question"], session_id)
-            extra = {"added_chars": chars, "added_total_chars": total,
-                     "in_context": any(w in _squash(text) for w in wanted)}
+            extra.update(added_chars=chars, added_total_chars=total,
+                         in_context=any(w in _squash(text) for w in wanted))
         top = [_content(h) for h in memory.search(qa["question"], session_id, top_k=10) or []]
         extra.update(standard_metrics(top, wanted, qa["sessions"], turns))
         for k in ks:
@@ -428,7 +428,8 @@ def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[st
             {"module": member + "local-rag", "config": {**rag, **neighbours}},
             {"module": member + "entity", "config": {"db_path": str(folder / "entity.json"),
                                                      "context_facts": "relevant"}}],
-            "fusion": "score", "max_added_tokens": 460, "context": {"show_dates": "older"}}),
+            "fusion": "score", "max_added_tokens": 442,
+            "context": {"show_dates": "older", "header": "Recalled earlier exchanges (the facts above are newer):"}}),
         # The preset's two retrievers and score fusion, nothing else.
         "composite-fusion": (member + "composite", {"members": [
             {"module": member + "lexical", "config": {**lexical, **neighbours}},
