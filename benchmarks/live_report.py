@@ -37,6 +37,24 @@ ANCHORS = (("BM25", "turn hit@5 0.479"), ("hybrid (BM25 + dense)", "turn hit@5 0
 STANDARD = ("turn_hit@1", "turn_hit@5", "turn_hit@10", "session_hit@1", "session_ndcg@5")
 
 
+INTRO = (
+    "Each conversation goes through `update_history` as it happens, one call per exchange (speaker_a "
+    "the USER, speaker_b the ASSISTANT), stored with the clock's time; then each question is asked as a "
+    "turn. *in context*: the share of the 383 questions (categories 1-4) with the text of an evidence "
+    "turn in what `build_conversation_context` adds (everything but the verbatim window and the "
+    "utterance); *added chars*: what it adds, facts, headers and bullets counted. R@5 and the standard "
+    "metrics read `search()` alone (turn hit@k: an evidence turn inside one of the top k hits; session "
+    "Hit@1 and NDCG@5: the sessions of the hits, in order, against the sessions holding evidence). "
+    "*-neighbours*: `retrieval.neighbour_weight: 0.5`; *composite-fusion*: lexical + local-rag, both "
+    "with neighbours, score fusion, nothing else; *composite-hybrid-loco*: the hybrid preset, each "
+    "conversation scored with the score-fusion weights fitted on the other two (`python "
+    "benchmarks/fit_fusion.py --folds F`, then `locomo.py --backend composite-hybrid-loco "
+    "--fold-weights F`). Each row: `python benchmarks/locomo.py --backend NAME --json "
+    "build/live/NAME.json`; this section: `python benchmarks/live_report.py build/live/*.json "
+    "--write-docs`. The dated-import protocol (each exchange imported with its LoCoMo session's date, "
+    "recall read from `search()`) is the next section's, labelled as such.")
+
+
 def load(paths: Sequence[str]) -> dict[str, dict[str, Any]]:
     """``{backend: report}``; the backend is the file's stem (``build/live/lexical.json``: lexical)."""
     return {Path(p).stem: json.loads(Path(p).read_text(encoding="utf-8")) for p in paths}
@@ -122,9 +140,12 @@ def section(reports: dict[str, dict[str, Any]], preset: str) -> list[str]:
                          *sorted(reports)) if n in reports]
     order = list(dict.fromkeys(order))
     anchors = "; ".join(f"{name}: {value}" for name, value in ANCHORS)
-    return [START, *table(reports, order), "", *gains(reports, preset), "",
-            f"Published anchors (all ten LoCoMo conversations, offline retrieval over the whole log): {anchors}.",
-            END]
+    return [START, "## Recall on the path a persona takes (LoCoMo dev, live)", "", INTRO, "",
+            *table(reports, order), "", *gains(reports, preset), "",
+            f"Published anchors (all ten LoCoMo conversations, offline retrieval over the whole log, one turn "
+            f"per unit): {anchors}. Ours are not the same measurement: three conversations, and a unit is an "
+            "exchange (a question and its answer, about two turns), so hit@k here reads about twice as many "
+            "turns as there.", END]
 
 
 def write_docs(lines: Sequence[str], path: Path = DOCS) -> None:

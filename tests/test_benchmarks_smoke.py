@@ -431,10 +431,10 @@ def test_the_gain_over_the_best_member_comes_with_a_paired_bootstrap_interval(tm
     assert any("over its best member, `lexical-neighbours`" in line for line in lines)
     assert any(line.startswith("| **all** | +0.333 |") for line in lines)
     page = tmp_path / "b.md"
-    page.write_text(f"# B\n\n{live_report.START}\nold\n{live_report.END}\n\nafter\n", encoding="utf-8")
+    page.write_text(f"# B\n\n{live_report.START}\nstale table\n{live_report.END}\n\nafter\n", encoding="utf-8")
     live_report.write_docs(lines, page)
     text = page.read_text(encoding="utf-8")
-    assert "old" not in text and text.endswith("\n\nafter\n") and "| lexical-neighbours |" in text
+    assert "stale table" not in text and text.endswith("\n\nafter\n") and "| lexical-neighbours |" in text
     first = tmp_path / "first.md"
     first.write_text(f"# B\n\n{live_report.BEFORE}\n\nold tables\n", encoding="utf-8")
     live_report.write_docs(lines, first)
