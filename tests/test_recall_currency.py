@@ -42,6 +42,16 @@ def test_an_exchange_stating_another_value_than_the_facts_goes_last():
     assert put_contradicted_last(hits, []) == hits, "no facts: the order stays"
 
 
+def test_the_assistants_own_old_claim_about_the_user_is_not_evidence_over_the_facts():
+    wrong = exchange("Where do I live?", "You live in Lyon, if I remember well.")
+    right = exchange("Where do I live?", "You live in Bordeaux.")
+    other = exchange("Any river nearby?", "The Garonne.")
+    blocks = ["Known facts about the user:\n- User lives in Bordeaux"]
+    assert put_contradicted_last([wrong, right, other], blocks) == [right, other, wrong]
+    unanswered = MemoryHit("Q: Where do I live?", "s_3", 1.0, {})
+    assert put_contradicted_last([unanswered, other], blocks) == [unanswered, other]
+
+
 def test_the_core_facts_are_always_sent_and_the_others_on_merit():
     facts = ["User likes jazz", "User lives in Porto", "User's pet: dog called Biscuit", "User's name is Maya",
              "User likes hiking", "User's home city: Braga"]

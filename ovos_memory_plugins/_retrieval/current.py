@@ -5,7 +5,9 @@ old exchange still matches "where do I live?" as well as ever. Sent first, a sma
 from it. So before the best hits are taken, an exchange whose *user* turn states a one-valued
 fact (name, home city, job, workplace, birthday) that a line of the facts block states with
 another value is moved behind every other hit: the facts block holds the newer value (the facts
-store supersedes the old one), so the exchange is the older word.
+store supersedes the old one), so the exchange is the older word. The assistant's own earlier
+answers count the same way: "Where do I live?" answered "You live in Lyon" is an old claim about
+the user, never evidence over the facts (its "you" is read as the user's "I").
 
     >>> facts = facts_stated(["Known facts about the user:\\n- User lives in Bordeaux"])
     >>> contradicts("I live in Lyon, by the river.", facts), contradicts("I live in Bordeaux.", facts)
@@ -14,6 +16,7 @@ store supersedes the old one), so the exchange is the older word.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Sequence
 
 from .._llm.fact_kinds import SINGLE_VALUED, statement
@@ -26,6 +29,12 @@ __all__ = ["contradicts", "facts_stated", "put_contradicted_last"]
 #: is left out: its opening, "User is ", also opens "User is a teacher".
 _OPENINGS = {attribute: statement(attribute, "\0").split("\0", 1)[0] for attribute in SINGLE_VALUED
              if attribute != "age"}
+
+
+#: The assistant's "you" about the user, as the user would say it: "you live" -> "I live".
+_SECOND_PERSON = ((re.compile(r"\byou(?:'| a)re\b", re.IGNORECASE), "I am"),
+                  (re.compile(r"\byour\b", re.IGNORECASE), "my"),
+                  (re.compile(r"\byou\b", re.IGNORECASE), "I"))
 
 
 def facts_stated(blocks: Iterable[str]) -> frozenset[str]:
@@ -55,8 +64,23 @@ def put_contradicted_last(hits: Sequence[MemoryHit], blocks: Iterable[str]) -> l
     facts = facts_stated(blocks)
     if not facts:
         return list(hits)
-    stale = [contradicts(_question(h), facts) for h in hits]
+    stale = [contradicts(_question(h), facts) or contradicts(_as_user(_answer(h)), facts) for h in hits]
     return [h for h, old in zip(hits, stale) if not old] + [h for h, old in zip(hits, stale) if old]
+
+
+def _as_user(answer: str) -> str:
+    """What the assistant said about the user, in the user's first person."""
+    for pattern, replacement in _SECOND_PERSON:
+        answer = pattern.sub(replacement, answer)
+    return answer
+
+
+def _answer(hit: MemoryHit) -> str:
+    """The assistant's words of a recalled exchange ("" for a question never answered)."""
+    answer = hit.metadata.get("answer")
+    if isinstance(answer, str):
+        return answer
+    return hit.content.split("\nA: ", 1)[1] if "\nA: " in hit.content else ""
 
 
 def _question(hit: MemoryHit) -> str:
