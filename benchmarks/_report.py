@@ -311,7 +311,13 @@ MEASURED_APART = [
     "per round (median of the per-round differences; target: at most +1.5 ms). The E5 query embedding is "
     "most of a turn; left out of both, the composite cost its members plus 1.14 ms per round, and score "
     "fusion's own work (cross scores and features) took 0.82 ms (p90 1.06). On the shared machine at load "
-    "2.5-6 whole turns varied between +0.38 and +8.81 ms, the embedding's own noise.", ""]
+    "2.5-6 whole turns varied between +0.38 and +8.81 ms, the embedding's own noise.", ""
+    "Rerun on 2026-12-03 after the preset began choosing its facts per turn and keeping recall in line "
+    "with them, at 2,000 stored exchanges only (10,000 did not finish embedding in time on the shared "
+    "machine), 100 turns, load average 4.5: the preset cost its members plus 2.37 ms per round (1.51 ms "
+    "without the E5 query embedding); the new work (contradicted exchanges last, shared blocks once) took"
+    " 0.010 ms per turn (max 0.014), score fusion 0.86 ms. The +2 ms target at 10,000 on a quiet machine "
+    "is still to be measured (`python benchmarks/bench_composite.py --n 10000 --store DIR`).", ""]
 
 
 def render(results: dict[str, Any], images: list[str]) -> str:
