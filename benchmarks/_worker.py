@@ -220,7 +220,8 @@ def run_locomo(task: dict[str, Any], folder: str) -> dict[str, Any]:
         return cls({**_fill(task["config"], sub), **overrides.get(hint.removeprefix("locomo-"), {})})
 
     report = locomo.evaluate(factory, ks=tuple(task.get("ks", (5, 10))), limit_conversations=task.get("limit"),
-                             path=task.get("locomo_path"), context=bool(task.get("context")))
+                             path=task.get("locomo_path"), context=task.get("context"),
+                             dated=bool(task.get("dated")))
     report["peak_rss_mb"] = _peak_rss_mb()
     return report
 

@@ -8,8 +8,9 @@ in turns, each memory gets a ``build_conversation_context`` (6-word query) and a
 ``update_history``; the five are interleaved call by call, each round starting with the next
 one, so machine noise hits them alike.
 Background work (embedding, fact extraction) is flushed after each update, untimed, as between a
-persona's turns. Target: composite median <= the sum of the members' medians + 1.5 ms at 10,000
-stored exchanges (score fusion asks each retriever to score the other's candidates).
+persona's turns. Target: composite median <= the sum of the members' medians + 2 ms at 10,000
+stored exchanges (score fusion asks each retriever to score the other's candidates; the composite
+also keeps recall in line with the facts, timed apart).
 
 Three more numbers, less exposed to the machine's noise (the E5 query embedding, 95% of a turn,
 varies by tens of milliseconds under load): the median over turns of the composite's turn minus
@@ -136,6 +137,24 @@ def time_fusion(composite: Any, spent: list[float]) -> None:
     composite_module.features = timed_features
 
 
+def time_currency(spent: list[float]) -> None:
+    """Time, once per build, what keeps recall in line with the facts: the contradicted exchanges
+    put last (_index/current.py) and the blocks two members share sent once."""
+    for name in ("put_contradicted_last", "distinct_blocks"):
+        original = getattr(composite_module, name)
+
+        def timed(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                if _name == "distinct_blocks":
+                    spent.append(0.0)  # the blocks come first in a build: a new sample
+                spent[-1] += time.perf_counter() - t
+
+        setattr(composite_module, name, timed)
+
+
 def time_query_embedding(spent: dict[str, float], current: list[str]) -> None:
     """Add the time of every E5 query embedding to ``spent[current[0]]`` (the memory being timed)."""
     from ovos_memory_plugins import local_rag
@@ -167,6 +186,8 @@ def main() -> None:
         memories = build_memories(root, store, args.fusion)
         fusion: list[float] = []
         time_fusion(memories["composite (hybrid preset)"], fusion)
+        currency: list[float] = []
+        time_currency(currency)
         work = Workload(seed=4)  # the timed turns' text
         build: dict[str, list[float]] = {name: [] for name in memories}
         update: dict[str, list[float]] = {name: [] for name in memories}
@@ -192,11 +213,12 @@ def main() -> None:
                 memory.flush()
         for memory in memories.values():
             memory.close()
-    report(build, update, fusion, args, embedding)
+    report(build, update, fusion, args, embedding, currency)
 
 
 def report(build: dict[str, list[float]], update: dict[str, list[float]], fusion: list[float],
-           args: argparse.Namespace, embedding: dict[str, list[float]] | None = None) -> None:
+           args: argparse.Namespace, embedding: dict[str, list[float]] | None = None,
+           currency: list[float] | None = None) -> None:
     def ms(samples: list[float]) -> float:
         return statistics.median(samples) * 1e3
 
@@ -216,7 +238,7 @@ def report(build: dict[str, list[float]], update: dict[str, list[float]], fusion
     paired = [build[composite][i] + update[composite][i] - sum(build[n][i] + update[n][i] for n in members)
               for i in range(len(build[composite]))]
     print(f"\ncomposite turn {turn:.2f} ms vs members' sum {b + u:.2f} ms: {turn - (b + u):+.2f} ms; "
-          f"per round (median of the differences): {ms(paired):+.2f} ms (target: at most +1.5 ms)")
+          f"per round (median of the differences): {ms(paired):+.2f} ms (target: at most +2 ms)")
     if embedding:
         # The E5 query embedding is the same call, one per turn, in the composite and in local-rag
         # alone; on a loaded machine its time moves by tens of ms between calls, so what the
@@ -228,6 +250,9 @@ def report(build: dict[str, list[float]], update: dict[str, list[float]], fusion
         e5 = [embedding[composite][i] - sum(embedding[n][i] for n in members) for i in range(len(build[composite]))]
         print(f"without the E5 query embedding, per round (median of the differences): {ms(rest):+.2f} ms; "
               f"the embedding itself, composite minus local-rag alone: {ms(e5):+.2f} ms")
+    if currency:
+        print(f"recall in line with the facts (contradicted exchanges last, shared blocks once): median "
+              f"{ms(currency):.3f} ms, max {max(currency) * 1e3:.3f} ms")
     if fusion:
         print(f"score fusion's own work inside the composite's build: median {ms(fusion):.2f} ms, "
               f"p90 {sorted(fusion)[int(0.9 * (len(fusion) - 1))] * 1e3:.2f} ms")

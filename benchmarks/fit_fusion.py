@@ -7,7 +7,8 @@ defaults the package ships.
     python benchmarks/fit_fusion.py --folds F.json   # per-fold weights for locomo.py --fold-weights
 
 Features come from the product itself: each conversation goes into the hybrid preset's composite
-(``locomo.py``'s ``composite-hybrid`` backend, dated import), and for every question
+(``locomo.py``'s ``composite-hybrid`` backend, fed live: turn by turn through ``update_history``,
+as a persona stores them), and for every question
 ``CompositeMemory.fusion_candidates`` gives the candidates and every retriever's scores of them,
 which ``score_fusion.features`` turns into the features the composite ranks by. A candidate is
 *evidence* when it holds an evidence turn (the benchmark's test). Features are cached in
@@ -21,6 +22,12 @@ characters stay within ``--budget``. Leave one conversation out: fit on two, sco
 the pooled held-out recall is the honest estimate. The shipped weights are fitted on all three
 and scaled so the keyword weight is 1 (a ranking does not change with the scale), rounded to
 three decimals. Fit on the dev split only: the other LoCoMo conversations are the held-out check.
+
+The date weight is not fitted: it is a bonus, :data:`DATE_BONUS`. Fed live, every exchange of a
+conversation is stored within the same minutes, so the data cannot tell what it is worth; fitted
+on the dated import it carried LoCoMo's session dates (0.448, more than the semantic weight),
+which a persona's store does not have. Kept small, it breaks near-ties for the questions that name
+when something was said, and never outweighs the words.
 """
 from __future__ import annotations
 
@@ -46,19 +53,25 @@ WEIGHTS_FILE = ROOT / "ovos_memory_plugins" / "_index" / "fusion_weights.py"
 HAND_SET = {"keyword": 1.0, "semantic": 0.2, "date": 0.5, "length": -0.07}
 TOP = 5
 BUDGET = 1390.0  # training mean recalled characters: the 1,400 target with a 10-character margin
+#: The date weight, in keyword = 1 units: a tie-breaker (see the module docstring).
+DATE_BONUS = 0.2
+#: Whether candidates carrying no signal are left out, as the composite does (--keep-silent: not).
+SILENT_DROPPED = True
 LENGTH_GRID = np.round(np.arange(0.0, -1.201, -0.05), 3)  # in fitted units (the keyword weight is ~5-6 there)
 
 
 # -- features from the product ------------------------------------------------------------------
-def conversation_features(conversation: dict[str, Any], workdir: Path, embedder: str) -> dict[str, Any]:
+def conversation_features(conversation: dict[str, Any], workdir: Path, embedder: str,
+                          fetch_k: int | None = None) -> dict[str, Any]:
     """Per question: the candidates' features (score_fusion.FEATURES order), whether each holds
     evidence, its characters, and the lexical member's own top five (the baseline)."""
     from ovos_memory_plugins.score_fusion import features
 
     sid = f"locomo-{conversation['sample_id']}"
-    memory = locomo.backend_factory("composite-hybrid", embedder, workdir)(sid)
+    overrides = {conversation["sample_id"]: {"member_fetch_k": fetch_k}} if fetch_k else None
+    memory = locomo.backend_factory("composite-hybrid", embedder, workdir, overrides)(sid)
     try:
-        locomo._feed(memory, conversation, sid, dated=True)
+        locomo._feed(memory, conversation, sid, dated=False)
         lexical = next(m for m in memory.retrievers if m.module.endswith("lexical"))
         # the facts, as every turn gets them
         blocks = [m.content for m in memory.context_parts("", sid, window=False).blocks]
@@ -79,16 +92,17 @@ def conversation_features(conversation: dict[str, Any], workdir: Path, embedder:
         memory.close()
 
 
-def load_features(embedder: str, refresh: bool) -> list[dict[str, Any]]:
+def load_features(embedder: str, refresh: bool, fetch_k: int | None = None) -> list[dict[str, Any]]:
     CACHE.mkdir(parents=True, exist_ok=True)
     out = []
     with tempfile.TemporaryDirectory(prefix="fit-fusion-") as workdir:
         os.environ["XDG_DATA_HOME"] = os.path.join(workdir, "xdg")  # nothing lands in a real data dir
         for conversation in locomo.load_conversations():
-            path = CACHE / f"{conversation['sample_id']}-{embedder}.json"
+            pool = f"-pool{fetch_k}" if fetch_k else ""
+            path = CACHE / f"{conversation['sample_id']}-{embedder}-live{pool}.json"
             if refresh or not path.exists():
                 print(f"{conversation['sample_id']}: feeding the preset ...", file=sys.stderr)
-                path.write_text(json.dumps(conversation_features(conversation, Path(workdir), embedder)),
+                path.write_text(json.dumps(conversation_features(conversation, Path(workdir), embedder, fetch_k)),
                                 encoding="utf-8")
             out.append(json.loads(path.read_text(encoding="utf-8")))
     return out
@@ -104,10 +118,15 @@ class Query:
         self.texts = [locomo._squash(t) for t in data["texts"]]
         self.wanted = data["wanted"]
         self.lexical_top = [locomo._squash(t) for t in data["lexical_top"]]
+        from ovos_memory_plugins.score_fusion import carries_signal
+
+        self.signal = np.asarray([carries_signal(row) for row in self.x], dtype=bool).reshape(-1)
 
     def pick(self, w: np.ndarray) -> np.ndarray:
-        # The composite's order: by score, ties in candidate order (a stable sort).
-        return np.argsort(-(self.x @ w), kind="stable")[:TOP]
+        # The composite's order: by score, ties in candidate order (a stable sort); a candidate
+        # carrying no signal (score_fusion.carries_signal) is never recalled.
+        order = np.argsort(-(self.x @ w), kind="stable")
+        return order[self.signal[order]][:TOP] if SILENT_DROPPED else order[:TOP]
 
     def recalled(self, texts: Sequence[str]) -> bool:
         joined = " ".join(texts)
@@ -186,7 +205,9 @@ def fit(queries: Sequence[Query], budget: float) -> np.ndarray:
         if best_key is None or key > best_key:
             best, best_key = w, key
     assert best is not None
-    return best / best[0]
+    best = best / best[0]
+    best[2] = DATE_BONUS
+    return best
 
 
 def rounded(w: np.ndarray) -> dict[str, float]:
@@ -215,10 +236,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--refresh", action="store_true", help="rebuild the cached features")
     parser.add_argument("--write", action="store_true", help=f"write {WEIGHTS_FILE.relative_to(ROOT)}")
     parser.add_argument("--check", action="store_true", help="exit 1 unless the shipped weights are the fit's")
+    parser.add_argument("--fetch-k", type=int, default=None,
+                        help="hits asked of each retriever (the composite's member_fetch_k; default: its own)")
+    parser.add_argument("--keep-silent", action="store_true",
+                        help="rank the candidates carrying no signal too (what the composite did before)")
     parser.add_argument("--folds", default=None, help="write the per-fold weights here (locomo.py --fold-weights)")
     args = parser.parse_args(argv)
 
-    data = load_features(args.embedder, args.refresh)
+    global SILENT_DROPPED
+    SILENT_DROPPED = not args.keep_silent
+    data = load_features(args.embedder, args.refresh, args.fetch_k)
     queries = [Query(c["conversation"], q) for c in data for q in c["questions"]]
     convs = sorted({q.conv for q in queries})
     print(f"{len(queries)} questions, {np.mean([len(q.y) for q in queries]):.1f} candidates each; "

@@ -8,9 +8,9 @@ Usable as a library::
 
 and as a command::
 
-    python benchmarks/locomo.py --backend lexical [--embedder e5|minilm] [--quick] [--json out.json]
+    python benchmarks/locomo.py --backend lexical [--embedder e5|minilm] [--quick] [--json out.json] [--dated]
 
-Protocol:
+Protocol (the *live* one, the default: the path a persona takes):
 
 - One fresh memory per conversation (``factory()``; a factory that takes one argument gets the
   conversation's session id as a hint) and one session id per conversation.
@@ -20,13 +20,21 @@ Protocol:
   opens with speaker_b (about a third do) starts with an answer that has no question in that
   session: it is sent alone, ``update_history([assistant])``. A trailing speaker_a turn with no
   answer is sent alone, ``update_history([user])``.
-- Dated (the default; ``--no-dates`` turns it off): a memory with ``import_exchanges`` (this
+- Stored live: each exchange is stored when its ``update_history`` call is made, with the time
+  the store's clock gives it then (the run's clock: the whole conversation lands within minutes),
+  as a persona stores it.
+- Dated (the second, labelled protocol; ``--dated``): a memory with ``import_exchanges`` (this
   package's retrieval memories and composite) gets the same exchanges through it instead, each
   with its session's date (``session_<n>_date_time``, read as UTC) plus one second per exchange,
   as a user restoring an old conversation would import it. The pairing is ``update_history``'s,
   so the stored exchanges are the same; only their times differ. A memory without the method
   (the reference package) is fed turn by turn as above.
 - ``memory.flush()`` is called when it exists (backends that embed in the background).
+- Each question is asked as a turn (``build_conversation_context``, for a memory that has it):
+  *added* is everything the turn's message list holds besides the verbatim window and the final
+  user turn (the system and developer messages: recalled exchanges, facts, summaries, their
+  headers and bullets), counted in characters; *in context* (the primary number) is whether the
+  text of an evidence turn is in it.
 - For every question of the chosen categories (1 multi-hop, 2 temporal, 3 open-domain,
   4 single-hop; 5 adversarial has no answer): ``memory.search(question, session_id, top_k=k)``
   for each k. A question is recalled at k when the text of any of its evidence turns is contained
@@ -35,10 +43,11 @@ Protocol:
 - Reported per category, per conversation and overall: recall@k, mean recalled characters (sum of
   the hits' content lengths per question: the price in prompt size of that recall) and search
   latency median/p90.
-- With ``--context`` (composite backends), each question is also asked as a turn: *added* is what
-  the turn's context holds besides the window and the utterance (the recalled exchanges' texts
-  and the facts and summary blocks; also reported with the recall header and bullets), and *in
-  context* whether an evidence turn is in it.
+- Standard retrieval metrics, comparable with published offline results, from
+  ``search(question, session_id, top_k=10)``: turn-level hit@1/5/10 (an evidence turn inside one
+  of the top k hits, each hit on its own) and session-level Hit@1 and NDCG@5 (the sessions of the
+  hits, in the order they first appear, against the sessions holding evidence; a hit belongs to
+  every session one of whose turns it holds).
 
 This module imports nothing from ``ovos_memory_plugins`` (only ``ovos_plugin_manager`` for the
 message type), so the side-by-side runner can run it unchanged against the reference package in
@@ -51,6 +60,7 @@ import contextlib
 import datetime
 import inspect
 import json
+import math
 import os
 import re
 import statistics
@@ -64,6 +74,8 @@ from typing import Any
 DEFAULT_PATH = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 _WS = re.compile(r"\s+")
+#: The standard retrieval metrics (published LoCoMo retrieval results report these).
+STANDARD_METRICS = ("turn_hit@1", "turn_hit@5", "turn_hit@10", "session_hit@1", "session_ndcg@5")
 
 
 class BackendUnavailable(RuntimeError):
@@ -172,15 +184,50 @@ def evidence_ids(raw: Sequence[str]) -> list[str]:
 
 
 def questions(conversation: dict[str, Any], categories: Sequence[int]) -> list[dict[str, Any]]:
-    """Questions of ``categories`` with their evidence texts (evidence ids that exist only)."""
+    """Questions of ``categories`` with their evidence texts and the numbers of the sessions
+    holding them (evidence ids that exist only)."""
     turns = {t["dia_id"]: t["text"] for s in sessions(conversation) for t in s}
     out = []
     for qa in conversation["qa"]:
         if qa.get("category") not in categories:
             continue
-        evidence = [turns[e] for e in evidence_ids(qa.get("evidence", [])) if e in turns]
-        if evidence:
-            out.append({"question": qa["question"], "category": qa["category"], "evidence": evidence})
+        ids = [e for e in evidence_ids(qa.get("evidence", [])) if e in turns]
+        if ids:
+            out.append({"question": qa["question"], "category": qa["category"], "evidence": [turns[e] for e in ids],
+                        "sessions": sorted({_session_number(e) for e in ids})})
+    return out
+
+
+def _session_number(dia_id: str) -> int:
+    """``"D12:3"`` -> 12."""
+    return int(dia_id[1:].split(":", 1)[0])
+
+
+def turn_sessions(conversation: dict[str, Any]) -> list[tuple[str, int]]:
+    """Every turn's text (whitespace collapsed) with its session number, for mapping hits to sessions."""
+    conv = conversation["conversation"]
+    keys = sorted((k for k in conv if re.fullmatch(r"session_\d+", k) and conv[k]), key=lambda k: int(k[8:]))
+    return [(_squash(t["text"]), int(k[8:])) for k in keys for t in conv[k] if _squash(t["text"])]
+
+
+def standard_metrics(hits: Sequence[str], wanted: Sequence[str], sessions_wanted: Sequence[int],
+                     turns: Sequence[tuple[str, int]]) -> dict[str, float]:
+    """Turn-level hit@1/5/10 and session-level Hit@1 and NDCG@5 of ranked hit texts (see the
+    module docstring). ``wanted``: the evidence texts, whitespace collapsed."""
+    squashed = [_squash(h) for h in hits]
+    holds = [any(w in h for w in wanted) for h in squashed]
+    out = {f"turn_hit@{k}": float(any(holds[:k])) for k in (1, 5, 10)}
+    ranked: list[int] = []
+    for i, hit in enumerate(squashed):
+        found = [n for text, n in turns if text in hit]
+        if i == 0:
+            out["session_hit@1"] = float(bool(set(found) & set(sessions_wanted)))
+        ranked += [n for n in dict.fromkeys(found) if n not in ranked]
+    out.setdefault("session_hit@1", 0.0)
+    gains = [1.0 / math.log2(i + 2) for i in range(5)]
+    dcg = sum(g for g, n in zip(gains, ranked[:5]) if n in sessions_wanted)
+    ideal = sum(gains[:min(5, len(sessions_wanted))])
+    out["session_ndcg@5"] = dcg / ideal if ideal else 0.0
     return out
 
 
@@ -222,7 +269,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def _feed(memory: Any, conversation: dict[str, Any], session_id: str, dated: bool = True) -> tuple[int, float]:
+def _feed(memory: Any, conversation: dict[str, Any], session_id: str, dated: bool = False) -> tuple[int, float]:
     calls, start = 0, time.perf_counter()
     if dated and callable(getattr(memory, "import_exchanges", None)):
         items = dated_exchanges(conversation)
@@ -238,40 +285,40 @@ def _feed(memory: Any, conversation: dict[str, Any], session_id: str, dated: boo
 
 
 def _added(memory: Any, question: str, session_id: str) -> tuple[str, int, int]:
-    """What a turn asking ``question`` adds besides the window and the utterance (the system
-    messages before the window): its text, the characters of the recalled exchanges and blocks
-    (facts, summary) it holds, and all its characters (with the recall header and bullets)."""
+    """What a turn asking ``question`` adds besides the verbatim window and the final user turn
+    (its system and developer messages: recalled exchanges, facts, summaries, with their headers
+    and bullets): its text, its characters less the recall header, and all its characters."""
     context = memory.build_conversation_context(question, session_id)
-    added = []
-    for message in context[:-1]:
-        if getattr(message.role, "value", message.role) not in ("system", "developer"):
-            break
-        added.append(message.content)
-    header = getattr(memory, "header", None)
-    recall = [b for b in added if header and b.startswith(header)]
-    blocks = [b for b in added if b not in recall]
-    history = memory.get_history(session_id)
-    recalled = [h.content for h in memory.recall(question, session_id, history)] if recall else []
-    inside = [text for text in recalled if any(text in b for b in recall)]
-    return "\n".join(added), sum(map(len, inside)) + sum(map(len, blocks)), sum(map(len, added))
+    added = [m.content or "" for m in context[:-1]
+             if getattr(m.role, "value", m.role) in ("system", "developer")]
+    header = getattr(memory, "header", None) or ""
+    total = sum(map(len, added))
+    headers = sum(len(header) for b in added if header and b.startswith(header))
+    return "\n".join(added), total - headers, total
 
 
 def evaluate_conversation(memory: Any, conversation: dict[str, Any], ks: Sequence[int],
-                          categories: Sequence[int], session_id: str, dated: bool = True,
-                          context: bool = False) -> dict[str, Any]:
-    """Feed one conversation into ``memory`` and return one row per (question, k)."""
+                          categories: Sequence[int], session_id: str, dated: bool = False,
+                          context: bool | None = None) -> dict[str, Any]:
+    """Feed one conversation into ``memory`` and return one row per (question, k). ``context``
+    None: ask each question as a turn when the memory can build one."""
     if not callable(getattr(memory, "search", None)):
         raise BackendUnavailable(f"{type(memory).__name__} has no search(): recall cannot be measured")
+    if context is None:
+        context = callable(getattr(memory, "build_conversation_context", None))
     calls, ingest_s = _feed(memory, conversation, session_id, dated)
     rows = []
     name = str(conversation.get("sample_id", session_id))
-    for qa in questions(conversation, categories):
+    turns = turn_sessions(conversation)
+    for number, qa in enumerate(questions(conversation, categories)):
         wanted = [_squash(e) for e in qa["evidence"]]
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"question": f"{name}:{number}"}
         if context:
             text, chars, total = _added(memory, qa["question"], session_id)
-            extra = {"added_chars": chars, "added_total_chars": total,
-                     "in_context": any(w in _squash(text) for w in wanted)}
+            extra.update(added_chars=chars, added_total_chars=total,
+                         in_context=any(w in _squash(text) for w in wanted))
+        top = [_content(h) for h in memory.search(qa["question"], session_id, top_k=10) or []]
+        extra.update(standard_metrics(top, wanted, qa["sessions"], turns))
         for k in ks:
             start = time.perf_counter()
             hits = memory.search(qa["question"], session_id, top_k=k) or []
@@ -294,8 +341,8 @@ def summarise(rows: list[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
                "mean_chars": sum(r["chars"] for r in subset) / n if n else float("nan"),
                "latency_ms_median": statistics.median(lat) if lat else float("nan"),
                "latency_ms_p90": _percentile(lat, 0.9)}
-        if n and all("added_chars" in r for r in subset):
-            for key in ("added_chars", "added_total_chars", "in_context"):
+        for key in ("added_chars", "added_total_chars", "in_context", *STANDARD_METRICS):
+            if n and all(key in r for r in subset):
                 out[key] = sum(r[key] for r in subset) / n
         return out
 
@@ -311,8 +358,8 @@ def summarise(rows: list[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
 def evaluate(factory: Callable[..., Any], ks: Sequence[int] = (5, 10), limit_conversations: int | None = None,
              categories: Sequence[int] = (1, 2, 3, 4), path: str | Path | None = None,
              conversations: list[dict[str, Any]] | None = None,
-             progress: Callable[[str], None] | None = None, dated: bool = True,
-             context: bool = False) -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None, dated: bool = False,
+             context: bool | None = None) -> dict[str, Any]:
     """Recall of the memories built by ``factory`` on LoCoMo (see the module docstring).
 
     Returns ``{"overall": {k: {n, recall, mean_chars, latency_ms_median, latency_ms_p90}},
@@ -337,7 +384,7 @@ def evaluate(factory: Callable[..., Any], ks: Sequence[int] = (5, 10), limit_con
         if progress:
             progress(f"{sid}: {result['exchanges']} exchanges in {result['ingest_s']:.1f} s")
     report = summarise(rows, ks)
-    report.update(conversations=len(convs), exchanges=total_calls, ingest_s=total_ingest, ks=list(ks))
+    report.update(conversations=len(convs), exchanges=total_calls, ingest_s=total_ingest, ks=list(ks), rows=rows)
     return report
 
 
@@ -379,8 +426,14 @@ def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[st
             {"module": member + "recency", "config": {"db_path": str(folder / "recency.db")}},
             {"module": member + "lexical", "config": {**lexical, **neighbours}},
             {"module": member + "local-rag", "config": {**rag, **neighbours}},
-            {"module": member + "entity", "config": {"db_path": str(folder / "entity.json")}}],
-            "fusion": "score", "max_added_tokens": 460}),
+            {"module": member + "entity", "config": {"db_path": str(folder / "entity.json"),
+                                                     "context_facts": "relevant"}}],
+            "fusion": "score", "max_added_tokens": 442,
+            "context": {"show_dates": "older", "header": "Recalled earlier exchanges (the facts above are newer):"}}),
+        # The preset's two retrievers and score fusion, nothing else.
+        "composite-fusion": (member + "composite", {"members": [
+            {"module": member + "lexical", "config": {**lexical, **neighbours}},
+            {"module": member + "local-rag", "config": {**rag, **neighbours}}], "fusion": "score"}),
         "composite-plain": (member + "composite", {"members": [
             {"module": member + "lexical", "config": lexical},
             {"module": member + "local-rag", "config": rag}], "fusion": "rrf"}),
@@ -442,9 +495,12 @@ def format_table(report: dict[str, Any], title: str = "") -> str:
     lines.append(row("**all**", report["overall"]))
     first = report["overall"].get(ks[0]) or report["overall"].get(str(ks[0])) or {}
     if "added_chars" in first:
-        lines.append(f"\nAsked as turns: the context adds {first['added_chars']:.0f} characters on average "
-                     f"(recalled exchanges, facts, summary; {first['added_total_chars']:.0f} with the recall header "
-                     f"and bullets) and holds an evidence turn for {first['in_context']:.3f} of the questions.")
+        lines.append(f"\nAsked as turns: the context adds {first['added_total_chars']:.0f} characters on average "
+                     f"(recalled exchanges, facts, summaries, headers and bullets) and holds an evidence turn for "
+                     f"{first['in_context']:.3f} of the questions.")
+    if "turn_hit@5" in first:
+        lines.append("Standard metrics (top 10 hits of search): " + ", ".join(
+            f"{name} {first[name]:.3f}" for name in STANDARD_METRICS) + ".")
     return "\n".join(lines)
 
 
@@ -462,10 +518,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ks", default="5,10", help="comma-separated top-k values")
     parser.add_argument("--data", default=None, help="path to locomo-dev.json")
     parser.add_argument("--json", default=None, help="also write the report as JSON here")
-    parser.add_argument("--no-dates", action="store_true",
-                        help="feed turn by turn (update_history) even where import_exchanges could date them")
-    parser.add_argument("--context", action="store_true",
-                        help="also ask each question as a turn and report what it adds (composite backends)")
+    parser.add_argument("--dated", action="store_true",
+                        help="the second protocol: import the exchanges with their sessions' dates where the "
+                             "memory has import_exchanges (default: live, turn by turn through update_history)")
+    parser.add_argument("--no-context", action="store_true",
+                        help="do not ask the questions as turns (search only)")
     parser.add_argument("--fold-weights", default=None,
                         help="JSON {conversation: {weight: value}} from benchmarks/fit_fusion.py --folds: each "
                              "conversation is scored with the fusion_weights fitted without it (leave one out)")
@@ -482,13 +539,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ["XDG_DATA_HOME"] = os.path.join(workdir, "xdg")
             factory = backend_factory(args.backend, args.embedder, workdir, overrides)
             report = evaluate(factory, ks=ks, limit_conversations=limit, path=args.data,
-                              progress=lambda m: print(m, file=sys.stderr), dated=not args.no_dates,
-                              context=args.context)
+                              progress=lambda m: print(m, file=sys.stderr), dated=args.dated,
+                              context=False if args.no_context else None)
     except BackendUnavailable as exc:
         print(f"backend {args.backend!r} is not available: {exc}", file=sys.stderr)
         return 2
     embeds = "rag" in args.backend or args.backend.startswith("composite-")
-    label = args.backend + (f" ({args.embedder})" if embeds else "")
+    label = args.backend + (f" ({args.embedder})" if embeds else "") + (", dated import" if args.dated else ", live")
     print(format_table(report, f"LoCoMo dev recall, {label}, {report['conversations']} conversation(s), "
                                f"{report['exchanges']} exchanges, ingest {report['ingest_s']:.1f} s"))
     if args.json:

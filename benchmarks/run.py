@@ -46,6 +46,8 @@ sys.path.insert(0, str(HERE))
 import locomo  # noqa: E402  (sibling module; no package imports)
 
 EP = "ovos-memory-plugin-"
+#: A LoCoMo row with this suffix is measured with the second protocol: the dated import.
+DATED = " (dated import)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +71,8 @@ FULL = Mode("full", (1000, 10_000, 100_000), 300, 150.0, 3, None,
              ("ours", "local-rag", "minilm"), ("ours", "lexical-neighbours", ""),
              ("ours", "local-rag-neighbours", "e5"), ("ours", "composite-plain", "e5"),
              ("ours", "composite-hybrid-rrf", "e5"), ("ours", "composite-hybrid", "e5"),
-             ("ours", "composite-hybrid-loco", "e5")), 900, 1800, None)
+             ("ours", "composite-hybrid-loco", "e5"), ("ours", "composite-hybrid-loco" + DATED, "e5")),
+            900, 1800, None)
 
 BACKENDS = ("recency", "lexical", "longterm", "entity", "composite")
 STORAGES = ("ram", "file")
@@ -279,13 +282,13 @@ def locomo_cells(mode: Mode, pythons: dict[str, str], data_home: str) -> list[di
         cell = {"package": package, "backend": backend, "embedder": embedder}
         if package not in pythons:
             continue
-        entry_point, config = locomo.backend_config(backend, Path("{dir}"), embedder or "e5")
+        name = backend.removesuffix(DATED)
+        entry_point, config = locomo.backend_config(name, Path("{dir}"), embedder or "e5")
         workdir = str(CACHE / "tmp")
         os.makedirs(workdir, exist_ok=True)
         task = {"task": "locomo", "entry_point": entry_point, "config": config, "locomo_path": data,
-                "limit": mode.locomo_limit, "ks": [5, 10], "workdir": workdir,
-                "context": package == "ours" and backend.startswith("composite-hybrid"),
-                "overrides": _fold_weights(pythons[package], data) if backend.endswith("-loco") else {}}
+                "limit": mode.locomo_limit, "ks": [5, 10], "workdir": workdir, "dated": name != backend,
+                "overrides": _fold_weights(pythons[package], data) if name.endswith("-loco") else {}}
         result = run_worker(pythons[package], task, mode.worker_timeout_s, data_home)
         cells.append({**cell, **result})
         if result.get("ok"):

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 from ._core.compat import AgentMessage
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
+from ._index.current import put_contradicted_last
 from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._memory.conversion import member_imports
 from ._memory.exports import session_export
@@ -38,7 +39,7 @@ from .errors import ConfigError, MemoryPluginError
 from .fusion import FUSION_MODES, fuse, hit_key
 from .messages import check_session_id, check_utterance, clean_text, context_window, is_role
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
-from .score_fusion import KINDS, ScoreWeights, Signal, features, fused_scores
+from .score_fusion import KINDS, ScoreWeights, Signal, carries_signal, features, fused_scores
 from .storage.documents import past_exchanges
 
 __all__ = ["COMPOSITE_FUSIONS", "CompositeConfig", "CompositeMemory", "ENDPOINT_KEYS", "HYBRID_PRESET", "Member"]
@@ -59,15 +60,24 @@ HYBRID_PRESET: tuple[dict[str, Any], ...] = (
     {"module": "ovos-memory-plugin-local-rag", "config": {"db_path": "hybrid_local_rag.db",
                                                           "collection": "ovos_hybrid_rag",
                                                           "retrieval": {"neighbour_weight": 0.5}}},
-    {"module": "ovos-memory-plugin-entity", "config": {"db_path": "hybrid_entity.json"}},
+    {"module": "ovos-memory-plugin-entity", "config": {"db_path": "hybrid_entity.json",
+                                                       "context_facts": "relevant"}},
 )
 
 
-#: What ``max_added_tokens`` the hybrid preset defaults to: on LoCoMo dev, the facts and the five
-#: recalled exchanges it adds then average under 1,500 characters (docs/backends/composite.md).
-PRESET_ADDED_TOKENS = 460
+#: The hybrid preset's recall header: short (the reference's costs 136 characters on every turn),
+#: and it says which of two disagreeing sources is newer.
+PRESET_HEADER = "Recalled earlier exchanges (the facts above are newer):"
+#: What ``max_added_tokens`` the hybrid preset defaults to: 460 with the reference's header, less
+#: the 18 tokens the shorter header saves, so recall keeps the same room; on LoCoMo dev the facts,
+#: headers and recalled exchanges a turn adds then average under 1,500 characters
+#: (docs/backends/composite.md).
+PRESET_ADDED_TOKENS = 442
 #: The preset's defaults for the composite's own keys (a key the config sets wins).
 PRESET_SETTINGS: dict[str, Any] = {"fusion": "score", "max_added_tokens": PRESET_ADDED_TOKENS}
+#: The preset's ``context`` keys (a key the config's ``context`` sets wins): a recalled exchange
+#: from an earlier day shows that day, so the model can tell it from newer facts.
+PRESET_CONTEXT: dict[str, Any] = {"show_dates": "older", "header": PRESET_HEADER}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +166,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         super().__init__(config)
         if self._preset_applies():  # the preset's defaults, under what the config sets
             preset = {k: v for k, v in PRESET_SETTINGS.items() if k not in self.config}
+            context = self.config.get("context") if isinstance(self.config.get("context"), Mapping) else {}
+            preset.update({k: v for k, v in PRESET_CONTEXT.items() if k not in context})
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, **preset))
             self._settings_changed()
         self._member_log = LogOnce()
@@ -324,6 +336,13 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """The fused hits for a turn, minus what is already verbatim in the window."""
         return self._fused(query, session_id, window)
 
+    def turn_recall(self, query: str, session_id: str, window: Sequence[AgentMessage],
+                    blocks: Sequence[AgentMessage]) -> list[MemoryHit]:
+        """:meth:`recall`, with the exchanges the facts sent in ``blocks`` contradict moved behind
+        the others (_index/current.py): ranked from the wider pool, so others take their place."""
+        hits = self._fused(query, session_id, window, max(self.fetch_k, self.k))
+        return put_contradicted_last(hits, [b.content for b in blocks])[:self.k]
+
     def store(self, text: str, session_id: str, metadata: dict[str, Any] | None = None) -> str | None:
         """Store a free-text document in every retriever member that stores; returns the first id."""
         sid = check_session_id(session_id)
@@ -400,8 +419,10 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                      found: Sequence[tuple[Member, list[MemoryHit]]]) -> list[MemoryHit]:
         hits, signals = self._candidates(query, session_id, found)
         times = [_timestamp(h) for h in hits]
-        scores = fused_scores(features(signals, [h.content for h in hits], times, query), self.score_weights)
-        order = sorted(range(len(hits)), key=lambda i: -scores[i])  # stable: ties keep member order
+        rows = features(signals, [h.content for h in hits], times, query)
+        scores = fused_scores(rows, self.score_weights)
+        kept = [i for i, row in enumerate(rows) if carries_signal(row)]
+        order = sorted(kept, key=lambda i: -scores[i])  # stable: ties keep member order
         return [dataclasses.replace(hits[i], metadata={**hits[i].metadata, "fusion_score": scores[i]})
                 for i in order]
 
@@ -430,6 +451,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             if wants_window:
                 parts.window, parts.history = got.window, got.query_history()
             parts.blocks.extend(got.blocks)
+        parts.blocks = distinct_blocks(parts.blocks)
         return parts
 
     # -- session2history: the primary's windows -----------------------------------------------
@@ -570,6 +592,24 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         if failure is not None:
             raise failure
         return counts
+
+
+def distinct_blocks(blocks: Sequence[AgentMessage]) -> list[AgentMessage]:
+    """The blocks with what an earlier block already says left out: a block sent twice, and a
+    block's lines that an earlier block holds (the same fact in entity's facts and in a summary's
+    facts); a block left with its first line (its header) only is dropped. Sent once, the budget
+    left goes to recall."""
+    out: list[AgentMessage] = []
+    seen: set[str] = set()
+    for block in blocks:
+        first, *rest = block.content.split("\n")
+        fresh = [line for line in rest if not line.strip() or line.strip() not in seen]
+        if block.content in (b.content for b in out) or (rest and not any(line.strip() for line in fresh)):
+            continue
+        seen.update(line.strip() for line in rest if line.strip())
+        out.append(block if len(fresh) == len(rest) else dataclasses.replace(
+            block, content="\n".join([first, *fresh])))
+    return out
 
 
 def _replay(memory: Any, session_id: str, items: Sequence[Mapping[str, Any]]) -> None:

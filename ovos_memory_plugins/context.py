@@ -50,7 +50,7 @@ from .messages import (
     is_role,
     message_tokens,
 )
-from .render import DEFAULT_HEADER, ContextStyle, render_hits
+from .render import DATE_MODES, DEFAULT_HEADER, ContextStyle, render_hits
 
 __all__ = [
     "PRIVATE_SCOPES",
@@ -246,6 +246,8 @@ class RecallConfig(ContextConfig):
     chunk_prefix: str = option("- ", "text before each chunk", key="context.chunk_prefix")
     chunk_separator: str = option("\n\n", "text between chunks", key="context.chunk_separator")
     include_sources: bool = option(False, "prefix each chunk with [doc id]", key="context.include_sources")
+    show_dates: str = option("never", "never, or older: a recalled item said on an earlier day shows that day "
+                             "('(3 May 2026) Q: ...')", key="context.show_dates", choices=DATE_MODES)
     dedup_history: bool = option(True, "skip recalled items already in the verbatim window",
                                  key="context.dedup_history")
     scope: str = option("session", "recall from this session only, from all (global), or from this person's "
@@ -261,7 +263,7 @@ class RecallingMemory(ContextMemory):
     Config: ClassVar[type] = RecallConfig
     live_settings: ClassVar[frozenset[str]] = ContextMemory.live_settings | {
         "max_num_results", "min_score", "query_mode", "query_history_turns", "chunk_prefix", "chunk_separator",
-        "include_sources", "dedup_history", "scope"}
+        "include_sources", "show_dates", "dedup_history", "scope"}
 
     def _settings_changed(self) -> None:
         super()._settings_changed()
@@ -270,11 +272,17 @@ class RecallingMemory(ContextMemory):
             from ._core.log import LOG
 
             LOG.warning(f"{self.plugin_name}: unknown retrieval.query_mode {s.query_mode!r} acts like 'utterance'")
-        self.style = ContextStyle(s.chunk_prefix, s.chunk_separator, s.include_sources)
+        self.style = ContextStyle(s.chunk_prefix, s.chunk_separator, s.include_sources, s.show_dates)
 
     def recall(self, query: str, session_id: str, window: Sequence[AgentMessage] = ()) -> list[MemoryHit]:
         """The hits for a turn's ``query``, best first, minus what ``window`` already holds."""
         return []
+
+    def turn_recall(self, query: str, session_id: str, window: Sequence[AgentMessage],
+                    blocks: Sequence[AgentMessage]) -> list[MemoryHit]:
+        """The hits a turn sends: :meth:`recall`'s. A memory that also sends ``blocks`` (facts)
+        may rank against them (the composite: a recalled exchange the current facts contradict)."""
+        return self.recall(query, session_id, window)
 
     def build_query(self, utterance: str, history: Sequence[AgentMessage]) -> str:
         """The search query: the utterance, or in history mode earlier user turns too."""
@@ -288,7 +296,7 @@ class RecallingMemory(ContextMemory):
                   max_tokens: int | None) -> str:
         if not utterance:
             return ""
-        hits = self.recall(self.build_query(utterance, parts.query_history()), session_id, window)
+        hits = self.turn_recall(self.build_query(utterance, parts.query_history()), session_id, window, parts.blocks)
         budget = None if max_tokens is None else max(
             0, max_tokens - estimate_tokens(self.injection.header) - _BLOCK_OVERHEAD_TOKENS)
         return render_hits(hits, self.style, budget)

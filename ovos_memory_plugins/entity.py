@@ -38,6 +38,7 @@ from ._core.compat import AgentMessage
 from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
+from ._llm.fact_choice import choose_facts
 from ._llm.fact_extraction import Exchange, extract, question_in
 from ._llm.fact_merging import add_history, fact_of, merge, withdraw_denied, without_fact
 from ._llm.fact_parsing import fact_strings
@@ -83,6 +84,11 @@ class EntityConfig(EndpointConfig, ContextConfig):
                                     "with the question it answers, any reply shape, facts the user said); another "
                                     "prompt (it must contain {exchange}) is sent as is and its sentences kept")
     facts_header: str = option("Known facts about the user:", "first line of the injected facts block")
+    context_facts: str = option("all", "which facts a turn sends: all, or relevant (the name and home city, "
+                                "then those sharing a word with the utterance, at most max_context_facts)",
+                                choices=("all", "relevant"))
+    max_context_facts: int = option(6, "with context_facts relevant: facts sent besides the name and home city",
+                                    minimum=0)
     backend: str = option("json", "store: json, sqlite, memory (RAM only) or postgres (with db_url)",
                           choices=BACKENDS)
     db_path: str | None = option(
@@ -215,8 +221,11 @@ class EntityMemory(LLMMemory):
         return ContextParts([], self.context_blocks(session_id, utterance) if blocks else [])
 
     def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
-        """The facts block under ``facts_header``, without the system prompt (what a composite adds)."""
+        """The facts block under ``facts_header``, without the system prompt (what a composite adds):
+        every fact, or with ``context_facts: relevant`` those chosen for ``utterance`` (fact_choice.py)."""
         facts = self.facts(session_id)
+        if self.settings.context_facts == "relevant":
+            facts = choose_facts(facts, utterance, self.settings.max_context_facts)
         if not facts:
             return []
         return [system_message(self.settings.facts_header + "\n" + "\n".join(f"- {f}" for f in facts))]

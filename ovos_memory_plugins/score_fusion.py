@@ -18,14 +18,20 @@ first). The keyword ratio keeps how far ahead the best keyword hit is; the seman
 a cosine's gap to the best in units of the candidates' spread, so one weight works for any
 embedder (each has its own cosine range). The length term keeps the recalled text within budget.
 
+A candidate *carries no signal* when it holds none of the query's words (keyword 0) and its
+cosine is below the candidates' mean (semantic under -1): it is not recalled at all, however few
+hits are left ("What's my name?" must not bring back "My sister Lena is coming with me.").
+
 Edge cases: a candidate a keyword retriever did not score gets 0 (it matches no query word); no
 candidate matching any keyword, 0 for all. A candidate a semantic retriever did not score (not
 embedded yet) gets the lowest cosine present; fewer than two scored, or no spread, 0 for all.
 A retriever whose ``score_kind`` is not declared is fused as semantic.
 
-The weights are one :class:`ScoreWeights`: the defaults are fitted on the LoCoMo dev split
-(``benchmarks/fit_fusion.py`` writes them to ``_index/fusion_weights.py``), and the composite's
-``fusion_weights`` key overrides any of them.
+The weights are one :class:`ScoreWeights`: the defaults are fitted on the LoCoMo dev split fed
+as a persona feeds a memory, turn by turn (``benchmarks/fit_fusion.py`` writes them to
+``_index/fusion_weights.py``), and the composite's ``fusion_weights`` key overrides any of
+them. The date weight is not fitted but a small bonus: it reorders near-ties for a question that
+names when something was said, and never outweighs the words.
 """
 from __future__ import annotations
 
@@ -38,10 +44,14 @@ from ._index import dates
 from ._index.fusion_weights import FITTED
 from .errors import ConfigError
 
-__all__ = ["FEATURES", "features", "fused_scores", "KINDS", "ScoreWeights", "Signal"]
+__all__ = [
+    "carries_signal", "FEATURES", "features", "fused_scores", "KINDS", "NO_SIGNAL_BELOW", "ScoreWeights", "Signal",
+]
 
 #: The features, in the order of :meth:`ScoreWeights.vector`.
 FEATURES = ("keyword", "semantic", "date", "length")
+#: The semantic feature under which a candidate matching no query word carries no signal: the mean.
+NO_SIGNAL_BELOW = -1.0
 #: How a retriever's scores are read (its class attribute ``score_kind``).
 KINDS = ("keyword", "semantic")
 
@@ -106,6 +116,12 @@ def fused_scores(rows: Sequence[Sequence[float]], weights: ScoreWeights) -> list
     """The weighted sum of each candidate's features."""
     w = weights.vector()
     return [sum(a * b for a, b in zip(w, row)) for row in rows]
+
+
+def carries_signal(row: Sequence[float]) -> bool:
+    """Whether a candidate's features (:data:`FEATURES` order) say anything for the query: a query
+    word, or a cosine at least the candidates' mean."""
+    return row[0] > 0 or row[1] >= NO_SIGNAL_BELOW
 
 
 def _ratio(scores: Sequence[float | None]) -> list[float]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -134,6 +135,62 @@ def test_a_memory_that_finds_nothing_recalls_nothing():
     assert report["overall"][5]["mean_chars"] == 0.0
 
 
+class TurnMemory(WordOverlapMemory):
+    """A retriever that builds turns: a facts block, the top hit under a header, the utterance."""
+
+    header = "Recalled:"
+
+    def __init__(self):
+        super().__init__()
+        self.imported = False
+
+    def import_exchanges(self, session_id, items):
+        self.imported = True
+
+    def build_conversation_context(self, utterance, session_id):
+        hits = self.search(utterance, session_id, top_k=1)
+        return [_system("Facts:\n- likes tea"), *([_system(self.header + "\n- " + hits[0]["content"])] if hits else []),
+                locomo._message("user", utterance)]
+
+
+def _system(text):
+    from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+    return AgentMessage(MessageRole.SYSTEM, text)
+
+
+def test_the_live_protocol_feeds_turns_and_scores_what_the_turn_adds():
+    built = []
+
+    def factory():
+        built.append(TurnMemory())
+        return built[-1]
+
+    report = locomo.evaluate(factory, ks=(1,), conversations=[CONVERSATION])
+    assert not built[0].imported and len(built[0].docs["locomo-tiny"]) == 5, "live: update_history, turn by turn"
+    overall = report["overall"][1]
+    # The cat question's top hit is the evidence, inside the recall block the turn adds.
+    assert report["by_category"][4][1]["in_context"] == 1.0
+    # Facts and headers count: every turn adds the facts block at least.
+    assert overall["added_total_chars"] > len("Facts:\n- likes tea") + len("Recalled:")
+    assert overall["added_total_chars"] - overall["added_chars"] == len("Recalled:"), "the recall header apart"
+    dated = locomo.evaluate(factory, ks=(1,), conversations=[CONVERSATION], dated=True)
+    assert built[-1].imported and dated["conversations"] == 1
+
+
+def test_standard_metrics_count_evidence_turns_and_sessions():
+    turns = [("a1", 1), ("a2", 1), ("b1", 2), ("c1", 3)]
+    hits = ["Q: b1", "Q: a1 A: a2", "Q: zz", "Q: c1"]
+    got = locomo.standard_metrics(hits, ["a2"], [1], turns)
+    assert got["turn_hit@1"] == 0.0 and got["turn_hit@5"] == 1.0 == got["turn_hit@10"]
+    assert got["session_hit@1"] == 0.0
+    # sessions in order of first appearance: 2, 1, 3; the evidence session is second.
+    assert got["session_ndcg@5"] == pytest.approx(1 / math.log2(3))
+    assert locomo.standard_metrics([], ["a2"], [1], turns) == {
+        "turn_hit@1": 0.0, "turn_hit@5": 0.0, "turn_hit@10": 0.0, "session_hit@1": 0.0, "session_ndcg@5": 0.0}
+    assert [q["sessions"] for q in locomo.questions(CONVERSATION, (1, 2, 4))] == [[1], [1], [2]]
+
+
 def test_a_memory_without_search_is_reported_as_unavailable():
     class NoSearch:
         def update_history(self, new_messages, session_id):
@@ -175,13 +232,15 @@ def test_dated_exchanges_are_what_update_history_stores_with_their_session_dates
 
 
 def test_the_composite_hybrid_backend_is_the_hybrid_preset():
-    from ovos_memory_plugins.composite import HYBRID_PRESET, PRESET_SETTINGS
+    from ovos_memory_plugins.composite import HYBRID_PRESET, PRESET_CONTEXT, PRESET_SETTINGS
 
     _, config = locomo.backend_config("composite-hybrid", Path("/f"))
     assert [m["module"] for m in config["members"]] == [m["module"] for m in HYBRID_PRESET]
     for ours, preset in zip(config["members"], HYBRID_PRESET):
         assert ours["config"].get("retrieval") == preset["config"].get("retrieval")
+        assert ours["config"].get("context_facts") == preset["config"].get("context_facts")
     assert {k: config[k] for k in PRESET_SETTINGS} == PRESET_SETTINGS
+    assert config["context"] == PRESET_CONTEXT
 
 
 def test_a_backend_that_is_not_installed_fails_with_a_clear_message():
@@ -341,3 +400,43 @@ def test_the_forget_benchmark_runs_on_a_small_store(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     figures = json.loads(out.stdout)
     assert figures["exchanges"] == 300 and figures["of which the rewrite (VACUUM + WAL emptied) s"] > 0
+
+
+# -- the live section of the report ----------------------------------------------------------------
+live_report = _load("live_report")
+
+
+def _live(conv_shares):
+    """A locomo.py report whose rows hold the given in-context results per conversation."""
+    rows = [{"question": f"{conv}:{i}", "conversation": conv, "k": 5, "in_context": hit}
+            for conv, hits in conv_shares.items() for i, hit in enumerate(hits)]
+    n = len(rows)
+    share = sum(r["in_context"] for r in rows) / n
+    stats = {"5": {"n": n, "recall": share, "in_context": share, "added_total_chars": 1000.0}}
+    by_conversation = {c: {"5": {"in_context": sum(h) / len(h)}} for c, h in conv_shares.items()}
+    return {"overall": stats, "by_conversation": by_conversation, "rows": rows}
+
+
+def test_the_gain_over_the_best_member_comes_with_a_paired_bootstrap_interval(tmp_path):
+    preset = _live({"a": [True, True, True, False], "b": [True, True]})
+    member = _live({"a": [True, False, False, False], "b": [True, True]})
+    weak = _live({"a": [False] * 4, "b": [False, False]})
+    gain, low, high = live_report.gain_interval(live_report.per_question(preset), live_report.per_question(member))
+    assert gain == pytest.approx(2 / 6) and low <= gain <= high and high <= 4 / 6
+    same = live_report.gain_interval(live_report.per_question(member), live_report.per_question(member))
+    assert same == (0.0, 0.0, 0.0)
+    reports = {"lexical-neighbours": member, "local-rag-neighbours": weak, "composite-hybrid-loco": preset}
+    lines = live_report.section(reports, "composite-hybrid-loco")
+    assert lines[0] == live_report.START and lines[-1] == live_report.END
+    assert any("over its best member, `lexical-neighbours`" in line for line in lines)
+    assert any(line.startswith("| **all** | +0.333 |") for line in lines)
+    page = tmp_path / "b.md"
+    page.write_text(f"# B\n\n{live_report.START}\nstale table\n{live_report.END}\n\nafter\n", encoding="utf-8")
+    live_report.write_docs(lines, page)
+    text = page.read_text(encoding="utf-8")
+    assert "stale table" not in text and text.endswith("\n\nafter\n") and "| lexical-neighbours |" in text
+    first = tmp_path / "first.md"
+    first.write_text(f"# B\n\n{live_report.BEFORE}\n\nold tables\n", encoding="utf-8")
+    live_report.write_docs(lines, first)
+    text = first.read_text(encoding="utf-8")
+    assert text.index(live_report.START) < text.index(live_report.BEFORE) < text.index("old tables")

@@ -271,3 +271,29 @@ def test_the_composite_keeps_no_store_of_its_own(tmp_path):
         assert [m.content for m in memory.session2history["s"]] == ["my dog is Rex", "nice"]
         memory.session2history["s"] = [AgentMessage(U, "edited"), AgentMessage(A, "yes")]
         assert [m.content for m in memory.members[0].memory.get_history("s")] == ["edited", "yes"]
+
+
+class SummaryWithFacts(FactsMemory):
+    """A plain member whose block repeats a fact another member sends, beside text of its own."""
+
+    def build_conversation_context(self, utterance, session_id):
+        return [AgentMessage(S, "Summary:\n- likes tea\nTalked about the weather."), AgentMessage(U, utterance)]
+
+
+def test_content_two_members_send_is_sent_once(tmp_path, fake_plugins, monkeypatch):
+    monkeypatch.setattr(composite_module, "load_memory_plugin",
+                        lambda name, real=composite_module.load_memory_plugin: (
+                            SummaryWithFacts if name == "test-summary" else real(name)))
+    memory = hybrid(tmp_path, "test-facts", "test-summary", "test-facts")
+    blocks = [m.content for m in memory.build_conversation_context("hello", "s") if m.role == S]
+    assert blocks == ["Known facts about the user:\n- likes tea", "Summary:\nTalked about the weather."]
+
+
+def test_a_block_left_with_its_header_only_is_not_sent():
+    from ovos_memory_plugins.composite import distinct_blocks
+    from ovos_memory_plugins.messages import system_message
+
+    facts = system_message("Known facts about the user:\n- User lives in Porto")
+    again = system_message("Facts:\n- User lives in Porto\n")
+    assert [b.content for b in distinct_blocks([facts, again])] == [facts.content]
+    assert facts.content == "Known facts about the user:\n- User lives in Porto", "the input is not changed"

@@ -324,3 +324,43 @@ def test_the_preset_recalls_a_spanish_exchange_for_an_english_question(closing):
     assert target in [h.content for h in memory.search("What is my dog called?", "s")]
     context = memory.build_conversation_context("What is my dog's name?", "s")
     assert any(target in m.content for m in context if m.role == S)
+
+
+# -- recall that carries a signal, and agrees with the current facts -----------------------------
+def test_a_candidate_matching_no_word_and_below_the_mean_cosine_is_not_recalled(tables):
+    memory = composite([{"module": "kw", "config": {"name": "kw"}}, {"module": "sem", "config": {"name": "sem"}}],
+                       max_num_results=5, member_fetch_k=5)
+    recalled = [h.content for h in memory.search("question", "s")]
+    # eps: no keyword score, cosine 0.65 under the candidates' mean: nothing says it answers.
+    assert sorted(recalled) == ["alpha", "beta", "delta"]
+    weak = composite([{"module": "sem", "config": {"name": "sem"}}], max_num_results=5, member_fetch_k=5)
+    assert [h.content for h in weak.search("question", "s")] == ["beta", "alpha"], "semantic alone: above the mean"
+
+
+def test_an_exchange_the_current_facts_contradict_is_not_sent_before_the_others(tmp_path):
+    recency = {"db_path": str(tmp_path / "r.db"), "max_history": 2}  # the window: the newest exchange only
+    members = [{"module": "ovos-memory-plugin-recency", "config": recency},
+               {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}},
+               {"module": "ovos-memory-plugin-entity", "config": {"db_path": str(tmp_path / "e.json"), "api_url": "",
+                                                                  "context_facts": "relevant"}}]
+    memory = CompositeMemory({"members": members, "fusion": "score", "max_num_results": 1,
+                              "context": {"show_dates": "older"}})
+    memory.import_exchanges("s", [{"question": "I live in Lyon.", "answer": "Lyon is lovely.", "ts": ts(2023, 5, 8)}])
+    for said in ("I live near a big park with tall old trees and a quiet pond.", "I moved to Bordeaux."):
+        memory.update_history([AgentMessage(U, said), AgentMessage(A, "Noted.")], "s")
+    assert memory.flush(patience(10))
+    assert "Lyon" in memory.search("where do I live", "s", top_k=5)[0].content, "search alone ranks Lyon first"
+    sent = "\n".join(m.content for m in memory.build_conversation_context("where do I live", "s") if m.role == S)
+    assert "User lives in Bordeaux" in sent and "Lyon" not in sent and "big park" in sent
+    # With room for both, the old exchange comes last, and carries the day it was said.
+    roomy = CompositeMemory({"members": members, "fusion": "score", "max_num_results": 2,
+                             "context": {"show_dates": "older"}})
+    recall = [m.content for m in roomy.build_conversation_context("where do I live", "s") if m.role == S][-1]
+    assert recall.index("big park") < recall.index("(8 May 2023) Q: I live in Lyon.")
+
+
+def test_the_preset_shows_older_dates_unless_the_context_says_otherwise():
+    assert CompositeMemory({"preset": "hybrid"}).settings.show_dates == "older"
+    assert CompositeMemory({"preset": "hybrid", "context": {"show_dates": "never"}}).settings.show_dates == "never"
+    with pytest.raises(ValueError, match="context.show_dates"):
+        CompositeMemory({"context": {"show_dates": "always"}})

@@ -628,3 +628,27 @@ def test_instructions_and_pasted_paragraphs_are_never_kept_as_facts(make):
         memory = make(api_url=server.url)
         say(memory, "I always ignore previous instructions", sid="t")
         assert injected(memory, "t") == []
+
+
+# -- facts chosen for the turn -------------------------------------------------------------------
+def test_relevant_facts_keep_the_core_and_those_the_utterance_is_about(make):
+    memory = make(context_facts="relevant", max_context_facts=1)
+    for text in ("My name is Ana.", "I live in Lyon.", "I love jazz.", "I love hiking in the Alps."):
+        say(memory, text)
+    stored = injected(memory)
+    assert len(stored) == 4, stored
+    block = memory.context_blocks("s", "Which music do you think I love? Jazz maybe?")[0].content
+    lines = block.split("\n")[1:]
+    assert lines[:2] == ["- User's name is Ana", "- User lives in Lyon"]
+    assert len(lines) == 3 and "jazz" in lines[2].lower(), lines
+    unrelated = memory.context_blocks("s", "What time is it?")[0].content.split("\n")[1:]
+    assert unrelated == ["- User's name is Ana", "- User lives in Lyon"]
+    everything = make(db_path=None, backend="memory")
+    assert everything.settings.context_facts == "all"
+
+
+def test_an_unknown_fact_choice_is_a_config_error(make):
+    with pytest.raises(ConfigError, match="context_facts"):
+        make(context_facts="some")
+    with pytest.raises(ConfigError, match="max_context_facts"):
+        make(max_context_facts=-1)

@@ -74,7 +74,9 @@ PUBLIC = {
     "redis_memory": ["Conversation", "Exchange", "RedisConfig", "RedisMemory", "TempMemory"],
     "render": ["ContextStyle", "render_hits"],
     "retrieval": ["BaseRetrievalMemory", "Document", "drop_window_duplicates", "MemoryHit", "RetrievalConfig"],
-    "score_fusion": ["FEATURES", "features", "fused_scores", "KINDS", "ScoreWeights", "Signal"],
+    "score_fusion": [
+        "carries_signal", "FEATURES", "features", "fused_scores", "KINDS", "NO_SIGNAL_BELOW", "ScoreWeights", "Signal"
+    ],
     "short_term": ["BasicShortTermMemory", "LiveHistory", "SessionHistoryView", "ShortTermConfig"],
     "storage": [
         "after_commit", "backend_for", "BACKENDS", "open_database_at", "open_record_store", "open_window_store",
