@@ -53,10 +53,10 @@ from .messages import (
 from .render import DATE_MODES, DEFAULT_HEADER, ContextStyle, render_hits
 
 __all__ = [
-    "PRIVATE_SCOPES",
     "ContextConfig",
     "ContextMemory",
     "ContextParts",
+    "PRIVATE_SCOPES",
     "QUERY_MODES",
     "RecallConfig",
     "RecallingMemory",

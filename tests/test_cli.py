@@ -245,6 +245,7 @@ def test_an_export_the_memory_keeps_nothing_of_is_one_line_and_nothing_is_import
     facts = {"db_path": str(tmp_path / "e.json"), "api_url": None}
     with open_memory("ovos-memory-plugin-entity", facts) as memory:
         exchange(memory, "kitchen", "My name is Ana", "Hi Ana")
+    capsys.readouterr()  # what the memory opened here logged (ovos_utils' LOG writes to stdout)
     assert main(["export", "kitchen", "--module", "ovos-memory-plugin-entity", "--config", json.dumps(facts)]) == 0
     dump = tmp_path / "kitchen.json"
     dump.write_text(capsys.readouterr().out)

@@ -42,7 +42,8 @@ PUBLIC = {
         "COMPOSITE_FUSIONS", "CompositeConfig", "CompositeMemory", "ENDPOINT_KEYS", "HYBRID_PRESET", "Member"
     ],
     "context": [
-        "ContextConfig", "ContextMemory", "ContextParts", "QUERY_MODES", "RecallConfig", "RecallingMemory", "SCOPES"
+        "ContextConfig", "ContextMemory", "ContextParts", "PRIVATE_SCOPES", "QUERY_MODES",
+        "RecallConfig", "RecallingMemory", "SCOPES"
     ],
     "config": [
         "check_config", "check_template", "config_keys", "MAXIMUM", "option", "parse_config", "replace_setting",
@@ -107,10 +108,10 @@ PUBLIC = {
     ],
     "storage.windows": ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"],
     "testing": [
-        "check_backend", "closed_port_url", "CONTRACT_CHECKS", "FakeEmbedder", "FakeLLMServer", "free_port",
-        "LoggedRequest"
+        "check_backend", "check_person_scope", "closed_port_url", "CONTRACT_CHECKS", "FakeEmbedder", "FakeLLMServer",
+        "free_port", "LoggedRequest", "PERSON_SCOPE_CHECKS"
     ],
-    "testing.contract": ["check_backend", "CONTRACT_CHECKS"],
+    "testing.contract": ["check_backend", "check_person_scope", "CONTRACT_CHECKS", "PERSON_SCOPE_CHECKS"],
     "testing.embeddings": ["FakeEmbedder"],
     "testing.llm": ["closed_port_url", "FakeLLMServer", "free_port", "LoggedRequest"],
     "vectordb": ["Collection", "CollectionNotFound", "SqliteEmbeddingsConfig", "SqliteEmbeddingsDB"],
