@@ -19,7 +19,11 @@ from ._core.untrusted import one_line, quote_untrusted
 from .common import MemoryHit
 from .storage.documents import format_exchange
 
-__all__ = ["DATE_MODES", "ContextStyle", "render_hits"]
+__all__ = [
+    "ContextStyle",
+    "DATE_MODES",
+    "render_hits",
+]
 
 #: When a recalled hit shows the day it was said: never (the reference's shape), or when older than today.
 DATE_MODES = ("never", "older")

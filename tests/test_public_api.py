@@ -73,7 +73,9 @@ PUBLIC = {
     "pgvector": ["PgEmbeddingsConfig", "PgEmbeddingsDB", "PLUGIN_NAME"],
     "recency": ["RecencyMemory"],
     "redis_memory": ["Conversation", "Exchange", "RedisConfig", "RedisMemory", "TempMemory"],
-    "render": ["ContextStyle", "render_hits"],
+    "render": [
+        "ContextStyle", "DATE_MODES", "render_hits"
+    ],
     "retrieval": ["BaseRetrievalMemory", "Document", "drop_window_duplicates", "MemoryHit", "RetrievalConfig"],
     "score_fusion": [
         "carries_signal", "FEATURES", "features", "fused_scores", "KINDS", "NO_SIGNAL_BELOW", "ScoreWeights", "Signal"
