@@ -28,6 +28,7 @@ from ._core.compat import AgentMessage
 from ._core.loading import load_memory_class
 from ._core.log import LogOnce
 from ._index.current import put_contradicted_last
+from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._memory.conversion import member_imports
 from ._memory.exports import session_export
 from ._memory.session_view import SessionHistoryMixin
@@ -249,6 +250,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         for key in ENDPOINT_KEYS:  # given at the top level: one endpoint for every member that calls one
             if key in self.config and _accepts(cls, key, third_party=False):
                 config.setdefault(key, self.config[key])
+        if PERSONA_ENDPOINT_KEY in self.config and _accepts(cls, "api_url", third_party=False):
+            config.setdefault(PERSONA_ENDPOINT_KEY, self.config[PERSONA_ENDPOINT_KEY])  # the persona's chat endpoint
         try:
             return cls(config=config)
         except Exception as exc:  # noqa: BLE001 - one broken member must not take the persona down

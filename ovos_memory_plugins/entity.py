@@ -5,20 +5,21 @@ better where the reference is weak (docs/compatibility.md):
 
 * extraction runs in a background worker from a durable pending list (in the same record), so
   ``update_history`` returns in milliseconds and a restart resumes unfinished work;
-* facts come from what the *user* said, never from the assistant's reply or the prompt's
-  examples: the built-in extraction sends the model the user's utterance only (none at all for
-  small talk and questions), asks for ``{attribute, value, negated}`` items under a JSON schema,
-  builds each sentence itself and keeps a value only in the user's own words
-  (:mod:`~ovos_memory_plugins._llm.fact_extraction`); a reply cut off keeps its complete items;
+* facts come from what the *user* said, read in context: the built-in extraction sends the
+  exchange after the assistant's question it answers ("What should I call you?" / "Jack"),
+  nothing for small talk and bare questions, at most one request per exchange, and reads any
+  reply shape (a JSON array of sentences, a list under any key, objects, lines); a fact is kept
+  only if the user said it, of the person it names: "my sister Ana is allergic to peanuts" is
+  Ana's fact, never the user's (:mod:`~ovos_memory_plugins._llm.fact_extraction`);
 * when no model answers (no endpoint, an error, the circuit breaker open), and for the oldest
   exchanges of a backlog over 200, facts come from the user's clear first-person statements
   (:func:`~ovos_memory_plugins._llm.fact_rules.extract_facts`);
 * a change supersedes the fact it changes ("I moved from Lisbon to Porto", "I work at São João
   now", "I don't like jazz anymore"), with or without a model, and the old fact is kept as
-  history (exported, never injected) (:mod:`~ovos_memory_plugins._llm.fact_store`);
+  history (exported, never injected) (:mod:`~ovos_memory_plugins._llm.fact_merging`);
 * a custom ``extraction_prompt`` is sent as it is and its JSON list of sentences kept as the
-  reference did, less any that reads like an instruction; ``grounded_facts: true`` also keeps
-  only sentences whose key words the user said;
+  reference did, less any that reads like an instruction (a reply without JSON: only the lines
+  the user said); ``grounded_facts: true`` keeps only sentences whose key words the user said;
 * ``scope: global`` shares one set of facts across every session; ``scope: person`` keeps one set
   per person of ``people`` across their sessions (guests keep their own), and ``household: true``
   one set for the whole household (see :mod:`~ovos_memory_plugins._memory.people`).
@@ -38,11 +39,11 @@ from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
 from ._llm.fact_choice import choose_facts
-from ._llm.fact_extraction import model_facts
-from ._llm.fact_parsing import parse_fact_list
+from ._llm.fact_extraction import Exchange, extract, question_in
+from ._llm.fact_merging import add_history, fact_of, merge, withdraw_denied, without_fact
+from ._llm.fact_parsing import fact_strings
 from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.fact_safety import is_grounded, looks_like_instruction
-from ._llm.fact_store import add_history, fact_of, merge, withdraw_denied, without_fact
 from ._llm.memory import LLMMemory
 from ._memory.exports import session_export
 from .config import option
@@ -79,9 +80,9 @@ class EntityConfig(EndpointConfig, ContextConfig):
     max_facts: int = option(50, "facts kept per session (per person in scope person, in total with scope global); "
                             "0: no cap", minimum=0)
     max_extract_tokens: int = option(128, "max_tokens of an extraction request", minimum=1)
-    extraction_prompt: str = option(DEFAULT_EXTRACTION_PROMPT, "the default: the built-in extraction (the user's "
-                                    "words only, a JSON schema, facts built by code); another prompt (it must "
-                                    "contain {exchange}) is sent as is and its JSON list of sentences kept")
+    extraction_prompt: str = option(DEFAULT_EXTRACTION_PROMPT, "the default: the built-in extraction (the exchange "
+                                    "with the question it answers, any reply shape, facts the user said); another "
+                                    "prompt (it must contain {exchange}) is sent as is and its sentences kept")
     facts_header: str = option("Known facts about the user:", "first line of the injected facts block")
     context_facts: str = option("all", "which facts a turn sends: all, or relevant (the name and home city, "
                                 "then those sharing a word with the utterance, at most max_context_facts)",
@@ -130,7 +131,9 @@ class EntityMemory(LLMMemory):
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         self._last_user: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._lock = threading.Lock()  # guards _last_user
+        # The question ending the assistant's last reply, per session: the next message may answer it.
+        self._last_question: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._lock = threading.Lock()  # guards _last_user and _last_question
 
     def _open_sqlite(self, path: str) -> Any:
         from .storage.records import SqliteRecordStore
@@ -188,7 +191,7 @@ class EntityMemory(LLMMemory):
         self._log.clear("write", f"{self.plugin_name}: storing works again")
 
     def _pair(self, messages: list[AgentMessage], session_id: str) -> list[dict[str, Any]]:
-        """Each answered user turn as a pending exchange (the user text is what facts come from).
+        """Each answered user turn as a pending exchange, with the assistant's question it answers.
 
         The reply is kept only as far as extraction reads it: every update rewrites the record,
         so a queue of whole long replies would make each turn's write slower.
@@ -196,18 +199,20 @@ class EntityMemory(LLMMemory):
         out = []
         with self._lock:
             last_user = self._last_user.pop(session_id, "")
+            asked = self._last_question.pop(session_id, "")
             for msg in messages:
                 text = msg.content.strip()
                 if is_role(msg, "user") and text:
                     last_user = text
                 elif is_role(msg, "assistant") and text and last_user:
                     out.append({"id": uuid.uuid4().hex, "sid": session_id, "user": last_user,
-                                "assistant": _prompt_part(text), "ts": time.time()})
+                                "assistant": _prompt_part(text), "asked": asked, "ts": time.time()})
                     last_user = ""  # a reply in several parts is one exchange
-            if last_user:
-                self._last_user[session_id] = last_user
-                while len(self._last_user) > 4096:
-                    self._last_user.popitem(last=False)
+                    asked = question_in(text)
+                elif is_role(msg, "assistant") and text:
+                    asked = question_in(text)  # a reply with no user turn before it still asks
+            _remember(self._last_user, session_id, last_user)
+            _remember(self._last_question, session_id, asked)
         return out
 
     def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
@@ -251,42 +256,32 @@ class EntityMemory(LLMMemory):
             return extract_facts(user), "rules"
         try:
             if self.settings.extraction_prompt == DEFAULT_EXTRACTION_PROMPT:
-                found = model_facts(self.client, user, self.settings.max_extract_tokens)
-                # An answer out of shape (prose, a list of sentences) says nothing usable: the rules read it.
-                return (extract_facts(user), "rules") if found is None else (found, "extracted")
+                found = extract(self.client, [_exchange(item)], self.settings.max_extract_tokens)
+                return [fact for _, fact in found], "extracted"
             return self._custom_extraction(item), "extracted"
         except LLMError:
             return extract_facts(user), "rules"  # no model answered (the client logged it once)
 
     def _custom_extraction(self, item: Mapping[str, Any]) -> list[Fact]:
         """A custom prompt's reply, kept as the reference kept it (its sentences, as returned)."""
-        user = str(item.get("user") or "")
-        # Bounded so a pasted document cannot overflow a small local model's context.
-        exchange = (f"User: {truncate_to_tokens(user, MAX_PROMPT_TOKENS)}\n"
-                    f"Assistant: {_prompt_part(str(item.get('assistant') or ''))}")
-        prompt = self.settings.extraction_prompt.replace("{exchange}", exchange)
+        exchange = _exchange(item)
+        prompt = self.settings.extraction_prompt.replace("{exchange}", exchange.lines())
         reply = self.client.complete([{"role": "user", "content": prompt}], max_tokens=self.settings.max_extract_tokens)
         # Never a "fact": an instruction to the model ("ignore previous instructions", role tags)
         # or a pasted paragraph. No honest extraction looks like either.
-        proposed = [text for text in self._parse_reply(reply)
-                    if len(text) <= MAX_FACT_CHARS and not looks_like_instruction(text)]
-        if self.settings.grounded_facts:
-            kept = [text for text in proposed if is_grounded(text, user)]
+        proposed = [text for text in fact_strings(reply) if len(text) <= MAX_FACT_CHARS
+                    and not looks_like_instruction(text)]
+        if self.settings.grounded_facts or not _holds_json(reply):  # prose: facts only where the user said them
+            kept = [text for text in proposed if is_grounded(text, exchange.user, context=exchange.asked)]
             if len(kept) < len(proposed):
                 LOG.debug(f"{self.plugin_name}: dropped {len(proposed) - len(kept)} fact(s) not stated by the user")
             proposed = kept
+        if not proposed and reply.strip() and not _holds_json(reply):
+            self._log.warning("garbage", f"{self.plugin_name}: the model's reply held no facts; "
+                                         f"ignored (first seen: {reply[:80]!r})")
+        else:
+            self._log.clear("garbage")
         return [make_fact(text) for text in proposed]
-
-    def _parse_reply(self, reply: str) -> list[str]:
-        """The fact strings of a reply; a reply without a JSON array holds none (warned once)."""
-        proposed = parse_fact_list(reply)
-        if proposed is None:
-            if reply.strip():
-                self._log.warning("garbage", f"{self.plugin_name}: the model's reply held no JSON array; "
-                                             f"ignored (first seen: {reply[:80]!r})")
-            return []
-        self._log.clear("garbage")
-        return proposed
 
     def _commit(self, record: dict[str, Any],
                 results: list[tuple[Mapping[str, Any], tuple[list[Fact], str]]]) -> dict[str, Any]:
@@ -327,6 +322,7 @@ class EntityMemory(LLMMemory):
         check_session_id(session_id)
         with self._lock:
             self._last_user.pop(session_id, None)
+            self._last_question.pop(session_id, None)
         if self.settings.scope != "global":
             record = self._load(session_id)
             self._delete(session_id)
@@ -432,6 +428,22 @@ def _exported_facts(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
 
 class _Forgotten(Exception):
     """The exchanges an extraction read were forgotten meanwhile: nothing is written."""
+
+
+def _remember(by_session: collections.OrderedDict[str, str], session_id: str, text: str) -> None:
+    """Keep ``text`` for ``session_id`` (the most recent 4096 sessions)."""
+    if text:
+        by_session[session_id] = text
+        while len(by_session) > 4096:
+            by_session.popitem(last=False)
+
+
+def _holds_json(reply: str) -> bool:
+    return "[" in reply or "{" in reply
+
+
+def _exchange(item: Mapping[str, Any]) -> Exchange:
+    return Exchange(str(item.get("user") or ""), str(item.get("assistant") or ""), str(item.get("asked") or ""))
 
 
 def _prompt_part(text: str) -> str:

@@ -7,9 +7,10 @@ the reference is weak (docs/compatibility.md):
   returns in milliseconds; the summary is computed off the turn. The unsummarised messages are
   the record itself, so a restart resumes where it stopped. ``flush()`` waits, ``close()``
   drains.
-* The summary keeps the facts: the model never rewrites it whole. Its facts about the user come
-  from a fact extraction of each user statement folded, merged so that a change supersedes the
-  old value; a short narrative of the newest turns follows (:mod:`~ovos_memory_plugins._llm.summarizer`).
+* The summary keeps the facts and both sides: the model never rewrites it whole. Its facts come
+  from an extraction of the folded exchanges (a few per request), merged so that a change
+  supersedes the old value; a narrative of the newest turns of both sides follows, with the
+  assistant's recommendations and promises (:mod:`~ovos_memory_plugins._llm.summarizer`).
   Every request fits the endpoint's context.
 * A model's summary that reads like a greeting, copies the transcript or loses most of the
   names it should keep is not committed: the old state stays and the fold is tried again at the
@@ -32,7 +33,7 @@ from typing import Any, ClassVar
 from ._core.compat import AgentMessage
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
-from ._llm.fact_store import without_fact
+from ._llm.fact_merging import without_fact
 from ._llm.memory import LLMMemory
 from ._llm.summarizer import Fold, Summarizer, parse_summary, render_summary
 from ._llm.summary import summary_block

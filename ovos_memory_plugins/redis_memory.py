@@ -37,7 +37,7 @@ from ._core.due import DueQueue
 from ._core.log import LOG, LogOnce
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
-from ._llm.endpoint import EndpointConfig, chat_client
+from ._llm.endpoint import EndpointConfig, chat_client, with_endpoint
 from ._llm.summarizer import Fold, Summarizer
 from ._llm.summary import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
@@ -160,7 +160,7 @@ class RedisMemory(ContextMemory):
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
-        s = self.settings
+        self.settings = s = with_endpoint(self.settings, config, self.plugin_name)
         self._store = RedisStore(s.url, s.prefix, s.short_term_ttl, s.long_term_ttl, s.socket_timeout,
                                  s.retry_after, self.plugin_name)
         self._policy = _compaction_policy(s, token_threshold_given="compact_token_threshold" in self.config)

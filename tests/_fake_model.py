@@ -1,5 +1,5 @@
 """A scripted model for FakeLLMServer that answers the memories' two kinds of request: a fact
-extraction (``{"facts": [...]}`` for the utterance) and a narrative of some user turns."""
+extraction (``{"facts": [...]}`` for the user's messages in it) and a narrative of some turns."""
 from __future__ import annotations
 
 import json
@@ -20,7 +20,14 @@ def items(*facts: Item) -> str:
 
 def said_in(messages: list[dict[str, Any]]) -> list[str]:
     """The user lines a narrative request holds."""
-    return [line.removeprefix("User: ") for line in str(messages[-1]["content"]).splitlines()]
+    return [line.removeprefix("user: ") for line in str(messages[-1]["content"]).splitlines()
+            if line.startswith("user: ")]
+
+
+def users_in(messages: list[dict[str, Any]]) -> list[str]:
+    """The user's messages an extraction request holds."""
+    return [line.removeprefix("User: ") for line in str(messages[-1]["content"]).splitlines()
+            if line.startswith("User: ")]
 
 
 def echo_narrative(messages: list[dict[str, Any]]) -> str:
@@ -40,8 +47,7 @@ def memory_model(facts: Mapping[str, Sequence[Item]] | None = None,
     """A ``reply`` for FakeLLMServer: ``facts`` by utterance for extractions, ``narrative`` for the rest."""
     def reply(messages: list[dict[str, Any]]) -> str:
         if is_extraction(messages):
-            said = str(messages[-1]["content"]).removeprefix("User's message: ")
-            return items(*(facts or {}).get(said, ()))
+            return items(*(item for said in users_in(messages) for item in (facts or {}).get(said, ())))
         if is_narrative(messages):
             return narrative(messages) if callable(narrative) else narrative
         return "OK"

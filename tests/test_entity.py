@@ -133,10 +133,9 @@ def test_model_facts_are_used_when_the_endpoint_answers(make, llm):
     say(memory, "I play the cello since I moved to Porto.", "Lovely! My favourite city is Braga.")
     assert injected(memory) == ["User's hobby: cello", "User lives in Porto"]
     request = llm.chat_requests()[0]
-    assert request.prompt == "User's message: I play the cello since I moved to Porto."
-    assert "Braga" not in json.dumps(request.body), "the assistant's reply is not sent"
+    assert request.prompt == ("User: I play the cello since I moved to Porto.\n"
+                              "Assistant: Lovely! My favourite city is Braga."), "the exchange as the reference"
     assert request.body["max_tokens"] == 128 and request.body["temperature"] == 0
-    assert request.body["response_format"]["json_schema"]["schema"]["required"] == ["facts"]
 
 
 def test_an_empty_model_reply_stores_nothing_even_where_the_rules_would_find_a_fact(make, llm):
@@ -246,16 +245,16 @@ def test_a_custom_prompts_reply_cut_off_keeps_a_last_sentence_that_ended(make, l
     assert injected(memory) == ["User works as a nurse", "I moved from Lisbon to Porto last week."]
 
 
-def test_a_reply_out_of_shape_leaves_the_statement_to_the_rules(make, llm):
-    # A model ignoring the format answers in prose or with a list of sentences: nothing in it is
-    # usable, but what the user said must not be lost for that.
+def test_prose_and_sentence_lists_are_read_with_the_same_checks(make, llm):
+    # A model ignoring the format answers in prose or with a list of sentences: the facts in it
+    # that the user stated are kept, the filler and what the user did not say are not.
     llm.add_replies("Sure! The user likes fado.", '["User likes fado", "User lives in Porto"]', items())
     memory = make(api_url=llm.url)
     say(memory, "I love fado.")
     say(memory, "I live in Porto.")
     say(memory, "I like bouldering.")  # in shape, with no fact: nothing, as the model said
-    assert injected(memory) == ["User loves fado", "User lives in Porto"]
-    assert [f["source"] for f in memory.export("s")["facts"]] == ["rules", "rules"]
+    assert injected(memory) == ["The user likes fado", "User lives in Porto"]
+    assert [f["source"] for f in memory.export("s")["facts"]] == ["extracted", "extracted"]
 
 
 # -- a change supersedes the old fact, with or without a model ---------------------------------------
@@ -352,7 +351,7 @@ def test_a_reply_without_a_json_array_stores_nothing_with_one_warning(make, llm,
     say(memory, "I like tea")
     say(memory, "I like coffee")
     assert injected(memory) == []
-    assert len([w for w in warnings if "no JSON array" in w]) == 1
+    assert len([w for w in warnings if "held no facts" in w]) == 1
 
 
 def test_update_history_does_not_wait_for_a_slow_endpoint(make, llm):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ovos_memory_plugins._llm.fact_parsing import MAX_SCAN_CHARS, find_json_arrays, parse_fact_list
+from ovos_memory_plugins._llm.fact_parsing import MAX_SCAN_CHARS, fact_strings, find_json_arrays
 from ovos_memory_plugins._llm.fact_rules import extract_facts, make_fact
 from ovos_memory_plugins._llm.fact_safety import is_grounded, looks_like_instruction
 
@@ -26,17 +26,21 @@ from ovos_memory_plugins._llm.fact_safety import is_grounded, looks_like_instruc
     ('He said "hi [there" and ["still found"]', ["still found"]),
 ])
 def test_fact_lists_are_found_in_replies(reply, expected):
-    assert parse_fact_list(reply) == expected
+    assert fact_strings(reply) == expected
 
 
-@pytest.mark.parametrize("reply", ["", "No facts here.", "[unclosed", "{\"facts\": 3}", "]["])
-def test_a_reply_without_an_array_gives_none(reply):
-    assert parse_fact_list(reply) is None
+@pytest.mark.parametrize("reply", ["", "[unclosed", "{\"facts\": 3}", "]["])
+def test_a_reply_with_broken_or_empty_json_gives_no_fact(reply):
+    assert fact_strings(reply) == []
+
+
+def test_a_reply_without_json_is_read_line_by_line():
+    assert fact_strings("No facts here.\n- User likes tea") == ["No facts here.", "User likes tea"]
 
 
 def test_only_the_start_of_a_long_reply_is_scanned():
     reply = " " * MAX_SCAN_CHARS + '["too late"]'
-    assert parse_fact_list(reply) is None
+    assert fact_strings(reply) == []
 
 
 def test_scanning_gives_up_after_64_candidates_that_do_not_decode():
@@ -60,9 +64,8 @@ def test_hostile_replies_neither_recurse_nor_raise(hostile):
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=3000))
-def test_any_text_parses_to_a_list_of_arrays_or_none(text):
-    result = parse_fact_list(text)
-    assert result is None or all(isinstance(f, str) and f.strip() for f in result)
+def test_any_text_parses_to_a_list_of_fact_strings(text):
+    assert all(isinstance(f, str) and f.strip() for f in fact_strings(text))
 
 
 @settings(max_examples=200, deadline=None)

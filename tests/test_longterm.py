@@ -18,7 +18,7 @@ from ovos_memory_plugins.longterm import LongTermMemory, _JsonStore, _SqliteStor
 from ovos_memory_plugins.persistence import JsonStore, SqliteStore
 from ovos_memory_plugins.testing import check_backend
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
-from tests._fake_model import is_extraction, is_narrative, memory_model
+from tests._fake_model import is_extraction, is_narrative, memory_model, said_in
 from tests._postgres import fresh_url
 from tests._timing import patience
 
@@ -166,7 +166,8 @@ def test_a_summary_is_made_every_summarize_every_exchanges_keeping_the_recent_wi
     assert data["summary"] == SUMMARY and data["summary_source"] == "llm"
     assert [m["content"] for m in data["recent"]] == ["question 2", "answer 2"]
     prompt = narratives(llm)[0].prompt
-    assert prompt == "User: question 0\nUser: question 1", "the narrative reads the user's turns only"
+    assert prompt == ("New conversation:\nuser: question 0\nassistant: answer 0\nuser: question 1\n"
+                      "assistant: answer 1\n"), "the narrative reads both sides, marked by speaker"
 
 
 def test_the_summary_keeps_the_facts_and_a_change_supersedes_the_old_value(make, llm):
@@ -187,11 +188,12 @@ def test_the_summary_keeps_the_facts_and_a_change_supersedes_the_old_value(make,
                                "- User lives in Porto\nConversation so far: Ana introduced herself and her dog Rex. "
                                "Ana moved to Porto.")
     assert [h["text"] for h in data["summary_history"]] == ["User lives in Lisbon"]
-    assert sum(1 for r in llm.chat_requests() if is_extraction(r.messages)) == 3, "questions are not read for facts"
+    assert sum(1 for r in llm.chat_requests() if is_extraction(r.messages)) == 3, \
+        "one extraction request per exchange, none for the question"
 
 
 def test_the_next_summary_includes_the_previous_one(make, llm):
-    llm.reply = memory_model(narrative=lambda m: f"The user said {m[-1]['content'].split()[-1]}.")
+    llm.reply = memory_model(narrative=lambda m: f"The user said {said_in(m)[-1].split()[-1]}.")
     memory = make(api_url=llm.url, summarize_every=2, recent_window=0)
     for i in range(2):
         exchange(memory, i, user=f"I met Person{i}")

@@ -318,10 +318,12 @@ def test_a_live_llm_adds_its_summary_of_the_old_exchanges_to_the_previous_one(ma
         exchange(memory, "s", "Thanks!", "Welcome.")
         memory.flush()
         # The model writes about the folded turns only; the old summary is kept by code, not rewritten.
-        # Its prose answer to the fact extraction is out of shape: the rules read the name.
+        # Its prose answer to the fact extraction is read as a fact sentence (its label dropped), a
+        # name stored in the rules' words.
         assert summary_of(memory, "s") == ("Facts about the user:\n- User's name is Ana\n"
                                           "Conversation so far: Earlier: the user likes tea. LLM: the user is Ana.")
-        assert _FakeLLM.prompts[-1] == "User: My name is Ana."
+        assert _FakeLLM.prompts[-1] == "New conversation:\nuser: My name is Ana.\nassistant: Hello Ana.\n", \
+            "both sides of the folded turns (the thanks are small talk)"
     finally:
         server.shutdown()
         server.server_close()

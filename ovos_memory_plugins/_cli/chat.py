@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import LLMError, LLMUnavailable, MemoryPluginError
 from .output import EXIT_ENDPOINT, EXIT_ERROR, UI, CLIError, Text, count_items, escape
-from .persona import MemorySlot, load_persona
+from .persona import MemorySlot, load_persona, persona_endpoint
 
 __all__ = ["cmd_ask", "cmd_chat", "cmd_demo"]
 
@@ -22,7 +22,7 @@ def _persona_parts(args: argparse.Namespace) -> tuple[Any, Any, MemorySlot]:
                        f"handlers: {', '.join(persona.handlers)}")
     endpoint = ChatEndpoint(found[1], timeout=args.timeout)
     try:
-        slot = MemorySlot(persona.memory_module, persona.memory_config)
+        slot = MemorySlot(persona.memory_module, persona.memory_config, endpoint=persona_endpoint(persona))
     except MemoryPluginError:
         raise
     except Exception as exc:  # noqa: BLE001 - ovos-persona would fail to load this persona too

@@ -9,7 +9,7 @@ from typing import Any
 
 from .commands import read_json
 from .output import EXIT_INPUT, UI, CLIError, Text, escape
-from .persona import memory_class, parse_persona
+from .persona import memory_class, parse_persona, persona_endpoint
 
 __all__ = ["cmd_check_config"]
 
@@ -20,9 +20,11 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
     data = read_json(args.file, "config file")
     problems: list[str] = []
     notes: list[str] = []
+    chat_endpoint = None
     if isinstance(data, Mapping) and not args.module:
         persona = parse_persona(data, path=args.file)
         module, block = persona.memory_module, dict(persona.memory_config)
+        chat_endpoint = persona_endpoint(persona)
         found = find_endpoint(persona.handlers, persona.data)
         if found is None:
             notes.append(f"no OpenAI-compatible handler in {list(persona.handlers)}: 'ovos-memory chat' cannot use it")
@@ -44,8 +46,67 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return EXIT_INPUT
+    warnings = _silent_endpoints(module, block, chat_endpoint)
+    for warning in warnings:
+        ui.err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    if warnings:
+        ui.out.print(Text(f"the '{module}' config is valid, but its model endpoint does not answer (see above)"))
+        return 0
     ui.out.print(Text(f"OK: the '{module}' config is valid"))
     return 0
+
+
+#: Seconds check-config waits for an endpoint to list its models.
+PROBE_TIMEOUT_S = 2.0
+
+
+def _silent_endpoints(module: str, block: Mapping[str, Any], chat_endpoint: Mapping[str, str] | None) -> list[str]:
+    """A warning for each member that calls a model and is left on the default endpoint, when
+    nothing answers there: it would run on its offline fallback while the config reads "OK"."""
+    from .._llm.endpoint import DEFAULT_API_URL
+
+    out = []
+    for name, config in _llm_members(module, block, {}):
+        if "api_url" in config or chat_endpoint:
+            continue  # chosen by the user, or the persona's chat endpoint (used when api_url is unset)
+        if not _answers(DEFAULT_API_URL):
+            out.append(f"{name} calls a model but sets no api_url: the default {DEFAULT_API_URL} does not answer, "
+                       "so it works without the model (offline rules and summaries); set api_url to your model "
+                       "server, or null to run offline on purpose")
+    return out
+
+
+def _llm_members(module: str, block: Mapping[str, Any], inherited: Mapping[str, Any],
+                 where: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """``(name, config)`` of every member that calls a model, with the endpoint keys a composite passes down."""
+    from ..composite import ENDPOINT_KEYS, _accepts
+
+    cls = memory_class(module)
+    if cls is None:
+        return []
+    config = {**{k: v for k, v in inherited.items() if _accepts(cls, k, third_party=False)}, **block}
+    if module == "ovos-memory-plugin-composite":
+        passed = {k: config[k] for k in ENDPOINT_KEYS if k in config}
+        out = []
+        for i, spec in enumerate(block.get("members") or []):
+            name, member = (spec, {}) if isinstance(spec, str) else (str(spec.get("module", "")),
+                                                                      dict(spec.get("config") or {}))
+            out += _llm_members(name, member, passed, f"{where}members[{i}] ")
+        return out
+    return [(f"{where}'{module}'", config)] if _accepts(cls, "api_url", third_party=False) else []
+
+
+def _answers(api_url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(api_url.rstrip("/") + "/models", timeout=PROBE_TIMEOUT_S):
+            return True
+    except urllib.error.HTTPError:
+        return True  # something answers there (the listing is optional)
+    except (OSError, ValueError):
+        return False
 
 
 def _check_block(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:

@@ -42,6 +42,7 @@ __all__ = [
     "load_persona",
     "memory_class",
     "parse_persona",
+    "persona_endpoint",
 ]
 
 #: What ovos-persona uses when ``memory_module`` is absent.
@@ -99,6 +100,19 @@ def load_persona(path: str | os.PathLike[str]) -> Persona:
     return parse_persona(data, default_name=file.stem, path=str(file))
 
 
+def persona_endpoint(persona: Persona) -> dict[str, str] | None:
+    """The persona's chat endpoint as the LLM memories take it (handler, api_url, model, api_key),
+    or None when no OpenAI-compatible handler names an ``api_url``."""
+    from .engine import find_endpoint
+
+    found = find_endpoint(persona.handlers, persona.data)
+    if found is None or not found[1].get("api_url"):
+        return None
+    name, block = found
+    return {"handler": name, "api_url": str(block["api_url"]), "model": str(block.get("model") or ""),
+            "api_key": str(block.get("key") or block.get("api_key") or "")}
+
+
 def parse_persona(data: Any, default_name: str = "persona", path: str = "") -> Persona:
     """A :class:`Persona` from an already decoded persona dict (an ``opm.persona`` entry, say)."""
     where = repr(path) if path else "persona"
@@ -143,13 +157,17 @@ class MemorySlot:
         clock: a monotonic clock (tests inject one).
         strict: True raises the constructor's error at once (a CLI should fail loudly on a
             broken config, as a persona fails to load); False treats it like a missing plugin.
+        endpoint: the persona's chat endpoint (:func:`persona_endpoint`), for the memories that
+            call a model and name no ``api_url`` of their own.
     """
 
     def __init__(self, module: str | None, config: Mapping[str, Any] | None = None,
                  loader: Callable[[str], type | None] = load_memory_class,
-                 clock: Callable[[], float] = time.monotonic, strict: bool = True):
+                 clock: Callable[[], float] = time.monotonic, strict: bool = True,
+                 endpoint: Mapping[str, str] | None = None):
         self.module = module or None
         self.config = dict(config or {})
+        self.endpoint = dict(endpoint) if endpoint else None
         self._loader = loader
         self._clock = clock
         self._lock = threading.Lock()
@@ -182,6 +200,17 @@ class MemorySlot:
             self._try_adopt(strict=False)
         return self._memory
 
+    def _config_for(self, cls: type) -> dict[str, Any]:
+        """The block, with the persona's chat endpoint for a memory of ours that calls a model (it
+        uses it when the block names no ``api_url``)."""
+        from .._llm.endpoint import PERSONA_ENDPOINT_KEY
+        from ..composite import _accepts
+
+        config = dict(self.config)
+        if self.endpoint and _accepts(cls, "api_url", third_party=False):
+            config[PERSONA_ENDPOINT_KEY] = dict(self.endpoint)
+        return config
+
     def _try_adopt(self, strict: bool) -> None:
         with self._lock:
             if self._memory is not None or self._building:
@@ -193,7 +222,7 @@ class MemorySlot:
             cls = memory_class(self.module or "", self._loader)
             if cls is not None:
                 try:
-                    memory = cls(config=dict(self.config))
+                    memory = cls(config=self._config_for(cls))
                 except Exception as exc:  # noqa: BLE001 - a late plugin may fail like any other
                     if strict:
                         raise

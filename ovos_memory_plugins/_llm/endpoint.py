@@ -1,12 +1,27 @@
-"""The endpoint keys every LLM-backed memory reads, and the one factory of its chat client."""
+"""The endpoint keys every LLM-backed memory reads, the endpoint it uses, and the one factory of its chat client.
+
+Which endpoint a memory uses, in order: its own ``api_url``; else the persona's chat endpoint
+(the persona wiring passes it under the private key ``_persona_endpoint``: the ``api_url``,
+``model`` and key of the persona's OpenAI-compatible handler, so a persona whose chat points at a
+local server has its memory use that server too); else the default. Each memory says once in the
+log which one it uses.
+"""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
+from .._core.log import LOG
 from ..config import option
 from .client import ChatClient
 
-__all__ = ["LOCAL_MODEL_TIMEOUT_S", "EndpointConfig", "chat_client"]
+__all__ = ["DEFAULT_API_URL", "LOCAL_MODEL_TIMEOUT_S", "PERSONA_ENDPOINT_KEY", "EndpointConfig", "chat_client",
+           "with_endpoint"]
+
+DEFAULT_API_URL = "http://localhost:8000/v1"
+#: The private config key under which the persona wiring passes the persona's chat endpoint.
+PERSONA_ENDPOINT_KEY = "_persona_endpoint"
 
 #: A small model on a busy CPU took up to 95 s for one summary call and 83 s for one extraction
 #: (docs/design-notes.md); the calls run in the background, so waiting costs no turn anything,
@@ -16,7 +31,7 @@ LOCAL_MODEL_TIMEOUT_S = 120.0
 
 @dataclasses.dataclass(frozen=True)
 class EndpointConfig:
-    api_url: str | None = option("http://localhost:8000/v1", "OpenAI-compatible endpoint (a local llama.cpp or "
+    api_url: str | None = option(DEFAULT_API_URL, "OpenAI-compatible endpoint (a local llama.cpp or "
                                  "Ollama); null or empty: no model, the offline fallback only", kind=str,
                                  nullable=True)
     model: str = option("", "model name; empty: the first model the server lists")
@@ -32,3 +47,23 @@ def chat_client(settings: EndpointConfig, owner: str = "") -> ChatClient:
     """The client for ``settings``; with no ``api_url`` it is never ``available``."""
     return ChatClient(settings.api_url, settings.model, settings.request_timeout, settings.api_key,
                       max_prompt_tokens=settings.max_prompt_tokens, owner=owner)
+
+
+def with_endpoint(settings: Any, config: Mapping[str, Any] | None, owner: str) -> Any:
+    """``settings`` with the endpoint this memory uses (see the module docstring), logged once."""
+    config = config or {}
+    persona = config.get(PERSONA_ENDPOINT_KEY)
+    if "api_url" not in config and isinstance(persona, Mapping) and persona.get("api_url"):
+        changes = {"api_url": str(persona["api_url"])}
+        for key in ("model", "api_key"):
+            if key not in config and persona.get(key):
+                changes[key] = str(persona[key])
+        settings = dataclasses.replace(settings, **changes)
+        source = f"the persona's chat handler '{persona.get('handler') or '?'}'"
+    else:
+        source = "api_url" if "api_url" in config else "the default: set api_url to your model server"
+    if settings.api_url:
+        LOG.info(f"{owner}: LLM endpoint {settings.api_url} ({source})")
+    else:
+        LOG.info(f"{owner}: no LLM endpoint (api_url is empty): offline fallback only")
+    return settings

@@ -1,115 +1,146 @@
-"""Facts from what the user said, through a model, safe with a weak one.
+"""Facts from a conversation through a model: the exchanges and their context in, any reply shape out.
 
-Measured with a 0.5B local model (docs/design-notes.md), a prompt that asks for "facts as
-sentences" over the whole exchange stores the prompt's own example, the assistant's claims,
-small talk and thanks. This extraction is built so that none of that can be stored:
+One request reads one exchange or several (``entity`` sends each exchange as it comes, or a
+backlog together; ``longterm`` the turns it folds), written as the conversation went: the
+assistant's question the user's message answers, the message, the assistant's reply::
 
-1. **Only what the user said.** The assistant's reply is not sent (it cost a fact and a
-   supersession when sent as context), and an utterance with no first-person statement
-   ("Thanks!", "Goodnight!", a bare question) is not sent at all (:func:`worth_asking`).
-2. **Few-shot examples** show the shape, a move (only the new city), a job change, "used to love
-   X, now Y" (a negated item and a new one), several facts at once, and two utterances with
-   none. Every example value is one the user would have to say for it to be kept (step 4).
-3. **A schema**: ``{"facts": [{"attribute": <one of 17>, "value": <60 chars>, "negated": bool}]}``,
-   sent as structured output where the endpoint supports it, parsed tolerantly anyway (a cut
-   reply keeps its complete items). The stored sentence is built by code from the attribute
-   and value (:func:`~ovos_memory_plugins._llm.fact_kinds.statement`).
-4. **Every value in the user's words** (:func:`~ovos_memory_plugins._llm.fact_safety.snap_value`),
-   and single-valued attributes only with the user's own cue: a name needs "I'm"/"my name is"/
-   "call me", a home city "I live"/"moved", a workplace "I work"/"I'm at ... hospital"; a person
-   needs a relation word; the city moved *from* is not the home city; a value's kind corrects
-   the label (a hospital is a workplace, jazz is music).
+    Assistant: What should I call you?
+    User: Jack
+    Assistant: Nice to meet you, Jack!
+
+The request asks for ``{"facts": [{"person", "attribute", "value", "negated"}]}`` (sent as
+structured output where the endpoint supports it), and whatever the model answers is read
+(:func:`reply_items`): that object, a JSON array of fact sentences (the reference's format), a
+list under any key, or one fact per line. Every item then passes the same checks:
+
+* **not an instruction** ("ignore previous instructions", role tags) and not junk ("none", "hi");
+* **grounded in what the user said**: a structured value is snapped to the user's words
+  (:func:`~ovos_memory_plugins._llm.fact_safety.snap_value`), a sentence needs its names from
+  the user's messages and most of its other words from them or from the question they answer
+  (:func:`~ovos_memory_plugins._llm.fact_safety.is_grounded`); so neither the assistant's
+  recommendations nor the prompt's examples become facts about the user;
+* **about the right person**: what the user says of "my sister Ana" is Ana's ("User's sister
+  Ana's health: allergic to peanuts"); a sentence that puts it on the user is dropped;
+* **a single-valued attribute needs the user's cue** (a name "I'm"/"call me", or an answer to
+  "what should I call you?"; a home city "I live"/"moved"): a mislabelled item would replace a
+  true fact. The city moved *from* is not the home city.
+
+Sentences are built by code from structured items
+(:func:`~ovos_memory_plugins._llm.fact_kinds.statement`); a model's own sentences are kept as
+it wrote them, and read back for what they are about
+(:func:`~ovos_memory_plugins._llm.fact_rules.make_fact`).
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core.tokens import estimate_tokens, truncate_to_tokens
 from ..errors import LLMContextOverflow
-from .fact_kinds import ATTRIBUTES, is_single_valued
-from .fact_parsing import parse_items
-from .fact_rules import MAX_FACT_CHARS, Fact, model_fact, normalise
-from .fact_safety import looks_like_instruction, snap_value
+from .fact_kinds import ATTRIBUTES, about, is_single_valued, person_attribute, statement
+from .fact_parsing import reply_items
+from .fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact, model_fact, normalise
+from .fact_safety import is_grounded, looks_like_instruction, snap_value
 
 if TYPE_CHECKING:
     from .client import ChatClient
 
-__all__ = ["EXAMPLE_VALUES", "SCHEMA", "clean_items", "extraction_messages", "is_small_talk", "model_facts",
-           "worth_asking"]
+__all__ = ["EXAMPLE_VALUES", "Exchange", "clean_items", "exchanges_of", "extract", "extraction_messages",
+           "is_small_talk", "question_in", "worth_reading"]
 
-#: At most this many items per utterance (the schema says so too).
-MAX_ITEMS = 4
+#: Items read per exchange of a request, at most (a reply looping on one item stops there).
+MAX_ITEMS = 8
 MAX_VALUE_CHARS = 60
+#: Each message of an exchange is cut to this many tokens in a request (a pasted document is not
+#: a statement about the user, and must not overflow a small model's context).
+MAX_PART_TOKENS = 400
+#: The assistant's reply matters as context only: its start.
+MAX_REPLY_TOKENS = 80
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "facts": {
-            "type": "array",
-            "maxItems": MAX_ITEMS,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "attribute": {"type": "string", "enum": list(ATTRIBUTES)},
-                    "value": {"type": "string", "maxLength": MAX_VALUE_CHARS},
-                    "negated": {"type": "boolean"},
-                },
-                "required": ["attribute", "value", "negated"],
-            },
-        }
-    },
-    "required": ["facts"],
-}
+
+@dataclasses.dataclass(frozen=True)
+class Exchange:
+    """One exchange as extraction reads it.
+
+    Attributes:
+        user: what the user said.
+        assistant: the assistant's reply.
+        asked: the assistant's question the user's message answers ("" when it answers none).
+    """
+
+    user: str
+    assistant: str = ""
+    asked: str = ""
+
+    def lines(self, whole_reply: bool = True) -> str:
+        """The exchange as a request shows it (the reference's "User: ...\\nAssistant: ..." after the
+        question answered). ``whole_reply=False`` leaves out a question ending the reply: the next
+        message answers it (it is that exchange's ``asked``), and shown here unanswered it reads as
+        a question to the extractor."""
+        reply = _one_line(self.assistant)
+        if not whole_reply and question_in(reply):
+            reply = reply[:reply.rfind(question_in(reply))].strip()
+        out = [f"Assistant: {_one_line(self.asked)}"] if self.asked else []
+        out.append(f"User: {_one_line(truncate_to_tokens(self.user, MAX_PART_TOKENS))}")
+        if reply:
+            out.append(f"Assistant: {_one_line(truncate_to_tokens(reply, MAX_REPLY_TOKENS))}")
+        return "\n".join(out)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+_QUESTION = re.compile(r"[^.!?\n]*\?")
+
+
+def question_in(reply: str) -> str:
+    """The question ending ``reply`` (the one a next message may answer), or ""."""
+    text = _one_line(reply)[-600:]
+    found = _QUESTION.findall(text)
+    if not found or len(text) - text.rfind("?") > 40:
+        return ""  # a question followed by more talk is rhetorical, or answered already
+    return found[-1].strip()
+
 
 SYSTEM_PROMPT = (
-    "You extract lasting facts that a user states about themselves, as JSON.\n"
-    f"attribute is one of: {', '.join(ATTRIBUTES)}.\n"
-    "value: a few words copied from the message. negated: true if the user does NOT or NO LONGER like, "
-    "do or have it.\n"
-    "For a change (moved, new job), give only the NEW value.\n"
-    'Only facts about the user; greetings, thanks, questions and small talk give {"facts": []}.'
+    "You read a conversation and write down the lasting facts the user tells about themselves and about "
+    'people in their life. Write each fact as a short sentence: about the user, start with "User" '
+    '("User\'s name is Tomás", "User lives in Oslo"); about someone else, name them ("User\'s brother Luc is '
+    'allergic to shellfish"). When the user answers the assistant\'s question, the question says what the '
+    "answer is about. Use only what the user said: what the assistant says or recommends is not a fact about "
+    "the user. For a change (moved, new job), give only the new value. Reply with a JSON array of strings, "
+    "[] if there are none."
 )
-
-
-def _shot(*facts: tuple[str, str, bool]) -> str:
-    return json.dumps({"facts": [{"attribute": a, "value": v, "negated": n} for a, v, n in facts]},
-                      ensure_ascii=False)
-
 
 # The example values are names and words a user would have to say for them to be kept.
 _SHOTS = [
-    ("Hey! My name's Tomás, nice to meet you.", _shot(("name", "Tomás", False))),
-    ("I moved from Gdańsk to Oslo in March.", _shot(("home_city", "Oslo", False))),
-    ("I quit the bank, now I'm an accountant at Keller Bakery.",
-     _shot(("job", "accountant", False), ("workplace", "Keller Bakery", False))),
-    ("I used to love reggae but now I mostly listen to opera.",
-     _shot(("music", "reggae", True), ("music", "opera", False))),
-    ("We have a parrot called Kiwi, and on Sundays I go rowing with my brother Luc.",
-     _shot(("pet", "parrot called Kiwi", False), ("hobby", "rowing", False), ("family", "brother Luc", False))),
-    ("Thanks, see you tomorrow!", _shot()),
-    ("Can you tell me a joke about cats?", _shot()),
-    ("Next May I'm flying to Peru with my girlfriend Ada, I'm vegan so food will be fun.",
-     _shot(("trip", "Peru next May", False), ("partner", "girlfriend Ada", False), ("food", "vegan", False))),
+    (Exchange("Hey! My name's Tomás, nice to meet you.", "Nice to meet you, Tomás!"), ["User's name is Tomás"]),
+    (Exchange("Priya.", "Lovely to meet you, Priya!", asked="What's your name?"), ["User's name is Priya"]),
+    (Exchange("Kiwi.", "Kiwi, what a lovely name!", asked="And what is your parrot called?"),
+     ["User's parrot is called Kiwi"]),
+    (Exchange("I moved from Gdańsk to Oslo in March.", "How do you like Oslo?"), ["User lives in Oslo"]),
+    (Exchange("My brother Luc is allergic to shellfish, and on Sundays I go rowing.", "Rowing is great exercise."),
+     ["User's brother Luc is allergic to shellfish", "User goes rowing on Sundays"]),
+    (Exchange("I used to love reggae but now I mostly listen to opera.", "Opera is wonderful."),
+     ["User no longer likes reggae", "User likes opera"]),
+    (Exchange("Any tips for a rainy day?", "Try the film 'Amélie' and a hot chocolate."), []),
+    (Exchange("Thanks, see you tomorrow!", "See you!"), []),
 ]
 #: The examples' values, which the user's words must contain for any of them to be stored.
-EXAMPLE_VALUES = ("Tomás", "Gdańsk", "Oslo", "accountant", "Keller Bakery", "reggae", "opera", "parrot", "Kiwi",
-                  "rowing", "Luc", "Peru", "Ada", "vegan")
+EXAMPLE_VALUES = ("Tomás", "Priya", "Kiwi", "Gdańsk", "Oslo", "Luc", "shellfish", "rowing", "reggae", "opera", "Amélie")
 
-# -- step 1: is the utterance worth a request? ---------------------------------------------------
-_FIRST_PERSON = re.compile(
-    r"\b(i|i'm|im|i've|i'd|i'll|me|my|mine|myself|we|we're|our|us|eu|meu|minha|meus|minhas|moro|sou|chamo|"
-    r"chamo-me|trabalho|gosto|adoro|tenho|vou|yo|mi|mis|me llamo|vivo|ich|mein|meine|mich|mir|je|j'|mon|ma|mes|"
-    r"moi)\b", re.IGNORECASE)
+# -- is an exchange worth a request? -------------------------------------------------------------
 _SMALL_TALK = re.compile(
     r"^\W*(hi|hello|hey|thanks|thank you|thx|ok|okay|cool|nice|great|good ?night|good morning|good evening|bye|"
     r"goodbye|see you|haha|lol|yes|no|sure|obrigad[oa]|ol[áa]|tchau|boa noite|bom dia|gracias|hola|danke|merci)"
-    r"\b[\W\s]*(that'?s|it'?s|you'?re|so|very|really|a lot|much|helpful|great|a star|again|there|all|everyone|"
-    r"!|\.)*\W*$", re.IGNORECASE)
+    r"\b[\W\s]*(?:(?:that'?s|it'?s|you'?re|so|very|really|a lot|much|helpful|great|a star|again|there|all|"
+    r"everyone|for (?:that|everything|your help|the help))\b[\W\s]*)*$", re.IGNORECASE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -118,40 +149,70 @@ def is_small_talk(text: str) -> bool:
     return bool(_SMALL_TALK.match(" ".join(text.split())))
 
 
-def worth_asking(user: str) -> bool:
-    """False for an utterance that states nothing about the user: small talk, questions, no first person."""
-    text = " ".join(user.split())
+def worth_reading(exchange: Exchange) -> bool:
+    """False only for small talk, and for bare questions that answer nothing: an answer to the
+    assistant's question is read, and so is a statement with or without "I"."""
+    text = _one_line(exchange.user)
     if not text or is_small_talk(text):
         return False
-    statements = [s for s in _SENTENCE.split(text) if s.strip() and not s.rstrip().endswith("?")]
-    return any(_FIRST_PERSON.search(s) for s in statements)
+    if exchange.asked:
+        return True
+    return any(s.strip() and not s.rstrip().endswith("?") for s in _SENTENCE.split(text))
 
 
-# -- step 2: the request -----------------------------------------------------------------------
-def _user_prompt(user: str) -> str:
-    return f"User's message: {user}"
+def exchanges_of(messages: Iterable[Any]) -> list[Exchange]:
+    """The exchanges in a run of messages (dicts or AgentMessages): each user message with the
+    reply after it and the question before it; a user message with no reply is one too."""
+    from .summary import role_content
+
+    out: list[Exchange] = []
+    user = asked = ""
+    for role, text in map(role_content, messages):
+        text = text.strip()
+        if role == "user" and text:
+            if user:
+                out.append(Exchange(user, "", asked))
+                asked = ""
+            user = text
+        elif role == "assistant" and text:
+            if user:
+                out.append(Exchange(user, text, asked))
+                user = ""
+            asked = question_in(text)
+    if user:
+        out.append(Exchange(user, "", asked))
+    return out
 
 
-def extraction_messages(user: str, client: ChatClient | None = None, max_tokens: int = 128) -> list[dict[str, str]]:
-    """The request for ``user``'s utterance, within the endpoint's context.
+# -- the request -----------------------------------------------------------------------------------
+def _conversation(exchanges: Sequence[Exchange]) -> str:
+    return "\n\n".join(e.lines(whole_reply=False) for e in exchanges)
 
-    A long utterance is cut to what fits; on a very small context the examples go first.
-    """
+
+def extraction_messages(exchanges: Sequence[Exchange], client: ChatClient | None = None,
+                        max_tokens: int = 128) -> list[dict[str, str]]:
+    """The request for ``exchanges``, within the endpoint's context: on a small context the
+    examples go first, then the oldest exchanges."""
     shots: list[dict[str, str]] = []
-    for said, reply in _SHOTS:
-        shots += [{"role": "user", "content": _user_prompt(said)}, {"role": "assistant", "content": reply}]
+    for exchange, facts in _SHOTS:
+        shots += [{"role": "user", "content": exchange.lines(whole_reply=False)},
+                  {"role": "assistant", "content": json.dumps(facts, ensure_ascii=False)}]
     limit = client.context_limit() if client is not None else 2048
-    for examples in (shots, shots[:6], []):
-        base = [{"role": "system", "content": SYSTEM_PROMPT}, *examples, {"role": "user", "content": _user_prompt("")}]
-        used = client.estimate_prompt(base) if client is not None else estimate_tokens(json.dumps(base))
-        room = int(limit / 1.1) - used - max_tokens
-        if room >= min(64, estimate_tokens(user)):
-            said = truncate_to_tokens(user, room)
-            return base[:-1] + [{"role": "user", "content": _user_prompt(said)}]
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": _user_prompt(user[:200])}]
+
+    def size(request: list[dict[str, str]]) -> int:
+        return client.estimate_prompt(request) if client is not None else estimate_tokens(json.dumps(request))
+
+    system = {"role": "system", "content": SYSTEM_PROMPT}
+    for examples in (shots, shots[:10], []):
+        for first in range(len(exchanges)):
+            request = [system, *examples, {"role": "user", "content": _conversation(exchanges[first:])}]
+            if size(request) + max_tokens <= int(limit / 1.1):
+                return request
+    last = exchanges[-1]
+    return [system, {"role": "user", "content": Exchange(last.user[:400], "", last.asked[:200]).lines()}]
 
 
-# -- step 4: keep only what the user said ----------------------------------------------------------
+# -- keep only what the user said ------------------------------------------------------------------
 _JUNK_VALUE = re.compile(
     r"^(hi|hello|hey|thanks?|thank you|good ?night|good morning|bye|goodbye|yes|no|ok|okay|none|null|n/?a|unknown|"
     r"user|the user|nothing|true|false|assistant)\W*$", re.IGNORECASE)
@@ -205,58 +266,214 @@ def _kind_of(attribute: str, value: str) -> str:
     return attribute
 
 
+_ASKS_NAME = re.compile(r"\b(call you|your name|who are you|you called|you go by|como te chamas|c[oó]mo te llamas)\b",
+                        re.IGNORECASE)
+_SECOND_TO_FIRST = [(re.compile(r"\byou're\b", re.I), "I'm"), (re.compile(r"\byou are\b", re.I), "I am"),
+                    (re.compile(r"\byour\b", re.I), "my"), (re.compile(r"\byou\b", re.I), "I")]
+_RELATION = (r"(?:mum|mom|mother|dad|father|parents?|sister|brother|son|daughter|kids?|children|aunt|uncle|cousin|"
+             r"grand\w+|wife|husband|partner|boyfriend|girlfriend|fianc[ée]e?|friend|boss|colleague|co-?worker|"
+             r"neighbou?r|room-?mate|flatmate|teacher|doctor|m[ãa]e|pai|irm[ãa]o?|filh[oa]|amig[oa]|namorad[ao])")
+#: "my sister Ana", "my best friend", "a minha irmã": someone in the user's life.
+_MENTION = re.compile(r"\b(?:my|minha|meu|mi)\s+(?:(?:little|big|older|younger|elder|best|baby|twin|new|old)\s+)?"
+                      rf"(?P<rel>{_RELATION})\b(?:,?\s+(?P<name>(?-i:[A-Z\u00c0-\u00de][\w'-]+)))?", re.IGNORECASE)
+_USER_SUBJECT = re.compile(r"\b(?:i|i'm|i've|i'd|we|we're|eu|yo)\b", re.IGNORECASE)
+_CLAUSE = re.compile(r"(?<=[.!?;])\s+|\n+|,\s+(?:and|but)\s+")
+#: Not a sentence about the user: the assistant speaking ("Porto is treating you"), a question, or
+#: another subject ("A carrot cake would be perfect").
+_NOT_ABOUT_THE_USER = re.compile(r"\b(?:you|your|yours)\b|\?\s*$|^(?:a|an|the|this|that|it)\s+(?!user\b)|"
+                                 # the user's words pasted after "User's": "User's receptionist calls me Maria"
+                                 r"^(?:the\s+)?user\b.*\b(?:me|my|i|i'm)\b", re.IGNORECASE)
+#: Events of the conversation itself, not lasting facts ("User asked for a book").
+_NOT_DURABLE = re.compile(r"\b(asked|asks|asking|wants? to know|requested|thanked|greeted|said (?:hi|hello|thanks))\b",
+                          re.IGNORECASE)
+
+
 def _fold(text: str) -> str:
     return normalise(text).casefold()
 
 
-def _reason_to_drop(attribute: str, value: str, user: str) -> str | None:
+def _first_person(question: str) -> str:
+    """The assistant's question as the user would say it ("where do you live" -> "where do I live")."""
+    for pattern, repl in _SECOND_TO_FIRST:
+        question = pattern.sub(repl, question)
+    return question
+
+
+def _reason_to_drop(attribute: str, value: str, exchange: Exchange) -> str | None:
     """Why an (attribute, value) the user's words support is still not this attribute's, else None."""
+    user = exchange.user
+    answer_to = _first_person(exchange.asked)
     if attribute == "name":
         cued = {_fold(m.group(1)) for m in _NAME_CUE.finditer(user)}
-        if not any(_fold(word) in cued for word in value.split()):
+        named = _ASKS_NAME.search(exchange.asked) is not None  # "What should I call you?" "Jack."
+        if not named and not any(_fold(word) in cued for word in value.split()):
             return "a name the user did not give as their own"
     if attribute == "home_city":
         moved_from = {_fold(g) for m in _MOVED_FROM.finditer(user) for g in m.groups() if g}
         if _fold(value) in moved_from:
             return "the city the user moved away from"
     cue = _CUES.get(attribute)
-    if cue is not None and not cue.search(user):
+    if cue is not None and not (cue.search(user) or cue.search(answer_to)):
         # A single-valued attribute replaces the old value, so a mislabelled item would destroy a
-        # true fact: it needs the user's own cue. A person needs a relation word.
+        # true fact: it needs the user's own cue (or the question answered). A person needs a relation word.
         return f"no {attribute} cue in the user's words"
     return None
 
 
-def clean_items(items: Iterable[Any], user: str) -> list[Fact]:
-    """The model's items that the user really stated, as facts (see the module docstring, step 4)."""
-    kept: list[tuple[str, str, bool]] = []
+def said_of(words: str, user: str) -> str | None:
+    """Who the user says ``words`` of when it is someone in their life ("sister Ana"), else None.
+
+    ``words`` must follow the mention in one clause with no "I" between ("my sister Ana is
+    allergic to peanuts"; not "my sister Ana visited and I cooked pasta").
+    """
+    target = _fold(words)
+    if not target:
+        return None
+    for clause in _CLAUSE.split(user):
+        folded = _fold(clause)
+        at = folded.find(target)
+        if at < 0:
+            continue
+        mention = next((m for m in _MENTION.finditer(clause) if m.end() <= at), None)
+        if mention is None or _USER_SUBJECT.search(clause[mention.end():at]):
+            return None  # said of the user
+        return " ".join(p for p in (mention.group("rel"), mention.group("name")) if p)
+    return None
+
+
+def _person_of(item: Mapping[str, Any], attribute: str, value: str, user: str) -> str | None:
+    """The person a structured item is about ("" the user), in the user's words; None: not said."""
+    person = " ".join(str(item.get("person") or "").split()).strip(" .,;:!\"'")
+    if _fold(person) in ("", "user", "the user", "me", "i", "myself", "none", "null"):
+        if attribute in ("partner", "friend", "family"):
+            return ""  # "sister Ana" is the user's family
+        return said_of(value, user) or ""
+    return snap_value(person, user)
+
+
+def _structured(item: Mapping[str, Any], exchange: Exchange) -> tuple[str, str, bool, str] | None:
+    """(attribute, value, negated, person) of a structured item the user really stated, else None."""
+    attribute = str(item.get("attribute") or item.get("key") or item.get("type") or "").strip().casefold()
+    attribute = attribute.replace(" ", "_")
+    value = _one_line(str(item.get("value") or "")).strip(" .,;:!\"'")
+    negated = item.get("negated") is True or str(item.get("negated")).casefold() == "true"
+    if attribute not in ATTRIBUTES or not value or len(value) > MAX_VALUE_CHARS or len(value.split()) > 8:
+        return None
+    if _JUNK_VALUE.match(value) or looks_like_instruction(value):
+        return None
+    snapped = snap_value(value, exchange.user)
+    if snapped is None:
+        return None
+    person = _person_of(item, attribute, snapped, exchange.user)
+    if person is None:
+        return None
+    attribute = _kind_of(attribute, snapped)
+    if not person and _reason_to_drop(attribute, snapped, exchange) is not None:
+        return None
+    if attribute == "name" and negated:
+        return None
+    return attribute, snapped, negated, person
+
+
+def _content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[^\W\d_][\w'-]*", text) if len(w) > 3]
+
+
+#: A label before a sentence about the user ("Fact: the user is Ana").
+_LABEL = re.compile(r"^[^\W\d_][\w ]{0,20}:\s+(?=(?:the\s+)?user\b)", re.IGNORECASE)
+_FIRST_PERSON_START = re.compile(r"^(?:i|i'm|i've|i'd|my|we|we're|our)\b", re.IGNORECASE)
+#: "User's sister Ana is ...", "User's best friend's job is ...": a fact about someone in the user's life.
+_ABOUT_PERSON = re.compile(
+    r"^(?:the\s+)?user'?s\s+(?P<person>(?:(?:little|big|older|younger|elder|best|baby|twin|new|old)\s+)?"
+    rf"{_RELATION}(?:\s+(?-i:[A-Z\u00c0-\u00de][\w'-]+))?)(?P<own>'s)?\s+(?P<rest>\S.*)$", re.IGNORECASE)
+
+
+def read_fact(text: str) -> Fact:
+    """A fact sentence and what it is about, in the rules' words where they read it ("User
+    moved from Lisbon to Porto" is "User lives in Porto"); one about someone in the user's life
+    is theirs (its attribute and key carry the person), so it supersedes only their facts."""
+    found = _ABOUT_PERSON.match(text)
+    if found is None:
+        return make_fact(text, reworded=True)
+    inner = make_fact(("User's " if found.group("own") else "User ") + found.group("rest"), reworded=True)
+    prefix = person_attribute(found.group("person"), "")
+    return dataclasses.replace(inner, text=about(found.group("person"), inner.text), key=prefix + inner.key,
+                               attribute=prefix + inner.kind)
+
+
+def _sentence(text: str, exchange: Exchange) -> list[Fact]:
+    """A fact sentence the model wrote, if the user said it, about the person it names."""
+    text = re.sub(r"^\d{1,2}[.)]\s+", "", _one_line(text).strip(" -*\u2022\"'")).removesuffix(".")
+    text = _LABEL.sub("", text)
+    text = text[:1].upper() + text[1:]
+    if not text or len(text) > MAX_FACT_CHARS or text.endswith(":") or _NOT_DURABLE.search(text):
+        return []
+    if _NOT_ABOUT_THE_USER.search(text):
+        return []
+    if _JUNK_VALUE.match(text) or not is_grounded(text, exchange.user, context=exchange.asked):
+        return []
+    if _FIRST_PERSON_START.match(text):
+        # The user's own words copied: read as the offline rules read a statement (third person).
+        return [read_fact(f.text) for f in extract_facts(text)]
+    mentions = list(_MENTION.finditer(exchange.user))
+    names_them = any(re.search(rf"\b{re.escape(m.group('rel'))}\b", text, re.IGNORECASE)
+                     or (m.group("name") and m.group("name") in text) for m in mentions)
+    if not names_them and not re.search(r"\buser\b", text, re.IGNORECASE):
+        return []  # about no one ("Near the river"): a fact says whose it is
+    if mentions and not names_them and any(said_of(w, exchange.user) for w in _content_words(text)):
+        return []  # the user said it of someone else; this sentence puts it on the user
+    return [read_fact(text)]
+
+
+def _fact(attribute: str, value: str, negated: bool, person: str) -> Fact:
+    if not person:
+        return model_fact(attribute, value, negated)
+    return model_fact(person_attribute(person, attribute), value, negated,
+                      about(person, statement(attribute, value, negated)))
+
+
+def clean(items: Iterable[Any], exchange: Exchange) -> list[Fact]:
+    """The model's items (objects or sentences) that the user really stated, as facts."""
+    kept: list[tuple[str, str, bool, str]] = []
+    sentences: list[Fact] = []
     for item in items:
+        if isinstance(item, str):
+            for fact in _sentence(item, exchange):
+                if all(f.text.casefold() != fact.text.casefold() for f in sentences):
+                    sentences.append(fact)
+            continue
         if not isinstance(item, Mapping):
             continue
-        attribute = str(item.get("attribute") or "").strip().casefold().replace(" ", "_")
-        value = " ".join(str(item.get("value") or "").split()).strip(" .,;:!\"'")
-        negated = item.get("negated") is True or str(item.get("negated")).casefold() == "true"
-        if attribute not in ATTRIBUTES or not value or len(value) > MAX_VALUE_CHARS or len(value.split()) > 8:
+        found = _structured(item, exchange)
+        if found is None:
             continue
-        if _JUNK_VALUE.match(value) or looks_like_instruction(value):
-            continue
-        snapped = snap_value(value, user)
-        if snapped is None:
-            continue
-        attribute = _kind_of(attribute, snapped)
-        if _reason_to_drop(attribute, snapped, user) is not None:
-            continue
-        if attribute == "name" and negated:
-            continue
-        same = next((i for i, k in enumerate(kept) if k[0] == attribute and is_single_valued(attribute)), None)
+        attribute, value, negated, person = found
+        same = next((i for i, k in enumerate(kept) if k[0] == attribute and k[3] == person
+                     and is_single_valued(attribute)), None)
         if same is not None:  # two values of one single-valued attribute in one turn: one fact
             old = kept[same]
-            if _fold(snapped) not in _fold(old[1]):
-                kept[same] = (attribute, f"{old[1]}, {snapped}", old[2])
+            if _fold(value) not in _fold(old[1]):
+                kept[same] = (attribute, f"{old[1]}, {value}", old[2], person)
             continue
-        kept.append((attribute, snapped, negated))
-    facts = [model_fact(a, v, n) for a, v, n in kept]
-    return [f for f in facts if len(f.text) <= MAX_FACT_CHARS]
+        kept.append(found)
+    facts = [_fact(*found) for found in kept]
+    return [f for f in [*facts, *sentences] if len(f.text) <= MAX_FACT_CHARS]
+
+
+def clean_items(items: Iterable[Any], user: str, asked: str = "") -> list[Fact]:
+    """:func:`clean` for one user message (and the question it answers)."""
+    return clean(items, Exchange(user, "", asked))
+
+
+def _owner(fact: Fact, exchanges: Sequence[Exchange]) -> int:
+    """The newest exchange whose user message holds the fact's value (a batch's facts are merged in
+    the order they were said, so a later change supersedes an earlier statement)."""
+    words = _fold(fact.said or fact.text).split()
+    for index in range(len(exchanges) - 1, -1, -1):
+        said = _fold(exchanges[index].user)
+        if words and sum(w in said for w in words) * 2 >= len(words):
+            return index
+    return len(exchanges) - 1
 
 
 # -- the call ---------------------------------------------------------------------------------------
@@ -286,36 +503,30 @@ class _Replies:
 _replies = _Replies()
 
 
-def model_facts(client: ChatClient, user: str, max_tokens: int = 128) -> list[Fact] | None:
-    """The facts the model finds in ``user``'s utterance, checked against it.
+def extract(client: ChatClient, exchanges: Sequence[Exchange], max_tokens: int = 128) -> list[tuple[int, Fact]]:
+    """The facts the model finds in ``exchanges``, in one request, checked against what the user said.
 
-    Raises :class:`~ovos_memory_plugins.errors.LLMError` when no model answered, and returns
-    None when its answer is not in the asked shape at all (prose, a list of sentences): the
-    caller then falls back to the offline rules. An answer in shape with no usable item is an
-    empty list.
+    Returns ``(index of the exchange it was said in, fact)`` pairs in the order said (merge them in
+    that order: a later change supersedes an earlier statement). Exchanges not worth reading are
+    not sent; none worth reading costs no request. Raises
+    :class:`~ovos_memory_plugins.errors.LLMError` when no model answered.
     """
-    if not worth_asking(user):
+    sent = [i for i, e in enumerate(exchanges) if worth_reading(e)]
+    if not sent:
         return []
-    key = (client.api_url, client.model or client.resolve_model(), user)
+    batch = [exchanges[i] for i in sent]
+    key = (client.api_url, client.model or client.resolve_model(), _conversation(batch))
     items = _replies.get(key)
     if items is None:
         try:
-            reply = client.chat(extraction_messages(user, client, max_tokens), max_tokens=max_tokens, schema=SCHEMA)
+            reply = client.chat(extraction_messages(batch, client, max_tokens), max_tokens=max_tokens)
         except LLMContextOverflow as exc:
             if not exc.limit:
                 raise
             # The server named its context (the client learnt it): the request is rebuilt to fit.
-            reply = client.chat(extraction_messages(user, client, max_tokens), max_tokens=max_tokens, schema=SCHEMA)
-        items, _ = parse_items(reply.text)
-        if not _in_shape(items, reply.text):
-            return None
-        items = items[: MAX_ITEMS * 2]
+            reply = client.chat(extraction_messages(batch, client, max_tokens), max_tokens=max_tokens)
+        items = reply_items(reply.text)[: MAX_ITEMS * len(batch)]
         _replies.put(key, items)
-    return clean_items(items, user)
-
-
-def _in_shape(items: list[Any], reply: str) -> bool:
-    """Objects, or JSON holding none ("[]", '{"facts": []}'); not prose or a list of sentences."""
-    if items:
-        return any(isinstance(item, Mapping) for item in items)
-    return "[" in reply or "{" in reply
+    together = Exchange("\n".join(e.user for e in batch), "", "\n".join(e.asked for e in batch if e.asked))
+    found = [(sent[_owner(fact, batch)], fact) for fact in clean(items, together)]
+    return sorted(found, key=lambda pair: pair[0])

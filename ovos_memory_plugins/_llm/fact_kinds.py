@@ -30,8 +30,20 @@ import functools
 import re
 import unicodedata
 
-__all__ = ["ATTRIBUTES", "MULTI_VALUED", "SINGLE_VALUED", "is_single_valued", "label", "plain", "read_statement",
-           "singular", "statement", "stem", "subject_of"]
+__all__ = ["ATTRIBUTES", "MULTI_VALUED", "SINGLE_VALUED", "STOP_WORDS", "about", "is_single_valued", "label",
+           "person_attribute", "plain", "read_statement", "singular", "statement", "stem", "subject_of", "wordset"]
+
+def wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+#: Glue words: never what a value is about.
+STOP_WORDS = wordset("""
+a an the it this that these those them him her you me us something anything everything nothing there here to
+of in on at for with and or but so very really too much many lot lots bit some any my your our his their its o
+os as um uma de do da dos das em no na el la los las un una lo le les der die das ein eine den dem es ça is
+are was be been am i we they he she not no yes
+""")
 
 #: The attributes a model may name (the extraction schema's enum), with their labels.
 ATTRIBUTES: dict[str, str] = {
@@ -71,8 +83,28 @@ _ARTICLES = frozenset(("a", "an", "the", "o", "os", "as", "um", "uma", "el", "la
 
 
 def is_single_valued(attribute: str) -> bool:
-    """One value at a time: the named attributes, and what the rules read as "my X is Y" or "my X is called Y"."""
-    return attribute in SINGLE_VALUED or not (attribute in MULTI_VALUED or attribute.startswith("text:"))
+    """One value at a time: the named attributes, and what the rules read as "my X is Y" or "my X is called Y".
+
+    Someone else's attribute ("sister_ana.home_city") has the kind of its last part.
+    """
+    if attribute.startswith("text:"):
+        return False
+    base = attribute.rsplit(".", 1)[-1]
+    return base in SINGLE_VALUED or base not in MULTI_VALUED
+
+
+def person_attribute(person: str, attribute: str) -> str:
+    """The attribute of someone in the user's life: ``("sister Ana", "health")`` -> ``"sister_ana.health"``;
+    their facts supersede each other as the user's do, never the user's."""
+    return "_".join(plain(w) for w in _WORD.findall(person)) + "." + attribute
+
+
+def about(person: str, sentence: str) -> str:
+    """A sentence :func:`statement` wrote about the user, said of ``person`` instead:
+    "User lives in Porto" -> "User's sister Ana lives in Porto"."""
+    if sentence.startswith("User's "):
+        return f"User's {person}'s {sentence[len('User' + chr(39) + 's '):]}"
+    return f"User's {person}{sentence[len('User'):]}" if sentence.startswith("User") else sentence
 
 
 def label(attribute: str) -> str:
@@ -130,6 +162,4 @@ def stem(word: str) -> str:
 def subject_of(value: str) -> frozenset[str]:
     """The value's content words, comparable ("Cats" and "cat"), whole: values that share a
     beginning stay apart ("Lisboa" and "lisbon", "item0001" and "item0002")."""
-    from .fact_rules import STOP_WORDS
-
     return frozenset(singular(w) for w in _WORD.findall(value) if w.casefold() not in STOP_WORDS)

@@ -8,9 +8,9 @@ A reply cut by ``max_tokens`` (or by the model's context) is not thrown away: it
 arrays and objects are closed, and every complete item it holds is kept. The last item is kept
 only if it is whole: an object with its value, or a string that ends like a sentence.
 
-    >>> parse_fact_list('Sure: ["likes jazz", "likes jazz", 3, "  "] done')
+    >>> fact_strings('Sure: ["likes jazz", "likes jazz", 3, "  "] done')
     ['likes jazz']
-    >>> parse_fact_list('["User is a nurse", "I moved from Lisbon to Porto last week.')
+    >>> fact_strings('["User is a nurse", "I moved from Lisbon to Porto last week.')
     ['User is a nurse', 'I moved from Lisbon to Porto last week.']
     >>> parse_items('{"facts": [{"attribute": "name", "value": "Marta"}, {"attribute": "home_ci')
     ([{'attribute': 'name', 'value': 'Marta'}], True)
@@ -21,7 +21,8 @@ import json
 import re
 from typing import Any
 
-__all__ = ["MAX_FAILED_DECODES", "MAX_SCAN_CHARS", "close_json", "find_json_arrays", "parse_fact_list", "parse_items"]
+__all__ = ["MAX_FAILED_DECODES", "MAX_SCAN_CHARS", "close_json", "fact_strings", "find_json_arrays", "parse_items",
+           "reply_items"]
 
 #: Only the start of a reply is scanned (as the reference): a fact list is short.
 MAX_SCAN_CHARS = 16_384
@@ -63,33 +64,10 @@ def find_json_arrays(text: str, max_chars: int = MAX_SCAN_CHARS,
     return found
 
 
-def parse_fact_list(text: str) -> list[str] | None:
-    """The fact strings of a model's reply; ``None`` when the reply holds no JSON array.
-
-    Only string items with a letter or digit are kept, stripped, first occurrence wins
-    (case-insensitively). An object reply such as ``{"facts": [...]}`` (JSON mode) works too.
-    """
-    arrays = find_json_arrays(text)
-    if not arrays:
-        items, cut = parse_items(text)
-        if not (cut and items):
-            return None
-        arrays = [items]
-    out: list[str] = []
-    seen: set[str] = set()
-    for array in arrays:
-        for item in array:
-            if not isinstance(item, str) or not any(c.isalnum() for c in item):
-                continue
-            item = " ".join(item.split())
-            if item.casefold() not in seen:
-                seen.add(item.casefold())
-                out.append(item)
-    return out
-
-
 # -- replies cut off ----------------------------------------------------------------------------
 _ITEM_KEYS = ("facts", "items", "data", "result")
+#: Keys under which an object item holds a fact sentence ({"fact": "User likes jazz"}).
+_TEXT_KEYS = ("fact", "text", "statement", "sentence", "content")
 _SENTENCE_END = re.compile(r"[.!?]$")
 
 
@@ -117,11 +95,19 @@ def close_json(text: str) -> str:
 
 
 def _items_of(value: Any) -> list[Any]:
+    """The items of a decoded reply: a list, or the list an object holds under a usual key, else
+    under any key ({"user_facts": [...]}); an object that is itself one item."""
     if isinstance(value, dict):
         for key in _ITEM_KEYS:
             if isinstance(value.get(key), list):
                 return list(value[key])
-        return [value] if {"attribute", "value"} <= set(value) else []
+        if {"attribute", "value"} <= set(value):
+            return [value]
+        lists = [v for v in value.values() if isinstance(v, list)]
+        if lists:
+            return [item for found in lists for item in found]
+        texts = [v for k, v in value.items() if k in _TEXT_KEYS and isinstance(v, str)]
+        return texts[:1]
     return list(value) if isinstance(value, list) else []
 
 
@@ -166,3 +152,54 @@ def _cut_inside(last: Any, closed: str, prefix: str) -> bool:
     if isinstance(last, dict):
         return cut_in_string or not {"attribute", "value"} <= set(last)
     return False
+
+
+# -- any reply shape ---------------------------------------------------------------------------------
+_SENTENCES = re.compile(r"(?<=[.!?])\s+(?=[A-Z\u00c0-\u00de])")
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s+")
+_NOT_A_FACT_LINE = re.compile(r"^\s*(?:```|#|\{|\}|\[|\])|:\s*$")
+
+
+def reply_items(reply: str) -> list[Any]:
+    """The items of a fact reply, whatever its shape: objects (``{"facts": [{...}]}``), a JSON
+    array of fact strings (every top-level array, as the reference reads them), a list under any
+    key, an object per fact sentence (``{"fact": "..."}`` becomes the sentence), or else one
+    fact per line or sentence (bullets and numbers removed, headers such as "Facts:" skipped).
+
+        >>> reply_items('["User likes jazz"] and ["User is Ana"]')
+        ['User likes jazz', 'User is Ana']
+        >>> reply_items('- User likes jazz\\n2. User lives in Porto')
+        ['User likes jazz', 'User lives in Porto']
+    """
+    text = (reply or "")[:MAX_SCAN_CHARS]
+    items, cut = parse_items(text)
+    arrays = find_json_arrays(text)
+    if not cut and arrays and text.lstrip()[:1] != "{":
+        items = [item for array in arrays for item in array]
+    if items or "[" in text or "{" in text:
+        return [_sentence_of(item) for item in items]
+    lines = [_BULLET.sub("", raw).strip() for raw in text.splitlines()]
+    # Prose ("Sure! The user likes fado.") is read sentence by sentence: the filler fails the checks alone.
+    return [part for line in lines if line and not _NOT_A_FACT_LINE.search(line) for part in _SENTENCES.split(line)]
+
+
+def _sentence_of(item: Any) -> Any:
+    if isinstance(item, dict) and not {"attribute", "value"} <= set(item):
+        texts = [v for k, v in item.items() if k in _TEXT_KEYS and isinstance(v, str)]
+        return texts[0] if texts else item
+    return item
+
+
+def fact_strings(reply: str) -> list[str]:
+    """The fact sentences of a reply of any shape (:func:`reply_items`): strings with a letter or
+    digit, whitespace collapsed, each once (case-insensitively, first kept).
+
+        >>> fact_strings('Sure: ["likes jazz", "Likes  jazz", 3, "  "] done')
+        ['likes jazz']
+    """
+    out: dict[str, str] = {}
+    for item in reply_items(reply):
+        if isinstance(item, str) and any(c.isalnum() for c in item):
+            text = " ".join(item.split())
+            out.setdefault(text.casefold(), text)
+    return list(out.values())

@@ -19,19 +19,14 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .fact_kinds import is_single_valued, read_statement, statement
+from .fact_kinds import STOP_WORDS, is_single_valued, read_statement, statement, wordset
 
-__all__ = ["MAX_FACT_CHARS", "STOP_WORDS", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise",
-           "wordset"]
+__all__ = ["MAX_FACT_CHARS", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise"]
 
 #: Only the start of a very long user turn is read by the rules.
 MAX_RULE_CHARS = 8_000
 #: Facts longer than this are not short durable facts (and would bloat every prompt).
 MAX_FACT_CHARS = 200
-
-
-def wordset(text: str) -> frozenset[str]:
-    return frozenset(text.split())
 
 
 @dataclass(frozen=True)
@@ -64,12 +59,6 @@ class Fact:
         return self.attribute or self.key
 
 
-STOP_WORDS = wordset("""
-a an the it this that these those them him her you me us something anything everything nothing there here to
-of in on at for with and or but so very really too much many lot lots bit some any my your our his their its o
-os as um uma de do da dos das em no na el la los las un una lo le les der die das ein eine den dem es ça is
-are was be been am i we they he she not no yes
-""")
 
 # The value ends at punctuation, a spaced dash or a conjunction (en, pt, es, de, fr).
 _END = (r"(?=\s*[,.;:!?()\n]|\s+[-\u2013\u2014]\s|\s+(?:and|but|so|because|though|although|while|since|who|"
@@ -323,10 +312,13 @@ _THIRD_TO_FIRST = [
 ]
 
 
-def make_fact(text: str) -> Fact:
+def make_fact(text: str, reworded: bool = False) -> Fact:
     """``text`` as a :class:`Fact`: a sentence this package wrote is read back
     (:func:`~ovos_memory_plugins._llm.fact_kinds.read_statement`), any other is read as a
-    first-person statement by the rules."""
+    first-person statement by the rules. ``reworded``: a sentence the rules read as one of the
+    user's single values (name, home, job, workplace, age) is stored in their words ("User moved
+    from Lisbon to Porto last week" becomes "User lives in Porto": the current value, without the
+    old one); any other as it was written."""
     text = " ".join((text or "").split())
     ours = read_statement(text)
     if ours is not None:
@@ -339,7 +331,10 @@ def make_fact(text: str) -> Fact:
             break
     found = list(_matches(normalise(first_person).rstrip(".")))
     if found:
-        return dataclasses.replace(found[0], text=text)
+        fact = found[0]
+        if reworded and "." not in fact.kind and is_single_valued(fact.kind):
+            return fact
+        return dataclasses.replace(fact, text=text)
     key = "text:" + " ".join(WORD.findall(text.casefold()))
     return Fact(text, key, attribute=key, subject=key[5:], said=text)
 

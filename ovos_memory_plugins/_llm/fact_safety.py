@@ -10,8 +10,8 @@ from __future__ import annotations
 import difflib
 
 from .._core.untrusted import looks_like_instruction
-from .fact_kinds import plain, stem
-from .fact_rules import MAX_FACT_CHARS, STOP_WORDS, WORD, normalise, wordset
+from .fact_kinds import STOP_WORDS, plain, stem, wordset
+from .fact_rules import MAX_FACT_CHARS, WORD, normalise
 
 __all__ = ["is_grounded", "looks_like_instruction", "snap_value"]
 
@@ -27,15 +27,18 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
-def is_grounded(fact: str, user_text: str) -> bool:
+def is_grounded(fact: str, user_text: str, context: str = "") -> bool:
     """Whether ``fact``'s key words come from ``user_text`` (what the user said).
 
-    Names and numbers must all appear; of the other content words, at least half (compared
-    by a five-letter stem, so "dogs" matches "dog" and "loves" matches "love").
+    Names and numbers must all appear there; of the other content words, at least half, there
+    or in ``context`` (the question the user answered: "favourite colour" in "What's your
+    favourite colour?" / "Green"), compared by a five-letter stem, so "dogs" matches "dog" and
+    "loves" matches "love".
     """
     if not fact or len(fact) > MAX_FACT_CHARS or looks_like_instruction(fact):
         return False
     said = {_stem(w) for w in WORD.findall(normalise(user_text).casefold())}
+    heard = said | {_stem(w) for w in WORD.findall(normalise(context).casefold())}
     words = WORD.findall(normalise(fact))
     tokens = [w for w in words if w.casefold() not in _META]
     if not tokens:
@@ -44,8 +47,9 @@ def is_grounded(fact: str, user_text: str) -> bool:
     strict = [w for i, w in enumerate(words) if w in tokens and ((i and w[:1].isupper()) or w.isdigit())]
     if any(_stem(w.casefold()) not in said for w in strict):
         return False
-    hits = sum(1 for w in tokens if _stem(w.casefold()) in said)
-    return hits * 2 >= len(tokens)
+    hits = sum(1 for w in tokens if _stem(w.casefold()) in heard)
+    # At least one word the user said: "User likes jazz" is no reading of "No." to "Do you like jazz?"
+    return hits * 2 >= len(tokens) and any(_stem(w.casefold()) in said for w in tokens)
 
 
 # -- values in the user's own words -------------------------------------------------------------

@@ -12,7 +12,7 @@ from ..context import ContextMemory
 from ..errors import ConfigError, MemoryPluginError, StorageError
 from ..storage import after_commit, open_record_store, store_location
 from ..storage.readonly import is_read_only
-from .endpoint import chat_client
+from .endpoint import chat_client, with_endpoint
 
 __all__ = ["LLMMemory", "open_session_store"]
 
@@ -76,7 +76,7 @@ class LLMMemory(ContextMemory):
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
-        s = self.settings
+        self.settings = s = with_endpoint(self.settings, config, self.plugin_name)
         self._store, self._db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
                                                         self._open_sqlite, s.db_url)
         self.client = chat_client(s, owner=self.plugin_name)

@@ -11,18 +11,21 @@ whole summary here. The summary has two parts::
     ...
     Conversation so far: <a few sentences, the newest kept>
 
-* **The facts** come from the fact extraction, one small request per user statement in the
-  folded turns (:mod:`~ovos_memory_plugins._llm.fact_extraction`), merged with supersession
-  (:mod:`~ovos_memory_plugins._llm.fact_store`): old facts stay until the user changes them, and
+* **The facts** come from the fact extraction of the folded exchanges, one per request (the
+  request entity sends for the same exchange: on a shared endpoint it is answered once)
+  (:mod:`~ovos_memory_plugins._llm.fact_extraction`), merged with supersession
+  (:mod:`~ovos_memory_plugins._llm.fact_merging`): old facts stay until the user changes them, and
   the old value of a change moves to the history. Without a model, the offline rules.
-* **The narrative**: one request writes one or two sentences about what the user said in the
-  newest folded turns that fit the endpoint's context (small talk left out); code appends them to the old narrative,
-  drops repeated sentences and sentences that state a value the user has since changed, and
-  drops the oldest sentences past the budget. Without a model, the user's most informative
-  statements (:func:`~ovos_memory_plugins._llm.summary.extractive_summary`).
+* **The narrative**: one request writes a few sentences about the newest folded turns of both
+  sides that fit the endpoint's context (``user: ...`` / ``assistant: ...`` lines, small talk
+  left out), saying who said what; the assistant's recommendations and promises it leaves out
+  are added ("The assistant said: I recommend ..."). Code appends the piece to the old
+  narrative, drops repeated sentences and sentences that state a value the user has since
+  changed, and drops the oldest sentences past the budget. Without a model, the most
+  informative statements (:func:`~ovos_memory_plugins._llm.summary.extractive_summary`).
 * **Checks** (:mod:`~ovos_memory_plugins._llm.summary_checks`): a narrative that reads like a
-  greeting, copies the transcript or names nothing the user said, and a summary that loses most
-  of the names it should keep, are not committed: :attr:`Fold.rejected` says why, and the caller
+  greeting, copies the transcript or names nothing said while the user named things, and a
+  summary that loses most of the names it should keep, are not committed: :attr:`Fold.rejected` says why, and the caller
   keeps its old state and tries again later (with more turns, a different request).
 
 Every request fits the endpoint's context (:meth:`~ovos_memory_plugins._llm.client.ChatClient.fits`);
@@ -37,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.tokens import estimate_tokens, truncate_to_tokens
 from ..errors import LLMContextOverflow, LLMError
-from .fact_extraction import is_small_talk, model_facts, worth_asking
-from .fact_rules import extract_facts, normalise
-from .fact_store import fact_of, merge, withdraw_denied
+from .fact_extraction import exchanges_of, extract, is_small_talk
+from .fact_merging import fact_of, merge, withdraw_denied
+from .fact_rules import Fact, extract_facts, normalise
 from .summary import extractive_summary, role_content
-from .summary_checks import check_piece, check_summary, trim_to_sentence
+from .summary_checks import check_piece, check_summary, named_entities, trim_to_sentence
 
 if TYPE_CHECKING:
     from .client import ChatClient
@@ -52,16 +55,23 @@ FACTS_HEADER = "Facts about the user:"
 NARRATIVE_HEADER = "Conversation so far:"
 #: Facts kept in a summary (the oldest go first past this).
 MAX_SUMMARY_FACTS = 40
-#: max_tokens of one narrative request: one or two sentences.
-NARRATIVE_TOKENS = 120
+#: max_tokens of one narrative request: a few sentences (a cut reply loses its last, unfinished one).
+NARRATIVE_TOKENS = 200
 #: max_tokens of one extraction request.
-EXTRACT_TOKENS = 128
-#: User statements per fold read by the model; older ones in a larger fold (a backlog) by the rules.
-MAX_MODEL_STATEMENTS = 24
+EXTRACT_TOKENS = 192
+#: Exchanges read by one extraction request (a fold of more sends several). One, as entity sends
+#: them: the same request on the same endpoint is answered once for both memories (the replies
+#: are cached), and a 0.5B model read a batch worse (6 exchanges gave no fact; 3 lost a move and a
+#: new workplace on the 30-exchange script).
+EXCHANGES_PER_REQUEST = 1
+#: Exchanges per fold read by the model; older ones in a larger fold (a backlog) by the rules.
+MAX_MODEL_EXCHANGES = 24
 
 NARRATIVE_PROMPT = (
-    "Summarize what the user said in this part of a conversation in one or two short sentences: what the user "
-    'talked about, did or plans, with names and places. Write about "the user". Reply with the summary only.'
+    "You summarize part of a conversation between a user and an assistant in two or three short sentences. "
+    "Keep what the user said, did or plans, and what the assistant recommended, promised or answered, with "
+    'names, titles and places. Say who said what ("The user ...", "The assistant ..."), and never put one '
+    "side's words in the other's mouth. Reply with the summary only."
 )
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 # The offline narrative quotes the turns ("User: ..."): such a line stays on a line of its own.
@@ -161,6 +171,28 @@ def _join(sentences: list[str]) -> str:
     return out
 
 
+#: What the assistant recommends or promises: the user may ask about it later ("which book was it?").
+_COMMITMENT = re.compile(r"\b(?:I|we)\s+(?:would\s+|'d\s+)?(?:recommend|suggest)\b|\b(?:I|we)(?:'ll|\s+will)\s+"
+                         r"(?:remind|send|call|book|check|add|set|order|text|email|note)\b", re.IGNORECASE)
+MAX_COMMITMENTS = 2
+
+
+def commitments_missing(messages: Sequence[Any], narrative: str) -> list[str]:
+    """The assistant's recommendations and promises in ``messages`` whose names ``narrative``
+    leaves out, as sentences to add ("The assistant said: I recommend ..."): a summary that lost
+    the title of a recommended book cannot answer "which book was it?"."""
+    named = named_entities(narrative)
+    out = []
+    for role, text in map(role_content, messages):
+        if role != "assistant":
+            continue
+        for sentence in _SENTENCES.split(" ".join(text.split())):
+            names = named_entities(sentence)
+            if _COMMITMENT.search(sentence) and names and not names <= named:
+                out.append(f"The assistant said: {trim_to_sentence(sentence)}")
+    return out[-MAX_COMMITMENTS:]
+
+
 class Summarizer:
     """Folds turns into a summary; one per memory (it holds no session state).
 
@@ -199,6 +231,7 @@ class Summarizer:
             return Fold(render_summary(updated, self.max_tokens), updated, "extractive")
         why = check_piece(piece, batch) if batch else None  # no batch: no user turn to narrate
         if why is None:
+            piece = " ".join([piece, *commitments_missing(batch, piece)])
             updated["narrative"] = roll_narrative(str(base.get("narrative") or ""), piece, updated,
                                                   self._narrative_budget(updated))
             summary = render_summary(updated, self.max_tokens)
@@ -210,18 +243,27 @@ class Summarizer:
 
     # -- the facts --------------------------------------------------------------------------------
     def _facts(self, state: dict[str, Any], messages: Sequence[Any], use_model: bool) -> tuple[dict[str, Any], bool]:
-        said = [text for role, text in map(role_content, messages) if role == "user" and text.strip()]
-        by_model = set([i for i, text in enumerate(said) if worth_asking(text)][-MAX_MODEL_STATEMENTS:])
-        for i, text in enumerate(said):
-            state = withdraw_denied(state, text, "")
-            found = None
-            if use_model and i in by_model:
-                try:
-                    found = model_facts(self.client, text, EXTRACT_TOKENS)  # type: ignore[arg-type]
-                except LLMError:
-                    use_model = False
-            state = merge(state, extract_facts(text) if found is None else found, "", MAX_SUMMARY_FACTS,
-                          "rules" if found is None else "extracted")
+        """The facts of the folded exchanges merged into ``state``, in the order they were said: the
+        newest exchanges by the model (a few per request), the rest, and all without a model, by the rules."""
+        exchanges = exchanges_of(messages)
+        by_model = len(exchanges) - MAX_MODEL_EXCHANGES
+        found: dict[int, list[Fact]] = {}
+        for start in range(max(0, by_model), len(exchanges), EXCHANGES_PER_REQUEST):
+            if not use_model:
+                break
+            batch = exchanges[start:start + EXCHANGES_PER_REQUEST]
+            try:
+                for index, fact in extract(self.client, batch, EXTRACT_TOKENS):  # type: ignore[arg-type]
+                    found.setdefault(start + index, []).append(fact)
+            except LLMError:
+                use_model = False
+            else:
+                found.update({start + i: found.get(start + i, []) for i in range(len(batch))})
+        for index, exchange in enumerate(exchanges):
+            state = withdraw_denied(state, exchange.user, "")
+            by_rules = index not in found
+            state = merge(state, extract_facts(exchange.user) if by_rules else found[index], "", MAX_SUMMARY_FACTS,
+                          "rules" if by_rules else "extracted")
         return state, use_model
 
     def _narrative_budget(self, state: Mapping[str, Any]) -> int:
@@ -231,11 +273,11 @@ class Summarizer:
 
     # -- the narrative ------------------------------------------------------------------------------
     def _narrate(self, messages: Sequence[Any]) -> tuple[str, Sequence[Any]]:
-        """One or two sentences about the newest user turns that fit the context, and those turns."""
+        """A few sentences about the newest turns (both sides) that fit the context, and those turns."""
         client = self.client
         assert client is not None
-        lines = [(i, "User: " + " ".join(text.split())) for i, (role, text) in enumerate(map(role_content, messages))
-                 if role == "user" and text.strip() and not is_small_talk(text)]
+        lines = [(i, f"{role}: " + " ".join(text.split())) for i, (role, text) in enumerate(map(role_content, messages))
+                 if role in ("user", "assistant") and text.strip() and not is_small_talk(text)]
         max_tokens = min(NARRATIVE_TOKENS, self.max_tokens)
         for _ in range(3):  # an overflow teaches the client the real context; then it is rebuilt smaller
             request, first = self._newest_that_fit(lines, max_tokens)
@@ -270,4 +312,7 @@ class Summarizer:
 
 
 def _narrative_request(lines: list[str]) -> list[dict[str, str]]:
-    return [{"role": "system", "content": NARRATIVE_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+    """The instruction, then the turns as the reference sends them ("New conversation:" and
+    ``role: content`` lines)."""
+    return [{"role": "system", "content": NARRATIVE_PROMPT},
+            {"role": "user", "content": "New conversation:\n" + "\n".join(lines) + "\n"}]

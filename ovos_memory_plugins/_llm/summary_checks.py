@@ -7,8 +7,8 @@ the turns it folds with nothing useful; the memory keeps its old state instead a
 later. The checks are cheap and need no model:
 
 * :func:`check_piece`: a newly written part of a summary is not empty, not a greeting or an
-  assistant's reply, not a transcript, and names at least one of the named things the user said
-  in the turns it summarises (when they name two or more);
+  assistant's reply, not a transcript, and names at least one of the named things said (by
+  either side) in the turns it summarises (when they name two or more);
 * :func:`check_summary`: the new summary is not empty, keeps most of the names (people, places)
   of the old summary and of what the user said in the folded turns (at most ten of the latter
   are required: a bounded summary of a long backlog cannot name everything), counting a value
@@ -25,10 +25,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .fact_rules import wordset
+from .fact_kinds import wordset
 from .summary import role_content
 
-__all__ = ["check_piece", "check_summary", "named_entities", "trim_to_sentence", "user_statements"]
+__all__ = ["check_piece", "check_summary", "named_entities", "spoken_lines", "trim_to_sentence", "user_statements"]
 
 
 # Capitalised words that open sentences without naming anything.
@@ -36,8 +36,12 @@ _OPENERS = wordset("""
 I I'm I've I'd I'll The A An She He They It This That These Those We You Your My Our Her His Their User Users
 Assistant Hi Hello Hey Thanks Thank Yes No Okay Ok Oh And But So Then Now Also Today Tomorrow Good Great Nice Sure
 Well Facts Conversation Summary Honestly Funny Cool Pretty Big Is Can What How Where When Why Who Please Let There
-Here Haha After Before During While If In On At For With From To Of As By
+Here Haha After Before During While If In On At For With From To Of As By Any Some Every All One Maybe Just
+Actually Really Perfect Awesome Right Got Love Like Not Do Does Did Could Would Should Will Are Was Were Have Has Had
+Tell Give Show Remind Suggest Recommend Sounds Yeah Yep Nope Also Sorry Wow Sure Okay
 """)
+#: "I" and its contractions are capitalised anywhere in a sentence.
+_I_WORDS = frozenset(("I", "I'm", "I've", "I'd", "I'll", "I\u2019m", "I\u2019ve", "I\u2019d", "I\u2019ll"))
 _TOKEN = re.compile(r"[^\W_][\w'\u2019-]*|[.!?:\n]", re.UNICODE)
 _GREETING = re.compile(
     r"^\W*(hi|hello|hey|good (morning|evening|night)|ol[áa]|greetings|dear)\b|how (can|may) i (help|assist)|"
@@ -66,7 +70,7 @@ def named_entities(text: str) -> set[str]:
             continue
         if token[0].isdigit():
             found.add(token.casefold())
-        elif token[0].isupper() and token not in ("I", "I'm") and not (start and token in _OPENERS):
+        elif token[0].isupper() and token not in _I_WORDS and not (start and token in _OPENERS):
             word = token.casefold()
             found.add(word[:-2] if word.endswith(("'s", "\u2019s")) else word)
         start = False
@@ -75,9 +79,17 @@ def named_entities(text: str) -> set[str]:
 
 def user_statements(messages: Iterable[Any]) -> list[str]:
     """What the user said in ``messages`` that states something (questions and small talk excluded)."""
-    from .fact_extraction import worth_asking
+    from .fact_extraction import Exchange, worth_reading
 
-    return [text for role, text in map(role_content, messages) if role == "user" and worth_asking(text)]
+    return [text for role, text in map(role_content, messages) if role == "user" and worth_reading(Exchange(text))]
+
+
+def spoken_lines(messages: Iterable[Any]) -> list[str]:
+    """What both sides said in ``messages`` that is more than small talk."""
+    from .fact_extraction import is_small_talk
+
+    return [text for role, text in map(role_content, messages)
+            if role in ("user", "assistant") and text.strip() and not is_small_talk(text)]
 
 
 def check_piece(piece: str, messages: Sequence[Any]) -> str | None:
@@ -89,8 +101,11 @@ def check_piece(piece: str, messages: Sequence[Any]) -> str | None:
         return "reads like a greeting or an assistant reply"
     if _TRANSCRIPT.search(text):
         return "copies the prompt or the transcript"
-    said = set().union(*(named_entities(s) for s in user_statements(messages))) if messages else set()
-    if len(said) >= 2 and not said & named_entities(text):
+    said = _names(set().union(*(named_entities(s) for s in user_statements(messages)))) if messages else set()
+    # The user's names make a piece that names nothing suspect; a name either side said answers it
+    # (the assistant's recommendation is as much the conversation as the user's words).
+    spoken = _names(set().union(*(named_entities(s) for s in spoken_lines(messages)))) if messages else set()
+    if len(said) >= 2 and not (said | spoken) & named_entities(text):
         return f"names none of the {len(said)} names the user said"
     return None
 

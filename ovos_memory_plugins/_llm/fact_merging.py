@@ -26,8 +26,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .fact_kinds import ATTRIBUTES, is_single_valued, statement, subject_of
-from .fact_rules import STOP_WORDS, Fact, make_fact, model_fact, normalise
+from .fact_kinds import ATTRIBUTES, STOP_WORDS, is_single_valued, statement, subject_of
+from .fact_rules import Fact, make_fact, model_fact, normalise
 
 __all__ = ["add_history", "fact_of", "MAX_HISTORY", "merge", "withdraw_denied", "without_fact"]
 
