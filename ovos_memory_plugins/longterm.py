@@ -181,6 +181,7 @@ class LongTermMemory(LLMMemory):
         rejections = int(record.get("summary_rejections") or 0)
         state = record.get("summary_state") if isinstance(record.get("summary_state"), dict) else None
         fold = self._summarizer.fold(previous, state, chunk, narrate=rejections < MAX_REJECTIONS)
+        chunk = chunk[:fold.folded]  # what the fold read; the rest waits for the next step
         base_count = int(record.get("exchange_count") or 0)
         partial = len(chunk) < len(foldable)
         self._report(session_id, fold)

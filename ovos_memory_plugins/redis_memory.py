@@ -448,6 +448,7 @@ class RedisMemory(ContextMemory):
         fold = self._fold(session_id, summary, [to_dict(i.message) for i in head])
         if fold.rejected:
             return RoundOutcome.DONE  # the old summary stays; the next append over the threshold tries again
+        head = head[:fold.folded]  # what the fold read; the rest waits for the next round
         status, tokens, rounds = self._store.commit(session_id, lease, summary, fold.summary, head)
         if status is CommitStatus.LEASE_LOST:
             LOG.warning(f"{self.plugin_name}: lost the compaction lease of {session_id!r}; summary not written")
@@ -455,7 +456,7 @@ class RedisMemory(ContextMemory):
         if status is not CommitStatus.COMMITTED:
             LOG.debug(f"{self.plugin_name}: {session_id!r} changed during compaction ({status.name}); reading again")
             return RoundOutcome.CONFLICT
-        LOG.debug(f"{self.plugin_name}: folded {cut} message(s) of {session_id!r} into its summary")
+        LOG.debug(f"{self.plugin_name}: folded {len(head)} message(s) of {session_id!r} into its summary")
         return RoundOutcome.MORE if self._policy.due(tokens, rounds) else RoundOutcome.DONE
 
     def _fold(self, session_id: str, previous: str, messages: list[dict[str, Any]]) -> Fold:

@@ -374,6 +374,25 @@ def test_a_long_backlog_is_folded_in_prompts_that_fit_a_small_context(make):
         assert memory.export("s")["summary_source"] == "llm"
 
 
+def test_a_backlog_longer_than_one_request_has_every_exchange_read_by_the_model(make):
+    # A fold covers the oldest exchanges one narrative request holds; the rest wait for the next
+    # step. Folding the newest that fit, and the older ones by the rules alone, lost both sides
+    # of the older turns from the narrative.
+    with FakeLLMServer(reply=memory_model(), context=1024) as llm:
+        memory = make(api_url=llm.url, summarize_every=1000, recent_window=0, max_prompt_tokens=1024)
+        recent = []
+        for i in range(70):
+            recent += [{"role": "user", "content": f"I visited Town{i} with Friend{i} last spring."},
+                       {"role": "assistant", "content": f"I recommend the museum of Town{i}."}]
+        memory.import_session({"summary": "", "exchange_count": 1000, "recent": recent}, "s")
+        assert memory.flush(patience(60))
+        assert memory.export("s")["recent"] == []
+        told = "\n".join(str(r.messages[-1]["content"]) for r in narratives(llm))
+        assert all(f"user: I visited Town{i} " in told and f"assistant: I recommend the museum of Town{i}." in told
+                   for i in range(70))
+        assert len(narratives(llm)) >= 3  # 70 exchanges: more than one fold's worth
+
+
 def test_a_server_that_only_says_its_context_in_an_error_is_then_fitted(make):
     with FakeLLMServer(reply=memory_model(), context=700) as llm:
         memory = make(api_url=llm.url, summarize_every=1000, recent_window=0, max_prompt_tokens=None)

@@ -16,10 +16,12 @@ whole summary here. The summary has two parts::
   (:mod:`~ovos_memory_plugins._llm.fact_extraction`), merged with supersession
   (:mod:`~ovos_memory_plugins._llm.fact_merging`): old facts stay until the user changes them, and
   the old value of a change moves to the history. Without a model, the offline rules.
-* **The narrative**: one request writes a few sentences about the newest folded turns of both
-  sides that fit the endpoint's context (``user: ...`` / ``assistant: ...`` lines, small talk
-  left out), saying who said what; the assistant's recommendations and promises it leaves out
-  are added ("The assistant said: I recommend ..."). Code appends the piece to the old
+* **The narrative**: one request writes a few sentences about both sides of the folded turns
+  (``user: ...`` / ``assistant: ...`` lines, small talk left out), saying who said what. A fold
+  with the model covers the oldest exchanges that request holds (at most
+  :data:`MAX_MODEL_EXCHANGES`, all of them read by the model); the caller folds a longer backlog
+  in several steps, so no turn leaves the record unread. The assistant's recommendations and
+  promises the sentences leave out are added ("The assistant said: I recommend ..."). Code appends the piece to the old
   narrative, drops repeated sentences and sentences that state a value the user has since
   changed, and drops the oldest sentences past the budget. Without a model, the most
   informative statements (:func:`~ovos_memory_plugins._llm.summary.extractive_summary`).
@@ -64,7 +66,7 @@ EXTRACT_TOKENS = 192
 #: are cached), and a 0.5B model read a batch worse (6 exchanges gave no fact; 3 lost a move and a
 #: new workplace on the 30-exchange script).
 EXCHANGES_PER_REQUEST = 1
-#: Exchanges per fold read by the model; older ones in a larger fold (a backlog) by the rules.
+#: Exchanges one fold reads with the model (a backlog is folded in several steps).
 MAX_MODEL_EXCHANGES = 24
 
 NARRATIVE_PROMPT = (
@@ -89,12 +91,15 @@ class Fold:
         state: its structured form (facts, their history, the narrative), for stores that keep it.
         source: "llm" (the model wrote the narrative), or "extractive" (no model answered).
         rejected: why the model's summary was not used (the caller keeps its old state), or None.
+        folded: how many of the leading messages given this fold covers (None: all of them); the
+            caller keeps the others for a next fold.
     """
 
     summary: str
     state: dict[str, Any]
     source: str
     rejected: str | None = None
+    folded: int | None = None
 
 
 def parse_summary(text: str) -> dict[str, Any]:
@@ -207,44 +212,50 @@ class Summarizer:
 
     def fold(self, previous: str, state: Mapping[str, Any] | None, messages: Sequence[Any],
              narrate: bool = True) -> Fold:
-        """Fold ``messages`` into the summary ``previous`` (with its ``state`` when it was kept).
+        """Fold the oldest of ``messages`` into the summary ``previous`` (with its ``state`` when it was kept).
 
-        ``narrate=False`` writes the narrative without the model (after its summaries were
-        rejected too often); the facts still come from the model when it answers.
+        With a model, the fold covers the oldest exchanges that one narrative request holds (at
+        most :data:`MAX_MODEL_EXCHANGES`): :attr:`Fold.folded` says how many messages, and the
+        caller folds the rest in a next step, so no turn is summarised unread. Without one, all of
+        ``messages``. ``narrate=False`` writes the narrative without the model (after its
+        summaries were rejected too often); the facts still come from the model when it answers.
         """
         base = dict(state) if state and render_summary(state, self.max_tokens) == (previous or "").strip() \
             else parse_summary(previous)
         use_model = self.client is not None and self.client.available
-        updated, use_model = self._facts(base, messages, use_model)
-        piece = ""
-        batch: Sequence[Any] = ()
-        use_model = use_model and narrate
+        part, piece, narrated = list(messages), "", False
         if use_model:
             try:
-                piece, batch = self._narrate(messages)
+                part, piece = self._narrated_prefix(messages, narrate)
+                narrated = narrate
             except LLMError:
                 use_model = False  # the client logged it once
-        if not use_model:
+                part = list(messages)
+        updated, use_model = self._facts(base, part, use_model)
+        if not (use_model and narrated):
             budget = self._narrative_budget(updated)
-            narrative = extractive_summary(str(base.get("narrative") or ""), messages, budget)
+            narrative = extractive_summary(str(base.get("narrative") or ""), part, budget)
             updated["narrative"] = roll_narrative(narrative, "", updated, budget)
-            return Fold(render_summary(updated, self.max_tokens), updated, "extractive")
-        why = check_piece(piece, batch) if batch else None  # no batch: no user turn to narrate
+            return Fold(render_summary(updated, self.max_tokens), updated, "extractive", folded=len(part))
+        why = check_piece(piece, part) if _spoken(part) else None  # only small talk: nothing to narrate
         if why is None:
-            piece = " ".join([piece, *commitments_missing(batch, piece)])
-            updated["narrative"] = roll_narrative(str(base.get("narrative") or ""), piece, updated,
-                                                  self._narrative_budget(updated))
-            summary = render_summary(updated, self.max_tokens)
+            piece = " ".join([piece, *commitments_missing(part, piece)])
+            old = str(base.get("narrative") or "")
+            # The checks judge what the model changed, not what the bound drops (the oldest
+            # sentences, then the oldest facts, by design): the summary as it would be unbounded.
+            unbounded = render_summary({**updated, "narrative": roll_narrative(old, piece, updated, 1 << 30)}, 1 << 30)
+            updated["narrative"] = roll_narrative(old, piece, updated, self._narrative_budget(updated))
             changed = [str(h.get("said") or h.get("text") or "") for h in updated.get("history") or []]
-            why = check_summary(summary, previous, messages, changed)
+            why = check_summary(unbounded, previous, part, changed)
+            summary = render_summary(updated, self.max_tokens)
             if why is None:
-                return Fold(summary, updated, "llm")
-        return Fold(previous, dict(base), "llm", f"{why} (narrative: {piece[:80]!r})")
+                return Fold(summary, updated, "llm", folded=len(part))
+        return Fold(previous, dict(base), "llm", f"{why} (narrative: {piece[:80]!r})", folded=len(part))
 
     # -- the facts --------------------------------------------------------------------------------
     def _facts(self, state: dict[str, Any], messages: Sequence[Any], use_model: bool) -> tuple[dict[str, Any], bool]:
-        """The facts of the folded exchanges merged into ``state``, in the order they were said: the
-        newest exchanges by the model (a few per request), the rest, and all without a model, by the rules."""
+        """The facts of the folded exchanges merged into ``state``, in the order they were said: by
+        the model (the newest :data:`MAX_MODEL_EXCHANGES`, one per request), else by the rules."""
         exchanges = exchanges_of(messages)
         by_model = len(exchanges) - MAX_MODEL_EXCHANGES
         found: dict[int, list[Fact]] = {}
@@ -272,43 +283,53 @@ class Summarizer:
         return max(48, self.max_tokens - estimate_tokens(facts))
 
     # -- the narrative ------------------------------------------------------------------------------
-    def _narrate(self, messages: Sequence[Any]) -> tuple[str, Sequence[Any]]:
-        """A few sentences about the newest turns (both sides) that fit the context, and those turns."""
+    def _narrated_prefix(self, messages: Sequence[Any], narrate: bool) -> tuple[list[Any], str]:
+        """The oldest exchanges of ``messages`` one fold reads with the model, and (``narrate``)
+        the model's few sentences about both sides of them ("" when only small talk was said)."""
         client = self.client
         assert client is not None
-        lines = [(i, f"{role}: " + " ".join(text.split())) for i, (role, text) in enumerate(map(role_content, messages))
-                 if role in ("user", "assistant") and text.strip() and not is_small_talk(text)]
         max_tokens = min(NARRATIVE_TOKENS, self.max_tokens)
         for _ in range(3):  # an overflow teaches the client the real context; then it is rebuilt smaller
-            request, first = self._newest_that_fit(lines, max_tokens)
-            if not request:
-                return "", ()
+            spans = _exchange_spans(messages)[:MAX_MODEL_EXCHANGES]
+            end = spans[-1][1] if spans else len(messages)
+            if not narrate:
+                return list(messages[:end]), ""
+            lines: list[str] = []
+            for index, (first, stop) in enumerate(spans):
+                more = _spoken(messages[first:stop])
+                if index and not client.fits(_narrative_request([*lines, *more]), max_tokens):
+                    end = first
+                    break
+                lines += more
+            part = list(messages[:end])
+            if not lines:
+                return part, ""
+            request = _narrative_request(lines)
+            if not client.fits(request, max_tokens):  # one exchange too long for the context: its start
+                room = int(client.context_limit() / 1.1) - client.estimate_prompt(_narrative_request([])) - max_tokens
+                request = _narrative_request([truncate_to_tokens("\n".join(lines), max(16, room))])
             try:
-                reply = client.chat(request, max_tokens=max_tokens)
+                return part, trim_to_sentence(client.chat(request, max_tokens=max_tokens).text)
             except LLMContextOverflow as exc:
                 if not exc.limit:
                     raise
-                continue
-            return trim_to_sentence(reply.text), messages[first:]
         raise LLMError("the narrative request did not fit the model's context")
 
-    def _newest_that_fit(self, lines: list[tuple[int, str]], max_tokens: int) -> tuple[list[dict[str, str]], int]:
-        client = self.client
-        assert client is not None
-        chosen: list[str] = []
-        first = 0  # the index of the first message narrated
-        for index, line in reversed(lines):
-            request = _narrative_request([line, *chosen])
-            if not client.fits(request, max_tokens):
-                if not chosen:  # one statement too long for the context on its own: its start
-                    room = int(client.context_limit() / 1.1) - client.estimate_prompt(_narrative_request([])) \
-                        - max_tokens
-                    chosen = [truncate_to_tokens(line, max(16, room))]
-                    first = index
-                break
-            chosen.insert(0, line)
-            first = index
-        return (_narrative_request(chosen), first) if chosen else ([], 0)
+
+def _exchange_spans(messages: Sequence[Any]) -> list[tuple[int, int]]:
+    """(first, stop) message indices of each exchange: a user message and what follows it up to
+    the next one (messages before the first user message belong to the first span)."""
+    starts = [i for i, (role, text) in enumerate(map(role_content, messages)) if role == "user" and text.strip()]
+    if not starts:
+        return [(0, len(messages))] if messages else []
+    starts[0] = 0
+    return list(zip(starts, [*starts[1:], len(messages)]))
+
+
+def _spoken(messages: Sequence[Any]) -> list[str]:
+    """The narrative request's lines of ``messages``: both sides, small talk left out."""
+    return [f"{role}: " + " ".join(text.split()) for role, text in map(role_content, messages)
+            if role in ("user", "assistant") and text.strip() and not is_small_talk(text)]
 
 
 def _narrative_request(lines: list[str]) -> list[dict[str, str]]:
