@@ -172,8 +172,10 @@ class FoldLog:
             started = time.monotonic()
             result = real(previous, state, messages, narrate)
             changed = [str(h.get("said") or h.get("text") or "") for h in result.state.get("history") or []]
-            failed = None if result.rejected else check_summary(result.summary, previous, messages, changed)
-            self.rows.append({"memory": name, "messages": len(messages), "source": result.source,
+            read = messages[:result.folded]  # a backlog is folded in several steps
+            failed = None if result.rejected else check_summary(result.summary, previous, read,
+                                                                [*changed, *result.dropped])
+            self.rows.append({"memory": name, "messages": len(read), "source": result.source,
                               "rejected": result.rejected, "failed_recheck": failed,
                               "seconds": round(time.monotonic() - started, 1)})
             return result

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
-from ._core.loading import load_memory_class
+from ._core.loading import allows_value, load_memory_class, reads_key
 from ._core.log import LogOnce
 from ._index.current import put_contradicted_last
 from ._llm.endpoint import PERSONA_ENDPOINT_KEY
@@ -239,18 +239,18 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             return None
         config = dict(config)
         config.setdefault("system_prompt", "")  # the composite's prompt is the one sent, once
-        if _accepts(cls, "scope") and _allows(cls, "scope", self.settings.scope):
+        if reads_key(cls, "scope") and allows_value(cls, "scope", self.settings.scope):
             config.setdefault("scope", self.settings.scope)
         if self.settings.scope == "person":  # one mapping of sessions to people for every member
             for key in ("people", "household"):
-                if key in self.config and _accepts(cls, key, third_party=False):
+                if key in self.config and reads_key(cls, key, third_party=False):
                     config.setdefault(key, self.config[key])
-        if self.settings.db_url is not None and _accepts(cls, "db_url", third_party=False):
+        if self.settings.db_url is not None and reads_key(cls, "db_url", third_party=False):
             config.setdefault("db_url", self.settings.db_url)  # one PostgreSQL database for every member
         for key in ENDPOINT_KEYS:  # given at the top level: one endpoint for every member that calls one
-            if key in self.config and _accepts(cls, key, third_party=False):
+            if key in self.config and reads_key(cls, key, third_party=False):
                 config.setdefault(key, self.config[key])
-        if PERSONA_ENDPOINT_KEY in self.config and _accepts(cls, "api_url", third_party=False):
+        if PERSONA_ENDPOINT_KEY in self.config and reads_key(cls, "api_url", third_party=False):
             config.setdefault(PERSONA_ENDPOINT_KEY, self.config[PERSONA_ENDPOINT_KEY])  # the persona's chat endpoint
         try:
             return cls(config=config)
@@ -637,24 +637,6 @@ def _parse_member(spec: Any) -> tuple[str, float, dict[str, Any]]:
     if isinstance(spec, str):
         return spec, 1.0, {}
     return str(spec["module"]), float(spec.get("weight", 1.0)), dict(spec.get("config") or {})
-
-
-def _accepts(cls: type, key: str, third_party: bool = True) -> bool:
-    """Whether ``cls`` reads ``key``; for a plugin that does not declare its keys, ``third_party``."""
-    config_cls = getattr(cls, "Config", None)
-    if config_cls is None or not dataclasses.is_dataclass(config_cls):
-        return third_party  # the reference pushes scope to every member
-    return any(f.name == key or f.metadata.get("key") == key for f in dataclasses.fields(config_cls))
-
-
-def _allows(cls: type, key: str, value: Any) -> bool:
-    """Whether ``cls`` accepts ``value`` for ``key`` (a window takes no 'global' scope: it keeps
-    its own per session then, as it always did)."""
-    config_cls = getattr(cls, "Config", None)
-    if config_cls is None or not dataclasses.is_dataclass(config_cls):
-        return True
-    choices = [f.metadata.get("choices") for f in dataclasses.fields(config_cls) if f.name == key]
-    return not choices or choices[0] is None or value in choices[0]
 
 
 #: Operations where a failing member is logged and skipped whatever it raises: those of a turn

@@ -393,6 +393,21 @@ def test_a_backlog_longer_than_one_request_has_every_exchange_read_by_the_model(
         assert len(narratives(llm)) >= 3  # 70 exchanges: more than one fold's worth
 
 
+def test_a_full_summary_keeps_rolling_with_the_model(make, llm):
+    # The bound drops the oldest sentences by design; the checks count that as no loss, or a
+    # full summary would be rejected at every fold and the model never used again.
+    llm.reply = memory_model()
+    memory = make(api_url=llm.url, summarize_every=1, recent_window=0, max_summary_tokens=40)
+    places = ["Lisbon with Ana and Rui", "Porto with Marta and Jorge", "Braga with Ines and Tiago",
+              "Faro with Clara and Nuno"]
+    for i, place in enumerate(places):
+        exchange(memory, i, user=f"Last year I visited {place}.")
+        assert memory.flush(patience(10))
+    data = memory.export("s")
+    assert "Faro" in data["summary"] and "Lisbon" not in data["summary"]
+    assert data["summary_source"] == "llm" and memory.degraded() == {}
+
+
 def test_a_server_that_only_says_its_context_in_an_error_is_then_fitted(make):
     with FakeLLMServer(reply=memory_model(), context=700) as llm:
         memory = make(api_url=llm.url, summarize_every=1000, recent_window=0, max_prompt_tokens=None)

@@ -79,12 +79,13 @@ def _silent_endpoints(module: str, block: Mapping[str, Any], chat_endpoint: Mapp
 def _llm_members(module: str, block: Mapping[str, Any], inherited: Mapping[str, Any],
                  where: str = "") -> list[tuple[str, dict[str, Any]]]:
     """``(name, config)`` of every member that calls a model, with the endpoint keys a composite passes down."""
-    from ..composite import ENDPOINT_KEYS, _accepts
+    from .._core.loading import reads_key
+    from ..composite import ENDPOINT_KEYS
 
     cls = memory_class(module)
     if cls is None:
         return []
-    config = {**{k: v for k, v in inherited.items() if _accepts(cls, k, third_party=False)}, **block}
+    config = {**{k: v for k, v in inherited.items() if reads_key(cls, k, third_party=False)}, **block}
     if module == "ovos-memory-plugin-composite":
         passed = {k: config[k] for k in ENDPOINT_KEYS if k in config}
         out = []
@@ -93,7 +94,7 @@ def _llm_members(module: str, block: Mapping[str, Any], inherited: Mapping[str, 
                                                                       dict(spec.get("config") or {}))
             out += _llm_members(name, member, passed, f"{where}members[{i}] ")
         return out
-    return [(f"{where}'{module}'", config)] if _accepts(cls, "api_url", third_party=False) else []
+    return [(f"{where}'{module}'", config)] if reads_key(cls, "api_url", third_party=False) else []
 
 
 def _answers(api_url: str) -> bool:

@@ -203,11 +203,11 @@ class MemorySlot:
     def _config_for(self, cls: type) -> dict[str, Any]:
         """The block, with the persona's chat endpoint for a memory of ours that calls a model (it
         uses it when the block names no ``api_url``)."""
+        from .._core.loading import reads_key
         from .._llm.endpoint import PERSONA_ENDPOINT_KEY
-        from ..composite import _accepts
 
         config = dict(self.config)
-        if self.endpoint and _accepts(cls, "api_url", third_party=False):
+        if self.endpoint and reads_key(cls, "api_url", third_party=False):
             config[PERSONA_ENDPOINT_KEY] = dict(self.endpoint)
         return config
 

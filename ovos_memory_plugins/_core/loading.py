@@ -10,6 +10,7 @@ patched in a test.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import threading
@@ -21,9 +22,11 @@ __all__ = [
     "EMBEDDINGS_DB_GROUP",
     "MEMORY_GROUP",
     "TEXT_EMBEDDINGS_GROUP",
+    "allows_value",
     "find_plugin_class",
     "installed_plugins",
     "load_memory_class",
+    "reads_key",
 ]
 
 MEMORY_GROUP = "opm.agents.memory"
@@ -100,3 +103,21 @@ def _from_opm(name: str, group: str) -> type | None:
     except Exception as exc:  # noqa: BLE001 - a broken plugin or an old OPM: nothing found
         LOG.error(f"plugin {name!r} ({group}) could not be loaded: {exc}")
         return None
+
+
+def reads_key(cls: type, key: str, third_party: bool = True) -> bool:
+    """Whether ``cls`` reads ``key``; for a plugin that does not declare its keys, ``third_party``."""
+    config_cls = getattr(cls, "Config", None)
+    if config_cls is None or not dataclasses.is_dataclass(config_cls):
+        return third_party  # the reference pushes scope to every member
+    return any(f.name == key or f.metadata.get("key") == key for f in dataclasses.fields(config_cls))
+
+
+def allows_value(cls: type, key: str, value: Any) -> bool:
+    """Whether ``cls`` accepts ``value`` for ``key`` (a window takes no 'global' scope: it keeps
+    its own per session then, as it always did)."""
+    config_cls = getattr(cls, "Config", None)
+    if config_cls is None or not dataclasses.is_dataclass(config_cls):
+        return True
+    choices = [f.metadata.get("choices") for f in dataclasses.fields(config_cls) if f.name == key]
+    return not choices or choices[0] is None or value in choices[0]

@@ -93,6 +93,8 @@ class Fold:
         rejected: why the model's summary was not used (the caller keeps its old state), or None.
         folded: how many of the leading messages given this fold covers (None: all of them); the
             caller keeps the others for a next fold.
+        dropped: what the summary's bound left out (its oldest sentences and facts), which the
+            checks do not count as lost.
     """
 
     summary: str
@@ -100,6 +102,7 @@ class Fold:
     source: str
     rejected: str | None = None
     folded: int | None = None
+    dropped: tuple[str, ...] = ()
 
 
 def parse_summary(text: str) -> dict[str, Any]:
@@ -241,15 +244,16 @@ class Summarizer:
         if why is None:
             piece = " ".join([piece, *commitments_missing(part, piece)])
             old = str(base.get("narrative") or "")
-            # The checks judge what the model changed, not what the bound drops (the oldest
-            # sentences, then the oldest facts, by design): the summary as it would be unbounded.
             unbounded = render_summary({**updated, "narrative": roll_narrative(old, piece, updated, 1 << 30)}, 1 << 30)
             updated["narrative"] = roll_narrative(old, piece, updated, self._narrative_budget(updated))
-            changed = [str(h.get("said") or h.get("text") or "") for h in updated.get("history") or []]
-            why = check_summary(unbounded, previous, part, changed)
             summary = render_summary(updated, self.max_tokens)
+            # The checks judge what the model changed, not what the bound drops by design (the
+            # oldest sentences, then the oldest facts): a full summary would otherwise never roll.
+            dropped = tuple(s for s in _SENTENCES.split(unbounded) if s.strip() and s not in summary)
+            changed = [str(h.get("said") or h.get("text") or "") for h in updated.get("history") or []]
+            why = check_summary(summary, previous, part, [*changed, *dropped])
             if why is None:
-                return Fold(summary, updated, "llm", folded=len(part))
+                return Fold(summary, updated, "llm", folded=len(part), dropped=dropped)
         return Fold(previous, dict(base), "llm", f"{why} (narrative: {piece[:80]!r})", folded=len(part))
 
     # -- the facts --------------------------------------------------------------------------------
