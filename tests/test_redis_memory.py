@@ -322,7 +322,8 @@ def test_a_live_llm_adds_its_summary_of_the_old_exchanges_to_the_previous_one(ma
         # name stored in the rules' words.
         assert summary_of(memory, "s") == ("Facts about the user:\n- User's name is Ana\n"
                                           "Conversation so far: Earlier: the user likes tea. LLM: the user is Ana.")
-        assert _FakeLLM.prompts[-1] == "New conversation:\nuser: My name is Ana.\nassistant: Hello Ana.\n", \
+        narratives = [p for p in _FakeLLM.prompts if p.startswith("New conversation:")]
+        assert narratives == ["New conversation:\nuser: My name is Ana.\nassistant: Hello Ana.\n"], \
             "both sides of the folded turns (the thanks are small talk)"
     finally:
         server.shutdown()
