@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole  # noqa: E402
 
 from ovos_memory_plugins._llm.client import ChatClient  # noqa: E402
-from ovos_memory_plugins._llm.summary import llm_summary  # noqa: E402
+from ovos_memory_plugins._llm.summaries.text import llm_summary  # noqa: E402
 from ovos_memory_plugins.entity import EntityMemory  # noqa: E402
 from ovos_memory_plugins.longterm import LongTermMemory  # noqa: E402
 from ovos_memory_plugins.recency import RecencyMemory  # noqa: E402

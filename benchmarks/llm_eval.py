@@ -67,9 +67,9 @@ import _report  # noqa: E402  (sibling module: the page's sections)
 
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole  # noqa: E402
 from ovos_memory_plugins._core.tokens import estimate_tokens  # noqa: E402
-from ovos_memory_plugins._llm.fact_extraction import EXAMPLE_VALUES  # noqa: E402
-from ovos_memory_plugins._llm.summarizer import Summarizer  # noqa: E402
-from ovos_memory_plugins._llm.summary_checks import check_summary  # noqa: E402
+from ovos_memory_plugins._llm.facts.extraction import EXAMPLE_VALUES  # noqa: E402
+from ovos_memory_plugins._llm.summaries.checks import check_summary  # noqa: E402
+from ovos_memory_plugins._llm.summaries.fold import Summarizer  # noqa: E402
 from ovos_memory_plugins.entity import EntityMemory  # noqa: E402
 from ovos_memory_plugins.longterm import LongTermMemory  # noqa: E402
 from ovos_memory_plugins.redis_memory import RedisMemory  # noqa: E402

@@ -10,13 +10,13 @@ better where the reference is weak (docs/compatibility.md):
   nothing for small talk and bare questions, at most one request per exchange, and reads any
   reply shape (a JSON array of sentences, a list under any key, objects, lines); a fact is kept
   only if the user said it, of the person it names: "my sister Ana is allergic to peanuts" is
-  Ana's fact, never the user's (:mod:`~ovos_memory_plugins._llm.fact_extraction`);
+  Ana's fact, never the user's (:mod:`~ovos_memory_plugins._llm.facts.extraction`);
 * when no model answers (no endpoint, an error, the circuit breaker open), and for the oldest
   exchanges of a backlog over 200, facts come from the user's clear first-person statements
-  (:func:`~ovos_memory_plugins._llm.fact_rules.extract_facts`);
+  (:func:`~ovos_memory_plugins._llm.facts.rules.extract_facts`);
 * a change supersedes the fact it changes ("I moved from Lisbon to Porto", "I work at São João
   now", "I don't like jazz anymore"), with or without a model, and the old fact is kept as
-  history (exported, never injected) (:mod:`~ovos_memory_plugins._llm.fact_merging`);
+  history (exported, never injected) (:mod:`~ovos_memory_plugins._llm.facts.merging`);
 * a custom ``extraction_prompt`` is sent as it is and its JSON list of sentences kept as the
   reference did, less any that reads like an instruction (a reply without JSON: only the lines
   the user said); ``grounded_facts: true`` keeps only sentences whose key words the user said;
@@ -38,12 +38,12 @@ from ._core.compat import AgentMessage
 from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
 from ._llm.endpoint import EndpointConfig
-from ._llm.fact_choice import choose_facts
-from ._llm.fact_extraction import Exchange, extract, question_in
-from ._llm.fact_merging import add_history, fact_of, merge, withdraw_denied, without_fact
-from ._llm.fact_parsing import fact_strings
-from ._llm.fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
-from ._llm.fact_safety import is_grounded, looks_like_instruction
+from ._llm.facts.choice import choose_facts
+from ._llm.facts.extraction import Exchange, extract, question_in
+from ._llm.facts.merging import add_history, fact_of, merge, withdraw_denied, without_fact
+from ._llm.facts.parsing import fact_strings
+from ._llm.facts.rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
+from ._llm.facts.safety import is_grounded, looks_like_instruction
 from ._llm.memory import LLMMemory
 from ._memory.exports import session_export
 from .config import option
@@ -222,7 +222,7 @@ class EntityMemory(LLMMemory):
 
     def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
         """The facts block under ``facts_header``, without the system prompt (what a composite adds):
-        every fact, or with ``context_facts: relevant`` those chosen for ``utterance`` (fact_choice.py)."""
+        every fact, or with ``context_facts: relevant`` those chosen for ``utterance`` (_llm/facts/choice.py)."""
         facts = self.facts(session_id)
         if self.settings.context_facts == "relevant":
             facts = choose_facts(facts, utterance, self.settings.max_context_facts)

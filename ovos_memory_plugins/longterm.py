@@ -10,7 +10,7 @@ the reference is weak (docs/compatibility.md):
 * The summary keeps the facts and both sides: the model never rewrites it whole. Its facts come
   from an extraction of the folded exchanges (a few per request), merged so that a change
   supersedes the old value; a narrative of the newest turns of both sides follows, with the
-  assistant's recommendations and promises (:mod:`~ovos_memory_plugins._llm.summarizer`).
+  assistant's recommendations and promises (:mod:`~ovos_memory_plugins._llm.summaries.fold`).
   Every request fits the endpoint's context.
 * A model's summary that reads like a greeting, copies the transcript or loses most of the
   names it should keep is not committed: the old state stays and the fold is tried again at the
@@ -33,10 +33,10 @@ from typing import Any, ClassVar
 from ._core.compat import AgentMessage
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
-from ._llm.fact_merging import without_fact
+from ._llm.facts.merging import without_fact
 from ._llm.memory import LLMMemory
-from ._llm.summarizer import Fold, Summarizer, parse_summary, render_summary
-from ._llm.summary import summary_block
+from ._llm.summaries.fold import Fold, Summarizer, parse_summary, render_summary
+from ._llm.summaries.text import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
 from .config import option
 from .context import ContextConfig, ContextParts

@@ -9,7 +9,7 @@ OpenAI-compatible LLM or, offline, extractively, and folded into the summary.
 
 Where we differ from the reference (docs/backends/redis.md): real token estimates (not bytes/4);
 both TTLs refreshed on every append and read; a summary bounded to ``max_summary_tokens`` that
-keeps the facts (the model never rewrites it whole: :mod:`~ovos_memory_plugins._llm.summarizer`),
+keeps the facts (the model never rewrites it whole: :mod:`~ovos_memory_plugins._llm.summaries.fold`),
 every request within the model's context, and a model's summary that fails its checks (a
 greeting, a copied transcript, most names lost) not committed; compaction in a background thread
 that commits only if the list still starts with what it read; one compactor per session (a
@@ -38,8 +38,8 @@ from ._core.log import LOG, LogOnce
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
 from ._llm.endpoint import EndpointConfig, chat_client, with_endpoint
-from ._llm.summarizer import Fold, Summarizer
-from ._llm.summary import summary_block
+from ._llm.summaries.fold import Fold, Summarizer
+from ._llm.summaries.text import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
 from ._redis.compaction import CompactionPolicy, RoundOutcome
 from ._redis.lease import Lease

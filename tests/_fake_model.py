@@ -6,8 +6,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ovos_memory_plugins._llm.fact_extraction import SYSTEM_PROMPT as EXTRACTION_PROMPT
-from ovos_memory_plugins._llm.summarizer import NARRATIVE_PROMPT
+from ovos_memory_plugins._llm.facts.extraction import SYSTEM_PROMPT as EXTRACTION_PROMPT
+from ovos_memory_plugins._llm.summaries.fold import NARRATIVE_PROMPT
 
 Item = Sequence[Any]  # (attribute, value) or (attribute, value, negated)
 

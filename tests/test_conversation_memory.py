@@ -11,8 +11,8 @@ import json
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from ovos_memory_plugins._llm.fact_extraction import Exchange, clean_items, exchanges_of, question_in, worth_reading
-from ovos_memory_plugins._llm.fact_parsing import reply_items
+from ovos_memory_plugins._llm.facts.extraction import Exchange, clean_items, exchanges_of, question_in, worth_reading
+from ovos_memory_plugins._llm.facts.parsing import reply_items
 from ovos_memory_plugins.entity import EntityMemory
 from ovos_memory_plugins.longterm import LongTermMemory
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ovos_memory_plugins._llm.fact_parsing import MAX_SCAN_CHARS, fact_strings, find_json_arrays
-from ovos_memory_plugins._llm.fact_rules import extract_facts, make_fact
-from ovos_memory_plugins._llm.fact_safety import is_grounded, looks_like_instruction
+from ovos_memory_plugins._llm.facts.parsing import MAX_SCAN_CHARS, fact_strings, find_json_arrays
+from ovos_memory_plugins._llm.facts.rules import extract_facts, make_fact
+from ovos_memory_plugins._llm.facts.safety import is_grounded, looks_like_instruction
 
 
 # -- parsing a model's reply -------------------------------------------------------------------

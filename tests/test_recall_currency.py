@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ovos_memory_plugins._index.current import contradicts, facts_stated, put_contradicted_last
-from ovos_memory_plugins._llm.fact_choice import choose_facts, is_core_fact
+from ovos_memory_plugins._llm.facts.choice import choose_facts, is_core_fact
 from ovos_memory_plugins.common import MemoryHit
 from ovos_memory_plugins.render import ContextStyle, render_hits
 

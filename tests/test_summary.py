@@ -8,7 +8,7 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
 from ovos_memory_plugins._core.tokens import estimate_tokens
 from ovos_memory_plugins._llm.client import ChatClient
-from ovos_memory_plugins._llm.summary import extractive_summary, llm_summary, summary_prompt
+from ovos_memory_plugins._llm.summaries.text import extractive_summary, llm_summary, summary_prompt
 from ovos_memory_plugins.errors import LLMError
 from ovos_memory_plugins.testing.llm import FakeLLMServer
 

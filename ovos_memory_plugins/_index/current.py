@@ -19,8 +19,8 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 
-from .._llm.fact_kinds import SINGLE_VALUED, statement
-from .._llm.fact_rules import extract_facts
+from .._llm.facts.kinds import SINGLE_VALUED, statement
+from .._llm.facts.rules import extract_facts
 from ..common import MemoryHit
 
 __all__ = ["contradicts", "facts_stated", "put_contradicted_last"]

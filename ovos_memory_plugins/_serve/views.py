@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._cli.output import count_items
-from .._llm.summarizer import parse_summary
+from .._llm.summaries.fold import parse_summary
 from ..messages import role_of
 
 __all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "backlog", "export_person", "export_session", "forget_exchange",

@@ -25,8 +25,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .fact_kinds import wordset
-from .summary import role_content
+from ..facts.kinds import wordset
+from .text import role_content
 
 __all__ = ["check_piece", "check_summary", "named_entities", "spoken_lines", "trim_to_sentence", "user_statements"]
 
@@ -79,14 +79,14 @@ def named_entities(text: str) -> set[str]:
 
 def user_statements(messages: Iterable[Any]) -> list[str]:
     """What the user said in ``messages`` that states something (questions and small talk excluded)."""
-    from .fact_extraction import Exchange, worth_reading
+    from ..facts.extraction import Exchange, worth_reading
 
     return [text for role, text in map(role_content, messages) if role == "user" and worth_reading(Exchange(text))]
 
 
 def spoken_lines(messages: Iterable[Any]) -> list[str]:
     """What both sides said in ``messages`` that is more than small talk."""
-    from .fact_extraction import is_small_talk
+    from ..facts.extraction import is_small_talk
 
     return [text for role, text in map(role_content, messages)
             if role in ("user", "assistant") and text.strip() and not is_small_talk(text)]

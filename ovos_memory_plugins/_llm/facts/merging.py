@@ -8,12 +8,12 @@ package reads its ``facts``::
      "history": [{"text": "User lives in Lisbon", ..., "superseded_by": "User lives in Porto"}]}
 
 :func:`merge` adds facts: a repeat is ignored, a change supersedes what it changes (the rules
-are in :mod:`~ovos_memory_plugins._llm.fact_kinds`) and the old fact moves to ``history``.
+are in :mod:`~ovos_memory_plugins._llm.facts.kinds`) and the old fact moves to ``history``.
 :func:`withdraw_denied` reads an utterance, without any model, for a denial of a stored fact
 ("I don't like jazz anymore", "I left Santa Maria", "I'm not vegan any more") and turns that
 fact into its negation, the old one kept in the history.
 
-    >>> from .fact_rules import extract_facts
+    >>> from .rules import extract_facts
     >>> state = merge({}, extract_facts("I live in Lisbon"), "s", 0, "rules")
     >>> state = merge(state, extract_facts("I moved from Lisbon to Porto"), "s", 0, "rules")
     >>> state["facts"], [h["text"] for h in state["history"]]
@@ -26,8 +26,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .fact_kinds import ATTRIBUTES, STOP_WORDS, is_single_valued, statement, subject_of
-from .fact_rules import Fact, make_fact, model_fact, normalise
+from .kinds import ATTRIBUTES, STOP_WORDS, is_single_valued, statement, subject_of
+from .rules import Fact, make_fact, model_fact, normalise
 
 __all__ = ["add_history", "fact_of", "MAX_HISTORY", "merge", "withdraw_denied", "without_fact"]
 
@@ -163,7 +163,7 @@ def without_fact(state: Mapping[str, Any], text: str) -> tuple[dict[str, Any], i
     metadata (the user's words included), the history of superseded facts, and the
     ``superseded_by`` of an older fact that names it; and how many facts held it.
 
-    >>> from .fact_rules import extract_facts
+    >>> from .rules import extract_facts
     >>> state = merge({}, extract_facts("I live in Lisbon"), "s", 0, "rules")
     >>> state = merge(state, extract_facts("I moved from Lisbon to Porto"), "s", 0, "rules")
     >>> kept, removed = without_fact(state, "User lives in Porto")

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._index.stopwords import LANGUAGES, content_words, stopwords
-from .fact_kinds import read_statement, singular, statement
+from ..._index.stopwords import LANGUAGES, content_words, stopwords
+from .kinds import read_statement, singular, statement
 
 __all__ = ["CORE_ATTRIBUTES", "choose_facts", "is_core_fact"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import difflib
 
-from .._core.untrusted import looks_like_instruction
-from .fact_kinds import STOP_WORDS, plain, stem, wordset
-from .fact_rules import MAX_FACT_CHARS, WORD, normalise
+from ..._core.untrusted import looks_like_instruction
+from .kinds import STOP_WORDS, plain, stem, wordset
+from .rules import MAX_FACT_CHARS, WORD, normalise
 
 __all__ = ["is_grounded", "looks_like_instruction", "snap_value"]
 

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._core.tokens import estimate_tokens, truncate_to_tokens
-from .._core.untrusted import quote_untrusted
-from ..errors import LLMError
+from ..._core.tokens import estimate_tokens, truncate_to_tokens
+from ..._core.untrusted import quote_untrusted
+from ...errors import LLMError
 
 if TYPE_CHECKING:
-    from .client import ChatClient
+    from ..client import ChatClient
 
 __all__ = ["SUMMARY_HEADER", "extractive_summary", "llm_summary", "role_content", "summary_block", "summary_prompt"]
 

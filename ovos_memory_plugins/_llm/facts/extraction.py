@@ -15,9 +15,9 @@ list under any key, or one fact per line. Every item then passes the same checks
 
 * **not an instruction** ("ignore previous instructions", role tags) and not junk ("none", "hi");
 * **grounded in what the user said**: a structured value is snapped to the user's words
-  (:func:`~ovos_memory_plugins._llm.fact_safety.snap_value`), a sentence needs its names from
+  (:func:`~ovos_memory_plugins._llm.facts.safety.snap_value`), a sentence needs its names from
   the user's messages and most of its other words from them or from the question they answer
-  (:func:`~ovos_memory_plugins._llm.fact_safety.is_grounded`); so neither the assistant's
+  (:func:`~ovos_memory_plugins._llm.facts.safety.is_grounded`); so neither the assistant's
   recommendations nor the prompt's examples become facts about the user;
 * **about the right person**: what the user says of "my sister Ana" is Ana's ("User's sister
   Ana's health: allergic to peanuts"); a sentence that puts it on the user is dropped;
@@ -26,9 +26,9 @@ list under any key, or one fact per line. Every item then passes the same checks
   true fact. The city moved *from* is not the home city.
 
 Sentences are built by code from structured items
-(:func:`~ovos_memory_plugins._llm.fact_kinds.statement`); a model's own sentences are kept as
+(:func:`~ovos_memory_plugins._llm.facts.kinds.statement`); a model's own sentences are kept as
 it wrote them, and read back for what they are about
-(:func:`~ovos_memory_plugins._llm.fact_rules.make_fact`).
+(:func:`~ovos_memory_plugins._llm.facts.rules.make_fact`).
 """
 from __future__ import annotations
 
@@ -40,15 +40,15 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core.tokens import estimate_tokens, truncate_to_tokens
-from ..errors import LLMContextOverflow
-from .fact_kinds import ATTRIBUTES, about, is_single_valued, person_attribute, statement
-from .fact_parsing import reply_items
-from .fact_rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact, model_fact, normalise
-from .fact_safety import is_grounded, looks_like_instruction, snap_value
+from ..._core.tokens import estimate_tokens, truncate_to_tokens
+from ...errors import LLMContextOverflow
+from .kinds import ATTRIBUTES, about, is_single_valued, person_attribute, statement
+from .parsing import reply_items
+from .rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact, model_fact, normalise
+from .safety import is_grounded, looks_like_instruction, snap_value
 
 if TYPE_CHECKING:
-    from .client import ChatClient
+    from ..client import ChatClient
 
 __all__ = ["EXAMPLE_VALUES", "Exchange", "clean_items", "exchanges_of", "extract", "extraction_messages",
            "is_small_talk", "question_in", "worth_reading"]
@@ -163,7 +163,7 @@ def worth_reading(exchange: Exchange) -> bool:
 def exchanges_of(messages: Iterable[Any]) -> list[Exchange]:
     """The exchanges in a run of messages (dicts or AgentMessages): each user message with the
     reply after it and the question before it; a user message with no reply is one too."""
-    from .summary import role_content
+    from ..summaries.text import role_content
 
     out: list[Exchange] = []
     user = asked = ""

@@ -13,8 +13,8 @@ whole summary here. The summary has two parts::
 
 * **The facts** come from the fact extraction of the folded exchanges, one per request (the
   request entity sends for the same exchange: on a shared endpoint it is answered once)
-  (:mod:`~ovos_memory_plugins._llm.fact_extraction`), merged with supersession
-  (:mod:`~ovos_memory_plugins._llm.fact_merging`): old facts stay until the user changes them, and
+  (:mod:`~ovos_memory_plugins._llm.facts.extraction`), merged with supersession
+  (:mod:`~ovos_memory_plugins._llm.facts.merging`): old facts stay until the user changes them, and
   the old value of a change moves to the history. Without a model, the offline rules.
 * **The narrative**: one request writes a few sentences about both sides of the folded turns
   (``user: ...`` / ``assistant: ...`` lines, small talk left out), saying who said what. A fold
@@ -24,8 +24,8 @@ whole summary here. The summary has two parts::
   promises the sentences leave out are added ("The assistant said: I recommend ..."). Code appends the piece to the old
   narrative, drops repeated sentences and sentences that state a value the user has since
   changed, and drops the oldest sentences past the budget. Without a model, the most
-  informative statements (:func:`~ovos_memory_plugins._llm.summary.extractive_summary`).
-* **Checks** (:mod:`~ovos_memory_plugins._llm.summary_checks`): a narrative that reads like a
+  informative statements (:func:`~ovos_memory_plugins._llm.summaries.text.extractive_summary`).
+* **Checks** (:mod:`~ovos_memory_plugins._llm.summaries.checks`): a narrative that reads like a
   greeting, copies the transcript or names nothing said while the user named things, and a
   summary that loses most of the names it should keep, are not committed: :attr:`Fold.rejected` says why, and the caller
   keeps its old state and tries again later (with more turns, a different request).
@@ -40,16 +40,16 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core.tokens import estimate_tokens, truncate_to_tokens
-from ..errors import LLMContextOverflow, LLMError
-from .fact_extraction import exchanges_of, extract, is_small_talk
-from .fact_merging import fact_of, merge, withdraw_denied
-from .fact_rules import Fact, extract_facts, normalise
-from .summary import extractive_summary, role_content
-from .summary_checks import check_piece, check_summary, named_entities, trim_to_sentence
+from ..._core.tokens import estimate_tokens, truncate_to_tokens
+from ...errors import LLMContextOverflow, LLMError
+from ..facts.extraction import exchanges_of, extract, is_small_talk
+from ..facts.merging import fact_of, merge, withdraw_denied
+from ..facts.rules import Fact, extract_facts, normalise
+from .checks import check_piece, check_summary, named_entities, trim_to_sentence
+from .text import extractive_summary, role_content
 
 if TYPE_CHECKING:
-    from .client import ChatClient
+    from ..client import ChatClient
 
 __all__ = ["FACTS_HEADER", "NARRATIVE_HEADER", "Fold", "Summarizer", "parse_summary", "render_summary"]
 

@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .fact_kinds import STOP_WORDS, is_single_valued, read_statement, statement, wordset
+from .kinds import STOP_WORDS, is_single_valued, read_statement, statement, wordset
 
 __all__ = ["MAX_FACT_CHARS", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise"]
 
@@ -39,7 +39,7 @@ class Fact:
             that no rule understands get ``"text:<normalised text>"`` (dedup only, never superseded).
         value: the normalised value ("ana"), used to tell a repeat from a change.
         attribute: what the fact is about in the vocabulary shared with the model
-            (:mod:`~ovos_memory_plugins._llm.fact_kinds`): "home_city" for the rules' "lives_in".
+            (:mod:`~ovos_memory_plugins._llm.facts.kinds`): "home_city" for the rules' "lives_in".
         subject: the words the attribute's value is made of, normalised ("jazz" for "User loves jazz").
         negated: the user does not, or no longer, like, do or have it.
         said: the value as the sentence shows it ("Santa Maria hospital").
@@ -240,7 +240,7 @@ def _third_person(value: str) -> str:
     return _FIRST_PERSON_WORD.sub(lambda m: _FIRST_PERSON[m.group(0).lower()], value)
 
 
-# The rules' keys in the vocabulary shared with the model (fact_kinds): "lives_in" is "home_city".
+# The rules' keys in the vocabulary shared with the model (kinds.py): "lives_in" is "home_city".
 _ATTRIBUTE_OF_KEY = {"lives_in": "home_city", "employer": "workplace"}
 _NEGATIVE = frozenset({"User does not like {v}", "User dislikes {v}"})
 
@@ -314,7 +314,7 @@ _THIRD_TO_FIRST = [
 
 def make_fact(text: str, reworded: bool = False) -> Fact:
     """``text`` as a :class:`Fact`: a sentence this package wrote is read back
-    (:func:`~ovos_memory_plugins._llm.fact_kinds.read_statement`), any other is read as a
+    (:func:`~ovos_memory_plugins._llm.facts.kinds.read_statement`), any other is read as a
     first-person statement by the rules. ``reworded``: a sentence the rules read as one of the
     user's single values (name, home, job, workplace, age) is stored in their words ("User moved
     from Lisbon to Porto last week" becomes "User lives in Porto": the current value, without the
