@@ -22,7 +22,8 @@ the composite.
 Usage: python benchmarks/bench_composite.py [--n 10000] [--calls 200] [--store DIR]
 (``--store``: keep the fed members in DIR/fed-N/ and start from them next time: feeding 10,000
 exchanges embeds them all once, which takes a while on a small machine. Progress is saved every
-1,000 exchanges, so a feed cut short resumes there; nothing else in DIR is touched.)
+1,000 exchanges, so a feed cut short resumes there (what it stored after that point is stored a
+second time, under 1,000 exchanges); nothing else in DIR is touched.)
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def alone(root: str) -> dict[str, Any]:
 def feed(store: str, n: int, work: Workload) -> str:
     """The preset's members alone, fed ``n`` exchanges, closed, in ``store``'s folder for ``n``
     (returned). Progress is saved every 1,000 exchanges (each member flushed: embedded, extracted),
-    so a feed cut short resumes where it stopped; only that folder is ever written or cleared."""
+    so a feed cut short resumes from the last save (the exchanges it stored after that are stored
+    again); only that folder is ever written or cleared."""
     folder = os.path.join(store, f"fed-{n}")
     done, progress = os.path.join(folder, "done"), os.path.join(folder, "progress")
     if os.path.exists(done):
