@@ -295,6 +295,21 @@ MEASURED_APART = [
     "| **leave one conversation out, pooled** | | | | all three | **0.833** | **1,392** |",
     "| hand-set | 0.2 | 0.5 | −0.07 | all three (in-sample) | 0.830 | 1,398 |",
     "| shipped (fitted on all three) | 0.203 | 0.2 | −0.089 | all three (in-sample) | 0.825 | 1,384 |", "",
+    'Not kept (2026-12-03), trying to lift the preset over lexical with neighbours by 3 points in every '
+    'conversation (it is +0.013 on conv-26, +0.062 on conv-30, +0.079 on conv-41, in context): each idea '
+    'scored on the cached candidates above, leave one conversation out, R@5 per conversation (conv-26 / '
+    "conv-30 / conv-41, pooled) against the shipped features' 0.827 / 0.840 / 0.836, 0.833. Each "
+    "retriever's reciprocal rank as two more fitted features, 1/(60 + rank): 0.820 / 0.840 / 0.803, "
+    '0.817; 1/(1 + rank): 0.827 / 0.827 / 0.822, 0.825. The keyword feature times exp(semantic) (semantic'
+    ' clipped at −3): 0.820 / 0.852 / 0.836, 0.833. The semantic feature clipped at −2: 0.807 / 0.827 / '
+    '0.836, 0.822. The keyword feature read from lexical at another neighbour weight, the candidates '
+    "kept: 0.25, 0.786 pooled; 1.0, 0.813 / 0.827 / 0.789, 0.807; the exchange's own BM25 (neighbour "
+    'weight 0) as a fifth feature: 0.820 / 0.864 / 0.829, 0.833. Picking the five greedily with a penalty'
+    ' for an exchange next to one already picked (λ = 0.05 in keyword units): 0.820 pooled, worse as λ '
+    'grows (adjacent exchanges are often evidence together); a bonus instead (λ = 0.03): 0.827 / 0.852 / '
+    '0.829, 0.833. None raises every conversation; the target is not met on conv-26. Of its 150 '
+    'questions, 13 have no evidence among the candidates and 13 rank it sixth or lower; in the live run '
+    'the preset misses 4 that lexical with neighbours finds and finds 6 it misses.', "",
     "**Turn cost** (`python benchmarks/bench_composite.py --n 10000 --calls 200 --store DIR`; the first run "
     "feeds and embeds the store, later ones copy it): the preset and its four members alone, each holding "
     "the same 10,000 exchanges, 200 interleaved turns (`build_conversation_context` + `update_history`), "
