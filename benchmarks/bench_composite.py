@@ -20,8 +20,10 @@ adds to rank fusion (every retriever scoring the other's candidates, the feature
 the composite.
 
 Usage: python benchmarks/bench_composite.py [--n 10000] [--calls 200] [--store DIR]
-(``--store``: keep the fed members there and start from them next time: feeding 10,000
-exchanges embeds them all once, which takes a while on a small machine.)
+(``--store``: keep the fed members in DIR/fed-N/ and start from them next time: feeding 10,000
+exchanges embeds them all once, which takes a while on a small machine. Progress is saved every
+1,000 exchanges, so a feed cut short resumes there (what it stored after that point is stored a
+second time, under 1,000 exchanges); nothing else in DIR is touched.)
 """
 from __future__ import annotations
 
@@ -54,24 +56,40 @@ def alone(root: str) -> dict[str, Any]:
     return memories
 
 
-def feed(store: str, n: int, work: Workload) -> None:
-    """The preset's members alone, fed ``n`` exchanges, closed, under ``store`` (kept if done)."""
-    done = os.path.join(store, f"fed-{n}")
+def feed(store: str, n: int, work: Workload) -> str:
+    """The preset's members alone, fed ``n`` exchanges, closed, in ``store``'s folder for ``n``
+    (returned). Progress is saved every 1,000 exchanges (each member flushed: embedded, extracted),
+    so a feed cut short resumes from the last save (the exchanges it stored after that are stored
+    again); only that folder is ever written or cleared."""
+    folder = os.path.join(store, f"fed-{n}")
+    done, progress = os.path.join(folder, "done"), os.path.join(folder, "progress")
     if os.path.exists(done):
-        return
-    shutil.rmtree(store, ignore_errors=True)
-    os.makedirs(store)
-    members = alone(store)
-    for i in range(n):
+        return folder
+    start = 0
+    if os.path.exists(progress):
+        with open(progress) as f:
+            start = int(f.read().strip() or 0)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder, exist_ok=True)
+    members = alone(folder)
+    for _ in range(start):  # the same text as the first run: the workload is deterministic
+        work.exchange()
+    for i in range(start, n):
         exchange = _messages(*work.exchange())
         for memory in members.values():
             memory.update_history(exchange, "bench")
-        if i % 1000 == 999:
+        if i % 1000 == 999 or i == n - 1:
+            for memory in members.values():
+                memory.flush()
+            with open(progress, "w") as f:
+                f.write(str(i + 1))
             print(f"  {i + 1:,} exchanges stored", file=sys.stderr, flush=True)
     for memory in members.values():
         memory.flush()
         memory.close()
     open(done, "w").close()
+    return folder
 
 
 def share_one_model() -> None:
@@ -175,14 +193,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000, help="exchanges stored before timing")
     parser.add_argument("--calls", type=int, default=200, help="timed turns per memory")
-    parser.add_argument("--store", default=None, help="keep the fed members here and reuse them")
+    parser.add_argument("--store", default=None, help="keep the fed members here (in fed-N/) and reuse them; a "
+                                                      "feed cut short resumes")
     parser.add_argument("--fusion", default=None, help="the composite's fusion instead of the preset's (rrf: the "
                                                        "preset before score fusion)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-composite-") as root:
         work = Workload(seed=3)
-        store = args.store or os.path.join(root, "fed")
-        feed(store, args.n, work)
+        store = feed(os.path.abspath(args.store) if args.store else root, args.n, work)
         memories = build_memories(root, store, args.fusion)
         fusion: list[float] = []
         time_fusion(memories["composite (hybrid preset)"], fusion)

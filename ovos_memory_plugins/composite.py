@@ -27,6 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 from ._core.compat import AgentMessage
 from ._core.loading import allows_value, load_memory_class, reads_key
 from ._core.log import LogOnce
+from ._core.worker import wakeups_deferred
 from ._index.current import put_contradicted_last
 from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._memory.conversion import member_imports
@@ -298,7 +299,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         if not messages:
             return
         try:
-            with self._one_transaction():
+            # Every member writes, then their background work (indexing, extraction) starts:
+            # woken one by one, it would compete with the members still writing.
+            with wakeups_deferred(), self._one_transaction():
                 for member in self.members:
                     self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
         except MemoryPluginError as exc:  # the shared commit failed: no member kept the exchange

@@ -440,3 +440,41 @@ def test_the_gain_over_the_best_member_comes_with_a_paired_bootstrap_interval(tm
     live_report.write_docs(lines, first)
     text = first.read_text(encoding="utf-8")
     assert text.index(live_report.START) < text.index(live_report.BEFORE) < text.index("old tables")
+
+
+class _Recorder:
+    """A member that records what it is fed."""
+
+    def __init__(self, fed: list[str]):
+        self.fed = fed
+
+    def update_history(self, new_messages, session_id):
+        self.fed.append(new_messages[0].content)
+
+    def flush(self, timeout=None):
+        return True
+
+    def close(self):
+        pass
+
+
+def test_bench_composite_store_keeps_other_files_and_resumes_a_cut_feed(tmp_path, monkeypatch):
+    sys.path.insert(0, str(BENCH))
+    bench = _load("bench_composite")
+    from _worker import Workload
+
+    fed: list[str] = []
+    monkeypatch.setattr(bench, "alone", lambda root: {"m": _Recorder(fed)})
+    (tmp_path / "mine.txt").write_text("not the benchmark's")
+    folder = bench.feed(str(tmp_path), 5, Workload(seed=3))
+    assert (tmp_path / "mine.txt").read_text() == "not the benchmark's"  # the rest of DIR untouched
+    assert Path(folder) == tmp_path / "fed-5" and (tmp_path / "fed-5" / "done").exists()
+    everything = list(fed)
+    assert len(everything) == 5
+    assert bench.feed(str(tmp_path), 5, Workload(seed=3)) == folder and len(fed) == 5  # done: reused
+    # A feed cut short after its third exchange was saved resumes with the fourth.
+    (tmp_path / "fed-5" / "done").unlink()
+    (tmp_path / "fed-5" / "progress").write_text("3")
+    fed.clear()
+    bench.feed(str(tmp_path), 5, Workload(seed=3))
+    assert fed == everything[3:]

@@ -1,6 +1,8 @@
 """CompositeMemory: member loading, write-through, fusion, plain-member blocks, fault isolation."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from ovos_plugin_manager.templates.agents import AgentContextManager, AgentMessage, MessageRole
 
@@ -297,3 +299,48 @@ def test_a_block_left_with_its_header_only_is_not_sent():
     again = system_message("Facts:\n- User lives in Porto\n")
     assert [b.content for b in distinct_blocks([facts, again])] == [facts.content]
     assert facts.content == "Known facts about the user:\n- User lives in Porto", "the input is not changed"
+
+
+class IndexingMember(FactsMemory):
+    """A plain member whose update queues background work, which records the writes it sees."""
+
+    seen: list = []
+
+    def __init__(self, config=None):
+        from ovos_memory_plugins._core.worker import BackgroundWorker
+
+        super().__init__(config)
+        self.worker = BackgroundWorker("test-indexer", self._step)
+
+    def update_history(self, new_messages, session_id):
+        super().update_history(new_messages, session_id)
+        self.worker.notify()
+
+    def _step(self):
+        IndexingMember.seen.append(sum(len(m.updates) for m in FactsMemory.instances))
+        return False
+
+    def flush(self, timeout=None):
+        return self.worker.flush(timeout)
+
+    def close(self):
+        self.worker.close()
+
+
+class SlowWriter(FactsMemory):
+    def update_history(self, new_messages, session_id):
+        time.sleep(0.3)  # long enough for a woken worker to start and step
+        super().update_history(new_messages, session_id)
+
+
+def test_members_background_work_starts_once_every_member_has_written(monkeypatch, fake_plugins):
+    real = composite_module.load_memory_plugin
+    extra = {"test-indexing": IndexingMember, "test-slow": SlowWriter}
+    monkeypatch.setattr(composite_module, "load_memory_plugin", lambda name: extra.get(name) or real(name))
+    IndexingMember.seen = []
+    memory = CompositeMemory({"members": ["test-indexing", "test-slow"]})
+    memory.update_history([AgentMessage(U, "hi"), AgentMessage(A, "hello")], "s")
+    memory.flush(5)
+    # Woken at its own write, the first member's work could run before the second member wrote.
+    assert IndexingMember.seen and IndexingMember.seen[0] == 2
+    memory.close()

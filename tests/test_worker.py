@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ovos_memory_plugins._core.worker import BackgroundWorker
+from ovos_memory_plugins._core.worker import BackgroundWorker, wakeups_deferred
 from tests._timing import patience
 
 
@@ -90,3 +90,50 @@ def test_a_burst_gathers_into_one_step_and_flush_does_not_wait_out_the_delay():
     queued.append(50)
     worker.notify()
     assert worker.close(20) and batches[-1] == [50]  # close drains without waiting the delay either
+
+
+def test_wakeups_deferred_wakes_the_worker_only_when_the_block_ends():
+    ran = threading.Event()
+
+    def step():
+        ran.set()
+        return False
+
+    worker = BackgroundWorker("t", step)
+    with wakeups_deferred():
+        with wakeups_deferred():  # nested: the outermost block decides
+            worker.notify()
+            worker.notify()
+        assert worker._thread is None  # recorded, not started
+        assert not ran.wait(0.05)
+    assert ran.wait(patience(5))  # woken once the block ended
+    assert worker.flush(patience(5))
+    worker.close()
+
+
+def test_wakeups_deferred_wakes_even_when_the_block_raises_and_flush_is_never_deferred():
+    done = []
+    worker = BackgroundWorker("t", lambda: done.append(1) and False)
+    try:
+        with wakeups_deferred():
+            worker.notify()
+            raise ValueError("a member failed")
+    except ValueError:
+        pass
+    assert worker.flush(patience(5)) and done
+    with wakeups_deferred():
+        worker.notify()
+        assert worker.flush(patience(5))  # flush inside the block still runs the queued work
+        assert len(done) == 2
+    worker.close()
+
+
+def test_wakeups_are_deferred_only_on_the_thread_that_asked():
+    ran = threading.Event()
+    worker = BackgroundWorker("t", lambda: ran.set() and False)
+    with wakeups_deferred():
+        other = threading.Thread(target=worker.notify)
+        other.start()
+        other.join()
+        assert ran.wait(patience(5))
+    worker.close()
