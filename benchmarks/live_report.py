@@ -50,7 +50,8 @@ INTRO = (
     "conversation scored with the score-fusion weights fitted on the other two (`python "
     "benchmarks/fit_fusion.py --folds F`, then `locomo.py --backend composite-hybrid-loco "
     "--fold-weights F`; its entity member reads facts with its offline rules, no model answering: "
-    "the recall measured is the retrievers', with the facts a model-less install would have). Each row: `python benchmarks/locomo.py --backend NAME --json "
+    "the recall measured is the retrievers', with the facts a model-less install would have). Each "
+    "row: `python benchmarks/locomo.py --backend NAME --json "
     "build/live/NAME.json`; this section: `python benchmarks/live_report.py build/live/*.json "
     "--write-docs`. The dated-import protocol (each exchange imported with its LoCoMo session's date, "
     "recall read from `search()`) is the next section's, labelled as such.")
