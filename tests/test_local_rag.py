@@ -17,6 +17,7 @@ import pytest
 from ovos_memory_plugins import local_rag
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins._core.log import LOG, LogOnce
+from ovos_memory_plugins._core.owners import lease_owner
 from ovos_memory_plugins._core.paths import data_dir
 from ovos_memory_plugins.errors import EmbeddingsError
 from ovos_memory_plugins.local_rag import LocalRAGMemory, PluginSlot, construct_db
@@ -225,6 +226,28 @@ def test_processes_sharing_a_file_embed_each_exchange_once_and_flush_waits_for_t
     first_embedder.gate.set()
     assert second.flush(patience(30)) and second._docs.count_pending() == 0
     assert (first_embedder.texts, second_embedder.texts) == (3, 0)
+
+
+def test_the_leases_of_a_process_killed_while_embedding_do_not_hold_up_the_others(memories):
+    # A lease runs out after minutes; a holder of this machine that no longer exists is not waited for.
+    first_embedder, second_embedder = GatedEmbedder(), FakeEmbedder()
+    first = memories({"max_history": 0}, embedder=first_embedder)
+    second = memories({"max_history": 0}, embedder=second_embedder)
+    for i in range(3):
+        first.update_history(exchange(f"q{i}", f"a{i}"), "s")
+    deadline = time.monotonic() + patience(10)
+    while not first._docs.leased_elsewhere("nobody") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = f"{lease_owner().split('/')[0]}/{gone.pid}/x"
+    with first._docs.db.atomic() as con:  # the leases now belong to a process that is gone
+        con.execute(f"UPDATE {first._docs.table}_leases SET owner = ?", (dead,))
+    try:
+        assert second.flush(patience(30)) and second._docs.count_pending() == 0
+        assert second_embedder.texts == 3
+    finally:
+        first_embedder.gate.set()
 
 
 # -- recall semantics --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._core.compat import AgentMessage, MessageRole
+from .._core.owners import is_dead_here
 from ..messages import clean_text, is_role
 from .sqlite import Database
 
@@ -231,6 +232,7 @@ class DocumentLog:
         """
         now = time.time()
         with self.db.atomic() as con:
+            self._drop_dead_leases(con, now)
             rows = con.execute(
                 f"SELECT {COLUMNS} FROM {self.table} AS d WHERE indexed = 0 AND NOT EXISTS "
                 f"(SELECT 1 FROM {self.table}_leases AS l WHERE l.id = d.id AND l.until > ? AND l.owner != ?) "
@@ -259,10 +261,24 @@ class DocumentLog:
                                 [(r, owner) for r in rowids])
 
     def leased_elsewhere(self, owner: str) -> bool:
-        """Whether another indexer holds a live lease on a pending document."""
-        return bool(self.db.execute(
-            f"SELECT 1 FROM {self.table}_leases AS l JOIN {self.table} AS d ON d.id = l.id "
-            "WHERE d.indexed = 0 AND l.until > ? AND l.owner != ? LIMIT 1", (time.time(), owner)))
+        """Whether another indexer, alive, holds a live lease on a pending document."""
+        now = time.time()
+        holders = [str(r[0]) for r in self.db.execute(
+            f"SELECT DISTINCT l.owner FROM {self.table}_leases AS l JOIN {self.table} AS d ON d.id = l.id "
+            "WHERE d.indexed = 0 AND l.until > ? AND l.owner != ?", (now, owner))]
+        if any(is_dead_here(h) for h in holders):
+            with self.db.atomic() as con:
+                self._drop_dead_leases(con, now)
+        return any(not is_dead_here(h) for h in holders)
+
+    def _drop_dead_leases(self, con: Any, now: float) -> None:
+        """Forget the live leases of processes of this host that are gone (killed while indexing):
+        their documents need not wait for the leases to run out."""
+        owners = [str(r[0]) for r in con.execute(
+            f"SELECT DISTINCT owner FROM {self.table}_leases WHERE until > ?", (now,)).fetchall()]
+        dead = [(o,) for o in owners if is_dead_here(o)]
+        if dead:
+            con.executemany(f"DELETE FROM {self.table}_leases WHERE owner = ?", dead)
 
     def pending_ids(self, limit: int, session_id: str | None = None) -> list[tuple[int, str]]:
         """``(row id, session id)`` of the newest ``limit`` pending documents (of one session when

@@ -21,12 +21,12 @@ from __future__ import annotations
 import math
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from .._core.compat import AgentMessage
 from .._core.log import LogOnce
+from .._core.owners import lease_owner
 from .._core.worker import BackgroundWorker
 from .._index.pending import PendingRecall
 from .._memory.exports import unseen_messages
@@ -118,7 +118,7 @@ class RetrievalStore:
                                        failure_level=owner.index_failure_level) if self.background else None
         #: Keyword recall of the documents the worker has not indexed yet (None: nothing waits).
         self.pending = PendingRecall(self.docs) if self.background else None
-        self._lease_owner = uuid.uuid4().hex  # this store's leases, among every process's
+        self._lease_owner = lease_owner()  # this store's leases, among every process's (a dead one's are freed)
 
     def _indexes_in_background(self, owner: IndexOwner) -> bool:
         return owner.background_index
