@@ -299,4 +299,4 @@ class RecallingMemory(ContextMemory):
         hits = self.turn_recall(self.build_query(utterance, parts.query_history()), session_id, window, parts.blocks)
         budget = None if max_tokens is None else max(
             0, max_tokens - estimate_tokens(self.injection.header) - _BLOCK_OVERHEAD_TOKENS)
-        return render_hits(hits, self.style, budget)
+        return render_hits(hits, self.style, budget, utterance)

@@ -7,6 +7,11 @@ With ``show_dates: older``, a hit said on an earlier day than the turn's carries
 ("- (3 May 2026) Q: ..."): a model told the user lives in Bordeaux, and shown an exchange about
 Lyon, can tell which is older. Today's hits carry none (the date would cost characters and say
 nothing), so a memory used within one day renders as without the option.
+
+Under a token budget the best-ranked hits come first. When they do not all fit whole, a recalled
+exchange is cut to its side that shares more words with the query (the user's words on a tie),
+the lowest-ranked first, before any hit is left out: a long exchange then costs half its
+characters instead of pushing out a hit, or being dropped itself.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from collections.abc import Sequence
 
 from ._core.tokens import estimate_tokens
 from ._core.untrusted import one_line, quote_untrusted
+from ._index.stopwords import LANGUAGES, query_words, stopwords, term_set
 from .common import MemoryHit
 from .storage.documents import format_exchange
 
@@ -78,20 +84,46 @@ def _flat_question(hit: MemoryHit) -> str:
     return hit.content
 
 
-def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int | None = None) -> str:
-    """Join the hits as chunks; with ``max_tokens``, keep the best-ranked chunks that fit.
+def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int | None = None,
+                query: str = "") -> str:
+    """Join the hits as chunks; with ``max_tokens``, keep the best-ranked chunks that fit, after
+    cutting exchanges to their side nearer ``query`` (the lowest-ranked first) while all do not.
 
     >>> render_hits([MemoryHit("Q: a\\nA: b", "s_1"), MemoryHit("c")], ContextStyle(include_sources=True))
     '- [s_1] Q: a\\nA: b\\n\\n- c'
     """
-    chunks, used = [], 0
     today = _day(time.time()) if style.show_dates == "older" else ""
-    for hit in hits:
-        chunk = render_chunk(hit, style, today)
-        if max_tokens is not None:
-            cost = estimate_tokens(chunk)
-            if used + cost > max_tokens:
-                continue  # a shorter, lower-ranked chunk may still fit
-            used += cost
-        chunks.append(chunk)
-    return style.chunk_separator.join(chunks)
+    chunks = [render_chunk(hit, style, today) for hit in hits]
+    if max_tokens is None:
+        return style.chunk_separator.join(chunks)
+    costs = [estimate_tokens(chunk) for chunk in chunks]
+    for i in reversed(range(len(hits))):
+        if sum(costs) <= max_tokens:
+            break
+        side = _nearer_side(hits[i], query)
+        if side is not None:
+            chunks[i] = render_chunk(side, style, today)
+            costs[i] = estimate_tokens(chunks[i])
+    kept, used = [], 0
+    for chunk, cost in zip(chunks, costs):
+        if used + cost > max_tokens:
+            continue  # a shorter, lower-ranked chunk may still fit
+        used += cost
+        kept.append(chunk)
+    return style.chunk_separator.join(kept)
+
+
+def _nearer_side(hit: MemoryHit, query: str) -> MemoryHit | None:
+    """``hit`` as the side of its exchange sharing more content words with ``query`` (the
+    question on a tie); None when it is not a stored exchange with both sides."""
+    question, answer = hit.metadata.get("question"), hit.metadata.get("answer")
+    if not (isinstance(question, str) and isinstance(answer, str) and question and answer):
+        return None
+    if hit.content != format_exchange(question, answer):
+        return None
+    words = set(query_words(query, stopwords(LANGUAGES)))
+    if len(words & term_set(answer)) > len(words & term_set(question)):
+        text = f"A: {answer}"
+    else:
+        text = format_exchange(one_line(question), None)
+    return dataclasses.replace(hit, content=text)
