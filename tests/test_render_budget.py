@@ -46,3 +46,28 @@ def test_hits_that_are_not_exchanges_are_left_out_as_before_when_nothing_can_be_
     short = MemoryHit("Short note.", "doc_2")
     budget = estimate_tokens("- Short note.") + 1
     assert render_hits([note, short], ContextStyle(), budget, "note") == "- Short note."
+
+
+def test_a_memory_under_max_added_tokens_sends_the_answering_side_of_a_long_exchange(tmp_path):
+    from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    def said(question, answer):
+        return [AgentMessage(MessageRole.USER, question), AgentMessage(MessageRole.ASSISTANT, answer)]
+
+    config = {"db_path": str(tmp_path / "l.db"), "max_added_tokens": 200, "max_history": 1}
+    with LexicalMemory(config) as memory:
+        for question, answer in [
+            ("Which cello strings did Lena buy for the concert?", "Gut strings, for the concert."),
+            (f"Lena plays the cello at the concert. {FILLER}", f"Sounds lovely. {FILLER}"),
+            (f"Is the concert on Friday? {FILLER}", f"Yes, Lena's cello concert is on Friday. {FILLER}"),
+            ("Thanks!", "You're welcome."),  # the window
+        ]:
+            memory.update_history(said(question, answer), "s")
+        assert memory.flush(30)
+        added = memory.build_conversation_context("When is Lena's cello concert?", "s")[0].content
+    chunks = added.split("\n\n")
+    assert any("Gut strings" in c for c in chunks), "the short best hit, whole"
+    assert f"- A: Yes, Lena's cello concert is on Friday. {FILLER}" in chunks
+    assert any(c.startswith("- Q: Lena plays the cello at the concert.") and "Sounds lovely" not in c for c in chunks)
