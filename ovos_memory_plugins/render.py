@@ -11,7 +11,8 @@ nothing), so a memory used within one day renders as without the option.
 Under a token budget the best-ranked hits come first. When they do not all fit whole, a recalled
 exchange is cut to its side that shares more words with the query (the user's words on a tie),
 the lowest-ranked first, before any hit is left out: a long exchange then costs half its
-characters instead of pushing out a hit, or being dropped itself.
+characters instead of pushing out a hit, or being dropped itself. The best hit is never cut to
+make room for others, only when it does not fit alone.
 """
 from __future__ import annotations
 
@@ -87,7 +88,8 @@ def _flat_question(hit: MemoryHit) -> str:
 def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int | None = None,
                 query: str = "") -> str:
     """Join the hits as chunks; with ``max_tokens``, keep the best-ranked chunks that fit, after
-    cutting exchanges to their side nearer ``query`` (the lowest-ranked first) while all do not.
+    cutting exchanges to their side nearer ``query`` (the lowest-ranked first) while all do not;
+    the best hit stays whole when it fits alone.
 
     >>> render_hits([MemoryHit("Q: a\\nA: b", "s_1"), MemoryHit("c")], ContextStyle(include_sources=True))
     '- [s_1] Q: a\\nA: b\\n\\n- c'
@@ -97,13 +99,19 @@ def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int 
     if max_tokens is None:
         return style.chunk_separator.join(chunks)
     costs = [estimate_tokens(chunk) for chunk in chunks]
-    for i in reversed(range(len(hits))):
-        if sum(costs) <= max_tokens:
-            break
+
+    def cut(i: int) -> None:
         side = _nearer_side(hits[i], query)
         if side is not None:
             chunks[i] = render_chunk(side, style, today)
             costs[i] = estimate_tokens(chunks[i])
+
+    for i in reversed(range(1, len(hits))):
+        if sum(costs) <= max_tokens:
+            break
+        cut(i)
+    if costs and costs[0] > max_tokens:
+        cut(0)  # the best hit is cut only when it does not fit alone: others never cost it its words
     kept, used = [], 0
     for chunk, cost in zip(chunks, costs):
         if used + cost > max_tokens:

@@ -71,3 +71,12 @@ def test_a_memory_under_max_added_tokens_sends_the_answering_side_of_a_long_exch
     assert any("Gut strings" in c for c in chunks), "the short best hit, whole"
     assert f"- A: Yes, Lena's cello concert is on Friday. {FILLER}" in chunks
     assert any(c.startswith("- Q: Lena plays the cello at the concert.") and "Sounds lovely" not in c for c in chunks)
+
+
+def test_the_best_hit_is_never_cut_to_make_room_for_others_only_when_it_does_not_fit_alone():
+    best = exchange(f"Lena plays the cello. {FILLER}", f"Lovely. {FILLER}")
+    other = exchange(f"Lena's cello is old. {FILLER}", f"Nice. {FILLER}")
+    whole = render_hits([best], ContextStyle())
+    assert render_hits([best, other], ContextStyle(), estimate_tokens(whole) + 5, "Lena cello") == whole
+    alone = render_hits([best], ContextStyle(), estimate_tokens(whole) - 5, "Lena cello")
+    assert alone == f"- Q: Lena plays the cello. {FILLER}"
