@@ -77,11 +77,19 @@ def _said_on(hit: MemoryHit, today: str) -> str:
     return "" if day == today else day
 
 
+def _stored_exchange(hit: MemoryHit) -> tuple[str, str | None] | None:
+    """``(question, answer)`` when ``hit``'s text is the stored exchange its metadata names."""
+    question, answer = hit.metadata.get("question"), hit.metadata.get("answer")
+    if not isinstance(question, str) or not (answer is None or isinstance(answer, str)):
+        return None
+    return (question, answer) if hit.content == format_exchange(question, answer) else None
+
+
 def _flat_question(hit: MemoryHit) -> str:
     """The hit's text, its question on one line when it is a stored exchange."""
-    question, answer = hit.metadata.get("question"), hit.metadata.get("answer")
-    if isinstance(question, str) and "\n" in question and hit.content == format_exchange(question, answer):
-        return format_exchange(one_line(question), answer)
+    exchange = _stored_exchange(hit)
+    if exchange is not None and "\n" in exchange[0]:
+        return format_exchange(one_line(exchange[0]), exchange[1])
     return hit.content
 
 
@@ -99,19 +107,21 @@ def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int 
     if max_tokens is None:
         return style.chunk_separator.join(chunks)
     costs = [estimate_tokens(chunk) for chunk in chunks]
+    if sum(costs) > max_tokens:
+        asked = frozenset(query_words(query, stopwords(LANGUAGES)))
 
-    def cut(i: int) -> None:
-        side = _nearer_side(hits[i], query)
-        if side is not None:
-            chunks[i] = render_chunk(side, style, today)
-            costs[i] = estimate_tokens(chunks[i])
+        def cut(i: int) -> None:
+            side = _nearer_side(hits[i], asked)
+            if side is not None:
+                chunks[i] = render_chunk(side, style, today)
+                costs[i] = estimate_tokens(chunks[i])
 
-    for i in reversed(range(1, len(hits))):
-        if sum(costs) <= max_tokens:
-            break
-        cut(i)
-    if costs and costs[0] > max_tokens:
-        cut(0)  # the best hit is cut only when it does not fit alone: others never cost it its words
+        for i in reversed(range(1, len(hits))):
+            if sum(costs) <= max_tokens:
+                break
+            cut(i)
+        if costs[0] > max_tokens:
+            cut(0)  # the best hit is cut only when it does not fit alone: others never cost it its words
     kept, used = [], 0
     for chunk, cost in zip(chunks, costs):
         if used + cost > max_tokens:
@@ -121,16 +131,13 @@ def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int 
     return style.chunk_separator.join(kept)
 
 
-def _nearer_side(hit: MemoryHit, query: str) -> MemoryHit | None:
-    """``hit`` as the side of its exchange sharing more content words with ``query`` (the
-    question on a tie); None when it is not a stored exchange with both sides."""
-    question, answer = hit.metadata.get("question"), hit.metadata.get("answer")
-    if not (isinstance(question, str) and isinstance(answer, str) and question and answer):
+def _nearer_side(hit: MemoryHit, asked: frozenset[str]) -> MemoryHit | None:
+    """``hit`` as the side of its exchange sharing more of the words ``asked`` (the question on
+    a tie); None when it is not a stored exchange with both sides."""
+    question, answer = _stored_exchange(hit) or ("", None)
+    if not question or not answer:
         return None
-    if hit.content != format_exchange(question, answer):
-        return None
-    words = set(query_words(query, stopwords(LANGUAGES)))
-    if len(words & term_set(answer)) > len(words & term_set(question)):
+    if len(asked & term_set(answer)) > len(asked & term_set(question)):
         text = f"A: {answer}"
     else:
         text = format_exchange(one_line(question), None)

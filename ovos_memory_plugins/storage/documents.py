@@ -262,23 +262,24 @@ class DocumentLog:
 
     def leased_elsewhere(self, owner: str) -> bool:
         """Whether another indexer, alive, holds a live lease on a pending document."""
-        now = time.time()
-        holders = [str(r[0]) for r in self.db.execute(
+        holders = {str(r[0]) for r in self.db.execute(
             f"SELECT DISTINCT l.owner FROM {self.table}_leases AS l JOIN {self.table} AS d ON d.id = l.id "
-            "WHERE d.indexed = 0 AND l.until > ? AND l.owner != ?", (now, owner))]
-        if any(is_dead_here(h) for h in holders):
+            "WHERE d.indexed = 0 AND l.until > ? AND l.owner != ?", (time.time(), owner))}
+        dead = {h for h in holders if is_dead_here(h)}
+        if dead:
             with self.db.atomic() as con:
-                self._drop_dead_leases(con, now)
-        return any(not is_dead_here(h) for h in holders)
+                self._forget_owners(con, dead)
+        return bool(holders - dead)
 
     def _drop_dead_leases(self, con: Any, now: float) -> None:
         """Forget the live leases of processes of this host that are gone (killed while indexing):
         their documents need not wait for the leases to run out."""
         owners = [str(r[0]) for r in con.execute(
             f"SELECT DISTINCT owner FROM {self.table}_leases WHERE until > ?", (now,)).fetchall()]
-        dead = [(o,) for o in owners if is_dead_here(o)]
-        if dead:
-            con.executemany(f"DELETE FROM {self.table}_leases WHERE owner = ?", dead)
+        self._forget_owners(con, {o for o in owners if is_dead_here(o)})
+
+    def _forget_owners(self, con: Any, owners: set[str]) -> None:
+        con.executemany(f"DELETE FROM {self.table}_leases WHERE owner = ?", [(o,) for o in sorted(owners)])
 
     def pending_ids(self, limit: int, session_id: str | None = None) -> list[tuple[int, str]]:
         """``(row id, session id)`` of the newest ``limit`` pending documents (of one session when
