@@ -73,3 +73,30 @@ def test_the_estimate_is_within_15_percent_of_the_local_models_tokenizer(lang, r
             return json.loads(resp.read())["count"]
 
     assert abs(total_error(count, lang)) <= 0.15
+
+
+_ASCII_PIECES = st.one_of(
+    st.sampled_from(["The", "THE", "What's", "I'm", "Don't", "Hello", "Timer", "Caroline", "Lisbon", "Extraordinary",
+                     "temporizador", "x9", "42", "...", "!?", "-", "\n", "\n\n", " ", ", "]),
+    st.text(alphabet=st.characters(max_codepoint=127), max_size=12))
+
+
+@given(st.lists(_ASCII_PIECES, max_size=40).map(" ".join))
+def test_the_ascii_shortcut_gives_the_full_count(text):
+    from ovos_memory_plugins._core.tokens import _estimate
+
+    assert not text or _estimate(text, True) == _estimate(text, False)
+
+
+def test_estimates_are_remembered_by_number_only_and_within_a_bound(monkeypatch):
+    from ovos_memory_plugins._core import tokens
+
+    monkeypatch.setattr(tokens, "_ESTIMATED", {})
+    monkeypatch.setattr(tokens, "_ESTIMATED_MAX", 8)
+    texts = [f"Olá, {'muito ' * i}obrigado pela ajuda, {i} vezes!" for i in range(20)]
+    first = [estimate_tokens(t) for t in texts]
+    assert first == [tokens._estimate(t, False) for t in texts]
+    assert [estimate_tokens(t) for t in texts] == first  # again, some from the table
+    assert 0 < len(tokens._ESTIMATED) <= 8
+    assert all(isinstance(v, int) for v in tokens._ESTIMATED.values())
+    assert not any(isinstance(part, str) for key in tokens._ESTIMATED for part in key)
