@@ -98,5 +98,10 @@ def test_estimates_are_remembered_by_number_only_and_within_a_bound(monkeypatch)
     assert first == [tokens._estimate(t, False) for t in texts]
     assert [estimate_tokens(t) for t in texts] == first  # again, some from the table
     assert 0 < len(tokens._ESTIMATED) <= 8
-    assert all(isinstance(v, int) for v in tokens._ESTIMATED.values())
-    assert not any(isinstance(part, str) for key in tokens._ESTIMATED for part in key)
+    assert all(isinstance(k, bytes) and len(k) == 16 and isinstance(v, int) for k, v in tokens._ESTIMATED.items())
+
+
+def test_a_text_that_is_not_a_str_is_refused_by_name():
+    with pytest.raises(TypeError, match="bytes"):
+        estimate_tokens(b"hello")
+    assert estimate_tokens("\ud800 lone surrogate") > 0  # a str that cannot be UTF-8 is still counted

@@ -27,6 +27,7 @@ request is within 5% once :func:`estimate_messages` adds the chat template's tok
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -79,12 +80,12 @@ _REPLY_PRIMER = 3
 _DEFAULT_SYSTEM = 20
 
 
-#: Estimates already made, by the text's hash and length. A budgeted turn estimates the same
+#: Estimates already made, by a 128-bit digest of the text. A budgeted turn estimates the same
 #: texts turn after turn (the window's messages, the facts, an exchange recalled again), at about
 #: 0.1 ms each on a small board; half of a hybrid turn's estimates were repeats (measured). Only
-#: numbers are kept, never the text (two texts of one length and hash would share an estimate:
-#: a 1-in-2^64 chance); at the bound the whole table starts again.
-_ESTIMATED: dict[tuple[int, int], int] = {}
+#: numbers are kept, never the text; the digest (about 1 µs) rather than ``hash()``, which is 32
+#: bits on 32-bit boards and a subclass may override. At the bound the whole table starts again.
+_ESTIMATED: dict[bytes, int] = {}
 _ESTIMATED_MAX = 4096
 
 
@@ -92,7 +93,9 @@ def estimate_tokens(text: str) -> int:
     """An estimate of how many tokens a chat model's tokenizer makes of ``text``."""
     if not text:
         return 0
-    key = (hash(text), len(text))
+    if not isinstance(text, str):
+        raise TypeError(f"text to estimate must be a str, not {type(text).__name__}")
+    key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     known = _ESTIMATED.get(key)
     if known is None:
         known = _estimate(text, text.isascii())
