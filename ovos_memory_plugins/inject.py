@@ -69,11 +69,12 @@ def assemble_context(
     blocks = [b for b in extra_system if b.content.strip()]
     out: list[AgentMessage] = []
     if mode == "system_prompt" and (blocks or context):
-        base = "\n\n".join(p for p in (system_prompt.strip(), *(b.content for b in blocks)) if p)
+        # The prompt as the memory gives it (a retriever's unstripped); only the filled result is stripped.
+        base = "\n\n".join(p for p in (system_prompt, *(b.content for b in blocks)) if p.strip())
         if context:
             base = injection.system_prompt_template.format(system=base, header=injection.header, context=context)
         out.append(AgentMessage(MessageRole.SYSTEM, base.strip()))
-    elif system_prompt.strip():
+    elif system_prompt:
         out.append(AgentMessage(MessageRole.SYSTEM, system_prompt))
     if mode == "developer":
         out.extend(AgentMessage(MessageRole.DEVELOPER, b.content) for b in blocks)

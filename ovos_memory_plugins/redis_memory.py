@@ -208,7 +208,12 @@ class RedisMemory(ContextMemory):
         newest = self.settings.max_history or 0
         summary, history = self._read(session_id, newest)
         if newest:
-            history = history[-newest:]  # the cached copy used while Redis is down may be longer
+            waiting = _trailing_questions(history)
+            if waiting and len(history) >= newest:  # the newest max_history come before the waiting question
+                summary, history = self._read(session_id, newest + waiting)
+                waiting = _trailing_questions(history)
+            # (the cached copy used while Redis is down may be longer)
+            history = history[max(0, len(history) - waiting - newest):]
         block = summary_block(summary) if blocks else ""
         return ContextParts(context_window(history), [system_message(block)] if block else [], history)
 
@@ -483,6 +488,14 @@ class RedisMemory(ContextMemory):
         elif fold.source == "llm":
             self._log.clear("rejected")
         return fold
+
+
+def _trailing_questions(history: Sequence[AgentMessage]) -> int:
+    """How many USER messages end ``history`` (questions still waiting for their answer)."""
+    count = 0
+    while count < len(history) and is_role(history[-1 - count], "user"):
+        count += 1
+    return count
 
 
 def _exchanges(history: Sequence[AgentMessage]) -> list[Exchange]:

@@ -172,6 +172,17 @@ def test_max_history_bounds_the_messages_sent(make):
     assert len(memory.get_history("s")) == 10 and len(memory.export("s")["window"]) == 10  # a view, not a trim
 
 
+@pytest.mark.parametrize("waiting", [1, 3])
+def test_max_history_counts_the_messages_before_a_waiting_question(make, waiting):
+    # Trailing questions go first, then the newest max_history: the last exchange is sent whole.
+    memory = make(max_history=2, compact_token_threshold=0)
+    for i in range(3):
+        exchange(memory, "s", f"q{i}", f"a{i}")
+    for i in range(waiting):
+        memory.update_history([AgentMessage(U, f"dangling {i}")], "s")
+    assert contents(memory.build_conversation_context("next", "s")) == ["q2", "a2", "next"]
+
+
 def test_memories_with_different_prefixes_never_see_each_other(make):
     one, two = make(), make()
     exchange(one, "s", "secret marmalade", "ok")

@@ -278,3 +278,34 @@ def test_a_second_reply_is_stored_with_the_question_it_answers(tmp_path):
     m.update_history([AgentMessage(U, "delta dog"), AgentMessage(A, "echo eel"), AgentMessage(A, "foxtrot fish")], "s")
     docs = [d["content"] for d in m.export("s")["documents"]]
     assert docs == ["Q: delta dog\nA: echo eel", "Q: delta dog\nA: foxtrot fish"]
+
+
+def test_a_reply_in_an_update_of_its_own_is_stored_with_its_question(tmp_path):
+    # A reply recorded in parts (a streamed answer, a tool's result answered) pairs with the
+    # question it answers, as the reference pairs every answer with the latest question.
+    m = lexical(tmp_path)
+    m.update_history([AgentMessage(U, "delta dog")], "s")
+    m.update_history([AgentMessage(A, "echo eel")], "s")
+    m.update_history([AgentMessage(A, "foxtrot fish")], "s")
+    m.update_history([AgentMessage(U, "golf goat")], "s")  # the answered question is not stored again alone
+    m.update_history([AgentMessage(A, "hotel hen")], "s")
+    docs = [d["content"] for d in m.export("s")["documents"]]
+    assert docs == ["Q: delta dog\nA: echo eel", "Q: delta dog\nA: foxtrot fish", "Q: golf goat\nA: hotel hen"]
+    assert [h.content for h in m.search("foxtrot", "s")] == ["Q: delta dog\nA: foxtrot fish"]
+
+
+@pytest.mark.parametrize("prompt, template, first", [
+    ("  BASE.  ", "<{system}>|{header}|{context}", "<  BASE.  >|H|- Q: zebra stripes\nA: ok"),
+    ("BASE.\n", None, "BASE.\n\n\nH\n\nContext:\n- Q: zebra stripes\nA: ok"),
+])
+def test_system_prompt_mode_fills_the_template_with_the_prompt_as_given(tmp_path, prompt, template, first):
+    # Only the filled template is stripped (a retriever sends its prompt as given).
+    m = lexical(tmp_path, inject_mode="system_prompt", system_prompt=prompt, context={"header": "H"},
+                scope="global", **({"system_prompt_template": template} if template else {}))
+    m.update_history([AgentMessage(U, "zebra stripes"), AgentMessage(A, "ok")], "a")
+    assert shaped(m.build_conversation_context("zebra", "b"))[0] == ("system", first)
+
+
+def test_a_retrievers_prompt_is_sent_as_given_even_when_blank(tmp_path):
+    m = lexical(tmp_path, system_prompt="   ")
+    assert shaped(m.build_conversation_context("hello", "s")) == [("system", "   "), ("user", "hello")]

@@ -96,6 +96,15 @@ def test_the_max_turns_example_keeps_string_roles_as_given(capsys):
     assert lines[2].endswith("| what is my dog called?")
 
 
+@pytest.mark.parametrize("cls", [RecencyMemory, BasicShortTermMemory])
+def test_max_turns_sets_max_history_to_two_messages_a_turn(cls):
+    m = cls({"max_turns": 2})
+    for i in range(5):
+        m.update_history([AgentMessage(MessageRole.USER, f"q{i}"), AgentMessage(MessageRole.ASSISTANT, f"a{i}")], "t")
+    assert m.max_history == 4
+    assert contents(m.get_history("t")) == ["q3", "a3", "q4", "a4"]
+
+
 @pytest.mark.parametrize("path", ["r.db", "r.json"])
 def test_recency_persists_and_exports(tmp_path, path):
     memory = RecencyMemory({"db_path": str(tmp_path / path), "max_history": 4})

@@ -40,9 +40,10 @@ class WindowConfig(ContextConfig):
         None, "PostgreSQL URL (postgresql://user@host/database) that keeps the window instead of db_path, "
         "shared by every process and host that names it; needs the [postgres] extra", kind=str)
 
-    @property
-    def window_size(self) -> int:
-        return 2 * self.max_turns if self.max_turns is not None else self.max_history
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_turns is not None:  # the one window size, read as max_history everywhere
+            object.__setattr__(self, "max_history", 2 * self.max_turns)
 
 
 class WindowMemory(SessionHistoryMixin, ContextMemory):
@@ -62,7 +63,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         s = self.settings
-        self.policy = WindowPolicy(max_messages=s.window_size, max_age=s.max_age)
+        self.policy = WindowPolicy(max_messages=s.max_history, max_age=s.max_age)
         self._log = LogOnce()  # a full disk or a locked file: one line when it breaks, one when it recovers
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
         db_path = s.db_path if s.db_path and s.db_path.strip() else None  # "" is "not given", as everywhere

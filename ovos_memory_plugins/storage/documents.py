@@ -102,24 +102,25 @@ def exchange_positions(messages: Sequence[AgentMessage], content: str) -> set[in
     return doomed
 
 
-def exchange_texts(tail: AgentMessage | None, messages: Sequence[AgentMessage]) -> list[tuple[str | None, str | None]]:
-    """The ``(question, answer)`` pairs to store for ``messages`` appended after ``tail``.
+def exchange_texts(question: str | None, messages: Sequence[AgentMessage],
+                   answered: bool = False) -> list[tuple[str | None, str | None]]:
+    """The ``(question, answer)`` pairs to store for ``messages``, appended after the latest
+    ``question`` (None: none before them; ``answered``: an answer to it is stored already).
 
-    Each non-empty ASSISTANT pairs with the latest USER question (a second reply to one
-    question in the same update pairs with it too, as in the reference; a reply arriving in an
-    update of its own after the first one was stored, with ``tail`` an ASSISTANT, has none).
-    A USER followed by another USER is still stored, as a question alone: what the user said
-    matters even when the answer was cut off (a stopped stream). A question still waiting for
-    its answer is not stored yet.
+    Each non-empty ASSISTANT pairs with the latest USER question, as in the reference: a second
+    reply to one question pairs with it too, in the same update or in one of its own. A USER
+    followed by another USER is still stored, as a question alone: what the user said matters
+    even when the answer was cut off (a stopped stream). A question still waiting for its answer
+    is not stored yet.
 
         >>> from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
         >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
         >>> exchange_texts(None, [AgentMessage(U, "q1"), AgentMessage(U, "q2"), AgentMessage(A, "a"),
         ...                       AgentMessage(A, "b"), AgentMessage(U, "q3")])
         [('q1', None), ('q2', 'a'), ('q2', 'b')]
+        >>> exchange_texts("q2", [AgentMessage(A, "c"), AgentMessage(U, "q3")], answered=True)
+        [('q2', 'c')]
     """
-    question = tail.content if tail is not None and is_role(tail, "user") else None
-    answered = False
     out: list[tuple[str | None, str | None]] = []
     for msg in messages:
         if is_role(msg, "user"):

@@ -1,6 +1,7 @@
 """Window stores on durable storage: SQLite rows, or a field of a record store (JSON)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -9,15 +10,25 @@ from typing import Any
 
 from .._core.compat import AgentMessage
 from ..errors import StorageError
-from ..messages import copy_message, fold_into, from_dict, to_dict
+from ..messages import copy_message, fold_into, from_dict, is_role, to_dict
 from .policy import WindowPolicy
 from .sqlite import Database, StoreDamaged, release_database
 
-__all__ = ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"]
+__all__ = ["append_entries", "Preceding", "prune_entries", "RecordWindowStore", "safe_table_name",
+           "SqliteWindowStore"]
 
 Entry = tuple[float, AgentMessage]
 #: Picks messages to delete from a window: given them in order, the positions of those to drop.
 Chooser = Callable[[Sequence[AgentMessage]], set[int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Preceding:
+    """What messages appended to a window follow: the latest question asked before them (None:
+    none in the window), and whether an answer to it was stored already."""
+
+    question: str | None = None
+    answered: bool = False
 
 
 def safe_table_name(name: str) -> str:
@@ -159,11 +170,11 @@ class SqliteWindowStore:
         db.migrate(f"window:{self.table}", [m.format(t=self.table) for m in self.migrations])
 
     def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy,
-               con: Any = None, ts: float | None = None) -> AgentMessage | None:
+               con: Any = None, ts: float | None = None) -> Preceding:
         """Normalise, append and trim in one transaction (or inside the caller's ``con``).
 
         ``ts``: when the messages were said (POSIX seconds; None: now), for an import of past ones.
-        Returns the session's last message from before the append (what the new messages follow).
+        Returns what the new messages follow: the question an answer among them pairs with.
         """
         if con is None:
             return self.db.transaction(lambda con: self._append(con, session_id, messages, policy, ts))
@@ -183,7 +194,7 @@ class SqliteWindowStore:
         return stored
 
     def _append(self, con: Any, session_id: str, messages: list[AgentMessage],
-                policy: WindowPolicy, ts: float | None = None) -> AgentMessage | None:
+                policy: WindowPolicy, ts: float | None = None) -> Preceding:
         t, now = self.table, time.time()
         to_add = list(messages)
         row = con.execute(
@@ -191,6 +202,7 @@ class SqliteWindowStore:
             (session_id,),
         ).fetchone()
         tail = message_of_row(row[1:]) if row else None
+        preceding = self._preceding(con, session_id, tail, messages)
         if policy.normalise:
             pop_tail, to_add = fold_into(tail, messages)
             if pop_tail:
@@ -200,7 +212,22 @@ class SqliteWindowStore:
             [(session_id, now if ts is None else ts, *_message_row(m)) for m in to_add],
         )
         self._trim(con, session_id, policy, now)
-        return tail
+        return preceding
+
+    def _preceding(self, con: Any, session_id: str, tail: AgentMessage | None,
+                   messages: Sequence[AgentMessage]) -> Preceding:
+        """The question the new messages' first answer pairs with: the window's last message if
+        it is a question; else, when an answer comes before any new question (the rest of a reply,
+        a tool's result answered), the window's latest question, already answered once."""
+        if tail is None:
+            return Preceding()
+        if is_role(tail, "user"):
+            return Preceding(tail.content)
+        if not _answer_first(messages):
+            return Preceding(None, True)
+        row = con.execute(f"SELECT content FROM {self.table} WHERE session_id = ? AND role = 'user' "
+                          "ORDER BY id DESC LIMIT 1", (session_id,)).fetchone()
+        return Preceding(row[0] if row else None, True)
 
     @staticmethod
     def _write_unread(con: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
@@ -260,6 +287,16 @@ class SqliteWindowStore:
         if self._owns:
             self._owns = False
             release_database(self.db)
+
+
+def _answer_first(messages: Sequence[AgentMessage]) -> bool:
+    """Whether an ASSISTANT text comes before any USER message in ``messages``."""
+    for msg in messages:
+        if is_role(msg, "user"):
+            return False
+        if is_role(msg, "assistant") and msg.content.strip():
+            return True
+    return False
 
 
 def _message_row(msg: AgentMessage) -> tuple[str, str, str | None]:
