@@ -286,7 +286,9 @@ def check_a_retriever_recalls_what_it_stored(factory: Factory) -> None:
 def check_a_reply_recorded_in_parts_is_recalled_with_its_question(factory: Factory) -> None:
     memory = factory({})
     try:
-        if not callable(getattr(memory, "search", None)) or _has_no_retrievers(memory):
+        # A capability of this package's update_history (a subclass storing on its own answers for it).
+        own = getattr(type(memory).update_history, "__module__", "").startswith("ovos_memory_plugins.")
+        if not callable(getattr(memory, "search", None)) or _has_no_retrievers(memory) or not own:
             return
         sid = _sid()
         memory.update_history([AgentMessage(U, "my favourite animal is the axolotl")], sid)
