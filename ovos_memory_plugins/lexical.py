@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from ._core.log import LOG
 from ._index.neighbours import adjacent, context_text, neighbour_weight_option, survivors
 from ._index.pending import merge_pending
-from ._index.postings import DELETION_LOG_KEEP, PostingsMirror, table_tokenizer
+from ._index.postings import DELETION_LOG_KEEP, PostingsMirror, fts_safe, table_tokenizer
 from ._index.stopwords import LANGUAGES, MAX_QUERY_TERMS, query_words, stopwords
 from .common import MemoryHit
 from .config import option
@@ -242,6 +242,7 @@ class LexicalMemory(BaseRetrievalMemory):
             self._pg.insert(con, rows)
             return
         sql = f"INTO {self._fts} (rowid, content, session_id, ctx) VALUES (?, ?, ?, ?)"
+        rows = [(rowid, fts_safe(text), sid, fts_safe(ctx) if ctx else ctx) for rowid, text, sid, ctx in rows]
         try:
             con.executemany(f"INSERT {sql}", rows)
         except sqlite3.IntegrityError:
@@ -256,7 +257,7 @@ class LexicalMemory(BaseRetrievalMemory):
         if self._pg is not None:
             self._pg.refresh(con, rowid, session_id, text)
             return
-        con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (text, rowid))
+        con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (fts_safe(text) if text else text, rowid))
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         words = query_words(query, self._ignore)

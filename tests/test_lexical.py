@@ -125,3 +125,48 @@ def test_a_database_the_reference_package_wrote_is_adopted_and_recalled(tmp_path
             assert [h.source for h in memory.search("cat Tom", "s2")] == ["s2_0"]
             assert sorted(memory.sessions()) == ["s1", "s2"]
             assert len(memory.export("s1")["documents"]) == 2
+
+
+def _recalls(memory, query, session_id, word):
+    return any(word in m.content for m in memory.build_conversation_context(query, session_id)[:-1]
+               if m.role == MessageRole.SYSTEM)
+
+
+@pytest.mark.parametrize("word", ["記" * 10923, "a" * 40000])
+def test_a_word_longer_than_fts5_keeps_whole_costs_no_session_its_recall(tmp_path, word):
+    # FTS5 cuts a token at 32,768 bytes, mid-character: the cut term could not be read back, and
+    # every later read of the vocabulary (other sessions' turns, the next start) failed.
+    config = {"db_path": str(tmp_path / "l.db"), "max_history": 2}
+    with LexicalMemory(config) as m:
+        m.update_history([AgentMessage(U, "my favourite animal is the zebra"), AgentMessage(A, "ok")], "alice")
+        m.update_history([AgentMessage(U, word), AgentMessage(A, "ok")], "mallory")
+        for i in range(2):
+            m.update_history([AgentMessage(U, f"filler {i}"), AgentMessage(A, "ok")], "alice")
+        m.update_history([AgentMessage(U, "my car is a red tesla"), AgentMessage(A, "ok")], "bob")
+        for i in range(2):  # out of the window: recalled, not repeated
+            m.update_history([AgentMessage(U, f"bob filler {i}"), AgentMessage(A, "ok")], "bob")
+        assert m.flush(patience(30))
+        assert _recalls(m, "which animal do I like, zebra?", "alice", "zebra")
+        assert _recalls(m, "which car, tesla?", "bob", "tesla")
+        assert [d["content"] for d in m.export("mallory")["documents"]] == [f"Q: {word}\nA: ok"]  # kept whole
+    with LexicalMemory(config) as again:  # the next start loads its postings
+        again.update_history([AgentMessage(U, "the hippo"), AgentMessage(A, "ok")], "alice")
+        assert again.flush(patience(30))
+        assert _recalls(again, "which animal do I like, zebra?", "alice", "zebra")
+        assert again.degraded() == {}
+
+
+def test_a_term_an_older_store_cut_mid_character_does_not_stop_the_postings_loading(tmp_path):
+    config = {"db_path": str(tmp_path / "l.db"), "max_history": 2}
+    with LexicalMemory(config) as m:
+        m.update_history([AgentMessage(U, "my favourite animal is the zebra"), AgentMessage(A, "ok")], "alice")
+        assert m.flush(patience(30))
+    con = sqlite3.connect(tmp_path / "l.db")  # what an older version wrote: the run given to FTS5 whole
+    con.execute("INSERT INTO lexical_memory (rowid, content, session_id, ctx) VALUES (999, ?, 'old', NULL)",
+                ("記" * 10923,))
+    con.commit()
+    con.close()
+    with LexicalMemory(config) as again:
+        again.update_history([AgentMessage(U, "the hippo"), AgentMessage(A, "ok")], "alice")
+        assert again.flush(patience(30))
+        assert _recalls(again, "which animal do I like, zebra?", "alice", "zebra")

@@ -43,7 +43,7 @@ from .._core.worker import run_as_background
 from ..storage.sqlite import Database
 from .bm25 import Postings
 
-__all__ = ["PostingsMirror", "Tokenizer", "table_tokenizer"]
+__all__ = ["fts_safe", "PostingsMirror", "Tokenizer", "table_tokenizer"]
 
 #: The newest documents whose words are cached at load: the next turns mostly reuse them.
 WARM_DOCUMENTS = 5_000
@@ -53,6 +53,20 @@ DELETION_LOG_KEEP = 100_000
 SLICE = 2_000
 
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'([^']*)'", re.IGNORECASE)
+
+
+#: The longest run of non-space characters FTS5 is given as is. FTS5 cuts a token at 32,768
+#: bytes, in the middle of a character if need be; the cut term then cannot be read back as text
+#: (fts5vocab's ``term``), which broke every later read of the vocabulary. 4,000 characters are
+#: at most 16,000 bytes.
+MAX_RUN = 4000
+_LONG_RUN = re.compile(rf"\S{{{MAX_RUN}}}(?=\S)")
+
+
+def fts_safe(text: str) -> str:
+    """``text`` with a space after every ``MAX_RUN`` characters of a longer run without spaces
+    (what FTS5 indexes, and what the mirror tokenizes, so both read the same terms)."""
+    return _LONG_RUN.sub(lambda m: m.group(0) + " ", text) if len(text) > MAX_RUN else text
 
 
 def table_tokenizer(db: Database, table: str) -> str | None:
@@ -91,6 +105,7 @@ class Tokenizer:
 
     def counts(self, texts: Sequence[str]) -> list[dict[str, int]]:
         """Per text, how many times each term occurs (its length is the sum)."""
+        texts = [fts_safe(t) for t in texts]
         split = [_WORD.findall(t) if self._by_word and not _NOT_LATIN.search(t) else None for t in texts]
         self.terms([w for words in split if words for w in words])  # one FTS5 call for the new words
         whole = [t for t, words in zip(texts, split) if words is None]
@@ -125,10 +140,13 @@ class Tokenizer:
     def _fts5_terms(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
         out: list[list[tuple[int, str]]] = [[] for _ in texts]
         with self._lock:
-            self._con.executemany("INSERT INTO tok (rowid, c) VALUES (?, ?)", enumerate(texts))
-            for doc, term, offset in self._con.execute("SELECT doc, term, offset FROM tokv"):
-                out[doc].append((offset, term))
-            self._con.execute("INSERT INTO tok (tok) VALUES ('delete-all')")
+            try:
+                self._con.executemany("INSERT INTO tok (rowid, c) VALUES (?, ?)",
+                                      enumerate(fts_safe(t) for t in texts))
+                for doc, term, offset in self._con.execute("SELECT doc, CAST(term AS BLOB), offset FROM tokv"):
+                    out[doc].append((offset, vocab_text(term)))
+            finally:  # the table is emptied whatever happened: one bad text never stays for the next
+                self._con.execute("INSERT INTO tok (tok) VALUES ('delete-all')")
         return [tuple(term for _, term in sorted(found)) for found in out]
 
     def _fts5_counts(self, texts: Sequence[str]) -> list[dict[str, int]]:
@@ -142,6 +160,12 @@ class Tokenizer:
 
     def close(self) -> None:
         self._con.close()
+
+
+def vocab_text(term: bytes) -> str:
+    """A term read from fts5vocab as bytes: a term an older store cut mid-character reads with a
+    replacement character instead of failing the whole read."""
+    return term.decode("utf-8", "replace")
 
 
 _WORD = re.compile(r"[^\W_]+")
@@ -387,11 +411,12 @@ class PostingsMirror:
         con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{vocab} USING fts5vocab(main, {self._fts}, instance)")
         term, entry = None, None
         # The exchanges' own words only: neighbour context is linked, not copied (postings.py).
-        for t, doc, tf in con.execute(f"SELECT term, doc, count(*) FROM temp.{vocab} WHERE col = 'content' "
-                                      "GROUP BY term, doc"):
+        for raw, doc, tf in con.execute(f"SELECT CAST(term AS BLOB), doc, count(*) FROM temp.{vocab} "
+                                        "WHERE col = 'content' GROUP BY term, doc"):
             at = pos_of.get(doc)
             if at is None:
                 continue
+            t = vocab_text(raw)
             if t != term:
                 term = t
                 entry = snap.postings[t] = (array.array("i"), array.array("i"))
