@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from ovos_memory_plugins.errors import StorageError
+from ovos_memory_plugins.errors import ConfigError, StorageError
 from ovos_memory_plugins.storage import WindowPolicy, backend_for, open_record_store, open_window_store
 from ovos_memory_plugins.storage.jsonfile import JsonRecordStore
 from ovos_memory_plugins.storage.sqlite import Database
@@ -172,6 +172,58 @@ def test_json_writes_leave_no_temp_files(tmp_path):
         store.update("s", lambda r, i=i: {**r, str(i): i})
     assert sorted(os.listdir(tmp_path)) == ["s.json", "s.json.lock"]
     assert len(store.load("s")) == 20
+
+
+def _crashed_write(tmp_path, name="s.json", random="k3y9qz1x"):
+    """The temp file a write killed before its rename leaves: a whole copy of the store."""
+    leftover = tmp_path / f"{name}.{random}.tmp"
+    leftover.write_text(json.dumps({"victim": {"buffer": [{"role": "user", "content": "PIN SECRETMARK"}]}}))
+    return leftover
+
+
+def test_a_crashed_writes_temp_file_goes_at_the_next_open(tmp_path):
+    leftover = _crashed_write(tmp_path)
+    JsonRecordStore(str(tmp_path / "s.json"))
+    assert not leftover.exists()
+
+
+def test_a_forget_removes_what_a_crashed_write_of_another_process_left(tmp_path):
+    store = JsonRecordStore(str(tmp_path / "s.json"))
+    store.save("victim", {"buffer": []})
+    leftover = _crashed_write(tmp_path)  # another process, killed while this one kept running
+    assert store.delete("victim")
+    assert not leftover.exists()
+    leftover = _crashed_write(tmp_path)
+    store.compact()
+    assert not leftover.exists()
+
+
+def test_only_this_stores_own_temp_files_are_removed(tmp_path):
+    others = [tmp_path / "t.json.k3y9qz1x.tmp", tmp_path / "s.json.notmine.tmp", tmp_path / "s.json.k3y9qz1x.bak"]
+    for path in others:
+        path.write_text("{}")
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    (tmp_path / "s.json.l1nk2abc.tmp").symlink_to(target)  # not a regular file: never followed or removed
+    JsonRecordStore(str(tmp_path / "s.json"))
+    assert all(p.exists() for p in others) and (tmp_path / "s.json.l1nk2abc.tmp").is_symlink()
+    assert target.read_text() == "keep"
+
+
+@pytest.mark.parametrize("content", [
+    {"name": "Kitchen", "handlers": ["ovos-persona-handler"], "memory_module": "ovos-memory-plugin-recency"},
+    {"name": "Kitchen", "solvers": ["x"], "ovos-solver-x": {"a": 1}, "ovos-solver-y": {"b": 2}},
+    {"a": 1, "b": [2], "c": {"buffer": []}},
+])
+def test_a_json_file_that_is_not_a_store_is_refused_and_left_as_it_is(tmp_path, content):
+    path = tmp_path / "persona.json"
+    path.write_text(json.dumps(content))
+    os.chmod(path, 0o644)
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match="is not a memory store"):
+        JsonRecordStore(str(path))
+    assert path.read_bytes() == before and os.stat(path).st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(tmp_path)) == ["persona.json"]
 
 
 def test_record_update_is_read_modify_write(tmp_path):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -45,6 +46,11 @@ except ImportError:  # pragma: no cover - Windows: thread safety only
 
 __all__ = ["JsonRecordStore"]
 
+#: Keys of a persona file (a memory store's keys are session ids, whose values are records).
+PERSONA_KEYS = ("memory_module", "solvers", "handlers")
+#: The random part of the temp file names ``tempfile.mkstemp`` makes.
+_TEMP_RANDOM = 8
+
 
 class JsonRecordStore:
     def __init__(self, path: str):
@@ -63,6 +69,7 @@ class JsonRecordStore:
             return
         make_private_dirs(os.path.dirname(self.path) or ".")
         with self._locked():
+            self._remove_crash_leftovers()
             if not os.path.exists(self.path):
                 self._write({})
 
@@ -90,6 +97,7 @@ class JsonRecordStore:
 
     def delete(self, session_id: str) -> bool:
         with self._locked():
+            self._remove_crash_leftovers()  # a forget leaves no copy of the session behind
             data = dict(self._read())
             if session_id not in data:
                 return False
@@ -98,19 +106,51 @@ class JsonRecordStore:
             return True
 
     def compact(self) -> bool:
-        """Nothing to do: every write is a new file, the old one's bytes leave with it."""
+        """Every write is a new file, the old one's bytes leave with it; what a crashed write left
+        beside it (a temp file holding every session) goes too."""
+        with self._locked():
+            self._remove_crash_leftovers()
         return True
+
+    def _remove_crash_leftovers(self) -> None:
+        """Delete the temp files of writes that never reached their rename (a process killed in
+        between): each holds a whole copy of the store. Only under the lock, which every writer
+        holds until its rename, so no live write's file is taken; only our own regular files
+        named as ``_write`` names them."""
+        if fcntl is None or self.read_only:  # without the lock another process may be writing one
+            return
+        folder, prefix = os.path.dirname(self.path) or ".", os.path.basename(self.path) + "."
+        try:
+            names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")
+                     and len(n) == len(prefix) + _TEMP_RANDOM + 4]
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(folder, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                    os.unlink(path)
+                    LOG.info(f"memory store {self.path}: removed {name}, left by a write that never finished")
 
     def close(self) -> None:
         pass
 
     def _check_is_store(self, data: dict[str, Any]) -> None:
-        """An export (``ovos-memory export`` writes ``{"plugin": name, ...}``; a store's values are
-        records, never a string) given by mistake is not a store: refused, never used, emptied or
-        moved aside."""
+        """A JSON file that is not a store, given by mistake, is refused, never used, rewritten or
+        moved aside: an export (``ovos-memory export`` writes ``{"plugin": name, ...}``), a persona
+        file, any object whose values are mostly not records (a store holds one object per
+        session; one hand-damaged record still loads, and costs that session only)."""
         if isinstance(data.get("plugin"), str):
             raise ConfigError(f"{self.path} is an export of {data['plugin']!r}, not a memory store (load it with "
                               "'ovos-memory import'); it was left as it is")
+        persona = [key for key in PERSONA_KEYS if key in data and not isinstance(data[key], dict)]
+        records = sum(isinstance(value, dict) for value in data.values())
+        if persona or records * 2 < len(data):
+            why = f"a persona's {persona[0]!r}" if persona else f"{len(data) - records} of its {len(data)} values " \
+                "are not records"
+            raise ConfigError(f"{self.path} is not a memory store ({why}); it was left as it is: name a file of "
+                              "its own in db_path")
 
     def _record(self, data: dict[str, Any], session_id: str) -> dict[str, Any]:
         return as_record(data.get(session_id, {}), session_id, self.path)
