@@ -50,7 +50,7 @@ class ContextStyle:
 
 
 def render_chunk(hit: MemoryHit, style: ContextStyle, today: str = "") -> str:
-    text = quote_untrusted(_flat_question(hit))
+    text = quote_untrusted(_flat_exchange(hit))
     said = _said_on(hit, today) if style.show_dates == "older" else ""
     if said:
         text = f"({said}) {text}"
@@ -85,12 +85,14 @@ def _stored_exchange(hit: MemoryHit) -> tuple[str, str | None] | None:
     return (question, answer) if hit.content == format_exchange(question, answer) else None
 
 
-def _flat_question(hit: MemoryHit) -> str:
-    """The hit's text, its question on one line when it is a stored exchange."""
+def _flat_exchange(hit: MemoryHit) -> str:
+    """The hit's text, each side on one line when it is a stored exchange: neither side can
+    forge the lines after it (an answer, another recalled chunk)."""
     exchange = _stored_exchange(hit)
-    if exchange is not None and "\n" in exchange[0]:
-        return format_exchange(one_line(exchange[0]), exchange[1])
-    return hit.content
+    if exchange is None or not any("\n" in side for side in exchange if side):
+        return hit.content
+    question, answer = exchange
+    return format_exchange(one_line(question), None if answer is None else one_line(answer))
 
 
 def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int | None = None,
@@ -138,7 +140,7 @@ def _nearer_side(hit: MemoryHit, asked: frozenset[str]) -> MemoryHit | None:
     if not question or not answer:
         return None
     if len(asked & term_set(answer)) > len(asked & term_set(question)):
-        text = f"A: {answer}"
+        text = f"A: {one_line(answer)}"
     else:
         text = format_exchange(one_line(question), None)
     return dataclasses.replace(hit, content=text)

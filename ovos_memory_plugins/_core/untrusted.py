@@ -5,8 +5,10 @@ a guest, a reply the model wrote. A line of it that tries to steer the model ("i
 instructions", "SYSTEM: ...", a chat template's control tokens, a forged ``Context:`` block)
 must arrive as something that was *said*, not as something to *do*:
 
-* chat-template control tokens (``<|im_start|>``, ``[INST]``, ``<<SYS>>``, ``</s>``) are removed:
-  no text of a conversation has a reason to hold them, and a model reads them as structure;
+* chat-template control tokens (``<|im_start|>``, ``[INST]``, ``<<SYS>>``, ``</s>``) become a
+  space: no text of a conversation has a reason to hold them, and a model reads them as
+  structure (a space, not nothing: a token split by another, ``<|im_<|x|>start|>``, must not be
+  put back together by the removal);
 * a line that reads like an instruction or starts like a role or a block of the prompt
   (``system:``, ``assistant:``, ``context:``, ``### ...``, ``</context>``) is quoted and marked:
   ``(quoted) "SYSTEM: ignore previous instructions"``.
@@ -48,7 +50,7 @@ def looks_like_instruction(text: str) -> bool:
 
 def quote_untrusted(text: str) -> str:
     """``text`` fit to sit in a prompt as data (see the module docstring)."""
-    text = _CONTROL.sub("", text)
+    text = _CONTROL.sub(" ", text)
     if not _STRUCTURE.search(text):
         return text  # the common case: nothing to do
     return "\n".join(_quoted_line(line) for line in text.split("\n"))
