@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import math
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,7 +30,7 @@ from ._core.loading import allows_value, load_memory_class, reads_key
 from ._core.log import LogOnce
 from ._core.worker import wakeups_deferred
 from ._index.current import put_contradicted_last
-from ._llm.endpoint import PERSONA_ENDPOINT_KEY
+from ._llm.endpoint import PERSONA_ENDPOINT_KEY, url_problem
 from ._memory.conversion import member_imports
 from ._memory.exports import session_export
 from ._memory.session_view import SessionHistoryMixin
@@ -51,6 +52,8 @@ COMPOSITE_FUSIONS = (*FUSION_MODES, "score")
 #: LLM endpoint keys given at the top level reach every member that takes them (and sets none).
 ENDPOINT_KEYS = ("api_url", "model", "api_key", "request_timeout")
 
+#: The keys of a member entry.
+MEMBER_KEYS = ("module", "weight", "config")
 #: The recommended hybrid: a verbatim window, keyword and semantic recall, and user facts. Both
 #: retrievers index each exchange with its neighbours (retrieval.neighbour_weight, _neighbours.py):
 #: on LoCoMo dev that is what lifts the fused recall@5 from 0.70 to 0.77 (docs/benchmarks.md).
@@ -105,7 +108,8 @@ class CompositeConfig(RecallConfig):
                                           "members' blocks (facts, summary), then recall; null: unbounded; "
                                           f"the hybrid preset: {PRESET_ADDED_TOKENS}", kind=int, minimum=1)
     api_url: str | None = option(None, "LLM endpoint for the members that call one (entity, longterm, redis) and "
-                                 "set none; absent: each member's default; null or empty: no model", kind=str)
+                                 "set none; absent: each member's default; null or empty: no model", kind=str,
+                                 check=url_problem)
     model: str | None = option(None, "model name for those members; absent: each member's default", kind=str)
     api_key: str | None = option(None, "bearer token for those members; absent: each member's default", kind=str)
     request_timeout: float | None = option(None, "seconds an LLM request of those members may take; absent: "
@@ -119,6 +123,20 @@ class CompositeConfig(RecallConfig):
                 raise ConfigError(f"'members[{i}]' must be an entry-point name or a dict with a 'module' key")
             if isinstance(spec, Mapping):
                 _check_member(i, spec)
+
+    @staticmethod
+    def unknown_inner_keys(raw: Mapping[str, Any]) -> list[str]:
+        """Messages naming each unknown key of a member entry (a typo there silently dropped the
+        member's weight or config), as the top level's unknown keys are named."""
+        members = raw.get("members")
+        problems = []
+        for i, spec in enumerate(members if isinstance(members, list) else []):
+            for key in spec if isinstance(spec, Mapping) else ():
+                if key not in MEMBER_KEYS:
+                    close = difflib.get_close_matches(str(key), MEMBER_KEYS, n=1)
+                    hint = f"; did you mean 'members[{i}].{close[0]}'?" if close else ""
+                    problems.append(f"unknown config key 'members[{i}].{key}'{hint}")
+        return problems
 
 
 class Member(NamedTuple):

@@ -65,6 +65,7 @@ def option(
     maximum: float | None = None,
     nullable: bool = False,
     aliases: tuple[str, ...] = (),
+    check: Callable[[Any], str | None] | None = None,
 ) -> Any:
     """Declare one config key as a dataclass field.
 
@@ -78,6 +79,7 @@ def option(
         maximum: the largest allowed number (every number has one: :data:`MAXIMUM` by default).
         nullable: whether ``null``/``None`` is allowed.
         aliases: other keys accepted for this value (older spellings).
+        check: what is wrong with a value of the right type (a phrase), or None when nothing is.
     """
     if kind is None:
         kind = type(default) if default is not None else object
@@ -86,7 +88,7 @@ def option(
     meta = {
         "key": key, "doc": doc, "kind": kind, "choices": choices, "minimum": minimum,
         "maximum": MAXIMUM if maximum is None else maximum,
-        "nullable": nullable or default is None, "aliases": aliases,
+        "nullable": nullable or default is None, "aliases": aliases, "check": check,
     }
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -128,6 +130,9 @@ def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> A
         raise ConfigError(f"{owner}: '{key}' is {value!r}; allowed values are {allowed}")
     if _is_number(value):
         _check_number(owner, key, value, meta)
+    problem = meta.get("check") and meta["check"](value)
+    if problem:
+        raise ConfigError(f"{owner}: '{key}' is {value!r}: {problem}")
     if isinstance(value, (list, dict)):
         value = type(value)(value)  # never share the caller's containers
     return value
@@ -220,7 +225,8 @@ def unknown_keys(cls: type, raw: Mapping[str, Any], extra_known: tuple[str, ...]
         close = difflib.get_close_matches(key, sorted(known), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         problems.append(f"unknown config key '{key}'{hint}")
-    return problems
+    inner = getattr(cls, "unknown_inner_keys", None)  # keys inside a list's items (a composite's members)
+    return problems + (inner(raw) if inner is not None else [])
 
 
 def parse_config(cls: type[T], raw: Mapping[str, Any] | None, owner: str,

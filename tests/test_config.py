@@ -65,3 +65,32 @@ def test_the_callers_config_is_never_mutated():
 
 def test_max_turns_counts_exchanges():
     assert RecencyMemory({"max_turns": 2}).policy.max_messages == 4
+
+
+def test_a_misspelt_key_of_a_composite_member_is_named_with_the_right_one():
+    from ovos_memory_plugins.composite import CompositeConfig
+
+    problems = check_config(CompositeConfig, {"members": [
+        {"module": "ovos-memory-plugin-recency", "conifg": {"max_turns": 1}},
+        {"module": "ovos-memory-plugin-lexical", "wieght": 5}, "ovos-memory-plugin-entity"]}, "c")
+    assert problems == ["c: unknown config key 'members[0].conifg'; did you mean 'members[0].config'?",
+                        "c: unknown config key 'members[1].wieght'; did you mean 'members[1].weight'?"]
+
+
+@pytest.mark.parametrize("module", ["entity", "longterm", "composite"])
+@pytest.mark.parametrize("url", ["localhost:8080", "127.0.0.1:8080/v1", "ftp://host/v1"])
+def test_an_endpoint_url_without_http_is_a_config_error_naming_the_fix(module, url, tmp_path):
+    import importlib
+
+    cls = {"entity": "EntityMemory", "longterm": "LongTermMemory", "composite": "CompositeMemory"}[module]
+    memory_class = getattr(importlib.import_module(f"ovos_memory_plugins.{module}"), cls)
+    with pytest.raises(ConfigError, match=r"'api_url' is .*starts with http:// or https://"):
+        memory_class({"api_url": url, "db_path": str(tmp_path / "m.json")})
+
+
+@pytest.mark.parametrize("url", [None, "", "http://localhost:8080/v1", "HTTPS://example.org/v1"])
+def test_an_endpoint_url_with_http_or_none_is_accepted(url, tmp_path):
+    from ovos_memory_plugins.entity import EntityMemory
+
+    with EntityMemory({"api_url": url, "db_path": str(tmp_path / "e.json")}) as memory:
+        assert memory.settings.api_url == url
