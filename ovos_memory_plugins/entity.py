@@ -148,6 +148,9 @@ class EntityMemory(LLMMemory):
         self._extract_pending(key)
 
     def _key(self, session_id: str) -> str:
+        if session_id == GLOBAL_KEY:  # stored but never listed, and every session's in scope global
+            raise ValueError(f"{self.plugin_name}: session id {GLOBAL_KEY!r} is this memory's key for scope "
+                             "'global'; choose another session id")
         return GLOBAL_KEY if self.settings.scope == "global" else session_id
 
     # -- the OPM contract ----------------------------------------------------------------

@@ -138,6 +138,9 @@ def coerce_messages(new_messages: Any) -> list[AgentMessage]:
     Accepts ``AgentMessage`` objects (or anything with ``role`` and ``content``) and dicts with
     ``role`` and ``content`` keys. Raises ``TypeError``/``ValueError`` naming the bad item.
     """
+    if isinstance(new_messages, Mapping) or (hasattr(new_messages, "role") and hasattr(new_messages, "content")):
+        raise TypeError(f"new_messages must be a list of messages, not one {type(new_messages).__name__}: "
+                        "wrap it in a list")
     if new_messages is None or isinstance(new_messages, (str, bytes)) or not isinstance(new_messages, Iterable):
         raise TypeError(f"new_messages must be a list of AgentMessage, not {type(new_messages).__name__}")
     out = []

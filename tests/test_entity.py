@@ -652,3 +652,12 @@ def test_an_unknown_fact_choice_is_a_config_error(make):
         make(context_facts="some")
     with pytest.raises(ConfigError, match="max_context_facts"):
         make(max_context_facts=-1)
+
+
+def test_the_session_id_of_the_global_facts_is_refused_by_name(make):
+    memory = make(api_url=None)
+    with pytest.raises(ValueError, match="'__global__' is this memory's key for scope 'global'"):
+        memory.update_history([AgentMessage(U, "My name is Mallory"), AgentMessage(A, "Hi")], "__global__")
+    with pytest.raises(ValueError, match="__global__"):
+        memory.build_conversation_context("who am I?", "__global__")
+    assert memory.sessions() == [] and make(api_url=None, scope="global").facts("alice") == []

@@ -138,3 +138,9 @@ def test_a_stored_message_with_malformed_tool_calls_reads_back():
         assert back.content == "y"
         if HAS_TOOLS:
             assert (back.tool_calls is None) == (calls != [WIRE_CALL])
+
+
+@pytest.mark.parametrize("one", [{"role": "user", "content": "hi"}, AgentMessage(MessageRole.USER, "hi")])
+def test_one_message_instead_of_a_list_is_named_as_such(one):
+    with pytest.raises(TypeError, match="must be a list of messages, not one .*wrap it in a list"):
+        coerce_messages(one)
