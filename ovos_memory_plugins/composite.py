@@ -190,6 +190,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, **preset))
             self._settings_changed()
         self._member_log = LogOnce()
+        #: What works less well than configured because of a member, by part (see degraded()):
+        #: one that did not start, and one whose last call of an operation failed.
+        self._member_faults: dict[str, str] = {}
         self.members: list[Member] = self._load_members()
         self.primary: Member | None = self._choose_primary()
 
@@ -248,6 +251,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                 members.append(Member(module if not repeat else f"{module}#{repeat + 1}", memory, weight))
         if not members:
             self._member_log.warning("none", "%s: no members loaded; acting as a passthrough", self.plugin_name)
+            self._member_faults[self.plugin_name] = "no members loaded: nothing is remembered"
         return members
 
     def _build_member(self, module: str, config: dict[str, Any]) -> Any:
@@ -255,6 +259,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         if cls is None:
             self._member_log.error(f"load:{module}", "%s: member %r is not installed; skipped", self.plugin_name,
                                    module)
+            self._member_faults[module] = "not installed; skipped"
             return None
         config = dict(config)
         config.setdefault("system_prompt", "")  # the composite's prompt is the one sent, once
@@ -276,6 +281,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         except Exception as exc:  # noqa: BLE001 - one broken member must not take the persona down
             self._member_log.error(f"load:{module}", "%s: member %r failed to start (%s); skipped",
                                    self.plugin_name, module, exc)
+            self._member_faults[module] = f"failed to start ({exc}); skipped"
             return None
 
     def _choose_primary(self) -> Member | None:
@@ -300,7 +306,10 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                 raise
             self._member_log.error(f"{op}:{member.name}", "%s: member %r %s failed (%s: %s); skipped", self.plugin_name,
                                    member.name, op, type(exc).__name__, exc)
+            self._member_faults[f"{member.name}:{op}"] = f"{op} failed ({type(exc).__name__}: {exc}); skipped"
             return default
+        if self._member_faults:
+            self._member_faults.pop(f"{member.name}:{op}", None)
         self._member_log.clear(f"{op}:{member.name}", f"{self.plugin_name}: member {member.name!r} {op} works again")
         return result
 
@@ -490,8 +499,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     # -- health ------------------------------------------------------------------------------
     def degraded(self) -> dict[str, str]:
-        """Every member's degradations (a member that cannot tell says nothing)."""
-        out: dict[str, str] = {}
+        """Every member's degradations (a member that cannot tell says nothing), a member that did
+        not start, and a member operation whose last call failed."""
+        out: dict[str, str] = dict(self._member_faults)
         for member in self.members:
             report = getattr(member.memory, "degraded", None)
             if callable(report):

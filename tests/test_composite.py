@@ -127,11 +127,15 @@ def test_zero_members_is_a_passthrough():
     memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "s")
     assert [(m.role, m.content) for m in memory.build_conversation_context(" x ", "s")] == [(S, "Hi."), (U, "x")]
     assert memory.search("x", "s") == []
+    assert memory.degraded() == {"ovos-memory-plugin-composite": "no members loaded: nothing is remembered"}
 
 
 def test_members_that_are_missing_broken_or_the_composite_itself_are_skipped(tmp_path, fake_plugins):
     memory = hybrid(tmp_path, "no-such-plugin", "test-broken", "ovos-memory-plugin-composite")
     assert [m.module for m in memory.members] == ["ovos-memory-plugin-recency", "ovos-memory-plugin-lexical"]
+    degraded = memory.degraded()  # what `ovos-memory chat` tells the user
+    assert degraded["no-such-plugin"] == "not installed; skipped"
+    assert degraded["test-broken"].startswith("failed to start (")
 
 
 def test_update_history_writes_through_to_every_member_and_history_comes_from_the_primary(tmp_path, fake_plugins):
@@ -190,8 +194,10 @@ def test_a_member_failing_at_run_time_costs_only_its_own_part(tmp_path, fake_plu
     memory.update_history([AgentMessage(U, "the car is blue"), AgentMessage(A, "ok")], "s")
     ctx = memory.build_conversation_context("what colour is the car", "s")
     assert ctx[-1].content == "what colour is the car"
+    assert memory.degraded()["test-flaky:search"].startswith("search failed (")
     FlakyRetriever.fail = False
     assert any(h.metadata["retriever"] == "test-flaky" for h in memory.search("flaky", "s"))
+    assert "test-flaky:search" not in memory.degraded()  # works again: no longer reported
 
 
 def test_forget_and_export_fan_out(tmp_path):
