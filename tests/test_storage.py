@@ -479,3 +479,22 @@ def test_an_undecodable_stored_value_sets_the_file_aside_and_the_update_is_writt
     store.update("s", lambda r: {**r, "new": True})
     assert store.load("s") == {"new": True} and _set_aside_files(tmp_path, "r.db") == 1
     store.close()
+
+
+def test_an_sqlite_database_of_something_else_is_refused_and_left_as_it_is(tmp_path):
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    path = tmp_path / "app.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE bookmarks (id INTEGER PRIMARY KEY, url TEXT)")
+    con.execute("INSERT INTO bookmarks (url) VALUES ('https://example.org')")
+    con.commit()
+    con.close()
+    os.chmod(path, 0o644)
+    before = path.read_bytes()
+    for cls in (RecencyMemory, LexicalMemory):
+        with pytest.raises(ConfigError, match=r"is a database of something else \(tables: bookmarks\)"):
+            cls({"db_path": str(path)})
+    assert path.read_bytes() == before and os.stat(path).st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(tmp_path)) == ["app.sqlite"]

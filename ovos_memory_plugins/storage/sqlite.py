@@ -28,7 +28,7 @@ from .._core.paths import (
     make_private_dirs,
     resolve_path,
 )
-from ..errors import MigrationError, StorageError, StoreUnavailable
+from ..errors import ConfigError, MigrationError, StorageError, StoreUnavailable
 from .integrity import StoreDamaged, damage_of, quick_check, set_aside
 from .readonly import StoreReadOnly, check_migrated, connect_read_only, is_read_only
 from .sharing import SharedHandles
@@ -86,6 +86,7 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if not is_memory_path(path):
+            _refuse_foreign(con, path)  # before WAL: a database of something else keeps every byte
             _enable_wal(con)
             con.execute(f"PRAGMA synchronous = {synchronous}")
         # Deleted rows are overwritten with zeros, not left in free pages: forget() must really
@@ -96,6 +97,21 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
     # as U+FFFD instead of failing every query that meets them.
     con.text_factory = _text
     return con
+
+
+def _refuse_foreign(con: sqlite3.Connection, path: str) -> None:
+    """A ConfigError for a database of something else (a browser's history, an app's data)
+    named as a store by mistake. Ours hold the migrations table; the reference's, a ``sessions``
+    table (longterm) or FTS5 tables (lexical), which are migrated in place; a new file, none."""
+    rows = con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' "
+                       "AND name NOT LIKE 'sqlite_%'").fetchall()
+    names = {name for name, _ in rows}
+    fts = any("fts5" in (sql or "").lower() for _, sql in rows)
+    if not rows or names & {"ovos_memory_migrations", "sessions"} or fts:
+        return
+    con.close()
+    raise ConfigError(f"{path} is a database of something else (tables: {', '.join(sorted(names)[:5])}), not a "
+                      "memory store; it was left as it is: name a file of its own in db_path")
 
 
 def _text(raw: bytes) -> str:
