@@ -213,7 +213,7 @@ def test_only_this_stores_own_temp_files_are_removed(tmp_path):
 @pytest.mark.parametrize("content", [
     {"name": "Kitchen", "handlers": ["ovos-persona-handler"], "memory_module": "ovos-memory-plugin-recency"},
     {"name": "Kitchen", "solvers": ["x"], "ovos-solver-x": {"a": 1}, "ovos-solver-y": {"b": 2}},
-    {"a": 1, "b": [2], "c": {"buffer": []}},
+    {"a": 1, "b": "two", "c": {"buffer": []}},
 ])
 def test_a_json_file_that_is_not_a_store_is_refused_and_left_as_it_is(tmp_path, content):
     path = tmp_path / "persona.json"
