@@ -107,18 +107,18 @@ def exchange_texts(question: str | None, messages: Sequence[AgentMessage],
     """The ``(question, answer)`` pairs to store for ``messages``, appended after the latest
     ``question`` (None: none before them; ``answered``: an answer to it is stored already).
 
-    Each non-empty ASSISTANT pairs with the latest USER question, as in the reference: a second
-    reply to one question pairs with it too, in the same update or in one of its own. A USER
-    followed by another USER is still stored, as a question alone: what the user said matters
-    even when the answer was cut off (a stopped stream). A question still waiting for its answer
-    is not stored yet.
+    Each non-empty ASSISTANT pairs with the latest USER question (a second reply to one
+    question in the same update pairs with it too, as in the reference; the answer after a
+    tool's result pairs with the question before the tool call). A USER followed by another USER
+    is still stored, as a question alone: what the user said matters even when the answer was
+    cut off (a stopped stream). A question still waiting for its answer is not stored yet.
 
         >>> from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
         >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
         >>> exchange_texts(None, [AgentMessage(U, "q1"), AgentMessage(U, "q2"), AgentMessage(A, "a"),
         ...                       AgentMessage(A, "b"), AgentMessage(U, "q3")])
         [('q1', None), ('q2', 'a'), ('q2', 'b')]
-        >>> exchange_texts("q2", [AgentMessage(A, "c"), AgentMessage(U, "q3")], answered=True)
+        >>> exchange_texts("q2", [AgentMessage(A, "c"), AgentMessage(U, "q3")])
         [('q2', 'c')]
     """
     out: list[tuple[str | None, str | None]] = []

@@ -217,17 +217,20 @@ class SqliteWindowStore:
     def _preceding(self, con: Any, session_id: str, tail: AgentMessage | None,
                    messages: Sequence[AgentMessage]) -> Preceding:
         """The question the new messages' first answer pairs with: the window's last message if
-        it is a question; else, when an answer comes before any new question (the rest of a reply,
-        a tool's result answered), the window's latest question, already answered once."""
-        if tail is None:
-            return Preceding()
-        if is_role(tail, "user"):
-            return Preceding(tail.content)
+        it is a question, or the latest question when only tool calls and results followed it
+        (the answer after a tool's result). A question some text already answered pairs with
+        nothing more: the next answer on its own may open another day's talk, not continue it."""
+        if tail is None or is_role(tail, "user"):
+            return Preceding(tail.content if tail is not None else None)
         if not _answer_first(messages):
             return Preceding(None, True)
-        row = con.execute(f"SELECT content FROM {self.table} WHERE session_id = ? AND role = 'user' "
-                          "ORDER BY id DESC LIMIT 1", (session_id,)).fetchone()
-        return Preceding(row[0] if row else None, True)
+        t = self.table
+        asked = con.execute(f"SELECT id, content FROM {t} WHERE session_id = ? AND role = 'user' "
+                            "ORDER BY id DESC LIMIT 1", (session_id,)).fetchone()
+        if asked is None or con.execute(f"SELECT 1 FROM {t} WHERE session_id = ? AND id > ? AND role = 'assistant' "
+                                        "AND trim(content) != '' LIMIT 1", (session_id, asked[0])).fetchone():
+            return Preceding(None, True)
+        return Preceding(asked[1])
 
     @staticmethod
     def _write_unread(con: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:

@@ -283,25 +283,6 @@ def check_a_retriever_recalls_what_it_stored(factory: Factory) -> None:
         _close(memory)
 
 
-def check_a_reply_recorded_in_parts_is_recalled_with_its_question(factory: Factory) -> None:
-    memory = factory({})
-    try:
-        # A capability of this package's update_history (a subclass storing on its own answers for it).
-        own = getattr(type(memory).update_history, "__module__", "").startswith("ovos_memory_plugins.")
-        if not callable(getattr(memory, "search", None)) or _has_no_retrievers(memory) or not own:
-            return
-        sid = _sid()
-        memory.update_history([AgentMessage(U, "my favourite animal is the axolotl")], sid)
-        memory.update_history([AgentMessage(A, "axolotls are wonderful")], sid)
-        memory.update_history([AgentMessage(A, "they regrow their limbs")], sid)  # the rest of the reply
-        _flush(memory)
-        hits = [hit.content for hit in memory.search("regrow limbs", sid, top_k=5) if "regrow" in hit.content]
-        assert hits and all("favourite animal" in text for text in hits), (
-            f"the rest of a reply, recorded in an update of its own, was recalled without its question: {hits}")
-    finally:
-        _close(memory)
-
-
 def _follows_the_pipeline(memory: Any) -> bool:
     """Whether ``memory`` builds its context with this package's pipeline (inject modes, budgets):
     a capability, checked only where it is offered (a subclass that builds its own message list,
@@ -383,7 +364,6 @@ CONTRACT_CHECKS: tuple[Callable[[Factory], None], ...] = (
     check_forget_removes_the_session_only,
     check_export_then_import_gives_the_session_back,
     check_a_retriever_recalls_what_it_stored,
-    check_a_reply_recorded_in_parts_is_recalled_with_its_question,
     check_every_inject_mode_keeps_the_rules,
     check_the_token_budget_bounds_the_context,
 )
