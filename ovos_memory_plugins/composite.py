@@ -30,7 +30,7 @@ from ._core.loading import allows_value, load_memory_class, reads_key
 from ._core.log import LogOnce
 from ._core.worker import wakeups_deferred
 from ._index.current import put_contradicted_last
-from ._llm.endpoint import PERSONA_ENDPOINT_KEY, url_problem
+from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._memory.conversion import member_imports
 from ._memory.exports import session_export
 from ._memory.session_view import SessionHistoryMixin
@@ -108,8 +108,7 @@ class CompositeConfig(RecallConfig):
                                           "members' blocks (facts, summary), then recall; null: unbounded; "
                                           f"the hybrid preset: {PRESET_ADDED_TOKENS}", kind=int, minimum=1)
     api_url: str | None = option(None, "LLM endpoint for the members that call one (entity, longterm, redis) and "
-                                 "set none; absent: each member's default; null or empty: no model", kind=str,
-                                 check=url_problem)
+                                 "set none; absent: each member's default; null or empty: no model", kind=str)
     model: str | None = option(None, "model name for those members; absent: each member's default", kind=str)
     api_key: str | None = option(None, "bearer token for those members; absent: each member's default", kind=str)
     request_timeout: float | None = option(None, "seconds an LLM request of those members may take; absent: "

@@ -65,7 +65,6 @@ def option(
     maximum: float | None = None,
     nullable: bool = False,
     aliases: tuple[str, ...] = (),
-    check: Callable[[Any], str | None] | None = None,
 ) -> Any:
     """Declare one config key as a dataclass field.
 
@@ -79,7 +78,6 @@ def option(
         maximum: the largest allowed number (every number has one: :data:`MAXIMUM` by default).
         nullable: whether ``null``/``None`` is allowed.
         aliases: other keys accepted for this value (older spellings).
-        check: what is wrong with a value of the right type (a phrase), or None when nothing is.
     """
     if kind is None:
         kind = type(default) if default is not None else object
@@ -88,7 +86,7 @@ def option(
     meta = {
         "key": key, "doc": doc, "kind": kind, "choices": choices, "minimum": minimum,
         "maximum": MAXIMUM if maximum is None else maximum,
-        "nullable": nullable or default is None, "aliases": aliases, "check": check,
+        "nullable": nullable or default is None, "aliases": aliases,
     }
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -130,9 +128,6 @@ def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> A
         raise ConfigError(f"{owner}: '{key}' is {value!r}; allowed values are {allowed}")
     if _is_number(value):
         _check_number(owner, key, value, meta)
-    problem = meta.get("check") and meta["check"](value)
-    if problem:
-        raise ConfigError(f"{owner}: '{key}' is {value!r}: {problem}")
     if isinstance(value, (list, dict)):
         value = type(value)(value)  # never share the caller's containers
     return value

@@ -166,10 +166,10 @@ class EntityMemory(LLMMemory):
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         messages = self._incoming(new_messages, session_id)
+        key = self._key(session_id)  # first: a reserved id is refused before anything is noted
         exchanges = self._pair(messages, session_id)
         if not exchanges:
             return
-        key = self._key(session_id)
 
         def enqueue(record: dict[str, Any]) -> dict[str, Any]:
             record.setdefault("facts", [])

@@ -170,6 +170,7 @@ class LexicalMemory(BaseRetrievalMemory):
         self._adopt_reference_table(table)
         # An existing index keeps the tokenizer it was built with (its terms are made by it).
         tokenizer = table_tokenizer(self._db, table) or self.settings.tokenizer
+        self._tokenizer = tokenizer  # how long runs are given to FTS5 (fts_safe)
         try:
             self._db.migrate(f"fts:{table}", [m.format(t=table, tokenizer=tokenizer) for m in _FTS_MIGRATIONS])
         except Exception as exc:  # noqa: BLE001 - an SQLite built without FTS5
@@ -242,7 +243,9 @@ class LexicalMemory(BaseRetrievalMemory):
             self._pg.insert(con, rows)
             return
         sql = f"INTO {self._fts} (rowid, content, session_id, ctx) VALUES (?, ?, ?, ?)"
-        rows = [(rowid, fts_safe(text), sid, fts_safe(ctx) if ctx else ctx) for rowid, text, sid, ctx in rows]
+        spec = self._tokenizer
+        rows = [(rowid, fts_safe(text, spec), sid, fts_safe(ctx, spec) if ctx else ctx)
+                for rowid, text, sid, ctx in rows]
         try:
             con.executemany(f"INSERT {sql}", rows)
         except sqlite3.IntegrityError:
@@ -257,7 +260,8 @@ class LexicalMemory(BaseRetrievalMemory):
         if self._pg is not None:
             self._pg.refresh(con, rowid, session_id, text)
             return
-        con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?", (fts_safe(text) if text else text, rowid))
+        con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?",
+                    (fts_safe(text, self._tokenizer) if text else text, rowid))
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         words = query_words(query, self._ignore)

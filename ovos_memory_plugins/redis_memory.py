@@ -206,14 +206,11 @@ class RedisMemory(ContextMemory):
         if not window:
             return ContextParts([], self.context_blocks(session_id, utterance) if blocks else [])
         newest = self.settings.max_history or 0
-        summary, history = self._read(session_id, newest)
-        if newest:
-            waiting = _trailing_questions(history)
-            if waiting and len(history) >= newest:  # the newest max_history come before the waiting question
-                summary, history = self._read(session_id, newest + waiting)
-                waiting = _trailing_questions(history)
-            # (the cached copy used while Redis is down may be longer)
-            history = history[max(0, len(history) - waiting - newest):]
+        # One more than max_history: a question waiting for its answer (appends keep at most one
+        # at the end) does not take one of the places of the messages before it.
+        summary, history = self._read(session_id, newest + 1 if newest else 0)
+        if newest:  # (the cached copy used while Redis is down may be longer)
+            history = history[max(0, len(history) - _trailing_questions(history) - newest):]
         block = summary_block(summary) if blocks else ""
         return ContextParts(context_window(history), [system_message(block)] if block else [], history)
 

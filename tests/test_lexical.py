@@ -170,3 +170,13 @@ def test_a_term_an_older_store_cut_mid_character_does_not_stop_the_postings_load
         again.update_history([AgentMessage(U, "the hippo"), AgentMessage(A, "ok")], "alice")
         assert again.flush(patience(30))
         assert _recalls(again, "which animal do I like, zebra?", "alice", "zebra")
+
+
+def test_a_trigram_index_keeps_long_runs_whole(tmp_path):
+    # Trigrams are never too long for FTS5: a space at the 4,000th character would break the
+    # trigrams across it, and a phrase there would no longer be found.
+    text = "日" * 3995 + "東京タワーの高さ" + "日" * 200
+    with LexicalMemory({"db_path": str(tmp_path / "l.db"), "tokenizer": "trigram"}) as m:
+        m.update_history([AgentMessage(U, text), AgentMessage(A, "ok")], "s")
+        assert m.flush(patience(30))
+        assert [h.source for h in m.search("東京タワーの高さ", "s")] == ["s_0"]

@@ -240,6 +240,20 @@ def test_a_connection_dropped_while_idle_costs_no_turn_and_no_update():
         assert len(memory.get_history("s")) == 4
 
 
+def test_an_answer_after_messages_that_answered_nothing_pairs_with_its_question():
+    # The window's look back for the question runs as SQL on PostgreSQL too.
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    with LexicalMemory({"db_url": fresh_url()}) as memory:
+        memory.update_history([AgentMessage(U, "what is the weather in Porto")], "s")
+        memory.update_history([AgentMessage(A, "\n\n")], "s")
+        memory.update_history([AgentMessage(MessageRole.SYSTEM, "the weather service says sunny")], "s")
+        memory.update_history([AgentMessage(A, "It is sunny.")], "s")
+        memory.update_history([AgentMessage(A, "Take a hat.")], "s")  # the question was answered
+        assert [d["content"] for d in memory.export("s")["documents"]] == [
+            "Q: what is the weather in Porto\nA: It is sunny.", "Q: \nA: Take a hat."]
+
+
 def test_exchanges_imported_into_a_keyword_memory_are_found_at_once():
     # Its index is written in the import's own transaction on PostgreSQL (no background worker).
     from ovos_memory_plugins.lexical import LexicalMemory

@@ -172,7 +172,7 @@ def test_max_history_bounds_the_messages_sent(make):
     assert len(memory.get_history("s")) == 10 and len(memory.export("s")["window"]) == 10  # a view, not a trim
 
 
-@pytest.mark.parametrize("waiting", [1, 3])
+@pytest.mark.parametrize("waiting", [1, 3])  # 3: a question replaced by the next one, still one waiting
 def test_max_history_counts_the_messages_before_a_waiting_question(make, waiting):
     # Trailing questions go first, then the newest max_history: the last exchange is sent whole.
     memory = make(max_history=2, compact_token_threshold=0)

@@ -293,18 +293,29 @@ def test_a_reply_continued_in_an_update_of_its_own_is_stored_without_a_stale_que
     assert docs == ["Q: delta dog\nA: echo eel", "Q: \nA: foxtrot fish", "Q: golf goat\nA: hotel hen"]
 
 
+def test_an_answer_after_messages_that_answered_nothing_pairs_with_the_question(tmp_path):
+    # A blank reply (a model's "\n\n" beside a tool call) and a note in between answer nothing.
+    m = lexical(tmp_path)
+    m.update_history([AgentMessage(U, "what is the weather in Porto")], "s")
+    m.update_history([AgentMessage(A, "\n\n")], "s")
+    m.update_history([AgentMessage(S, "the weather service says sunny")], "s")
+    m.update_history([AgentMessage(A, "It is sunny.")], "s")
+    assert [d["content"] for d in m.export("s")["documents"]] == ["Q: what is the weather in Porto\nA: It is sunny."]
+
+
 @pytest.mark.skipif(not HAS_TOOLS, reason="tool messages need the pre-release OPM (run in the pre-release CI job)")
-def test_the_answer_after_a_tools_result_is_stored_with_the_question_before_the_call(tmp_path):
+@pytest.mark.parametrize("words", ["", "\n\n", "Let me check."])
+def test_the_answer_after_a_tools_result_is_stored_with_the_question_before_the_call(tmp_path, words):
     from ovos_memory_plugins._core.compat import ToolCall, make_message
 
     m = lexical(tmp_path)
     m.update_history([AgentMessage(U, "what is the weather in Porto")], "s")
     call = ToolCall(id="c1", name="weather", arguments={"city": "Porto"})
-    m.update_history([make_message(A, "", tool_calls=[call])], "s")
+    m.update_history([make_message(A, words, tool_calls=[call])], "s")
     m.update_history([make_message(MessageRole.TOOL, "sunny, 24C", tool_call_id="c1", name="weather")], "s")
     m.update_history([AgentMessage(A, "It is sunny and 24 degrees.")], "s")
     docs = [d["content"] for d in m.export("s")["documents"]]
-    assert docs == ["Q: what is the weather in Porto\nA: It is sunny and 24 degrees."]
+    assert docs[-1] == "Q: what is the weather in Porto\nA: It is sunny and 24 degrees."
 
 
 @pytest.mark.parametrize("prompt, template, first", [

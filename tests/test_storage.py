@@ -213,14 +213,13 @@ def test_only_this_stores_own_temp_files_are_removed(tmp_path):
 @pytest.mark.parametrize("content", [
     {"name": "Kitchen", "handlers": ["ovos-persona-handler"], "memory_module": "ovos-memory-plugin-recency"},
     {"name": "Kitchen", "solvers": ["x"], "ovos-solver-x": {"a": 1}, "ovos-solver-y": {"b": 2}},
-    {"a": 1, "b": "two", "c": {"buffer": []}},
 ])
 def test_a_json_file_that_is_not_a_store_is_refused_and_left_as_it_is(tmp_path, content):
     path = tmp_path / "persona.json"
     path.write_text(json.dumps(content))
     os.chmod(path, 0o644)
     before = path.read_bytes()
-    with pytest.raises(ConfigError, match="is not a memory store"):
+    with pytest.raises(ConfigError, match="is a persona file .*not a memory store"):
         JsonRecordStore(str(path))
     assert path.read_bytes() == before and os.stat(path).st_mode & 0o777 == 0o644
     assert sorted(os.listdir(tmp_path)) == ["persona.json"]
@@ -481,6 +480,14 @@ def test_an_undecodable_stored_value_sets_the_file_aside_and_the_update_is_writt
     store.close()
 
 
+@pytest.mark.parametrize("content", [{"default": None}, {"default": "oops"}, {"count": 3, "name": "Ana"}])
+def test_a_store_whose_records_were_damaged_by_hand_still_opens(tmp_path, content):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(content))
+    store = JsonRecordStore(str(path))
+    assert store.sessions() == sorted(content)
+
+
 def test_an_sqlite_database_of_something_else_is_refused_and_left_as_it_is(tmp_path):
     from ovos_memory_plugins.lexical import LexicalMemory
     from ovos_memory_plugins.recency import RecencyMemory
@@ -498,3 +505,41 @@ def test_an_sqlite_database_of_something_else_is_refused_and_left_as_it_is(tmp_p
             cls({"db_path": str(path)})
     assert path.read_bytes() == before and os.stat(path).st_mode & 0o777 == 0o644
     assert sorted(os.listdir(tmp_path)) == ["app.sqlite"]
+
+
+@pytest.mark.parametrize("schema", [
+    "CREATE TABLE sessions (token TEXT, user TEXT); CREATE TABLE users (id INTEGER)",
+    "CREATE VIRTUAL TABLE notes USING fts5(title, body)",
+])
+def test_an_app_database_with_a_sessions_or_fts5_table_of_its_own_is_refused(tmp_path, schema):
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    path = tmp_path / "app.db"
+    con = sqlite3.connect(path)
+    con.executescript(schema)
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match="is a database of something else"):
+        RecencyMemory({"db_path": str(path)})
+    assert path.read_bytes() == before
+
+
+def test_the_reference_packages_sqlite_files_still_open(tmp_path):
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.longterm import LongTermMemory
+
+    lexical, longterm = tmp_path / "lexical_memory.db", tmp_path / "longterm.db"
+    con = sqlite3.connect(lexical)
+    con.execute("CREATE VIRTUAL TABLE lexical_memory USING fts5(doc_id UNINDEXED, session_id UNINDEXED, content)")
+    con.execute("INSERT INTO lexical_memory VALUES ('s_0', 's', 'Q: my cat is Tom\nA: nice')")
+    con.commit()
+    con.close()
+    con = sqlite3.connect(longterm)
+    con.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, summary TEXT, recent TEXT, "
+                "exchange_count INTEGER, updated_at REAL)")
+    con.commit()
+    con.close()
+    with LexicalMemory({"db_path": str(lexical)}) as memory:
+        assert [h.content for h in memory.search("cat", "s")] == ["Q: my cat is Tom\nA: nice"]
+    with LongTermMemory({"db_path": str(longterm), "api_url": None}) as memory:
+        assert memory.get_history("s") == []

@@ -63,10 +63,14 @@ MAX_RUN = 4000
 _LONG_RUN = re.compile(rf"\S{{{MAX_RUN}}}(?=\S)")
 
 
-def fts_safe(text: str) -> str:
+def fts_safe(text: str, spec: str = "") -> str:
     """``text`` with a space after every ``MAX_RUN`` characters of a longer run without spaces
-    (what FTS5 indexes, and what the mirror tokenizes, so both read the same terms)."""
-    return _LONG_RUN.sub(lambda m: m.group(0) + " ", text) if len(text) > MAX_RUN else text
+    (what FTS5 indexes, and what the mirror tokenizes, so both read the same terms), for the
+    tokenizer ``spec``: the trigram tokenizer's terms are three characters, never too long, and
+    a space would break the trigrams across it."""
+    if len(text) <= MAX_RUN or "trigram" in spec.split():
+        return text
+    return _LONG_RUN.sub(lambda m: m.group(0) + " ", text)
 
 
 def table_tokenizer(db: Database, table: str) -> str | None:
@@ -94,6 +98,7 @@ class Tokenizer:
         self._con.execute(f"CREATE VIRTUAL TABLE tok USING fts5(c, content='', tokenize='{spec.replace(chr(39), '')}')")
         self._con.execute("CREATE VIRTUAL TABLE tokv USING fts5vocab(tok, instance)")
         self._lock = threading.RLock()
+        self._spec = spec
         self._words: dict[str, tuple[str, ...]] = {}
         names = [w for w in spec.split() if not w.isdigit() and w != "remove_diacritics"]
         self._by_word = names in (["unicode61"], ["porter", "unicode61"])
@@ -105,7 +110,7 @@ class Tokenizer:
 
     def counts(self, texts: Sequence[str]) -> list[dict[str, int]]:
         """Per text, how many times each term occurs (its length is the sum)."""
-        texts = [fts_safe(t) for t in texts]
+        texts = [fts_safe(t, self._spec) for t in texts]
         split = [_WORD.findall(t) if self._by_word and not _NOT_LATIN.search(t) else None for t in texts]
         self.terms([w for words in split if words for w in words])  # one FTS5 call for the new words
         whole = [t for t, words in zip(texts, split) if words is None]
@@ -142,7 +147,7 @@ class Tokenizer:
         with self._lock:
             try:
                 self._con.executemany("INSERT INTO tok (rowid, c) VALUES (?, ?)",
-                                      enumerate(fts_safe(t) for t in texts))
+                                      enumerate(fts_safe(t, self._spec) for t in texts))
                 for doc, term, offset in self._con.execute("SELECT doc, CAST(term AS BLOB), offset FROM tokv"):
                     out[doc].append((offset, vocab_text(term)))
             finally:  # the table is emptied whatever happened: one bad text never stays for the next

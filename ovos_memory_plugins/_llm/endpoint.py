@@ -18,7 +18,7 @@ from ..config import option
 from .client import ChatClient
 
 __all__ = ["DEFAULT_API_URL", "LOCAL_MODEL_TIMEOUT_S", "PERSONA_ENDPOINT_KEY", "EndpointConfig", "chat_client",
-           "url_problem", "with_endpoint"]
+           "endpoint_url_problem", "with_endpoint"]
 
 DEFAULT_API_URL = "http://localhost:8000/v1"
 #: The private config key under which the persona wiring passes the persona's chat endpoint.
@@ -30,9 +30,10 @@ PERSONA_ENDPOINT_KEY = "_persona_endpoint"
 LOCAL_MODEL_TIMEOUT_S = 120.0
 
 
-def url_problem(url: str) -> str | None:
-    """What keeps ``url`` from being an endpoint's address (a phrase), or None ("" is no endpoint)."""
-    url = url.strip()
+def endpoint_url_problem(url: str | None) -> str | None:
+    """What keeps ``url`` from being an LLM endpoint's address (a phrase), or None (None or ""
+    is no endpoint)."""
+    url = (url or "").strip()
     if url and urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https"):
         return f"an endpoint URL starts with http:// or https:// (http://{url.split('://')[-1]}?)"
     return None
@@ -42,7 +43,7 @@ def url_problem(url: str) -> str | None:
 class EndpointConfig:
     api_url: str | None = option(DEFAULT_API_URL, "OpenAI-compatible endpoint (a local llama.cpp or "
                                  "Ollama); null or empty: no model, the offline fallback only", kind=str,
-                                 nullable=True, check=url_problem)
+                                 nullable=True)
     model: str = option("", "model name; empty: the first model the server lists")
     api_key: str | None = option(None, "bearer token for servers that require one", kind=str)
     request_timeout: float = option(LOCAL_MODEL_TIMEOUT_S, "seconds one LLM request may take (background work: "

@@ -106,7 +106,11 @@ class MemoryPlugin(AgentContextManager):
         """What would stop this backend from starting with ``settings``, beyond each key's own
         checks; without I/O or side effects, so ``ovos-memory check-config`` reports it too.
         Subclasses extend the list (``super().check_settings(settings) + [...]``)."""
-        return store_path_problems("db_path", getattr(settings, "db_path", None))
+        from .._llm.endpoint import endpoint_url_problem  # the LLM memories' and the composite's api_url
+
+        problem = endpoint_url_problem(getattr(settings, "api_url", None))
+        return store_path_problems("db_path", getattr(settings, "db_path", None)) + (
+            [f"'api_url' is {settings.api_url!r}: {problem}"] if problem else [])
 
     @property
     def system_prompt(self) -> str:

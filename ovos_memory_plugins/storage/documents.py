@@ -102,10 +102,11 @@ def exchange_positions(messages: Sequence[AgentMessage], content: str) -> set[in
     return doomed
 
 
-def exchange_texts(question: str | None, messages: Sequence[AgentMessage],
+def exchange_texts(question: str | AgentMessage | None, messages: Sequence[AgentMessage],
                    answered: bool = False) -> list[tuple[str | None, str | None]]:
     """The ``(question, answer)`` pairs to store for ``messages``, appended after the latest
-    ``question`` (None: none before them; ``answered``: an answer to it is stored already).
+    ``question`` (None: none before them; ``answered``: an answer to it is stored already; a
+    message, as earlier versions took: the window's last one, a question if a USER's).
 
     Each non-empty ASSISTANT pairs with the latest USER question (a second reply to one
     question in the same update pairs with it too, as in the reference; the answer after a
@@ -120,7 +121,11 @@ def exchange_texts(question: str | None, messages: Sequence[AgentMessage],
         [('q1', None), ('q2', 'a'), ('q2', 'b')]
         >>> exchange_texts("q2", [AgentMessage(A, "c"), AgentMessage(U, "q3")])
         [('q2', 'c')]
+        >>> exchange_texts(AgentMessage(U, "q0"), [AgentMessage(A, "a0")])
+        [('q0', 'a0')]
     """
+    if question is not None and not isinstance(question, str):
+        question = question.content if is_role(question, "user") else None
     out: list[tuple[str | None, str | None]] = []
     for msg in messages:
         if is_role(msg, "user"):

@@ -139,20 +139,15 @@ class JsonRecordStore:
     def _check_is_store(self, data: dict[str, Any]) -> None:
         """A JSON file that is not a store, given by mistake, is refused, never used, rewritten or
         moved aside: an export (``ovos-memory export`` writes ``{"plugin": name, ...}``), a persona
-        file, an object whose values are mostly plain text or numbers (a store holds one object per
-        session; a hand-damaged record still loads, and costs that session only)."""
+        file (a store's keys are session ids; a record damaged by hand, whatever its shape, still
+        loads, and costs that session only)."""
         if isinstance(data.get("plugin"), str):
             raise ConfigError(f"{self.path} is an export of {data['plugin']!r}, not a memory store (load it with "
                               "'ovos-memory import'); it was left as it is")
         persona = [key for key in PERSONA_KEYS if key in data and not isinstance(data[key], dict)]
-        # A record damaged by hand may be any JSON; a file whose values are mostly plain values
-        # (text, numbers) is something else's.
-        plain = sum(not isinstance(value, (dict, list)) for value in data.values())
-        if persona or plain * 2 > len(data):
-            why = f"a persona's {persona[0]!r}" if persona else f"{plain} of its {len(data)} values are " \
-                "plain values, not records"
-            raise ConfigError(f"{self.path} is not a memory store ({why}); it was left as it is: name a file of "
-                              "its own in db_path")
+        if persona:
+            raise ConfigError(f"{self.path} is a persona file (its {persona[0]!r}), not a memory store; it was "
+                              "left as it is: name a file of its own in db_path")
 
     def _record(self, data: dict[str, Any], session_id: str) -> dict[str, Any]:
         return as_record(data.get(session_id, {}), session_id, self.path)

@@ -101,17 +101,26 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
 
 def _refuse_foreign(con: sqlite3.Connection, path: str) -> None:
     """A ConfigError for a database of something else (a browser's history, an app's data)
-    named as a store by mistake. Ours hold the migrations table; the reference's, a ``sessions``
-    table (longterm) or FTS5 tables (lexical), which are migrated in place; a new file, none."""
+    named as a store by mistake. Ours hold the migrations table; the reference's, its longterm
+    ``sessions`` table or its lexical FTS5 table, which are migrated in place; a new file, none."""
     rows = con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' "
                        "AND name NOT LIKE 'sqlite_%'").fetchall()
     names = {name for name, _ in rows}
-    fts = any("fts5" in (sql or "").lower() for _, sql in rows)
-    if not rows or names & {"ovos_memory_migrations", "sessions"} or fts:
+    if not rows or "ovos_memory_migrations" in names or any(_reference_table(con, name, sql) for name, sql in rows):
         return
     con.close()
     raise ConfigError(f"{path} is a database of something else (tables: {', '.join(sorted(names)[:5])}), not a "
                       "memory store; it was left as it is: name a file of its own in db_path")
+
+
+def _reference_table(con: sqlite3.Connection, name: str, sql: str | None) -> bool:
+    """Whether table ``name`` has the shape of one the reference package writes: longterm's
+    ``sessions (session_id, summary, recent, ...)``, lexical's FTS5 ``(doc_id, session_id, content)``."""
+    fts = "fts5" in (sql or "").lower()
+    if name != "sessions" and not fts:
+        return False
+    columns = {row[1] for row in con.execute(f'PRAGMA table_info("{name.replace(chr(34), chr(34) * 2)}")')}
+    return {"session_id", "content"} <= columns if fts else {"session_id", "summary", "recent"} <= columns
 
 
 def _text(raw: bytes) -> str:

@@ -227,10 +227,12 @@ class SqliteWindowStore:
         t = self.table
         asked = con.execute(f"SELECT id, content FROM {t} WHERE session_id = ? AND role = 'user' "
                             "ORDER BY id DESC LIMIT 1", (session_id,)).fetchone()
-        if asked is None or con.execute(f"SELECT 1 FROM {t} WHERE session_id = ? AND id > ? AND role = 'assistant' "
-                                        "AND trim(content) != '' LIMIT 1", (session_id, asked[0])).fetchone():
+        if asked is None:
             return Preceding(None, True)
-        return Preceding(asked[1])
+        since = con.execute(f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND id > ? ORDER BY id",
+                            (session_id, asked[0])).fetchall()
+        answered = any(_is_answer(message_of_row(row)) for row in since)
+        return Preceding(None, True) if answered else Preceding(asked[1])
 
     @staticmethod
     def _write_unread(con: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
@@ -290,6 +292,11 @@ class SqliteWindowStore:
         if self._owns:
             self._owns = False
             release_database(self.db)
+
+
+def _is_answer(msg: AgentMessage) -> bool:
+    """An ASSISTANT text that answers (a tool call's words, "Let me check.", only lead to one)."""
+    return is_role(msg, "assistant") and bool(msg.content.strip()) and not getattr(msg, "tool_calls", None)
 
 
 def _answer_first(messages: Sequence[AgentMessage]) -> bool:
