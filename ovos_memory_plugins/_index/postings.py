@@ -135,7 +135,7 @@ class Tokenizer:
                 self._words.clear()  # bounded memory; then every word of this call is new
                 new = list(dict.fromkeys(words))
             if new:
-                self._words.update(zip(new, self._fts5_terms(new)))
+                self._words.update(zip(new, self._fts5_terms([fts_safe(w, self._spec) for w in new])))
             return [self._words[w] for w in words]
 
     def warm(self, texts: Sequence[str]) -> None:
@@ -146,8 +146,7 @@ class Tokenizer:
         out: list[list[tuple[int, str]]] = [[] for _ in texts]
         with self._lock:
             try:
-                self._con.executemany("INSERT INTO tok (rowid, c) VALUES (?, ?)",
-                                      enumerate(fts_safe(t, self._spec) for t in texts))
+                self._con.executemany("INSERT INTO tok (rowid, c) VALUES (?, ?)", enumerate(texts))
                 for doc, term, offset in self._con.execute("SELECT doc, CAST(term AS BLOB), offset FROM tokv"):
                     out[doc].append((offset, vocab_text(term)))
             finally:  # the table is emptied whatever happened: one bad text never stays for the next

@@ -102,11 +102,11 @@ def exchange_positions(messages: Sequence[AgentMessage], content: str) -> set[in
     return doomed
 
 
-def exchange_texts(question: str | AgentMessage | None, messages: Sequence[AgentMessage],
-                   answered: bool = False) -> list[tuple[str | None, str | None]]:
-    """The ``(question, answer)`` pairs to store for ``messages``, appended after the latest
-    ``question`` (None: none before them; ``answered``: an answer to it is stored already; a
-    message, as earlier versions took: the window's last one, a question if a USER's).
+def exchange_texts(question: str | AgentMessage | None,
+                   messages: Sequence[AgentMessage]) -> list[tuple[str | None, str | None]]:
+    """The ``(question, answer)`` pairs to store for ``messages``, appended after ``question``,
+    still unanswered (None: none before them; a message, as earlier versions took: the window's
+    last one, a question if a USER's).
 
     Each non-empty ASSISTANT pairs with the latest USER question (a second reply to one
     question in the same update pairs with it too, as in the reference; the answer after a
@@ -126,6 +126,7 @@ def exchange_texts(question: str | AgentMessage | None, messages: Sequence[Agent
     """
     if question is not None and not isinstance(question, str):
         question = question.content if is_role(question, "user") else None
+    answered = False
     out: list[tuple[str | None, str | None]] = []
     for msg in messages:
         if is_role(msg, "user"):

@@ -137,8 +137,8 @@ class RetrievalStore:
         background = self.background
 
         def write(con: Any) -> list[Document]:
-            before = self.window.append(session_id, messages, policy, con=con)
-            pairs = exchange_texts(before.question, messages, before.answered)
+            question = self.window.append(session_id, messages, policy, con=con)
+            pairs = exchange_texts(question, messages)
             docs = [self.docs.add(con, session_id, format_exchange(q, a), {"question": q, "answer": a},
                                   indexed=not background) for q, a in pairs]
             if docs and not background:

@@ -1,7 +1,6 @@
 """Window stores on durable storage: SQLite rows, or a field of a record store (JSON)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import time
@@ -14,21 +13,11 @@ from ..messages import copy_message, fold_into, from_dict, is_role, to_dict
 from .policy import WindowPolicy
 from .sqlite import Database, StoreDamaged, release_database
 
-__all__ = ["append_entries", "Preceding", "prune_entries", "RecordWindowStore", "safe_table_name",
-           "SqliteWindowStore"]
+__all__ = ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"]
 
 Entry = tuple[float, AgentMessage]
 #: Picks messages to delete from a window: given them in order, the positions of those to drop.
 Chooser = Callable[[Sequence[AgentMessage]], set[int]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Preceding:
-    """What messages appended to a window follow: the latest question asked before them (None:
-    none in the window), and whether an answer to it was stored already."""
-
-    question: str | None = None
-    answered: bool = False
 
 
 def safe_table_name(name: str) -> str:
@@ -170,11 +159,11 @@ class SqliteWindowStore:
         db.migrate(f"window:{self.table}", [m.format(t=self.table) for m in self.migrations])
 
     def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy,
-               con: Any = None, ts: float | None = None) -> Preceding:
+               con: Any = None, ts: float | None = None) -> str | None:
         """Normalise, append and trim in one transaction (or inside the caller's ``con``).
 
         ``ts``: when the messages were said (POSIX seconds; None: now), for an import of past ones.
-        Returns what the new messages follow: the question an answer among them pairs with.
+        Returns the question the new messages' first answer pairs with (see :meth:`_question_before`).
         """
         if con is None:
             return self.db.transaction(lambda con: self._append(con, session_id, messages, policy, ts))
@@ -194,7 +183,7 @@ class SqliteWindowStore:
         return stored
 
     def _append(self, con: Any, session_id: str, messages: list[AgentMessage],
-                policy: WindowPolicy, ts: float | None = None) -> Preceding:
+                policy: WindowPolicy, ts: float | None = None) -> str | None:
         t, now = self.table, time.time()
         to_add = list(messages)
         row = con.execute(
@@ -202,7 +191,7 @@ class SqliteWindowStore:
             (session_id,),
         ).fetchone()
         tail = message_of_row(row[1:]) if row else None
-        preceding = self._preceding(con, session_id, tail, messages)
+        question = self._question_before(con, session_id, tail, messages)
         if policy.normalise:
             pop_tail, to_add = fold_into(tail, messages)
             if pop_tail:
@@ -212,27 +201,26 @@ class SqliteWindowStore:
             [(session_id, now if ts is None else ts, *_message_row(m)) for m in to_add],
         )
         self._trim(con, session_id, policy, now)
-        return preceding
+        return question
 
-    def _preceding(self, con: Any, session_id: str, tail: AgentMessage | None,
-                   messages: Sequence[AgentMessage]) -> Preceding:
+    def _question_before(self, con: Any, session_id: str, tail: AgentMessage | None,
+                         messages: Sequence[AgentMessage]) -> str | None:
         """The question the new messages' first answer pairs with: the window's last message if
         it is a question, or the latest question when only tool calls and results followed it
         (the answer after a tool's result). A question some text already answered pairs with
         nothing more: the next answer on its own may open another day's talk, not continue it."""
         if tail is None or is_role(tail, "user"):
-            return Preceding(tail.content if tail is not None else None)
+            return tail.content if tail is not None else None
         if not _answer_first(messages):
-            return Preceding(None, True)
+            return None
         t = self.table
         asked = con.execute(f"SELECT id, content FROM {t} WHERE session_id = ? AND role = 'user' "
                             "ORDER BY id DESC LIMIT 1", (session_id,)).fetchone()
         if asked is None:
-            return Preceding(None, True)
+            return None
         since = con.execute(f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND id > ? ORDER BY id",
                             (session_id, asked[0])).fetchall()
-        answered = any(_is_answer(message_of_row(row)) for row in since)
-        return Preceding(None, True) if answered else Preceding(asked[1])
+        return None if any(_is_answer(message_of_row(row)) for row in since) else asked[1]
 
     @staticmethod
     def _write_unread(con: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from ..._core.compat import AgentMessage
 from ..policy import WindowPolicy
 from ..records import SqliteRecordStore
-from ..windows import Preceding, SqliteWindowStore, message_of_row
+from ..windows import SqliteWindowStore, message_of_row
 from . import PgDatabase, release_pg_database
 
 __all__ = ["PgRecordStore", "PgWindowStore"]
@@ -59,7 +59,7 @@ class PgWindowStore(SqliteWindowStore):
         #: Whose session locks the writers take (a retrieval store shares one with its document log).
         self.lock_scope = self.table
 
-    def _append(self, con: Any, session_id: str, *args: Any, **kwargs: Any) -> Preceding:
+    def _append(self, con: Any, session_id: str, *args: Any, **kwargs: Any) -> str | None:
         self.db.lock_session(con, self.lock_scope, session_id)
         return super()._append(con, session_id, *args, **kwargs)
 
