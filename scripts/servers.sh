@@ -17,9 +17,23 @@ _PG_DIR=""
 stop_servers() {
   if [ -n "$_PG_DIR" ]; then "${_PG_PYTHON}" scripts/postgres_server.py stop "$_PG_DIR" || true; _PG_DIR=""; fi
   [ -n "$_SERVERS_DIR" ] || return 0
-  if [ -f "$_SERVERS_DIR/redis.pid" ]; then kill "$(cat "$_SERVERS_DIR/redis.pid")" 2>/dev/null || true; fi
+  local redis_pid=""
+  redis_pid=$(cat "$_SERVERS_DIR/redis.pid" 2>/dev/null) || true
+  [ -z "$redis_pid" ] || kill "$redis_pid" 2>/dev/null || true
   bash scripts/llm-server stop "$_SERVERS_DIR" || true
-  rm -rf "$_SERVERS_DIR"
+  # The servers may still write in the folder while they shut down (a log line, a file): wait for
+  # redis to exit, then retry the removal. This runs in an EXIT trap under `set -e`, so nothing here
+  # may fail: a leftover temporary folder must not turn a green run red.
+  local _
+  for _ in $(seq 50); do
+    { [ -n "$redis_pid" ] && kill -0 "$redis_pid" 2>/dev/null; } || break
+    sleep 0.1
+  done
+  for _ in 1 2 3 4 5; do
+    rm -rf "$_SERVERS_DIR" 2>/dev/null && break
+    sleep 1
+  done
+  [ ! -e "$_SERVERS_DIR" ] || echo "servers.sh: could not remove $_SERVERS_DIR (left behind)" >&2
   _SERVERS_DIR=""
 }
 
