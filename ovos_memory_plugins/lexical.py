@@ -30,6 +30,8 @@ from .config import option
 from .errors import ConfigError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
 from .storage.documents import Document
+from .storage.sqlite import Database
+from .storage.windows import safe_table_name
 
 __all__ = ["LexicalConfig", "LexicalMemory", "match_expression", "MAX_QUERY_TERMS", "query_words"]
 
@@ -81,6 +83,8 @@ class LexicalConfig(RetrievalConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        # The name resolved as the tables are named: ``memory.table`` is the table that exists.
+        object.__setattr__(self, "table", safe_table_name(self.table))
         unknown = sorted(set(self.stopword_languages or ()) - set(LANGUAGES))
         if unknown:
             raise ConfigError(
@@ -95,9 +99,8 @@ PG_TABLE_MAX = 63 - len("_window_by_session")
 def _postgres_table_problems(settings: Any) -> list[str]:
     """``table`` too long for the names made of it on PostgreSQL (checked before anything is opened)."""
     from .storage.postgres import is_postgres_url
-    from .storage.windows import safe_table_name
 
-    table = safe_table_name(settings.table)
+    table = settings.table
     if not is_postgres_url(settings.db_url or settings.db_path) or len(table) <= PG_TABLE_MAX:
         return []
     return [f"'table' is {len(table)} characters long; on PostgreSQL it may have at most {PG_TABLE_MAX} (names "
@@ -160,13 +163,11 @@ class LexicalMemory(BaseRetrievalMemory):
         self._fts = self._create_fts() if self._pg is None else None
         self._mirror = self._open_mirror() if s.ram_index and self._fts is not None else None
 
-    def _table_prefix(self) -> str:
+    def _table_prefix(self, db: Database) -> str:
         return self.settings.table
 
     def _create_fts(self) -> str | None:
-        from .storage.windows import safe_table_name
-
-        table = safe_table_name(self.settings.table)
+        table = self.settings.table
         self._adopt_reference_table(table)
         # An existing index keeps the tokenizer it was built with (its terms are made by it).
         tokenizer = table_tokenizer(self._db, table) or self.settings.tokenizer
@@ -183,10 +184,9 @@ class LexicalMemory(BaseRetrievalMemory):
 
     def _open_pg_index(self) -> Any:
         from ._index.keyword_postgres import PgKeywordIndex
-        from .storage.windows import safe_table_name
 
         try:
-            return PgKeywordIndex(self._db, safe_table_name(self.settings.table), self._docs.table,  # type: ignore[arg-type]
+            return PgKeywordIndex(self._db, self.settings.table, self._docs.table,  # type: ignore[arg-type]
                                   self.settings.tokenizer)
         except BaseException as exc:
             self._store.release()  # construction fails: the connection must not outlive it

@@ -50,9 +50,11 @@ from ._index.stopwords import LANGUAGES, query_words, stopwords
 from ._memory.plugin import store_path_problems
 from .common import MemoryHit
 from .config import option
-from .errors import EmbeddingsError
+from .errors import EmbeddingsError, StorageError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
 from .storage.documents import Document
+from .storage.namespaces import claim_prefix
+from .storage.sqlite import Database
 
 __all__ = ["LocalRAGConfig", "LocalRAGMemory", "PluginSlot"]
 
@@ -79,7 +81,8 @@ class LocalRAGConfig(RetrievalConfig):
     embeddings_db_plugin: str = option(DEFAULT_DB, "opm.embeddings plugin that stores the vectors")
     embeddings_db_config: dict[str, Any] = option({}, "config passed to the vector store; for the default "
                                                   "store, no path means the memory's own db_path")
-    collection: str = option("ovos_local_rag", "collection (vector store namespace) of this memory")
+    collection: str = option("ovos_local_rag", "this memory's namespace: its vectors, and in a file or database "
+                             "shared with other collections its own window and document log")
     neighbour_weight: float = neighbour_weight_option(
         "mix the neighbouring exchanges' vectors (before and after, same session) into each stored one: "
         "v + w * (v_before + v_after) / 2; 0 = off. Our SQLite store only. The hybrid preset uses 0.5")
@@ -223,8 +226,10 @@ class LocalRAGMemory(BaseRetrievalMemory):
         return [(h.content, h.source, h.score) for h in self.search(query, session_id, top_k)]
 
     # -- hooks -----------------------------------------------------------------------------
-    def _table_prefix(self) -> str:
-        return "local_rag"
+    def _table_prefix(self, db: Database) -> str:
+        # Each collection has tables of its own: two memories on one file that differ by
+        # collection never see each other's exchanges (a store from before keeps its tables).
+        return claim_prefix(db, "local_rag", self.settings.collection, lambda: _only_collection(db))
 
     def _store_documents(self, docs: Sequence[Document]) -> None:
         if docs:
@@ -561,6 +566,16 @@ def _add_vectors(db: Any, keys: list[str], vectors: Sequence[Any], metas: list[d
         return
     for key, vector, meta in zip(keys, vectors, metas):
         db.add_embeddings(key, vector, metadata=meta, collection_name=collection)
+
+
+def _only_collection(db: Database) -> str | None:
+    """The collection of the built-in vector store in ``db``, if it holds exactly one (a store from
+    before each collection had tables of its own was written under it)."""
+    try:
+        names = [row[0] for row in db.execute("SELECT name FROM ovos_vec_collections")]
+    except StorageError:  # no built-in vector store in this database
+        return None
+    return names[0] if len(names) == 1 else None
 
 
 def _delete_vectors(db: Any, keys: list[str], collection: str) -> None:

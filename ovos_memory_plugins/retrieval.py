@@ -116,7 +116,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         store_class = RetrievalStore
         if db.engine == "postgres":
             from .storage.postgres.retrieval import PgRetrievalStore as store_class  # type: ignore[assignment]
-        self._store = store_class(self, db, self._table_prefix(), self._log)
+        self._store = store_class(self, db, self._table_prefix(db), self._log)
 
     def _settings_changed(self) -> None:
         super()._settings_changed()
@@ -150,7 +150,8 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         return self._store.db.path
 
     # -- hooks for subclasses --------------------------------------------------------------
-    def _table_prefix(self) -> str:
+    def _table_prefix(self, db: Database) -> str:
+        """The prefix of this memory's tables in ``db`` (its window and document log)."""
         return "retrieval"
 
     # Indexing has one primitive, ``_store_documents`` (every indexing path calls it with a batch).

@@ -180,3 +180,15 @@ def test_a_trigram_index_keeps_long_runs_whole(tmp_path):
         m.update_history([AgentMessage(U, text), AgentMessage(A, "ok")], "s")
         assert m.flush(patience(30))
         assert [h.source for h in m.search("東京タワーの高さ", "s")] == ["s_0"]
+
+
+@pytest.mark.parametrize(("given", "made"), [("my-table!", "mytable"), ("1abc", "t_1abc"), ("", "t_"),
+                                             ("persona_notes", "persona_notes")])
+def test_the_table_attribute_is_the_table_the_memory_made(tmp_path, given, made):
+    with LexicalMemory({"db_path": str(tmp_path / "lexical.db"), "table": given}) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "my dog is Rex"),
+                               AgentMessage(MessageRole.ASSISTANT, "nice")], "s")
+        assert memory.flush(patience(30))
+        assert memory.table == made
+    with sqlite3.connect(tmp_path / "lexical.db") as con:
+        assert con.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = ?", (made,)).fetchone() == (1,)

@@ -19,8 +19,9 @@ from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins._core.log import LOG, LogOnce
 from ovos_memory_plugins._core.owners import lease_owner
 from ovos_memory_plugins._core.paths import data_dir
-from ovos_memory_plugins.errors import EmbeddingsError
+from ovos_memory_plugins.errors import EmbeddingsError, StorageError
 from ovos_memory_plugins.local_rag import LocalRAGMemory, PluginSlot, construct_db
+from ovos_memory_plugins.storage.readonly import read_only
 from ovos_memory_plugins.testing.embeddings import FakeEmbedder
 from ovos_memory_plugins.vectordb import SqliteEmbeddingsDB
 from tests._timing import patience
@@ -487,6 +488,67 @@ def test_the_reference_config_keys_are_accepted_without_warnings(memories, logge
         "max_history": 4, "scope": "global"})
     assert memory.settings.collection == "mine" and memory.settings.max_num_results == 3
     assert logged == []
+
+
+def _contents(hits):
+    return sorted(h.content for h in hits)
+
+
+def test_memories_on_one_file_that_differ_by_collection_share_no_exchange(memories):
+    first = memories({"collection": "first"})
+    second = memories({"collection": "second"})
+    first.update_history(exchange("my zebra is called Zed", "a fine name"), "s")
+    second.update_history(exchange("I drink green tea", "lovely"), "s")
+    assert first.flush(patience(30)) and second.flush(patience(30))
+    assert _contents(second.search("zebra called Zed tea", "s", top_k=10)) == ["Q: I drink green tea\nA: lovely"]
+    assert [m.content for m in first.get_history("s")] == ["my zebra is called Zed", "a fine name"]
+    context = [m.content for m in second.build_conversation_context("what is my zebra called?", "s")]
+    assert not any("zebra is called" in c for c in context), context
+    first.close()
+    second.close()
+    # Each collection keeps its tables across restarts, whichever opens the file first.
+    second = memories({"collection": "second"})
+    first = memories({"collection": "first"})
+    found = _contents(first.search("zebra called Zed tea", "s", top_k=10))
+    assert found == ["Q: my zebra is called Zed\nA: a fine name"]
+    assert [m.content for m in second.get_history("s")] == ["I drink green tea", "lovely"]
+
+
+def test_a_store_written_before_collections_had_tables_keeps_its_memories(memories, tmp_path):
+    old = memories({"collection": "mine"})
+    old.update_history(exchange("my zebra is called Zed", "a fine name"), "s")
+    assert old.flush(patience(30))
+    old.close()
+    with sqlite3.connect(tmp_path / "rag.db") as con:  # the layout of a store from before: no registry
+        con.execute("DROP TABLE local_rag_namespaces")
+        con.execute("DELETE FROM ovos_memory_migrations WHERE component LIKE 'namespaces:%'")
+    with read_only():  # a command that only looks claims nothing and changes no byte
+        before = (tmp_path / "rag.db").read_bytes()
+        with LocalRAGMemory({"db_path": str(tmp_path / "rag.db"), "collection": "mine"}) as looking:
+            assert [m.content for m in looking.get_history("s")] == ["my zebra is called Zed", "a fine name"]
+        with pytest.raises(StorageError, match="holds no window table"):  # nothing of that collection
+            LocalRAGMemory({"db_path": str(tmp_path / "rag.db"), "collection": "other"})
+        assert (tmp_path / "rag.db").read_bytes() == before
+    other = memories({"collection": "other"})
+    mine = memories({"collection": "mine"})
+    assert other.get_history("s") == [] and other.search("zebra", "s") == []
+    assert [h.content for h in mine.search("zebra", "s")] == ["Q: my zebra is called Zed\nA: a fine name"]
+    assert [m.content for m in mine.get_history("s")] == ["my zebra is called Zed", "a fine name"]
+
+
+def test_collections_whose_names_read_alike_get_tables_of_their_own(tmp_path):
+    from ovos_memory_plugins.storage.namespaces import claim_prefix
+    from ovos_memory_plugins.storage.sqlite import open_database, release_database
+
+    db = open_database(str(tmp_path / "names.db"))
+    try:
+        names = ["ovos_local_rag", "a-b", "ab", "AB", "x" * 300, "数据", ""]
+        prefixes = [claim_prefix(db, "local_rag", n) for n in names]
+        assert prefixes[0] == "local_rag" and len(set(prefixes)) == len(names)
+        assert all(len(p) <= 32 and p.replace("_", "").isalnum() and p.isascii() for p in prefixes), prefixes
+        assert [claim_prefix(db, "local_rag", n) for n in reversed(names)] == prefixes[::-1]
+    finally:
+        release_database(db)
 
 
 # -- plugins that are missing or fail -----------------------------------------------------------------

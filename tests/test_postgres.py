@@ -527,6 +527,26 @@ def test_documents_a_dead_indexer_leased_are_embedded_by_another_server():
         assert len(memory.search("chess hobby", "s", top_k=10)) == 5
 
 
+def test_memories_on_one_database_that_differ_by_collection_share_no_exchange():
+    from ovos_memory_plugins.local_rag import LocalRAGMemory
+    from ovos_memory_plugins.testing.embeddings import FakeEmbedder
+
+    url = fresh_url()
+    long_name = "a collection with a long name, " * 4
+    with LocalRAGMemory({"db_url": url, "_embedder": FakeEmbedder()}) as first, \
+            LocalRAGMemory({"db_url": url, "collection": long_name, "_embedder": FakeEmbedder()}) as second:
+        _exchange(first, "s", "my zebra is called Zed", "a fine name")
+        _exchange(second, "s", "I drink green tea", "lovely")
+        assert first.flush(patience(30)) and second.flush(patience(30))
+        assert [h.content for h in second.search("zebra called Zed tea", "s", top_k=10)] == \
+            ["Q: I drink green tea\nA: lovely"]
+        assert [m.content for m in first.get_history("s")] == ["my zebra is called Zed", "a fine name"]
+    made = [n for n in _identifiers(url) if n.startswith("local_rag__")]
+    assert made and all(len(n) < 63 for n in made), f"names PostgreSQL may have cut: {made}"
+    with LocalRAGMemory({"db_url": url, "collection": long_name, "_embedder": FakeEmbedder()}) as second:
+        assert [m.content for m in second.get_history("s")] == ["I drink green tea", "lovely"]
+
+
 # -- keyword ranking ------------------------------------------------------------------------------
 CORPUS = [
     ("my dog Rex likes long walks in the park", "Rex sounds like a happy dog"),

@@ -92,6 +92,7 @@ PUBLIC = {
     "storage.integrity": ["COMPANIONS", "damage_of", "quick_check", "set_aside", "StoreDamaged"],
     "storage.jsonfile": ["JsonRecordStore"],
     "storage.memory": ["MemoryRecordStore", "MemoryWindowStore"],
+    "storage.namespaces": ["claim_prefix", "own_prefix"],
     "storage.policy": ["WindowPolicy"],
     "storage.postgres": [
         "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",

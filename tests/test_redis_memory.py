@@ -235,10 +235,12 @@ def test_compact_threshold_alone_replaces_the_default_token_threshold(make):
         exchange(memory, "s", f"My favourite number is {i} and I like the colour blue.", f"Noted, {i}.")
     memory.flush()
     assert summary_of(memory, "s") == "" and len(memory.get_history("s")) == 120  # over 4,000 tokens, kept
+    assert memory.compact_token_threshold is None and memory.compact_threshold == 100  # what is in force
 
 
 def test_the_token_threshold_takes_precedence_when_both_are_set(make):
     memory = make(compact_threshold=3, compact_token_threshold=4000, keep_recent=1)
+    assert memory.compact_token_threshold == 4000
     for i in range(4):
         exchange(memory, "s", f"My name is Ana {i}.", "Hello Ana.")
     memory.flush()
