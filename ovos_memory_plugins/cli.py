@@ -153,8 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     # The command reports what matters itself (one line per problem); library warnings would
     # repeat it, so only errors are logged unless asked for more.
     level = "DEBUG" if args.debug else "INFO" if args.verbose else "ERROR"
-    if args.command == "serve" and level == "ERROR":
-        level = "CRITICAL"  # a memory's log lines may name sessions; the server logs nothing of the memory
     # A management command reports its failure in one line: what the library logged on the way
     # is shown only if it succeeds (or with -v/--debug). Chat shows it as it happens.
     hold = args.command not in _LIVE_LOGS and not (args.debug or args.verbose)

@@ -390,3 +390,25 @@ def test_a_guest_who_becomes_a_person_brings_their_facts_into_a_household_member
     with composite(tmp_path, scope="person", people={"alice": ["kitchen", "office"], "bob": ["bob-phone"]}) as memory:
         assert "lives in Paris" in context_text(memory, "bob-phone")  # the household's facts now
         assert "office" not in memory.sessions()
+
+
+@pytest.mark.parametrize("make", [
+    lambda tmp_path: RecencyMemory({"db_path": str(tmp_path / "recency.db"), **PERSON}),
+    lambda tmp_path: LexicalMemory({"db_path": str(tmp_path / "lexical.db"), **PERSON}),
+    lambda tmp_path: CompositeMemory({**PERSON, "members": [
+        {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}},
+        {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}}]}),
+], ids=["recency", "lexical", "composite"])
+def test_an_export_imported_without_a_session_id_lands_where_its_session_reads(make, tmp_path):
+    with RecencyMemory({"db_path": str(tmp_path / "before.db")}) as before:  # the kitchen before it was Alice's
+        tell(before, "kitchen", "the oven is broken")
+        device_export = before.export("kitchen")
+    with make(tmp_path) as memory:
+        tell(memory, "alice-phone", "my locker code is 4242")
+        person_export = memory.export_person("alice")
+        memory.import_session({**device_export, "plugin": memory.plugin_name})
+        assert memory.sessions() == ["person:alice"]
+        assert "the oven is broken" in contents(memory, "alice-phone")
+        memory.forget_person("alice")
+        memory.import_session(person_export)  # a person's export goes back under the person's key
+        assert memory.sessions() == ["person:alice"] and "my locker code is 4242" in contents(memory, "kitchen")

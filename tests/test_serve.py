@@ -135,6 +135,52 @@ def test_people_are_listed_and_forgotten_through_the_memorys_person_scope():
         views.person_view(memory, "rui")
 
 
+def _people_memory(folder, people):
+    config = household_config(folder)
+    return {**config, "scope": "person", "people": people}
+
+
+def test_in_person_scope_the_page_opens_and_forgets_what_it_lists_and_never_a_whole_person_by_a_device(tmp_path):
+    config = _people_memory(tmp_path, {"alice": ["alice-phone"]})
+    with open_memory("ovos-memory-plugin-composite", config) as memory:
+        for sid, question in (("alice-phone", "my locker code is precious"), ("kitchen", "the oven is broken")):
+            memory.update_history([AgentMessage(MessageRole.USER, question),
+                                   AgentMessage(MessageRole.ASSISTANT, "noted")], sid)
+        assert memory.flush(patience(120))
+    # The kitchen becomes Alice's: its memory moves into hers, and the page never lists it apart.
+    config = _people_memory(tmp_path, {"alice": ["alice-phone", "kitchen"]})
+    args = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+    with served(args, tmp_path) as server:
+        assert server.request("GET", "/api/sessions").body == {"sessions": [{"id": "person:alice"}]}
+        assert server.request("DELETE", "/api/sessions/kitchen").status == 404
+        view = server.request("GET", "/api/sessions/person%3Aalice")
+        assert view.status == 200, view.body
+        assert {d["content"].split("\n")[0] for d in view.body["documents"]} == {
+            "Q: my locker code is precious", "Q: the oven is broken"}
+        hits = server.request("GET", "/api/search?q=oven&mode=keyword&session=person%3Aalice")
+        assert hits.status == 200 and "oven is broken" in hits.body["hits"][0]["content"]
+        doc = next(d for d in view.body["documents"] if "oven" in d["content"])
+        path = f"/api/sessions/person%3Aalice/documents/{doc['doc_id']}?member={doc['member']}"
+        gone = server.request("DELETE", path)
+        assert gone.status == 200 and gone.body["forgotten"] > 0
+        assert files_holding(tmp_path, "oven") == []
+        assert "precious" in json.dumps(server.request("GET", "/api/sessions/person%3Aalice/export").body)
+        # An export of a device's memory imported later lands in its person's memory, not beside it.
+        exported = {"session_id": "kitchen", "plugin": "ovos-memory-plugin-composite", "members": {
+            "ovos-memory-plugin-lexical": {"window": [], "documents": [
+                {"content": "Q: the fridge hums\nA: noted", "ts": time.time()}]}}}
+        job = server.request("POST", "/api/import", body=exported)
+        deadline = time.monotonic() + patience(60)
+        while job.body["phase"] not in ("done", "failed") and time.monotonic() < deadline:
+            time.sleep(0.1)
+            job = server.request("GET", f"/api/jobs/{job.body['id']}")
+        assert job.body["phase"] == "done", job.body
+        assert server.request("GET", "/api/sessions").body == {"sessions": [{"id": "person:alice"}]}
+        assert server.request("DELETE", "/api/people/alice").status == 200
+        assert server.request("GET", "/api/sessions").body == {"sessions": []}
+    assert files_holding(tmp_path, "precious") == [] and files_holding(tmp_path, "fridge") == []
+
+
 def test_a_memory_without_facts_or_search_says_so(tmp_path):
     with open_memory("ovos-memory-plugin-recency", {"db_path": str(tmp_path / "w.db")}) as memory:
         memory.update_history([], "s")
@@ -160,6 +206,18 @@ def test_forgetting_an_exchange_a_fact_and_a_session_reaches_the_store(fresh):
     with open_memory("ovos-memory-plugin-composite", household_config(folder)) as memory:  # the store, reopened
         assert memory.sessions() == ["ana-kitchen"]
         assert len(memory.export("ana-kitchen")["members"]["ovos-memory-plugin-lexical"]["documents"]) == 3
+
+
+def test_a_store_found_damaged_while_serving_is_told_in_the_servers_output(fresh):
+    folder, server = fresh
+    facts = folder / "facts.json"
+    facts.write_bytes(facts.read_bytes()[: facts.stat().st_size // 2])
+    server.request("GET", "/api/sessions/ana-kitchen")
+    deadline = time.monotonic() + patience(10)
+    while "corrupt" not in server.log and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert f"{facts} is corrupt" in server.log
+    assert SECRET not in server.log  # the error names the file, nothing it held
 
 
 def test_an_import_runs_in_the_background_and_reports_its_progress(fresh):
@@ -192,6 +250,41 @@ def test_with_a_token_every_api_call_needs_it_and_the_page_asks_for_it(guarded):
     page = guarded.request("GET", "/")
     assert page.status == 200 and 'id="token-form"' in page.body
     assert not any(word in page.body for word in PRIVATE)  # the page holds nothing of the memory
+
+
+def test_the_token_scheme_is_case_insensitive(guarded):
+    for scheme in ("bearer", "BEARER", "Bearer"):
+        reply = guarded.request("GET", "/api/sessions", headers={"Authorization": f"{scheme} {TOKEN}"})
+        assert reply.status == 200, scheme
+    assert guarded.request("GET", "/api/sessions", headers={"Authorization": f"Basic {TOKEN}"}).status == 401
+
+
+def test_a_body_is_read_as_it_comes_and_refused_once_over_the_limit(monkeypatch):
+    import asyncio
+
+    from starlette.requests import Request
+
+    from ovos_memory_plugins._serve import app
+
+    monkeypatch.setattr(app, "MAX_BODY", 1000)
+    sent = []
+
+    async def receive():  # a chunked upload: no length, 100 bytes at a time, without end
+        sent.append(100)
+        return {"type": "http.request", "body": b" " * 100, "more_body": True}
+
+    request = Request({"type": "http", "method": "POST", "headers": []}, receive)
+    with pytest.raises(ValueError, match="larger than"):
+        asyncio.run(app._json_body(request))
+    assert len(sent) == 11  # stopped at the first chunk past the limit
+
+    monkeypatch.setattr(app, "MAX_BODY", 1_000_000)
+
+    async def deep():
+        return {"type": "http.request", "body": b"[" * 100_000, "more_body": False}
+
+    with pytest.raises(ValueError, match="nested too deeply"):
+        asyncio.run(app._json_body(Request({"type": "http", "method": "POST", "headers": []}, deep), (dict, list)))
 
 
 def test_a_request_from_another_site_cannot_change_the_memory(server, guarded):

@@ -172,13 +172,17 @@ def keyed(fn: F) -> F:
         return fn
     params = list(inspect.signature(fn).parameters)
     position = params.index("session_id") - 1  # without self
+    imports = fn.__name__ == "import_session"
 
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         people: People | None = self.__dict__.get("_people")
         if people is not None and not getattr(_calls, "unmapped", False):
             self._adopt_moved_sessions()
-            args, kwargs = _mapped(people, position, args, kwargs)
+            if imports and _given(position, args, kwargs) is None:
+                args, kwargs = _export_key(people, position, args, kwargs)
+            else:
+                args, kwargs = _mapped(people, position, args, kwargs)
         _calls.depth = _depth() + 1  # inline rather than inside(): this runs on every call of a turn
         try:
             return fn(self, *args, **kwargs)
@@ -187,6 +191,23 @@ def keyed(fn: F) -> F:
 
     wrapper._keyed = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def _given(position: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return kwargs["session_id"] if "session_id" in kwargs else args[position] if position < len(args) else None
+
+
+def _export_key(people: People, position: int, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``import_session(data)`` with no session id: the key of the session the export names, so a
+    device's export lands in its person's memory (where its turns read), and an export of a
+    person's memory (``person:<name>``, what export gives) goes back under that key."""
+    data = args[0] if args else kwargs.get("data")
+    named = data.get("session_id") if isinstance(data, Mapping) else None
+    if not isinstance(named, str):
+        return args, kwargs  # the import itself names what is missing
+    # The session id given positionally was None; it goes by name (nothing follows it).
+    return args[:position], {**kwargs, "session_id": people.memory_key(named, from_caller=False)}
 
 
 def _mapped(people: People, position: int, args: tuple[Any, ...],

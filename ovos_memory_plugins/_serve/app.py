@@ -134,7 +134,7 @@ class Guard:
             return _error(400, "this server answers only to its own address (DNS rebinding is refused)")
         if scope["path"].startswith("/api/") and self.token is not None:
             given = headers.get("authorization", "")
-            if not given.startswith("Bearer "):
+            if given[:7].lower() != "bearer ":  # the scheme's name is case-insensitive (RFC 9110)
                 return _error(401, "this server needs its token: Authorization: Bearer <token>",
                               {"www-authenticate": 'Bearer realm="ovos-memory"'})
             if not hmac.compare_digest(given[7:].strip().encode(), self.token.encode()):
@@ -196,7 +196,7 @@ class Jobs:
 
 def _import_work(memory: Any, items: list[Any], session_id: str | None) -> Callable[[dict[str, Any]], None]:
     def work(job: dict[str, Any]) -> None:
-        views.import_sessions(memory, items, session_id, lambda done: job.update(done=done))
+        views.as_listed(memory, views.import_sessions, memory, items, session_id, lambda done: job.update(done=done))
         _wait_for_index(memory, job)
 
     return work
@@ -223,7 +223,7 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
     jobs = Jobs()
 
     def run(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
-        return run_in_threadpool(fn, *args)
+        return run_in_threadpool(views.as_listed, memory, fn, *args)
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
@@ -318,13 +318,20 @@ def _path_ids(request: Request) -> list[str]:
 
 async def _json_body(request: Request, kinds: tuple[type, ...] = (dict,)) -> Any:
     """The request's JSON body (bounded), which must be one of ``kinds``."""
+    too_large = f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB"
     size = request.headers.get("content-length")
     if size is not None and size.isdigit() and int(size) > MAX_BODY:
-        raise ValueError(f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB")
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise ValueError(f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB")
-    data = json.loads(body or b"{}")
+        raise ValueError(too_large)
+    chunks, received = [], 0
+    async for chunk in request.stream():  # read as it comes: a chunked upload has no length to check first
+        received += len(chunk)
+        if received > MAX_BODY:
+            raise ValueError(too_large)
+        chunks.append(chunk)
+    try:
+        data = json.loads(b"".join(chunks) or b"{}")
+    except RecursionError:
+        raise ValueError("the request body is nested too deeply") from None
     if not isinstance(data, kinds):
         raise ValueError("the request body must be a JSON object")
     return data

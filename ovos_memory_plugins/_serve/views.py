@@ -16,11 +16,12 @@ from typing import Any
 
 from .._cli.output import count_items
 from .._llm.summaries.fold import parse_summary
+from .._memory.people import inside
 from ..messages import role_of
 
-__all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "backlog", "export_person", "export_session", "forget_exchange",
-           "forget_fact", "forget_person", "forget_session", "import_sessions", "memory_info", "people", "person_view",
-           "search", "session_ids", "session_view"]
+__all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "as_listed", "backlog", "export_person", "export_session",
+           "forget_exchange", "forget_fact", "forget_person", "forget_session", "import_sessions", "memory_info",
+           "people", "person_view", "search", "session_ids", "session_view"]
 
 #: all: what the memory recalls (fused, for a composite); keyword / meaning: its keyword or
 #: semantic retrievers alone.
@@ -70,6 +71,19 @@ def backlog(memory: Any) -> int | None:
     """Documents waiting for the index (None: the memory does not say)."""
     fn = getattr(memory, "index_backlog", None)
     return int(fn()) if callable(fn) else None
+
+
+def as_listed(memory: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` (a view of ``memory``) as the package calls its memories: the keys the page lists
+    (``person:alice``) pass as they are. First, in person scope, the sessions that became a
+    person's since they stored something (``people`` changed) move into the person's memory, so
+    the page never lists a device's leftover as a session of its own, whose forget would reach
+    the whole person."""
+    with inside():
+        adopt = getattr(memory, "_adopt_moved_sessions", None)
+        if callable(adopt):
+            adopt()
+        return fn(*args)
 
 
 # -- sessions ----------------------------------------------------------------------------------
