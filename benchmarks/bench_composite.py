@@ -206,6 +206,9 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.05,
                         help="seconds idle before each timed turn, untimed (a persona's turns are seconds apart); "
                              "0: back to back")
+    parser.add_argument("--spacing", choices=("turn", "round"), default="turn",
+                        help="turn: the gap before every memory's turn; round: once before each round, the five "
+                             "memories' turns then back to back")
     parser.add_argument("--fusion", default=None, help="the composite's fusion instead of the preset's (rrf: the "
                                                        "preset before score fusion)")
     args = parser.parse_args()
@@ -229,9 +232,9 @@ def main() -> None:
             query, exchange = work.query(), _messages(*work.exchange())
             # Each round starts with another memory: a position in the round has costs of its own
             # (what the one before left in the caches, its fsync still in flight).
-            for name in names[turn % len(names):] + names[:turn % len(names)]:
+            for position, name in enumerate(names[turn % len(names):] + names[:turn % len(names)]):
                 memory = memories[name]
-                if args.gap:
+                if args.gap and (args.spacing == "turn" or position == 0):
                     time.sleep(args.gap)
                 current[0], spent[name] = name, 0.0
                 t = time.perf_counter()
@@ -256,7 +259,7 @@ def report(build: dict[str, list[float]], update: dict[str, list[float]], fusion
     names = list(build)
     composite, members = names[0], names[1:]
     print(f"# Hybrid preset turn cost ({args.fusion or 'score'} fusion); {args.n:,} exchanges stored, "
-          f"{args.calls} turns each, {args.gap * 1000:.0f} ms idle before each; "
+          f"{args.calls} turns each, {args.gap * 1000:.0f} ms idle before each {args.spacing}; "
           f"load average {os.getloadavg()[0]:.2f}")
     print("| memory | build median ms | update median ms | turn (sum) ms |")
     print("|---|---|---|---|")

@@ -229,7 +229,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
     def _table_prefix(self, db: Database) -> str:
         # Each collection has tables of its own: two memories on one file that differ by
         # collection never see each other's exchanges (a store from before keeps its tables).
-        return claim_prefix(db, "local_rag", self.settings.collection, lambda: _only_collection(db))
+        return claim_prefix(db, "local_rag", self.settings.collection, lambda: _only_collection(db), "collection")
 
     def _store_documents(self, docs: Sequence[Document]) -> None:
         if docs:
@@ -452,21 +452,30 @@ class LocalRAGMemory(BaseRetrievalMemory):
         for re-embedding. In the memory's own database the collection and the marks change in one
         transaction; elsewhere a crash between the two is what the check for "none" repairs."""
         name = self.settings.collection
+        own_database = getattr(db, "database", None) is self._db
 
-        def needed() -> tuple[dict[str, Any] | None, bool, bool]:
-            """(the metadata, whether it names another model, whether every document must be re-embedded)."""
+        def needed() -> tuple[dict[str, Any] | None, bool, str | None]:
+            """(the metadata, whether it names another model, why every document must be re-embedded)."""
             found = db.collection_metadata(name)
             stale = found is None or found.get("embedder") != model
             has_vectors = found is not None and db.count_embeddings_in_collection(name) > 0
-            return found, stale, (stale and has_vectors) or (not has_vectors and bool(self._docs.indexed_after(0, 1)))
+            indexed = bool(self._docs.indexed_after(0, 1))
+            if stale and has_vectors:
+                return found, stale, f"vectors of {found.get('embedder')!r}"  # type: ignore[union-attr]
+            if not has_vectors and indexed:
+                return found, stale, "no vector of the documents marked embedded"
+            # In the memory's own database a vector is written with its document's mark, in one
+            # transaction: vectors beside no marked document are another memory's, left when every
+            # collection of a file shared one log. Never recalled, they would never be forgotten.
+            if own_database and has_vectors and not indexed:
+                return found, stale, "vectors of none of this memory's documents"
+            return found, stale, None
 
         def claim() -> None:
             found, stale, reembed = needed()  # again: another process may have claimed it meanwhile
             if reembed:
                 self._log.warning("reindex", "%s: collection %r holds %s; re-embedding every document with %r in "
-                                  "the background", self.plugin_name, name,
-                                  f"vectors of {found.get('embedder')!r}" if stale and found else
-                                  "no vector of the documents marked embedded", model)
+                                  "the background", self.plugin_name, name, reembed, model)
                 if found is not None:
                     db.delete_collection(name)
                 with self._db.atomic() as con:
@@ -485,7 +494,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
                        "re-embed it (recall by meaning is off)")
             self._log.warning("model", "%s", message)
             raise EmbeddingsError(message)
-        if getattr(db, "database", None) is self._db:
+        if own_database:
             with self._db.atomic():
                 claim()
         else:
@@ -569,10 +578,11 @@ def _add_vectors(db: Any, keys: list[str], vectors: Sequence[Any], metas: list[d
 
 
 def _only_collection(db: Database) -> str | None:
-    """The collection of the built-in vector store in ``db``, if it holds exactly one (a store from
-    before each collection had tables of its own was written under it)."""
+    """The collection holding vectors in the built-in vector store in ``db``, if exactly one does
+    (a store from before each collection had tables of its own was written under it; a collection
+    is made empty by any memory that opens its store, so empty ones say nothing)."""
     try:
-        names = [row[0] for row in db.execute("SELECT name FROM ovos_vec_collections")]
+        names = [row[0] for row in db.execute("SELECT name FROM ovos_vec_collections WHERE dim IS NOT NULL")]
     except StorageError:  # no built-in vector store in this database
         return None
     return names[0] if len(names) == 1 else None

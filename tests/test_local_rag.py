@@ -526,7 +526,7 @@ def test_a_store_written_before_collections_had_tables_keeps_its_memories(memori
         before = (tmp_path / "rag.db").read_bytes()
         with LocalRAGMemory({"db_path": str(tmp_path / "rag.db"), "collection": "mine"}) as looking:
             assert [m.content for m in looking.get_history("s")] == ["my zebra is called Zed", "a fine name"]
-        with pytest.raises(StorageError, match="holds no window table"):  # nothing of that collection
+        with pytest.raises(StorageError, match="holds no collection 'other' .it holds 'mine'."):
             LocalRAGMemory({"db_path": str(tmp_path / "rag.db"), "collection": "other"})
         assert (tmp_path / "rag.db").read_bytes() == before
     other = memories({"collection": "other"})
@@ -534,6 +534,65 @@ def test_a_store_written_before_collections_had_tables_keeps_its_memories(memori
     assert other.get_history("s") == [] and other.search("zebra", "s") == []
     assert [h.content for h in mine.search("zebra", "s")] == ["Q: my zebra is called Zed\nA: a fine name"]
     assert [m.content for m in mine.get_history("s")] == ["my zebra is called Zed", "a fine name"]
+
+
+def _as_before_collections_had_tables(path):
+    """``path`` as a store from before each collection had tables of its own: no registry."""
+    with sqlite3.connect(path) as con:
+        con.execute("DROP TABLE local_rag_namespaces")
+        con.execute("DELETE FROM ovos_memory_migrations WHERE component LIKE 'namespaces:%'")
+
+
+def test_a_store_from_before_stays_with_the_collection_its_vectors_are_in_whoever_opens_it_first(memories, tmp_path):
+    old = memories({"collection": "mine"})
+    old.update_history(exchange("my zebra is called Zed", "a fine name"), "s")
+    assert old.flush(patience(30))
+    old.close()
+    _as_before_collections_had_tables(tmp_path / "rag.db")
+    with sqlite3.connect(tmp_path / "rag.db") as con:  # an empty collection another name's open made
+        con.execute("INSERT INTO ovos_vec_collections (name) VALUES ('ovos_local_rag')")
+    memories().close()  # the default collection, opened first (a command that failed, say)
+    mine = memories({"collection": "mine"})
+    assert [m.content for m in mine.get_history("s")] == ["my zebra is called Zed", "a fine name"]
+    with read_only(), pytest.raises(StorageError, match="holds no collection 'other'.*'mine'.*set 'collection'"):
+        LocalRAGMemory({"db_path": str(tmp_path / "rag.db"), "collection": "other"})
+
+
+def test_vectors_a_collection_left_beside_another_ones_documents_are_removed_not_kept_for_ever(memories, tmp_path):
+    # Before each collection had tables of its own, two collections in one file shared one log
+    # and each embedded every document: the collection that does not keep the log keeps vectors
+    # (their metadata holds the text) of documents it no longer has.
+    first = memories({"collection": "first"})
+    first.update_history(exchange("I drink green tea", "lovely"), "s")
+    assert first.flush(patience(30))
+    first.close()
+    _as_before_collections_had_tables(tmp_path / "rag.db")
+    db = SqliteEmbeddingsDB({"path": str(tmp_path / "rag.db")})
+    db.create_collection("second", {"embedder": FakeEmbedder().model_id})
+    db.add_embeddings("s_0", np.ones(64, dtype=np.float32), {"content": "Q: I drink green tea\nA: lovely",
+                                                          "session_id": "s"}, collection_name="second")
+    db.close()
+    first = memories({"collection": "first"})
+    second = memories({"collection": "second"})
+    assert second.search("green tea", "s") == [] and second.flush(patience(30))
+    assert _vector_sessions(tmp_path / "rag.db", "second") == []
+    assert [h.content for h in first.search("green tea", "s")] == ["Q: I drink green tea\nA: lovely"]
+    first.forget("s")
+    assert _bytes_holding(tmp_path, "green tea") == []
+
+
+def test_claims_are_replayed_on_a_new_file_when_a_damaged_one_is_set_aside(tmp_path):
+    from ovos_memory_plugins.storage.namespaces import claim_prefix
+    from ovos_memory_plugins.storage.sqlite import StoreReplaced, open_database, release_database
+
+    db = open_database(str(tmp_path / "names.db"))
+    try:
+        claimed = {name: claim_prefix(db, "local_rag", name) for name in ("a", "b")}
+        with pytest.raises(StoreReplaced), db._lock:
+            db._replace_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))
+        assert {name: claim_prefix(db, "local_rag", name) for name in ("b", "a")} == claimed
+    finally:
+        release_database(db)
 
 
 def test_collections_whose_names_read_alike_get_tables_of_their_own(tmp_path):

@@ -39,22 +39,30 @@ def own_prefix(first: str, name: str) -> str:
     return f"{first}__{safe_table_name(name).lstrip('_')[:_NAME_CHARS]}_{digest}"
 
 
-def claim_prefix(db: Any, first: str, name: str, legacy_owner: Callable[[], str | None] | None = None) -> str:
+def claim_prefix(db: Any, first: str, name: str, legacy_owner: Callable[[], str | None] | None = None,
+                 kind: str = "namespace") -> str:
     """The table prefix of namespace ``name`` in ``db`` (claimed now if it had none).
 
     ``legacy_owner``: for a database with no claims yet, the name that already owns ``first``'s
     tables if it can tell (a store from before, written under that name), else None: then the
-    first name to open the database claims them.
+    first name to open the database claims them. ``kind`` names a namespace in errors.
     """
     table = f"{first}_namespaces"
     if db.read_only:
-        return _choose(_registered(db, table) or _legacy(legacy_owner, first), first, name)
+        claims = _registered(db, table) or _legacy(legacy_owner, first)
+        if claims and name not in claims:  # nothing of it here: say what is, rather than "no table"
+            raise StorageError(f"{db.path} holds no {kind} {name!r} (it holds {', '.join(map(repr, sorted(claims)))}); "
+                               f"set '{kind}' to the one you mean; it was left as it is")
+        return _choose(claims, first, name)
     db.migrate(f"namespaces:{table}", [m.format(t=table) for m in _MIGRATIONS])
     claims = _registered(db, table)
-    if name in claims:  # every open after the first: one read
-        return claims[name]
-    seed = {} if claims else _legacy(legacy_owner, first)
+    prefix = claims[name] if name in claims else _claim(db, table, first, name,
+                                                        {} if claims else _legacy(legacy_owner, first))
+    _remember(db, table, name, prefix)
+    return prefix
 
+
+def _claim(db: Any, table: str, first: str, name: str, seed: dict[str, str]) -> str:
     def claim(con: Any) -> str:
         claims = {row[0]: row[1] for row in con.execute(f"SELECT name, prefix FROM {table}").fetchall()}
         for owner, prefix in seed.items() if not claims else ():
@@ -73,6 +81,17 @@ def claim_prefix(db: Any, first: str, name: str, legacy_owner: Callable[[], str 
         return db.transaction(claim)
 
 
+def _remember(db: Any, table: str, name: str, prefix: str) -> None:
+    """Record the claim among the file's migrations too: a damaged SQLite file is replaced by a
+    new one on which they are replayed, and a claim lost there would give this name's tables to
+    another name (or this name other tables) in the next process."""
+    if db.engine != "sqlite":
+        return  # a PostgreSQL database is never replaced under a running memory
+    literal = "CAST(X'" + name.encode("utf-8", "surrogatepass").hex() + "' AS TEXT)"  # any text, no quoting
+    db.migrate(f"namespaces:{table}:{prefix}",
+               [f"INSERT OR IGNORE INTO {table} (name, prefix) VALUES ({literal}, '{prefix}')"])
+
+
 def _legacy(legacy_owner: Callable[[], str | None] | None, first: str) -> dict[str, str]:
     owner = legacy_owner() if legacy_owner else None
     return {owner: first} if owner is not None else {}
@@ -85,7 +104,7 @@ def _choose(claims: dict[str, str], first: str, name: str) -> str:
 
 
 def _registered(db: Any, table: str) -> dict[str, str]:
-    """The claims of a database opened read-only (none when it has no registry yet)."""
+    """The claims recorded in ``db`` (none when it has no registry yet)."""
     try:
         return {row[0]: row[1] for row in db.execute(f"SELECT name, prefix FROM {table}")}
     except StorageError:  # a store from before namespaces: no registry, every name is unclaimed
