@@ -515,13 +515,7 @@ def test_memories_on_one_file_that_differ_by_collection_share_no_exchange(memori
 
 
 def test_a_store_written_before_collections_had_tables_keeps_its_memories(memories, tmp_path):
-    old = memories({"collection": "mine"})
-    old.update_history(exchange("my zebra is called Zed", "a fine name"), "s")
-    assert old.flush(patience(30))
-    old.close()
-    with sqlite3.connect(tmp_path / "rag.db") as con:  # the layout of a store from before: no registry
-        con.execute("DROP TABLE local_rag_namespaces")
-        con.execute("DELETE FROM ovos_memory_migrations WHERE component LIKE 'namespaces:%'")
+    _store_from_before(memories, tmp_path / "rag.db", "mine", "my zebra is called Zed", "a fine name")
     with read_only():  # a command that only looks claims nothing and changes no byte
         before = (tmp_path / "rag.db").read_bytes()
         with LocalRAGMemory({"db_path": str(tmp_path / "rag.db"), "collection": "mine"}) as looking:
@@ -536,19 +530,20 @@ def test_a_store_written_before_collections_had_tables_keeps_its_memories(memori
     assert [m.content for m in mine.get_history("s")] == ["my zebra is called Zed", "a fine name"]
 
 
-def _as_before_collections_had_tables(path):
-    """``path`` as a store from before each collection had tables of its own: no registry."""
+def _store_from_before(memories, path, collection, question, answer):
+    """A store at ``path`` holding one exchange of ``collection``, as a version from before each
+    collection had tables of its own left it: no registry of the claims."""
+    old = memories({"collection": collection})
+    old.update_history(exchange(question, answer), "s")
+    assert old.flush(patience(30))
+    old.close()
     with sqlite3.connect(path) as con:
         con.execute("DROP TABLE local_rag_namespaces")
         con.execute("DELETE FROM ovos_memory_migrations WHERE component LIKE 'namespaces:%'")
 
 
 def test_a_store_from_before_stays_with_the_collection_its_vectors_are_in_whoever_opens_it_first(memories, tmp_path):
-    old = memories({"collection": "mine"})
-    old.update_history(exchange("my zebra is called Zed", "a fine name"), "s")
-    assert old.flush(patience(30))
-    old.close()
-    _as_before_collections_had_tables(tmp_path / "rag.db")
+    _store_from_before(memories, tmp_path / "rag.db", "mine", "my zebra is called Zed", "a fine name")
     with sqlite3.connect(tmp_path / "rag.db") as con:  # an empty collection another name's open made
         con.execute("INSERT INTO ovos_vec_collections (name) VALUES ('ovos_local_rag')")
     memories().close()  # the default collection, opened first (a command that failed, say)
@@ -562,11 +557,7 @@ def test_vectors_a_collection_left_beside_another_ones_documents_are_removed_not
     # Before each collection had tables of its own, two collections in one file shared one log
     # and each embedded every document: the collection that does not keep the log keeps vectors
     # (their metadata holds the text) of documents it no longer has.
-    first = memories({"collection": "first"})
-    first.update_history(exchange("I drink green tea", "lovely"), "s")
-    assert first.flush(patience(30))
-    first.close()
-    _as_before_collections_had_tables(tmp_path / "rag.db")
+    _store_from_before(memories, tmp_path / "rag.db", "first", "I drink green tea", "lovely")
     db = SqliteEmbeddingsDB({"path": str(tmp_path / "rag.db")})
     db.create_collection("second", {"embedder": FakeEmbedder().model_id})
     db.add_embeddings("s_0", np.ones(64, dtype=np.float32), {"content": "Q: I drink green tea\nA: lovely",
