@@ -195,14 +195,14 @@ def check_template(owner: str, key: str, template: str, fields: tuple[str, ...])
                               f"{':' + spec if spec else ''}}}; write a field as {{{name}}}, without a format")
 
 
-def _flatten(raw: Mapping[str, Any], nested: set[str], prefix: str = "") -> list[str]:
+def _flatten(raw: Mapping[str, Any], nested: set[str], prefix: str = "") -> list[tuple[str, Any]]:
     keys = []
     for name, value in raw.items():
         dotted = f"{prefix}{name}"
         if isinstance(value, Mapping) and dotted in nested:
             keys.extend(_flatten(value, nested, dotted + "."))
         else:
-            keys.append(dotted)
+            keys.append((dotted, value))
     return keys
 
 
@@ -214,8 +214,14 @@ def unknown_keys(cls: type, raw: Mapping[str, Any], extra_known: tuple[str, ...]
         known.update(field.metadata["aliases"])
     nested = {k.rsplit(".", 1)[0] for k in known if "." in k}
     problems = []
-    for key in _flatten(raw, nested):
+    for key, value in _flatten(raw, nested):
         if key in known or key.split(".")[-1].startswith("_"):
+            continue
+        if key in nested:  # a group of keys given something else ("context": "hdr"); null: no keys
+            if value is not None:
+                inside = sorted(k.removeprefix(key + ".") for k in known if k.startswith(key + "."))
+                problems.append(f"'{key}' must be an object of keys ({', '.join(inside[:4])}"
+                                f"{', ...' if len(inside) > 4 else ''}), not a {type(value).__name__}")
             continue
         close = difflib.get_close_matches(key, sorted(known), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""

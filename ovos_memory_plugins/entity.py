@@ -37,13 +37,14 @@ from typing import Any, ClassVar
 from ._core.compat import AgentMessage
 from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
+from ._core.untrusted import one_line, quote_untrusted
 from ._llm.endpoint import EndpointConfig
 from ._llm.facts.choice import choose_facts
 from ._llm.facts.extraction import Exchange, extract, question_in
 from ._llm.facts.merging import add_history, fact_of, merge, withdraw_denied, without_fact
 from ._llm.facts.parsing import fact_strings
 from ._llm.facts.rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
-from ._llm.facts.safety import is_grounded, looks_like_instruction
+from ._llm.facts.safety import is_grounded, steers
 from ._llm.memory import LLMMemory
 from ._memory.exports import session_export
 from .config import option
@@ -51,6 +52,7 @@ from .context import ContextConfig, ContextParts
 from .errors import ConfigError, LLMError, MemoryPluginError
 from .messages import check_session_id, is_role, system_message
 from .storage import BACKENDS
+from .storage.records import shape_problem
 
 __all__ = ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"]
 
@@ -164,6 +166,9 @@ class EntityMemory(LLMMemory):
         check_session_id(session_id)
         return [str(f) for f in self._load_field(self._key(session_id), "facts") or []]
 
+    def _record_problem(self, record: Mapping[str, Any]) -> str | None:
+        return shape_problem(record, {"facts": str, "pending": dict, "history": dict}, {"meta": dict})
+
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         messages = self._incoming(new_messages, session_id)
         key = self._key(session_id)  # first: a reserved id is refused before anything is noted
@@ -231,7 +236,9 @@ class EntityMemory(LLMMemory):
             facts = choose_facts(facts, utterance, self.settings.max_context_facts)
         if not facts:
             return []
-        return [system_message(self.settings.facts_header + "\n" + "\n".join(f"- {f}" for f in facts))]
+        # Quoted as a recalled exchange is: a fact stored before this check, or imported, is data too.
+        lines = "\n".join(f"- {quote_untrusted(one_line(f))}" for f in facts)
+        return [system_message(self.settings.facts_header + "\n" + lines)]
 
     # -- background extraction -------------------------------------------------------------
     def _extract_pending(self, key: str) -> None:
@@ -273,7 +280,7 @@ class EntityMemory(LLMMemory):
         # Never a "fact": an instruction to the model ("ignore previous instructions", role tags)
         # or a pasted paragraph. No honest extraction looks like either.
         proposed = [text for text in fact_strings(reply) if len(text) <= MAX_FACT_CHARS
-                    and not looks_like_instruction(text)]
+                    and not steers(text)]
         if self.settings.grounded_facts or not _holds_json(reply):  # prose: facts only where the user said them
             kept = [text for text in proposed if is_grounded(text, exchange.user, context=exchange.asked)]
             if len(kept) < len(proposed):

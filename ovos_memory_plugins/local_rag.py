@@ -37,13 +37,16 @@ import dataclasses
 import inspect
 import json
 import os
+import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from ._core.loading import EMBEDDINGS_DB_GROUP, TEXT_EMBEDDINGS_GROUP, find_plugin_class, installed_plugins
-from ._core.log import LogOnce
+from ._core.log import LOG, LogOnce
+from ._core.paths import is_memory_path, is_regular_file, resolve_path
 from ._index.neighbours import NeighbourVectors, neighbour_weight_option
 from ._index.pending import merge_pending
 from ._index.stopwords import LANGUAGES, query_words, stopwords
@@ -54,7 +57,8 @@ from .errors import EmbeddingsError, StorageError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
 from .storage.documents import Document
 from .storage.namespaces import claim_prefix
-from .storage.sqlite import Database
+from .storage.readonly import is_read_only
+from .storage.sqlite import BUSY_TIMEOUT_S, Database
 
 __all__ = ["LocalRAGConfig", "LocalRAGMemory", "PluginSlot"]
 
@@ -226,6 +230,23 @@ class LocalRAGMemory(BaseRetrievalMemory):
         return [(h.content, h.source, h.score) for h in self.search(query, session_id, top_k)]
 
     # -- hooks -----------------------------------------------------------------------------
+    def _default_db_location(self) -> str:
+        """Beside the vectors when the config places them (``embeddings_db_config.path``): two
+        personas whose vectors live apart (as a reference persona's chromadb folders do) keep
+        their windows and documents apart too, and a vector store that falls back to ours keeps
+        its vectors there. A store an older version kept in the shared file stays there."""
+        shared = super()._default_db_location()
+        vectors = self.settings.embeddings_db_config.get("path")
+        if not isinstance(vectors, str) or not vectors.strip() or is_memory_path(vectors):
+            return shared
+        own = resolve_path(vectors.rstrip("/" + os.sep)) + ".memory.db"
+        if not os.path.lexists(own) and _kept_in_shared(shared, own):
+            LOG.warning(f"{self.plugin_name}: keeping the window and documents in {shared}, where an older "
+                        f"version put them; set db_path to keep them apart from other personas' (for new ones: "
+                        f"{own})")
+            return shared
+        return own
+
     def _table_prefix(self, db: Database) -> str:
         # Each collection has tables of its own: two memories on one file that differ by
         # collection never see each other's exchanges (a store from before keeps its tables).
@@ -575,6 +596,39 @@ def _add_vectors(db: Any, keys: list[str], vectors: Sequence[Any], metas: list[d
         return
     for key, vector, meta in zip(keys, vectors, metas):
         db.add_embeddings(key, vector, metadata=meta, collection_name=collection)
+
+
+#: The row that says a memory whose vectors are at ``<own>`` keeps its window and documents in
+#: the shared file (as an older version put them), so it does so on every start.
+_KEPT_HERE = "local_rag:kept_for:"
+
+
+def _kept_in_shared(shared: str, own: str) -> bool:
+    """Whether the memory that would have ``own`` keeps its window and documents in ``shared``:
+    marked so, or ``shared`` is a local-rag store an older version wrote (its tables, no registry
+    of collections), which is then marked (a read-only command marks nothing)."""
+    if not is_regular_file(shared):
+        return False
+    marker = _KEPT_HERE + own
+    try:
+        con = sqlite3.connect(f"file:{urllib.parse.quote(shared)}?mode={'ro' if is_read_only() else 'rw'}",
+                              uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            names = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "ovos_memory_migrations" not in names:
+                return False
+            if con.execute("SELECT 1 FROM ovos_memory_migrations WHERE component = ?", (marker,)).fetchone():
+                return True
+            older = any(n.startswith("local_rag") for n in names) and "local_rag_namespaces" not in names
+            if older and not is_read_only():
+                with con:
+                    con.execute("INSERT OR IGNORE INTO ovos_memory_migrations (component, version, applied_at) "
+                                "VALUES (?, 1, ?)", (marker, time.time()))
+            return older
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
 
 
 def _only_collection(db: Database) -> str | None:

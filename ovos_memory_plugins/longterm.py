@@ -54,6 +54,7 @@ from .messages import (
 from .persistence import JsonStore, SqliteStore
 from .storage import BACKENDS
 from .storage.documents import exchange_positions
+from .storage.records import shape_problem
 
 # The reference module exposed its stores under these names.
 _JsonStore = JsonStore
@@ -122,13 +123,43 @@ class LongTermMemory(LLMMemory):
     def _work_on(self, key: str) -> None:
         self._summarise(key)
 
+    def _record_problem(self, record: Mapping[str, Any]) -> str | None:
+        # A bad message in "recent" is skipped where it is read; the list itself must be one.
+        return shape_problem(record, values={"recent": list, "summary": str, "exchange_count": (int, float),
+                                             "due_since": (int, float)})
+
     @property
     def _keep(self) -> int:
         return 2 * self.settings.recent_window
 
     def _is_due(self, record: Mapping[str, Any]) -> bool:
-        return (int(record.get("exchange_count") or 0) >= self.settings.summarize_every
-                and len(record.get("recent") or []) > self._keep)
+        return self._due_fold(record)[0] > 0
+
+    def _due_fold(self, record: Mapping[str, Any]) -> tuple[int, int]:
+        """How many of the oldest unsummarised messages the summary due now folds (0: none is
+        due), and how many exchanges came after the one that made it due.
+
+        A summary falls due every ``summarize_every`` exchanges and folds what came before the
+        last ``2 * recent_window`` messages of that moment (as the reference's, run inside that
+        turn). Ours runs in the background, maybe several exchanges later: the record counts
+        those (``due_since``), so what is folded and kept does not depend on when the summary
+        ran. A moment with nothing to fold passes, as the reference's empty summary does. After
+        a rejected summary, the next one folds all but the last messages, as the reference's
+        retry after a failure does (so does a record without the count: a store from elsewhere).
+        """
+        if int(record.get("exchange_count") or 0) < self.settings.summarize_every:
+            return 0, 0
+        recent = record.get("recent") or []
+        answers = [i for i, m in enumerate(recent) if isinstance(m, Mapping) and m.get("role") == "assistant"]
+        later = 0 if record.get("summary_rejections") else int(record.get("due_since") or 0)
+        later = max(0, min(later, len(answers) - 1))
+        while True:
+            due_at = answers[len(answers) - 1 - later] + 1 if answers else len(recent)  # just after its answer
+            if due_at > self._keep:
+                return due_at - self._keep, later
+            if later < self.settings.summarize_every:
+                return 0, 0
+            later -= self.settings.summarize_every
 
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
@@ -141,7 +172,8 @@ class LongTermMemory(LLMMemory):
             return
         now = time.time()
         try:
-            self._update(session_id, lambda record: _appended(record, messages, now), self._is_due)
+            self._update(session_id, lambda record: _appended(record, messages, now, self.settings.summarize_every),
+                         self._is_due)
         except (MemoryPluginError, OSError) as exc:
             # Once, not per turn: a full disk would otherwise write one line per exchange.
             self._log.error("write", f"{self.plugin_name}: could not store {len(messages)} message(s) of "
@@ -172,10 +204,11 @@ class LongTermMemory(LLMMemory):
     def _summarise(self, session_id: str) -> None:
         """Fold one chunk of old messages into the summary (or, rejected, keep the old state)."""
         record = self._store.load(session_id)
-        if not self._is_due(record):
+        end, later = self._due_fold(record)
+        if not end:
             return
         recent = list(record.get("recent") or [])
-        foldable = recent[: len(recent) - self._keep]
+        foldable = recent[:end]
         chunk = _chunk(foldable)
         previous = str(record.get("summary") or "")
         rejections = int(record.get("summary_rejections") or 0)
@@ -193,10 +226,13 @@ class LongTermMemory(LLMMemory):
             if fold.rejected:  # keep the old state; the next exchange tries again
                 current["summary_rejections"] = rejections + 1
                 return current
-            count = int(current.get("exchange_count") or 0)
+            # The count starts again after the exchange that made the summary due; a partial fold
+            # leaves it due at that same exchange.
+            since = later + max(0, int(current.get("exchange_count") or 0) - base_count)
+            count = since + (self.settings.summarize_every if partial else 0)
             current.update(summary=fold.summary, summary_state=fold.state, recent=head[len(chunk):],
                            updated_at=time.time(), summary_source=fold.source, summary_rejections=0,
-                           exchange_count=count if partial else max(0, count - base_count))
+                           exchange_count=count, due_since=max(0, count - self.settings.summarize_every))
             return current
 
         try:
@@ -350,8 +386,12 @@ class LongTermMemory(LLMMemory):
         return {"messages": dropped}
 
 
-def _appended(record: dict[str, Any], messages: list[AgentMessage], now: float) -> dict[str, Any]:
-    """``record`` with ``messages`` appended to its unsummarised messages, normalised as a turn's."""
+def _appended(record: dict[str, Any], messages: list[AgentMessage], now: float,
+              every: int | None = None) -> dict[str, Any]:
+    """``record`` with ``messages`` appended to its unsummarised messages, normalised as a turn's.
+
+    ``every``: ``summarize_every``, to count the exchanges stored after a summary fell due
+    (``due_since``); None (an import) counts none, so one summary folds all it brings."""
     recent = list(record.get("recent") or [])
     tail = _message(recent[-1]) if recent else None
     pop_tail, to_add = fold_into(tail, messages)
@@ -361,8 +401,11 @@ def _appended(record: dict[str, Any], messages: list[AgentMessage], now: float) 
     recent.extend(to_dict(m) for m in to_add)
     # A reply recorded in two calls is merged into one message: one exchange, not two.
     added = sum(1 for m in to_add if is_role(m, "assistant")) - (1 if merged else 0)
-    record.update(summary=record.get("summary") or "", recent=recent, updated_at=now,
-                  exchange_count=int(record.get("exchange_count") or 0) + max(0, added))
+    before = int(record.get("exchange_count") or 0)
+    after = before + max(0, added)
+    record.update(summary=record.get("summary") or "", recent=recent, updated_at=now, exchange_count=after)
+    if every is not None and after > every:
+        record["due_since"] = int(record.get("due_since") or 0) + after - max(before, every)
     return record
 
 

@@ -376,7 +376,11 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
             from .storage.postgres import open_pg_database
 
             return open_pg_database(str(location))  # type: ignore[return-value]
-        return open_database(location or default_path(default_name(type(self), "default_db_name", ".db")))
+        return open_database(location or self._default_db_location())
+
+    def _default_db_location(self) -> str:
+        """The file used when neither ``db_path`` nor ``db_url`` is set."""
+        return default_path(default_name(type(self), "default_db_name", ".db"))
 
     def _scoped_query(self, query: str, k: int, session_id: str | None) -> list[MemoryHit]:
         if self._query_takes_session:

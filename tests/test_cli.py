@@ -429,6 +429,20 @@ def test_check_config_of_a_bare_block_with_module(tmp_path, capsys):
     assert "'max_history' must be int" in capsys.readouterr().err
 
 
+def test_check_config_finds_what_construction_would_refuse_and_notes_a_misspelt_block(tmp_path, capsys):
+    block = tmp_path / "b.json"
+    block.write_text(json.dumps({"db_url": "mysql://x"}))
+    assert main(["check-config", str(block), "--module", "ovos-memory-plugin-lexical"]) == 2
+    assert "'db_url' must be a PostgreSQL URL" in capsys.readouterr().err
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-lexical",
+                                "ovos-memory-plugin-lexicl": {"db_path": str(tmp_path / "mine.db")}}))
+    assert main(["check-config", str(path)]) == 0
+    assert ("the 'ovos-memory-plugin-lexicl' block configures nothing (memory_module is "
+            "'ovos-memory-plugin-lexical'); did you mean 'ovos-memory-plugin-lexical'?") in \
+        " ".join(capsys.readouterr().err.split())
+
+
 # -- persona wiring (as ovos-persona loads its memory) ----------------------------------------------------
 def test_an_absent_memory_module_means_the_persona_default_short_term_memory(tmp_path):
     persona = load_persona(write_persona(tmp_path / "p.json", "http://x/v1", memory_module="absent"))
@@ -782,6 +796,16 @@ def test_the_demo_runs_offline_on_the_embedded_defaults_and_recalls_every_answer
     assert (tmp_path / "demo" / "hybrid_local_rag.db").exists()  # --data-dir keeps the files
     assert stat.S_IMODE((tmp_path / "demo").stat().st_mode) == 0o700  # a private folder, as a persona's
     assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "demo").glob("*.db")} == {0o600}
+
+
+def test_a_relative_demo_folder_is_in_the_working_directory_not_the_data_folder(tmp_path, monkeypatch):
+    from ovos_memory_plugins._cli.demo import _data_dir, demo_config
+
+    monkeypatch.chdir(tmp_path)
+    with _data_dir("demo") as folder:
+        assert folder == str(tmp_path / "demo") and (tmp_path / "demo").is_dir()
+        paths = [m["config"]["db_path"] for m in demo_config(folder)["members"] if m["config"].get("db_path")]
+        assert paths and all(p.startswith(str(tmp_path / "demo") + os.sep) for p in paths)
 
 
 def test_the_demo_leaves_no_files_behind_by_default(tmp_path, monkeypatch, _private_data_home):

@@ -779,7 +779,9 @@ def test_a_query_does_not_wait_for_an_indexer_that_is_failing(memories, monkeypa
     assert waits == [] and [(h.source, h.metadata["pending"]) for h in hits] == [("s_0", True)]  # by its words
 
 
-def test_the_reference_vector_store_falls_back_to_the_built_in_one(memories, logged, monkeypatch):
+@pytest.fixture
+def without_the_reference_stack(monkeypatch):
+    """As where the reference's embedder and vector store (gguf, chromadb) are not installed."""
     real = local_rag.plugin_class
 
     def only_ours(name, group):
@@ -788,6 +790,9 @@ def test_the_reference_vector_store_falls_back_to_the_built_in_one(memories, log
         return real(name, group)
 
     monkeypatch.setattr(local_rag, "plugin_class", only_ours)
+
+
+def test_the_reference_vector_store_falls_back_to_the_built_in_one(memories, logged, without_the_reference_stack):
     memory = memories({"embeddings_db_plugin": "ovos-chromadb-embeddings-plugin",
                        "embeddings_db_config": {"path": "/nonexistent/chroma"}, "max_history": 0})
     memory.update_history(exchange("my dog is called Rex", "nice"), "s")
@@ -798,11 +803,43 @@ def test_the_reference_vector_store_falls_back_to_the_built_in_one(memories, log
     assert len(warned) == 1 and "built-in" in warned[0]
 
 
+def test_personas_whose_vectors_live_apart_keep_their_memories_apart(tmp_path, closing, without_the_reference_stack):
+    # Two reference persona blocks that differ by their chromadb folder: separate stores there,
+    # so separate here too, window and documents included, while chromadb is not installed.
+    def persona(folder):
+        return closing(LocalRAGMemory({"embeddings_db_plugin": "ovos-chromadb-embeddings-plugin",
+                                       "embeddings_db_config": {"path": str(tmp_path / folder)},
+                                       "_embedder": FakeEmbedder()}))
+
+    first, second = persona("chroma_a"), persona("chroma_b/")
+    first.update_history(exchange("my bank PIN is 4921", "stored"), "default")
+    first.flush()
+    assert first.db_path == str(tmp_path / "chroma_a.memory.db")
+    assert second.db_path == str(tmp_path / "chroma_b.memory.db")
+    assert "4921" not in recalled(second.build_conversation_context("what is my PIN?", "default"))
+    assert second.get_history("default") == [] and second.search("bank PIN", "default") == []
+    assert "4921" in recalled(first.build_conversation_context("what is my PIN?", "default"))
+
+
+def test_a_store_an_older_version_kept_in_the_shared_file_stays_there(tmp_path, closing, memories):
+    shared = data_dir() / "local_rag_memory.db"
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    _store_from_before(lambda config: memories({**config, "db_path": str(shared)}), shared, "ovos_local_rag",
+                       "my zebra is called Zed", "a fine name")
+    config = {"embeddings_db_config": {"path": str(tmp_path / "vectors.db")}, "_embedder": FakeEmbedder()}
+    for _start in range(3):  # its vectors placed, its window and documents where they were, every start
+        with LocalRAGMemory(config) as memory:
+            assert memory.db_path == str(shared) and len(memory.get_history("s")) == 2
+    other = {**config, "embeddings_db_config": {"path": str(tmp_path / "theirs.db")}}
+    assert closing(LocalRAGMemory(other)).db_path == str(tmp_path / "theirs.db.memory.db")  # a persona from now
+
+
 @needs_e5
 def test_a_reference_persona_block_recalls_by_meaning_offline(no_network, tmp_path, monkeypatch):
     if importlib.util.find_spec("ovos_gguf_embeddings") or importlib.util.find_spec("ovos_chromadb_embeddings"):
         pytest.skip("the reference stack is installed here; this checks the fallback without it")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # its path names a folder in the home directory
     block = {"embeddings_plugin": "ovos-gguf-embeddings-plugin",
              "embeddings_config": {"model": "paraphrase-multilingual-minilm-l12-v2"},
              "embeddings_db_plugin": "ovos-chromadb-embeddings-plugin",

@@ -103,7 +103,7 @@ PUBLIC = {
     "storage.postgres.retrieval": ["PgRetrievalStore"],
     "storage.postgres.stores": ["PgRecordStore", "PgWindowStore"],
     "storage.readonly": ["check_migrated", "connect_read_only", "is_read_only", "read_only", "StoreReadOnly"],
-    "storage.records": ["as_record", "SqliteRecordStore"],
+    "storage.records": ["as_record", "CheckedRecords", "MalformedRecord", "shape_problem", "SqliteRecordStore"],
     "storage.retrieval": ["IndexOwner", "RetrievalStore"],
     "storage.sharing": ["Closable", "SharedHandles"],
     "storage.sqlite": [

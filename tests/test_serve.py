@@ -220,6 +220,53 @@ def test_a_store_found_damaged_while_serving_is_told_in_the_servers_output(fresh
     assert SECRET not in server.log  # the error names the file, nothing it held
 
 
+def _asgi(app, method, path, headers=()):
+    """One request straight to the ASGI app, in this process: (status, headers, JSON body)."""
+    import asyncio
+
+    sent = []
+    scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": [(b"host", b"127.0.0.1:8000"), *headers], "scheme": "http", "http_version": "1.1",
+             "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5000), "root_path": ""}
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], dict(start["headers"]), json.loads(body)
+
+
+def test_a_store_another_process_holds_is_a_503_to_retry_not_a_failure(tmp_path, monkeypatch):
+    import sqlite3
+
+    from ovos_memory_plugins._serve.app import CSRF_HEADER, CSRF_VALUE, create_app
+    from ovos_memory_plugins.storage import sqlite as _sqlite
+
+    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT_S", 0.2)  # how long a write waits for the lock
+    path = tmp_path / "w.db"
+    with open_memory("ovos-memory-plugin-recency", {"db_path": str(path)}) as memory:
+        memory.update_history([AgentMessage(role=MessageRole.USER, content="hello")], "s")
+        other = sqlite3.connect(str(path))
+        other.execute("BEGIN IMMEDIATE")  # another process's write, in progress
+        try:
+            status, headers, body = _asgi(create_app(memory), "DELETE", "/api/sessions/s",
+                                          [(CSRF_HEADER.encode(), CSRF_VALUE.encode())])
+        finally:
+            other.rollback()
+            other.close()
+        assert status == 503 and headers[b"retry-after"] == b"5"
+        assert str(path) in body["error"] and "another process holds the store" in body["error"]
+        assert memory.sessions() == ["s"]  # nothing was forgotten half-way
+        status, _, body = _asgi(create_app(memory), "DELETE", "/api/sessions/s",
+                                [(CSRF_HEADER.encode(), CSRF_VALUE.encode())])
+        assert status == 200 and memory.sessions() == []
+
+
 def test_an_import_runs_in_the_background_and_reports_its_progress(fresh):
     folder, server = fresh
     exported = server.request("GET", "/api/sessions/rui-car/export").body

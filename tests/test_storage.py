@@ -154,6 +154,58 @@ def test_a_corrupt_sqlite_file_is_quarantined_with_its_journal_never_over_an_ear
     assert len(later) == 1 and (tmp_path / (later[0] + "-wal")).read_bytes() == b"journal 1"
 
 
+@pytest.mark.parametrize(("module", "name"), [("lexical", "store.db"), ("entity", "store.json")])
+def test_a_forget_names_the_damaged_copies_it_cannot_reach_and_keeps_them(tmp_path, monkeypatch, module, name):
+    from ovos_memory_plugins._core import paths
+    from ovos_memory_plugins._core.log import LOG
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.testing import closed_port_url
+
+    path = tmp_path / name
+    path.write_bytes(b"my secret, damaged" * 100)  # set aside at construction: it holds the old store
+    memory = (LexicalMemory({"db_path": str(path)}) if module == "lexical"
+              else EntityMemory({"db_path": str(path), "api_url": closed_port_url()}))
+    memory.update_history([AgentMessage(role=MessageRole.USER, content="my name is Ana"),
+                           AgentMessage(role=MessageRole.ASSISTANT, content="hi Ana")], "s1")
+    memory.flush()
+    warned: list[str] = []
+    monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: warned.append(str(msg)))
+    memory.forget("s1")
+    copy = str(tmp_path / (name + ".corrupt"))
+    assert paths.set_aside_copies(str(path)) == [copy]
+    assert len(warned) == 1 and copy in warned[0] and "may still hold" in warned[0]
+    assert (tmp_path / (name + ".corrupt")).read_bytes() == b"my secret, damaged" * 100  # the user's to recover
+    memory.close()
+
+
+def test_set_aside_copies_are_only_this_stores_regular_files(tmp_path):
+    from ovos_memory_plugins._core.paths import set_aside_copies
+
+    for n in ("a.db.corrupt", "a.db.corrupt-wal", "a.db.corrupt-20261203-101010", "a.db.corrupted",
+              "ab.db.corrupt", "a.db"):
+        (tmp_path / n).write_text("x")
+    (tmp_path / "a.db.corrupt-dir").mkdir()
+    assert [os.path.basename(p) for p in set_aside_copies(str(tmp_path / "a.db"))] == [
+        "a.db.corrupt", "a.db.corrupt-20261203-101010", "a.db.corrupt-wal"]
+    assert set_aside_copies(str(tmp_path / "missing" / "b.db")) == []
+
+
+def test_a_store_a_newer_version_migrated_is_refused_and_left_as_it_is(tmp_path):
+    from ovos_memory_plugins.errors import MigrationError
+
+    path = tmp_path / "store.db"
+    Database(str(path)).migrate("t", ["CREATE TABLE t (x INTEGER)"])
+    with sqlite3.connect(path) as con:  # a later release added a second script
+        con.execute("INSERT INTO ovos_memory_migrations (component, version, applied_at) VALUES ('t', 2, 0)")
+    before = path.read_bytes()
+    db = Database(str(path))
+    with pytest.raises(MigrationError, match=r"t in .* is at version 2, newer than this package knows \(1\)"):
+        db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
+    db.close()
+    assert path.read_bytes() == before
+
+
 def test_quarantine_takes_a_new_name_while_any_earlier_copy_holds_one(tmp_path):
     from ovos_memory_plugins._core.paths import quarantine_file
 

@@ -30,6 +30,7 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
             notes.append(f"no OpenAI-compatible handler in {list(persona.handlers)}: 'ovos-memory chat' cannot use it")
         elif module and not found[1].get("allow_system_prompts"):
             notes.append(f"'{found[0]}' has allow_system_prompts off: memory injected as system messages is dropped")
+        notes += _unused_memory_blocks(data, module)
     elif args.module:
         module, block = args.module, data
         if not isinstance(block, Mapping):
@@ -130,6 +131,18 @@ def _check_block(module: str, block: Mapping[str, Any], where: str = "") -> list
                 problems += _check_block(str(spec.get("module", "")), spec.get("config") or {},
                                          f"{where}members[{i}] ")
     return problems
+
+
+def _unused_memory_blocks(data: Mapping[str, Any], module: str | None) -> list[str]:
+    """Blocks named like a memory plugin that configure nothing: a misspelt block name leaves the
+    memory on its defaults (a file of its own elsewhere) without a word."""
+    from .._core.loading import MEMORY_GROUP, installed_plugins
+
+    installed = set(installed_plugins(MEMORY_GROUP))
+    return [f"the '{key}' block configures nothing (memory_module is {module!r})"
+            + ("" if key in installed else _did_you_mean(key))
+            for key, value in data.items()
+            if key != module and key.startswith("ovos-memory-plugin") and isinstance(value, Mapping)]
 
 
 def _did_you_mean(module: str) -> str:

@@ -94,6 +94,9 @@ def demo_config(data_dir: str) -> dict[str, Any]:
 @contextmanager
 def _data_dir(path: str | None) -> Iterator[str]:
     if path:
+        # Absolute here: a relative db_path is read under the data folder, a command-line folder
+        # under the working directory, where the user looks for it.
+        path = os.path.abspath(os.path.expanduser(path))
         make_private_dirs(path)  # the demo's conversation is as private as a persona's
         yield path
         return

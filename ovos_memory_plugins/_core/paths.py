@@ -17,7 +17,7 @@ from pathlib import Path
 __all__ = [
     "MEMORY_PATH", "PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "check_store_path", "create_private_file", "data_dir",
     "default_name", "default_path", "is_memory_path", "is_regular_file", "make_private_dirs", "quarantine_file",
-    "resolve_path",
+    "resolve_path", "set_aside_copies", "warn_set_aside_copies",
 ]
 
 #: The special path meaning "keep it in RAM" (as SQLite spells it).
@@ -183,3 +183,37 @@ def quarantine_file(path: str, companions: tuple[str, ...] = ()) -> str:
 
 def _taken(target: str, companions: tuple[str, ...]) -> bool:
     return any(os.path.exists(target + suffix) for suffix in ("", *companions))
+
+
+def set_aside_copies(path: str) -> list[str]:
+    """The damaged copies of ``path`` that :func:`quarantine_file` moved aside (with their journals)."""
+    folder, base = os.path.split(os.path.abspath(path))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    first = base + ".corrupt"
+    return sorted(os.path.join(folder, n) for n in names
+                  if (n == first or n.startswith(first + "-")) and is_regular_file(os.path.join(folder, n)))
+
+
+_set_aside_warned: dict[str, float] = {}
+
+
+def warn_set_aside_copies(path: str) -> None:
+    """Before a forget: say which damaged copies it cannot reach.
+
+    A copy set aside holds what the store held when it was damaged, the forgotten session
+    included; it is the user's to recover from, so a forget never deletes it (that would lose
+    every other session in it) but must not let them think no byte is left.
+    """
+    copies = set_aside_copies(path)
+    now = time.monotonic()
+    if copies and now - _set_aside_warned.get(path, -60.0) >= 10.0:  # once for the members sharing a file
+        _set_aside_warned[path] = now
+        from .log import LOG
+
+        # An ERROR: the forget asked for is not complete, and commands show errors only.
+        LOG.error(f"memory store {path}: forgotten here, but {len(copies)} damaged cop"
+                    f"{'y' if len(copies) == 1 else 'ies'} set aside earlier may still hold it: "
+                    f"{', '.join(copies)}; recover what you need from them, then delete them (rm)")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["looks_like_instruction", "one_line", "quote_untrusted"]
+__all__ = ["looks_like_instruction", "one_line", "quote_untrusted", "steers"]
 
 # Text that tries to steer a model. "assistant:" is one more sign of it in a fact (no fact about a
 # user holds it), but not in a summary or a recalled exchange, whose lines are attributed so.
@@ -36,16 +36,28 @@ _INSTRUCTION = re.compile(rf"(?i){_STEERING}|\bassistant\s*:")
 # (User:, Assistant:, and Q:/A:), a block header, a markup tag of a context block.
 _STRUCTURE = re.compile(
     rf"(?im){_STEERING}"
-    r"|^\W{0,3}(system|developer|tool|human|context|instructions?|new\s+rules)\s*:"
+    r"|^\W{0,3}(?:(?:user|assistant|q|a)\s*:\s*)?(system|developer|tool|human|context|instructions?|new\s+rules)\s*:"
     r"|^\s*(system|developer|tool|human|user|assistant)\s*$"
     r"|^\s*#{2,}|</?\s*(context|system|instructions?|memory)\s*>|\bnew\s+rules\b"
 )
 _CONTROL = re.compile(r"<\|[^|<>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|</?s>", re.IGNORECASE)
+# A role tag or a block's markup inside a fact: no fact about a user holds one (a one-word value,
+# "developer", "Tool", is no tag: the tag needs its colon).
+_FACT_TAGS = re.compile(
+    r"(?im)^\W{0,3}(?:(?:user|assistant|q|a)\s*:\s*)?(system|developer|tool|human|context|instructions?)\s*:"
+    r"|\b(system|developer)\s*:|</?\s*(context|system|instructions?|memory)\s*>"
+)
 
 
 def looks_like_instruction(text: str) -> bool:
     """True for text that tries to steer the model ("ignore previous instructions", role tags)."""
     return bool(_INSTRUCTION.search(text))
+
+
+def steers(text: str) -> bool:
+    """True for a fact, or a fact's value, that no statement about a user holds: an instruction
+    to the model, a chat template's control token, a role tag or a block's markup."""
+    return bool(_INSTRUCTION.search(text) or _CONTROL.search(text) or _FACT_TAGS.search(text))
 
 
 def quote_untrusted(text: str) -> str:

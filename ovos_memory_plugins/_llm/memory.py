@@ -12,6 +12,7 @@ from ..context import ContextMemory
 from ..errors import ConfigError, MemoryPluginError, StorageError
 from ..storage import after_commit, open_record_store, store_location
 from ..storage.readonly import is_read_only
+from ..storage.records import CheckedRecords
 from .endpoint import chat_client, with_endpoint
 
 __all__ = ["LLMMemory", "open_session_store"]
@@ -77,8 +78,9 @@ class LLMMemory(ContextMemory):
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         self.settings = s = with_endpoint(self.settings, config, self.plugin_name)
-        self._store, self._db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
-                                                        self._open_sqlite, s.db_url)
+        store, self._db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
+                                                  self._open_sqlite, s.db_url)
+        self._store = CheckedRecords(store, self._record_problem)
         self.client = chat_client(s, owner=self.plugin_name)
         self._log = LogOnce()
         self._problems: dict[str, str] = {}  # degradations other than the endpoint's (see degraded())
@@ -108,6 +110,10 @@ class LLMMemory(ContextMemory):
 
     def _has_work(self, record: Mapping[str, Any]) -> bool:
         raise NotImplementedError
+
+    def _record_problem(self, record: Mapping[str, Any]) -> str | None:
+        """What is wrong with the shape of a stored record (None: nothing): see CheckedRecords."""
+        return None
 
     def _work_on(self, key: str) -> None:
         raise NotImplementedError

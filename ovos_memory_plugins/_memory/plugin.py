@@ -107,10 +107,17 @@ class MemoryPlugin(AgentContextManager):
         checks; without I/O or side effects, so ``ovos-memory check-config`` reports it too.
         Subclasses extend the list (``super().check_settings(settings) + [...]``)."""
         from .._llm.endpoint import endpoint_url_problem  # the LLM memories' and the composite's api_url
+        from ..storage import store_location
 
         problem = endpoint_url_problem(getattr(settings, "api_url", None))
-        return store_path_problems("db_path", getattr(settings, "db_path", None)) + (
+        problems = store_path_problems("db_path", getattr(settings, "db_path", None)) + (
             [f"'api_url' is {settings.api_url!r}: {problem}"] if problem else [])
+        try:
+            store_location(getattr(settings, "db_path", None), getattr(settings, "db_url", None),
+                           getattr(settings, "backend", None))
+        except ConfigError as exc:
+            problems.append(str(exc))
+        return problems
 
     @property
     def system_prompt(self) -> str:

@@ -39,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._cli.commands import _import_items
 from .._cli.output import CLIError
+from ..errors import StorageError, StoreUnavailable
 from . import views
 
 __all__ = ["LOG_NAME", "STATIC", "create_app"]
@@ -64,7 +65,9 @@ _SECURITY_HEADERS = {
 }
 #: What a failure is answered with. Any other (a store that failed: StorageError) is a 500 naming
 #: its type only, since its message may quote a path or what the store holds.
-_STATUS = ((views.NotFound, 404), (views.Unsupported, 400), (CLIError, 400), (TypeError, 400), (ValueError, 400))
+# First match wins: a store's own errors (a malformed record is a ValueError too) are never a 400.
+_STATUS = ((StoreUnavailable, 503), (StorageError, 500), (views.NotFound, 404), (views.Unsupported, 400),
+           (CLIError, 400), (TypeError, 400), (ValueError, 400))
 
 log = logging.getLogger(LOG_NAME)
 
@@ -118,10 +121,16 @@ class Guard:
             code = next((c for kind, c in _STATUS if isinstance(exc, kind)), 500)
             if code == 500:
                 log.error("%s %s failed: %s", scope["method"], logged_path(scope["path"]), type(exc).__name__)
+            elif code == 503:  # its message names the file and what SQLite said, nothing the store holds
+                log.warning("%s %s: a store is busy: %s", scope["method"], logged_path(scope["path"]), exc)
             if status[0]:
                 raise  # the response had started: nothing else can be sent
             message = str(exc) if code != 500 else f"the memory failed ({type(exc).__name__}); see the server's log"
-            await _error(code, message)(scope, receive, send_with_headers)
+            busy = code == 503 and ("locked" in str(exc) or "busy" in str(exc))
+            if code == 503:
+                message = (f"another process holds the store, so this gave up waiting ({exc}); try again" if busy
+                           else f"a store is unavailable ({exc})")
+            await _error(code, message, {"retry-after": "5"} if busy else None)(scope, receive, send_with_headers)
         finally:
             log.info("%s %s %d %.0f ms", scope["method"], logged_path(scope["path"]), status[0],
                      1000 * (time.monotonic() - started))

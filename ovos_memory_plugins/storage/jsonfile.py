@@ -34,6 +34,7 @@ from .._core.paths import (
     is_regular_file,
     make_private_dirs,
     quarantine_file,
+    warn_set_aside_copies,
 )
 from ..errors import ConfigError, StorageError
 from .readonly import StoreReadOnly, is_read_only
@@ -103,11 +104,13 @@ class JsonRecordStore:
                 return False
             del data[session_id]
             self._write(data)
-            return True
+        warn_set_aside_copies(self.path)  # only a forget deletes
+        return True
 
     def compact(self) -> bool:
         """Every write is a new file, the old one's bytes leave with it; what a crashed write left
         beside it (a temp file holding every session) goes too."""
+        warn_set_aside_copies(self.path)
         with self._locked():
             self._remove_crash_leftovers()
         return True

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import StorageError
 from .sqlite import Database, StoreDamaged, release_database
 from .windows import safe_table_name
 
-__all__ = ["as_record", "SqliteRecordStore"]
+__all__ = ["as_record", "CheckedRecords", "MalformedRecord", "shape_problem", "SqliteRecordStore"]
 
 
 def as_record(value: Any, session_id: str, where: str) -> dict[str, Any]:
@@ -23,6 +23,65 @@ def as_record(value: Any, session_id: str, where: str) -> dict[str, Any]:
         return value
     raise StorageError(f"{where}: the record of session {session_id!r} is malformed (a {type(value).__name__}, "
                        "not an object); it is left as it is and skipped")
+
+def shape_problem(record: Mapping[str, Any], lists: Mapping[str, type] = {},  # noqa: B006 - never mutated
+                  values: Mapping[str, type | tuple[type, ...]] = {}) -> str | None:  # noqa: B006
+    """What is wrong with ``record``'s shape: each field of ``lists`` must be a list of that type,
+    each of ``values`` of that type (a missing or null field is fine); None when nothing is."""
+    for field, kind in lists.items():
+        value = record.get(field)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(v, kind) for v in value)):
+            return f"{field!r} must be a list of {'text' if kind is str else 'objects'}"
+    for field, kinds in values.items():
+        value = record.get(field)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            return f"{field!r} must not be a {type(value).__name__}"
+    return None
+
+
+class MalformedRecord(StorageError, ValueError):
+    """A record of the wrong shape: retrying cannot help; the record stays as it is."""
+
+
+class CheckedRecords:
+    """A record store whose records are checked as they are read and before they are changed.
+
+    ``problem(record)`` says what is wrong with a record's shape (None: nothing). A record of a
+    hand-edited or damaged file with a field of the wrong type (``"facts": "oops"``) is then a
+    :class:`MalformedRecord` naming its session, left as it is, rather than a TypeError in the
+    middle of a turn or a field read letter by letter; every other session is read as before.
+    """
+
+    def __init__(self, store: Any, problem: Callable[[Mapping[str, Any]], str | None]):
+        self._store = store
+        self._problem = problem
+
+    def load(self, session_id: str) -> dict[str, Any]:
+        return self._checked(self._store.load(session_id), session_id)
+
+    def load_field(self, session_id: str, field: str) -> Any:
+        value = self._store.load_field(session_id, field)
+        self._checked({} if value is None else {field: value}, session_id)
+        return value
+
+    def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        return self._store.update(session_id, lambda record: fn(self._checked(record, session_id)))
+
+    def save(self, session_id: str, record: dict[str, Any]) -> None:
+        self._store.save(session_id, record)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def _checked(self, record: dict[str, Any], session_id: str) -> dict[str, Any]:
+        problem = self._problem(record)
+        if problem:
+            where = (getattr(self._store, "path", None) or getattr(getattr(self._store, "db", None), "path", None)
+                     or type(self._store).__name__)
+            raise MalformedRecord(f"{where}: the record of session {session_id!r} is malformed ({problem}); it is "
+                                  "left as it is and skipped")
+        return record
+
 
 _RECORD_MIGRATIONS = (
     """

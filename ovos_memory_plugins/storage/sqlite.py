@@ -27,6 +27,7 @@ from .._core.paths import (
     is_memory_path,
     make_private_dirs,
     resolve_path,
+    warn_set_aside_copies,
 )
 from ..errors import ConfigError, MigrationError, StorageError, StoreUnavailable
 from .integrity import StoreDamaged, damage_of, quick_check, set_aside
@@ -361,6 +362,10 @@ class Database:
                     "SELECT COALESCE(MAX(version), 0) FROM ovos_memory_migrations WHERE component = ?",
                     (component,),
                 ).fetchone()
+                if row[0] > len(migrations):
+                    raise MigrationError(f"{component} in {self.path} is at version {row[0]}, newer than this "
+                                         f"package knows ({len(migrations)}): it was left as it is; upgrade "
+                                         "ovos-memory-plugins")
                 for version in range(row[0] + 1, len(migrations) + 1):
                     for statement in _statements(migrations[version - 1]):
                         con.execute(statement)
@@ -368,7 +373,7 @@ class Database:
                         "INSERT INTO ovos_memory_migrations (component, version, applied_at) VALUES (?, ?, ?)",
                         (component, version, time.time()),
                     )
-        except StoreReplaced:
+        except (StoreReplaced, MigrationError):
             raise
         except StorageError as exc:
             raise MigrationError(f"cannot migrate {component} in {self.path}: {exc}") from exc
@@ -453,6 +458,7 @@ class Database:
             self._check_open()
             if self.read_only:
                 return False
+            warn_set_aside_copies(self.path)
             if self._depth:
                 raise RuntimeError(f"{self.path}: compact() inside a transaction")
             try:

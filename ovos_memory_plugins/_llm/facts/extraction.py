@@ -45,7 +45,7 @@ from ...errors import LLMContextOverflow
 from .kinds import ATTRIBUTES, about, is_single_valued, person_attribute, statement
 from .parsing import reply_items
 from .rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact, model_fact, normalise
-from .safety import is_grounded, looks_like_instruction, snap_value
+from .safety import is_grounded, snap_value, steers
 
 if TYPE_CHECKING:
     from ..client import ChatClient
@@ -359,7 +359,7 @@ def _structured(item: Mapping[str, Any], exchange: Exchange) -> tuple[str, str, 
     negated = item.get("negated") is True or str(item.get("negated")).casefold() == "true"
     if attribute not in ATTRIBUTES or not value or len(value) > MAX_VALUE_CHARS or len(value.split()) > 8:
         return None
-    if _JUNK_VALUE.match(value) or looks_like_instruction(value):
+    if _JUNK_VALUE.match(value) or steers(value):
         return None
     snapped = snap_value(value, exchange.user)
     if snapped is None:

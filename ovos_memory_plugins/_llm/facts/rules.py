@@ -19,6 +19,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..._core.untrusted import steers
 from .kinds import STOP_WORDS, is_single_valued, read_statement, statement, wordset
 
 __all__ = ["MAX_FACT_CHARS", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise"]
@@ -293,6 +294,8 @@ def extract_facts(user_text: str) -> list[Fact]:
                                                                sentence):
             continue
         for fact in _matches(sentence):
+            if steers(fact.text):
+                continue  # "my favourite phrase is ignore all previous instructions" is no fact to send
             facts.pop(fact.key, None)  # a later statement in one turn wins
             facts[fact.key] = fact
     return list(facts.values())

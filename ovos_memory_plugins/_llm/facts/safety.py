@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import difflib
 
-from ..._core.untrusted import looks_like_instruction
+from ..._core.untrusted import steers
 from .kinds import STOP_WORDS, plain, stem, wordset
 from .rules import MAX_FACT_CHARS, WORD, normalise
 
-__all__ = ["is_grounded", "looks_like_instruction", "snap_value"]
+__all__ = ["is_grounded", "snap_value", "steers"]
 
 _META = wordset("""
 user users s name named called call lives live living life likes like liked loves love hates hate enjoys enjoy
@@ -35,7 +35,7 @@ def is_grounded(fact: str, user_text: str, context: str = "") -> bool:
     favourite colour?" / "Green"), compared by a five-letter stem, so "dogs" matches "dog" and
     "loves" matches "love".
     """
-    if not fact or len(fact) > MAX_FACT_CHARS or looks_like_instruction(fact):
+    if not fact or len(fact) > MAX_FACT_CHARS or steers(fact):
         return False
     said = {_stem(w) for w in WORD.findall(normalise(user_text).casefold())}
     heard = said | {_stem(w) for w in WORD.findall(normalise(context).casefold())}
