@@ -27,7 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from ._core.compat import AgentMessage
 from ._core.loading import allows_value, load_memory_class, reads_key
-from ._core.log import LogOnce
+from ._core.log import LOG, LogOnce
 from ._core.worker import wakeups_deferred
 from ._index.current import put_contradicted_last
 from ._llm.endpoint import PERSONA_ENDPOINT_KEY
@@ -182,6 +182,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
     def __init__(self, config: Mapping[str, Any] | None = None):
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
         super().__init__(config)
+        if self.settings.preset and self.settings.members:
+            LOG.warning(f"{self.plugin_name}: 'preset' {self.settings.preset!r} is not used, as 'members' is given "
+                        "(leave 'members' out for the preset's)")
         if self._preset_applies():  # the preset's defaults, under what the config sets
             preset = {k: v for k, v in PRESET_SETTINGS.items() if k not in self.config}
             context = self.config.get("context") if isinstance(self.config.get("context"), Mapping) else {}

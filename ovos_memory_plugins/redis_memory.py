@@ -64,7 +64,7 @@ _CACHED_SESSIONS = 256   # sessions whose last context is kept in RAM for when R
 _CACHED_CHARS = 1 << 20  # a bigger context is not cached
 _CACHED_UPDATES = 64     # updates since the last read kept with a cached context
 _HELD_MESSAGES = 200     # messages per session held for replay while Redis is down
-_MAX_ROUNDS = 64         # compaction rounds per lease (each folds up to twice the token threshold)
+_MAX_ROUNDS = 64         # compaction rounds per lease; then the session waits behind the others
 _MAX_CONFLICTS = 8       # rounds lost to concurrent changes before giving up until the next append
 _MAX_REJECTIONS = 3      # a session's model summaries rejected in a row before its narrative is written offline
 
@@ -438,6 +438,7 @@ class RedisMemory(ContextMemory):
                     conflicts += 1
                     if conflicts >= _MAX_CONFLICTS:
                         return
+            self._due.add(session_id)  # a long backlog: the rest after the other sessions' turn
         finally:
             lease.release()
 

@@ -146,7 +146,11 @@ def test_min_score_applies_to_the_score_fusion_score(tables):
 
 
 # -- the hybrid preset ------------------------------------------------------------------------
-def test_the_hybrid_preset_uses_score_fusion_and_a_budget_unless_told_otherwise(tmp_path):
+def test_the_hybrid_preset_uses_score_fusion_and_a_budget_unless_told_otherwise(tmp_path, monkeypatch):
+    from ovos_memory_plugins._core.log import LOG
+
+    warned = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
     preset = CompositeMemory({"preset": "hybrid"})
     assert preset.fusion == "score" and preset.max_added_tokens == composite_module.PRESET_ADDED_TOKENS
     chosen = CompositeMemory({"preset": "hybrid", "fusion": "rrf", "max_added_tokens": None})
@@ -154,6 +158,9 @@ def test_the_hybrid_preset_uses_score_fusion_and_a_budget_unless_told_otherwise(
     listed = CompositeMemory({"preset": "hybrid", "members": [{"module": "ovos-memory-plugin-recency",
                                                                "config": {"db_path": str(tmp_path / "r.db")}}]})
     assert listed.fusion == "rrf"  # the preset is not in use: the reference's default
+    assert [w for w in warned if "'preset'" in w] == [
+        "ovos-memory-plugin-composite: 'preset' 'hybrid' is not used, as 'members' is given (leave 'members' out "
+        "for the preset's)"]
 
 
 def entity_of(memory):

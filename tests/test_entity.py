@@ -180,6 +180,13 @@ def test_an_empty_model_reply_stores_nothing_even_where_the_rules_would_find_a_f
     assert memory.build_conversation_context("who am I?", "s")[0].content == "who am I?"
 
 
+def test_a_reply_whose_every_fact_fails_the_checks_is_read_by_the_rules_instead(make, llm):
+    llm.reply = items(("name", "Nova"), ("home_city", "Nova"))  # the assistant's name, given as the user's
+    memory = make(api_url=llm.url)
+    say(memory, "Hi there! I'm Marta, by the way.", "Hello Marta! I'm Nova, your assistant.")
+    assert injected(memory) == ["User's name is Marta"]
+
+
 def test_the_rules_are_not_added_to_what_the_model_found(make, llm):
     llm.reply = items(("hobby", "cello"))
     memory = make(api_url=llm.url)
@@ -237,7 +244,7 @@ def test_the_prompts_examples_are_never_stored(make, llm):
     llm.reply = items(("name", "Tomás"), ("home_city", "Oslo"), ("workplace", "Keller Bakery"), ("pet", "parrot Kiwi"))
     memory = make(api_url=llm.url)
     say(memory, "I really enjoy my new flat.")
-    assert injected(memory) == []
+    assert injected(memory) == ["User likes their new flat"]  # none of the examples: the rules read it instead
 
 
 def test_facts_the_assistant_stated_are_never_stored(make, llm):
@@ -245,7 +252,7 @@ def test_facts_the_assistant_stated_are_never_stored(make, llm):
     memory = make(api_url=llm.url)
     say(memory, "I love jazz, especially on Sunday mornings.",
         "Jazz is great! My favourite musician is Miles Davis. I'm Nova, and I've always wanted a dog named Max.")
-    assert injected(memory) == []
+    assert injected(memory) == ["User loves jazz"]  # the offline rules' reading of what the user said
 
 
 def test_a_value_is_stored_in_the_users_own_words(make, llm):

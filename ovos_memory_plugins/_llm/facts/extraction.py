@@ -508,7 +508,8 @@ def extract(client: ChatClient, exchanges: Sequence[Exchange], max_tokens: int =
 
     Returns ``(index of the exchange it was said in, fact)`` pairs in the order said (merge them in
     that order: a later change supersedes an earlier statement). Exchanges not worth reading are
-    not sent; none worth reading costs no request. Raises
+    not sent; none worth reading costs no request. When every fact the model proposed fails the
+    checks, the offline rules' facts of those exchanges are returned. Raises
     :class:`~ovos_memory_plugins.errors.LLMError` when no model answered.
     """
     sent = [i for i, e in enumerate(exchanges) if worth_reading(e)]
@@ -529,4 +530,9 @@ def extract(client: ChatClient, exchanges: Sequence[Exchange], max_tokens: int =
         _replies.put(key, items)
     together = Exchange("\n".join(e.user for e in batch), "", "\n".join(e.asked for e in batch if e.asked))
     found = [(sent[_owner(fact, batch)], fact) for fact in clean(items, together)]
+    if items and not found:
+        # The model proposed facts and every one failed the checks (a small model gives the
+        # assistant's name as the user's): a bad answer, not "nothing here". The offline rules
+        # read those exchanges instead; a reply proposing nothing still stores nothing.
+        found = [(index, fact) for index, exchange in zip(sent, batch) for fact in extract_facts(exchange.user)]
     return sorted(found, key=lambda pair: pair[0])
