@@ -215,5 +215,5 @@ def warn_set_aside_copies(path: str) -> None:
 
         # An ERROR: the forget asked for is not complete, and commands show errors only.
         LOG.error(f"memory store {path}: forgotten here, but {len(copies)} damaged cop"
-                    f"{'y' if len(copies) == 1 else 'ies'} set aside earlier may still hold it: "
-                    f"{', '.join(copies)}; recover what you need from them, then delete them (rm)")
+                  f"{'y' if len(copies) == 1 else 'ies'} set aside earlier may still hold it: "
+                  f"{', '.join(copies)}; recover what you need from them, then delete them (rm)")

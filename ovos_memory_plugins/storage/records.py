@@ -14,15 +14,16 @@ __all__ = ["as_record", "CheckedRecords", "MalformedRecord", "shape_problem", "S
 
 
 def as_record(value: Any, session_id: str, where: str) -> dict[str, Any]:
-    """``value`` if it is a record (a JSON object); else a StorageError naming the session.
+    """``value`` if it is a record (a JSON object); else a :class:`MalformedRecord` naming the session.
 
     A hand-edited or damaged file may hold ``"old": "a string"``: that session cannot be read,
     and every other session must still be.
     """
     if isinstance(value, dict):
         return value
-    raise StorageError(f"{where}: the record of session {session_id!r} is malformed (a {type(value).__name__}, "
-                       "not an object); it is left as it is and skipped")
+    raise MalformedRecord(f"{where}: the record of session {session_id!r} is malformed (a {type(value).__name__}, "
+                          "not an object); it is left as it is and skipped")
+
 
 def shape_problem(record: Mapping[str, Any], lists: Mapping[str, type] = {},  # noqa: B006 - never mutated
                   values: Mapping[str, type | tuple[type, ...]] = {}) -> str | None:  # noqa: B006
