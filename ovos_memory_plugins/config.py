@@ -195,6 +195,11 @@ def check_template(owner: str, key: str, template: str, fields: tuple[str, ...])
                               f"{':' + spec if spec else ''}}}; write a field as {{{name}}}, without a format")
 
 
+def template_fields(template: str) -> set[str]:
+    """The field names a valid ``str.format`` template uses."""
+    return {name for _text, name, _spec, _conversion in string.Formatter().parse(template) if name is not None}
+
+
 def _flatten(raw: Mapping[str, Any], nested: set[str], prefix: str = "") -> list[tuple[str, Any]]:
     keys = []
     for name, value in raw.items():

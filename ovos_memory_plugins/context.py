@@ -37,7 +37,7 @@ from ._core.tokens import estimate_tokens
 from ._memory.people import parse_people
 from ._memory.plugin import MemoryPlugin
 from .common import MemoryHit
-from .config import check_template, option
+from .config import check_template, option, template_fields
 from .errors import ConfigError
 from .inject import INJECT_MODES, Injection, assemble_context, check_inject_mode
 from .messages import (
@@ -160,6 +160,17 @@ class ContextMemory(MemoryPlugin):
         s = self.settings
         check_inject_mode(s.inject_mode, self.plugin_name)
         self.injection = Injection(s.inject_mode, s.header, s.system_prompt_template, s.user_template, s.tool_name)
+        # The reference fills templates as given, so a template missing a field still loads; but
+        # in its mode it silently drops the user's words or the recall, which nobody means.
+        used = {"user": ("user_template", s.user_template, ("utterance", "context")),
+                "system_prompt": ("system_prompt_template", s.system_prompt_template, ("context",))}
+        key, template, needed = used.get(s.inject_mode, ("", "", ()))
+        missing = [name for name in needed if name not in template_fields(template)]
+        if missing:
+            from ._core.log import LOG
+
+            LOG.warning(f"{self.plugin_name}: inject_mode {s.inject_mode!r} fills '{key}', which has no "
+                        f"{' or '.join('{' + name + '}' for name in missing)}: that part of the turn is not sent")
 
     # -- the parts a memory supplies ---------------------------------------------------------
     def context_parts(self, utterance: str, session_id: str, *, window: bool = True,

@@ -235,6 +235,19 @@ def test_a_failing_endpoint_is_logged_once_and_its_recovery_once(llm, log_lines)
     assert "recovered" in log_lines[-1][1]
 
 
+def test_replies_with_no_text_are_logged_once_naming_the_cut_and_their_end_once(llm, log_lines):
+    llm.finish_reason = "length"
+    llm.add_replies("", "<think>all of max_tokens spent thinking</think>", "")
+    client = ChatClient(llm.url, model="m")
+    assert [client.complete(HI) for _ in range(3)] == ["", "", ""]
+    assert [level for level, _ in log_lines] == ["warning"]
+    assert "no text" in log_lines[0][1] and "max tokens" in log_lines[0][1]
+    llm.finish_reason = "stop"
+    assert client.complete(HI) == "OK"
+    client.complete(HI)
+    assert [level for level, _ in log_lines] == ["warning", "info"]
+
+
 # -- the reference module's functions ----------------------------------------------------------
 def test_reference_functions_resolve_the_model_and_complete(llm):
     assert resolve_model(llm.url) == "fake-model"

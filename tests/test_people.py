@@ -412,3 +412,21 @@ def test_an_export_imported_without_a_session_id_lands_where_its_session_reads(m
         memory.forget_person("alice")
         memory.import_session(person_export)  # a person's export goes back under the person's key
         assert memory.sessions() == ["person:alice"] and "my locker code is 4242" in contents(memory, "kitchen")
+
+
+@pytest.mark.parametrize("household", [False, True])
+def test_an_import_into_a_memory_no_session_reads_is_refused_naming_it(tmp_path, household):
+    with RecencyMemory({"db_path": str(tmp_path / "before.db"), **PERSON}) as before:
+        tell(before, "alice-phone", "my locker code is 4242")
+        alice = before.export_person("alice")
+    unknown = {**alice, "session_id": "person:zoe"}
+    # With a household, alice's key maps to the household's memory, which her sessions read.
+    strays = [] if household else [{**alice, "session_id": "household:"}]
+    with RecencyMemory({"db_path": str(tmp_path / "after.db"), **PERSON, "household": household}) as memory:
+        for data in [unknown, *strays]:
+            with pytest.raises(ValueError, match="no session of 'people' reads it") as err:
+                memory.import_session(data)
+            assert repr(data["session_id"]) in str(err.value)
+        assert memory.sessions() == []
+        memory.import_session(alice)
+        assert "my locker code is 4242" in contents(memory, "kitchen")

@@ -98,6 +98,33 @@ def test_an_unknown_query_mode_acts_like_utterance(tmp_path, monkeypatch):
     assert m.build_query("and lions?", history) == "and lions?"
 
 
+@pytest.mark.parametrize("mode, key, template, missing", [
+    ("user", "user_template", "{header}\n{context}", "{utterance}"),
+    ("user", "user_template", "Question: {utterance}", "{context}"),
+    ("system_prompt", "system_prompt_template", "{system}\n\n{header}", "{context}"),
+])
+def test_a_template_missing_what_its_mode_sends_loads_with_a_warning(tmp_path, monkeypatch, mode, key, template,
+                                                                      missing):
+    from ovos_memory_plugins._core.log import LOG
+
+    warned = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    m = lexical(tmp_path, inject_mode=mode, **{key: template})
+    assert [w for w in warned if key in w and missing in w]
+    m.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "noted")], "s")
+    assert m.build_conversation_context("what is my dog called", "s")[-1].role == U
+
+
+def test_a_template_is_not_warned_about_outside_its_mode(tmp_path, monkeypatch):
+    from ovos_memory_plugins._core.log import LOG
+
+    warned = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    lexical(tmp_path, user_template="{header}")
+    lexical(tmp_path, inject_mode="user")
+    assert not [w for w in warned if "template" in w]
+
+
 def test_the_base_is_abstract_until_both_hooks_are_written():
     from ovos_memory_plugins.retrieval import BaseRetrievalMemory
 

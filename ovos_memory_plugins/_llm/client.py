@@ -280,6 +280,7 @@ class ChatClient:
             raise
         self._on_success()
         self._answered = True  # a completion, not a model listing: only then is the server probed
+        self._note_blank(completion)
         return completion
 
     def context_limit(self) -> int:
@@ -319,6 +320,17 @@ class ChatClient:
         self._log.warning(
             "endpoint", "%sLLM endpoint %s failed (%s); working without it, next try in %.3gs",
             self._who, self.api_url, exc, delay)
+
+    def _note_blank(self, completion: Completion) -> None:
+        # No caller asks for an empty reply: a model answering with nothing (a reasoning model
+        # spending max_tokens on its thoughts, a broken template) teaches the memory nothing, and
+        # the user should hear it once, not find out from a memory that never learns.
+        if completion.text.strip():
+            self._log.clear("blank", f"{self._who}LLM endpoint {self.api_url} answers with text again")
+            return
+        self._log.warning("blank", "%sLLM endpoint %s answered with no text (finish reason %s); nothing is "
+                          "learnt from such replies%s", self._who, self.api_url, completion.finish_reason,
+                          " (raise the max tokens)" if completion.cut else "")
 
     @property
     def _who(self) -> str:

@@ -87,6 +87,19 @@ class People:
         return session_id if person is None else self.key_of(person)
 
 
+    def refuse_unowned(self, key: Any) -> None:
+        """An import must not create a memory no session reads: a person's key (``person:bob``)
+        that names nobody in ``people``, or the household's when the people do not share one."""
+        if not isinstance(key, str) or not is_memory_key(key):
+            return
+        if (key == HOUSEHOLD_KEY) if self.household else (key.removeprefix(PERSON_PREFIX) in self.owners):
+            return
+        known = ", ".join(self.names()) or "none"
+        raise ValueError(f"cannot import into {key!r}: no session of 'people' reads it (people: {known}"
+                         f"{'; they share the household memory' if self.household else ''}); "
+                         "import it under one of your session ids instead")
+
+
 def is_memory_key(session_id: str) -> bool:
     """Whether ``session_id`` is a key this mapping makes (never a caller's session id)."""
     return session_id.startswith(_RESERVED)
@@ -183,6 +196,8 @@ def keyed(fn: F) -> F:
                 args, kwargs = _export_key(people, position, args, kwargs)
             else:
                 args, kwargs = _mapped(people, position, args, kwargs)
+            if imports:
+                people.refuse_unowned(_given(position, args, kwargs))
         _calls.depth = _depth() + 1  # inline rather than inside(): this runs on every call of a turn
         try:
             return fn(self, *args, **kwargs)
