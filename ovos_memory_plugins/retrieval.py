@@ -291,7 +291,10 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         k = self.settings.max_num_results
         if not self.settings.dedup_history or not window:
             return self.search(query, session_id, k)
-        hits = self.search(query, session_id, k + len(window) // 2)
+        # Room for the hits the window repeats; a reference-style hook (no session_id) is asked
+        # what the reference asked it (k, or 4k in session scope), which leaves room already.
+        spare = len(window) // 2 if self._query_takes_session else 0
+        hits = self.search(query, session_id, k + spare)
         return drop_window_duplicates(hits, window)[:k]
 
     def store(self, text: str, session_id: str, metadata: dict[str, Any] | None = None) -> str | None:

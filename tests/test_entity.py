@@ -187,6 +187,15 @@ def test_a_reply_whose_every_fact_fails_the_checks_is_read_by_the_rules_instead(
     assert injected(memory) == ["User's name is Marta"]
 
 
+def test_a_fact_sentence_keeps_the_models_words_unless_the_rules_change_its_meaning(make, llm):
+    llm.add_replies('["The user\'s name is Bob"]', '["User moved from Lisbon to Porto last week"]')
+    memory = make(api_url=llm.url)
+    say(memory, "hi, I'm Bob", "Hello Bob")
+    assert injected(memory) == ["The user's name is Bob"]
+    say(memory, "I moved from Lisbon to Porto last week", "Nice!")
+    assert injected(memory) == ["The user's name is Bob", "User lives in Porto"], "the current value alone"
+
+
 def test_the_rules_are_not_added_to_what_the_model_found(make, llm):
     llm.reply = items(("hobby", "cello"))
     memory = make(api_url=llm.url)

@@ -359,7 +359,7 @@ def test_a_broken_endpoint_falls_back_to_the_extractive_summary(make, llm, mode)
     ("", "empty"),
     ("Hi Marta, I'm here to help you with your new conversation. What's your name?", "greeting"),
     ("User: I work as a nurse.\nAssistant: That's a demanding job.", "transcript"),
-    ("The user enjoys the weather and talked about the sea.", "names none"),
+    ("The user enjoys the weather and talked about the sea.", "names the user said"),
 ])
 def test_a_bad_model_summary_is_not_committed_and_the_old_state_stays(make, llm, reply, why):
     llm.reply = memory_model(narrative=reply)
@@ -371,6 +371,39 @@ def test_a_bad_model_summary_is_not_committed_and_the_old_state_stays(make, llm,
     assert data["summary"] == "Ana likes tea."
     assert [m["content"] for m in data["recent"]] == ["I work as a nurse at Santa Maria in Lisbon.", "answer 1"]
     assert why in memory.degraded()["ovos-memory-plugin-longterm:summary"]
+
+
+@pytest.mark.parametrize("reply", ["SUMMARY-1", "Alice, who lives in Lisbon, introduced herself; the assistant "
+                                             "said nice to meet you and let me know."])
+def test_a_short_summary_or_one_reporting_the_assistants_words_is_committed(make, llm, reply):
+    llm.reply = memory_model(narrative=reply)
+    memory = make(api_url=llm.url, summarize_every=2, recent_window=1)
+    memory.update_history([AgentMessage(U, "Hi, my name is Alice and I live in Lisbon"),
+                           AgentMessage(A, "Nice to meet you Alice")], "s")
+    memory.update_history([AgentMessage(U, "question 2"), AgentMessage(A, "answer 2")], "s")
+    assert memory.flush(patience(10))
+    assert [m.content for m in memory.get_history("s")] == ["question 2", "answer 2"]
+    assert reply in memory.build_conversation_context("hi", "s")[0].content
+
+
+def test_a_fold_of_small_talk_alone_is_summarised_by_the_model_too(make, llm):
+    llm.reply = memory_model(narrative="The user greeted the assistant.")
+    memory = make(api_url=llm.url, summarize_every=2, recent_window=1)
+    for user, answer in (("hello", "hi there"), ("how are you?", "fine, thanks")):
+        memory.update_history([AgentMessage(U, user), AgentMessage(A, answer)], "s")
+    assert memory.flush(patience(10))
+    assert [m.content for m in memory.get_history("s")] == ["how are you?", "fine, thanks"]
+    assert memory.export("s")["summary"].endswith("The user greeted the assistant.")
+    assert "user: hello" in narratives(llm)[0].prompt and not memory.degraded()
+
+
+@pytest.mark.parametrize("tokens", [32, 256, 1000])
+def test_the_summary_request_asks_for_max_summary_tokens(make, llm, tokens):
+    llm.reply = memory_model(narrative="The user is Alice.")
+    memory = make(api_url=llm.url, summarize_every=1, recent_window=0, max_summary_tokens=tokens)
+    exchange(memory, 1, user="I am Alice.")
+    assert memory.flush(patience(10))
+    assert [r.body["max_tokens"] for r in narratives(llm)] == [tokens]
 
 
 def test_after_three_rejections_the_narrative_is_written_without_the_model(make, llm):

@@ -146,6 +146,28 @@ def test_the_base_is_abstract_until_both_hooks_are_written():
         OnlyQueries({"db_path": ":memory:"})
 
 
+@pytest.mark.parametrize("scope, asked", [("global", 5), ("session", 20)])
+def test_a_reference_style_hook_is_asked_for_what_the_reference_asked(scope, asked):
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+
+    calls = []
+
+    class Hook(BaseRetrievalMemory):
+        def _store_document(self, doc_id, text, session_id, metadata):
+            pass
+
+        def _query_backend(self, query, top_k):
+            calls.append(top_k)
+            return []
+
+    memory = Hook({"scope": scope, "db_path": ":memory:"})
+    for i in range(4):  # a full window: the turn's recall must not ask for more to make room
+        memory.update_history([AgentMessage(U, f"question {i}"), AgentMessage(A, "answer")], "s")
+    memory.build_conversation_context("four", "s")
+    memory.search("four", "s")
+    assert calls == [asked, asked]
+
+
 def test_either_indexing_hook_is_enough_and_both_see_every_document(tmp_path):
     from ovos_memory_plugins.retrieval import BaseRetrievalMemory
 

@@ -335,11 +335,16 @@ def make_fact(text: str, reworded: bool = False) -> Fact:
     found = list(_matches(normalise(first_person).rstrip(".")))
     if found:
         fact = found[0]
-        if reworded and "." not in fact.kind and is_single_valued(fact.kind):
+        if reworded and "." not in fact.kind and is_single_valued(fact.kind) and _plain(fact.text) != _plain(text):
             return fact
         return dataclasses.replace(fact, text=text)
     key = "text:" + " ".join(WORD.findall(text.casefold()))
     return Fact(text, key, attribute=key, subject=key[5:], said=text)
+
+
+def _plain(sentence: str) -> str:
+    """A sentence as compared for rewording: "The user's name is Bob." is "user's name is bob"."""
+    return re.sub(r"^the\s+", "", sentence.casefold().strip().rstrip(".")).strip()
 
 
 def model_fact(attribute: str, value: str, negated: bool = False, text: str | None = None) -> Fact:

@@ -57,8 +57,6 @@ FACTS_HEADER = "Facts about the user:"
 NARRATIVE_HEADER = "Conversation so far:"
 #: Facts kept in a summary (the oldest go first past this).
 MAX_SUMMARY_FACTS = 40
-#: max_tokens of one narrative request: a few sentences (a cut reply loses its last, unfinished one).
-NARRATIVE_TOKENS = 200
 #: max_tokens of one extraction request.
 EXTRACT_TOKENS = 192
 #: Exchanges read by one extraction request (a fold of more sends several). One, as entity sends
@@ -240,7 +238,7 @@ class Summarizer:
             narrative = extractive_summary(str(base.get("narrative") or ""), part, budget)
             updated["narrative"] = roll_narrative(narrative, "", updated, budget)
             return Fold(render_summary(updated, self.max_tokens), updated, "extractive", folded=len(part))
-        why = check_piece(piece, part) if _spoken(part) else None  # only small talk: nothing to narrate
+        why = check_piece(piece) if _spoken(part, small_talk=True) else None  # nothing said at all
         if why is None:
             piece = " ".join([piece, *commitments_missing(part, piece)])
             old = str(base.get("narrative") or "")
@@ -292,7 +290,7 @@ class Summarizer:
         the model's few sentences about both sides of them ("" when only small talk was said)."""
         client = self.client
         assert client is not None
-        max_tokens = min(NARRATIVE_TOKENS, self.max_tokens)
+        max_tokens = self.max_tokens  # max_summary_tokens, the reference's max_tokens of a summary
         for _ in range(3):  # an overflow teaches the client the real context; then it is rebuilt smaller
             spans = _exchange_spans(messages)[:MAX_MODEL_EXCHANGES]
             end = spans[-1][1] if spans else len(messages)
@@ -306,6 +304,9 @@ class Summarizer:
                     break
                 lines += more
             part = list(messages[:end])
+            # Only small talk: the model still writes its line (as the reference asked it), so no
+            # exchange vanishes from the summary.
+            lines = lines or _spoken(part, small_talk=True)
             if not lines:
                 return part, ""
             request = _narrative_request(lines)
@@ -330,10 +331,10 @@ def _exchange_spans(messages: Sequence[Any]) -> list[tuple[int, int]]:
     return list(zip(starts, [*starts[1:], len(messages)]))
 
 
-def _spoken(messages: Sequence[Any]) -> list[str]:
-    """The narrative request's lines of ``messages``: both sides, small talk left out."""
+def _spoken(messages: Sequence[Any], small_talk: bool = False) -> list[str]:
+    """The narrative request's lines of ``messages``: both sides, small talk left out unless asked for."""
     return [f"{role}: " + " ".join(text.split()) for role, text in map(role_content, messages)
-            if role in ("user", "assistant") and text.strip() and not is_small_talk(text)]
+            if role in ("user", "assistant") and text.strip() and (small_talk or not is_small_talk(text))]
 
 
 def _narrative_request(lines: list[str]) -> list[dict[str, str]]:
