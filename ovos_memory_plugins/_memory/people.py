@@ -86,7 +86,6 @@ class People:
         person = self.person_of(session_id)
         return session_id if person is None else self.key_of(person)
 
-
     def refuse_unowned(self, key: Any) -> None:
         """An import must not create a memory no session reads: a person's key (``person:bob``)
         that names nobody in ``people``, or the household's when the people do not share one."""

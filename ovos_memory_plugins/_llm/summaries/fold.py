@@ -287,7 +287,8 @@ class Summarizer:
     # -- the narrative ------------------------------------------------------------------------------
     def _narrated_prefix(self, messages: Sequence[Any], narrate: bool) -> tuple[list[Any], str]:
         """The oldest exchanges of ``messages`` one fold reads with the model, and (``narrate``)
-        the model's few sentences about both sides of them ("" when only small talk was said)."""
+        the model's few sentences about both sides of them (small talk too when nothing else was
+        said; "" when nothing was)."""
         client = self.client
         assert client is not None
         max_tokens = self.max_tokens  # max_summary_tokens, the reference's max_tokens of a summary
