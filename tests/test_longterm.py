@@ -406,6 +406,18 @@ def test_the_summary_request_asks_for_max_summary_tokens(make, llm, tokens):
     assert [r.body["max_tokens"] for r in narratives(llm)] == [tokens]
 
 
+def test_a_summary_bound_larger_than_the_context_still_folds_several_exchanges_per_request(make, llm):
+    # 100,000 tokens is a bound on the stored summary; the request cannot get them all for its reply.
+    llm.reply = memory_model(narrative="The user listed colours.")
+    memory = make(api_url=llm.url, summarize_every=3, recent_window=0, max_summary_tokens=100_000)
+    for n in range(3):
+        exchange(memory, n, user=f"I like colour {n}.")
+    assert memory.flush(patience(10))
+    (request,) = narratives(llm)
+    assert all(f"I like colour {n}." in request.prompt for n in range(3))
+    assert request.body["max_tokens"] < 2048  # what the default context leaves, not 100,000
+
+
 def test_after_three_rejections_the_narrative_is_written_without_the_model(make, llm):
     llm.reply = memory_model({"I work as a nurse.": [("job", "nurse")]}, narrative="Hello! How can I help you?")
     memory = make(api_url=llm.url, summarize_every=1, recent_window=0)

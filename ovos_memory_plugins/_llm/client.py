@@ -306,7 +306,11 @@ class ChatClient:
 
     def fits(self, messages: list[dict[str, Any]], max_tokens: int) -> bool:
         """Whether the request and a reply of ``max_tokens`` fit the context, with a margin for error."""
-        return self.estimate_prompt(messages) * PROMPT_MARGIN + max_tokens <= self.context_limit()
+        return max_tokens <= self.reply_room(messages)
+
+    def reply_room(self, messages: list[dict[str, Any]]) -> int:
+        """The tokens the context leaves for the reply to ``messages``, with a margin for error."""
+        return int(self.context_limit() - self.estimate_prompt(messages) * PROMPT_MARGIN)
 
     # -- internals -----------------------------------------------------------------------
     def _on_success(self) -> None:

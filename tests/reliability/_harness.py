@@ -296,10 +296,11 @@ class Writer:
             raise AssertionError(f"writer sent nothing for {timeout}s; its log:\n{self.output()}") from None
 
     def rest(self) -> list[str]:
-        """Every ack left in the pipe (call after the child died)."""
+        """Every ack left in the pipe, up to the child's end."""
         out = []
         while True:
-            item = self.next_ack(patience(30))
+            # The last ack ("done") follows the writer's flush, which may take patience(120).
+            item = self.next_ack(patience(150))
             if item is None:
                 return out
             out.append(item)

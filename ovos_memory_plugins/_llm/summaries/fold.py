@@ -66,6 +66,8 @@ EXTRACT_TOKENS = 192
 EXCHANGES_PER_REQUEST = 1
 #: Exchanges one fold reads with the model (a backlog is folded in several steps).
 MAX_MODEL_EXCHANGES = 24
+#: The narrative's reply gets at most this fraction (1/n) of the model's context.
+NARRATIVE_CONTEXT_SHARE = 4
 
 NARRATIVE_PROMPT = (
     "You summarize part of a conversation between a user and an assistant in two or three short sentences. "
@@ -291,8 +293,12 @@ class Summarizer:
         said; "" when nothing was)."""
         client = self.client
         assert client is not None
-        max_tokens = self.max_tokens  # max_summary_tokens, the reference's max_tokens of a summary
+        # The reply asks for max_summary_tokens (the reference's max_tokens of a summary) where the
+        # context has room; the exchanges read are chosen leaving at most a share of the context to
+        # it, so a bound set for the stored summary (thousands of tokens) does not cut a fold down
+        # to one exchange per request.
         for _ in range(3):  # an overflow teaches the client the real context; then it is rebuilt smaller
+            reserve = min(self.max_tokens, client.context_limit() // NARRATIVE_CONTEXT_SHARE)
             spans = _exchange_spans(messages)[:MAX_MODEL_EXCHANGES]
             end = spans[-1][1] if spans else len(messages)
             if not narrate:
@@ -300,7 +306,7 @@ class Summarizer:
             lines: list[str] = []
             for index, (first, stop) in enumerate(spans):
                 more = _spoken(messages[first:stop])
-                if index and not client.fits(_narrative_request([*lines, *more]), max_tokens):
+                if index and not client.fits(_narrative_request([*lines, *more]), reserve):
                     end = first
                     break
                 lines += more
@@ -311,9 +317,10 @@ class Summarizer:
             if not lines:
                 return part, ""
             request = _narrative_request(lines)
-            if not client.fits(request, max_tokens):  # one exchange too long for the context: its start
-                room = int(client.context_limit() / 1.1) - client.estimate_prompt(_narrative_request([])) - max_tokens
+            if not client.fits(request, reserve):  # one exchange too long for the context: its start
+                room = int(client.context_limit() / 1.1) - client.estimate_prompt(_narrative_request([])) - reserve
                 request = _narrative_request([truncate_to_tokens("\n".join(lines), max(16, room))])
+            max_tokens = min(self.max_tokens, max(reserve, client.reply_room(request)))
             try:
                 return part, trim_to_sentence(client.chat(request, max_tokens=max_tokens).text)
             except LLMContextOverflow as exc:
