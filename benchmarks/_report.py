@@ -471,7 +471,8 @@ def replace_section(path: Path, start: str, section: str, before: str | None = N
     at = text.find(start)
     end = text.find(KEEP_END, at) if at >= 0 else -1
     if end >= 0:
-        text = text[:at] + section + text[end + len(KEEP_END):]
+        # The section ends at its end marker: a trailing newline would add a blank line per run.
+        text = text[:at] + section.rstrip("\n") + text[end + len(KEEP_END):]
     elif before and before in text:
         text = text.replace(before, section + "\n\n" + before, 1)
     else:

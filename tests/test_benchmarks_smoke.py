@@ -478,3 +478,15 @@ def test_bench_composite_store_keeps_other_files_and_resumes_a_cut_feed(tmp_path
     fed.clear()
     bench.feed(str(tmp_path), 5, Workload(seed=3))
     assert fed == everything[3:]
+
+
+def test_a_generated_docs_section_rewritten_leaves_the_page_as_it_was(tmp_path):
+    report = _load("_report")
+    page = tmp_path / "page.md"
+    start = "<!-- section:start demo -->"
+    section = f"{start}\n## Demo\n\nnumbers\n{report.KEEP_END}\n"  # as a generated file ends
+    page.write_text("# Title\n\n## Plots\n", encoding="utf-8")
+    report.replace_section(page, start, section, before="## Plots")
+    once = page.read_text(encoding="utf-8")
+    report.replace_section(page, start, section, before="## Plots")
+    assert page.read_text(encoding="utf-8") == once and "numbers" in once

@@ -101,3 +101,28 @@ def test_llm_summary_sends_one_user_prompt_and_returns_the_stripped_reply():
 def test_llm_summary_treats_an_empty_reply_as_a_failure():
     with FakeLLMServer(replies=["<think>only reasoning, then cut off"]) as llm, pytest.raises(LLMError):
         llm_summary(ChatClient(llm.url), "", CHAT, 64)
+
+
+QUOTED = 'The user said: "I left Santa Maria. Now I work at São João, still as a nurse."'
+
+
+def test_a_quotation_of_several_sentences_is_one_sentence():
+    from ovos_memory_plugins._llm.summaries.text import split_sentences
+
+    assert split_sentences(f"{QUOTED} The assistant said: “Great. Good luck.” Then they talked.") == [
+        QUOTED, "The assistant said: “Great. Good luck.”", "Then they talked."]
+    # A small model's loose closing quote ('there. "') closes the quotation, and is glued to it.
+    assert split_sentences('The assistant said: "Great. You will do fine. " The user said: "Thanks. "') == [
+        'The assistant said: "Great. You will do fine."', 'The user said: "Thanks."']
+    # A quote that never closes keeps a few sentences together, not the rest of the text.
+    assert len(split_sentences('He said: "one. two. three. four. five. six.')) == 3
+
+
+def test_rolling_the_narrative_drops_a_quotation_whole_never_its_first_half():
+    from ovos_memory_plugins._llm.summaries.fold import render_summary, roll_narrative
+
+    piece = "The user plans a trip to Japan in October with a friend from the climbing gym."
+    rolled = roll_narrative(QUOTED, piece, {}, estimate_tokens(piece) + 5)
+    assert rolled == piece
+    rendered = render_summary({"facts": [], "narrative": f"{QUOTED} {piece}"}, estimate_tokens(piece) + 5)
+    assert rendered == piece

@@ -46,7 +46,7 @@ from ..facts.extraction import exchanges_of, extract, is_small_talk
 from ..facts.merging import fact_of, merge, withdraw_denied
 from ..facts.rules import Fact, extract_facts, normalise
 from .checks import check_piece, check_summary, named_entities, trim_to_sentence
-from .text import extractive_summary, role_content
+from .text import extractive_summary, role_content, split_sentences
 
 if TYPE_CHECKING:
     from ..client import ChatClient
@@ -75,7 +75,6 @@ NARRATIVE_PROMPT = (
     'names, titles and places. Say who said what ("The user ...", "The assistant ..."), and never put one '
     "side's words in the other's mouth. Reply with the summary only."
 )
-_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 # The offline narrative quotes the turns ("User: ..."): such a line stays on a line of its own.
 _QUOTED = re.compile(r"^(?:User|Assistant|System|Tool|Developer): ")
 _PAST = re.compile(r"(?i)\b(used to|previous(ly)?|former(ly)?|moved|no longer|anymore|left|before|stopped|not|"
@@ -119,7 +118,7 @@ def render_summary(state: Mapping[str, Any], max_tokens: int) -> str:
     """The summary text of ``state``, within ``max_tokens``: the oldest narrative sentences go first,
     then the oldest facts."""
     facts = [str(f) for f in state.get("facts") or []]
-    sentences = [s for s in _SENTENCES.split(str(state.get("narrative") or "").strip()) if s]
+    sentences = split_sentences(str(state.get("narrative") or ""))
 
     def text() -> str:
         parts = [FACTS_HEADER + "\n" + "\n".join(f"- {f}" for f in facts)] if facts else []
@@ -157,7 +156,7 @@ def roll_narrative(old: str, piece: str, state: Mapping[str, Any], max_tokens: i
         if fact.negated:
             stale.update({p: fact.kind for p in _value_parts(fact.said or fact.subject) if p not in now})
     kept: list[str] = []
-    for sentence in [*_SENTENCES.split(old.strip()), *_SENTENCES.split(piece.strip())]:
+    for sentence in [*split_sentences(old), *split_sentences(piece)]:
         low = normalise(sentence).casefold()
         hits = [a for v, a in stale.items() if re.search(r"\b" + re.escape(v) + r"\b", low)]
         # "moved from Lisbon to Porto" names the current value too: it stays.
@@ -194,7 +193,7 @@ def commitments_missing(messages: Sequence[Any], narrative: str) -> list[str]:
     for role, text in map(role_content, messages):
         if role != "assistant":
             continue
-        for sentence in _SENTENCES.split(" ".join(text.split())):
+        for sentence in split_sentences(" ".join(text.split())):
             names = named_entities(sentence)
             if _COMMITMENT.search(sentence) and names and not names <= named:
                 out.append(f"The assistant said: {trim_to_sentence(sentence)}")
@@ -249,7 +248,7 @@ class Summarizer:
             summary = render_summary(updated, self.max_tokens)
             # The checks judge what the model changed, not what the bound drops by design (the
             # oldest sentences, then the oldest facts): a full summary would otherwise never roll.
-            dropped = tuple(s for s in _SENTENCES.split(unbounded) if s.strip() and s not in summary)
+            dropped = tuple(s for s in split_sentences(unbounded) if s not in summary)
             changed = [str(h.get("said") or h.get("text") or "") for h in updated.get("history") or []]
             why = check_summary(summary, previous, part, [*changed, *dropped])
             if why is None:

@@ -27,7 +27,8 @@ from ...errors import LLMError
 if TYPE_CHECKING:
     from ..client import ChatClient
 
-__all__ = ["SUMMARY_HEADER", "extractive_summary", "llm_summary", "role_content", "summary_block", "summary_prompt"]
+__all__ = ["SUMMARY_HEADER", "extractive_summary", "llm_summary", "role_content", "split_sentences", "summary_block",
+           "summary_prompt"]
 
 #: The line the summary is injected under (the reference's wording).
 SUMMARY_HEADER = "[Conversation summary so far]\n"
@@ -62,7 +63,12 @@ nice alright fine good okay yeah nope obrigado obrigada olá ola tchau gracias h
 hallo tschüss merci bonjour salut
 """)
 
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+# A sentence ends at . ! ? (or their CJK forms), maybe followed by a closing quote or bracket.
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?。！？])|(?<=[.!?。！？][\"”’')\]]))\s+")
+# A quote mark standing alone after a sentence's end closes it (a small model writes 'there. "').
+_LOOSE_CLOSER = re.compile(r"(?<=[.!?])\s+([\"”])(?=\s|$)")
+#: Sentences of one quotation kept together at most (an unclosed quote must not swallow a text).
+_MAX_QUOTED_SENTENCES = 4
 _WORDS = re.compile(r"[^\W_]+", re.UNICODE)
 _FIRST_PERSON = re.compile(
     r"\b(i|i'm|im|i've|i'd|my|mine|me|we|our|eu|meu|minha|moro|sou|yo|mi|me|ich|mein|meine|je|j'|mon|ma|mes)\b",
@@ -110,8 +116,28 @@ class _Unit:
     tokens: int
 
 
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text``, one per line at most; a quotation of several sentences stays
+    one piece ('The user said: "I left. Now I work here."'), so dropping or reordering sentences
+    never leaves half a quotation, or its words, without who said them."""
+    out: list[str] = []
+    for line in text.splitlines():
+        pieces = [p.strip() for p in _SENTENCE_END.split(_LOOSE_CLOSER.sub(r"\1", line)) if p.strip()]
+        while pieces:
+            piece, taken = pieces.pop(0), 1
+            while pieces and _quote_open(piece) and taken < _MAX_QUOTED_SENTENCES:
+                piece, taken = f"{piece} {pieces.pop(0)}", taken + 1
+            out.append(piece)
+    return out
+
+
+def _quote_open(text: str) -> bool:
+    """Whether ``text`` ends inside a quotation: its last quote mark opens one (a straight quote
+    opens where a word follows it; counting marks would trust every quote the model closed)."""
+    last = max(text.rfind('"'), text.rfind("“"), text.rfind("”"))
+    if last < 0 or text[last] == "”":
+        return False
+    return text[last] == "“" or text[last + 1:last + 2].strip() != ""
 
 
 def _content_words(words: list[str]) -> set[str]:
@@ -151,12 +177,12 @@ def _units(previous: str, messages: Sequence[Any]) -> list[_Unit]:
             units.append(_Unit(len(units), text, score, estimate_tokens(text) + 1))
 
     for line in (previous or "").splitlines():
-        for sentence in _sentences(line):
+        for sentence in split_sentences(line):
             add("previous", sentence, 0.0)
     total = max(1, len(messages))
     for i, message in enumerate(messages):
         role, content = role_content(message)
-        for sentence in _sentences(content):
+        for sentence in split_sentences(content):
             add(role, sentence, (i + 1) / total)
     return units
 
