@@ -114,6 +114,9 @@ def test_a_quotation_of_several_sentences_is_one_sentence():
     # A small model's loose closing quote ('there. "') closes the quotation, and is glued to it.
     assert split_sentences('The assistant said: "Great. You will do fine. " The user said: "Thanks. "') == [
         'The assistant said: "Great. You will do fine."', 'The user said: "Thanks."']
+    # A closing quote left from a quotation whose start was dropped does not open a new one.
+    assert split_sentences('still a nurse." The user said: "I left." Then they talked.') == [
+        'still a nurse."', 'The user said: "I left."', "Then they talked."]
     # A quote that never closes keeps a few sentences together, not the rest of the text.
     assert len(split_sentences('He said: "one. two. three. four. five. six.')) == 3
 
