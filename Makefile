@@ -5,7 +5,10 @@ PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python)
 # The fast lane: unit and contract tests, no server (redis, PostgreSQL), no real local model, and
 # not the tests marked heavy (the reliability suite, processes racing on one store, long text
 # through the embedding model) or slow. A test that starts redis-server without its marker fails here.
-FAST = not heavy and not slow and not redis and not postgres and not llm and not persona
+FAST = not heavy and not slow and not redis and not postgres and not llm and not persona$(NO_BROWSER)
+# The browser tests need Debian's chromium-driver, which `make test` (scripts/test) installs: on a
+# machine without it the fast lane leaves them to the whole suite instead of failing.
+NO_BROWSER = $(if $(wildcard /usr/bin/chromedriver),, and not browser)
 
 .PHONY: test test-fast docs reliability-report bench bench-quick llm-eval bench-postgres
 

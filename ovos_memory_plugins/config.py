@@ -212,27 +212,34 @@ def _flatten(raw: Mapping[str, Any], nested: set[str], prefix: str = "") -> list
 
 
 def unknown_keys(cls: type, raw: Mapping[str, Any], extra_known: tuple[str, ...] = ()) -> list[str]:
-    """Messages naming each unknown key of ``raw``, with the closest valid key when there is one."""
+    """Messages naming each group of keys given something else, then each unknown key of
+    ``raw`` with the closest valid key when there is one."""
+    groups, unknown = _key_problems(cls, raw, extra_known)
+    return groups + unknown
+
+
+def _key_problems(cls: type, raw: Mapping[str, Any], extra_known: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """``(groups given something else, unknown keys)``: the first are errors, the second warnings."""
     known = set(extra_known)
     for key, field in config_keys(cls):
         known.add(key)
         known.update(field.metadata["aliases"])
     nested = {k.rsplit(".", 1)[0] for k in known if "." in k}
-    problems = []
+    groups, problems = [], []
     for key, value in _flatten(raw, nested):
         if key in known or key.split(".")[-1].startswith("_"):
             continue
         if key in nested:  # a group of keys given something else ("context": "hdr"); null: no keys
             if value is not None:
                 inside = sorted(k.removeprefix(key + ".") for k in known if k.startswith(key + "."))
-                problems.append(f"'{key}' must be an object of keys ({', '.join(inside[:4])}"
-                                f"{', ...' if len(inside) > 4 else ''}), not a {type(value).__name__}")
+                groups.append(f"'{key}' must be an object of keys ({', '.join(inside[:4])}"
+                              f"{', ...' if len(inside) > 4 else ''}), not a {type(value).__name__}")
             continue
         close = difflib.get_close_matches(key, sorted(known), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         problems.append(f"unknown config key '{key}'{hint}")
     inner = getattr(cls, "unknown_inner_keys", None)  # keys inside a list's items (a composite's members)
-    return problems + (inner(raw) if inner is not None else [])
+    return groups, problems + (inner(raw) if inner is not None else [])
 
 
 def parse_config(cls: type[T], raw: Mapping[str, Any] | None, owner: str,
@@ -251,7 +258,10 @@ def parse_config(cls: type[T], raw: Mapping[str, Any] | None, owner: str,
     values, errors = _checked_values(cls, raw, owner)
     if errors:
         raise errors[0]
-    for problem in unknown_keys(cls, raw, extra_known):
+    groups, unknown = _key_problems(cls, raw, extra_known)
+    if groups:  # "retrieval": 5 is a bad value, not a typo: its keys' defaults would stand in unseen
+        raise ConfigError(f"{owner}: {groups[0]}")
+    for problem in unknown:
         LOG.warning(f"{owner}: {problem}")
     return _build(cls, values, owner)
 

@@ -48,16 +48,18 @@ __all__ = [
     "user_message",
 ]
 
-#: Longer message contents are truncated (with one warning) so that a runaway reply cannot make
-#: every later turn slow. 100,000 characters is about 25,000 tokens, more than any chat reply.
+#: Longer message contents are cut (with a warning each time) so that a runaway reply cannot
+#: make every later turn slow. 100,000 characters is about 25,000 tokens, more than any chat
+#: reply. The cut keeps the start and the end, where a pasted text's point usually is.
 MAX_MESSAGE_CHARS = 100_000
+#: The share of a cut message kept from its end.
+_TAIL_SHARE = 0.2
 
 #: Tool-call arguments that are not a JSON object (plain text, a list) are kept under this key:
 #: ``arguments`` is a dict everywhere in this package, as in ovos-plugin-manager's ``ToolCall``.
 RAW_ARGUMENTS = "_raw"
 
 _ROLES = {r.value: r for r in MessageRole}
-_warned_truncation = False
 _log = LogOnce()
 
 
@@ -76,18 +78,28 @@ def is_role(msg: Any, role: str) -> bool:
 
 def clean_text(text: str) -> str:
     """Text that any store can hold: lone surrogates replaced, and bounded in length."""
-    global _warned_truncation
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         # Lone surrogates (from a bad decoder upstream) cannot be stored as UTF-8.
         text = text.encode("utf-8", "replace").decode("utf-8")
     if len(text) > MAX_MESSAGE_CHARS:
-        if not _warned_truncation:
-            _warned_truncation = True
-            LOG.warning(f"message of {len(text)} characters truncated to {MAX_MESSAGE_CHARS}")
-        text = text[:MAX_MESSAGE_CHARS]
+        text = _cut_middle(text)
     return text
+
+
+def _cut_middle(text: str) -> str:
+    """``text`` within :data:`MAX_MESSAGE_CHARS`: its start and its end, with a marker saying how
+    much of the middle was cut; logged every time (each cut loses something that was said)."""
+    marker = "\n[... {} characters cut ...]\n"
+    cut = len(text) - MAX_MESSAGE_CHARS + len(marker.format(len(text)))
+    cut = len(text) - MAX_MESSAGE_CHARS + len(marker.format(cut))  # the count may have fewer digits
+    room = len(text) - cut
+    tail = int(room * _TAIL_SHARE)
+    head = room - tail
+    LOG.warning(f"a message of {len(text)} characters is over {MAX_MESSAGE_CHARS}: its middle "
+                f"({cut} characters) was cut, the first {head} and the last {tail} are kept")
+    return text[:head] + marker.format(cut) + text[-tail:]
 
 
 def check_session_id(session_id: Any) -> str:

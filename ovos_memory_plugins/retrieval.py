@@ -208,10 +208,12 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def get_history(self, session_id: str) -> list[AgentMessage]:
         check_session_id(session_id)
         try:
-            return self._store.window.load(session_id, self.policy)
+            history = self._store.window.load(session_id, self.policy)
         except MemoryPluginError as exc:
             self._log.error("history", "%s: cannot read the window: %s", self.plugin_name, exc)
             return []
+        self._log.clear("history", f"{self.plugin_name}: reading the window works again")
+        return history
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         """Append to the window and store each exchange as a document, in one transaction."""
@@ -353,6 +355,15 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         return self._store.window.replace(session_id, coerce_messages(messages), self.policy)
 
     # -- lifecycle -----------------------------------------------------------------------
+    def degraded(self) -> dict[str, str]:
+        """The failures logged and not recovered from yet: storing, indexing (an embedder that
+        fails every call), searching, reading the window."""
+        problems = self._log.failing()
+        worker = self._store.worker
+        if worker is not None and worker.problem:
+            problems.setdefault("index", f"{self.plugin_name}: {worker.problem}")
+        return {f"{self.plugin_name}:{part}": why for part, why in problems.items()}
+
     def flush(self, timeout: float | None = None) -> bool:
         return self._store.flush(timeout)
 
@@ -379,7 +390,13 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
             from .storage.postgres import open_pg_database
 
             return open_pg_database(str(location))  # type: ignore[return-value]
-        return open_database(location or self._default_db_location())
+        path = location or self._default_db_location()
+        try:
+            return open_database(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.plugin_name}: {exc}") from exc
+        except MemoryPluginError as exc:  # a read-only or full disk: named as every backend names it
+            raise ConfigError(f"{self.plugin_name}: cannot open db_path {path!r}: {exc}") from exc
 
     def _default_db_location(self) -> str:
         """The file used when neither ``db_path`` nor ``db_url`` is set."""

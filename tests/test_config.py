@@ -52,6 +52,21 @@ def test_a_group_of_keys_given_another_value_is_named_as_such_and_null_is_no_key
                         "header, ...), not a str"]
 
 
+@pytest.mark.parametrize("config", [{"retrieval": 5}, {"context": "a header"}, {"retrieval": ["max_num_results"]}])
+def test_a_group_of_keys_given_another_value_is_a_config_error_at_construction(config):
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    key = next(iter(config))
+    with pytest.raises(ConfigError, match=f"'{key}' must be an object of keys"):
+        LexicalMemory({"db_path": ":memory:", **config})
+
+
+@pytest.mark.parametrize("config", ["notadict", ["max_history", 3], 5])
+def test_a_config_that_is_not_a_dict_is_a_config_error(config):
+    with pytest.raises(ConfigError, match="config must be a dict, not"):
+        RecencyMemory(config)
+
+
 def test_unknown_keys_log_a_warning_but_construction_succeeds(caplog):
     from ovos_utils.log import LOG
 

@@ -120,6 +120,24 @@ def test_questions_pronouns_and_figures_of_speech_are_not_facts(said):
     assert extract_facts(said) == []
 
 
+@pytest.mark.parametrize("said", [
+    "I live in a small flat with two cats", "I live in hope", "I live in the moment", "I work at night this week",
+    "I work at home on Fridays", "I'm at the hospital visiting my mum", "I'm Starving", "I'm Jealous",
+    "I'm Monday-tired",
+])
+def test_what_only_sounds_like_a_home_a_workplace_or_a_name_is_not_one(said):
+    # Each would supersede the user's real city, workplace or name.
+    assert extract_facts(said) == []
+
+
+def test_a_home_a_workplace_and_a_name_said_plainly_still_are():
+    said = ["I live in the Netherlands", "I'm at Santa Maria hospital", "I'm working at the clinic", "I'm Ling",
+            "I'm Jean-Luc"]
+    assert [[f.text for f in extract_facts(s)] for s in said] == [
+        ["User lives in the Netherlands"], ["User works at Santa Maria hospital"], ["User works at the clinic"],
+        ["User's name is Ling"], ["User's name is Jean-Luc"]]
+
+
 def test_the_later_statement_in_one_turn_wins():
     facts = extract_facts("My name is Ana. Actually, call me Bea.")
     assert [f.text for f in facts] == ["User's name is Bea"]

@@ -122,6 +122,16 @@ def test_a_server_slower_than_the_timeout_raises_llm_timeout(llm):
         ChatClient(llm.url, model="m", timeout=0.3).complete(HI)
 
 
+def test_a_server_trickling_its_answer_is_cut_at_the_timeout_for_the_whole_request(llm):
+    llm.mode, llm.delay = "trickle", 0.05  # each read gets a byte well within the timeout
+    client = ChatClient(llm.url, model="m", timeout=0.5)
+    with pytest.raises(LLMTimeout, match="no whole answer within 0.5s"):  # not the answer, 12 s later
+        client.complete(HI)
+    llm.mode = "ok"
+    client.reset()
+    assert client.complete(HI) == "OK"  # the next request is not cut by the old deadline
+
+
 @pytest.mark.parametrize("mode", ["error", "malformed", "garbage", "bad_shape"])
 def test_a_broken_server_raises_llm_error(llm, mode):
     llm.mode = mode

@@ -779,6 +779,33 @@ def test_a_query_does_not_wait_for_an_indexer_that_is_failing(memories, monkeypa
     assert waits == [] and [(h.source, h.metadata["pending"]) for h in hits] == [("s_0", True)]  # by its words
 
 
+class BrokenEmbedder(FakeEmbedder):
+    def __init__(self):
+        super().__init__()
+        self.broken = True
+
+    def encode(self, texts, query=False):
+        if self.broken:
+            raise RuntimeError("the embedder crashed")
+        return super().encode(texts, query)
+
+
+def test_degraded_names_an_embedder_that_fails_every_call_until_it_recovers(memories, logged):
+    embedder = BrokenEmbedder()
+    memory = memories({"max_history": 0}, embedder=embedder)
+    assert memory.degraded() == {}
+    memory.update_history(exchange("my dog Rex", "ok"), "s")
+    memory.build_conversation_context("what is my dog called?", "s")
+    assert not memory.flush(patience(1))  # the indexer keeps failing
+    problems = memory.degraded()
+    assert set(problems) >= {"ovos-memory-plugin-local-rag:index"}
+    assert all("the embedder crashed" in why for why in problems.values()), problems
+    embedder.broken = False
+    assert memory.flush(patience(30))  # the indexer's retry succeeds
+    memory.build_conversation_context("what is my dog called?", "s")  # and so does the search
+    assert memory.degraded() == {}
+
+
 @pytest.fixture
 def without_the_reference_stack(monkeypatch):
     """As where the reference's embedder and vector store (gguf, chromadb) are not installed."""

@@ -83,6 +83,21 @@ def test_dicts_are_accepted_and_text_is_made_storable():
     assert len(out[1].content) == MAX_MESSAGE_CHARS
 
 
+def test_a_message_over_the_limit_keeps_its_start_and_its_end_and_says_what_was_cut(caplog):
+    from ovos_utils.log import LOG
+
+    LOG.create_logger("OVOS").propagate = True
+    said = "start " + "lorem ipsum " * 10_000 + "the door code is 4411"
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            [kept] = coerce_messages([AgentMessage(U, said)])
+    assert len(kept.content) == MAX_MESSAGE_CHARS
+    assert kept.content.startswith("start lorem") and kept.content.endswith("the door code is 4411")
+    cut = len(said) - MAX_MESSAGE_CHARS + len(f"\n[... {len(said) - MAX_MESSAGE_CHARS} characters cut ...]\n")
+    assert f"\n[... {cut} characters cut ...]\n" in kept.content
+    assert sum("its middle" in r.getMessage() for r in caplog.records) == 2  # every cut, not only the first
+
+
 def test_round_trip_keeps_tool_fields_when_opm_has_them():
     if HAS_TOOLS:
         from ovos_plugin_manager.templates.agents import ToolCall

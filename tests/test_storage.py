@@ -532,12 +532,41 @@ def test_an_undecodable_stored_value_sets_the_file_aside_and_the_update_is_writt
     store.close()
 
 
-@pytest.mark.parametrize("content", [{"default": None}, {"default": "oops"}, {"count": 3, "name": "Ana"}])
+@pytest.mark.parametrize("content", [{"default": None, "s": {}}, {"default": "oops", "s": {"facts": ["x"]}},
+                                     {"count": 3, "name": "Ana", "s": {"buffer": []}}])
 def test_a_store_whose_records_were_damaged_by_hand_still_opens(tmp_path, content):
     path = tmp_path / "s.json"
     path.write_text(json.dumps(content))
     store = JsonRecordStore(str(path))
     assert store.sessions() == sorted(content)
+
+
+@pytest.mark.parametrize("content", [{"volume": 3, "name": "kitchen"}, {"default": None}, {"theme": "dark"}])
+def test_a_json_file_holding_no_record_is_refused_and_left_as_it_is(tmp_path, content):
+    # A settings file named by mistake: taken as a store, it would be rewritten with the chat in it.
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(content))
+    os.chmod(path, 0o644)
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match="holds no memory record .*not a memory store"):
+        JsonRecordStore(str(path))
+    assert path.read_bytes() == before and os.stat(path).st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(tmp_path)) == ["settings.json"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling link", "link to a file"])
+def test_a_lock_file_that_is_not_a_regular_file_is_refused_and_left_as_it_is(tmp_path, kind):
+    path, lock, target = tmp_path / "s.json", tmp_path / "s.json.lock", tmp_path / "elsewhere"
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        if kind == "link to a file":
+            target.write_text("not ours")
+        lock.symlink_to(target)
+    with pytest.raises(StorageError, match="lock file"):  # a FIFO hung here, a link's target was made
+        JsonRecordStore(str(path))
+    assert not path.exists()
+    assert target.read_text() == "not ours" if kind == "link to a file" else not target.exists()
 
 
 def test_an_sqlite_database_of_something_else_is_refused_and_left_as_it_is(tmp_path):

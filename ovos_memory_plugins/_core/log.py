@@ -17,26 +17,31 @@ class LogOnce:
     """
 
     def __init__(self) -> None:
-        self._seen: set[str] = set()
+        self._seen: dict[str, str | None] = {}  # key -> its error message; None for a warning
         self._lock = threading.Lock()
 
     def error(self, key: str, msg: str, *args: Any) -> bool:
-        return self._emit(LOG.error, key, msg, *args)
+        return self._emit(LOG.error, key, msg % args if args else msg, True)
 
     def warning(self, key: str, msg: str, *args: Any) -> bool:
-        return self._emit(LOG.warning, key, msg, *args)
+        return self._emit(LOG.warning, key, msg % args if args else msg, False)
 
     def clear(self, key: str, recovered_msg: str | None = None) -> None:
         with self._lock:
             was_failing = key in self._seen
-            self._seen.discard(key)
+            self._seen.pop(key, None)
         if was_failing and recovered_msg:
             LOG.info(recovered_msg)
 
-    def _emit(self, log_fn: Any, key: str, msg: str, *args: Any) -> bool:
+    def failing(self) -> dict[str, str]:
+        """``{key: message}`` of the errors logged and not cleared since: what is broken now."""
+        with self._lock:
+            return {key: msg for key, msg in self._seen.items() if msg is not None}
+
+    def _emit(self, log_fn: Any, key: str, text: str, is_error: bool) -> bool:
         with self._lock:
             if key in self._seen:
                 return False
-            self._seen.add(key)
-        log_fn(msg % args if args else msg)
+            self._seen[key] = text if is_error else None
+        log_fn(text)
         return True

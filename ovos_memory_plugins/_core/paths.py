@@ -93,6 +93,29 @@ def create_private_file(path: str) -> bool:
     return True
 
 
+def open_lock_file(path: str) -> int:
+    """A descriptor of the lock file ``path``, created empty and ``0600`` if absent.
+
+    Never through a symbolic link (its target would be created wherever it points) and never a
+    FIFO or a device (opening one may block, or touch what is not ours): anything but a regular
+    file at ``path`` is a :class:`StorageError`, and is left as it is.
+    """
+    from ..errors import StorageError
+
+    create_private_file(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        kind = "symbolic link" if os.path.islink(path) else None
+        raise StorageError(f"cannot open the lock file {path}: "
+                           f"{f'it is a {kind}, not a file this store made' if kind else exc}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise StorageError(f"the lock file {path} is a {_kind(mode)}, not a file this store made; it was left as it is")
+    return fd
+
+
 def is_memory_path(path: str | None) -> bool:
     return path is None or path == MEMORY_PATH
 
@@ -111,9 +134,29 @@ def resolve_path(path: str) -> str:
 
         raise ConfigError("a store path must not be empty (leave the key out for the default)")
     expanded = os.path.expandvars(os.path.expanduser(path))
+    _check_expanded(path, expanded)
     if not os.path.isabs(expanded):
         expanded = str(data_dir() / expanded)
     return os.path.abspath(expanded)
+
+
+#: ``$NAME`` or ``${NAME}``: what ``os.path.expandvars`` leaves as it is when NAME is not set.
+_VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})")
+
+
+def _check_expanded(path: str, expanded: str) -> None:
+    """A path whose variable is not set, whose ``~user`` names nobody, or holding a control
+    character (a newline pasted at its end) is a ``ConfigError``: used as it is, it would make
+    a folder literally named ``$HOME`` or ``~bob``, or a file name with a newline in it."""
+    from ..errors import ConfigError
+
+    unset = [m.group(0) for m in _VARIABLE.finditer(expanded) if m.group(1).strip("{}") not in os.environ]
+    if unset:
+        raise ConfigError(f"store path {path!r} names the environment variable {unset[0]}, which is not set")
+    if expanded.startswith("~"):
+        raise ConfigError(f"store path {path!r}: there is no user {expanded.split(os.sep, 1)[0]!r}")
+    if any(ord(char) < 32 or ord(char) == 127 for char in path):
+        raise ConfigError(f"store path {path!r} holds a control character (a newline or a tab?)")
 
 
 def _kind(mode: int) -> str:

@@ -109,6 +109,8 @@ class BackgroundWorker:
         self._settled = 0    # the request count at the last moment step() found nothing left
         self._failed = -1    # the request count seen by the last step() that raised
         self._failing = False  # the last step() raised (until one succeeds)
+        #: Why the last step raised, until one succeeds (None: it did not).
+        self.problem: str | None = None
         self._stop = False
         self._log = LogOnce()
         self._thread: threading.Thread | None = None
@@ -173,11 +175,11 @@ class BackgroundWorker:
             try:
                 more = self._step()
             except Exception as exc:  # noqa: BLE001 - the worker must outlive any failure
-                self._failing = True
+                self._failing, self.problem = True, f"background work failed ({exc}); retrying"
                 self._report_failure(self._log, "step", "%s: background work failed (%s); will retry", self.name, exc)
                 self._wait_after_failure(seen)
                 continue
-            self._failing = False
+            self._failing, self.problem = False, None
             self._log.clear("step", f"{self.name}: background work recovered")
             gather = not more
             if more:

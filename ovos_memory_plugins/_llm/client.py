@@ -35,6 +35,7 @@ from typing import Any
 from .._core.log import LOG, LogOnce
 from .._core.tokens import estimate_messages
 from ..errors import LLMContextOverflow, LLMError, LLMTimeout, LLMUnavailable
+from .deadline import Deadline, build_opener
 from .traits import DEFAULT_CONTEXT, MODES, Traits, is_rejection, overflow_limit, response_format, satisfies, traits_for
 
 __all__ = ["ChatClient", "Completion", "chat_complete", "resolve_model", "strip_think"]
@@ -191,7 +192,7 @@ class ChatClient:
         self.attempts = 0
         # A proxy configured for the internet must not capture a server on this machine.
         handlers: list[Any] = [urllib.request.ProxyHandler({})] if _is_loopback(self.api_url) else []
-        self._opener = urllib.request.build_opener(*handlers)
+        self._opener = build_opener(*handlers)
 
     def __repr__(self) -> str:
         return f"ChatClient({self.api_url!r}, model={self.model or self._resolved or ''!r})"
@@ -410,9 +411,10 @@ class ChatClient:
         """The context size the server reports, if it reports one (never raises)."""
         root = self.api_url[:-3] if self.api_url.endswith("/v1") else self.api_url
         for url, read in ((root + "/props", _props_context), (self.api_url + "/models", _models_context)):
+            timeout = min(self.timeout, PROBE_TIMEOUT_S)
             try:
-                with self._opener.open(urllib.request.Request(url, headers=self._headers()),
-                                       timeout=min(self.timeout, PROBE_TIMEOUT_S)) as resp:
+                with Deadline(timeout), self._opener.open(urllib.request.Request(url, headers=self._headers()),
+                                                          timeout=timeout) as resp:
                     found = read(json.loads(resp.read(MAX_RESPONSE_BYTES).decode("utf-8")))
             except (OSError, ValueError, http.client.HTTPException, urllib.error.URLError):
                 continue
@@ -439,35 +441,47 @@ class ChatClient:
         except ValueError as exc:  # not a URL (no scheme): a configuration error, reported as the LLM failing
             raise LLMUnavailable(f"{url}: {exc}") from exc
         self.attempts += 1
-        try:
-            with self._opener.open(request, timeout=timeout) as resp:
-                raw = resp.read(MAX_RESPONSE_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            detail = _error_detail(exc)
-            exc.close()
-            if models and exc.code in (404, 405, 501):
-                return {}  # no model listing here; completions may still work without a model
-            limit = overflow_limit(exc.code, detail)
-            if limit is not None:
-                if limit:
-                    self.traits.learn_context(limit, "error")
-                raise LLMContextOverflow(f"{url}: the prompt is longer than the model's context "
-                                         f"(HTTP {exc.code} {detail})", limit) from exc
-            raise _HTTPStatus(f"{url}: HTTP {exc.code} {detail}", exc.code, detail) from exc
-        except urllib.error.URLError as exc:
-            raise _transport_error(url, exc.reason, timeout) from exc
-        except TimeoutError as exc:
-            raise LLMTimeout(f"{url}: no answer within {timeout:g}s") from exc
-        except (http.client.HTTPException, ConnectionError) as exc:
-            raise LLMError(f"{url}: not an HTTP answer ({type(exc).__name__}: {exc})") from exc
-        except OSError as exc:
-            raise _transport_error(url, exc, timeout) from exc
+        with Deadline(timeout) as deadline:  # the whole request, not each read: a server may trickle
+            try:
+                with self._opener.open(request, timeout=timeout) as resp:
+                    raw = resp.read(MAX_RESPONSE_BYTES + 1)
+            except urllib.error.HTTPError as exc:
+                with exc:
+                    if models and exc.code in (404, 405, 501):
+                        return {}  # no model listing here; completions may still work without a model
+                    raise self._status_error(url, exc) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                raise _transport_failure(url, exc, timeout, deadline.expired) from exc
+        if deadline.expired:  # the socket was shut mid-body: what was read is cut short
+            raise LLMTimeout(f"{url}: no whole answer within {timeout:g}s")
         if len(raw) > MAX_RESPONSE_BYTES:
             raise LLMError(f"{url}: reply larger than {MAX_RESPONSE_BYTES} bytes")
         try:
             return json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise LLMError(f"{url}: reply is not JSON ({raw[:80]!r})") from exc
+
+
+    def _status_error(self, url: str, exc: urllib.error.HTTPError) -> LLMError:
+        detail = _error_detail(exc)
+        limit = overflow_limit(exc.code, detail)
+        if limit is None:
+            return _HTTPStatus(f"{url}: HTTP {exc.code} {detail}", exc.code, detail)
+        if limit:
+            self.traits.learn_context(limit, "error")
+        return LLMContextOverflow(f"{url}: the prompt is longer than the model's context (HTTP {exc.code} {detail})",
+                                  limit)
+
+
+def _transport_failure(url: str, exc: BaseException, timeout: float, expired: bool) -> LLMError:
+    """What a request that got no HTTP status failed with (``expired``: its deadline shut it)."""
+    if expired or isinstance(exc, TimeoutError):
+        return LLMTimeout(f"{url}: no {'whole ' if expired else ''}answer within {timeout:g}s")
+    if isinstance(exc, urllib.error.URLError):
+        return _transport_error(url, exc.reason, timeout)
+    if isinstance(exc, (http.client.HTTPException, ConnectionError)):
+        return LLMError(f"{url}: not an HTTP answer ({type(exc).__name__}: {exc})")
+    return _transport_error(url, exc, timeout)
 
 
 class _HTTPStatus(LLMError):

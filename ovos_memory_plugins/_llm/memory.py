@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from .._core.due import DueQueue, Job
 from .._core.log import LOG, LogOnce
-from .._core.paths import default_path, is_memory_path
+from .._core.paths import default_path, is_memory_path, resolve_path
 from .._core.worker import BackgroundWorker
 from ..context import ContextMemory
 from ..errors import ConfigError, MemoryPluginError, StorageError
@@ -40,7 +40,8 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
             return open_record_store(location, kind, table=stem), redact(str(location))
         except (MemoryPluginError, OSError) as exc:
             raise ConfigError(f"{owner}: cannot open db_url {redact(str(location))!r}: {exc}") from exc
-    path = db_path or default_path(f"{stem}.db" if backend == "sqlite" else f"{stem}.json")
+    # The path in force, as the store resolves it (``~``, variables, relative to the data folder).
+    path = resolve_path(db_path) if db_path else default_path(f"{stem}.db" if backend == "sqlite" else f"{stem}.json")
     try:
         if backend == "sqlite" and not is_memory_path(path):
             return open_sqlite(path), path  # each backend keeps its own (reference) schema

@@ -75,6 +75,8 @@ class MemoryPlugin(AgentContextManager):
     def __init__(self, config: Mapping[str, Any] | None = None):
         # Private injection keys (``_con``, ``_embedder``) hold live objects: never deep-copy them
         # (nor those of a composite's member configs).
+        if config is not None and not isinstance(config, Mapping):
+            raise ConfigError(f"{self.plugin_name}: config must be a dict, not {type(config).__name__}")
         raw = dict(config or {})
         private = {k: v for k, v in raw.items() if k.startswith("_")}
         public = _copy_config({k: v for k, v in raw.items() if not k.startswith("_")})

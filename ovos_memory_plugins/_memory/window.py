@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from .._core.compat import AgentMessage
 from .._core.log import LogOnce
+from .._core.paths import resolve_path
 from ..config import option
 from ..context import ContextConfig, ContextMemory
 from ..errors import ConfigError, MemoryPluginError
@@ -66,7 +67,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         self.policy = WindowPolicy(max_messages=s.max_history, max_age=s.max_age)
         self._log = LogOnce()  # a full disk or a locked file: one line when it breaks, one when it recovers
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
-        db_path = s.db_path if s.db_path and s.db_path.strip() else None  # "" is "not given", as everywhere
+        db_path = s.db_path or None  # "" is "not given", as everywhere; a blank "  " is an error, as everywhere
         try:
             location, backend = store_location(db_path, s.db_url, s.backend)
         except ConfigError as exc:
@@ -78,6 +79,13 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         except MemoryPluginError as exc:
             raise ConfigError(f"{self.plugin_name}: cannot open {'db_url' if backend == 'postgres' else 'db_path'} "
                               f"{_shown(location)!r}: {exc}") from exc
+        self._location = location if backend in ("postgres", "memory") or location is None else resolve_path(location)
+
+    @property
+    def db_path(self) -> str | None:
+        """The store in force: the file as resolved (``~``, variables, relative to the data
+        folder), ":memory:", a PostgreSQL URL without its password, or None (RAM only)."""
+        return _shown(self._location)
 
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:

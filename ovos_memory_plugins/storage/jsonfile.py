@@ -30,9 +30,9 @@ from .._core.log import LOG
 from .._core.paths import (
     PRIVATE_FILE_MODE,
     check_store_path,
-    create_private_file,
     is_regular_file,
     make_private_dirs,
+    open_lock_file,
     quarantine_file,
     warn_set_aside_copies,
 )
@@ -151,6 +151,12 @@ class JsonRecordStore:
         if persona:
             raise ConfigError(f"{self.path} is a persona file (its {persona[0]!r}), not a memory store; it was "
                               "left as it is: name a file of its own in db_path")
+        if data and not any(isinstance(value, (dict, list)) for value in data.values()):
+            # Settings ({"volume": 3}): a store's values are records; one damaged by hand costs its
+            # session, but a file of plain values only was never a store, and is not rewritten.
+            raise ConfigError(f"{self.path} holds no memory record (its {next(iter(data))!r} is a "
+                              f"{type(next(iter(data.values()))).__name__}, not an object): it is not a memory "
+                              "store; it was left as it is: name a file of its own in db_path")
 
     def _record(self, data: dict[str, Any], session_id: str) -> dict[str, Any]:
         return as_record(data.get(session_id, {}), session_id, self.path)
@@ -161,13 +167,15 @@ class JsonRecordStore:
             if fcntl is None or self.read_only:  # every write is a rename: a reader needs no lock
                 yield
                 return
-            create_private_file(self.path + ".lock")  # empty, but its name is a store's
-            with open(self.path + ".lock", "a") as lock_file:
-                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+            fd = open_lock_file(self.path + ".lock")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
                     yield
                 finally:
-                    fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
 
     def _current(self) -> dict[str, Any]:
         """The parsed file for a read, without waiting for a writer.

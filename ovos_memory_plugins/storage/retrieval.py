@@ -181,6 +181,8 @@ class RetrievalStore:
                 self.owner._delete_documents(doomed)
         except Exception as exc:  # noqa: BLE001 - expiry is housekeeping; never fail a turn for it
             self._log.error("expire", "%s: could not expire old documents: %s", self._name, exc)
+            return
+        self._log.clear("expire", f"{self._name}: old documents expire again")
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
@@ -315,6 +317,8 @@ class RetrievalStore:
                 after = batch[-1].rowid
         except Exception as exc:  # noqa: BLE001 - recall of older exchanges is lost, turns go on
             self._log.error("replay", "%s: could not index the stored documents again: %s", self._name, exc)
+            return
+        self._log.clear("replay", f"{self._name}: the stored documents are indexed again")
 
     def _index_pending_now(self) -> None:
         if self.worker is not None:

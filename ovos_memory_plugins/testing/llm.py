@@ -11,11 +11,13 @@ switched at run time to misbehave::
         llm.close_socket()          # connection refused (``reopen()`` brings it back)
         assert llm.count("/chat/completions") == 1
 
-Modes: ``"ok"``, ``"slow"``, ``"error"`` (500), ``"malformed"`` (200 with a body that is not
-JSON), ``"garbage"`` (bytes that are not HTTP at all), ``"bad_shape"`` (JSON without
-``choices``), ``"closed"`` (connection refused, like ``close_socket()``; setting another mode
-listens again on the same port). Replies come from ``replies`` in order, then from ``reply`` (a string or a
-function of the request's messages), else ``"OK"``.
+Modes: ``"ok"``, ``"slow"``, ``"trickle"`` (the headers at once, then the body one byte every
+``delay`` seconds: no single read waits long, the whole answer does), ``"error"`` (500),
+``"malformed"`` (200 with a body that is not JSON), ``"garbage"`` (bytes that are not HTTP at
+all), ``"bad_shape"`` (JSON without ``choices``), ``"closed"`` (connection refused, like
+``close_socket()``; setting another mode listens again on the same port). Replies come from
+``replies`` in order, then from ``reply`` (a string or a function of the request's messages),
+else ``"OK"``.
 
 It can also behave like the servers the memories meet, to reproduce what they do:
 
@@ -49,7 +51,7 @@ from .._core.tokens import estimate_messages, estimate_tokens
 
 __all__ = ["closed_port_url", "FakeLLMServer", "free_port", "LoggedRequest"]
 
-MODES = ("ok", "slow", "error", "malformed", "garbage", "bad_shape", "closed")
+MODES = ("ok", "slow", "trickle", "error", "malformed", "garbage", "bad_shape", "closed")
 STRUCTURED = ("openai", "llama-cpp-python", "json_object", "none", "ignore")
 STREAMS = ("ok", "cut", "empty")
 
@@ -95,7 +97,7 @@ class FakeLLMServer:
         reply: the answer once ``replies`` is used up: a string or ``fn(messages) -> str``.
         model: the model ``/v1/models`` lists (``None``: the listing answers 404).
         mode: one of ``MODES``.
-        delay: seconds ``"slow"`` mode waits before answering.
+        delay: seconds ``"slow"`` mode waits before answering (``"trickle"``: between bytes).
         json_mode: False makes the server reject ``response_format`` with HTTP 400, as older
             servers do (``structured="none"``).
         structured, context, props, finish_reason, stream: see the module docstring.
@@ -365,11 +367,19 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_raw(status, json.dumps(data).encode("utf-8"))
 
     def _send_raw(self, status: int, payload: bytes) -> None:
+        owner = self.server.owner
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
-            self.wfile.write(payload)
+            if owner.mode != "trickle":
+                self.wfile.write(payload)
+                return
+            for i in range(len(payload)):
+                self.wfile.write(payload[i:i + 1])
+                self.wfile.flush()
+                if owner._stopping.wait(owner.delay):
+                    return
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout): nothing to answer

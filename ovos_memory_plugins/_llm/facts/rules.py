@@ -111,7 +111,10 @@ _RULES: list[tuple[str, str, str]] = [
     (r"\bi work as\s+" + _V, "job", "User works as {v}"),  # the article stays: "as a nurse"
     (r"\bi(?:\s+now|\s+still)?\s+work (?:at|for|in)\s+" + _WORKPLACE, "employer", "User works at {v}"),
     (r"\bi(?:\s+now|\s+still)?\s+work (?:at|for)\s+" + _V, "employer", "User works at {v}"),
-    (r"\b(?:i'm|i am)\s+(?:now\s+|still\s+)?(?:working\s+)?at\s+" + _WORKPLACE, "employer", "User works at {v}"),
+    (r"\b(?:i'm|i am)\s+(?:now\s+|still\s+)?working\s+at\s+" + _WORKPLACE, "employer", "User works at {v}"),
+    # "I'm at Santa Maria hospital" says where one works; "I'm at the hospital visiting my mum" does not.
+    (r"\b(?:i'm|i am)\s+(?:now\s+|still\s+)?at\s+(?!(?:the|a|an|my|our|his|her|their)\s)" + _WORKPLACE, "employer",
+     "User works at {v}"),
     (r"\b(?:eu\s+)?trabalho como\s+" + _V, "job", "User works as {v}"),
     (r"\btrabajo como\s+" + _V, "job", "User works as {v}"),
     (r"\bich arbeite als\s+" + _V, "job", "User works as {v}"),
@@ -154,6 +157,19 @@ later back again tomorrow soon sometime anytime when if now maybe please fine go
 done tired hungry busy sure glad happy great well alright english french dutch swiss thai greek american canadian
 brazilian italian german indian mexican irish scottish welsh russian ukrainian australian african european asian
 christian muslim jewish catholic vegan vegetarian not so just still also too very
+starving famished jealous exhausted bored sick ill cold hot late early lost confused excited nervous worried scared
+afraid sad angry upset lonely stuck free single married pregnant retired stressed depressed sleepy thirsty full broke
+awake alone curious serious honest proud grateful thankful impressed amazed shocked freezing dying leaving going
+coming kidding joking working waiting trying thinking listening driving cooking off out in on
+""")
+# Not a home: "I live in a small flat" (a home, not where), "I live in hope", "in the moment".
+_NOT_A_PLACE = wordset("""
+hope fear denial peace moment past present future harmony luxury poverty sin style comfort shame fantasy dream
+dreams reality misery constant terror dread
+""")
+# Not an employer: "I work at night", "I work at home", "I work at weekends".
+_NOT_AN_EMPLOYER = wordset("""
+night nights home weekends weekend night-shift times least all day days morning mornings evening evenings noon
 """)
 # Nationalities and languages the list above does not hold ("Portuguese", "Polish", "Danish").
 _NOT_A_NAME = re.compile(r"(?:ese|ish)$", re.IGNORECASE)
@@ -219,11 +235,15 @@ def _clean_value(raw: str, key: str) -> str | None:
     content = [w for w in WORD.findall(value.casefold()) if w not in STOP_WORDS]
     if not content:
         return None  # "I like it", "I love you": nothing durable
-    if key == "name" and (len(words) > 3 or words[0].casefold() in _NAME_BLOCKLIST
-                          or _NOT_A_NAME.search(words[0])):
+    if key == "name" and (len(words) > 3 or _NOT_A_NAME.search(words[0])
+                          or any(part in _NAME_BLOCKLIST for part in words[0].casefold().split("-"))):
         return None  # "call me later", "I'm Portuguese"
     if key.startswith("is:") and words[0].casefold() in _DEGREE_WORDS:
         return None  # "I'm a bit tired"
+    if key == "lives_in" and (words[0].casefold() in ("a", "an") or content[0] in _NOT_A_PLACE):
+        return None  # "I live in a small flat with two cats" does not move the user out of Porto
+    if key == "employer" and content[0] in _NOT_AN_EMPLOYER:
+        return None  # "I work at night this week"
     if key != "name" and words[0].casefold() in _CLAUSE_OPENERS:
         return None  # "I love how it looks"
     if words[-1].casefold() in _DANGLING:
