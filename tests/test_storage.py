@@ -262,19 +262,24 @@ def test_only_this_stores_own_temp_files_are_removed(tmp_path):
     assert target.read_text() == "keep"
 
 
-@pytest.mark.parametrize("content", [
-    {"name": "Kitchen", "handlers": ["ovos-persona-handler"], "memory_module": "ovos-memory-plugin-recency"},
-    {"name": "Kitchen", "solvers": ["x"], "ovos-solver-x": {"a": 1}, "ovos-solver-y": {"b": 2}},
+@pytest.mark.parametrize(("content", "why"), [
+    ({"name": "Kitchen", "handlers": ["ovos-persona-handler"], "memory_module": "ovos-memory-plugin-recency"},
+     "is a persona file"),
+    ({"name": "Kitchen", "solvers": ["x"], "ovos-solver-x": {"a": 1}, "ovos-solver-y": {"b": 2}}, "is a persona file"),
+    # Settings named by mistake: taken as a store, they would be rewritten with the chat in them.
+    ({"volume": 3, "name": "kitchen"}, "holds no memory record"),
+    ({"default": None}, "holds no memory record"),
+    ({"theme": "dark"}, "holds no memory record"),
 ])
-def test_a_json_file_that_is_not_a_store_is_refused_and_left_as_it_is(tmp_path, content):
-    path = tmp_path / "persona.json"
+def test_a_json_file_that_is_not_a_store_is_refused_and_left_as_it_is(tmp_path, content, why):
+    path = tmp_path / "mine.json"
     path.write_text(json.dumps(content))
     os.chmod(path, 0o644)
     before = path.read_bytes()
-    with pytest.raises(ConfigError, match="is a persona file .*not a memory store"):
+    with pytest.raises(ConfigError, match=f"{why} .*not a memory store"):
         JsonRecordStore(str(path))
     assert path.read_bytes() == before and os.stat(path).st_mode & 0o777 == 0o644
-    assert sorted(os.listdir(tmp_path)) == ["persona.json"]
+    assert sorted(os.listdir(tmp_path)) == ["mine.json"]
 
 
 def test_record_update_is_read_modify_write(tmp_path):
@@ -539,19 +544,6 @@ def test_a_store_whose_records_were_damaged_by_hand_still_opens(tmp_path, conten
     path.write_text(json.dumps(content))
     store = JsonRecordStore(str(path))
     assert store.sessions() == sorted(content)
-
-
-@pytest.mark.parametrize("content", [{"volume": 3, "name": "kitchen"}, {"default": None}, {"theme": "dark"}])
-def test_a_json_file_holding_no_record_is_refused_and_left_as_it_is(tmp_path, content):
-    # A settings file named by mistake: taken as a store, it would be rewritten with the chat in it.
-    path = tmp_path / "settings.json"
-    path.write_text(json.dumps(content))
-    os.chmod(path, 0o644)
-    before = path.read_bytes()
-    with pytest.raises(ConfigError, match="holds no memory record .*not a memory store"):
-        JsonRecordStore(str(path))
-    assert path.read_bytes() == before and os.stat(path).st_mode & 0o777 == 0o644
-    assert sorted(os.listdir(tmp_path)) == ["settings.json"]
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dangling link", "link to a file"])
