@@ -358,11 +358,11 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def degraded(self) -> dict[str, str]:
         """The failures logged and not recovered from yet: storing, indexing (an embedder that
         fails every call), searching, reading the window."""
-        problems = self._log.failing()
+        problems = self._log.failing(self.plugin_name)
         worker = self._store.worker
         if worker is not None and worker.problem:
-            problems.setdefault("index", f"{self.plugin_name}: {worker.problem}")
-        return {f"{self.plugin_name}:{part}": why for part, why in problems.items()}
+            problems.setdefault(f"{self.plugin_name}:index", f"{self.plugin_name}: {worker.problem}")
+        return problems
 
     def flush(self, timeout: float | None = None) -> bool:
         return self._store.flush(timeout)

@@ -711,3 +711,21 @@ def test_the_session_id_of_the_global_facts_is_refused_by_name(make):
     with pytest.raises(ValueError, match="__global__"):
         memory.build_conversation_context("who am I?", "__global__")
     assert memory.sessions() == [] and make(api_url=None, scope="global").facts("alice") == []
+
+
+def test_degraded_says_the_facts_cannot_be_read_until_they_can(make, monkeypatch):
+    from ovos_memory_plugins.errors import StorageError
+
+    memory = make(api_url=None)
+    say(memory, "My name is Ana.")
+    assert injected(memory) == ["User's name is Ana"] and memory.degraded() == {}
+
+    def unreadable(*args, **kwargs):
+        raise StorageError("disk I/O error")
+
+    monkeypatch.setattr(memory._store, "load_field", unreadable)
+    memory.build_conversation_context("hello", "s")  # the turn goes on without the facts
+    assert list(memory.degraded()) == ["ovos-memory-plugin-entity:read"]
+    monkeypatch.undo()
+    assert "Ana" in memory.build_conversation_context("hello", "s")[0].content
+    assert memory.degraded() == {}

@@ -281,6 +281,25 @@ def test_a_window_that_cannot_be_read_is_not_overwritten_through_the_view(tmp_pa
     memory.close()
 
 
+def test_degraded_says_the_window_cannot_be_stored_until_it_can(tmp_path, monkeypatch):
+    from ovos_memory_plugins.errors import StorageError
+
+    memory = RecencyMemory({"db_path": str(tmp_path / "w.db")})
+    assert memory.degraded() == {}
+
+    def full(*args, **kwargs):
+        raise StorageError("database or disk is full")
+
+    monkeypatch.setattr(memory._window, "append", full)
+    memory.update_history([AgentMessage(U, "q0"), AgentMessage(A, "a0")], "s")  # the turn goes on
+    assert list(memory.degraded()) == ["ovos-memory-plugin-recency:write"]
+    assert "disk is full" in memory.degraded()["ovos-memory-plugin-recency:write"]
+    monkeypatch.undo()
+    memory.update_history([AgentMessage(U, "q1"), AgentMessage(A, "a1")], "s")
+    assert memory.degraded() == {} and contents(memory.get_history("s")) == ["q1", "a1"]
+    memory.close()
+
+
 def test_a_list_held_across_an_update_keeps_that_update_when_edited(short_term):
     short_term.update_history([AgentMessage(U, "q0"), AgentMessage(A, "a0")], "s")
     held = short_term.session2history["s"]

@@ -33,10 +33,11 @@ class LogOnce:
         if was_failing and recovered_msg:
             LOG.info(recovered_msg)
 
-    def failing(self) -> dict[str, str]:
-        """``{key: message}`` of the errors logged and not cleared since: what is broken now."""
+    def failing(self, owner: str) -> dict[str, str]:
+        """``{"<owner>:<key>": message}`` of the errors logged and not cleared since: what is
+        broken now, in the shape of ``degraded()``."""
         with self._lock:
-            return {key: msg for key, msg in self._seen.items() if msg is not None}
+            return {f"{owner}:{key}": msg for key, msg in self._seen.items() if msg is not None}
 
     def _emit(self, log_fn: Any, key: str, text: str, is_error: bool) -> bool:
         with self._lock:

@@ -122,18 +122,22 @@ class LLMMemory(ContextMemory):
     # -- shared --------------------------------------------------------------------------------
     def _load(self, key: str) -> dict[str, Any]:
         try:
-            return dict(self._store.load(key))
+            record = dict(self._store.load(key))
         except (MemoryPluginError, OSError) as exc:
             self._log.error("read", f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
             return {}
+        self._log.clear("read", f"{self.plugin_name}: reading {self.db_path} works again")
+        return record
 
     def _load_field(self, key: str, field: str) -> Any:
         """One field of a record: a turn reads the facts, not the queue of exchanges beside them."""
         try:
-            return self._store.load_field(key, field)
+            value = self._store.load_field(key, field)
         except (MemoryPluginError, OSError) as exc:
             self._log.error("read", f"{self.plugin_name}: cannot read {self.db_path}: {exc}")
             return None
+        self._log.clear("read", f"{self.plugin_name}: reading {self.db_path} works again")
+        return value
 
     def _mark_due(self, key: str, wake: bool = True) -> None:
         self._due.add(key)
@@ -191,7 +195,8 @@ class LLMMemory(ContextMemory):
 
     # -- health --------------------------------------------------------------------------------
     def degraded(self) -> dict[str, str]:
-        out = {f"{self.plugin_name}:{part}": why for part, why in list(self._problems.items())}
+        out = self._log.failing(self.plugin_name)  # reading or storing failing, a malformed record
+        out.update({f"{self.plugin_name}:{part}": why for part, why in list(self._problems.items())})
         problem = self.client.problem
         if problem:
             out[self.plugin_name] = f"{problem}; {self.offline_fallback} until it answers"

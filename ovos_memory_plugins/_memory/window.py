@@ -157,6 +157,10 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
             if new:
                 self._window.append(sid, new, self.policy)
 
+    def degraded(self) -> dict[str, str]:
+        """Reading or storing the window failing, until it works again."""
+        return self._log.failing(self.plugin_name)
+
     def close(self) -> None:
         if not self._closed:
             self._window.close()
