@@ -412,6 +412,37 @@ class EntityMemory(LLMMemory):
         self._store.compact()
         return removed
 
+    def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
+        """Drop the exchange stored as ``content`` (as a retrieval memory formats it) from the
+        queue awaiting extraction, where its text waits; facts already drawn from it stay (see
+        :meth:`forget_fact`). The store is compacted even when nothing waited: an exchange read
+        earlier may still sit in an old copy of the record (SQLite's WAL)."""
+        sid = check_session_id(session_id)
+        if not isinstance(content, str):
+            raise TypeError(f"content must be a str, not {type(content).__name__}")
+        key, dropped = self._key(sid), 0
+
+        def drop(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal dropped
+            pending = list(record.get("pending") or [])
+            kept = [p for p in pending if not (isinstance(p, Mapping) and p.get("sid", sid) == sid
+                                               and _pending_holds(p, content))]
+            dropped = len(pending) - len(kept)
+            record["pending"] = kept
+            return record
+
+        if self._load(key).get("pending"):  # no write (and no record made) when nothing waits
+            self._store.update(key, drop)
+        self._store.compact()
+        return {"pending": dropped}
+
+
+def _pending_holds(item: Mapping[str, Any], content: str) -> bool:
+    """Whether the queued exchange ``item`` is the one stored as ``content`` ("Q: ...\nA: ..."):
+    the same question, and an answer the queue's (cut to what extraction reads) begins."""
+    question, _, answer = content.removeprefix("Q: ").partition("\nA: ")
+    user, reply = str(item.get("user") or "").strip(), str(item.get("assistant") or "").strip()
+    return question.strip() == user and answer.strip().startswith(reply)
 
 
 def _exported_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:

@@ -381,8 +381,7 @@ class LongTermMemory(LLMMemory):
 
         if self._load(sid).get("recent"):
             self._store.update(sid, drop)
-            if dropped:
-                self._store.compact()
+        self._store.compact()  # also when none is left: an older copy of the record may sit in the WAL
         return {"messages": dropped}
 
 

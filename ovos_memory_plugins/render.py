@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 
 from ._core.tokens import estimate_tokens
-from ._core.untrusted import one_line, quote_untrusted
+from ._core.untrusted import breaks_lines, one_line, quote_untrusted
 from ._index.stopwords import LANGUAGES, query_words, stopwords, term_set
 from .common import MemoryHit
 from .storage.documents import format_exchange
@@ -89,7 +89,7 @@ def _flat_exchange(hit: MemoryHit) -> str:
     """The hit's text, each side on one line when it is a stored exchange: neither side can
     forge the lines after it (an answer, another recalled chunk)."""
     exchange = _stored_exchange(hit)
-    if exchange is None or not any("\n" in side for side in exchange if side):
+    if exchange is None or not any(breaks_lines(side) for side in exchange if side):
         return hit.content
     question, answer = exchange
     return format_exchange(one_line(question), None if answer is None else one_line(answer))

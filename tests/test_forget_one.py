@@ -109,6 +109,29 @@ def test_a_composite_forgets_an_exchange_in_every_member_and_its_window(tmp_path
     assert files_holding(tmp_path, SECRET) == []
 
 
+@pytest.mark.parametrize("entity_backend", ["sqlite", "json"])
+def test_an_exchange_a_window_trimmed_and_entity_read_leaves_no_byte_while_the_memory_runs(
+        tmp_path, closing, entity_backend):
+    # The window trimmed it and entity extracted it before the forget: neither holds it any more,
+    # but old copies (deleted rows, an older record) may still sit in a WAL until compacted.
+    memory = closing(CompositeMemory({"members": [
+        {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "recency.db"),
+                                                            "max_history": 4}},
+        {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "lexical.db")}},
+        {"module": "ovos-memory-plugin-entity", "config": {"db_path": str(tmp_path / f"facts.{entity_backend}"),
+                                                           "backend": entity_backend, "api_url": None}},
+    ]}))
+    exchange(memory, "kitchen", f"what does {SECRET} mean?", f"{SECRET} is a word I do not know.")  # no fact
+    for n in range(3):
+        exchange(memory, "kitchen", f"filler {n}", "ok")
+    assert memory.flush(patience(30))
+    assert SECRET not in str(memory.get_history("kitchen"))  # trimmed: the window cannot find it
+    assert SECRET not in str(memory.export("kitchen")["members"]["ovos-memory-plugin-entity"])  # read
+    counts = memory.forget_document("kitchen", secret_doc_id(memory.members[1].memory))
+    assert counts["ovos-memory-plugin-lexical"] == {"messages": 2, "documents": 1}
+    assert files_holding(tmp_path, SECRET) == []  # the memory still open
+
+
 @pytest.mark.parametrize("suffix", [".db", ".json"])
 def test_a_window_forgets_the_messages_of_an_exchange_and_keeps_the_others_times(tmp_path, closing, suffix):
     memory = closing(RecencyMemory({"db_path": str(tmp_path / f"window{suffix}")}))

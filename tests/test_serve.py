@@ -455,3 +455,15 @@ def test_any_session_id_works_in_a_path_when_percent_encoded(tmp_path):
         doc = running.request("GET", path).body["documents"][0]
         assert running.request("DELETE", f"{path}/documents/{quote(doc['doc_id'], safe='')}").status == 200
         assert running.request("GET", "/api/sessions").body == {"sessions": []}  # its only exchange is gone
+
+
+@pytest.mark.parametrize(("header", "name"), [
+    ("[::1]:8765", "::1"), ("[::1]", "::1"), ("localhost", "localhost"), ("localhost:80", "localhost"),
+    ("127.0.0.1:8765", "127.0.0.1"),
+    # No valid shape: no name, so no allowed host matches (a browser sends none of these).
+    ("[::1]evil.com", ""), ("[::1]:evil.com", ""), ("[::1", ""), ("a:b:c", ""), ("localhost:", ""), ("[::1]:", ""),
+])
+def test_the_host_header_is_read_strictly(header, name):
+    from ovos_memory_plugins._serve.app import host_name
+
+    assert host_name(header) == name

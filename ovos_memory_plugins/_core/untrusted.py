@@ -24,7 +24,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["looks_like_instruction", "one_line", "quote_untrusted", "steers"]
+__all__ = ["breaks_lines", "looks_like_instruction", "one_line", "quote_untrusted", "steers"]
+
+# Every character ``str.splitlines`` breaks a line at (a model or a renderer may too), not only
+# "\n": a "System:" line after a carriage return or U+2028 is a line of its own.
+_LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+# Characters a reader does not see (zero-width space and joiners, word joiner, byte order mark,
+# soft hyphen): "Sys\u200btem:" reads as "System:".
+_INVISIBLE = re.compile(r"[\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
 
 # Text that tries to steer a model. "assistant:" is one more sign of it in a fact (no fact about a
 # user holds it), but not in a summary or a recalled exchange, whose lines are attributed so.
@@ -36,7 +43,7 @@ _INSTRUCTION = re.compile(rf"(?i){_STEERING}|\bassistant\s*:")
 # (User:, Assistant:, and Q:/A:), a block header, a markup tag of a context block.
 _STRUCTURE = re.compile(
     rf"(?im){_STEERING}"
-    r"|^\W{0,3}(?:(?:user|assistant|q|a)\s*:\s*)?(system|developer|tool|human|context|instructions?|new\s+rules)\s*:"
+    r"|^\W{0,12}(?:(?:user|assistant|q|a)\s*:\s*)?(system|developer|tool|human|context|instructions?|new\s+rules)\s*:"
     r"|^\s*(system|developer|tool|human|user|assistant)\s*$"
     r"|^\s*#{2,}|</?\s*(context|system|instructions?|memory)\s*>|\bnew\s+rules\b"
 )
@@ -60,16 +67,22 @@ def steers(text: str) -> bool:
     return bool(_INSTRUCTION.search(text) or _CONTROL.search(text) or _FACT_TAGS.search(text))
 
 
+def breaks_lines(text: str) -> bool:
+    """Whether ``text`` holds a line break of any kind (see ``_LINE_BREAK``)."""
+    return bool(_LINE_BREAK.search(text))
+
+
 def quote_untrusted(text: str) -> str:
-    """``text`` fit to sit in a prompt as data (see the module docstring)."""
-    text = _CONTROL.sub(" ", text)
-    if not _STRUCTURE.search(text):
+    """``text`` fit to sit in a prompt as data (see the module docstring). Its line breaks of
+    every kind become "\n", so each line is judged as the model will see it."""
+    text = _LINE_BREAK.sub("\n", _CONTROL.sub(" ", text))
+    if not _STRUCTURE.search(_INVISIBLE.sub("", text)):
         return text  # the common case: nothing to do
     return "\n".join(_quoted_line(line) for line in text.split("\n"))
 
 
 def _quoted_line(line: str) -> str:
-    if _STRUCTURE.search(line):
+    if _STRUCTURE.search(_INVISIBLE.sub("", line)):
         return f'(quoted) "{line.strip()}"'
     return line
 

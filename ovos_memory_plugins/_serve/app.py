@@ -82,10 +82,21 @@ def logged_path(path: str) -> str:
 
 
 def host_name(host_header: str) -> str:
-    """The name in a ``Host`` header, without its port (``[::1]:8765`` -> ``::1``)."""
+    """The name in a ``Host`` header, without its port (``[::1]:8765`` -> ``::1``); "" for a
+    header of no valid shape (``[::1]evil.com``, ``[::1``, ``host:port:more``): no host allowed."""
+    name, port = host_header, ""
     if host_header.startswith("["):
-        return host_header[1:].partition("]")[0]
-    return host_header.rpartition(":")[0] if host_header.count(":") == 1 else host_header
+        name, bracket, rest = host_header[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return ""
+        port = rest[1:] if rest else ""
+    elif ":" in host_header:
+        name, _, port = host_header.partition(":")
+        if ":" in port:
+            return ""
+    if port and not port.isdigit() or host_header.endswith(":"):
+        return ""
+    return name
 
 
 # -- the guard -----------------------------------------------------------------------------------

@@ -481,8 +481,7 @@ class RetrievalStore:
                 self.owner._delete_documents(docs)
         if not in_db:
             self.owner._delete_documents([d for d in docs if d.rowid not in removed])
-        if docs or messages:
-            self.db.compact()
+        self.db.compact()  # also when nothing was found: a trimmed or expired copy may sit in the WAL
         return {"messages": messages, "documents": len(docs)}
 
 

@@ -263,12 +263,14 @@ class SqliteWindowStore:
 
     def drop(self, session_id: str, choose: Chooser, con: Any = None) -> int:
         """Delete the messages ``choose`` picks (from every stored row, trimmed or not yet), in
-        the caller's ``con`` (which then compacts) or alone, compacted. Returns how many."""
+        the caller's ``con`` (which then compacts) or alone, compacted. Returns how many.
+
+        Compacted even when none is found: a message the window trimmed earlier may still sit in
+        the WAL or a free page."""
         if con is None:
             with self.db.atomic() as con:
                 count = self.drop(session_id, choose, con)
-            if count:
-                self.db.compact()
+            self.db.compact()
             return count
         rows = con.execute(f"SELECT id, role, content, extra FROM {self.table} WHERE session_id = ? ORDER BY id",
                            (session_id,)).fetchall()
