@@ -80,7 +80,10 @@ class RedisConfig(EndpointConfig, ContextConfig):
     compact_threshold: int | None = option(
         None, "compact when the list holds this many exchanges (all but keep_recent); 0 or null: off; "
         "set alone, it replaces the token threshold", kind=int, minimum=0)
-    keep_recent: int = option(2, "newest exchanges never compacted", minimum=0)
+    keep_recent: int | None = option(
+        None, "newest exchanges never compacted; null: 1 with the token threshold (it keeps about half "
+        "the threshold of recent context), 2 with the round threshold (all but the two most recent)",
+        kind=int, minimum=0)
     short_term_ttl: float | None = option(
         30 * DAY, "seconds the short-term list lives after the last activity (30 days); 0 or null: forever",
         kind=float, minimum=0, nullable=True, aliases=("short_term_memory_ttl",))
@@ -121,7 +124,8 @@ def _compaction_policy(s: RedisConfig, token_threshold_given: bool) -> Compactio
         tokens = 0
     elif rounds and tokens:
         rounds = 0
-    return CompactionPolicy(tokens, rounds, s.keep_recent)
+    keep = s.keep_recent if s.keep_recent is not None else (1 if tokens else 2)
+    return CompactionPolicy(tokens, rounds, keep)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,9 +201,7 @@ class RedisMemory(ContextMemory):
             LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
             self._log.clear("held")
         self._cache_append(session_id, held + messages)
-        if self._policy.due(tokens, rounds):
-            self._due.add(session_id)
-            self._worker.notify()
+        self._compact_if_due(session_id, tokens, rounds)
 
     def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
                       blocks: bool = True) -> ContextParts:
@@ -309,11 +311,13 @@ class RedisMemory(ContextMemory):
             self._store.set_summary(sid, summary)
         if new:
             self._write_held(sid)  # anything held for this session goes first, in order
-            self._store.append(sid, new)
+            tokens, rounds = self._store.append(sid, new)
             self._cache_append(sid, new)
+            self._compact_if_due(sid, tokens, rounds)  # an import over the threshold compacts as a turn would
 
     def degraded(self) -> dict[str, str]:
-        out = {f"{self.plugin_name}:{part}": why for part, why in list(self._problems.items())}
+        out = self._store.failing()  # Redis down (turns answered from RAM, messages held), or failing
+        out.update({f"{self.plugin_name}:{part}": why for part, why in list(self._problems.items())})
         if self._client.problem:
             out[self.plugin_name] = f"{self._client.problem}; old messages are summarised without the model"
         return out
@@ -383,9 +387,7 @@ class RedisMemory(ContextMemory):
         LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
         self._log.clear("held")
         self._cache_append(session_id, held)
-        if self._policy.due(tokens, rounds):
-            self._due.add(session_id)
-            self._worker.notify()
+        self._compact_if_due(session_id, tokens, rounds)
         return True
 
     def _write_all_held(self) -> bool:
@@ -412,6 +414,12 @@ class RedisMemory(ContextMemory):
                     del self._cache[session_id]
 
     # -- compaction (background) ---------------------------------------------------------
+    def _compact_if_due(self, session_id: str, tokens: int, rounds: int) -> None:
+        """Queue the session's compaction (in the background) when its list is over a threshold."""
+        if self._policy.due(tokens, rounds):
+            self._due.add(session_id)
+            self._worker.notify()
+
     def _compact_step(self) -> bool:
         session_id = self._due.pop()
         if session_id is None:
@@ -445,7 +453,7 @@ class RedisMemory(ContextMemory):
     def _compact_once(self, session_id: str, lease: Lease) -> RoundOutcome:
         """One read-summarise-commit round."""
         summary, items = self._store.snapshot(session_id)
-        cut = self._policy.cut(items)
+        cut = self._policy.cut(items, started=True)  # queued over a threshold: down to about half of it
         if not cut:
             return RoundOutcome.DONE
         head = items[:cut]
@@ -462,7 +470,7 @@ class RedisMemory(ContextMemory):
             LOG.debug(f"{self.plugin_name}: {session_id!r} changed during compaction ({status.name}); reading again")
             return RoundOutcome.CONFLICT
         LOG.debug(f"{self.plugin_name}: folded {len(head)} message(s) of {session_id!r} into its summary")
-        return RoundOutcome.MORE if self._policy.due(tokens, rounds) else RoundOutcome.DONE
+        return RoundOutcome.MORE if self._policy.due(tokens, rounds, started=True) else RoundOutcome.DONE
 
     def _fold(self, session_id: str, previous: str, messages: list[dict[str, Any]]) -> Fold:
         """The new summary (bounded to ``max_summary_tokens``), or a rejection that keeps the old one."""

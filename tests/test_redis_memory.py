@@ -108,9 +108,14 @@ def test_a_missing_redis_client_names_the_extra_to_install(monkeypatch):
         RedisMemory({})
 
 
-def test_a_url_that_is_not_redis_is_a_config_error():
-    with pytest.raises(ConfigError, match="url"):
-        RedisMemory({"url": "http://example.com"})
+@pytest.mark.parametrize(("url", "said"), [
+    ("http://example.com", "'http://example.com' is not a Redis URL"), ("", "'' is not a Redis URL"),
+    ("localhost", "'localhost' is not a Redis URL"),
+    ("redis://localhost:6379/abc", "'redis://localhost:6379/abc': the database must be a number .*not 'abc'"),
+])
+def test_a_url_that_is_not_redis_is_a_config_error_showing_it(url, said):
+    with pytest.raises(ConfigError, match=f"'url': {said}"):
+        RedisMemory({"url": url})
 
 
 def test_a_negative_ttl_is_a_config_error():
@@ -513,6 +518,7 @@ def test_with_redis_down_the_turn_is_answered_and_the_error_logged_once(logs):
         assert contents(memory.build_conversation_context("hi", "never-seen")) == ["Be kind.", "hi"]
         down = [m for m in logs["error"] if "unreachable" in m]
         assert len(down) == 1, logs["error"]
+        assert list(memory.degraded()) == ["ovos-memory-plugin-redis:down"]  # said while it lasts
         assert server.url.split("//")[1].split("/")[0] in down[0]
         with pytest.raises(StoreUnavailable):
             memory.forget("s")  # forgetting must not pretend to succeed
@@ -520,6 +526,7 @@ def test_with_redis_down_the_turn_is_answered_and_the_error_logged_once(logs):
         server.start()  # same port, empty: the held messages are written with the next update
         exchange(memory, "s", "third", "ok")
         assert any("reachable again" in m for m in logs["info"])
+        assert memory.degraded() == {}
         assert contents(memory.get_history("s")) == ["I live in Porto", "nice", "third", "ok"]
     finally:
         memory.close()
@@ -677,3 +684,43 @@ def test_a_session_moved_to_a_person_joins_the_persons_summary_and_window(make):
     assert data["summary"] == "The user is Ana.\n\nThe user works nights."
     assert [m["content"] for m in data["window"]] == ["my bike is green", "Noted.", "my locker is 42", "Noted."]
     assert moved.sessions() == ["person:alice"]
+
+
+def test_a_compaction_goes_on_down_to_about_half_the_threshold_whatever_one_request_folds():
+    from ovos_memory_plugins._redis.compaction import CompactionPolicy
+
+    policy = CompactionPolicy(token_threshold=4000, keep_recent=1)
+    assert policy.due(tokens=4000, rounds=40) and not policy.due(tokens=3546, rounds=40)  # a new one: at 4,000
+    assert policy.due(tokens=3546, rounds=40, started=True)  # one under way: on to about half
+    assert not policy.due(tokens=2300, rounds=40, started=True)  # near half: not one request more
+    items = _items(*[("u", 50), ("a", 50)] * 35)  # 3,500 tokens left by an earlier round
+    cut = policy.cut(items, started=True)
+    assert 1900 <= sum(i.tokens for i in items[cut:]) <= 2000
+
+
+@pytest.mark.parametrize(("config", "keep"), [({}, 1), ({"compact_threshold": 5}, 2), ({"keep_recent": 3}, 3)])
+def test_keep_recent_defaults_to_one_exchange_with_tokens_and_two_with_rounds(config, keep):
+    from ovos_memory_plugins.config import parse_config
+    from ovos_memory_plugins.redis_memory import RedisConfig, _compaction_policy
+
+    settings = parse_config(RedisConfig, config, "x")
+    assert _compaction_policy(settings, "compact_token_threshold" in config).keep_recent == keep
+
+
+def test_two_exchanges_over_the_token_threshold_are_compacted_keeping_the_newest(make):
+    memory = make(compact_token_threshold=200)
+    exchange(memory, "s", "tell me about the garden " + "roses and tulips " * 40, "Lovely " + "flowers " * 40)
+    exchange(memory, "s", "and the kitchen? " + "pots and pans " * 40, "Useful " + "things " * 40)
+    memory.flush()
+    assert summary_of(memory, "s")  # the oldest exchange went into the summary
+    assert [m.content.split()[0] for m in memory.get_history("s")] == ["and", "Useful"]
+
+
+def test_an_import_over_the_threshold_is_compacted_as_turns_would_be(make):
+    source = make(compact_token_threshold=0)  # keeps everything
+    for n in range(30):
+        exchange(source, "s", f"question {n} about the weather in Porto", f"answer {n}: sunny and warm")
+    memory = make(compact_token_threshold=200)
+    memory.import_session(source.export("s"), "t")
+    memory.flush()
+    assert summary_of(memory, "t") and len(memory.get_history("t")) < 60

@@ -191,6 +191,11 @@ class BackgroundWorker:
                     self._cond.wait(self._poll)
 
     @property
+    def stopping(self) -> bool:
+        """Whether :meth:`close` has asked the thread to stop."""
+        return self._stop
+
+    @property
     def failing(self) -> bool:
         """Whether the last step raised: waiting for the work now would wait for a retry."""
         return self._failing

@@ -1,6 +1,7 @@
 """What the LLM-backed memories (longterm, entity) share: a record store, a client and a worker."""
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -8,6 +9,7 @@ from .._core.due import DueQueue, Job
 from .._core.log import LOG, LogOnce
 from .._core.paths import default_path, is_memory_path, resolve_path
 from .._core.worker import BackgroundWorker
+from .._core.worklock import GaveUp, WorkLock
 from ..context import ContextMemory
 from ..errors import ConfigError, MemoryPluginError, StorageError
 from ..storage import after_commit, open_record_store, store_location
@@ -92,6 +94,10 @@ class LLMMemory(ContextMemory):
             raise ConfigError(f"{self.plugin_name}: cannot open the work queue in {self.db_path}: {exc}") from exc
         # Look for work left by an earlier run, once, off the turn (a durable queue holds it already).
         self._scan = not self._due.durable
+        # Across processes sharing the file, one does a piece of work at a time (a durable queue
+        # already runs each job once; a store in RAM has no other process).
+        in_a_file = s.backend in ("json", "sqlite") and not is_memory_path(self._db_path)
+        self._work_lock = WorkLock(self._db_path + ".work.lock") if in_a_file and not self._due.durable else None
         self._worker = BackgroundWorker(f"{self.plugin_name}-worker", self._step, poll=self._due.poll)
         try:
             # A read-only command does no work.
@@ -181,7 +187,11 @@ class LLMMemory(ContextMemory):
         if job is None:
             return False
         try:
-            self._work_on(job.key)
+            with self._working():
+                self._work_on(job.key)
+        except GaveUp:  # closing while another process works: the record keeps the work for later
+            self._due.retry(job)
+            return False
         except (AttributeError, TypeError, KeyError, ValueError) as exc:
             # A record of the wrong shape (a hand-edited file): retrying cannot help, and it must
             # not stall the other sessions' work behind it. It stays on disk as it is.
@@ -192,6 +202,12 @@ class LLMMemory(ContextMemory):
             raise
         self._due.done(job)
         return bool(self._due)
+
+    def _working(self) -> Any:
+        """The cross-process lock for one piece of work (``_core/worklock.py``), or nothing."""
+        if self._work_lock is None:
+            return contextlib.nullcontext()
+        return self._work_lock.held(lambda: self._worker.stopping)
 
     # -- health --------------------------------------------------------------------------------
     def degraded(self) -> dict[str, str]:
@@ -220,5 +236,7 @@ class LLMMemory(ContextMemory):
         if self._closed:
             return
         self._worker.close(timeout=self.settings.request_timeout + 5)
+        if self._work_lock is not None:
+            self._work_lock.close()
         self._store.close()
         super().close()

@@ -31,21 +31,29 @@ class CompactionPolicy:
     round_threshold: int = 0
     keep_recent: int = 2
 
-    def due(self, tokens: int, rounds: int) -> bool:
-        """Whether a list with these counters should be compacted."""
+    def due(self, tokens: int, rounds: int, started: bool = False) -> bool:
+        """Whether a list with these counters should be compacted; ``started``: a compaction
+        that began over the token threshold goes on while the list holds more than
+        :meth:`_left_after` (about half the threshold), whatever the requests could fold at once."""
         if rounds <= self.keep_recent:
             return False
-        return bool(self.token_threshold and tokens >= self.token_threshold) or bool(
+        floor = self._left_after() if started else self.token_threshold
+        return bool(self.token_threshold and tokens >= floor) or bool(
             self.round_threshold and rounds >= self.round_threshold)
 
-    def cut(self, items: Sequence[Item]) -> int:
+    def _left_after(self) -> float:
+        """What a token compaction leaves, with a margin: one more round for a few tokens over
+        half the threshold would cost a model call for one exchange."""
+        return 0.6 * self.token_threshold
+
+    def cut(self, items: Sequence[Item], started: bool = False) -> int:
         """How many of the oldest items to fold into the summary (0: none).
 
         Cuts fall on exchange boundaries (before a USER message) and never into the newest
         ``keep_recent`` exchanges. The token trigger keeps about half the threshold of recent
         messages (as miso-agent documents it): at the threshold it folds the oldest half; after a burst it folds
         more, at most twice the threshold per round, so one summary request stays small.
-        The round trigger folds all but ``keep_recent`` exchanges.
+        The round trigger folds all but ``keep_recent`` exchanges. ``started``: see :meth:`due`.
 
             >>> from ovos_memory_plugins._redis.store import Item
             >>> def item(user, tokens): return Item("", None, tokens, user)
@@ -65,9 +73,9 @@ class CompactionPolicy:
         if not cuts:
             return 0
         total = sum(item.tokens for item in items)
-        if self.token_threshold and total >= self.token_threshold:
+        if self.token_threshold and total >= (self._left_after() if started else self.token_threshold):
             half = self.token_threshold / 2
-            target = min(max(half, total - half), 4 * half)
+            target = min(total - half if started else max(half, total - half), 4 * half)
             prefix = [0]
             for item in items:
                 prefix.append(prefix[-1] + item.tokens)

@@ -108,6 +108,9 @@ def url_problem(url: str) -> str | None:
     if parts.scheme not in URL_SCHEMES:
         return (f"{safe_url(url)!r} is not a Redis URL: it must start with "
                 f"{', '.join(s + '://' for s in URL_SCHEMES)}")
+    database = parts.path.strip("/")
+    if parts.scheme != "unix" and database and not database.isdigit():
+        return f"{safe_url(url)!r}: the database must be a number (redis://host:6379/0), not {database!r}"
     return None
 
 
@@ -116,9 +119,11 @@ def safe_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
     except ValueError:
         return "<unparseable url>"
+    if not parts.scheme and not parts.netloc:  # not a URL at all ("", "localhost"): shown as given
+        return url if "@" not in url else "<url with credentials>"
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
 
 
 class RedisStore:
@@ -183,6 +188,10 @@ class RedisStore:
         self._log.clear("down", f"{self._owner}: Redis at {self.where} is reachable again")
         self._log.clear(kind)
         return result
+
+    def failing(self) -> dict[str, str]:
+        """Redis unreachable, or reads or writes failing, until a call succeeds (``degraded()``)."""
+        return self._log.failing(self._owner)
 
     @staticmethod
     def _call(script: Any, keys: list[str], args: list[Any]) -> Callable[[], Any]:
