@@ -270,15 +270,17 @@ def _checked_values(cls: type, raw: Mapping[str, Any], owner: str) -> tuple[dict
     """The given values, checked; and every key's error (not only the first)."""
     values, errors = {}, []
     for key, field in config_keys(cls):
-        value = _lookup(raw, key)
-        for alias in field.metadata["aliases"]:
-            if value is UNSET:
-                value = _lookup(raw, alias)
-        if value is UNSET:
+        given = [(name, _lookup(raw, name)) for name in (key, *field.metadata["aliases"])]
+        given = [(name, value) for name, value in given if value is not UNSET]
+        if not given:
             continue
+        name, value = given[0]  # the key itself before its aliases; named as the config wrote it
         try:
-            values[field.name] = _check_value(owner, key, value, field.metadata)
-            _check_items(owner, key, values[field.name], _item_kind(cls, field.name))
+            if any(other != value for _, other in given[1:]):
+                raise ConfigError(f"{owner}: '{key}' is given as {' and '.join(repr(n) for n, _ in given)} with "
+                                  "different values; keep one of them")
+            values[field.name] = _check_value(owner, name, value, field.metadata)
+            _check_items(owner, name, values[field.name], _item_kind(cls, field.name))
         except ConfigError as exc:
             errors.append(exc)
     return values, errors

@@ -115,3 +115,20 @@ def test_an_endpoint_url_with_http_or_none_is_accepted(url, tmp_path):
 
     with EntityMemory({"api_url": url, "db_path": str(tmp_path / "e.json")}) as memory:
         assert memory.settings.api_url == url
+
+
+def test_a_key_given_under_two_names_must_agree_and_an_error_names_the_key_as_written():
+    import dataclasses
+
+    from ovos_memory_plugins.config import option
+
+    @dataclasses.dataclass(frozen=True)
+    class WithAlias:
+        ttl: float = option(10.0, "seconds", minimum=0, aliases=("old_ttl",))
+
+    assert parse_config(WithAlias, {"ttl": 5, "old_ttl": 5}, "x").ttl == 5.0
+    assert parse_config(WithAlias, {"old_ttl": 7}, "x").ttl == 7.0
+    with pytest.raises(ConfigError, match="'ttl' is given as 'ttl' and 'old_ttl' with different values"):
+        parse_config(WithAlias, {"ttl": 5, "old_ttl": 6}, "x")
+    with pytest.raises(ConfigError, match="'old_ttl' is -1"):
+        parse_config(WithAlias, {"old_ttl": -1}, "x")
