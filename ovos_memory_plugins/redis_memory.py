@@ -453,7 +453,7 @@ class RedisMemory(ContextMemory):
     def _compact_once(self, session_id: str, lease: Lease) -> RoundOutcome:
         """One read-summarise-commit round."""
         summary, items = self._store.snapshot(session_id)
-        cut = self._policy.cut(items, started=True)  # queued over a threshold: down to about half of it
+        cut = self._policy.cut(items)  # queued over a threshold: down to about half of it
         if not cut:
             return RoundOutcome.DONE
         head = items[:cut]

@@ -694,7 +694,7 @@ def test_a_compaction_goes_on_down_to_about_half_the_threshold_whatever_one_requ
     assert policy.due(tokens=3546, rounds=40, started=True)  # one under way: on to about half
     assert not policy.due(tokens=2300, rounds=40, started=True)  # near half: not one request more
     items = _items(*[("u", 50), ("a", 50)] * 35)  # 3,500 tokens left by an earlier round
-    cut = policy.cut(items, started=True)
+    cut = policy.cut(items)
     assert 1900 <= sum(i.tokens for i in items[cut:]) <= 2000
 
 

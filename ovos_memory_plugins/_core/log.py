@@ -21,12 +21,14 @@ class LogOnce:
         self._lock = threading.Lock()
 
     def error(self, key: str, msg: str, *args: Any) -> bool:
-        return self._emit(LOG.error, key, msg % args if args else msg, True)
+        return self._emit(LOG.error, key, msg, args, True)
 
     def warning(self, key: str, msg: str, *args: Any) -> bool:
-        return self._emit(LOG.warning, key, msg % args if args else msg, False)
+        return self._emit(LOG.warning, key, msg, args, False)
 
     def clear(self, key: str, recovered_msg: str | None = None) -> None:
+        if key not in self._seen:
+            return  # the common case, every successful call: nothing was failing
         with self._lock:
             was_failing = key in self._seen
             self._seen.pop(key, None)
@@ -39,7 +41,10 @@ class LogOnce:
         with self._lock:
             return {f"{owner}:{key}": msg for key, msg in self._seen.items() if msg is not None}
 
-    def _emit(self, log_fn: Any, key: str, text: str, is_error: bool) -> bool:
+    def _emit(self, log_fn: Any, key: str, msg: str, args: tuple[Any, ...], is_error: bool) -> bool:
+        if key in self._seen:
+            return False  # a failure repeated every turn costs no formatting
+        text = msg % args if args else msg
         with self._lock:
             if key in self._seen:
                 return False

@@ -108,7 +108,6 @@ class BackgroundWorker:
         self._requested = 0  # notify() calls so far
         self._settled = 0    # the request count at the last moment step() found nothing left
         self._failed = -1    # the request count seen by the last step() that raised
-        self._failing = False  # the last step() raised (until one succeeds)
         #: Why the last step raised, until one succeeds (None: it did not).
         self.problem: str | None = None
         self._stop = False
@@ -175,11 +174,11 @@ class BackgroundWorker:
             try:
                 more = self._step()
             except Exception as exc:  # noqa: BLE001 - the worker must outlive any failure
-                self._failing, self.problem = True, f"background work failed ({exc}); retrying"
+                self.problem = f"background work failed ({exc}); retrying"
                 self._report_failure(self._log, "step", "%s: background work failed (%s); will retry", self.name, exc)
                 self._wait_after_failure(seen)
                 continue
-            self._failing, self.problem = False, None
+            self.problem = None
             self._log.clear("step", f"{self.name}: background work recovered")
             gather = not more
             if more:
@@ -198,7 +197,7 @@ class BackgroundWorker:
     @property
     def failing(self) -> bool:
         """Whether the last step raised: waiting for the work now would wait for a retry."""
-        return self._failing
+        return self.problem is not None
 
     def _gather(self) -> None:
         """Wait up to ``batch_delay`` (condition held) unless someone is waiting for the work."""

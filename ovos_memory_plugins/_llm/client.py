@@ -461,7 +461,6 @@ class ChatClient:
         except (UnicodeDecodeError, ValueError) as exc:
             raise LLMError(f"{url}: reply is not JSON ({raw[:80]!r})") from exc
 
-
     def _status_error(self, url: str, exc: urllib.error.HTTPError) -> LLMError:
         detail = _error_detail(exc)
         limit = overflow_limit(exc.code, detail)

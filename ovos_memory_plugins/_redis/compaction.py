@@ -46,14 +46,15 @@ class CompactionPolicy:
         half the threshold would cost a model call for one exchange."""
         return 0.6 * self.token_threshold
 
-    def cut(self, items: Sequence[Item], started: bool = False) -> int:
+    def cut(self, items: Sequence[Item]) -> int:
         """How many of the oldest items to fold into the summary (0: none).
 
         Cuts fall on exchange boundaries (before a USER message) and never into the newest
         ``keep_recent`` exchanges. The token trigger keeps about half the threshold of recent
         messages (as miso-agent documents it): at the threshold it folds the oldest half; after a burst it folds
         more, at most twice the threshold per round, so one summary request stays small.
-        The round trigger folds all but ``keep_recent`` exchanges. ``started``: see :meth:`due`.
+        The round trigger folds all but ``keep_recent`` exchanges. Called once :meth:`due` said
+        so, it goes on while more than :meth:`_left_after` is left (``due(started=True)``).
 
             >>> from ovos_memory_plugins._redis.store import Item
             >>> def item(user, tokens): return Item("", None, tokens, user)
@@ -73,9 +74,9 @@ class CompactionPolicy:
         if not cuts:
             return 0
         total = sum(item.tokens for item in items)
-        if self.token_threshold and total >= (self._left_after() if started else self.token_threshold):
+        if self.token_threshold and total >= self._left_after():
             half = self.token_threshold / 2
-            target = min(total - half if started else max(half, total - half), 4 * half)
+            target = min(total - half, 4 * half)
             prefix = [0]
             for item in items:
                 prefix.append(prefix[-1] + item.tokens)

@@ -94,7 +94,7 @@ def host_name(host_header: str) -> str:
         name, _, port = host_header.partition(":")
         if ":" in port:
             return ""
-    if port and not port.isdigit() or host_header.endswith(":"):
+    if (port and not port.isdigit()) or host_header.endswith(":"):
         return ""
     return name
 
