@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import math
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -246,9 +245,12 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             if module == COMPOSITE and not config.get("members"):
                 self._member_log.error(f"self:{module}", "%s: a member cannot be the composite itself; skipped",
                                        self.plugin_name)
+                self._member_faults[module] = "the composite itself cannot be a member; skipped"
                 continue
             memory = self._build_member(module, config)
-            if memory is not None:
+            if memory is not None and self._shares_a_store(module, memory, members):
+                memory.close()
+            elif memory is not None:
                 repeat = sum(1 for m in members if m.module == module)
                 members.append(Member(module if not repeat else f"{module}#{repeat + 1}", memory, weight))
         if not members:
@@ -285,6 +287,20 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                                    self.plugin_name, module, exc)
             self._member_faults[module] = f"failed to start ({exc}); skipped"
             return None
+
+    def _shares_a_store(self, module: str, memory: Any, members: list[Member]) -> bool:
+        """True (logged, and reported by ``degraded()``) when ``memory`` would write the rows an
+        earlier member writes: every exchange would be stored twice, and forget would race itself."""
+        claim = getattr(memory, "store_claim", None)
+        earlier = next((m for m in members
+                        if claim is not None and claim.overlaps(getattr(m.memory, "store_claim", None))), None)
+        if earlier is None:
+            return False
+        self._member_log.error(f"shared:{module}", "%s: member %r would write the store of member %r (%s); skipped: "
+                               "give it a db_path (or table) of its own", self.plugin_name, module, earlier.name,
+                               claim.location)
+        self._member_faults[f"{module} (second)"] = f"shares {claim.location} with {earlier.name}; skipped"
+        return True
 
     def _choose_primary(self) -> Member | None:
         wanted = self.settings.primary
@@ -656,11 +672,15 @@ def _timestamp(hit: MemoryHit) -> float | None:
     return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
 
 
+#: Weights are relative; past this a sum of weighted scores could overflow to infinity.
+MAX_WEIGHT = 1e6
+
+
 def _check_member(i: int, spec: Mapping[str, Any]) -> None:
-    """A member's weight (finite, not negative: a fused score must stay a number) and config."""
+    """A member's weight (a number from 0 to MAX_WEIGHT: a fused score must stay a number) and config."""
     weight = spec.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
-        raise ConfigError(f"'members[{i}].weight' must be a finite number >= 0, got {weight!r}")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= MAX_WEIGHT:
+        raise ConfigError(f"'members[{i}].weight' must be a number from 0 to {MAX_WEIGHT:,.0f}, got {weight!r}")
     if not isinstance(spec.get("config") or {}, Mapping):
         raise ConfigError(f"'members[{i}].config' must be a dict, not {type(spec.get('config')).__name__}")
 

@@ -50,7 +50,7 @@ from .messages import (
     coerce_messages,
     to_dict,
 )
-from .storage import WindowPolicy, store_location
+from .storage import WindowPolicy, store_claim, store_location
 from .storage.documents import Document, DocumentLog, past_exchanges
 from .storage.retrieval import RetrievalStore
 from .storage.sqlite import Database, open_database
@@ -117,6 +117,8 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         if db.engine == "postgres":
             from .storage.postgres.retrieval import PgRetrievalStore as store_class  # type: ignore[assignment]
         self._store = store_class(self, db, self._table_prefix(db), self._log)
+        #: The part of a store this memory writes (a composite refuses two members writing one).
+        self.store_claim = store_claim(db.path, db.engine, self._docs.table)
 
     def _settings_changed(self) -> None:
         super()._settings_changed()

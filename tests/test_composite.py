@@ -136,6 +136,42 @@ def test_members_that_are_missing_broken_or_the_composite_itself_are_skipped(tmp
     degraded = memory.degraded()  # what `ovos-memory chat` tells the user
     assert degraded["no-such-plugin"] == "not installed; skipped"
     assert degraded["test-broken"].startswith("failed to start (")
+    assert degraded["ovos-memory-plugin-composite"] == "the composite itself cannot be a member; skipped"
+
+
+@pytest.mark.parametrize("members", [
+    ["ovos-memory-plugin-lexical", "ovos-memory-plugin-lexical"],  # both on the default file
+    [{"module": "ovos-memory-plugin-lexical", "config": {"db_path": "same.db"}},
+     {"module": "ovos-memory-plugin-lexical", "config": {"db_path": "same.db"}}],
+    [{"module": "ovos-memory-plugin-recency", "config": {"db_path": "w.db"}},
+     {"module": "ovos-memory-plugin-short-term", "config": {"db_path": "w.db"}}],
+    [{"module": "ovos-memory-plugin-entity", "config": {"db_path": "f.json", "api_url": None}},
+     {"module": "ovos-memory-plugin-longterm", "config": {"db_path": "f.json", "api_url": None}}],
+], ids=["defaults", "one file", "one window table", "one json file"])
+def test_a_second_member_writing_the_store_of_another_is_skipped_and_reported(tmp_path, monkeypatch, members):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    memory = CompositeMemory({"members": members})
+    try:
+        assert len(memory.members) == 1
+        (fault,) = memory.degraded().values()
+        assert fault.startswith("shares ") and fault.endswith("; skipped")
+        memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
+        history = [m.content for m in memory.get_history("s")]
+        assert history in ([], ["my dog is Rex", "nice"])  # once (entity keeps no window)
+    finally:
+        memory.close()
+
+
+def test_members_on_one_file_with_tables_of_their_own_are_kept(tmp_path):
+    one = str(tmp_path / "one.db")
+    memory = CompositeMemory({"members": [
+        {"module": "ovos-memory-plugin-recency", "config": {"db_path": one}},
+        {"module": "ovos-memory-plugin-lexical", "config": {"db_path": one}},
+        {"module": "ovos-memory-plugin-lexical", "config": {"db_path": one, "table": "other"}}]})
+    try:
+        assert len(memory.members) == 3 and memory.degraded() == {}
+    finally:
+        memory.close()
 
 
 def test_update_history_writes_through_to_every_member_and_history_comes_from_the_primary(tmp_path, fake_plugins):
@@ -350,3 +386,16 @@ def test_members_background_work_starts_once_every_member_has_written(monkeypatc
     # Woken at its own write, the first member's work could run before the second member wrote.
     assert IndexingMember.seen and IndexingMember.seen[0] == 2
     memory.close()
+
+
+def test_check_config_names_the_members_the_composite_would_skip():
+    from ovos_memory_plugins._cli.check import _check_block
+
+    lexical = "ovos-memory-plugin-lexical"
+    assert _check_block("ovos-memory-plugin-composite", {"members": [lexical, lexical]}) == [
+        f"members[1] would write the same store as members[0] ({lexical}); it would be skipped: "
+        "give it a db_path (or table) of its own"]
+    assert _check_block("ovos-memory-plugin-composite", {"members": ["ovos-memory-plugin-composite"]}) == [
+        "members[0] is the composite itself; it would be skipped"]
+    apart = [{"module": lexical, "config": {"db_path": "a.db"}}, {"module": lexical, "config": {"db_path": "b.db"}}]
+    assert _check_block("ovos-memory-plugin-composite", {"members": apart}) == []

@@ -124,12 +124,37 @@ def _check_block(module: str, block: Mapping[str, Any], where: str = "") -> list
     problems = [where + p for p in check_config(config_cls, block, module, getattr(cls, "extra_config_keys", ()),
                                                  getattr(cls, "check_settings", None))]
     if module == "ovos-memory-plugin-composite" and isinstance(block.get("members"), list):
+        problems += [where + p for p in _member_clashes(block["members"])]
         for i, spec in enumerate(block["members"]):
             if isinstance(spec, str):
                 problems += _check_block(spec, {}, f"{where}members[{i}] ")
             elif isinstance(spec, Mapping) and isinstance(spec.get("config") or {}, Mapping):
                 problems += _check_block(str(spec.get("module", "")), spec.get("config") or {},
                                          f"{where}members[{i}] ")
+    return problems
+
+
+#: The keys that decide which store (and which part of it) a member writes.
+_STORE_KEYS = ("db_path", "db_url", "backend", "table", "collection")
+
+
+def _member_clashes(members: list[Any]) -> list[str]:
+    """Members the composite skips at start: itself, and a second member of one module on the
+    same store (both on the defaults, or the same db_path and table)."""
+    problems, seen = [], {}
+    for i, spec in enumerate(members):
+        module = spec if isinstance(spec, str) else spec.get("module") if isinstance(spec, Mapping) else None
+        config = spec.get("config") or {} if isinstance(spec, Mapping) else {}
+        if not isinstance(module, str) or not isinstance(config, Mapping):
+            continue  # reported by the member checks
+        if module == "ovos-memory-plugin-composite" and not config.get("members"):
+            problems.append(f"members[{i}] is the composite itself; it would be skipped")
+            continue
+        store = (module, *(repr(config.get(key)) for key in _STORE_KEYS))
+        if store in seen:
+            problems.append(f"members[{i}] would write the same store as members[{seen[store]}] ({module}); "
+                            "it would be skipped: give it a db_path (or table) of its own")
+        seen.setdefault(store, i)
     return problems
 
 

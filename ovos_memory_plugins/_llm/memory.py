@@ -12,7 +12,8 @@ from .._core.worker import BackgroundWorker
 from .._core.worklock import GaveUp, WorkLock
 from ..context import ContextMemory
 from ..errors import ConfigError, MemoryPluginError, StorageError
-from ..storage import after_commit, open_record_store, store_location
+from ..storage import after_commit, open_record_store, store_claim, store_location
+from ..storage.postgres import is_postgres_url
 from ..storage.readonly import is_read_only
 from ..storage.records import CheckedRecords
 from .endpoint import chat_client, with_endpoint
@@ -84,6 +85,9 @@ class LLMMemory(ContextMemory):
         store, self._db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
                                                   self._open_sqlite, s.db_url)
         self._store = CheckedRecords(store, self._record_problem)
+        #: The part of a store this memory writes (a composite refuses two members writing one).
+        self.store_claim = store_claim(self._db_path, "postgres" if is_postgres_url(self._db_path) else s.backend,
+                                       self.store_stem)
         self.client = chat_client(s, owner=self.plugin_name)
         self._log = LogOnce()
         self._problems: dict[str, str] = {}  # degradations other than the endpoint's (see degraded())

@@ -17,7 +17,7 @@ from ..messages import (
     coerce_messages,
     to_dict,
 )
-from ..storage import BACKENDS, WindowPolicy, open_window_store, store_location
+from ..storage import BACKENDS, WindowPolicy, backend_for, open_window_store, store_claim, store_location
 from .exports import export_messages, session_export, unseen_messages
 from .session_view import SessionHistoryMixin
 
@@ -80,6 +80,8 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
             raise ConfigError(f"{self.plugin_name}: cannot open {'db_url' if backend == 'postgres' else 'db_path'} "
                               f"{_shown(location)!r}: {exc}") from exc
         self._location = location if backend in ("postgres", "memory") or location is None else resolve_path(location)
+        #: The part of a store this memory writes (a composite refuses two members writing one).
+        self.store_claim = store_claim(self.db_path, backend_for(self._location, backend), table)
 
     @property
     def db_path(self) -> str | None:

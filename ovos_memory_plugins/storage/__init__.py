@@ -28,6 +28,7 @@ from ..errors import ConfigError, StorageError
 from .policy import WindowPolicy
 from .postgres import is_postgres_url
 from .readonly import is_read_only, read_only
+from .sharing import WHOLE_FILE, StoreClaim
 
 __all__ = [
     "after_commit",
@@ -36,6 +37,7 @@ __all__ = [
     "open_database_at",
     "open_record_store",
     "open_window_store",
+    "store_claim",
     "read_only",
     "RecordStore",
     "release_database",
@@ -133,6 +135,14 @@ def store_location(db_path: str | None, db_url: str | None, backend: str | None)
     if backend == "postgres":
         raise ConfigError(_NEEDS_URL)
     return db_path, backend
+
+
+def store_claim(location: str | None, kind: str, part: str) -> StoreClaim | None:
+    """What a memory writes of the store at ``location`` (``kind`` as :func:`backend_for` says):
+    the tables ``part`` names, or the whole file for JSON; None for a store in RAM, its own."""
+    if kind == "memory" or is_memory_path(location):
+        return None
+    return StoreClaim(str(location), WHOLE_FILE if kind == "json" else part)
 
 
 def open_database_at(location: str) -> Any:

@@ -3,14 +3,21 @@
 Stores of several backends often point at the same file or server (the composite's members, a
 retriever and its vector store). Sharing one handle gives them one connection, one lock and one
 transaction, and closing happens when the last of them lets go.
+
+Sharing a file is not sharing its tables: :class:`StoreClaim` names the part of a store a memory
+writes, so two memories that would write the same rows (two keyword memories on one file and
+table) are told apart from two that merely share the file.
 """
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
-__all__ = ["Closable", "SharedHandles"]
+__all__ = ["Closable", "SharedHandles", "StoreClaim", "WHOLE_FILE"]
+
+#: The part a memory claims of a file it writes whole (a JSON store).
+WHOLE_FILE = "*"
 
 
 class Closable(Protocol):
@@ -58,3 +65,21 @@ class SharedHandles(Generic[Handle]):
         """The open handles (a snapshot), for tools that inspect every store of the process."""
         with self._lock:
             return iter([handle for handle, _refs in self._handles.values()])
+
+
+class StoreClaim(NamedTuple):
+    """The part of a store a memory writes: the store's location (a resolved file or a redacted
+    PostgreSQL URL) and its tables (their name or prefix; :data:`WHOLE_FILE` for a file written whole).
+
+    >>> StoreClaim("/d/m.db", "lexical_memory").overlaps(StoreClaim("/d/m.db", "local_rag"))
+    False
+    >>> StoreClaim("/d/m.json", WHOLE_FILE).overlaps(StoreClaim("/d/m.json", "window"))
+    True
+    """
+
+    location: str
+    part: str
+
+    def overlaps(self, other: StoreClaim | None) -> bool:
+        return other is not None and self.location == other.location and (
+            self.part == other.part or WHOLE_FILE in (self.part, other.part))

@@ -313,7 +313,7 @@ BAD_CONFIGS = [
     ("ovos-memory-plugin-redis", {"url": "http://localhost:6379"}, "url"),
     ("ovos-memory-plugin-recency", {"max_history": 10**30}, "max_history"),
     *[("ovos-memory-plugin-composite", {"members": [{"module": "ovos-memory-plugin-lexical", "weight": weight}]},
-       "members[0].weight") for weight in (float("nan"), float("inf"), -5, "1")],
+       "members[0].weight") for weight in (float("nan"), float("inf"), -5, "1", 1e308)],
     ("ovos-memory-plugin-composite", {"members": [{"module": "ovos-memory-plugin-lexical", "config": [1]}]},
      "members[0].config"),
 ]
