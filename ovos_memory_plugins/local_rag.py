@@ -33,6 +33,7 @@ whose embedder no longer owns the collection (another one claimed it) stops usin
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -372,6 +373,12 @@ class LocalRAGMemory(BaseRetrievalMemory):
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for background indexing; False if it timed out or a plugin is unavailable."""
+        if not self._claimed and not self._closed and self._embedding_slot.ready():
+            # The collection is claimed for this embedder at its first use, which may mark every
+            # document for re-embedding (another model's vectors): a flush right after start must
+            # wait for that too, not report done before anything was marked.
+            with contextlib.suppress(EmbeddingsError):
+                self._vectors()
         return super().flush(timeout) and (self._docs.count_pending() == 0 or self._plugins_ready())
 
     # -- plugins ---------------------------------------------------------------------------

@@ -379,6 +379,18 @@ def test_changing_the_embedder_re_embeds_every_document(memories):
     assert [h.source for h in new.search("dog Rex", "s")] == ["s_0"]
 
 
+def test_a_flush_right_after_start_waits_for_the_re_embedding_a_new_embedder_needs(memories):
+    old = memories(embedder=FakeEmbedder({"dim": 64}))
+    old.update_history(exchange("my dog Rex", "ok"), "s")
+    assert old.flush(patience(30))
+    old.close()
+    new = memories(embedder=FakeEmbedder({"dim": 32}))
+    assert new.flush(patience(30))  # its first call: nothing searched before it
+    assert new.index_backlog() == 0
+    hits = new.search("dog Rex", "s")
+    assert [h.source for h in hits] == ["s_0"] and not hits[0].metadata.get("pending")
+
+
 class _Crash(BaseException):
     """The process dies here (not an Exception: nothing may swallow it)."""
 

@@ -430,3 +430,81 @@ def test_an_import_into_a_memory_no_session_reads_is_refused_naming_it(tmp_path,
         assert memory.sessions() == []
         memory.import_session(alice)
         assert "my locker code is 4242" in contents(memory, "kitchen")
+
+
+# -- keys listed after people changed: each is the memory it names ------------------------------
+def _cli_of(config):
+    return ["--module", "ovos-memory-plugin-recency", "--config", json.dumps(config)]
+
+
+def test_a_removed_persons_key_is_their_memory_never_the_one_a_pattern_now_claims(tmp_path, capsys):
+    from ovos_memory_plugins._memory.people import inside
+
+    config = {"db_path": str(tmp_path / "w.db"), "scope": "person"}
+    with RecencyMemory({**config, "people": {"alice": ["alice-*"], "bob": ["bob-*"]}}) as memory:
+        tell(memory, "alice-phone", "my diary word is hummingbird")
+        tell(memory, "bob-phone", "my secret word is lemonade")
+        bob = memory.export_person("bob")
+    everyone = {**config, "people": {"alice": ["*"]}}  # bob left; alice's pattern matches any id
+    with RecencyMemory(everyone) as memory:
+        assert memory.memory_key("person:bob") == "person:bob"
+        with inside():
+            assert "lemonade" in json.dumps(memory.export("person:bob"))
+            assert "hummingbird" not in json.dumps(memory.export("person:bob"))
+        with pytest.raises(ValueError, match="no session of 'people' reads it"):
+            memory.import_session(bob)  # not into alice's memory
+    assert main(["export", "person:bob", *_cli_of(everyone)]) == 0
+    assert "lemonade" in capsys.readouterr().out
+    assert main(["forget", "person:bob", *_cli_of(everyone)]) == 0
+    with RecencyMemory(everyone) as memory:
+        assert memory.sessions() == ["person:alice"]
+        assert contents(memory, "anything")[0] == "my diary word is hummingbird"
+
+
+def test_a_device_listed_under_its_own_id_is_shown_exported_and_forgotten_as_itself(tmp_path, capsys):
+    config = {"db_path": str(tmp_path / "w.db"), "scope": "person"}
+    with RecencyMemory({**config, "people": {"alice": ["alice-*"]}}) as memory:
+        tell(memory, "alice-phone", "my locker code is 4242")
+        tell(memory, "kitchen", "the oven is broken")  # a guest, then
+    claimed = _cli_of({**config, "people": {"alice": ["alice-*", "kitchen"]}})
+    # A command that only reads moves nothing: the kitchen is still listed apart, and is itself.
+    assert main(["sessions", *claimed]) == 0
+    assert capsys.readouterr().out.split() == ["kitchen", "person:alice"]
+    assert main(["export", "kitchen", *claimed]) == 0
+    kitchen = capsys.readouterr().out
+    assert "oven" in kitchen and "4242" not in kitchen
+    assert main(["export", "--all", *claimed]) == 0
+    sessions = {s["session_id"]: json.dumps(s) for s in json.loads(capsys.readouterr().out)["sessions"]}
+    assert "oven" in sessions["kitchen"] and "4242" not in sessions["kitchen"] and "4242" in sessions["person:alice"]
+    assert main(["forget", "kitchen", *claimed]) == 0  # the kitchen's own copy, not alice
+    with RecencyMemory({**config, "people": {"alice": ["alice-*"]}}) as memory:
+        assert memory.sessions() == ["person:alice"]
+        assert contents(memory, "alice-phone")[0] == "my locker code is 4242"
+
+
+def test_a_session_two_peoples_patterns_claim_stays_apart_said_once_and_the_others_move(tmp_path, monkeypatch):
+    from ovos_memory_plugins._core import log as _log
+
+    errors: list[str] = []
+    monkeypatch.setattr(_log.LOG, "error", lambda msg, *a: errors.append(str(msg)))
+    config = {"db_path": str(tmp_path / "w.db"), "scope": "person"}
+    with RecencyMemory({**config, "people": {"alice": ["alice-*"]}}) as memory:
+        tell(memory, "bob-kitchen", "bob was here")
+        tell(memory, "zed-kitchen", "zed's turn")
+    overlapping = {**config, "people": {"alice": ["*-kitchen", "alice-*"], "bob": ["bob-*"]}}
+    with RecencyMemory(overlapping) as memory:
+        for _ in range(3):
+            assert contents(memory, "alice-phone") == ["zed's turn", "I will remember that."]
+            memory._adopt_moved_sessions(again=True)  # as the page does before each answer
+        assert memory.sessions() == ["bob-kitchen", "person:alice"]
+    claimed = [e for e in errors if "'bob-kitchen'" in e]
+    assert len(claimed) == 1 and "claimed by both" in claimed[0]
+
+
+def test_switching_the_household_on_moves_each_persons_memory_into_it(tmp_path):
+    config = {"db_path": str(tmp_path / "w.db"), **PERSON}
+    with RecencyMemory(config) as memory:
+        tell(memory, "kitchen", "my diary word is hummingbird")
+    with RecencyMemory({**config, "household": True}) as memory:
+        assert contents(memory, "bob-phone")[0] == "my diary word is hummingbird"
+        assert memory.sessions() == ["household:"]

@@ -83,7 +83,7 @@ PUBLIC = {
     "short_term": ["BasicShortTermMemory", "LiveHistory", "SessionHistoryView", "ShortTermConfig"],
     "storage": [
         "after_commit", "backend_for", "BACKENDS", "open_database_at", "open_record_store", "open_window_store",
-        "read_only", "RecordStore", "release_database", "store_location", "WindowPolicy", "WindowStore"
+        "read_only", "RecordStore", "release_database", "store_claim", "store_location", "WindowPolicy", "WindowStore"
     ],
     "storage.documents": [
         "Document", "DocumentLog", "exchange_positions", "exchange_texts", "format_exchange", "past_exchanges",
@@ -105,7 +105,7 @@ PUBLIC = {
     "storage.readonly": ["check_migrated", "connect_read_only", "is_read_only", "read_only", "StoreReadOnly"],
     "storage.records": ["as_record", "CheckedRecords", "MalformedRecord", "shape_problem", "SqliteRecordStore"],
     "storage.retrieval": ["IndexOwner", "RetrievalStore"],
-    "storage.sharing": ["Closable", "SharedHandles"],
+    "storage.sharing": ["Closable", "SharedHandles", "StoreClaim", "WHOLE_FILE"],
     "storage.sqlite": [
         "connect", "Database", "map_sqlite_errors", "open_database", "storage_error", "StoreDamaged", "StoreReplaced"
     ],

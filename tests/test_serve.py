@@ -467,3 +467,28 @@ def test_the_host_header_is_read_strictly(header, name):
     from ovos_memory_plugins._serve.app import host_name
 
     assert host_name(header) == name
+
+
+def test_the_page_moves_what_a_persona_with_the_old_people_wrote_since_and_acts_on_a_listed_key_as_itself(tmp_path):
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    def say(memory, sid, text):
+        memory.update_history([AgentMessage(MessageRole.USER, text), AgentMessage(MessageRole.ASSISTANT, "ok")], sid)
+
+    config = {"db_path": str(tmp_path / "w.db"), "scope": "person"}
+    old = {**config, "people": {"alice": ["alice-*"]}}
+    new = {**config, "people": {"alice": ["alice-*", "kitchen", "*-kitchen"], "bob": ["bob-*"]}}
+    with RecencyMemory(new) as page, RecencyMemory(old) as persona:
+        say(persona, "alice-phone", "my locker code is 4242")
+        assert views.as_listed(page, views.session_ids, page) == ["person:alice"]
+        say(persona, "kitchen", "the oven is broken")  # written after the page's first move
+        assert views.as_listed(page, views.session_ids, page) == ["person:alice"]
+        alice = views.as_listed(page, views.session_view, page, "person:alice")["window"]
+        assert "the oven is broken" in [m["content"] for m in alice]
+        say(persona, "bob-kitchen", "bob was here")  # both people's patterns claim it: it stays apart
+        assert views.as_listed(page, views.session_ids, page) == ["bob-kitchen", "person:alice"]
+        view = views.as_listed(page, views.session_view, page, "bob-kitchen")["window"]
+        assert [m["content"] for m in view] == ["bob was here", "ok"]
+        views.as_listed(page, views.forget_session, page, "bob-kitchen")  # its own memory, never alice's
+        assert views.as_listed(page, views.session_ids, page) == ["person:alice"]
+        assert "my locker code is 4242" in [m.content for m in page.get_history("alice-phone")]

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._memory.people import PERSON_PREFIX, inside
+from .._memory.people import PERSON_PREFIX, inside, unmapped
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
 from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, private_stdout
@@ -95,12 +95,18 @@ def _sessions(memory: Any) -> list[str] | None:
     return list(fn()) if callable(fn) else None
 
 
-def _require_session(memory: Any, session_id: str) -> None:
+def _stored_key(memory: Any, session_id: str) -> str:
+    """The key the stores hold ``session_id``'s memory under (use it inside ``unmapped()``): the id
+    itself when ``sessions`` lists it (a session stored under its own id is its own, even once its
+    person's patterns claim it), else its person's key (``show kitchen`` shows Alice's memory)."""
     known = _sessions(memory)
+    if known is not None and session_id in known:
+        return session_id
     key = memory.memory_key(session_id) if callable(getattr(memory, "memory_key", None)) else session_id
     if known is not None and key not in known:
         name = getattr(memory, "plugin_name", type(memory).__name__)
         raise CLIError(f"no session {session_id!r} in {name} (see 'ovos-memory sessions')", EXIT_NO_SESSION)
+    return key
 
 
 def _short(text: str, width: int = 160) -> str:
@@ -125,17 +131,19 @@ def cmd_show(args: argparse.Namespace, ui: UI) -> int:
     from rich.table import Table
 
     with _backend(args, read_only=True) as memory:
-        _require_session(memory, args.session)
+        key = _stored_key(memory, args.session)
         table = Table(title=f"session {args.session!r}: verbatim window", show_lines=False)
         table.add_column("role", style="bold")
         table.add_column("content")
         from ..messages import role_of
 
-        for msg in memory.get_history(args.session):
+        with unmapped():
+            history = memory.get_history(key)
+            data = memory.export(key) if callable(getattr(memory, "export", None)) else {}
+        for msg in history:
             table.add_row(role_of(msg), Text(msg.content))
         private_stdout()  # a conversation: a file it is redirected to is private
         ui.out.print(table)
-        data = memory.export(args.session) if callable(getattr(memory, "export", None)) else {}
         for label, value in _highlights(data):
             ui.out.print(f"[bold]{escape(label)}[/bold]\n{escape(value)}")
     return 0
@@ -162,9 +170,9 @@ def cmd_search(args: argparse.Namespace, ui: UI) -> int:
         if not callable(getattr(memory, "search", None)):
             raise CLIError(f"{getattr(memory, 'plugin_name', type(memory).__name__)} does not search "
                            "(it is not a retriever); try lexical, local-rag or composite")
-        if args.session:
-            _require_session(memory, args.session)
-        hits = memory.search(args.query, args.session, top_k=args.k)
+        key = _stored_key(memory, args.session) if args.session else None
+        with unmapped():
+            hits = memory.search(args.query, key, top_k=args.k)
         table = Table(title=f"{len(hits)} hit(s) for {args.query!r}")
         for col in ("#", "score", "session", "from", "content"):
             table.add_column(col)
@@ -197,15 +205,16 @@ def _target(memory: Any, args: argparse.Namespace) -> tuple[str, str]:
         return memory.memory_key(PERSON_PREFIX + args.person), f"person {args.person!r}"
     if not args.session:
         raise CLIError(f"{args.command} needs a SESSION or --person (or --all)")
-    _require_session(memory, args.session)
-    person = _person_of(memory, memory.memory_key(args.session)) if hasattr(memory, "memory_key") else ""
-    return args.session, f"session {args.session!r}" + (f" (person {person!r})" if person else "")
+    key = _stored_key(memory, args.session)
+    person = _person_of(memory, key)
+    return key, f"session {args.session!r}" + (f" (person {person!r})" if person else "")
 
 
 def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
     with _backend(args) as memory:
         session, what = _target(memory, args)
-        counts = memory.forget(session)
+        with unmapped():
+            counts = memory.forget(session)
         lines = [f"forgot {what}: {count_items(counts)} item(s) deleted"]
         for key, value in (counts or {}).items():
             if isinstance(value, Mapping):
@@ -222,10 +231,13 @@ def cmd_export(args: argparse.Namespace, ui: UI) -> int:
         raise CLIError(f"export takes a SESSION or --all, not both (got --all and {args.session!r})")
     with _backend(args, read_only=True) as memory:
         if args.all:
-            data: dict[str, Any] = {"plugin": getattr(memory, "plugin_name", ""),
-                                    "sessions": [memory.export(s) for s in (_sessions(memory) or [])]}
+            with unmapped():
+                data: dict[str, Any] = {"plugin": getattr(memory, "plugin_name", ""),
+                                        "sessions": [memory.export(s) for s in (_sessions(memory) or [])]}
         else:
-            data = memory.export(_target(memory, args)[0])
+            key = _target(memory, args)[0]
+            with unmapped():
+                data = memory.export(key)
         ui.write_private(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
     return 0
 
@@ -424,10 +436,11 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
         found = _sessions(memory) or []
         rows: list[tuple[str, dict[str, int]]] = []
         shared = False
-        for sid in found[: args.limit]:
-            data = memory.export(sid) if callable(getattr(memory, "export", None)) else {}
-            rows.append((sid, {"window": len(memory.get_history(sid)), **_tally(data)}))
-            shared = shared or _shares_facts(data)
+        with unmapped():  # each as listed
+            for sid in found[: args.limit]:
+                data = memory.export(sid) if callable(getattr(memory, "export", None)) else {}
+                rows.append((sid, {"window": len(memory.get_history(sid)), **_tally(data)}))
+                shared = shared or _shares_facts(data)
         columns = list(dict.fromkeys(["window", *(c for _, counts in rows for c in counts)]))  # what it keeps
         people = [sid for sid in found if _person_of(memory, sid)]
         title = f"{getattr(memory, 'plugin_name', type(memory).__name__)}: {len(found)} session(s)"

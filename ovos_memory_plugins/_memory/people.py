@@ -75,16 +75,30 @@ class People:
 
     def memory_key(self, session_id: str, from_caller: bool) -> str:
         """The key ``session_id`` is stored under. A key this mapping made maps to itself (a
-        composite passes its members the key); from a caller, a reserved prefix is refused."""
+        composite passes its members the key), a person's to the household's when the people
+        share one; from a caller, a reserved prefix is refused. A person's key is never matched
+        against the patterns: ``person:bob`` of a person no longer in ``people`` is bob's memory,
+        not that of whoever's pattern ``*`` would claim it."""
         if is_memory_key(session_id):
-            name = session_id.removeprefix(PERSON_PREFIX)
-            if not from_caller and (session_id == HOUSEHOLD_KEY or name in self.owners):
-                return HOUSEHOLD_KEY if self.household else session_id
             if from_caller:
                 raise ValueError(f"session_id {session_id!r} starts with a prefix reserved for the memories of "
                                  f"people ({', '.join(_RESERVED)}); choose another session id")
+            return self.household_key(session_id) or session_id
         person = self.person_of(session_id)
         return session_id if person is None else self.key_of(person)
+
+    def household_key(self, key: str) -> str | None:
+        """``household:`` for the key of a person in ``people`` when they share one memory, else None."""
+        name = key.removeprefix(PERSON_PREFIX)
+        return HOUSEHOLD_KEY if self.household and key != name and name in self.owners else None
+
+    def new_key(self, stored: str) -> str | None:
+        """Where what is stored under ``stored`` belongs now that ``people`` may have changed: its
+        person's (or the household's) key, None where it is. ConfigError: two people claim it."""
+        if is_memory_key(stored):
+            return self.household_key(stored)
+        person = self.person_of(stored)
+        return None if person is None else self.key_of(person)
 
     def refuse_unowned(self, key: Any) -> None:
         """An import must not create a memory no session reads: a person's key (``person:bob``)

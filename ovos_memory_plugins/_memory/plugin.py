@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .._core.compat import AgentContextManager, AgentMessage
-from .._core.log import LOG
+from .._core.log import LOG, LogOnce
 from .._core.paths import check_store_path, is_memory_path, resolve_path
 from ..config import parse_config, replace_setting, setting_names
 from ..errors import ConfigError, MemoryClosed, MemoryPluginError
 from ..messages import check_session_id, coerce_messages
-from .people import People, inside, is_memory_key, keyed, parse_people, unmapped
+from .people import People, inside, keyed, parse_people, unmapped
 
 __all__ = ["MemoryPlugin", "store_path_problems"]
 
@@ -88,6 +88,7 @@ class MemoryPlugin(AgentContextManager):
         self._closed = False
         self._people = self._people_of(self.settings)
         self._adoption = threading.Lock()
+        self._adoption_log = LogOnce()  # a move that cannot happen is said once, not on every call
         self._adopted = self._people is None
 
     def _people_of(self, settings: Any) -> People | None:
@@ -189,33 +190,42 @@ class MemoryPlugin(AgentContextManager):
         except ConfigError as exc:
             raise ConfigError(f"{self.plugin_name}: {exc}") from exc
 
-    def _adopt_moved_sessions(self) -> None:
-        """Once per instance: what a session stored under its own id before it became a person's
-        (``people`` changed) moves into the person's memory, so a change of ``people`` loses nothing.
+    def _adopt_moved_sessions(self, again: bool = False) -> None:
+        """Once per instance (``again``: once more, for a long-lived tool another process writes
+        beside): what a session stored under its own id before it became a person's (``people``
+        changed) moves into the person's memory, and a person's into the household's when the
+        people share one, so a change of ``people`` loses nothing.
 
         Each moved session is exported, imported into the person's key (imports skip what is
         already there, so a second process doing the same adds nothing) and only then forgotten.
         """
-        if self._adopted or _storage_read_only():  # a command that only looks moves nothing
-            return
+        if (self._adopted and not again) or self._people is None or _storage_read_only():
+            return  # a command that only looks moves nothing
         with self._adoption:
-            if self._adopted:
+            if self._adopted and not again:
                 return
             self._adopted = True  # first: the moves below call keyed methods, which land here
             try:
                 self._move_sessions_of_people()
             except MemoryPluginError as exc:  # the store is down: the turn goes on, the move waits
                 self._adopted = False
-                LOG.warning(f"{self.plugin_name}: cannot move the sessions that now belong to people yet ({exc}); "
-                            "trying again on the next call")
+                self._adoption_log.warning("move", "%s: cannot move the sessions that now belong to people yet (%s); "
+                                           "trying again on the next call", self.plugin_name, exc)
+            else:
+                self._adoption_log.clear("move")
 
     def _move_sessions_of_people(self) -> None:
         people = self._people
         assert people is not None
         for session_id in self.sessions():
-            person = None if is_memory_key(session_id) else people.person_of(session_id)
-            if person is not None:
-                self._move(session_id, people.key_of(person))
+            try:
+                key = people.new_key(session_id)
+            except ConfigError as exc:  # two people's patterns claim it: it stays, the others move
+                self._adoption_log.error(f"claimed:{session_id}", "%s: %s; its memory stays under %r",
+                                         self.plugin_name, exc, session_id)
+                continue
+            if key is not None:
+                self._move(session_id, key)
 
     def _move(self, session_id: str, key: str) -> None:
         with unmapped():  # the session's own copy, under its own id

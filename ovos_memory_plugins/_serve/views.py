@@ -16,12 +16,12 @@ from typing import Any
 
 from .._cli.output import count_items
 from .._llm.summaries.fold import parse_summary
-from .._memory.people import inside
+from .._memory.people import inside, unmapped
 from ..messages import role_of
 
-__all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "as_listed", "backlog", "export_person", "export_session",
-           "forget_exchange", "forget_fact", "forget_person", "forget_session", "import_sessions", "memory_info",
-           "people", "person_view", "search", "session_ids", "session_view"]
+__all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "as_imported", "as_listed", "backlog", "export_person",
+           "export_session", "forget_exchange", "forget_fact", "forget_person", "forget_session", "import_sessions",
+           "memory_info", "people", "person_view", "search", "session_ids", "session_view"]
 
 #: all: what the memory recalls (fused, for a composite); keyword / meaning: its keyword or
 #: semantic retrievers alone.
@@ -74,16 +74,31 @@ def backlog(memory: Any) -> int | None:
 
 
 def as_listed(memory: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` (a view of ``memory``) as the package calls its memories: the keys the page lists
-    (``person:alice``) pass as they are. First, in person scope, the sessions that became a
-    person's since they stored something (``people`` changed) move into the person's memory, so
-    the page never lists a device's leftover as a session of its own, whose forget would reach
-    the whole person."""
-    with inside():
-        adopt = getattr(memory, "_adopt_moved_sessions", None)
-        if callable(adopt):
-            adopt()
+    """``fn(*args)`` (a view of ``memory``) on the keys the page lists, which reach the stores as
+    they are: ``person:alice`` is Alice's memory, and a session listed under its own id is that
+    session's, never its person's (a forget there must not reach the whole person). First, in
+    person scope, the sessions that became a person's since they stored something (``people``
+    changed, or a persona still running with the old ``people`` wrote since) move into the
+    person's memory, so the page lists them apart as rarely as possible."""
+    _adopt(memory)
+    with unmapped():
         return fn(*args)
+
+
+def as_imported(memory: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` (an import into ``memory``) as the package's own calls: an export imported
+    without a session id goes where its session id reads now (a device's export into its person's
+    memory), and ``person:alice`` is accepted as a key."""
+    _adopt(memory)
+    with inside():
+        return fn(*args)
+
+
+def _adopt(memory: Any) -> None:
+    adopt = getattr(memory, "_adopt_moved_sessions", None)
+    if callable(adopt):
+        with inside():
+            adopt(again=True)
 
 
 # -- sessions ----------------------------------------------------------------------------------
