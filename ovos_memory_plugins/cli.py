@@ -44,6 +44,26 @@ __all__ = ["build_parser", "CLIError", "main"]
 
 
 # -- parser ------------------------------------------------------------------------------------
+def _number(kind: type, minimum: float, maximum: float | None = None, exclusive: bool = False) -> Any:
+    """An argparse type: a ``kind`` number from ``minimum`` (above it when ``exclusive``) to
+    ``maximum``; anything else is a usage error (exit 2) naming the range, never a value wrapped
+    or clamped into one (``--port 70000`` is not port 4464)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        low_ok = value > minimum if exclusive else value >= minimum
+        if not (low_ok and (maximum is None or value <= maximum)):  # NaN fails both
+            bounds = f"above {minimum:g}" if exclusive else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: it must be {bounds}"
+                                             + (f" and at most {maximum:g}" if maximum is not None else ""))
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its message
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ovos-memory", description="See, try and manage what an OVOS persona "
                                                                      "remembers.")
@@ -72,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     persona = argparse.ArgumentParser(add_help=False)
     persona.add_argument("--persona", metavar="FILE.json", required=True, help="persona JSON file")
     persona.add_argument("--session", default="default", help="session id (default: %(default)s)")
-    persona.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
+    persona.add_argument("--timeout", type=_number(float, 0, exclusive=True), default=60.0,
+                         help="seconds per request (default: %(default)s)")
 
     p = sub.add_parser("demo", help="scripted multi-session conversation on the embedded defaults (offline)")
     p.add_argument("--data-dir", help="keep the demo's memory files here (default: a temporary folder)")
@@ -95,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", parents=[backend], help="what the memory would recall for a query")
     p.add_argument("query")
     p.add_argument("--session", help="only this session (as the memory's scope allows)")
-    p.add_argument("-k", type=int, default=5, help="hits (default: %(default)s)")
+    p.add_argument("-k", type=_number(int, 1, 100), default=5, help="hits, 1 to 100 (default: %(default)s)")
     p.set_defaults(func=cmd_search)
     p = sub.add_parser("forget", parents=[backend], help="delete everything of a session (of its person in "
                        "scope person), report what")
@@ -119,18 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", parents=[backend],
                        help="bring the index up to date (every document is embedded again after an embedder change), "
                             "with a progress bar")
-    p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (default: never)")
+    p.add_argument("--timeout", type=_number(float, 0, exclusive=True), default=None,
+                   help="give up after this many seconds (default: never)")
     p.set_defaults(func=cmd_index)
     p = sub.add_parser("serve", parents=[backend], help="a web page and JSON API to see, search, export and forget "
                                                         "what the memory keeps")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default: %(default)s, this computer only; any other needs --token)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default: %(default)s; 0: any free one)")
+    p.add_argument("--port", type=_number(int, 0, 65535), default=DEFAULT_PORT,
+                   help="port (default: %(default)s; 0: any free one)")
     p.add_argument("--token", help=f"every API request must carry 'Authorization: Bearer TOKEN'; the page asks for it "
                                    f"(or set {TOKEN_ENV}: a command line is visible to other users)")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("stats", parents=[backend], help="sessions and what each holds")
-    p.add_argument("--limit", type=int, default=50, help="sessions listed (default: %(default)s)")
+    p.add_argument("--limit", type=_number(int, 1), default=50, help="sessions listed (default: %(default)s)")
     p.set_defaults(func=cmd_stats)
     p = sub.add_parser("check-config", help="validate a persona file (or a block with --module); strict")
     p.add_argument("file", metavar="FILE.json")

@@ -292,8 +292,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """True (logged, and reported by ``degraded()``) when ``memory`` would write the rows an
         earlier member writes: every exchange would be stored twice, and forget would race itself."""
         claim = getattr(memory, "store_claim", None)
-        earlier = next((m for m in members
-                        if claim is not None and claim.overlaps(getattr(m.memory, "store_claim", None))), None)
+        if claim is None:  # in RAM, or a third-party memory that does not say
+            return False
+        earlier = next((m for m in members if claim.overlaps(getattr(m.memory, "store_claim", None))), None)
         if earlier is None:
             return False
         self._member_log.error(f"shared:{module}", "%s: member %r would write the store of member %r (%s); skipped: "

@@ -429,7 +429,7 @@ def test_check_config_of_a_bare_block_with_module(tmp_path, capsys):
     assert "'max_history' must be int" in capsys.readouterr().err
 
 
-def test_check_config_finds_what_construction_would_refuse_and_notes_a_misspelt_block(tmp_path, capsys):
+def test_check_config_finds_what_construction_would_refuse_and_a_misspelt_block_or_memory_module(tmp_path, capsys):
     block = tmp_path / "b.json"
     block.write_text(json.dumps({"db_url": "mysql://x"}))
     assert main(["check-config", str(block), "--module", "ovos-memory-plugin-lexical"]) == 2
@@ -437,10 +437,18 @@ def test_check_config_finds_what_construction_would_refuse_and_notes_a_misspelt_
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-lexical",
                                 "ovos-memory-plugin-lexicl": {"db_path": str(tmp_path / "mine.db")}}))
-    assert main(["check-config", str(path)]) == 0
-    assert ("the 'ovos-memory-plugin-lexicl' block configures nothing (memory_module is "
+    assert main(["check-config", str(path)]) == 2  # its settings would be silently ignored
+    assert ("error: the 'ovos-memory-plugin-lexicl' block configures nothing (memory_module is "
             "'ovos-memory-plugin-lexical'); did you mean 'ovos-memory-plugin-lexical'?") in \
         " ".join(capsys.readouterr().err.split())
+    kept = {"handlers": ["h"], "memory_module": "ovos-memory-plugin-lexical", "ovos-memory-plugin-recency": {}}
+    path.write_text(json.dumps(kept))  # a block kept for another installed memory: a note
+    assert main(["check-config", str(path)]) == 0
+    noted = " ".join(capsys.readouterr().err.split())
+    assert "note: the 'ovos-memory-plugin-recency' block configures nothing" in noted
+    path.write_text(json.dumps({"handlers": ["h"], "memory_modul": "ovos-memory-plugin-lexical"}))
+    assert main(["check-config", str(path)]) == 2
+    assert "unknown persona key 'memory_modul'; did you mean 'memory_module'?" in capsys.readouterr().err
 
 
 # -- persona wiring (as ovos-persona loads its memory) ----------------------------------------------------
@@ -877,3 +885,26 @@ def test_version_prints_the_package_version(capsys):
         main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"ovos-memory {__version__}"
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["serve", "--port", "70000"], "--port"),
+    (["serve", "--port", "-1"], "--port"),
+    (["stats", "--limit", "-1"], "--limit"),
+    (["stats", "--limit", "0"], "--limit"),
+    (["search", "x", "-k", "0"], "-k"),
+    (["search", "x", "-k", "101"], "-k"),
+    (["index", "--timeout", "-1"], "--timeout"),
+    (["index", "--timeout", "nan"], "--timeout"),
+    (["ask", "q", "--persona", "p.json", "--timeout", "0"], "--timeout"),
+])
+def test_a_number_out_of_range_is_a_usage_error_naming_the_option_never_wrapped_or_clamped(args, named, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main([*args, "--module", "ovos-memory-plugin-recency"] if args[0] != "ask" else args)
+    assert stopped.value.code == 2
+    assert f"argument {named}" in capsys.readouterr().err
+
+
+def test_an_inline_config_that_is_a_list_is_refused_as_a_list(capsys):
+    assert main(["stats", "--module", "ovos-memory-plugin-recency", "--config", "[1, 2]"]) == 2
+    assert "--config must be a JSON object" in capsys.readouterr().err

@@ -147,7 +147,9 @@ def test_members_that_are_missing_broken_or_the_composite_itself_are_skipped(tmp
      {"module": "ovos-memory-plugin-short-term", "config": {"db_path": "w.db"}}],
     [{"module": "ovos-memory-plugin-entity", "config": {"db_path": "f.json", "api_url": None}},
      {"module": "ovos-memory-plugin-longterm", "config": {"db_path": "f.json", "api_url": None}}],
-], ids=["defaults", "one file", "one window table", "one json file"])
+    [{"module": "ovos-memory-plugin-lexical", "config": {"db_path": "same.db", "table": "lexical_memory"}},
+     {"module": "ovos-memory-plugin-lexical", "config": {"db_path": "same.db", "table": "LEXICAL_Memory"}}],
+], ids=["defaults", "one file", "one window table", "one json file", "table names differing in case"])
 def test_a_second_member_writing_the_store_of_another_is_skipped_and_reported(tmp_path, monkeypatch, members):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     memory = CompositeMemory({"members": members})

@@ -143,12 +143,12 @@ def test_a_corrupt_json_file_is_quarantined_not_overwritten(tmp_path):
 def test_a_corrupt_sqlite_file_is_quarantined_with_its_journal_never_over_an_earlier_one(tmp_path):
     path = tmp_path / "store.db"
     for round_ in range(2):
-        path.write_bytes(b"this is not a database" * 100)
+        path.write_bytes(b"\x00this is not a database" * 100)
         (tmp_path / "store.db-wal").write_bytes(b"journal %d" % round_)
         db = Database(str(path))
         db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
         db.close()
-    assert (tmp_path / "store.db.corrupt").read_bytes() == b"this is not a database" * 100
+    assert (tmp_path / "store.db.corrupt").read_bytes() == b"\x00this is not a database" * 100
     assert (tmp_path / "store.db.corrupt-wal").read_bytes() == b"journal 0"
     later = [p for p in os.listdir(tmp_path) if p.startswith("store.db.corrupt-") and not p.endswith(("-wal", "-shm"))]
     assert len(later) == 1 and (tmp_path / (later[0] + "-wal")).read_bytes() == b"journal 1"
@@ -163,7 +163,7 @@ def test_a_forget_names_the_damaged_copies_it_cannot_reach_and_keeps_them(tmp_pa
     from ovos_memory_plugins.testing import closed_port_url
 
     path = tmp_path / name
-    path.write_bytes(b"my secret, damaged" * 100)  # set aside at construction: it holds the old store
+    path.write_bytes(b"\x00my secret, damaged" * 100)  # set aside at construction: it holds the old store
     memory = (LexicalMemory({"db_path": str(path)}) if module == "lexical"
               else EntityMemory({"db_path": str(path), "api_url": closed_port_url()}))
     memory.update_history([AgentMessage(role=MessageRole.USER, content="my name is Ana"),
@@ -175,7 +175,7 @@ def test_a_forget_names_the_damaged_copies_it_cannot_reach_and_keeps_them(tmp_pa
     copy = str(tmp_path / (name + ".corrupt"))
     assert paths.set_aside_copies(str(path)) == [copy]
     assert len(warned) == 1 and copy in warned[0] and "may still hold" in warned[0]
-    assert (tmp_path / (name + ".corrupt")).read_bytes() == b"my secret, damaged" * 100  # the user's to recover
+    assert (tmp_path / (name + ".corrupt")).read_bytes() == b"\x00my secret, damaged" * 100  # the user's to recover
     memory.close()
 
 
@@ -212,10 +212,10 @@ def test_quarantine_takes_a_new_name_while_any_earlier_copy_holds_one(tmp_path):
     path = str(tmp_path / "f")
     targets = []
     for n in range(3):
-        (tmp_path / "f").write_text(str(n))
+        (tmp_path / "f").write_bytes(b"\x00%d" % n)  # damage (text would be someone's file, refused)
         targets.append(quarantine_file(path))
     assert targets[0] == path + ".corrupt" and len(set(targets)) == 3
-    assert [Path(t).read_text() for t in targets] == ["0", "1", "2"] and not os.path.exists(path)
+    assert [Path(t).read_bytes() for t in targets] == [b"\x000", b"\x001", b"\x002"] and not os.path.exists(path)
 
 
 def test_json_writes_leave_no_temp_files(tmp_path):

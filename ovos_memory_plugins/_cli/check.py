@@ -7,6 +7,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..storage.windows import safe_table_name
 from .commands import read_json
 from .output import EXIT_INPUT, UI, CLIError, Text, escape
 from .persona import memory_class, parse_persona, persona_endpoint
@@ -30,7 +31,9 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
             notes.append(f"no OpenAI-compatible handler in {list(persona.handlers)}: 'ovos-memory chat' cannot use it")
         elif module and not found[1].get("allow_system_prompts"):
             notes.append(f"'{found[0]}' has allow_system_prompts off: memory injected as system messages is dropped")
-        notes += _unused_memory_blocks(data, module)
+        unused = _unused_memory_blocks(data, module)
+        notes += [why for why, installed in unused if installed]
+        problems += [why for why, installed in unused if not installed] + _misspelt_memory_module(data)
     elif args.module:
         module, block = args.module, data
         if not isinstance(block, Mapping):
@@ -141,7 +144,8 @@ _STORE_KEYS = ("db_path", "db_url", "backend", "table", "collection")
 def _member_clashes(members: list[Any]) -> list[str]:
     """Members the composite skips at start: itself, and a second member of one module on the
     same store (both on the defaults, or the same db_path and table)."""
-    problems, seen = [], {}
+    problems: list[str] = []
+    seen: dict[tuple[str, ...], int] = {}
     for i, spec in enumerate(members):
         module = spec if isinstance(spec, str) else spec.get("module") if isinstance(spec, Mapping) else None
         config = spec.get("config") or {} if isinstance(spec, Mapping) else {}
@@ -150,7 +154,8 @@ def _member_clashes(members: list[Any]) -> list[str]:
         if module == "ovos-memory-plugin-composite" and not config.get("members"):
             problems.append(f"members[{i}] is the composite itself; it would be skipped")
             continue
-        store = (module, *(repr(config.get(key)) for key in _STORE_KEYS))
+        store = (module, *(repr(_table_name(config.get(key)) if key == "table" else config.get(key))
+                           for key in _STORE_KEYS))
         if store in seen:
             problems.append(f"members[{i}] would write the same store as members[{seen[store]}] ({module}); "
                             "it would be skipped: give it a db_path (or table) of its own")
@@ -158,16 +163,29 @@ def _member_clashes(members: list[Any]) -> list[str]:
     return problems
 
 
-def _unused_memory_blocks(data: Mapping[str, Any], module: str | None) -> list[str]:
-    """Blocks named like a memory plugin that configure nothing: a misspelt block name leaves the
-    memory on its defaults (a file of its own elsewhere) without a word."""
+def _table_name(value: Any) -> Any:
+    """A table as the stores name it: SQLite and PostgreSQL read "Lex" and "lex" as one."""
+    return safe_table_name(value).lower() if isinstance(value, str) else value
+
+
+def _unused_memory_blocks(data: Mapping[str, Any], module: str | None) -> list[tuple[str, bool]]:
+    """``(why, installed)`` for each block named like a memory plugin that configures nothing. One
+    for a plugin that is installed is a note (a block kept for another memory); one for no
+    installed plugin is a misspelt block name, leaving the memory on its defaults without a word."""
     from .._core.loading import MEMORY_GROUP, installed_plugins
 
     installed = set(installed_plugins(MEMORY_GROUP))
-    return [f"the '{key}' block configures nothing (memory_module is {module!r})"
-            + ("" if key in installed else _did_you_mean(key))
+    return [(f"the '{key}' block configures nothing (memory_module is {module!r})"
+             + ("" if key in installed else _did_you_mean(key)), key in installed)
             for key, value in data.items()
             if key != module and key.startswith("ovos-memory-plugin") and isinstance(value, Mapping)]
+
+
+def _misspelt_memory_module(data: Mapping[str, Any]) -> list[str]:
+    """A key spelt almost as ``memory_module``: the persona would run on the default memory."""
+    return [f"unknown persona key '{key}'; did you mean 'memory_module'? (without it the persona uses the "
+            "default memory)" for key in data
+            if key != "memory_module" and difflib.get_close_matches(key, ["memory_module"], n=1, cutoff=0.8)]
 
 
 def _did_you_mean(module: str) -> str:

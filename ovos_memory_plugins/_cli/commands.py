@@ -39,7 +39,7 @@ def _config_arg(text: str | None) -> dict[str, Any]:
     """``--config``: inline JSON, or the path of a JSON file."""
     if not text:
         return {}
-    if text.lstrip().startswith("{"):
+    if text.lstrip().startswith(("{", "[")):  # inline JSON (a list is refused below, as a list)
         try:
             value = json.loads(text)
         except ValueError as exc:

@@ -199,7 +199,7 @@ def is_regular_file(path: str) -> bool:
         return False
 
 
-def quarantine_file(path: str, companions: tuple[str, ...] = ()) -> str:
+def quarantine_file(path: str, companions: tuple[str, ...] = (), json_store: bool = False) -> str:
     """Move a damaged store file aside and return where it went.
 
     The first quarantine of ``path`` is ``<path>.corrupt`` (as the reference names it); when that name is taken
@@ -207,11 +207,13 @@ def quarantine_file(path: str, companions: tuple[str, ...] = ()) -> str:
     copy is ever overwritten. Each existing ``path + suffix`` in ``companions`` (SQLite's
     ``-wal`` and ``-shm``) moves along to ``target + suffix``: it belongs to the bad file.
     Only regular files are ever moved: anything else is a StorageError, and stays where it is.
+    A file that was never a store (:func:`foreign_text`) is a ConfigError, and stays too.
     """
-    if not is_regular_file(path):
-        from ..errors import StorageError
+    from ..errors import StorageError
 
+    if not is_regular_file(path):
         raise StorageError(f"{path} is not a regular file: it is not moved aside")
+    refuse_foreign_text(path, json_store)
     target, n = f"{path}.corrupt", 0
     while _taken(target, companions):
         n += 1
@@ -222,6 +224,52 @@ def quarantine_file(path: str, companions: tuple[str, ...] = ()) -> str:
         if is_regular_file(path + suffix):
             os.replace(path + suffix, target + suffix)
     return target
+
+
+#: Enough of a file to tell text from a store's bytes.
+_SNIFF_BYTES = 4096
+#: Control characters text has (tab, line feed, form feed, carriage return); any other is binary.
+_TEXT_CONTROLS = frozenset("\t\n\x0c\r")
+
+
+def foreign_text(path: str, json_store: bool = False) -> str | None:
+    """Why the file at ``path`` is someone's text rather than a damaged store, else None.
+
+    A damaged store is set aside and replaced; a file that never was one (``/etc/passwd``, a
+    script, notes, YAML) must be left alone, and the two are told apart by what the package
+    writes. A SQLite file is binary from its first byte, so any text is not one; a JSON store is
+    an object, so text not starting with ``{`` or ``[`` was never one. Bytes that are not text (a
+    bad sector, a garbage header, a file of zeros) are damage. An empty or blank file is nothing
+    to keep.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError:
+        return None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not just a character cut by the sniff's end
+            return None
+        text = head[: exc.start].decode("utf-8")
+    if any(ord(c) < 32 and c not in _TEXT_CONTROLS for c in text):
+        return None
+    shown = text.lstrip("\ufeff \t\r\n")
+    if not shown or (json_store and shown[0] in "{["):
+        return None
+    return "it holds text, which no store of this kind does" if not json_store else "it holds text that is not JSON"
+
+
+def refuse_foreign_text(path: str, json_store: bool = False) -> None:
+    """A ConfigError naming ``path`` if it holds someone's text (:func:`foreign_text`): checked
+    before a store makes anything beside it, and again before it sets a file aside."""
+    why = foreign_text(path, json_store)
+    if why is not None:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{path} is not a memory store ({why}); it was left as it is: name a file of its own "
+                          "in db_path")
 
 
 def _taken(target: str, companions: tuple[str, ...]) -> bool:

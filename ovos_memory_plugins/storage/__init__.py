@@ -142,7 +142,8 @@ def store_claim(location: str | None, kind: str, part: str) -> StoreClaim | None
     the tables ``part`` names, or the whole file for JSON; None for a store in RAM, its own."""
     if kind == "memory" or is_memory_path(location):
         return None
-    return StoreClaim(str(location), WHOLE_FILE if kind == "json" else part)
+    # SQLite's table names, and PostgreSQL's unquoted ones, ignore case: "Lex" and "lex" are one table.
+    return StoreClaim(str(location), WHOLE_FILE if kind == "json" else part.lower())
 
 
 def open_database_at(location: str) -> Any:

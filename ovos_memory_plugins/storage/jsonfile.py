@@ -34,6 +34,7 @@ from .._core.paths import (
     make_private_dirs,
     open_lock_file,
     quarantine_file,
+    refuse_foreign_text,
     warn_set_aside_copies,
 )
 from ..errors import ConfigError, StorageError
@@ -61,6 +62,7 @@ class JsonRecordStore:
         #: Opened by a command that only looks (storage.readonly): read without a lock, never written.
         self.read_only = is_read_only()
         if os.path.exists(self.path):  # before any lock file is made: a file that is no store stays as it is
+            refuse_foreign_text(self.path, json_store=True)
             try:
                 self._check_is_store(self._read(quarantine=False))
             except StorageError:
@@ -227,7 +229,7 @@ class JsonRecordStore:
             raise StorageError(f"cannot read {self.path}: {exc}") from exc
 
     def _quarantine(self, exc: Exception) -> None:
-        target = quarantine_file(self.path)
+        target = quarantine_file(self.path, json_store=True)
         self._cache = None
         LOG.error(f"memory store {self.path} is corrupt ({exc}); moved it to {target} and started empty")
         self._write({})

@@ -26,10 +26,11 @@ from .._core.paths import (
     create_private_file,
     is_memory_path,
     make_private_dirs,
+    refuse_foreign_text,
     resolve_path,
     warn_set_aside_copies,
 )
-from ..errors import ConfigError, MigrationError, StorageError, StoreUnavailable
+from ..errors import ConfigError, MemoryPluginError, MigrationError, StorageError, StoreUnavailable
 from .integrity import StoreDamaged, damage_of, quick_check, set_aside
 from .readonly import StoreReadOnly, check_migrated, connect_read_only, is_read_only
 from .sharing import SharedHandles
@@ -81,8 +82,12 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
     """
     if not is_memory_path(path):
         check_store_path(path)  # SQLite would write its journal beside a device, and into a FIFO
-        make_private_dirs(os.path.dirname(path) or ".")
-        create_private_file(path)  # SQLite gives its -wal, -shm and -journal the same mode
+        refuse_foreign_text(path)  # someone's text file is not a damaged database: it stays as it is
+        try:
+            make_private_dirs(os.path.dirname(path) or ".")
+            create_private_file(path)  # SQLite gives its -wal, -shm and -journal the same mode
+        except OSError as exc:  # a folder that cannot be made or written (/proc, a read-only mount)
+            raise ConfigError(f"cannot create the store file {path}: {exc.strerror or exc}") from exc
     with map_sqlite_errors(f"cannot open {path}"):
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -393,7 +398,7 @@ class Database:
                 raise StoreReplaced(f"{self.path} was damaged ({damage}) and replaced elsewhere") from exc
             try:
                 set_aside(self.path, damage)
-            except (OSError, StorageError) as err:
+            except (OSError, MemoryPluginError) as err:  # not a regular file, or not a store (text)
                 self._con = connect(self.path, self._synchronous)  # the damaged file, as it is
                 raise StorageError(f"{self.path} is damaged ({damage}) and could not be set aside: {err}") from exc
             self._reopen()

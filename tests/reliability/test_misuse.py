@@ -197,6 +197,31 @@ def test_a_read_only_command_refuses_a_file_that_is_not_a_store_and_leaves_it_al
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
+SOMEONES_TEXT = {
+    "passwd": b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n",
+    "notes.db": b"shopping list: milk, eggs\n" * 40,
+    "script.sh": b"#!/bin/sh\necho hello\n",
+    "settings.json": b"volume: 3\nvoice: en-gb\n",  # YAML, named .json
+    "utf8.txt": "caf\u00e9 \u2014 \u00fcber, \u65e5\u672c\n".encode() * 10,
+}
+
+
+@pytest.mark.parametrize("entry_point", CLI_BACKENDS)
+@pytest.mark.parametrize("name", list(SOMEONES_TEXT))
+def test_someones_text_file_named_as_db_path_is_refused_and_nothing_is_made_beside_it(entry_point, name, tmp_path):
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    path = folder / name
+    path.write_bytes(SOMEONES_TEXT[name])
+    before = _tree(folder)
+    with pytest.raises(ConfigError) as caught:
+        make_memory(entry_point, tmp_path / "store", {"db_path": str(path)}).close()
+    assert str(path) in str(caught.value) and "not a memory store" in str(caught.value)
+    assert _tree(folder) == before  # not renamed, not rewritten, no lock or journal beside it
+    record("misuse", ("someone's text file as db_path", entry_point), tried=1, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
 def _cli_config(entry_point: str, folder: Path, postgres: bool = False) -> dict[str, Any]:
     """A config the command line can open as it is (no injected objects): each backend's real
     stores and models, the composite with the hybrid preset's members."""

@@ -109,7 +109,7 @@ def test_the_default_data_folder_is_made_0700_and_its_stores_0600(entry_point, t
 
 
 @pytest.mark.parametrize(("name", "entry_point", "damage"), [
-    ("ovos-memory-plugin-lexical", "ovos-memory-plugin-lexical", b"not a database at all, garbage"),
+    ("ovos-memory-plugin-lexical", "ovos-memory-plugin-lexical", b"\x00\xffnot a database at all, garbage"),
     ("ovos-memory-plugin-recency (json)", "ovos-memory-plugin-recency", b"{broken json"),
 ], ids=["sqlite", "json"])
 def test_a_damaged_file_set_aside_and_its_fresh_replacement_stay_private(name, entry_point, damage, tmp_path):
