@@ -84,7 +84,10 @@ class LexicalConfig(RetrievalConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         # The name resolved as the tables are named: ``memory.table`` is the table that exists.
-        object.__setattr__(self, "table", safe_table_name(self.table))
+        table = safe_table_name(self.table)
+        if table.lower().startswith("sqlite_") and not _on_postgres(self):
+            table = f"t_{table}"  # SQLite reserves these names for itself
+        object.__setattr__(self, "table", table)
         unknown = sorted(set(self.stopword_languages or ()) - set(LANGUAGES))
         if unknown:
             raise ConfigError(
@@ -96,12 +99,16 @@ class LexicalConfig(RetrievalConfig):
 PG_TABLE_MAX = 63 - len("_window_by_session")
 
 
-def _postgres_table_problems(settings: Any) -> list[str]:
-    """``table`` too long for the names made of it on PostgreSQL (checked before anything is opened)."""
+def _on_postgres(settings: Any) -> bool:
     from .storage.postgres import is_postgres_url
 
+    return is_postgres_url(settings.db_url or settings.db_path)
+
+
+def _postgres_table_problems(settings: Any) -> list[str]:
+    """``table`` too long for the names made of it on PostgreSQL (checked before anything is opened)."""
     table = settings.table
-    if not is_postgres_url(settings.db_url or settings.db_path) or len(table) <= PG_TABLE_MAX:
+    if not _on_postgres(settings) or len(table) <= PG_TABLE_MAX:
         return []
     return [f"'table' is {len(table)} characters long; on PostgreSQL it may have at most {PG_TABLE_MAX} (names "
             f"there hold 63 bytes, and the package adds up to {63 - PG_TABLE_MAX} to it)"]

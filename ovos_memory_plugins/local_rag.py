@@ -54,7 +54,7 @@ from ._index.stopwords import LANGUAGES, query_words, stopwords
 from ._memory.plugin import store_path_problems
 from .common import MemoryHit
 from .config import option
-from .errors import EmbeddingsError, StorageError
+from .errors import EmbeddingsError, MemoryPluginError, StorageError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
 from .storage.documents import Document
 from .storage.namespaces import claim_prefix
@@ -373,12 +373,13 @@ class LocalRAGMemory(BaseRetrievalMemory):
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for background indexing; False if it timed out or a plugin is unavailable."""
-        if not self._claimed and not self._closed and self._embedding_slot.ready():
+        if not self._claimed and not self._closed:
             # The collection is claimed for this embedder at its first use, which may mark every
-            # document for re-embedding (another model's vectors): a flush right after start must
-            # wait for that too, not report done before anything was marked.
-            with contextlib.suppress(EmbeddingsError):
-                self._vectors()
+            # embedded document for re-embedding (another model's vectors): a flush right after
+            # start must wait for that too, not report done before anything was marked.
+            with contextlib.suppress(MemoryPluginError):
+                if self._docs.indexed_after(0, 1) and self._embedding_slot.ready():
+                    self._vectors()
         return super().flush(timeout) and (self._docs.count_pending() == 0 or self._plugins_ready())
 
     # -- plugins ---------------------------------------------------------------------------

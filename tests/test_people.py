@@ -495,7 +495,6 @@ def test_a_session_two_peoples_patterns_claim_stays_apart_said_once_and_the_othe
     with RecencyMemory(overlapping) as memory:
         for _ in range(3):
             assert contents(memory, "alice-phone") == ["zed's turn", "I will remember that."]
-            memory._adopt_moved_sessions(again=True)  # as the page does before each answer
         assert memory.sessions() == ["bob-kitchen", "person:alice"]
     claimed = [e for e in errors if "'bob-kitchen'" in e]
     assert len(claimed) == 1 and "claimed by both" in claimed[0]
@@ -508,3 +507,32 @@ def test_switching_the_household_on_moves_each_persons_memory_into_it(tmp_path):
     with RecencyMemory({**config, "household": True}) as memory:
         assert contents(memory, "bob-phone")[0] == "my diary word is hummingbird"
         assert memory.sessions() == ["household:"]
+
+
+def test_forgetting_a_person_from_the_command_line_reaches_a_household_member_of_a_composite(tmp_path, capsys):
+    config = {"scope": "person", "people": PEOPLE, "members": [
+        {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "w.db")}},
+        {"module": "ovos-memory-plugin-entity", "config": {"db_path": str(tmp_path / "e.json"), "api_url": None,
+                                                           "household": True}}]}
+    cli = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+    for forget in (["--person", "alice"], ["kitchen"], ["person:alice"]):
+        with CompositeMemory(config) as memory:
+            tell(memory, "kitchen", "I live in Paris")
+            assert "Paris" in context_text(memory, "bob-phone", "where do I live?")  # the household's fact
+        assert main(["forget", *forget, *cli]) == 0, forget
+        assert "Paris" not in (tmp_path / "e.json").read_text(), forget
+        capsys.readouterr()
+
+
+def test_a_json_store_given_the_file_of_a_sqlite_store_refuses_it_and_the_sqlite_store_keeps_working(tmp_path):
+    shared = str(tmp_path / "all.db")
+    with RecencyMemory({"db_path": shared}) as memory:
+        tell(memory, "s", "my bike is green")
+    with pytest.raises(ConfigError, match="SQLite database, not a JSON store"):
+        RecencyMemory({"db_path": shared, "backend": "json"})
+    # An LLM memory on its default backend reads an SQLite file as SQLite (as the reference's
+    # "sqlite" backend wrote it), in tables of its own beside the window's.
+    with LongTermMemory({"db_path": shared, "api_url": None}) as memory:
+        tell(memory, "s", "my cat is Tom")
+    with RecencyMemory({"db_path": shared}) as memory:
+        assert contents(memory, "s")[0] == "my bike is green"

@@ -7,6 +7,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from .._core.paths import is_memory_path, resolve_path
+from ..errors import ConfigError
+from ..storage.postgres import is_postgres_url
 from ..storage.windows import safe_table_name
 from .commands import read_json
 from .output import EXIT_INPUT, UI, CLIError, Text, escape
@@ -154,8 +157,7 @@ def _member_clashes(members: list[Any]) -> list[str]:
         if module == "ovos-memory-plugin-composite" and not config.get("members"):
             problems.append(f"members[{i}] is the composite itself; it would be skipped")
             continue
-        store = (module, *(repr(_table_name(config.get(key)) if key == "table" else config.get(key))
-                           for key in _STORE_KEYS))
+        store = (module, *(repr(_store_value(key, config.get(key))) for key in _STORE_KEYS))
         if store in seen:
             problems.append(f"members[{i}] would write the same store as members[{seen[store]}] ({module}); "
                             "it would be skipped: give it a db_path (or table) of its own")
@@ -163,9 +165,20 @@ def _member_clashes(members: list[Any]) -> list[str]:
     return problems
 
 
-def _table_name(value: Any) -> Any:
-    """A table as the stores name it: SQLite and PostgreSQL read "Lex" and "lex" as one."""
-    return safe_table_name(value).lower() if isinstance(value, str) else value
+def _store_value(key: str, value: Any) -> Any:
+    """A store key's value as the stores read it: ``db_path`` resolved (``lex.db`` and
+    ``~/.local/share/ovos/lex.db`` are one file), a table as named (SQLite and PostgreSQL read
+    "Lex" and "lex" as one)."""
+    if not isinstance(value, str):
+        return value
+    if key == "table":
+        return safe_table_name(value).lower()
+    if key == "db_path" and value.strip() and not is_memory_path(value) and not is_postgres_url(value):
+        try:
+            return resolve_path(value)
+        except ConfigError:
+            return value  # reported by the member's own checks
+    return value
 
 
 def _unused_memory_blocks(data: Mapping[str, Any], module: str | None) -> list[tuple[str, bool]]:

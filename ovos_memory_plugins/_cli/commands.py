@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._memory.people import PERSON_PREFIX, inside, unmapped
+from .._memory.people import PERSON_PREFIX, inside, listed_keys
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
 from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, private_stdout
@@ -96,7 +96,7 @@ def _sessions(memory: Any) -> list[str] | None:
 
 
 def _stored_key(memory: Any, session_id: str) -> str:
-    """The key the stores hold ``session_id``'s memory under (use it inside ``unmapped()``): the id
+    """The key the stores hold ``session_id``'s memory under (use it inside ``listed_keys()``): the id
     itself when ``sessions`` lists it (a session stored under its own id is its own, even once its
     person's patterns claim it), else its person's key (``show kitchen`` shows Alice's memory)."""
     known = _sessions(memory)
@@ -137,7 +137,7 @@ def cmd_show(args: argparse.Namespace, ui: UI) -> int:
         table.add_column("content")
         from ..messages import role_of
 
-        with unmapped():
+        with listed_keys():
             history = memory.get_history(key)
             data = memory.export(key) if callable(getattr(memory, "export", None)) else {}
         for msg in history:
@@ -171,7 +171,7 @@ def cmd_search(args: argparse.Namespace, ui: UI) -> int:
             raise CLIError(f"{getattr(memory, 'plugin_name', type(memory).__name__)} does not search "
                            "(it is not a retriever); try lexical, local-rag or composite")
         key = _stored_key(memory, args.session) if args.session else None
-        with unmapped():
+        with listed_keys():
             hits = memory.search(args.query, key, top_k=args.k)
         table = Table(title=f"{len(hits)} hit(s) for {args.query!r}")
         for col in ("#", "score", "session", "from", "content"):
@@ -213,7 +213,7 @@ def _target(memory: Any, args: argparse.Namespace) -> tuple[str, str]:
 def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
     with _backend(args) as memory:
         session, what = _target(memory, args)
-        with unmapped():
+        with listed_keys():
             counts = memory.forget(session)
         lines = [f"forgot {what}: {count_items(counts)} item(s) deleted"]
         for key, value in (counts or {}).items():
@@ -231,12 +231,12 @@ def cmd_export(args: argparse.Namespace, ui: UI) -> int:
         raise CLIError(f"export takes a SESSION or --all, not both (got --all and {args.session!r})")
     with _backend(args, read_only=True) as memory:
         if args.all:
-            with unmapped():
+            with listed_keys():
                 data: dict[str, Any] = {"plugin": getattr(memory, "plugin_name", ""),
                                         "sessions": [memory.export(s) for s in (_sessions(memory) or [])]}
         else:
             key = _target(memory, args)[0]
-            with unmapped():
+            with listed_keys():
                 data = memory.export(key)
         ui.write_private(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
     return 0
@@ -436,7 +436,7 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
         found = _sessions(memory) or []
         rows: list[tuple[str, dict[str, int]]] = []
         shared = False
-        with unmapped():  # each as listed
+        with listed_keys():
             for sid in found[: args.limit]:
                 data = memory.export(sid) if callable(getattr(memory, "export", None)) else {}
                 rows.append((sid, {"window": len(memory.get_history(sid)), **_tally(data)}))

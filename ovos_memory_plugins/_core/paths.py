@@ -207,13 +207,13 @@ def quarantine_file(path: str, companions: tuple[str, ...] = (), json_store: boo
     copy is ever overwritten. Each existing ``path + suffix`` in ``companions`` (SQLite's
     ``-wal`` and ``-shm``) moves along to ``target + suffix``: it belongs to the bad file.
     Only regular files are ever moved: anything else is a StorageError, and stays where it is.
-    A file that was never a store (:func:`foreign_text`) is a ConfigError, and stays too.
+    A file that was never a store (:func:`foreign_content`) is a ConfigError, and stays too.
     """
     from ..errors import StorageError
 
     if not is_regular_file(path):
         raise StorageError(f"{path} is not a regular file: it is not moved aside")
-    refuse_foreign_text(path, json_store)
+    refuse_foreign_file(path, json_store)
     target, n = f"{path}.corrupt", 0
     while _taken(target, companions):
         n += 1
@@ -228,43 +228,52 @@ def quarantine_file(path: str, companions: tuple[str, ...] = (), json_store: boo
 
 #: Enough of a file to tell text from a store's bytes.
 _SNIFF_BYTES = 4096
-#: Control characters text has (tab, line feed, form feed, carriage return); any other is binary.
-_TEXT_CONTROLS = frozenset("\t\n\x0c\r")
+#: The first bytes of every SQLite database.
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: Bytes text has among the control bytes (tab, line feed, form feed, carriage return).
+_TEXT_CONTROLS = frozenset(b"\t\n\x0c\r")
 
 
-def foreign_text(path: str, json_store: bool = False) -> str | None:
-    """Why the file at ``path`` is someone's text rather than a damaged store, else None.
+def foreign_content(path: str, json_store: bool = False) -> str | None:
+    """Why the file at ``path`` is someone else's rather than a damaged store of this kind, else None.
 
     A damaged store is set aside and replaced; a file that never was one (``/etc/passwd``, a
-    script, notes, YAML) must be left alone, and the two are told apart by what the package
-    writes. A SQLite file is binary from its first byte, so any text is not one; a JSON store is
-    an object, so text not starting with ``{`` or ``[`` was never one. Bytes that are not text (a
-    bad sector, a garbage header, a file of zeros) are damage. An empty or blank file is nothing
-    to keep.
+    script, notes, YAML, another kind of store) must be left alone, and the two are told apart
+    by what the package writes. A SQLite file is binary from its first byte, so any text is not
+    one; a JSON store is an object, so text not starting with ``{`` or ``[`` was never one, nor
+    is a SQLite database. Bytes that are not text (a bad sector, a garbage header, a file of
+    zeros) are damage. An empty or blank file is nothing to keep.
     """
     try:
         with open(path, "rb") as f:
             head = f.read(_SNIFF_BYTES)
     except OSError:
         return None
+    if head.startswith(SQLITE_HEADER):
+        return "it is an SQLite database, not a JSON store" if json_store else None
+    # Text in any 8-bit encoding (UTF-8, Latin-1) has no control byte but whitespace; damage does.
+    if any(b < 32 and b not in _TEXT_CONTROLS for b in head):
+        return None
+    if not _utf8(head) and any(0x7F <= b < 0xA0 for b in head):  # C1 controls: not Latin-1 text
+        return None
+    shown = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not shown or (json_store and shown[:1] in (b"{", b"[")):
+        return None
+    return "it holds text that is not a JSON object" if json_store else "it holds text, which no SQLite store does"
+
+
+def _utf8(data: bytes) -> bool:
     try:
-        text = head.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 3:  # not just a character cut by the sniff's end
-            return None
-        text = head[: exc.start].decode("utf-8")
-    if any(ord(c) < 32 and c not in _TEXT_CONTROLS for c in text):
-        return None
-    shown = text.lstrip("\ufeff \t\r\n")
-    if not shown or (json_store and shown[0] in "{["):
-        return None
-    return "it holds text, which no store of this kind does" if not json_store else "it holds text that is not JSON"
+        return exc.start >= len(data) - 3  # only a character cut by the sniff's end
+    return True
 
 
-def refuse_foreign_text(path: str, json_store: bool = False) -> None:
-    """A ConfigError naming ``path`` if it holds someone's text (:func:`foreign_text`): checked
-    before a store makes anything beside it, and again before it sets a file aside."""
-    why = foreign_text(path, json_store)
+def refuse_foreign_file(path: str, json_store: bool = False) -> None:
+    """A ConfigError naming ``path`` if it is someone else's file (:func:`foreign_content`):
+    checked before a store makes anything beside it, and again before it sets a file aside."""
+    why = foreign_content(path, json_store)
     if why is not None:
         from ..errors import ConfigError
 

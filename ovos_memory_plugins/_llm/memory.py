@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -12,8 +13,7 @@ from .._core.worker import BackgroundWorker
 from .._core.worklock import GaveUp, WorkLock
 from ..context import ContextMemory
 from ..errors import ConfigError, MemoryPluginError, StorageError
-from ..storage import after_commit, open_record_store, store_claim, store_location
-from ..storage.postgres import is_postgres_url
+from ..storage import after_commit, backend_for, open_record_store, store_claim, store_location
 from ..storage.readonly import is_read_only
 from ..storage.records import CheckedRecords
 from .endpoint import chat_client, with_endpoint
@@ -22,8 +22,8 @@ __all__ = ["LLMMemory", "open_session_store"]
 
 
 def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
-                       open_sqlite: Callable[[str], Any], db_url: str | None = None) -> tuple[Any, str]:
-    """The record store for ``backend`` and the path (or redacted URL) it uses.
+                       open_sqlite: Callable[[str], Any], db_url: str | None = None) -> tuple[Any, str, str]:
+    """The record store for ``backend``, the path (or redacted URL) it uses, and the backend in force.
 
     Args:
         owner: the plugin name, for messages.
@@ -40,15 +40,17 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
         from ..storage.postgres import redact
 
         try:
-            return open_record_store(location, kind, table=stem), redact(str(location))
+            return open_record_store(location, kind, table=stem), redact(str(location)), kind
         except (MemoryPluginError, OSError) as exc:
             raise ConfigError(f"{owner}: cannot open db_url {redact(str(location))!r}: {exc}") from exc
     # The path in force, as the store resolves it (``~``, variables, relative to the data folder).
     path = resolve_path(db_path) if db_path else default_path(f"{stem}.db" if backend == "sqlite" else f"{stem}.json")
+    if backend == "json" and backend_for(path) == "sqlite" and os.path.exists(path):
+        backend = "sqlite"  # an SQLite store (the reference's backend "sqlite") is read as one, never set aside
     try:
         if backend == "sqlite" and not is_memory_path(path):
-            return open_sqlite(path), path  # each backend keeps its own (reference) schema
-        return open_record_store(path, backend), path
+            return open_sqlite(path), path, backend  # each backend keeps its own (reference) schema
+        return open_record_store(path, backend), path, backend
     except (MemoryPluginError, OSError) as exc:
         raise ConfigError(f"{owner}: cannot open db_path {path!r}: {exc}") from exc
 
@@ -82,12 +84,11 @@ class LLMMemory(ContextMemory):
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         self.settings = s = with_endpoint(self.settings, config, self.plugin_name)
-        store, self._db_path = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
+        store, self._db_path, backend = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
                                                   self._open_sqlite, s.db_url)
         self._store = CheckedRecords(store, self._record_problem)
         #: The part of a store this memory writes (a composite refuses two members writing one).
-        self.store_claim = store_claim(self._db_path, "postgres" if is_postgres_url(self._db_path) else s.backend,
-                                       self.store_stem)
+        self.store_claim = store_claim(self._db_path, backend, self.store_stem)
         self.client = chat_client(s, owner=self.plugin_name)
         self._log = LogOnce()
         self._problems: dict[str, str] = {}  # degradations other than the endpoint's (see degraded())
@@ -100,7 +101,7 @@ class LLMMemory(ContextMemory):
         self._scan = not self._due.durable
         # Across processes sharing the file, one does a piece of work at a time (a durable queue
         # already runs each job once; a store in RAM has no other process).
-        in_a_file = s.backend in ("json", "sqlite") and not is_memory_path(self._db_path)
+        in_a_file = backend in ("json", "sqlite") and not is_memory_path(self._db_path)
         self._work_lock = WorkLock(self._db_path + ".work.lock") if in_a_file and not self._due.durable else None
         self._worker = BackgroundWorker(f"{self.plugin_name}-worker", self._step, poll=self._due.poll)
         try:

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 
 from ..errors import ConfigError
 
-__all__ = ["HOUSEHOLD_KEY", "PERSON_PREFIX", "People", "inside", "is_memory_key", "keyed", "parse_people",
-           "unmapped"]
+__all__ = ["HOUSEHOLD_KEY", "PERSON_PREFIX", "People", "inside", "is_memory_key", "keyed", "listed_keys",
+           "parse_people", "unmapped"]
 
 PERSON_PREFIX = "person:"
 HOUSEHOLD_KEY = "household:"
@@ -179,16 +179,34 @@ def inside() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def listed_keys() -> Iterator[None]:
+    """Calls made in this block name memories by the keys ``sessions()`` lists (the command line,
+    the web page): a session id reaches the stores as it is (a device listed under its own id is
+    its own memory, not its person's), and so does a person's key, except in a member that holds
+    nothing under it and shares a household memory (see ``_listed``). Nothing is moved meanwhile:
+    the page moves sessions once, before it lists them."""
+    with _calls_flagged("listed"):
+        yield
+
+
+@contextlib.contextmanager
 def unmapped() -> Iterator[None]:
     """Calls made in this block reach the stores with the ids given, unmapped (moving what a
     session stored under its own id into a person's memory)."""
-    before = getattr(_calls, "unmapped", False)
-    _calls.unmapped = True
+    with _calls_flagged("unmapped"):
+        yield
+
+
+@contextlib.contextmanager
+def _calls_flagged(flag: str) -> Iterator[None]:
+    """Package calls (``inside``) with ``flag`` set on this thread, restored after."""
+    before = getattr(_calls, flag, False)
+    setattr(_calls, flag, True)
     try:
         with inside():
             yield
     finally:
-        _calls.unmapped = before
+        setattr(_calls, flag, before)
 
 
 def keyed(fn: F) -> F:
@@ -203,7 +221,9 @@ def keyed(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         people: People | None = self.__dict__.get("_people")
-        if people is not None and not getattr(_calls, "unmapped", False):
+        if people is not None and getattr(_calls, "listed", False) and not imports:
+            args, kwargs = _listed(self, people, position, args, kwargs)
+        elif people is not None and not getattr(_calls, "unmapped", False):
             self._adopt_moved_sessions()
             if imports and _given(position, args, kwargs) is None:
                 args, kwargs = _export_key(people, position, args, kwargs)
@@ -241,9 +261,26 @@ def _export_key(people: People, position: int, args: tuple[Any, ...],
 def _mapped(people: People, position: int, args: tuple[Any, ...],
             kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     from_caller = _depth() == 0
+    return _with_key(position, args, kwargs, lambda session_id: people.memory_key(session_id, from_caller))
+
+
+def _listed(memory: Any, people: People, position: int, args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A key as ``listed_keys`` reads it: a session id as it is; a person's key as it is where
+    this memory holds it, else the household's where its people share one (a composite's
+    household member keeps the person's facts there)."""
+    def key(session_id: str) -> str:
+        shared = people.household_key(session_id) if is_memory_key(session_id) else None
+        return shared if shared and session_id not in memory.sessions() else session_id
+
+    return _with_key(position, args, kwargs, key)
+
+
+def _with_key(position: int, args: tuple[Any, ...], kwargs: dict[str, Any],
+              key: Callable[[str], str]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if "session_id" in kwargs:
         if isinstance(kwargs["session_id"], str):
-            kwargs = {**kwargs, "session_id": people.memory_key(kwargs["session_id"], from_caller)}
+            kwargs = {**kwargs, "session_id": key(kwargs["session_id"])}
     elif position < len(args) and isinstance(args[position], str):
-        args = (*args[:position], people.memory_key(args[position], from_caller), *args[position + 1:])
+        args = (*args[:position], key(args[position]), *args[position + 1:])
     return args, kwargs

@@ -190,19 +190,18 @@ class MemoryPlugin(AgentContextManager):
         except ConfigError as exc:
             raise ConfigError(f"{self.plugin_name}: {exc}") from exc
 
-    def _adopt_moved_sessions(self, again: bool = False) -> None:
-        """Once per instance (``again``: once more, for a long-lived tool another process writes
-        beside): what a session stored under its own id before it became a person's (``people``
-        changed) moves into the person's memory, and a person's into the household's when the
-        people share one, so a change of ``people`` loses nothing.
+    def _adopt_moved_sessions(self) -> None:
+        """Once per instance: what a session stored under its own id before it became a person's
+        (``people`` changed) moves into the person's memory, and a person's into the household's
+        when the people share one, so a change of ``people`` loses nothing.
 
         Each moved session is exported, imported into the person's key (imports skip what is
         already there, so a second process doing the same adds nothing) and only then forgotten.
         """
-        if (self._adopted and not again) or self._people is None or _storage_read_only():
-            return  # a command that only looks moves nothing
+        if self._adopted or _storage_read_only():  # a command that only looks moves nothing
+            return
         with self._adoption:
-            if self._adopted and not again:
+            if self._adopted:
                 return
             self._adopted = True  # first: the moves below call keyed methods, which land here
             try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._cli.output import count_items
 from .._llm.summaries.fold import parse_summary
-from .._memory.people import inside, unmapped
+from .._memory.people import inside, listed_keys
 from ..messages import role_of
 
 __all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "as_imported", "as_listed", "backlog", "export_person",
@@ -74,14 +74,15 @@ def backlog(memory: Any) -> int | None:
 
 
 def as_listed(memory: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` (a view of ``memory``) on the keys the page lists, which reach the stores as
-    they are: ``person:alice`` is Alice's memory, and a session listed under its own id is that
-    session's, never its person's (a forget there must not reach the whole person). First, in
-    person scope, the sessions that became a person's since they stored something (``people``
-    changed, or a persona still running with the old ``people`` wrote since) move into the
-    person's memory, so the page lists them apart as rarely as possible."""
+    """``fn(*args)`` (a view of ``memory``) on the keys the page lists (``listed_keys``): a session
+    listed under its own id is that session's memory, never its person's, so a forget there does
+    not reach the whole person. First, once, in person scope, the sessions that became a person's
+    since they stored something (``people`` changed) move into the person's memory, so the page
+    does not list them apart. (Only once: a move forgets the session's own copy, and a persona
+    still running with the old ``people`` may be writing there; what it writes later is listed
+    under its own id.)"""
     _adopt(memory)
-    with unmapped():
+    with listed_keys():
         return fn(*args)
 
 
@@ -98,7 +99,7 @@ def _adopt(memory: Any) -> None:
     adopt = getattr(memory, "_adopt_moved_sessions", None)
     if callable(adopt):
         with inside():
-            adopt(again=True)
+            adopt()
 
 
 # -- sessions ----------------------------------------------------------------------------------

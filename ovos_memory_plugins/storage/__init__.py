@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from .._core.compat import AgentMessage
-from .._core.paths import check_store_path, is_memory_path, resolve_path
+from .._core.paths import SQLITE_HEADER, check_store_path, is_memory_path, resolve_path
 from ..errors import ConfigError, StorageError
 from .policy import WindowPolicy
 from .postgres import is_postgres_url
@@ -75,9 +75,6 @@ class RecordStore(Protocol):
 
 _NEEDS_URL = "'backend': 'postgres' needs 'db_url' (postgresql://user@host/database)"
 
-#: The first 16 bytes of every SQLite database file.
-_SQLITE_HEADER = b"SQLite format 3\x00"
-
 
 def backend_for(path: str | None, backend: str | None = None) -> str:
     """The store backend for ``path``: explicit ``backend`` first, then the file's content, then its name.
@@ -109,9 +106,9 @@ def _backend_by_content(path: str) -> str | None:
             head = f.read(4096)
     except OSError:  # missing (a new store) or unreadable: the name decides, the store reports errors
         return None
-    if head.startswith(_SQLITE_HEADER):
+    if head.startswith(SQLITE_HEADER):
         return "sqlite"
-    if head.lstrip(b" \t\r\n").startswith(b"{"):
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):  # a byte order mark too
         return "json"
     if head and is_read_only():  # a read-only command never quarantines: it says what the file is not
         raise StorageError(f"{real} is neither an SQLite nor a JSON memory store; it was left as it is")

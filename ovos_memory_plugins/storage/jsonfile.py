@@ -34,7 +34,7 @@ from .._core.paths import (
     make_private_dirs,
     open_lock_file,
     quarantine_file,
-    refuse_foreign_text,
+    refuse_foreign_file,
     warn_set_aside_copies,
 )
 from ..errors import ConfigError, StorageError
@@ -62,7 +62,7 @@ class JsonRecordStore:
         #: Opened by a command that only looks (storage.readonly): read without a lock, never written.
         self.read_only = is_read_only()
         if os.path.exists(self.path):  # before any lock file is made: a file that is no store stays as it is
-            refuse_foreign_text(self.path, json_store=True)
+            refuse_foreign_file(self.path, json_store=True)
             try:
                 self._check_is_store(self._read(quarantine=False))
             except StorageError:

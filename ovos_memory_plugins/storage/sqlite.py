@@ -26,7 +26,7 @@ from .._core.paths import (
     create_private_file,
     is_memory_path,
     make_private_dirs,
-    refuse_foreign_text,
+    refuse_foreign_file,
     resolve_path,
     warn_set_aside_copies,
 )
@@ -72,7 +72,7 @@ def map_sqlite_errors(what: str) -> Iterator[None]:
         raise storage_error(exc, what) from exc
 
 
-def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
+def connect(path: str, synchronous: str = "NORMAL", reopen: bool = False) -> sqlite3.Connection:
     """Open ``path`` (or ``":memory:"``) ready for this package's use.
 
     ``isolation_level=None`` hands transaction control to :meth:`Database.atomic`; Python's
@@ -82,7 +82,8 @@ def connect(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
     """
     if not is_memory_path(path):
         check_store_path(path)  # SQLite would write its journal beside a device, and into a FIFO
-        refuse_foreign_text(path)  # someone's text file is not a damaged database: it stays as it is
+        if not reopen:  # (a file this store had open, found damaged and kept: it is not checked again)
+            refuse_foreign_file(path)  # someone's text file is not a damaged database: it stays as it is
         try:
             make_private_dirs(os.path.dirname(path) or ".")
             create_private_file(path)  # SQLite gives its -wal, -shm and -journal the same mode
@@ -399,7 +400,7 @@ class Database:
             try:
                 set_aside(self.path, damage)
             except (OSError, MemoryPluginError) as err:  # not a regular file, or not a store (text)
-                self._con = connect(self.path, self._synchronous)  # the damaged file, as it is
+                self._con = connect(self.path, self._synchronous, reopen=True)  # the damaged file, as it is
                 raise StorageError(f"{self.path} is damaged ({damage}) and could not be set aside: {err}") from exc
             self._reopen()
         finally:

@@ -21,15 +21,9 @@ Chooser = Callable[[Sequence[AgentMessage]], set[int]]
 
 
 def safe_table_name(name: str) -> str:
-    """``name`` reduced to ``[A-Za-z0-9_]``, prefixed ``t_`` when empty, starting with a digit or
-    with ``sqlite_`` (SQLite reserves those names for itself).
-
-    >>> safe_table_name("my-memory"), safe_table_name("2nd"), safe_table_name("SQLite_memory")
-    ('mymemory', 't_2nd', 't_SQLite_memory')
-    """
+    """``name`` reduced to ``[A-Za-z0-9_]``, prefixed ``t_`` when empty or starting with a digit."""
     clean = re.sub(r"[^A-Za-z0-9_]", "", name or "")
-    reserved = not clean or clean[0].isdigit() or clean.lower().startswith("sqlite_")
-    return f"t_{clean}" if reserved else clean
+    return clean if clean and not clean[0].isdigit() else f"t_{clean}"
 
 
 def prune_entries(entries: list[Entry], policy: WindowPolicy, now: float) -> list[Entry]:

@@ -203,6 +203,7 @@ SOMEONES_TEXT = {
     "script.sh": b"#!/bin/sh\necho hello\n",
     "settings.json": b"volume: 3\nvoice: en-gb\n",  # YAML, named .json
     "utf8.txt": "caf\u00e9 \u2014 \u00fcber, \u65e5\u672c\n".encode() * 10,
+    "latin1.txt": "caf\u00e9 \u00fcber na\u00efve\n".encode("latin-1") * 10,
 }
 
 
