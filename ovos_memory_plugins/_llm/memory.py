@@ -45,7 +45,7 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
             raise ConfigError(f"{owner}: cannot open db_url {redact(str(location))!r}: {exc}") from exc
     # The path in force, as the store resolves it (``~``, variables, relative to the data folder).
     path = resolve_path(db_path) if db_path else default_path(f"{stem}.db" if backend == "sqlite" else f"{stem}.json")
-    if backend == "json" and backend_for(path) == "sqlite" and os.path.exists(path):
+    if backend == "json" and os.path.exists(path) and backend_for(path) == "sqlite":
         backend = "sqlite"  # an SQLite store (the reference's backend "sqlite") is read as one, never set aside
     try:
         if backend == "sqlite" and not is_memory_path(path):
@@ -84,8 +84,8 @@ class LLMMemory(ContextMemory):
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         self.settings = s = with_endpoint(self.settings, config, self.plugin_name)
-        store, self._db_path, backend = open_session_store(self.plugin_name, s.backend, s.db_path, self.store_stem,
-                                                  self._open_sqlite, s.db_url)
+        store, self._db_path, backend = open_session_store(self.plugin_name, s.backend, s.db_path,
+                                                           self.store_stem, self._open_sqlite, s.db_url)
         self._store = CheckedRecords(store, self._record_problem)
         #: The part of a store this memory writes (a composite refuses two members writing one).
         self.store_claim = store_claim(self._db_path, backend, self.store_stem)

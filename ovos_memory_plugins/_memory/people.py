@@ -92,14 +92,6 @@ class People:
         name = key.removeprefix(PERSON_PREFIX)
         return HOUSEHOLD_KEY if self.household and key != name and name in self.owners else None
 
-    def new_key(self, stored: str) -> str | None:
-        """Where what is stored under ``stored`` belongs now that ``people`` may have changed: its
-        person's (or the household's) key, None where it is. ConfigError: two people claim it."""
-        if is_memory_key(stored):
-            return self.household_key(stored)
-        person = self.person_of(stored)
-        return None if person is None else self.key_of(person)
-
     def refuse_unowned(self, key: Any) -> None:
         """An import must not create a memory no session reads: a person's key (``person:bob``)
         that names nobody in ``people``, or the household's when the people do not share one."""

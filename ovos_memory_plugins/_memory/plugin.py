@@ -217,13 +217,13 @@ class MemoryPlugin(AgentContextManager):
         people = self._people
         assert people is not None
         for session_id in self.sessions():
-            try:
-                key = people.new_key(session_id)
+            try:  # where it belongs now: its person's key, or the household's for a person's key
+                key = people.memory_key(session_id, from_caller=False)
             except ConfigError as exc:  # two people's patterns claim it: it stays, the others move
                 self._adoption_log.error(f"claimed:{session_id}", "%s: %s; its memory stays under %r",
                                          self.plugin_name, exc, session_id)
                 continue
-            if key is not None:
+            if key != session_id:
                 self._move(session_id, key)
 
     def _move(self, session_id: str, key: str) -> None:

@@ -216,8 +216,7 @@ class Jobs:
 
 def _import_work(memory: Any, items: list[Any], session_id: str | None) -> Callable[[dict[str, Any]], None]:
     def work(job: dict[str, Any]) -> None:
-        views.as_imported(memory, views.import_sessions, memory, items, session_id,
-                          lambda done: job.update(done=done))
+        views.as_listed(memory, views.import_sessions, memory, items, session_id, lambda done: job.update(done=done))
         _wait_for_index(memory, job)
 
     return work

@@ -19,7 +19,7 @@ from .._llm.summaries.fold import parse_summary
 from .._memory.people import inside, listed_keys
 from ..messages import role_of
 
-__all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "as_imported", "as_listed", "backlog", "export_person",
+__all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "as_listed", "backlog", "export_person",
            "export_session", "forget_exchange", "forget_fact", "forget_person", "forget_session", "import_sessions",
            "memory_info", "people", "person_view", "search", "session_ids", "session_view"]
 
@@ -80,26 +80,14 @@ def as_listed(memory: Any, fn: Callable[..., Any], *args: Any) -> Any:
     since they stored something (``people`` changed) move into the person's memory, so the page
     does not list them apart. (Only once: a move forgets the session's own copy, and a persona
     still running with the old ``people`` may be writing there; what it writes later is listed
-    under its own id.)"""
-    _adopt(memory)
+    under its own id.) An import maps its session ids as any package call does (a device's export
+    lands in its person's memory): ``listed_keys`` leaves imports alone."""
+    with inside():
+        adopt = getattr(memory, "_adopt_moved_sessions", None)
+        if callable(adopt):
+            adopt()
     with listed_keys():
         return fn(*args)
-
-
-def as_imported(memory: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` (an import into ``memory``) as the package's own calls: an export imported
-    without a session id goes where its session id reads now (a device's export into its person's
-    memory), and ``person:alice`` is accepted as a key."""
-    _adopt(memory)
-    with inside():
-        return fn(*args)
-
-
-def _adopt(memory: Any) -> None:
-    adopt = getattr(memory, "_adopt_moved_sessions", None)
-    if callable(adopt):
-        with inside():
-            adopt()
 
 
 # -- sessions ----------------------------------------------------------------------------------
