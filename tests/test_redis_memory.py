@@ -549,6 +549,15 @@ def test_forget_deletes_every_key_of_the_session_and_nothing_else(make, r):
     assert memory.load("a") == ("", [])
 
 
+def test_sessions_leaves_out_a_session_whose_messages_expired(make, r):
+    memory = make(short_term_ttl=100, long_term_ttl=1000)
+    exchange(memory, "gone", "q", "a")
+    exchange(memory, "kept", "q", "a")
+    r.delete(keys_of(memory, "gone").short)  # its messages expired; its counters live on
+    assert r.exists(keys_of(memory, "gone").meta)
+    assert memory.sessions() == ["kept"]
+
+
 def test_sessions_lists_odd_session_ids_exactly(make):
     memory = make()
     odd = ["../../etc/passwd", "a:b}{c", "*", "[x]", "ü 👋"]

@@ -308,8 +308,17 @@ class RedisStore:
     def sessions(self) -> list[str]:
         pattern = scripts.glob_escape(self.prefix) + ":{*}:meta"
         keys = self.io(lambda: list(self.client.scan_iter(match=pattern, count=1000)))
-        found = (scripts.session_from_key(self.prefix, k) for k in keys)
-        return sorted({sid for sid in found if sid is not None})
+        found = sorted({sid for sid in (scripts.session_from_key(self.prefix, k) for k in keys) if sid is not None})
+        return [sid for sid, held in zip(found, self.io(lambda: self._holding(found))) if held]
+
+    def _holding(self, sessions: list[str]) -> list[bool]:
+        """Whether each session still holds messages or a summary: its counters outlive both (so
+        ids never repeat), and a session whose messages and summary expired is gone for the user."""
+        pipe = self.client.pipeline(transaction=False)
+        for sid in sessions:
+            keys = self.keys(sid)
+            pipe.exists(keys.short, keys.summary)
+        return [bool(n) for n in pipe.execute()] if sessions else []
 
     def close(self) -> None:
         self.client.close()

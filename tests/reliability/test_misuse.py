@@ -204,6 +204,8 @@ SOMEONES_TEXT = {
     "settings.json": b"volume: 3\nvoice: en-gb\n",  # YAML, named .json
     "utf8.txt": "caf\u00e9 \u2014 \u00fcber, \u65e5\u672c\n".encode() * 10,
     "latin1.txt": "caf\u00e9 \u00fcber na\u00efve\n".encode("latin-1") * 10,
+    "utf16.txt": "caf\u00e9 \u2014 \u00fcber\r\n".encode("utf-16") * 10,  # a BOM, then zero bytes
+    "utf16be.json": "\ufeff{\"volume\": 3}\n".encode("utf-16-be"),
 }
 
 
