@@ -339,6 +339,31 @@ def test_a_store_down_while_moving_sessions_costs_no_turn_and_the_move_happens_l
                                                "my locker number is 42", "I will remember that."]
 
 
+@pytest.mark.parametrize("cls", [RecencyMemory, LexicalMemory])
+def test_turns_another_process_writes_while_a_session_moves_are_moved_too(cls, tmp_path, monkeypatch):
+    config = {"db_path": str(tmp_path / "w.db"), **PERSON}
+    old = cls(config)  # a persona still on the old people, writing its session as it moves
+    tell(old, "office", "my locker number is 42")
+    moved = {**config, "people": {**PEOPLE, "alice": ["kitchen", "office"]}}
+    with cls(moved) as memory:
+        export, writes = memory.export, iter(["my bike is green", "my dog is Rex"])
+
+        def export_then_a_write(session_id):
+            data = export(session_id)
+            text = next(writes, None)
+            if text:  # lands after this copy was taken, before the forget
+                tell(old, "office", text)
+            return data
+
+        monkeypatch.setattr(memory, "export", export_then_a_write)
+        texts = contents(memory, "kitchen")
+        monkeypatch.undo()
+        assert [t for t in texts if t.startswith("my ")] == ["my locker number is 42", "my bike is green",
+                                                            "my dog is Rex"]
+        assert memory.sessions() == ["person:alice"]
+    old.close()
+
+
 def test_session2history_shows_the_persons_window_under_any_of_their_sessions():
     with RecencyMemory(PERSON) as memory:
         tell(memory, "kitchen", "my dog is Rex")

@@ -29,6 +29,9 @@ def store_path_problems(key: str, path: Any) -> list[str]:
     return []
 
 
+#: Copies of a session moved into a person before it is forgotten, while a writer keeps adding to it.
+_MOVE_ROUNDS = 5
+
 class MemoryPlugin(AgentContextManager):
     """Base of this package's backends (not part of the OPM contract).
 
@@ -229,8 +232,16 @@ class MemoryPlugin(AgentContextManager):
     def _move(self, session_id: str, key: str) -> None:
         with unmapped():  # the session's own copy, under its own id
             data = self.export(session_id)
-        with inside():  # into the person's key, as each member maps it (a household member: the household's)
-            self.import_session(data, key)
+        for _ in range(_MOVE_ROUNDS):
+            with inside():  # into the person's key, as each member maps it (a household member: the household's)
+                self.import_session(data, key)
+            # A process still on the old ``people`` may have written meanwhile: copy again until
+            # nothing new came (imports skip what is there), so the forget loses nothing it wrote.
+            with unmapped():
+                again = self.export(session_id)
+            if again == data:
+                break
+            data = again
         with unmapped():
             self.forget(session_id)
         LOG.info(f"{self.plugin_name}: session {session_id!r} now belongs to a person; its memory moved to {key!r}")
