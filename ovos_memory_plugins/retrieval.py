@@ -460,16 +460,26 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
 
 
 def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMessage]) -> list[MemoryHit]:
-    """Hits whose exchange is not already verbatim in ``window`` (it would be sent twice)."""
+    """Hits whose exchange is not already verbatim in ``window`` (it would be sent twice).
+
+    A text is in the window when a message holds it whole, or holds each of its lines: an answer
+    given in several calls is one merged message in the window, stored as several exchanges.
+    """
     present = {m.content.strip() for m in window}
+    lines = {line.strip() for m in window for line in m.content.splitlines()}
+
+    def shown(text: str) -> bool:
+        text = text.strip()
+        return text in present or all(line.strip() in lines for line in text.splitlines())
+
     out = []
     for hit in hits:
         answer = hit.metadata.get("answer")
         question = (hit.metadata.get("question") or "").strip()
         if answer is not None:
-            dup = answer.strip() in present and (not question or question in present)
+            dup = shown(answer) and (not question or shown(question))
         else:
-            dup = hit.content.strip() in present or (bool(question) and question in present)
+            dup = shown(hit.content) or (bool(question) and shown(question))
         if not dup:
             out.append(hit)
     return out

@@ -224,6 +224,19 @@ def test_recall_already_in_the_window_is_not_injected_twice(tmp_path):
     assert not any("Context:" in msg.content for msg in ctx)
 
 
+def test_an_answer_given_in_several_calls_is_not_recalled_while_the_window_shows_it(tmp_path):
+    m = lexical(tmp_path, max_history=4)
+    m.update_history([AgentMessage(U, "tell me about Lisbon")], "s")
+    m.update_history([AgentMessage(A, "Lisbon is the capital.")], "s")
+    m.update_history([AgentMessage(A, "It has trams.")], "s")
+    ctx = m.build_conversation_context("are there trams in Lisbon?", "s")
+    assert [msg.content for msg in ctx] == ["tell me about Lisbon", "Lisbon is the capital.\nIt has trams.",
+                                           "are there trams in Lisbon?"]
+    for _ in range(2):  # once the window has moved on, both parts are recalled
+        m.update_history([AgentMessage(U, "something else"), AgentMessage(A, "fine")], "s")
+    assert "It has trams." in m.build_conversation_context("are there trams in Lisbon?", "s")[0].content
+
+
 def test_recall_outside_the_window_is_injected(tmp_path):
     m = lexical(tmp_path, max_history=2)
     m.update_history([AgentMessage(U, "my dog is called Rex"), AgentMessage(A, "Nice name!")], "s")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -616,3 +617,15 @@ def test_the_reference_packages_sqlite_files_still_open(tmp_path):
         assert [h.content for h in memory.search("cat", "s")] == ["Q: my cat is Tom\nA: nice"]
     with LongTermMemory({"db_path": str(longterm), "api_url": None}) as memory:
         assert memory.get_history("s") == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("name", ["store.json", "store.db"])
+def test_a_store_file_that_cannot_be_created_is_a_config_error_naming_it(name):
+    from ovos_memory_plugins.recency import RecencyMemory
+    from ovos_memory_plugins.short_term import BasicShortTermMemory
+
+    path = f"/proc/self/ovos-memory-test/{name}"  # no folder can be made there, even as root
+    for cls in (RecencyMemory, BasicShortTermMemory):
+        with pytest.raises(ConfigError, match=f"cannot open db_path '{re.escape(path)}': cannot create the store file"):
+            cls({"db_path": path})

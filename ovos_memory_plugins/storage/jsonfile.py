@@ -70,11 +70,14 @@ class JsonRecordStore:
                     raise  # damaged: a read-only command reports it, the next writer quarantines it
         if self.read_only:
             return
-        make_private_dirs(os.path.dirname(self.path) or ".")
-        with self._locked():
-            self._remove_crash_leftovers()
-            if not os.path.exists(self.path):
-                self._write({})
+        try:
+            make_private_dirs(os.path.dirname(self.path) or ".")
+            with self._locked():
+                self._remove_crash_leftovers()
+                if not os.path.exists(self.path):
+                    self._write({})
+        except OSError as exc:  # a folder that cannot be made or written (/proc, a read-only mount)
+            raise ConfigError(f"cannot create the store file {self.path}: {exc.strerror or exc}") from exc
 
     def load(self, session_id: str) -> dict[str, Any]:
         return _copy(self._record(self._current(), session_id))
