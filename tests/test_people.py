@@ -121,6 +121,33 @@ def test_a_caller_cannot_use_a_key_of_the_people(session_id):
             memory.update_history([AgentMessage(U, "poison")], session_id)
 
 
+@pytest.mark.parametrize("cls", [RecencyMemory, LexicalMemory, EntityMemory])
+def test_a_key_of_the_people_is_refused_in_session_scope_too_so_it_cannot_seed_someones_memory(cls, tmp_path):
+    config = {"db_path": str(tmp_path / "store.db"), **({"api_url": None} if cls is EntityMemory else {})}
+    with cls(config) as memory:
+        for session_id in ("person:alice", "household:"):
+            with pytest.raises(ValueError, match="reserved"):
+                tell(memory, session_id, "My name is Mallory. I live in Berlin.")
+            with pytest.raises(ValueError, match="reserved"):
+                memory.build_conversation_context("what's my name?", session_id)
+            with pytest.raises(ValueError, match="reserved"):
+                memory.import_session({"plugin": memory.plugin_name, "session_id": session_id, "window": []})
+        assert memory.sessions() == []
+    with cls({**config, **PERSON}) as memory:  # person scope switched on later: alice's memory is hers alone
+        assert "Mallory" not in context_text(memory, "kitchen", "what's my name?")
+
+
+def test_what_a_person_scope_stored_can_still_be_exported_and_forgotten_in_session_scope(tmp_path):
+    config = {"db_path": str(tmp_path / "w.db")}
+    with RecencyMemory({**config, **PERSON}) as memory:
+        tell(memory, "kitchen", "my dog is Rex")
+    with RecencyMemory(config) as memory:  # back in session scope: the person's key is listed
+        assert memory.sessions() == ["person:alice"]
+        assert [m["content"] for m in memory.export("person:alice")["window"]][0] == "my dog is Rex"
+        memory.forget("person:alice")
+        assert memory.sessions() == []
+
+
 # -- a person across sessions, restarts and stores -----------------------------------------------
 @pytest.mark.parametrize("store", ["window.db", "window.json"])
 def test_the_window_continues_from_room_to_room_and_across_a_restart(store, tmp_path):

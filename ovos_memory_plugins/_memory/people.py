@@ -81,8 +81,7 @@ class People:
         not that of whoever's pattern ``*`` would claim it."""
         if is_memory_key(session_id):
             if from_caller:
-                raise ValueError(f"session_id {session_id!r} starts with a prefix reserved for the memories of "
-                                 f"people ({', '.join(_RESERVED)}); choose another session id")
+                refuse_reserved(session_id)
             return self.household_key(session_id) or session_id
         person = self.person_of(session_id)
         return session_id if person is None else self.key_of(person)
@@ -209,13 +208,19 @@ def keyed(fn: F) -> F:
     params = list(inspect.signature(fn).parameters)
     position = params.index("session_id") - 1  # without self
     imports = fn.__name__ == "import_session"
+    # Forgetting or exporting what is stored under a reserved key stays possible in any scope
+    # (a memory once in person scope, now back in session scope, still holds its people's).
+    owners_only = fn.__name__.startswith(("forget", "export"))
 
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         people: People | None = self.__dict__.get("_people")
         if people is not None and getattr(_calls, "listed", False) and not imports:
             args, kwargs = _listed(self, people, position, args, kwargs)
-        elif people is not None and not getattr(_calls, "unmapped", False):
+        elif people is None:
+            if not owners_only and _depth() == 0 and not getattr(_calls, "listed", False):
+                _refuse_reserved(_given(position, args, kwargs), args, kwargs, imports)
+        elif not getattr(_calls, "unmapped", False):
             self._adopt_moved_sessions()
             if imports and _given(position, args, kwargs) is None:
                 args, kwargs = _export_key(people, position, args, kwargs)
@@ -231,6 +236,22 @@ def keyed(fn: F) -> F:
 
     wrapper._keyed = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def refuse_reserved(session_id: Any) -> None:
+    """A ValueError for a caller's session id that is a key of the people's memories."""
+    if isinstance(session_id, str) and is_memory_key(session_id):
+        raise ValueError(f"session_id {session_id!r} starts with a prefix reserved for the memories of people "
+                         f"({', '.join(_RESERVED)}); choose another session id")
+
+
+def _refuse_reserved(session_id: Any, args: tuple[Any, ...], kwargs: dict[str, Any], imports: bool) -> None:
+    """Without ``people`` too, a caller's session id may not be a person's key: what it stored
+    there would be that person's memory once ``scope: person`` is switched on."""
+    if imports and session_id is None:  # an import without an id goes where its export names
+        data = args[0] if args else kwargs.get("data")
+        session_id = data.get("session_id") if isinstance(data, Mapping) else None
+    refuse_reserved(session_id)
 
 
 def _given(position: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
