@@ -65,6 +65,7 @@ def option(
     maximum: float | None = None,
     nullable: bool = False,
     aliases: tuple[str, ...] = (),
+    otherwise: Any = UNSET,
 ) -> Any:
     """Declare one config key as a dataclass field.
 
@@ -78,6 +79,8 @@ def option(
         maximum: the largest allowed number (every number has one: :data:`MAXIMUM` by default).
         nullable: whether ``null``/``None`` is allowed.
         aliases: other keys accepted for this value (older spellings).
+        otherwise: the value read, with a warning, for one outside ``choices``, where the
+            reference package read any other value so (a persona written for it keeps loading).
     """
     if kind is None:
         kind = type(default) if default is not None else object
@@ -86,7 +89,7 @@ def option(
     meta = {
         "key": key, "doc": doc, "kind": kind, "choices": choices, "minimum": minimum,
         "maximum": MAXIMUM if maximum is None else maximum,
-        "nullable": nullable or default is None, "aliases": aliases,
+        "nullable": nullable or default is None, "aliases": aliases, "otherwise": otherwise,
     }
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -255,20 +258,22 @@ def parse_config(cls: type[T], raw: Mapping[str, Any] | None, owner: str,
     raw = {} if raw is None else raw
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{owner}: config must be a dict, not {type(raw).__name__}")
-    values, errors = _checked_values(cls, raw, owner)
+    values, errors, warnings = _checked_values(cls, raw, owner)
     if errors:
         raise errors[0]
     groups, unknown = _key_problems(cls, raw, extra_known)
     if groups:  # "retrieval": 5 is a bad value, not a typo: its keys' defaults would stand in unseen
         raise ConfigError(f"{owner}: {groups[0]}")
-    for problem in unknown:
-        LOG.warning(f"{owner}: {problem}")
+    for problem in [*warnings, *(f"{owner}: {p}" for p in unknown)]:
+        LOG.warning(problem)
     return _build(cls, values, owner)
 
 
-def _checked_values(cls: type, raw: Mapping[str, Any], owner: str) -> tuple[dict[str, Any], list[ConfigError]]:
-    """The given values, checked; and every key's error (not only the first)."""
-    values, errors = {}, []
+def _checked_values(cls: type, raw: Mapping[str, Any],
+                    owner: str) -> tuple[dict[str, Any], list[ConfigError], list[str]]:
+    """The given values, checked; every key's error (not only the first); and the warnings for
+    values read another way (:func:`_read_otherwise`)."""
+    values, errors, warnings = {}, [], []
     for key, field in config_keys(cls):
         given = [(name, _lookup(raw, name)) for name in (key, *field.metadata["aliases"])]
         given = [(name, value) for name, value in given if value is not UNSET]
@@ -279,11 +284,35 @@ def _checked_values(cls: type, raw: Mapping[str, Any], owner: str) -> tuple[dict
             if any(other != value for _, other in given[1:]):
                 raise ConfigError(f"{owner}: '{key}' is given as {' and '.join(repr(n) for n, _ in given)} with "
                                   "different values; keep one of them")
+            read = _read_otherwise(owner, name, value, field)
+            if read is not None:
+                warnings.append(read[0])
+                if read[1] is not UNSET:
+                    values[field.name] = read[1]
+                continue
             values[field.name] = _check_value(owner, name, value, field.metadata)
             _check_items(owner, name, values[field.name], _item_kind(cls, field.name))
         except ConfigError as exc:
             errors.append(exc)
-    return values, errors
+    return values, errors, warnings
+
+
+def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[Any]) -> tuple[str, Any] | None:
+    """``(warning, value read)`` for a value a persona written for the reference package may hold
+    and that is read another way rather than refused (the persona would not load): ``null`` for
+    a key that takes none is its default (UNSET), a value outside ``choices`` its ``otherwise``."""
+    meta = field.metadata
+    if value is None and meta["otherwise"] is not UNSET:
+        reading = meta["otherwise"]
+        return f"{owner}: '{key}' is null; read as {reading!r}, as the reference package reads it", reading
+    if value is None and not meta["nullable"]:
+        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc,operator]
+        return f"{owner}: '{key}' is null; its default {default!r} is used", UNSET
+    if meta["otherwise"] is not UNSET and meta["choices"] is not None and value not in meta["choices"]:
+        allowed = ", ".join(repr(c) for c in meta["choices"])
+        return (f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {meta['otherwise']!r}, as the "
+                f"reference package reads any other value", meta["otherwise"])
+    return None
 
 
 def _build(cls: type[T], values: dict[str, Any], owner: str) -> T:
@@ -325,8 +354,8 @@ def check_config(cls: type, raw: Mapping[str, Any] | None, owner: str, extra_kno
     raw = {} if raw is None else raw
     if not isinstance(raw, Mapping):
         return [f"{owner}: config must be a dict, not {type(raw).__name__}"]
-    values, errors = _checked_values(cls, raw, owner)
-    problems = [str(e) for e in errors]
+    values, errors, warnings = _checked_values(cls, raw, owner)
+    problems = [str(e) for e in errors] + warnings
     settings: Any
     try:
         settings = _build(cls, values, owner)  # the bad values left out: their defaults stand in

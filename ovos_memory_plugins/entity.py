@@ -92,7 +92,7 @@ class EntityConfig(EndpointConfig, ContextConfig):
     max_context_facts: int = option(6, "with context_facts relevant: facts sent besides the name and home city",
                                     minimum=0)
     backend: str = option("json", "store: json, sqlite, memory (RAM only) or postgres (with db_url)",
-                          choices=BACKENDS)
+                          choices=BACKENDS, otherwise="memory")
     db_path: str | None = option(
         None, "store file; default $XDG_DATA_HOME/ovos/entity_memory.json (.db for sqlite)", kind=str)
     db_url: str | None = option(

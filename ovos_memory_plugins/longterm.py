@@ -75,7 +75,7 @@ class LongTermConfig(EndpointConfig, ContextConfig):
     max_summary_tokens: int = option(256, "max_tokens of a summary; also bounds the offline summary", minimum=1)
     recent_window: int = option(4, "exchanges kept verbatim after a summary; 0 keeps none", minimum=0)
     backend: str = option("json", "store: json, sqlite, memory (RAM only) or postgres (with db_url)",
-                          choices=BACKENDS)
+                          choices=BACKENDS, otherwise="json")
     db_path: str | None = option(
         None, "store file; default $XDG_DATA_HOME/ovos/longterm_memory.json (.db for sqlite)", kind=str)
     db_url: str | None = option(

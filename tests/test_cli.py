@@ -401,6 +401,17 @@ def test_check_config_reports_unknown_keys_and_bad_values_as_errors(tmp_path, ca
     assert "'inject_mode' is 'bogus'" in err
 
 
+def test_check_config_reports_values_read_as_the_reference_reads_them(tmp_path, capsys):
+    # The persona loads with them (a ConfigError would drop it), but check-config is strict.
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"handlers": ["ovos-chat-openai-plugin"], "memory_module": "ovos-memory-plugin-longterm",
+                                "ovos-memory-plugin-longterm": {"backend": "SQLite", "model": None, "api_url": None}}))
+    assert main(["check-config", str(path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "'backend' is 'SQLite', not one of 'sqlite', 'json', 'memory', 'postgres'; read as 'json'" in err
+    assert "'model' is null; its default '' is used" in err
+
+
 def test_check_config_checks_composite_members_too(tmp_path, capsys):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-composite",

@@ -35,6 +35,19 @@ def test_bad_values_name_the_key_and_what_is_allowed(raw, needle):
         RecencyMemory(raw)
 
 
+def test_null_for_a_key_that_takes_none_is_its_default_with_a_warning_and_check_config_reports_it(monkeypatch):
+    from ovos_memory_plugins._core.log import LOG
+
+    warned: list[str] = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    memory = RecencyMemory({"max_history": None, "system_prompt": None})
+    default_prompt = RecencyMemory({}).settings.system_prompt
+    assert (memory.settings.max_history, memory.settings.system_prompt) == (10, default_prompt)
+    assert any("'max_history' is null; its default 10 is used" in w for w in warned)
+    problems = check_config(type(memory.settings), {"max_history": None}, "x")
+    assert problems == ["x: 'max_history' is null; its default 10 is used"]
+
+
 def test_config_errors_are_value_errors_too():
     with pytest.raises(ValueError):
         RecencyMemory({"max_history": -1})

@@ -135,12 +135,22 @@ def test_an_extraction_prompt_without_the_exchange_placeholder_is_a_config_error
         EntityMemory({"scope": "household", "backend": "memory"})
 
 
-@pytest.mark.parametrize("backend", ["sqllite", "redis"])
-def test_an_unknown_store_backend_is_a_config_error_not_facts_kept_in_ram(backend, tmp_path):
-    # The reference kept the facts in RAM, lost at the next restart, and said nothing.
-    with pytest.raises(ConfigError, match="allowed values are 'sqlite', 'json', 'memory'"):
-        EntityMemory({"backend": backend, "db_path": str(tmp_path / "never.json")})
-    assert not (tmp_path / "never.json").exists()
+@pytest.mark.parametrize("backend", ["sqllite", "redis", "ram", None])
+def test_an_unknown_store_backend_is_ram_only_as_in_the_reference_said_and_writes_nothing(backend, tmp_path,
+                                                                                         monkeypatch):
+    # A persona written for the reference keeps loading (a ConfigError would drop the persona);
+    # its facts stay in RAM as there, and the warning says so where the reference said nothing.
+    from ovos_memory_plugins._core.log import LOG
+
+    warned: list[str] = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    with EntityMemory({"backend": backend, "api_url": None, "db_path": str(tmp_path / "never.json")}) as memory:
+        assert memory.settings.backend == "memory"
+        memory.update_history([AgentMessage(U, "My name is Ana."), AgentMessage(A, "Hi Ana.")], "s")
+        memory.flush()
+        assert "Ana" in memory.build_conversation_context("who am I?", "s")[0].content
+    assert list(tmp_path.iterdir()) == []
+    assert any("'backend' is" in w and "read as 'memory'" in w for w in warned)
 
 
 @pytest.mark.parametrize("backend, name", [("json", "e.json"), ("sqlite", "e.db")])

@@ -141,12 +141,23 @@ def test_a_reference_sqlite_database_loads(tmp_path):
         memory.close()
 
 
-@pytest.mark.parametrize("backend", ["sqllite", "mongo", "JSON", ""])
-def test_an_unknown_store_backend_is_a_config_error_naming_the_allowed_ones(backend, tmp_path):
-    # The reference silently used JSON: a typo there kept summaries where nobody looked.
-    with pytest.raises(ConfigError, match="'backend' is .*allowed values are 'sqlite', 'json', 'memory'"):
-        LongTermMemory({"backend": backend, "db_path": str(tmp_path / "x.json")})
-    assert not (tmp_path / "x.json").exists()
+@pytest.mark.parametrize("backend", ["sqllite", "SQLite", "mongo", "JSON", "", None])
+def test_an_unknown_store_backend_is_json_as_in_the_reference_and_said(backend, tmp_path, monkeypatch):
+    from ovos_memory_plugins._core.log import LOG
+
+    warned: list[str] = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    # A persona written for the reference keeps loading (a ConfigError would drop the persona),
+    # and keeps its summaries where the reference kept them; the warning names the allowed values.
+    memory = LongTermMemory({"backend": backend, "api_url": None, "db_path": str(tmp_path / "x.json")})
+    try:
+        assert memory.settings.backend == "json"
+        memory.import_session({"summary": "Ana likes tea."}, "s")
+    finally:
+        memory.close()
+    assert json.loads((tmp_path / "x.json").read_text())  # a JSON store, written
+    assert any(f"'backend' is {'null' if backend is None else repr(backend)}" in m and "read as 'json'" in m
+               for m in warned)
 
 
 def test_bad_numbers_are_config_errors():
