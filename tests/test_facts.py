@@ -174,6 +174,14 @@ def test_a_fact_whose_words_the_user_never_said_is_not_grounded():
     assert not is_grounded("User lives in Paris", "I love my dog")
 
 
+def test_a_value_the_user_never_said_is_not_grounded_though_the_attribute_was():
+    # "dinner" was said, "pizza" was not: the model invented the value.
+    assert not is_grounded("User's dinner is a pizza", "Suggest a dinner for tonight.")
+    assert not is_grounded("User's favourite sport is tennis", "What sport should I try this summer?")
+    assert is_grounded("User's favourite colour is green", "Green", context="What's your favourite colour?")
+    assert is_grounded("User's dinner tonight is pizza", "I'm having pizza for dinner tonight")
+
+
 def test_a_fact_restating_the_user_in_other_forms_is_grounded():
     assert is_grounded("User loves dogs", "I love my dog")
     assert is_grounded("The user plays the guitar", "I play guitar every day")

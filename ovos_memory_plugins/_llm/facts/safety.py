@@ -33,7 +33,8 @@ def is_grounded(fact: str, user_text: str, context: str = "") -> bool:
     Names and numbers must all appear there; of the other content words, at least half, there
     or in ``context`` (the question the user answered: "favourite colour" in "What's your
     favourite colour?" / "Green"), compared by a five-letter stem, so "dogs" matches "dog" and
-    "loves" matches "love".
+    "loves" matches "love". The last content word, where a fact's value is ("User's dinner is a
+    *pizza*"), must be among them: a model rewords the attribute, and invents the value.
     """
     if not fact or len(fact) > MAX_FACT_CHARS or steers(fact):
         return False
@@ -48,8 +49,10 @@ def is_grounded(fact: str, user_text: str, context: str = "") -> bool:
     if any(_stem(w.casefold()) not in said for w in strict):
         return False
     hits = sum(1 for w in tokens if _stem(w.casefold()) in heard)
+    if hits * 2 < len(tokens) or _stem(tokens[-1].casefold()) not in heard:
+        return False
     # At least one word the user said: "User likes jazz" is no reading of "No." to "Do you like jazz?"
-    return hits * 2 >= len(tokens) and any(_stem(w.casefold()) in said for w in tokens)
+    return any(_stem(w.casefold()) in said for w in tokens)
 
 
 # -- values in the user's own words -------------------------------------------------------------

@@ -27,7 +27,8 @@ from typing import Any
 from ..facts.kinds import wordset
 from .text import role_content
 
-__all__ = ["check_piece", "check_summary", "named_entities", "trim_to_sentence", "user_statements"]
+__all__ = ["check_piece", "check_summary", "named_entities", "names_in", "names_required", "names_said",
+           "trim_to_sentence", "user_statements"]
 
 
 # Capitalised words that open sentences without naming anything.
@@ -111,14 +112,28 @@ def check_summary(new: str, old: str, messages: Sequence[Any], changed: Iterable
     old_names = _names(named_entities(old))
     if len(old_names) >= 3 and len(old_names & have) < MIN_KEPT * len(old_names):
         return f"keeps {len(old_names & have)} of the {len(old_names)} names of the old summary"
-    said = _names(set().union(*(named_entities(s) for s in user_statements(messages))))
-    if len(said) >= 3 and len(said & have) < min(MIN_KEPT * len(said), MAX_REQUIRED):
+    said = names_said(messages)
+    if len(said & have) < names_required(said):
         return f"keeps {len(said & have)} of the {len(said)} names the user said"
     return None
 
 
+def names_said(messages: Sequence[Any]) -> set[str]:
+    """The names in what the user stated in ``messages`` (see :func:`user_statements`)."""
+    return names_in("\n".join(user_statements(messages)))
+
+
+def names_required(said: set[str]) -> float:
+    """How many of the names the user said a summary of their turns must keep."""
+    return min(MIN_KEPT * len(said), MAX_REQUIRED) if len(said) >= 3 else 0
+
+
+def names_in(text: str) -> set[str]:
+    """The names of ``text`` without numbers: "day 294" of a long backlog is nothing a summary must keep."""
+    return _names(named_entities(text))
+
+
 def _names(found: set[str]) -> set[str]:
-    """Names without numbers: "day 294" of a long backlog is nothing a summary must keep."""
     return {n for n in found if not n[:1].isdigit()}
 
 
