@@ -159,8 +159,12 @@ class RedisMemory(ContextMemory):
 
     @classmethod
     def check_settings(cls, settings: Any) -> list[str]:
-        problem = url_problem(settings.url)
-        return super().check_settings(settings) + ([f"'url': {problem}"] if problem else [])
+        problems = [f"'url': {problem}"] if (problem := url_problem(settings.url)) else []
+        if "{" in settings.prefix or "}" in settings.prefix:
+            # A session's keys are <prefix>:{<session>}:<kind>: with a brace in a prefix, another
+            # prefix and session id could spell the same keys and read this memory.
+            problems.append(f"'prefix' {settings.prefix!r} may not hold '{{' or '}}'")
+        return super().check_settings(settings) + problems
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)

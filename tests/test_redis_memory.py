@@ -627,6 +627,44 @@ def test_the_policy_never_cuts_into_the_newest_exchanges_nor_mid_exchange():
     assert CompactionPolicy(token_threshold=0, round_threshold=3, keep_recent=0).cut(items) == 6
 
 
+def test_a_question_not_answered_yet_is_no_conversation_for_the_policy():
+    from ovos_memory_plugins._redis.compaction import CompactionPolicy
+
+    rounds = CompactionPolicy(token_threshold=0, round_threshold=3, keep_recent=2)
+    asked = _items(("u", 5), ("a", 5), ("u", 5), ("a", 5), ("u", 5))  # two answered, one asked
+    assert rounds.cut(asked) == 0
+    three = _items(("u", 5), ("a", 5), ("u", 5), ("a", 5), ("u", 5), ("a", 5), ("u", 5))
+    assert rounds.cut(three) == 2  # the oldest answered; the two newest answered and the question stay
+    assert CompactionPolicy(token_threshold=0, round_threshold=1, keep_recent=0).cut(asked) == 4
+
+
+def test_the_round_threshold_keeps_two_conversations_besides_a_question_not_answered_yet(make):
+    memory = make(compact_threshold=3, compact_token_threshold=0, _summarizer=lambda *a: "summary")
+    exchange(memory, "s", "My cat is Tom.", "Nice.")
+    exchange(memory, "s", "I live in Porto.", "Lovely.")
+    memory.update_history([AgentMessage(U, "What's the weather?")], "s")
+    memory.flush()
+    assert memory.load("s") == ("", [Exchange("My cat is Tom.", "Nice."), Exchange("I live in Porto.", "Lovely."),
+                                     Exchange("What's the weather?", "")])  # nothing folded yet
+
+
+def test_a_ttl_under_a_millisecond_still_expires(make, r):
+    memory = make(short_term_ttl=0.0004, long_term_ttl=0.0004)
+    r_keys = keys_of(memory, "s")
+    memory.update_history([AgentMessage(U, "q")], "s")
+    assert r.pttl(r_keys.meta) != -1 and r.pttl(r_keys.short) != -1  # -1: never expires
+
+
+def test_a_brace_in_the_prefix_is_refused_so_two_prefixes_never_spell_the_same_keys():
+    with pytest.raises(ConfigError, match="'prefix' 'a:{x}:y' may not hold"):
+        RedisMemory({"prefix": "a:{x}:y", "url": "redis://localhost:1"})
+
+
+def test_a_url_without_its_scheme_is_named_as_written():
+    with pytest.raises(ConfigError, match="'localhost:6379' is not a Redis URL"):
+        RedisMemory({"url": "localhost:6379"})
+
+
 def test_after_a_burst_the_policy_folds_down_to_about_half_the_threshold():
     from ovos_memory_plugins._redis.compaction import CompactionPolicy
 

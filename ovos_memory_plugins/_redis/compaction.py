@@ -65,9 +65,11 @@ class CompactionPolicy:
             6
         """
         users = [i for i, item in enumerate(items) if item.is_user]
-        limit = len(items)  # keep_recent 0: everything may go
+        # A question not answered yet is no conversation: it is kept, and takes no kept place.
+        answered = users[:-1] if items and items[-1].is_user else users
+        limit = users[-1] if answered is not users else len(items)  # keep_recent 0: all answered may go
         if self.keep_recent:
-            limit = users[-self.keep_recent] if len(users) >= self.keep_recent else 0
+            limit = answered[-self.keep_recent] if len(answered) >= self.keep_recent else 0
         cuts = [i for i in users if 0 < i <= limit]
         if limit == len(items) and limit:
             cuts.append(limit)
@@ -81,6 +83,6 @@ class CompactionPolicy:
             for item in items:
                 prefix.append(prefix[-1] + item.tokens)
             return next((c for c in cuts if prefix[c] >= target), cuts[-1])
-        if self.round_threshold and len(users) >= self.round_threshold:
+        if self.round_threshold and len(answered) >= self.round_threshold:
             return cuts[-1]
         return 0

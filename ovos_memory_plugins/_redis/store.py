@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -91,7 +92,8 @@ def decode(raw: str) -> Item:
 
 
 def _ms(seconds: float | None) -> int:
-    return int(seconds * 1000) if seconds else 0
+    # Rounded up: a TTL under a millisecond is one, not 0 (which means "never expires").
+    return math.ceil(seconds * 1000) if seconds else 0
 
 
 #: The URL schemes the redis client takes.
@@ -121,8 +123,8 @@ def safe_url(url: str) -> str:
         port = f":{parts.port}" if parts.port else ""
     except ValueError:
         return "<unparseable url>"
-    if not parts.scheme and not parts.netloc:  # not a URL at all ("", "localhost"): shown as given
-        return url if "@" not in url else "<url with credentials>"
+    if not parts.netloc and parts.scheme not in URL_SCHEMES:  # no URL ("", "localhost:6379"): shown as given
+        return url.split("?")[0] if "@" not in url else "<url with credentials>"
     return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
 
 
