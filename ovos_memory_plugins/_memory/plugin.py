@@ -32,6 +32,7 @@ def store_path_problems(key: str, path: Any) -> list[str]:
 #: Copies of a session moved into a person before it is forgotten, while a writer keeps adding to it.
 _MOVE_ROUNDS = 5
 
+
 class MemoryPlugin(AgentContextManager):
     """Base of this package's backends (not part of the OPM contract).
 
