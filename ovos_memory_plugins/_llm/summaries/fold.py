@@ -271,7 +271,8 @@ class Summarizer:
         why = check_piece(piece) if _spoken(part, small_talk=True) else None  # nothing said at all
         if why is None:
             piece = " ".join([piece, *commitments_missing(part, piece)])
-            piece = " ".join([piece, *statements_missing(part, f"{render_summary(updated, 1 << 30)}\n{piece}")])
+            # Before the model's sentences: past the bound the oldest go first, and its overview stays.
+            piece = " ".join([*statements_missing(part, f"{render_summary(updated, 1 << 30)}\n{piece}"), piece])
             old = str(base.get("narrative") or "")
             unbounded = render_summary({**updated, "narrative": roll_narrative(old, piece, updated, 1 << 30)}, 1 << 30)
             updated["narrative"] = roll_narrative(old, piece, updated, self._narrative_budget(updated))
