@@ -79,8 +79,9 @@ def option(
         maximum: the largest allowed number (every number has one: :data:`MAXIMUM` by default).
         nullable: whether ``null``/``None`` is allowed.
         aliases: other keys accepted for this value (older spellings).
-        otherwise: the value read, with a warning, for one outside ``choices``, where the
-            reference package read any other value so (a persona written for it keeps loading).
+        otherwise: the value read, with a warning, for one outside ``choices`` (one of them
+            spelt in other case is that one), where the reference package read any other value
+            so: a persona written for it keeps loading.
     """
     if kind is None:
         kind = type(default) if default is not None else object
@@ -302,16 +303,14 @@ def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[A
     and that is read another way rather than refused (the persona would not load): ``null`` for
     a key that takes none is its default (UNSET), a value outside ``choices`` its ``otherwise``."""
     meta = field.metadata
-    if value is None and meta["otherwise"] is not UNSET:
-        reading = meta["otherwise"]
-        return f"{owner}: '{key}' is null; read as {reading!r}, as the reference package reads it", reading
     if value is None and not meta["nullable"]:
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc,operator]
         return f"{owner}: '{key}' is null; its default {default!r} is used", UNSET
     if meta["otherwise"] is not UNSET and meta["choices"] is not None and value not in meta["choices"]:
         allowed = ", ".join(repr(c) for c in meta["choices"])
-        return (f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {meta['otherwise']!r}, as the "
-                f"reference package reads any other value", meta["otherwise"])
+        spelt = str(value).strip().lower()  # "SQLite" is sqlite: what was meant, and no typo
+        reading = spelt if spelt in meta["choices"] else meta["otherwise"]
+        return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {reading!r}", reading
     return None
 
 

@@ -308,8 +308,11 @@ class LongTermMemory(LLMMemory):
             joined = merged_summary(str(old.get("summary") or ""), summary)
             if not added and joined == (old.get("summary") or ""):
                 return old  # already there
+            # Counted as appended: an export imported again (a session moving while it is
+            # written) adds only its new exchanges.
+            extra = count if len(added) == len(messages) else sum(1 for m in added if is_role(m, "user"))
             merged = {**old, "summary": joined, "recent": [to_dict(m) for m in [*stored, *added]],
-                      "updated_at": time.time(), "exchange_count": int(old.get("exchange_count") or 0) + count}
+                      "updated_at": time.time(), "exchange_count": int(old.get("exchange_count") or 0) + extra}
             if joined != (old.get("summary") or ""):
                 merged.pop("summary_state", None)  # it described the stored summary alone; the next fold rebuilds it
             return merged

@@ -405,10 +405,10 @@ def test_check_config_reports_values_read_as_the_reference_reads_them(tmp_path, 
     # The persona loads with them (a ConfigError would drop it), but check-config is strict.
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"handlers": ["ovos-chat-openai-plugin"], "memory_module": "ovos-memory-plugin-longterm",
-                                "ovos-memory-plugin-longterm": {"backend": "SQLite", "model": None, "api_url": None}}))
+                                "ovos-memory-plugin-longterm": {"backend": "SQLlite", "model": None, "api_url": None}}))
     assert main(["check-config", str(path)]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "'backend' is 'SQLite', not one of 'sqlite', 'json', 'memory', 'postgres'; read as 'json'" in err
+    assert "'backend' is 'SQLlite', not one of 'sqlite', 'json', 'memory', 'postgres'; read as 'json'" in err
     assert "'model' is null; its default '' is used" in err
 
 

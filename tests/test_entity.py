@@ -135,7 +135,7 @@ def test_an_extraction_prompt_without_the_exchange_placeholder_is_a_config_error
         EntityMemory({"scope": "household", "backend": "memory"})
 
 
-@pytest.mark.parametrize("backend", ["sqllite", "redis", "ram", None])
+@pytest.mark.parametrize("backend", ["sqllite", "redis", "ram"])
 def test_an_unknown_store_backend_is_ram_only_as_in_the_reference_said_and_writes_nothing(backend, tmp_path,
                                                                                          monkeypatch):
     # A persona written for the reference keeps loading (a ConfigError would drop the persona);

@@ -180,6 +180,17 @@ def test_a_value_the_user_never_said_is_not_grounded_though_the_attribute_was():
     assert not is_grounded("User's favourite sport is tennis", "What sport should I try this summer?")
     assert is_grounded("User's favourite colour is green", "Green", context="What's your favourite colour?")
     assert is_grounded("User's dinner tonight is pizza", "I'm having pizza for dinner tonight")
+    assert not is_grounded("User's sister Ana likes pizza", "My sister Ana is coming")
+
+
+@pytest.mark.parametrize("fact, said", [
+    ("User likes Italian food", "I love Italian cuisine"),  # the value before an attribute noun
+    ("Green is the user's favourite colour", "green is my favourite"),
+    ("User's birthday is on March 3rd", "my birthday is March 3"),  # an ordinal is its number
+    ("User speaks Portuguese fluently", "I speak Portuguese"),  # an adverb is no value
+])
+def test_the_value_is_found_past_an_attribute_noun_an_adverb_or_an_ordinal(fact, said):
+    assert is_grounded(fact, said)
 
 
 def test_a_fact_restating_the_user_in_other_forms_is_grounded():

@@ -141,23 +141,24 @@ def test_a_reference_sqlite_database_loads(tmp_path):
         memory.close()
 
 
-@pytest.mark.parametrize("backend", ["sqllite", "SQLite", "mongo", "JSON", "", None])
-def test_an_unknown_store_backend_is_json_as_in_the_reference_and_said(backend, tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend, read, said", [
+    ("sqllite", "json", "'sqllite', not one of"), ("mongo", "json", "'mongo', not one of"),
+    ("", "json", "'', not one of"), ("SQLite", "sqlite", "'SQLite', not one of"),
+    ("JSON", "json", "'JSON', not one of"), (None, "json", "null; its default 'json' is used")])
+def test_an_unknown_store_backend_is_json_as_in_the_reference_and_said(backend, read, said, tmp_path, monkeypatch):
+    # A persona written for the reference keeps loading (a ConfigError would drop the persona)
+    # and keeps its summaries; the warning names the value. Another case of a name is that name.
     from ovos_memory_plugins._core.log import LOG
 
     warned: list[str] = []
     monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
-    # A persona written for the reference keeps loading (a ConfigError would drop the persona),
-    # and keeps its summaries where the reference kept them; the warning names the allowed values.
-    memory = LongTermMemory({"backend": backend, "api_url": None, "db_path": str(tmp_path / "x.json")})
-    try:
-        assert memory.settings.backend == "json"
+    config = {"backend": backend, "api_url": None, "db_path": str(tmp_path / "x.store")}
+    with LongTermMemory(config) as memory:
+        assert memory.settings.backend == read
         memory.import_session({"summary": "Ana likes tea."}, "s")
-    finally:
-        memory.close()
-    assert json.loads((tmp_path / "x.json").read_text())  # a JSON store, written
-    assert any(f"'backend' is {'null' if backend is None else repr(backend)}" in m and "read as 'json'" in m
-               for m in warned)
+    with LongTermMemory(config) as memory:
+        assert memory.export("s")["summary"] == "Ana likes tea."
+    assert any(f"'backend' is {said}" in w for w in warned)
 
 
 def test_bad_numbers_are_config_errors():

@@ -391,6 +391,29 @@ def test_turns_another_process_writes_while_a_session_moves_are_moved_too(cls, t
     old.close()
 
 
+def test_a_longterm_session_moving_while_written_counts_each_exchange_once(tmp_path, monkeypatch):
+    base = {"db_path": str(tmp_path / "lt.json"), "api_url": None, "summarize_every": 100, "recent_window": 50}
+    old = LongTermMemory({**base, **PERSON})
+    for text in ("my bike is green", "my dog is Rex"):
+        tell(old, "office", text)
+    with LongTermMemory({**base, "scope": "person", "people": {"alice": ["kitchen", "office"]}}) as memory:
+        export, writes = memory.export, iter(["my cat is Tom"])
+
+        def export_then_a_write(session_id):
+            data = export(session_id)
+            text = next(writes, None)
+            if text:
+                tell(old, "office", text)
+            return data
+
+        monkeypatch.setattr(memory, "export", export_then_a_write)
+        memory.get_history("kitchen")
+        monkeypatch.undo()
+        data = memory.export("kitchen")
+        assert (len(data["recent"]) // 2, data["exchange_count"]) == (3, 3)
+    old.close()
+
+
 def test_session2history_shows_the_persons_window_under_any_of_their_sessions():
     with RecencyMemory(PERSON) as memory:
         tell(memory, "kitchen", "my dog is Rex")

@@ -629,3 +629,14 @@ def test_a_store_file_that_cannot_be_created_is_a_config_error_naming_it(name):
     for cls in (RecencyMemory, BasicShortTermMemory):
         with pytest.raises(ConfigError, match=f"cannot open db_path '{re.escape(path)}': cannot create the store file"):
             cls({"db_path": path})
+
+
+@pytest.mark.parametrize("blank", [b"\xff\xfe", "\r\n".encode("utf-16")])
+def test_a_blank_utf16_file_is_nothing_to_keep_not_someones_text(tmp_path, blank):
+    from ovos_memory_plugins._core.paths import foreign_content
+
+    path = tmp_path / "store.db"
+    path.write_bytes(blank)
+    assert foreign_content(str(path)) is None and foreign_content(str(path), json_store=True) is None
+    path.write_bytes("my notes\r\n".encode("utf-16"))
+    assert "UTF-16 text" in (foreign_content(str(path)) or "")

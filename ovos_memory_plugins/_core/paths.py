@@ -251,8 +251,9 @@ def foreign_content(path: str, json_store: bool = False) -> str | None:
         return None
     if head.startswith(SQLITE_HEADER):
         return "it is an SQLite database, not a JSON store" if json_store else None
-    if _utf16_text(head):  # the package writes UTF-8 only: text in UTF-16 was never its store
-        return "it holds UTF-16 text, which no store of this package does"
+    utf16 = _utf16_text(head)
+    if utf16 is not None:  # the package writes UTF-8 only: text in UTF-16 was never its store
+        return "it holds UTF-16 text, which no store of this package does" if utf16.strip("\ufeff \t\r\n") else None
     # Text in any 8-bit encoding (UTF-8, Latin-1) has no control byte but whitespace; damage does.
     if any(b < 32 and b not in _TEXT_CONTROLS for b in head):
         return None
@@ -264,13 +265,14 @@ def foreign_content(path: str, json_store: bool = False) -> str | None:
     return "it holds text that is not a JSON object" if json_store else "it holds text, which no SQLite store does"
 
 
-def _utf16_text(data: bytes) -> bool:
-    """Text in UTF-16 with its byte order mark (Windows' "Unicode" text files): its zero bytes
-    would otherwise read as damage."""
+def _utf16_text(data: bytes) -> str | None:
+    """The text of UTF-16 with its byte order mark (Windows' "Unicode" text files), else None:
+    its zero bytes would otherwise read as damage."""
     if not data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return False
+        return None
     text = data[: len(data) // 2 * 2].decode("utf-16", errors="replace")
-    return "\ufffd" not in text[:-1] and not any(ord(c) < 32 and c not in "\t\n\x0c\r" for c in text)
+    readable = "\ufffd" not in text[:-1] and not any(ord(c) < 32 and c not in "\t\n\x0c\r" for c in text)
+    return text if readable else None
 
 
 def _utf8(data: bytes) -> bool:

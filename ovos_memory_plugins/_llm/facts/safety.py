@@ -8,6 +8,7 @@ by :func:`is_grounded` with ``grounded_facts: true``.
 from __future__ import annotations
 
 import difflib
+import re
 
 from ..._core.untrusted import steers
 from .kinds import STOP_WORDS, plain, stem, wordset
@@ -21,6 +22,28 @@ dislikes dislike prefers prefer works work working job favorite favourite years 
 was fact facts does not doesn don t from comes come moved his her their they he she them usuário usuario nome
 gosta mora vive trabalha nombre usuaria gusta nutzer benutzer heißt utilisateur
 """) | STOP_WORDS
+# Nouns a fact names its attribute with, after or without its value ("User likes Italian *food*",
+# "Green is the user's favourite *colour*"): the value is the word before them.
+_ATTRIBUTE_NOUNS = wordset("""
+food foods cuisine dish dishes meal meals drink drinks colour color colours colors sport sports music song songs
+band bands artist movie movies film films show shows series book books game games hobby hobbies pet pets animal
+animals team teams language languages city country place places job genre type kind thing things stuff day
+""")
+_ORDINAL = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
+
+
+def _value_word(tokens: list[str]) -> str | None:
+    """Where a fact's value is: its last content word that is no attribute noun nor an adverb
+    ("User speaks Portuguese *fluently*"), an ordinal as its number ("3rd" is "3")."""
+    for word in reversed(tokens):
+        folded = word.casefold()
+        if folded in _ATTRIBUTE_NOUNS or (len(folded) > 4 and folded.endswith("ly")):
+            continue
+        ordinal = _ORDINAL.match(folded)
+        return ordinal.group(1) if ordinal else folded
+    return None
+
+
 def _stem(word: str) -> str:
     if len(word) > 3 and word.endswith("s"):
         word = word[:-1]
@@ -33,8 +56,9 @@ def is_grounded(fact: str, user_text: str, context: str = "") -> bool:
     Names and numbers must all appear there; of the other content words, at least half, there
     or in ``context`` (the question the user answered: "favourite colour" in "What's your
     favourite colour?" / "Green"), compared by a five-letter stem, so "dogs" matches "dog" and
-    "loves" matches "love". The last content word, where a fact's value is ("User's dinner is a
-    *pizza*"), must be among them: a model rewords the attribute, and invents the value.
+    "loves" matches "love". The word where a fact's value is (its last content word, past an
+    attribute noun or an adverb: "User's dinner is a *pizza*") must be among them: a model
+    rewords the attribute, and invents the value.
     """
     if not fact or len(fact) > MAX_FACT_CHARS or steers(fact):
         return False
@@ -49,7 +73,8 @@ def is_grounded(fact: str, user_text: str, context: str = "") -> bool:
     if any(_stem(w.casefold()) not in said for w in strict):
         return False
     hits = sum(1 for w in tokens if _stem(w.casefold()) in heard)
-    if hits * 2 < len(tokens) or _stem(tokens[-1].casefold()) not in heard:
+    value = _value_word(tokens)
+    if hits * 2 < len(tokens) or (value is not None and _stem(value) not in heard):
         return False
     # At least one word the user said: "User likes jazz" is no reading of "No." to "Do you like jazz?"
     return any(_stem(w.casefold()) in said for w in tokens)
