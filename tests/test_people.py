@@ -122,7 +122,7 @@ def test_a_caller_cannot_use_a_key_of_the_people(session_id):
 
 
 @pytest.mark.parametrize("cls", [RecencyMemory, LexicalMemory, EntityMemory])
-def test_a_key_of_the_people_is_refused_in_session_scope_too_so_it_cannot_seed_someones_memory(cls, tmp_path):
+def test_a_key_of_the_people_is_refused_in_session_scope_too_so_it_cannot_reach_someones_memory(cls, tmp_path):
     config = {"db_path": str(tmp_path / "store.db"), **({"api_url": None} if cls is EntityMemory else {})}
     with cls(config) as memory:
         for session_id in ("person:alice", "household:"):

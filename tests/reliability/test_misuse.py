@@ -336,8 +336,6 @@ BAD_CONFIGS = [
     ("ovos-memory-plugin-local-rag", {"system_prompt_template": "{context!r}"}, "system_prompt_template"),
     ("ovos-memory-plugin-local-rag", {"user_template": "{context.__class__}"}, "user_template"),
     ("ovos-memory-plugin-composite", {"user_template": "{header:{context}}"}, "user_template"),
-    ("ovos-memory-plugin-entity", {"backend": "sqllite"}, "backend"),
-    ("ovos-memory-plugin-longterm", {"backend": "sqllite"}, "backend"),
     ("ovos-memory-plugin-redis", {"url": "http://localhost:6379"}, "url"),
     ("ovos-memory-plugin-recency", {"max_history": 10**30}, "max_history"),
     *[("ovos-memory-plugin-composite", {"members": [{"module": "ovos-memory-plugin-lexical", "weight": weight}]},
@@ -359,6 +357,25 @@ def test_a_config_the_backend_would_fail_on_is_refused_at_construction_and_by_ch
     problems = _check_block(entry_point, config)
     assert any(f"'{key}'" in p for p in problems), f"check-config calls it valid: {problems}"
     record("misuse", (f"a bad value ({key})", entry_point), tried=1, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+@pytest.mark.parametrize(("entry_point", "read"), [("ovos-memory-plugin-entity", "memory"),
+                                                   ("ovos-memory-plugin-longterm", "json")])
+def test_a_backend_the_reference_read_some_way_loads_as_it_read_it_and_check_config_reports_it(entry_point, read,
+                                                                                              tmp_path):
+    # A ConfigError here would make ovos-persona drop the whole persona.
+    from ovos_memory_plugins._cli.check import _check_block
+
+    config = {"backend": "sqllite"}
+    memory = make_memory(entry_point, tmp_path / "store", config)
+    try:
+        assert memory.settings.backend == read
+    finally:
+        memory.close()
+    problems = _check_block(entry_point, config)
+    assert any("'backend' is 'sqllite'" in p for p in problems), f"check-config calls it valid: {problems}"
+    record("misuse", ("an unknown store backend, read as the reference read it", entry_point), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
