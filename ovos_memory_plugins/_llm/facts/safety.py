@@ -30,6 +30,9 @@ band bands artist movie movies film films show shows series book books game game
 animals team teams language languages city country place places job genre type kind thing things stuff day
 """)
 _ORDINAL = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
+# Everyday words a model swaps for the user's own when it restates them ("I have two kids" ->
+# "User has two children"); each group's words stand for one another, by their _stem.
+_SAME_WORDS = [("kid", "child", "kiddo"), ("mom", "mum", "mother", "mommy", "mummy"), ("dad", "father", "daddy")]
 
 
 def _value_word(tokens: list[str]) -> str | None:
@@ -50,20 +53,31 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
+def _with_same_words(stems: set[str]) -> set[str]:
+    out = set(stems)
+    for group in _SAME_WORDS:
+        forms = {_stem(w) for w in group}
+        if forms & stems:
+            out |= forms
+    return out
+
+
 def is_grounded(fact: str, user_text: str, context: str = "") -> bool:
     """Whether ``fact``'s key words come from ``user_text`` (what the user said).
 
     Names and numbers must all appear there; of the other content words, at least half, there
     or in ``context`` (the question the user answered: "favourite colour" in "What's your
     favourite colour?" / "Green"), compared by a five-letter stem, so "dogs" matches "dog" and
-    "loves" matches "love". The word where a fact's value is (its last content word, past an
+    "loves" matches "love", and a few everyday words stand for one another ("kids", "children").
+    The word where a fact's value is (its last content word, past an
     attribute noun or an adverb: "User's dinner is a *pizza*") must be among them: a model
     rewords the attribute, and invents the value.
     """
     if not fact or len(fact) > MAX_FACT_CHARS or steers(fact):
         return False
     said = {_stem(w) for w in WORD.findall(normalise(user_text).casefold())}
-    heard = said | {_stem(w) for w in WORD.findall(normalise(context).casefold())}
+    said = _with_same_words(said)
+    heard = said | _with_same_words({_stem(w) for w in WORD.findall(normalise(context).casefold())})
     words = WORD.findall(normalise(fact))
     tokens = [w for w in words if w.casefold() not in _META]
     if not tokens:
