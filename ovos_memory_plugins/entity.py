@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import threading
 import time
 import uuid
@@ -320,24 +321,38 @@ class EntityMemory(LLMMemory):
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
-        keys = self._store.sessions()
-        if self.settings.scope != "global":
-            return [k for k in keys if k != GLOBAL_KEY]
+        # What sessions stated while the scope was global stays theirs in the shared record (tagged
+        # with their id): listed, exported and forgotten as theirs in any scope, never unreachable.
+        stated = self._global_sids()
+        if self.settings.scope == "global":
+            return sorted(stated)
+        return sorted(stated.union(k for k in self._store.sessions() if k != GLOBAL_KEY))
+
+    def _global_sids(self) -> set[str]:
         record = self._load(GLOBAL_KEY)
         sids = {m.get("sid") for m in (record.get("meta") or {}).values()}
         sids |= {p.get("sid") for p in record.get("pending") or []}
-        return sorted(s for s in sids if s)
+        sids |= {h.get("sid") for h in record.get("history") or []}
+        return {s for s in sids if isinstance(s, str) and s}
 
     def forget(self, session_id: str) -> dict[str, int]:
         check_session_id(session_id)
         with self._lock:
             self._last_user.pop(session_id, None)
             self._last_question.pop(session_id, None)
-        if self.settings.scope != "global":
-            record = self._load(session_id)
-            self._delete(session_id)
-            return {"facts": len(record.get("facts") or []), "pending": len(record.get("pending") or []),
-                    "superseded": len(record.get("history") or [])}
+        if self.settings.scope == "global":
+            return self._forget_stated(session_id)
+        record = self._load(session_id)
+        self._delete(session_id)
+        counts = {"facts": len(record.get("facts") or []), "pending": len(record.get("pending") or []),
+                  "superseded": len(record.get("history") or [])}
+        if session_id in self._global_sids():  # what it stated while the scope was global
+            for name, value in self._forget_stated(session_id).items():
+                counts[name] = counts.get(name, 0) + value
+        return counts
+
+    def _forget_stated(self, session_id: str) -> dict[str, int]:
+        """Drop what ``session_id`` stated from the shared record of ``scope: global``."""
         counts: dict[str, int] = {}
 
         def drop(record: dict[str, Any]) -> dict[str, Any]:
@@ -360,19 +375,22 @@ class EntityMemory(LLMMemory):
         exchanges await extraction. With ``scope: global``, those the session stated: what
         :meth:`forget` would delete (the other sessions' facts are theirs)."""
         data = super().export(session_id)
-        record = self._load(self._key(session_id))
-        meta = record.get("meta") or {}
-
-        def mine(sid: Any) -> bool:
-            return self.settings.scope != "global" or sid == session_id
-
-        data.update(
-            scope=self.settings.scope,
-            facts=[{"text": f, **(meta.get(f) or {})} for f in record.get("facts") or []
-                   if mine((meta.get(f) or {}).get("sid"))],
-            superseded=[h for h in record.get("history") or [] if mine(h.get("sid"))],
-            pending=len([p for p in record.get("pending") or [] if mine(p.get("sid"))]),
-        )
+        facts: dict[str, dict[str, Any]] = {}
+        superseded: list[dict[str, Any]] = []
+        pending = 0
+        # Its own record (outside scope global), then what it stated in the shared one.
+        records = [(self._load(GLOBAL_KEY), True)]
+        if self.settings.scope != "global":
+            records.insert(0, (self._load(session_id), False))
+        for record, shared in records:
+            meta = record.get("meta") or {}
+            mine = functools.partial(_stated_by, session_id if shared else None)
+            for f in record.get("facts") or []:
+                if mine((meta.get(f) or {}).get("sid")):
+                    facts.setdefault(f, {"text": f, **(meta.get(f) or {})})
+            superseded += [h for h in record.get("history") or [] if mine(h.get("sid"))]
+            pending += len([p for p in record.get("pending") or [] if mine(p.get("sid"))])
+        data.update(scope=self.settings.scope, facts=list(facts.values()), superseded=superseded, pending=pending)
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
@@ -460,6 +478,11 @@ def _exported_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
             raise TypeError(f"the export's '{key}'[{i}]['ts'] must be a number (seconds), not {ts!r}")
         out.append(entry)
     return out
+
+
+def _stated_by(session_id: str | None, sid: Any) -> bool:
+    """Whether an entry tagged ``sid`` is ``session_id``'s (None: every entry of its own record is)."""
+    return session_id is None or sid == session_id
 
 
 def _exported_facts(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:

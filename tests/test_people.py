@@ -424,6 +424,47 @@ def test_session2history_shows_the_persons_window_under_any_of_their_sessions():
         assert contents(memory, "kitchen")[-1] == "and a cat"
 
 
+def test_session2history_in_person_scope_reads_and_forgets_the_keys_it_lists():
+    with RecencyMemory(PERSON) as memory:
+        tell(memory, "kitchen", "my dog is Rex")
+        view = memory.session2history
+        assert {key: [m.content for m in window] for key, window in dict(view).items()} == {
+            "person:alice": ["my dog is Rex", "I will remember that."]}
+        assert "my dog is Rex" in repr(view)
+        with pytest.raises(ValueError, match="person:alice"):  # written only through a session of hers
+            view["person:alice"] = [AgentMessage(U, "I am Alice now")]
+        del view["person:alice"]
+        assert list(view) == [] and contents(memory, "kitchen") == []
+
+
+def test_facts_stated_in_global_scope_move_to_their_person_and_are_forgotten_with_them(tmp_path):
+    path = tmp_path / "entity.json"
+    with entity(tmp_path, scope="global") as memory:
+        tell(memory, "kitchen", "My favourite colour is turquoise")
+        tell(memory, "bob-phone", "I live in Berlin")
+    with entity(tmp_path, **PERSON) as memory:
+        assert "turquoise" in context_text(memory, "alice-car") and "Berlin" not in context_text(memory, "alice-car")
+        assert memory.sessions() == ["person:alice", "person:bob"]  # moved out of the shared record
+        assert [f["value"] for f in memory.export_person("alice")["facts"]] == ["turquoise"]
+        memory.forget_person("alice")
+    assert b"turquoise" not in path.read_bytes() and b"Berlin" in path.read_bytes()
+    with entity(tmp_path, scope="session") as memory:  # and in session scope, still the session's to see and forget
+        tell(memory, "den", "I live in Oslo")
+    with entity(tmp_path, scope="global") as memory:
+        tell(memory, "porch", "My favourite colour is amber")
+    with entity(tmp_path, scope="session") as memory:
+        assert "porch" in memory.sessions() and "amber" in json.dumps(memory.export("porch"))
+        memory.forget("porch")
+    assert b"amber" not in path.read_bytes()
+
+
+def test_people_cannot_be_assigned_after_construction():
+    with RecencyMemory(PERSON) as memory:
+        with pytest.raises(AttributeError, match="'people' is fixed at construction"):
+            memory.people = {"alice": ["kitchen"]}
+        assert memory.people() == {"alice": ["kitchen", "alice-*"], "bob": ["bob-phone"]}
+
+
 def test_assigning_scope_person_maps_sessions_from_the_next_call(tmp_path):
     with LexicalMemory({"db_path": str(tmp_path / "lex.db"), "people": PEOPLE}) as memory:
         tell(memory, "kitchen", "my bike is green")
@@ -555,6 +596,23 @@ def test_a_device_listed_under_its_own_id_is_shown_exported_and_forgotten_as_its
     with RecencyMemory({**config, "people": {"alice": ["alice-*"]}}) as memory:
         assert memory.sessions() == ["person:alice"]
         assert contents(memory, "alice-phone")[0] == "my locker code is 4242"
+
+
+def test_forget_by_person_reaches_a_device_people_named_after_it_stored(tmp_path, capsys):
+    config = {"db_path": str(tmp_path / "lex.db"), "scope": "person"}
+    with LexicalMemory({**config, "people": {"alice": ["kitchen"]}}) as memory:
+        tell(memory, "kitchen", "my locker code is 4242")
+        tell(memory, "alice-tablet", "my bank pin is 7788")  # a guest, then
+    claimed = ["--module", "ovos-memory-plugin-lexical",
+               "--config", json.dumps({**config, "people": {"alice": ["kitchen", "alice-tablet"]}})]
+    assert main(["export", "--person", "alice", *claimed]) == 0  # an export only looks: it says what it left
+    out, err = capsys.readouterr()
+    assert "4242" in out and "7788" not in out and "'alice-tablet'" in err
+    assert main(["forget", "--person", "alice", *claimed]) == 0
+    capsys.readouterr()
+    assert not any(b"7788" in path.read_bytes() or b"4242" in path.read_bytes() for path in tmp_path.iterdir())
+    with LexicalMemory({**config, "people": {"alice": ["kitchen", "alice-tablet"]}}) as memory:
+        assert memory.sessions() == [] and "7788" not in context_text(memory, "kitchen", "what is my bank pin?")
 
 
 def test_a_session_two_peoples_patterns_claim_stays_apart_said_once_and_the_others_move(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._memory.people import PERSON_PREFIX, inside, listed_keys
+from .._memory.people import PERSON_PREFIX, inside, listed_keys, move_sessions_of_people
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
 from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, private_stdout
@@ -213,6 +213,8 @@ def _target(memory: Any, args: argparse.Namespace) -> tuple[str, str]:
 def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
     with _backend(args) as memory:
         session, what = _target(memory, args)
+        if getattr(args, "person", None):  # devices that stored before ``people`` named them are the person's
+            move_sessions_of_people(memory)
         with listed_keys():
             counts = memory.forget(session)
         lines = [f"forgot {what}: {count_items(counts)} item(s) deleted"]
@@ -238,8 +240,20 @@ def cmd_export(args: argparse.Namespace, ui: UI) -> int:
             key = _target(memory, args)[0]
             with listed_keys():
                 data = memory.export(key)
+            if getattr(args, "person", None):
+                _warn_unmoved(memory, key, args.person, ui)
         ui.write_private(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
     return 0
+
+
+def _warn_unmoved(memory: Any, key: str, person: str, ui: UI) -> None:
+    """Name the sessions of ``person`` still stored under their own ids (``people`` claimed them
+    after they stored; they move at the memory's next use, and an export only looks)."""
+    claims = getattr(memory, "memory_key", None)
+    apart = [s for s in _sessions(memory) or [] if s != key and callable(claims) and claims(s) == key]
+    if apart:
+        ui.err.print(Text(f"note: not in this export, stored under their own ids until the memory is next used: "
+                          f"{', '.join(map(repr, apart))} (export each by its SESSION)"))
 
 
 def _import_items(data: Any, path: str, every: bool = False) -> list[Mapping[str, Any]]:

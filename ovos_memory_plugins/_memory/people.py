@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from ..errors import ConfigError
 
 __all__ = ["HOUSEHOLD_KEY", "PERSON_PREFIX", "People", "inside", "is_memory_key", "keyed", "listed_keys",
-           "parse_people", "unmapped"]
+           "move_sessions_of_people", "parse_people", "unmapped"]
 
 PERSON_PREFIX = "person:"
 HOUSEHOLD_KEY = "household:"
@@ -142,13 +142,17 @@ def parse_people(people: Any) -> dict[str, tuple[str, ...]]:
 
 
 def _refuse_shared_ids(owners: Mapping[str, tuple[str, ...]]) -> None:
+    # Literal ids by owner, looked up; only the patterns are tried one by one (thousands of ids load fast).
+    literal: dict[str, str] = {}
+    globs = [(name, p) for name, patterns in owners.items() for p in patterns if _is_pattern(p)]
     for name, patterns in owners.items():
         for session_id in (p for p in patterns if not _is_pattern(p)):
-            for other, theirs in owners.items():
-                if other != name and _claims(theirs, session_id):
-                    first, second = sorted((name, other))
-                    raise ConfigError(f"session {session_id!r} is claimed by both {first!r} and {second!r} "
-                                      "in 'people'")
+            other = literal.setdefault(session_id, name)
+            if other == name:
+                other = next((o for o, p in globs if o != name and fnmatch.fnmatchcase(session_id, p)), name)
+            if other != name:
+                first, second = sorted((name, other))
+                raise ConfigError(f"session {session_id!r} is claimed by both {first!r} and {second!r} in 'people'")
 
 
 # -- the boundary ------------------------------------------------------------------------------
@@ -167,6 +171,16 @@ def inside() -> Iterator[None]:
         yield
     finally:
         _calls.depth -= 1
+
+
+def move_sessions_of_people(memory: Any) -> None:
+    """Before a tool names memories by the keys ``sessions()`` lists: once, in person scope, the
+    sessions that became a person's since they stored something (``people`` changed) move into
+    the person's memory, so a person's memory is whole where the tool reads or forgets it."""
+    with inside():
+        adopt = getattr(memory, "_adopt_moved_sessions", None)
+        if callable(adopt):
+            adopt()
 
 
 @contextlib.contextmanager

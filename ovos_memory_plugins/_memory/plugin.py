@@ -141,7 +141,12 @@ class MemoryPlugin(AgentContextManager):
     def __setattr__(self, name: str, value: Any) -> None:
         settings = self.__dict__.get("settings")
         if (settings is None or name.startswith("_") or name in self.own_attributes
-                or name not in setting_names(type(settings)) or hasattr(type(self), name)):
+                or name not in setting_names(type(settings))):
+            object.__setattr__(self, name, value)
+            return
+        if hasattr(type(self), name):
+            if callable(getattr(type(self), name)):  # a method named as a setting ("people"): not this
+                raise AttributeError(f"{self.plugin_name}: {name!r} is fixed at construction; set it in the config")
             object.__setattr__(self, name, value)
             return
         self._assign_setting(name, value)

@@ -7,11 +7,13 @@ and every assignment or list mutation writes the whole window back in one transa
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Protocol
 
 from .._core.compat import AgentMessage
+from .people import inside, is_memory_key
 
 __all__ = ["EditableWindow", "LiveHistory", "SessionHistoryView"]
 
@@ -56,7 +58,8 @@ class SessionHistoryView(MutableMapping[str, list]):
         return stored + sorted(self._empty.difference(stored))
 
     def __getitem__(self, session_id: str) -> LiveHistory:
-        history = self._memory._stored_window(session_id)
+        with _as_listed(session_id):
+            history = self._memory._stored_window(session_id)
         if not history and session_id not in self:
             raise KeyError(session_id)
         return LiveHistory(self._memory, session_id, history)
@@ -72,7 +75,8 @@ class SessionHistoryView(MutableMapping[str, list]):
         if session_id not in self:
             raise KeyError(session_id)
         self._empty.discard(session_id)
-        self._memory.forget(session_id)
+        with _as_listed(session_id):
+            self._memory.forget(session_id)
 
     def __contains__(self, session_id: object) -> bool:
         if session_id in self._empty:
@@ -93,7 +97,8 @@ class SessionHistoryView(MutableMapping[str, list]):
         """
         if session_id not in self:
             self[session_id] = list(default or [])
-        return LiveHistory(self._memory, session_id, self._memory._stored_window(session_id))
+        with _as_listed(session_id):
+            return LiveHistory(self._memory, session_id, self._memory._stored_window(session_id))
 
     def get(self, session_id: str, default: Any = None) -> Any:
         try:
@@ -103,6 +108,12 @@ class SessionHistoryView(MutableMapping[str, list]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({ {sid: list(self[sid]) for sid in self}!r})"
+
+
+def _as_listed(session_id: Any) -> contextlib.AbstractContextManager[None]:
+    """A key the view lists (a person's memory, ``person:<name>``) is read and forgotten as it is;
+    writes still refuse it: a person's memory is written through their sessions."""
+    return inside() if isinstance(session_id, str) and is_memory_key(session_id) else contextlib.nullcontext()
 
 
 class LiveHistory(list):

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._cli.output import count_items
 from .._llm.summaries.fold import parse_summary
-from .._memory.people import inside, listed_keys
+from .._memory.people import listed_keys, move_sessions_of_people
 from ..messages import role_of
 
 __all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "as_listed", "backlog", "export_person",
@@ -82,10 +82,7 @@ def as_listed(memory: Any, fn: Callable[..., Any], *args: Any) -> Any:
     still running with the old ``people`` may be writing there; what it writes later is listed
     under its own id.) An import maps its session ids as any package call does (a device's export
     lands in its person's memory): ``listed_keys`` leaves imports alone."""
-    with inside():
-        adopt = getattr(memory, "_adopt_moved_sessions", None)
-        if callable(adopt):
-            adopt()
+    move_sessions_of_people(memory)
     with listed_keys():
         return fn(*args)
 
