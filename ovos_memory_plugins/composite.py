@@ -31,7 +31,7 @@ from ._core.worker import wakeups_deferred
 from ._index.current import put_contradicted_last
 from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._memory.conversion import member_imports
-from ._memory.exports import session_export
+from ._memory.exports import check_export, session_export
 from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
@@ -566,6 +566,10 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         # Each member its own export, or the parts of another backend's it keeps (_memory/conversion.py).
         exported = member_imports(data, [(m.name, m.memory) for m in self.members
                                          if hasattr(m.memory, "import_session")], self.plugin_name)
+        for name, part in exported.items():  # all checked before any member stores its part
+            if not isinstance(part, Mapping):
+                raise TypeError(f"the export's 'members'[{name!r}] must be a member's export (a dict)")
+            check_export(part)
         for m in self.members:
             if m.name in exported and hasattr(m.memory, "import_session"):
                 self._call(m, "import", lambda m=m: m.memory.import_session(exported[m.name], sid), None)

@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import inspect
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -701,6 +702,8 @@ def _embed_query(embedder: Any, text: str) -> Any:
 
 
 def _portable(doc: Document) -> dict[str, Any]:
-    """Metadata every vector store accepts: scalars only (chromadb refuses None)."""
+    """Metadata every vector store accepts: scalars only (chromadb refuses None), numbers finite
+    (JSON has no NaN: a store writing JSON refuses it, and the document would wait for ever)."""
     meta = {"content": doc.text, "session_id": doc.session_id, **doc.metadata}
-    return {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))}
+    return {k: v for k, v in meta.items()
+            if isinstance(v, (str, int, bool)) or (isinstance(v, float) and math.isfinite(v))}

@@ -163,3 +163,25 @@ def test_an_export_naming_no_backend_or_this_one_is_read_as_it_is():
 def test_a_malformed_composite_export_is_a_type_error_naming_the_part(members, why):
     with pytest.raises(TypeError, match=why):
         member_imports({"plugin": "ovos-memory-plugin-composite", "session_id": "s", "members": members}, [], "c")
+
+
+# -- a malformed export stores nothing anywhere ----------------------------------------------------
+@pytest.mark.parametrize("bad, why", [
+    ({"ts": "yesterday"}, r"'documents'\[0\]\['ts'\] must be a number"),
+    ({"ts": float("nan")}, r"'documents'\[0\]\['ts'\] must be seconds since 1970"),
+    ({"metadata": {"x": float("nan")}}, r"'documents'\[0\]\['metadata'\].*JSON"),
+])
+def test_an_export_with_a_bad_document_is_refused_before_any_member_stores_a_part(composite, lexical_export, bad,
+                                                                                   why):
+    target = composite("c", RECENCY, LEXICAL)
+    broken = {**lexical_export, "documents": [{**lexical_export["documents"][0], **bad}]}
+    with pytest.raises((TypeError, ValueError), match=why):
+        target.import_session(broken)
+    assert target.sessions() == []  # not the window alone, with the documents refused
+
+
+def test_metadata_that_is_not_json_is_refused_where_it_is_stored(build):
+    memory = build(LexicalMemory, "lex.db")
+    with pytest.raises(ValueError, match="metadata must be JSON"):
+        memory.store("a note", "kitchen", {"score": float("inf")})
+    assert memory.sessions() == []

@@ -953,3 +953,12 @@ def test_opened_read_only_it_recalls_by_meaning_and_never_re_embeds_another_mode
     assert any("holds vectors of 'fake-hashed-bag-of-words-64'" in line for line in logged), logged
     again = memories()  # the vectors are still there, not re-embedded by the look
     assert again.search("dog Biscuit", "s")
+
+
+def test_a_stored_document_whose_metadata_json_cannot_hold_is_indexed_without_that_value():
+    # A store written before metadata was checked may hold NaN: the vector index must not refuse
+    # the document for ever (every later one waits behind it).
+    from ovos_memory_plugins.storage.documents import Document
+
+    doc = Document("s_0", "Q: hi\nA: hello", "s", {"x": float("nan"), "y": 1.5, "z": [1]}, 0.0, 1)
+    assert local_rag._portable(doc) == {"content": "Q: hi\nA: hello", "session_id": "s", "y": 1.5}

@@ -82,6 +82,8 @@ def test_search_finds_by_keyword_and_by_meaning_within_a_session(server):
     assert "Biscuit" in meaning[0]["content"] and meaning[0]["member"] == "ovos-memory-plugin-local-rag"
     by_words = server.request("GET", f"/api/search?q={question}&mode=keyword&session=ana-kitchen").body["hits"]
     assert not any("Biscuit" in h["content"] for h in by_words)
+    bad_k = server.request("GET", "/api/search?q=jazz&k=abc")
+    assert bad_k.status == 400 and "'k' must be a whole number" in bad_k.body["error"]
     everywhere = server.request("GET", "/api/search?q=jazz").body["hits"]
     assert everywhere[0]["session_id"] == "rui-car"
     within = server.request("GET", "/api/search?q=jazz&session=ana-kitchen").body["hits"]
@@ -286,6 +288,22 @@ def test_an_import_runs_in_the_background_and_reports_its_progress(fresh):
     assert server.request("GET", "/api/status").body == {"backlog": 0}
 
 
+def test_an_import_job_that_fails_names_the_session_and_stores_nothing_of_it(fresh):
+    folder, server = fresh
+    exported = server.request("GET", "/api/sessions/rui-car/export").body
+    assert server.request("DELETE", "/api/sessions/rui-car").status == 200
+    lexical = exported["members"]["ovos-memory-plugin-lexical"]
+    lexical["documents"][0]["ts"] = "yesterday"
+    job = server.request("POST", "/api/import", body=exported)
+    deadline = time.monotonic() + patience(60)
+    while job.body["phase"] not in ("done", "failed") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        job = server.request("GET", f"/api/jobs/{job.body['id']}")
+    assert job.body["phase"] == "failed" and "session 1 of 1 ('rui-car') was not imported" in job.body["error"]
+    assert "'ts'" in job.body["error"]
+    assert [s["id"] for s in server.request("GET", "/api/sessions").body["sessions"]] == ["ana-kitchen"]
+
+
 # -- safety ------------------------------------------------------------------------------------------
 def test_with_a_token_every_api_call_needs_it_and_the_page_asks_for_it(guarded):
     missing = guarded.request("GET", "/api/sessions")
@@ -400,6 +418,11 @@ def test_a_short_token_is_refused(capsys):
     assert "at least 8 characters" in capsys.readouterr().err
 
 
+def test_a_token_no_header_can_carry_is_refused(capsys):
+    assert main(["serve", "--token", "passwort-€uro", "--module", "ovos-memory-plugin-recency"]) == 2
+    assert "printable ASCII" in capsys.readouterr().err
+
+
 def test_a_busy_port_is_one_line(tmp_path, capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -489,13 +512,30 @@ def test_the_page_moves_sessions_that_became_a_persons_once_and_acts_on_a_listed
         # never moved while the page runs (a move forgets what it moved, and the persona writes).
         say(persona, "kitchen", "the oven is broken")
         assert views.as_listed(page, views.session_ids, page) == ["kitchen", "person:alice"]
+        person = views.as_listed(page, views.person_view, page, "alice")  # links what is listed, not patterns
+        assert person["stored"] == ["kitchen", "person:alice"] and "*-kitchen" in person["sessions"]
         kitchen = views.as_listed(page, views.session_view, page, "kitchen")["window"]
         assert [m["content"] for m in kitchen] == ["the oven is broken", "ok"]
         views.as_listed(page, views.forget_session, page, "kitchen")  # its own turns, not alice's
         say(persona, "bob-kitchen", "bob was here")  # both people's patterns claim it: it stays apart
         assert views.as_listed(page, views.session_ids, page) == ["bob-kitchen", "person:alice"]
+        assert views.as_listed(page, views.person_view, page, "alice")["stored"] == ["person:alice"]
         view = views.as_listed(page, views.session_view, page, "bob-kitchen")["window"]
         assert [m["content"] for m in view] == ["bob was here", "ok"]
         views.as_listed(page, views.forget_session, page, "bob-kitchen")  # its own memory, never alice's
         assert views.as_listed(page, views.session_ids, page) == ["person:alice"]
         assert "my locker code is 4242" in [m.content for m in page.get_history("alice-phone")]
+
+
+def test_a_fact_another_session_stated_cannot_be_forgotten_through_this_one_in_global_scope(tmp_path):
+    from ovos_memory_plugins.entity import EntityMemory
+
+    with EntityMemory({"db_path": str(tmp_path / "facts.json"), "api_url": None, "scope": "global"}) as memory:
+        for sid, said in (("kitchen", "my dog is called Rex"), ("car", "I live in Paris")):
+            memory.update_history([AgentMessage(MessageRole.USER, said), AgentMessage(MessageRole.ASSISTANT, "ok")],
+                                  sid)
+        memory.flush(patience(30))
+        paris = next(f["text"] for f in views.session_view(memory, "car")["facts"] if "Paris" in f["text"])
+        with pytest.raises(views.NotFound, match="no such fact in this session"):
+            views.forget_fact(memory, "kitchen", paris)
+        assert views.forget_fact(memory, "car", paris) == {"forgotten": 1}

@@ -11,6 +11,7 @@ from selenium.webdriver.support import expected_conditions as seen
 from selenium.webdriver.support.ui import WebDriverWait
 
 from ovos_memory_plugins._cli.persona import open_memory
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from tests._serve import SECRET, chromium, files_holding, household_config, remember_household, served
 from tests._timing import patience
 
@@ -96,3 +97,18 @@ def test_a_session_file_is_imported_through_the_page(tmp_path):
         wait(driver, lambda d: d.find_element(By.ID, "banner").text == "Imported 1 session.", 60)
         wait(driver, lambda d: "rui-car" in d.find_element(By.ID, "sessions").text)
         assert server.request("GET", "/api/search?q=jazz&mode=keyword&session=rui-car").body["hits"]
+
+
+def test_a_persons_page_opens_their_memory_and_shows_their_patterns_as_text(tmp_path):
+    config = {**household_config(tmp_path), "scope": "person", "people": {"ana": ["ana-*"]}}
+    with open_memory("ovos-memory-plugin-composite", config) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "my dog is called Biscuit"),
+                               AgentMessage(MessageRole.ASSISTANT, "noted")], "ana-kitchen")
+        assert memory.flush(patience(120))
+    args = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+    with served(args, tmp_path) as server, chromium() as driver:
+        driver.get(server.url + "/#person=ana")
+        wait(driver, lambda d: "ana-*" in d.find_element(By.ID, "person-sessions").text)
+        assert not driver.find_elements(By.CSS_SELECTOR, "#person-sessions a")  # a pattern opens nothing
+        wait(driver, seen.element_to_be_clickable((By.LINK_TEXT, "person:ana"))).click()
+        wait(driver, lambda d: "my dog is called Biscuit" in d.find_element(By.ID, "window").text)

@@ -640,3 +640,33 @@ def test_a_blank_utf16_file_is_nothing_to_keep_not_someones_text(tmp_path, blank
     assert foreign_content(str(path)) is None and foreign_content(str(path), json_store=True) is None
     path.write_bytes("my notes\r\n".encode("utf-16"))
     assert "UTF-16 text" in (foreign_content(str(path)) or "")
+
+
+def test_a_json_store_locked_by_another_process_is_unavailable_after_a_while_never_a_hang(tmp_path, monkeypatch):
+    import fcntl
+
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from ovos_memory_plugins.storage import jsonfile
+
+    store = JsonRecordStore(str(tmp_path / "s.json"))
+    store.save("kitchen", {"facts": ["User's name is Ana"]})
+    monkeypatch.setattr(jsonfile, "LOCK_TIMEOUT_S", 0.2)
+    with open(tmp_path / "s.json.lock", "a") as holder:  # another open file: flock sees another owner
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(StoreUnavailable, match="locked by another process"):
+            store.save("kitchen", {"facts": []})
+        assert store.sessions() == ["kitchen"]  # reading needs no lock
+        assert store.load("kitchen")["facts"] == ["User's name is Ana"]
+    store.save("kitchen", {"facts": []})  # released: writes go on
+    assert store.load("kitchen")["facts"] == []
+
+
+def test_a_json_store_replaced_by_a_foreign_file_while_open_is_a_store_failure_and_the_file_stays(tmp_path):
+    path = tmp_path / "s.json"
+    store = JsonRecordStore(str(path))
+    store.save("kitchen", {"facts": ["User's name is Ana"]})
+    path.write_bytes(b"garbage{")  # someone's file, not JSON: never set aside or rewritten
+    with pytest.raises(StorageError, match="not a memory store") as caught:
+        store.update("kitchen", lambda record: record)
+    assert not isinstance(caught.value, ConfigError)  # the config was right when it opened
+    assert path.read_bytes() == b"garbage{"

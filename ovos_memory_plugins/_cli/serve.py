@@ -44,6 +44,9 @@ def check_exposure(host: str, token: str | None) -> None:
                        f"{TOKEN_ENV}), which every request must then carry")
     if token is not None and (len(token) < 8 or token != token.strip()):
         raise CLIError("the token must have at least 8 characters and no spaces around it")
+    if token is not None and not (token.isascii() and token.isprintable()):
+        # An HTTP header carries it: a browser or curl would send other characters in another encoding.
+        raise CLIError("the token must be printable ASCII characters (letters, digits, punctuation)")
 
 
 def cmd_serve(args: argparse.Namespace, ui: UI) -> int:

@@ -9,14 +9,17 @@ first: what both backends keep carries over (:mod:`.conversion`).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._core.compat import AgentMessage
 from ..messages import check_session_id, from_dict, to_dict
+from ..storage.documents import metadata_text
 from .conversion import converted
 
-__all__ = ["export_documents", "export_messages", "merged_summary", "session_export", "unseen_messages"]
+__all__ = ["check_export", "export_documents", "export_messages", "merged_summary", "session_export",
+           "unseen_messages"]
 
 
 def session_export(data: Any, session_id: str | None, into: Any = None) -> tuple[Mapping[str, Any], str]:
@@ -68,10 +71,24 @@ def export_documents(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
             raise ValueError(f"the export's 'documents'[{i}] has no 'content' text")
         if not isinstance(doc.get("metadata") or {}, Mapping):
             raise TypeError(f"the export's 'documents'[{i}]['metadata'] must be a dict")
+        try:
+            metadata_text(doc.get("metadata") or {})
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"the export's 'documents'[{i}]['metadata']: {exc}") from exc
         ts = doc.get("ts")
         if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
             raise TypeError(f"the export's 'documents'[{i}]['ts'] must be a number")
+        if ts is not None and not (math.isfinite(ts) and ts >= 0):
+            raise ValueError(f"the export's 'documents'[{i}]['ts'] must be seconds since 1970, not {ts!r}")
     return docs
+
+
+def check_export(data: Mapping[str, Any]) -> None:
+    """Check the messages and documents of an export as each backend's import does, raising the
+    same errors, so a composite refuses a malformed export before any member stored its part."""
+    for key in ("window", "recent"):
+        export_messages(data, key)
+    export_documents(data)
 
 
 def unseen_messages(stored: Sequence[AgentMessage], imported: Sequence[AgentMessage]) -> list[AgentMessage]:

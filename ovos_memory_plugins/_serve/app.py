@@ -282,8 +282,10 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
         q = request.query_params
         if not q.get("q", "").strip():
             raise ValueError("'q' must hold the words to search for")
-        hits = await run(views.search, memory, q["q"], q.get("session") or None, q.get("mode", "all"),
-                         int(q.get("k", "10")))
+        k = q.get("k", "10")
+        if not (k.isascii() and k.isdigit()):
+            raise ValueError(f"'k' must be a whole number of hits, not {k!r}")
+        hits = await run(views.search, memory, q["q"], q.get("session") or None, q.get("mode", "all"), int(k))
         return JSONResponse({"hits": hits})
 
     async def people(request: Request) -> Response:

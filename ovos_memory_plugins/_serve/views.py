@@ -16,7 +16,8 @@ from typing import Any
 
 from .._cli.output import count_items
 from .._llm.summaries.fold import parse_summary
-from .._memory.people import listed_keys, move_sessions_of_people
+from .._memory.people import PERSON_PREFIX, listed_keys, move_sessions_of_people
+from ..errors import ConfigError
 from ..messages import role_of
 
 __all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "as_listed", "backlog", "export_person",
@@ -155,6 +156,10 @@ def forget_fact(memory: Any, session_id: str, text: Any) -> dict[str, Any]:
     if not callable(fn):
         raise Unsupported(f"{_name(memory)} keeps no facts it can forget one by one")
     _require_session(memory, session_id)
+    # What the session's page shows: in scope global the memory's facts are shared, and a fact
+    # another session stated is not this one's to remove.
+    if text not in {fact["text"] for fact in session_view(memory, session_id)["facts"]}:
+        raise NotFound("no such fact in this session")
     removed = count_items(fn(session_id, text))
     if not removed:
         raise NotFound("no such fact in this session")
@@ -227,7 +232,21 @@ def _person(memory: Any, name: str) -> dict[str, Any]:
 
 
 def person_view(memory: Any, name: str) -> dict[str, Any]:
-    return _person(memory, name)
+    """The person, their session ids and patterns, and ``stored``: the listed memories that are
+    theirs (their key, the household's when they share one, a device's not moved yet)."""
+    found = _person(memory, name)
+    key_of = getattr(memory, "memory_key", None)
+    if not callable(key_of):
+        return {**found, "stored": []}
+    key = key_of(PERSON_PREFIX + name)
+
+    def theirs(session_id: str) -> bool:
+        try:
+            return session_id == key or key_of(session_id) == key
+        except (ConfigError, ValueError):  # a session two people's patterns claim is nobody's yet
+            return False
+
+    return {**found, "stored": [s for s in session_ids(memory) if theirs(s)]}
 
 
 def forget_person(memory: Any, name: str) -> dict[str, Any]:
@@ -248,6 +267,11 @@ def import_sessions(memory: Any, items: Sequence[Mapping[str, Any]], session_id:
     if not callable(getattr(memory, "import_session", None)):
         raise Unsupported(f"{_name(memory)} cannot import sessions")
     for done, item in enumerate(items, 1):
-        memory.import_session(item, session_id)
+        try:
+            memory.import_session(item, session_id)
+        except (TypeError, ValueError) as exc:  # which one, and that the ones before it are in
+            named = session_id or (item.get("session_id") if isinstance(item, Mapping) else None)
+            raise ValueError(f"session {done} of {len(items)} ({named!r}) was not imported, {done - 1} before "
+                             f"it were: {exc}") from exc
         progress(done)
     return len(items)

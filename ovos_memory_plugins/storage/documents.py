@@ -21,8 +21,8 @@ from ..messages import clean_text, is_role
 from .sqlite import Database
 
 __all__ = [
-    "Document", "DocumentLog", "exchange_positions", "exchange_texts", "format_exchange", "past_exchanges",
-    "PastExchange", "within_chars",
+    "Document", "DocumentLog", "exchange_positions", "exchange_texts", "format_exchange", "metadata_text",
+    "past_exchanges", "PastExchange", "within_chars",
 ]
 
 _DOC_MIGRATIONS = (
@@ -189,6 +189,16 @@ def past_exchanges(items: Any) -> list[PastExchange]:
     return out
 
 
+def metadata_text(metadata: Mapping[str, Any]) -> str:
+    """A document's metadata as stored: JSON only (no NaN or Infinity, which PostgreSQL and the
+    vector index refuse later, where the caller cannot be told)."""
+    try:
+        return json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"metadata must be JSON data (text, finite numbers, true/false, null, lists, dicts): "
+                        f"{exc}") from exc
+
+
 class DocumentLog:
     """The ``<prefix>_docs`` table of a backend's database."""
 
@@ -214,7 +224,7 @@ class DocumentLog:
         doc_id = f"{session_id}_{n}"
         cur = con.execute(
             f"INSERT INTO {self.table} (doc_id, session_id, ts, content, metadata, indexed) VALUES (?, ?, ?, ?, ?, ?)",
-            (doc_id, session_id, now, text, json.dumps(meta, ensure_ascii=False), int(indexed)),
+            (doc_id, session_id, now, text, metadata_text(meta), int(indexed)),
         )
         return Document(doc_id, text, session_id, meta, now, int(cur.lastrowid))
 

@@ -23,6 +23,7 @@ import os
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,7 +38,7 @@ from .._core.paths import (
     refuse_foreign_file,
     warn_set_aside_copies,
 )
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError, StorageError, StoreUnavailable
 from .readonly import StoreReadOnly, is_read_only
 from .records import as_record
 
@@ -52,6 +53,9 @@ __all__ = ["JsonRecordStore"]
 PERSONA_KEYS = ("memory_module", "solvers", "handlers")
 #: The random part of the temp file names ``tempfile.mkstemp`` makes.
 _TEMP_RANDOM = 8
+#: How long a writer waits for another process holding the store's lock before giving up (as
+#: SQLite's busy timeout): a stuck process must not hang every caller for ever.
+LOCK_TIMEOUT_S = 30.0
 
 
 class JsonRecordStore:
@@ -98,8 +102,7 @@ class JsonRecordStore:
             return record
 
     def sessions(self) -> list[str]:
-        with self._locked():
-            return sorted(self._read())
+        return sorted(self._current())  # every write is a rename: the file read is a whole one
 
     def delete(self, session_id: str) -> bool:
         with self._locked():
@@ -174,13 +177,26 @@ class JsonRecordStore:
                 return
             fd = open_lock_file(self.path + ".lock")
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._wait_for_lock(fd)
                 try:
                     yield
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
+
+    def _wait_for_lock(self, fd: int) -> None:
+        deadline, pause = time.monotonic() + LOCK_TIMEOUT_S, 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailable(f"memory store {self.path} is locked by another process "
+                                           f"(waited {LOCK_TIMEOUT_S:g} s)") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
 
     def _current(self) -> dict[str, Any]:
         """The parsed file for a read, without waiting for a writer.
@@ -232,7 +248,10 @@ class JsonRecordStore:
             raise StorageError(f"cannot read {self.path}: {exc}") from exc
 
     def _quarantine(self, exc: Exception) -> None:
-        target = quarantine_file(self.path, json_store=True)
+        try:
+            target = quarantine_file(self.path, json_store=True)
+        except ConfigError as refused:  # replaced by someone's file since it opened: the store failed
+            raise StorageError(str(refused)) from None
         self._cache = None
         LOG.error(f"memory store {self.path} is corrupt ({exc}); moved it to {target} and started empty")
         self._write({})

@@ -119,9 +119,11 @@ async function openPerson(name) {
   state.session = null;
   const person = await api(`/api/people/${enc(name)}`);
   $("person-title").textContent = name;
-  $("person-sessions").replaceChildren(...person.sessions.map((id) => el("li", {}, el("a", {
-    href: `#session=${enc(id)}`, text: id,
-  }))));
+  // The person's memory is listed under its key; their session ids and patterns only say which
+  // devices are theirs, and open nothing of their own.
+  const stored = person.stored.map((id) => el("li", {}, el("a", { href: `#session=${enc(id)}`, text: id })));
+  $("person-memory").replaceChildren(...(stored.length ? stored : [el("li", { class: "muted", text: "Nothing yet." })]));
+  $("person-sessions").replaceChildren(...person.sessions.map((id) => el("li", { text: id })));
   showOnly("person");
 }
 

@@ -16,12 +16,11 @@ What changes with several processes and hosts writing one store:
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..documents import COLUMNS, Document, DocumentLog, document_of_row
+from ..documents import COLUMNS, Document, DocumentLog, document_of_row, metadata_text
 from . import WORKER_GONE, PgDatabase
 
 __all__ = ["PgDocumentLog"]
@@ -74,7 +73,7 @@ class PgDocumentLog(DocumentLog):
             "ON CONFLICT (session_id) DO UPDATE SET next = s.next + 1 RETURNING next - 1 AS n) "
             f"INSERT INTO {t} (doc_id, session_id, ts, content, metadata, indexed) "
             "SELECT ? || '_' || n.n, ?, ?, ?, ?, ? FROM n RETURNING id, doc_id",
-            (session_id, session_id, session_id, now, text, json.dumps(meta, ensure_ascii=False), int(indexed)),
+            (session_id, session_id, session_id, now, text, metadata_text(meta), int(indexed)),
         ).fetchone()
         return Document(doc_id, text, session_id, meta, now, int(rowid))
 
