@@ -541,15 +541,19 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         it was not."""
         sid = check_session_id(session_id)
         counts: dict[str, Any] = {}
-        failure: Exception | None = None
+        failures: list[tuple[str, Exception]] = []
         with self._one_transaction():  # on PostgreSQL every member forgets in one transaction
             for m in self.members:
                 if hasattr(m.memory, "forget"):
                     try:
                         counts[m.name] = self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
                     except Exception as exc:  # noqa: BLE001 - raised below, after the others committed
-                        failure = failure or exc
-        if failure is not None:
+                        failures.append((m.name, exc))
+        if failures:
+            name, failure = failures[0]
+            if counts and isinstance(failure, MemoryPluginError):  # say it is half done, and how to finish
+                raise type(failure)(f"forgotten by {', '.join(counts)} but not by {name} ({failure}); "
+                                    "forget it again to finish") from failure
             raise failure
         return counts
 

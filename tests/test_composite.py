@@ -250,6 +250,26 @@ def test_forget_and_export_fan_out(tmp_path):
     assert memory.search("secret", "s")
 
 
+def test_a_forget_one_member_could_not_finish_says_what_was_forgotten_and_to_try_again(tmp_path, monkeypatch):
+    from ovos_memory_plugins.errors import StoreUnavailable
+
+    memory = hybrid(tmp_path)
+    memory.update_history([AgentMessage(U, "secret"), AgentMessage(A, "kept")], "s")
+    lexical = memory.members[1].memory
+
+    def busy(session_id):
+        raise StoreUnavailable("database is locked")
+
+    monkeypatch.setattr(lexical, "forget", busy)
+    with pytest.raises(StoreUnavailable, match=r"forgotten by ovos-memory-plugin-recency but not by "
+                                               r"ovos-memory-plugin-lexical \(database is locked\); forget it again"):
+        memory.forget("s")
+    assert memory.get_history("s") == []  # the others did forget
+    monkeypatch.undo()
+    memory.forget("s")
+    assert memory.search("secret", "s") == []
+
+
 def test_a_composite_can_be_a_member_of_a_composite(tmp_path):
     inner = {"module": "ovos-memory-plugin-composite", "config": {"members": [
         {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "inner.db")}}]}}
