@@ -24,7 +24,7 @@ from ._core.log import LOG
 from ._index.neighbours import adjacent, context_text, neighbour_weight_option, survivors
 from ._index.pending import merge_pending
 from ._index.postings import DELETION_LOG_KEEP, PostingsMirror, fts_safe, table_tokenizer
-from ._index.stopwords import LANGUAGES, MAX_QUERY_TERMS, query_words, stopwords
+from ._index.stopwords import LANGUAGES, MAX_QUERY_TERMS, StopWords, query_words
 from .common import MemoryHit
 from .config import option
 from .errors import ConfigError
@@ -164,7 +164,7 @@ class LexicalMemory(BaseRetrievalMemory):
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
         s = self.settings
-        self._ignore = stopwords(s.stopword_languages or (), s.extra_stopwords)
+        self._stop = StopWords(tuple(s.stopword_languages or ()), tuple(s.extra_stopwords))
         # On PostgreSQL: postings ranked in SQL (_index/keyword_postgres.py) instead of FTS5.
         self._pg = self._open_pg_index() if self._db.engine == "postgres" else None
         self._fts = self._create_fts() if self._pg is None else None
@@ -271,7 +271,7 @@ class LexicalMemory(BaseRetrievalMemory):
                     (fts_safe(text, self._tokenizer) if text else text, rowid))
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
-        words = query_words(query, self._ignore)
+        words = query_words(query, self._stop.for_text(query))
         if self._pg is not None:
             return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score
                     in self._pg.hits(words, top_k, session_id, self.settings.neighbour_weight)]
@@ -312,7 +312,7 @@ class LexicalMemory(BaseRetrievalMemory):
         scores 0.0 there.
         """
         rowids = [rowid for rowid, _ in docs]
-        words = query_words(query, self._ignore)
+        words = query_words(query, self._stop.for_text(query))
         if self._pg is not None:
             return self._pg.scores(words, rowids, session_id, self.settings.neighbour_weight)
         if not words or self._fts is None:

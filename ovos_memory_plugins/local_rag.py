@@ -51,7 +51,7 @@ from ._core.log import LOG, LogOnce
 from ._core.paths import is_memory_path, is_regular_file, resolve_path
 from ._index.neighbours import NeighbourVectors, neighbour_weight_option
 from ._index.pending import merge_pending
-from ._index.stopwords import LANGUAGES, query_words, stopwords
+from ._index.stopwords import LANGUAGES, StopWords, query_words
 from ._memory.plugin import store_path_problems
 from .common import MemoryHit
 from .config import option
@@ -222,7 +222,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._db_filters = False  # the store takes where={"session_id": ...}: no over-fetching
         self._neighbours = NeighbourVectors(self._db, f"{self._docs.table}_own_vectors", self._docs,
                                             s.neighbour_weight) if s.neighbour_weight else None
-        self._stopwords = stopwords(LANGUAGES)  # for the keyword recall of exchanges not embedded yet
+        self._stopwords = StopWords(LANGUAGES)  # for the keyword recall of exchanges not embedded yet
         self._query_vectors = _RecentVectors()  # score_candidates reuses the search's query vector
         self._claimed = False  # the collection was made this embedder's in this process (see _vectors)
 
@@ -298,7 +298,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         """The nearest embedded exchanges, merged with the not-yet-embedded ones that share the
         query's words (the exchange stored just before this turn included): nothing waits for
         the indexer."""
-        pending = self._pending_hits(query_words(query, self._stopwords), top_k, session_id)
+        pending = self._pending_hits(query_words(query, self._stopwords.for_text(query)), top_k, session_id)
         try:
             embedder, db = self._embedding_slot.get(), self._vectors()
         except EmbeddingsError:

@@ -43,6 +43,29 @@ def test_portuguese_stop_words_and_diacritics(tmp_path):
     assert len(hits) == 1 and "expresso" in hits[0].content
 
 
+@pytest.mark.parametrize(("question", "said"), [
+    ("how old is my son?", "My son Tom turns seven in May"),  # "son": Spanish for "are"
+    ("what colour is the front door?", "I painted the front door red"),  # "door": Dutch for "through"
+    ("where did I leave my hat?", "my hat is on the hook"),  # "hat": German for "has"
+    ("which war was it about?", "the film was about the war in Spain"),  # "war": German for "was"
+])
+def test_one_languages_stop_word_is_anothers_word_and_is_searched_there(tmp_path, question, said):
+    m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
+    m.update_history([AgentMessage(U, said), AgentMessage(A, "noted")], "s")
+    m.update_history([AgentMessage(U, "what did I do yesterday?"), AgentMessage(A, "you went out")], "s")
+    hits = m.search(question, "s")
+    assert hits and hits[0].content.startswith(f"Q: {said}")
+
+
+def test_a_spanish_question_still_leaves_out_spanish_stop_words(tmp_path):
+    m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
+    m.update_history([AgentMessage(U, "mis hijos son Ana y Rui"), AgentMessage(A, "anotado")], "s")
+    m.update_history([AgentMessage(U, "las fresas son rojas"), AgentMessage(A, "claro")], "s")
+    hits = m.search("¿cómo se llaman mis hijos?", "s")
+    assert [h.content.split("\n")[0] for h in hits] == ["Q: mis hijos son Ana y Rui"]
+    assert "son" not in match_expression("¿cuáles son tus frutas?", m._stop.for_text("¿cuáles son tus frutas?"))
+
+
 def test_fts_operators_in_an_utterance_are_plain_words(tmp_path):
     m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
     m.update_history([AgentMessage(U, "NEAR the OR gate"), AgentMessage(A, "ok")], "s")

@@ -7,12 +7,14 @@ comparison, matching the FTS5 tokenizer (``remove_diacritics 2``).
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
 
-__all__ = ["LANGUAGES", "MAX_QUERY_TERMS", "content_words", "normalise_term", "query_words", "stopwords",
+__all__ = ["LANGUAGES", "MAX_QUERY_TERMS", "StopWords", "content_words", "normalise_term", "query_words", "stopwords",
            "term_set"]
 
 #: A word as FTS5's unicode61 tokenizer sees it: a run of letters and digits.
@@ -110,6 +112,47 @@ def _stopwords(languages: tuple[str, ...], extra: tuple[str, ...]) -> frozenset[
 def stopwords(languages: Iterable[str], extra: Iterable[str] = ()) -> frozenset[str]:
     """The union of the stop-word lists of ``languages`` plus ``extra`` words, normalised."""
     return _stopwords(tuple(sorted(languages)), tuple(sorted(extra)))
+
+
+#: Stop words of one language a text must hold before that language's list is applied to it.
+MIN_EVIDENCE = 2
+#: The words of a text read to tell its language (a query is short; a pasted page is not read whole).
+_EVIDENCE_WORDS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class StopWords:
+    """The stop words to leave out of a query, by the language the query is in.
+
+    One language's function words are another's content words: "son", "door", "men", "hat",
+    "come" are stop words in Spanish, Dutch, German or Italian. So only the list of the language
+    whose stop words the text holds most of (at least :data:`MIN_EVIDENCE` words of two letters or
+    more) applies to it: "how old is my son?" is English, and "son" stays. Between languages
+    holding as many, only the words they all list go; a text with too few stop words of any
+    language to tell loses only the ``extra`` words. Dropping a word that was the point of the
+    question loses the answer; keeping a function word only adds weak matches.
+
+        >>> StopWords(("en", "es")).for_text("how old is my son?") >= {"how", "is", "my"}
+        True
+        >>> "son" in StopWords(("en", "es")).for_text("how old is my son?")
+        False
+    """
+
+    languages: tuple[str, ...] = LANGUAGES
+    extra: tuple[str, ...] = ()
+
+    def for_text(self, text: str) -> frozenset[str]:
+        languages, extra = tuple(sorted(self.languages)), tuple(sorted(self.extra))
+        if len(languages) <= 1:
+            return _stopwords(languages, extra)
+        words = {normalise_term(m.group()) for m in itertools.islice(WORD.finditer(text), _EVIDENCE_WORDS)}
+        words = {w for w in words if len(w) > 1}  # "s", "t", "l": pieces of "it's", "l'eau", not evidence
+        hits = {lang: len(words & _stopwords((lang,), ())) for lang in languages}
+        best = max(hits.values())
+        if best < MIN_EVIDENCE:
+            return _stopwords((), extra)
+        tied = [_stopwords((lang,), ()) for lang in languages if hits[lang] == best]
+        return frozenset.intersection(*tied) | _stopwords((), extra)
 
 
 def content_words(text: str, ignore: frozenset[str] = frozenset(), limit: int | None = None) -> list[str]:

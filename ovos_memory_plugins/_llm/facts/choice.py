@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..._index.stopwords import LANGUAGES, content_words, stopwords
+from ..._index.stopwords import StopWords, content_words
 from .kinds import read_statement, singular, statement
 
 __all__ = ["CORE_ATTRIBUTES", "choose_facts", "is_core_fact"]
@@ -39,7 +39,7 @@ def is_core_fact(fact: str) -> bool:
 
 
 def _words(text: str) -> frozenset[str]:
-    ignore = stopwords(LANGUAGES) | _FACT_WORDS
+    ignore = StopWords().for_text(text) | _FACT_WORDS
     return frozenset(singular(w) for w in content_words(text, ignore))
 
 

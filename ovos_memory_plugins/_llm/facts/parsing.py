@@ -168,13 +168,18 @@ def reply_items(reply: str) -> list[Any]:
 
         >>> reply_items('["User likes jazz"] and ["User is Ana"]')
         ['User likes jazz', 'User is Ana']
+        >>> reply_items('[[["User likes tea"]')
+        ['User likes tea']
         >>> reply_items('- User likes jazz\\n2. User lives in Porto')
         ['User likes jazz', 'User lives in Porto']
     """
     text = (reply or "")[:MAX_SCAN_CHARS]
     items, cut = parse_items(text)
     arrays = find_json_arrays(text)
-    if not cut and arrays and text.lstrip()[:1] != "{":
+    # A cut reply's repair wins, unless it holds nothing usable ('[[["User likes tea"]': the
+    # whole array in it is what the reference read).
+    usable = any(isinstance(item, (str, dict)) for item in items)
+    if (not cut or not usable) and arrays and text.lstrip()[:1] != "{":
         items = [item for array in arrays for item in array]
     if items or "[" in text or "{" in text:
         return [_sentence_of(item) for item in items]
