@@ -70,7 +70,8 @@ class LexicalConfig(RetrievalConfig):
                             choices=("porter unicode61 remove_diacritics 2", "unicode61 remove_diacritics 2",
                                      "trigram"))
     stopword_languages: list[str] | None = option(
-        list(LANGUAGES), "languages whose stop words are left out of queries; [] keeps every word",
+        list(LANGUAGES), "languages whose stop words may be left out of a query (the query's own language's); "
+        "[] keeps every word",
         key="retrieval.stopword_languages", kind=list)
     extra_stopwords: list[str] = option([], "more words to leave out of queries", key="retrieval.extra_stopwords")
     neighbour_weight: float = neighbour_weight_option(
