@@ -151,8 +151,10 @@ class StopWords:
         best = max(hits.values())
         if best < MIN_EVIDENCE:
             return _stopwords((), extra)
-        tied = [_stopwords((lang,), ()) for lang in languages if hits[lang] == best]
-        return frozenset.intersection(*tied) | _stopwords((), extra)
+        tied = tuple(lang for lang in languages if hits[lang] == best)
+        if len(tied) == 1:
+            return _stopwords(tied, extra)
+        return frozenset.intersection(*(_stopwords((lang,), ()) for lang in tied)) | _stopwords((), extra)
 
 
 def content_words(text: str, ignore: frozenset[str] = frozenset(), limit: int | None = None) -> list[str]:
