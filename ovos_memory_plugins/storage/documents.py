@@ -21,8 +21,8 @@ from ..messages import clean_text, is_role
 from .sqlite import Database
 
 __all__ = [
-    "Document", "DocumentLog", "exchange_positions", "exchange_texts", "format_exchange", "metadata_text",
-    "past_exchanges", "PastExchange", "within_chars",
+    "Document", "DocumentLog", "exchange_positions", "exchange_texts", "format_exchange", "past_exchanges",
+    "PastExchange", "within_chars",
 ]
 
 _DOC_MIGRATIONS = (
