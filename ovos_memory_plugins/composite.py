@@ -570,10 +570,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         # Each member its own export, or the parts of another backend's it keeps (_memory/conversion.py).
         exported = member_imports(data, [(m.name, m.memory) for m in self.members
                                          if hasattr(m.memory, "import_session")], self.plugin_name)
-        for name, part in exported.items():  # all checked before any member stores its part
-            if not isinstance(part, Mapping):
-                raise TypeError(f"the export's 'members'[{name!r}] must be a member's export (a dict)")
-            check_export(part)
+        check_export({"members": exported})  # every member's part checked before any is stored
         for m in self.members:
             if m.name in exported and hasattr(m.memory, "import_session"):
                 self._call(m, "import", lambda m=m: m.memory.import_session(exported[m.name], sid), None)

@@ -47,7 +47,7 @@ from ._llm.facts.parsing import fact_strings
 from ._llm.facts.rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.facts.safety import is_grounded, steers
 from ._llm.memory import LLMMemory
-from ._memory.exports import session_export
+from ._memory.exports import export_fact_list, session_export
 from .config import option
 from .context import ContextConfig, ContextParts
 from .errors import ConfigError, LLMError, MemoryPluginError
@@ -374,6 +374,7 @@ class EntityMemory(LLMMemory):
         """The session's facts with what is known of each, its superseded facts and how many
         exchanges await extraction. With ``scope: global``, those the session stated: what
         :meth:`forget` would delete (the other sessions' facts are theirs)."""
+        self._key(session_id)  # the shared record's own key is no session's
         data = super().export(session_id)
         facts: dict[str, dict[str, Any]] = {}
         superseded: list[dict[str, Any]] = []
@@ -399,7 +400,7 @@ class EntityMemory(LLMMemory):
         Checked whole first; importing the same export again changes nothing."""
         data, sid = session_export(data, session_id, self)
         facts = _exported_facts(data)
-        history = [{**entry, "sid": sid} for entry in _exported_list(data, "superseded")]
+        history = [{**entry, "sid": sid} for entry in export_fact_list(data, "superseded")]
 
         def apply(record: dict[str, Any]) -> dict[str, Any]:
             for text, meta in facts:
@@ -414,20 +415,27 @@ class EntityMemory(LLMMemory):
         """Delete the fact ``text`` shown for ``session_id`` (with ``scope: global``, the shared
         one), active or superseded, with what is kept about it; the store is compacted, so no
         byte of it stays. Returns how many facts held it (0: none)."""
-        key = self._key(check_session_id(session_id))
+        sid = check_session_id(session_id)
+        key = self._key(sid)
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, not {type(text).__name__}")
-        if not without_fact(self._load(key), text)[1]:
-            return 0  # nothing to write (and no record made for an unknown session)
+        places: list[tuple[str, str | None]] = [(key, None)]
+        if key != GLOBAL_KEY:  # and what it stated while the scope was global, as export shows it
+            places.append((GLOBAL_KEY, sid))
         removed = 0
+        for place, stated_by in places:
+            if not without_fact(self._load(place), text, stated_by)[1]:
+                continue  # nothing to write (and no record made for an unknown session)
 
-        def drop(record: dict[str, Any]) -> dict[str, Any]:
-            nonlocal removed
-            kept, removed = without_fact(record, text)
-            return kept
+            def drop(record: dict[str, Any], stated_by: str | None = stated_by) -> dict[str, Any]:
+                nonlocal removed
+                kept, count = without_fact(record, text, stated_by)
+                removed += count
+                return kept
 
-        self._store.update(key, drop)
-        self._store.compact()
+            self._store.update(place, drop)
+        if removed:
+            self._store.compact()
         return removed
 
     def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
@@ -445,12 +453,14 @@ class EntityMemory(LLMMemory):
             pending = list(record.get("pending") or [])
             kept = [p for p in pending if not (isinstance(p, Mapping) and p.get("sid", sid) == sid
                                                and _pending_holds(p, content))]
-            dropped = len(pending) - len(kept)
+            dropped += len(pending) - len(kept)
             record["pending"] = kept
             return record
 
-        if self._load(key).get("pending"):  # no write (and no record made) when nothing waits
-            self._store.update(key, drop)
+        # Its own record, and the shared one where it waited while the scope was global.
+        for place in dict.fromkeys((key, GLOBAL_KEY)):
+            if self._load(place).get("pending"):  # no write (and no record made) when nothing waits
+                self._store.update(place, drop)
         self._store.compact()
         return {"pending": dropped}
 
@@ -463,23 +473,6 @@ def _pending_holds(item: Mapping[str, Any], content: str) -> bool:
     return question.strip() == user and answer.strip().startswith(reply)
 
 
-def _exported_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
-    """``data[key]``: a list of ``{"text": ...}`` dicts (a bare string is a text), checked."""
-    items = data.get(key) or []
-    if not isinstance(items, list):
-        raise TypeError(f"the export's '{key}' must be a list, not {type(items).__name__}")
-    out = []
-    for i, item in enumerate(items):
-        entry = dict(item) if isinstance(item, Mapping) else {"text": item}
-        if not isinstance(entry.get("text"), str) or not entry["text"].strip():
-            raise TypeError(f"the export's '{key}'[{i}] must be a fact text or a {{'text': ...}} dict")
-        ts = entry.get("ts")
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
-            raise TypeError(f"the export's '{key}'[{i}]['ts'] must be a number (seconds), not {ts!r}")
-        out.append(entry)
-    return out
-
-
 def _stated_by(session_id: str | None, sid: Any) -> bool:
     """Whether an entry tagged ``sid`` is ``session_id``'s (None: every entry of its own record is)."""
     return session_id is None or sid == session_id
@@ -487,7 +480,7 @@ def _stated_by(session_id: str | None, sid: Any) -> bool:
 
 def _exported_facts(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """The export's facts as ``(text, what is known of it)``, checked."""
-    return [(entry.pop("text"), entry) for entry in _exported_list(data, "facts")]
+    return [(entry.pop("text"), entry) for entry in export_fact_list(data, "facts")]
 
 
 class _Forgotten(Exception):

@@ -198,6 +198,7 @@ def test_a_fact_restating_the_user_in_other_forms_is_grounded():
     assert is_grounded("User has two children", "I have two kids")  # everyday words a model swaps
     assert is_grounded("User's mother lives in Porto", "my mum lives in Porto")
     assert not is_grounded("User has two cats", "I have two dogs")  # a swapped value is no synonym
+    assert not is_grounded("User bought a new motherboard", "my mum bought a new laptop")  # whole words only
     assert is_grounded("The user plays the guitar", "I play guitar every day")
     assert is_grounded("User is 34 years old", "I'm 34")
 

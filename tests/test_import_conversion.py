@@ -179,6 +179,21 @@ def test_an_export_with_a_bad_document_is_refused_before_any_member_stores_a_par
     assert target.sessions() == []  # not the window alone, with the documents refused
 
 
+def test_an_export_with_bad_facts_or_a_bad_nested_member_stores_nothing(composite):
+    target = composite("c", RECENCY, ENTITY)
+    window = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    bad_facts = {"session_id": "s", "plugin": "ovos-memory-plugin-composite", "members": {
+        RECENCY: {"window": window}, ENTITY: {"facts": [{"text": 3}]}}}
+    with pytest.raises(TypeError, match=r"'facts'\[0\]"):
+        target.import_session(bad_facts)
+    nested = {"session_id": "s", "plugin": "ovos-memory-plugin-composite", "members": {
+        RECENCY: {"window": window},
+        ENTITY: {"members": {"inner": {"documents": [{"content": "Q: a\nA: b", "ts": "yesterday"}]}}}}}
+    with pytest.raises(TypeError, match=r"'documents'\[0\]\['ts'\]"):
+        target.import_session(nested)
+    assert target.sessions() == []
+
+
 def test_metadata_that_is_not_json_is_refused_where_it_is_stored(build):
     memory = build(LexicalMemory, "lex.db")
     with pytest.raises(ValueError, match="metadata must be JSON"):

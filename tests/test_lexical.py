@@ -57,6 +57,14 @@ def test_one_languages_stop_word_is_anothers_word_and_is_searched_there(tmp_path
     assert hits and hits[0].content.startswith(f"Q: {said}")
 
 
+def test_a_short_command_with_too_few_stop_words_to_tell_its_language_searches_no_function_word(tmp_path):
+    m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
+    for said in ("I work in a hospital", "my sister is a nurse", "turn on the radio"):
+        m.update_history([AgentMessage(U, said), AgentMessage(A, "ok")], "s")
+    assert m.search("set a timer", "s") == []  # "a" matched every exchange holding it
+    assert [h.content.split("\n")[0] for h in m.search("turn on a lamp", "s")] == ["Q: turn on the radio"]
+
+
 def test_a_spanish_question_still_leaves_out_spanish_stop_words(tmp_path):
     m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
     m.update_history([AgentMessage(U, "mis hijos son Ana y Rui"), AgentMessage(A, "anotado")], "s")

@@ -452,10 +452,17 @@ def test_facts_stated_in_global_scope_move_to_their_person_and_are_forgotten_wit
         tell(memory, "den", "I live in Oslo")
     with entity(tmp_path, scope="global") as memory:
         tell(memory, "porch", "My favourite colour is amber")
+    with entity(tmp_path, scope="global") as memory:
+        tell(memory, "porch", "I live in Lisbon")
     with entity(tmp_path, scope="session") as memory:
         assert "porch" in memory.sessions() and "amber" in json.dumps(memory.export("porch"))
+        lisbon = next(f["text"] for f in memory.export("porch")["facts"] if "Lisbon" in f["text"])
+        assert memory.forget_fact("porch", lisbon) == 1 and memory.forget_fact("den", "User lives in Oslo") == 1
+        assert "Lisbon" not in json.dumps(memory.export("porch"))
+        with pytest.raises(ValueError, match="__global__"):  # the shared record is no session's
+            memory.export("__global__")
         memory.forget("porch")
-    assert b"amber" not in path.read_bytes()
+    assert b"amber" not in path.read_bytes() and b"Lisbon" not in path.read_bytes()
 
 
 def test_people_cannot_be_assigned_after_construction():
@@ -613,6 +620,12 @@ def test_forget_by_person_reaches_a_device_people_named_after_it_stored(tmp_path
     assert not any(b"7788" in path.read_bytes() or b"4242" in path.read_bytes() for path in tmp_path.iterdir())
     with LexicalMemory({**config, "people": {"alice": ["kitchen", "alice-tablet"]}}) as memory:
         assert memory.sessions() == [] and "7788" not in context_text(memory, "kitchen", "what is my bank pin?")
+    with LexicalMemory({**config, "people": {"alice": ["kitchen"]}}) as memory:
+        tell(memory, "bob-kitchen", "a guest's words")
+    both = ["--module", "ovos-memory-plugin-lexical",
+            "--config", json.dumps({**config, "people": {"alice": ["*-kitchen"], "bob": ["bob-*"]}})]
+    assert main(["export", "--person", "alice", *both]) == 0  # a session two people claim is nobody's
+    assert "bob-kitchen" not in capsys.readouterr().err
 
 
 def test_a_session_two_peoples_patterns_claim_stays_apart_said_once_and_the_others_move(tmp_path, monkeypatch):

@@ -63,3 +63,5 @@ def test_the_core_facts_are_always_sent_and_the_others_on_merit():
     assert "User likes jazz" in choose_facts(facts, "Do I like jazz?", 1)
     # "son" is a Spanish stop word, and this question is English: it names the fact.
     assert "User's son is Tom" in choose_facts([*facts, "User's son is Tom"], "How old is my son?", 1)
+    core = ["User lives in Porto", "User's name is Maya", "User's home city: Braga"]
+    assert choose_facts([*facts, "User works in a hospital"], "set a timer", 5) == core  # no "a" in common

@@ -670,3 +670,14 @@ def test_a_json_store_replaced_by_a_foreign_file_while_open_is_a_store_failure_a
         store.update("kitchen", lambda record: record)
     assert not isinstance(caught.value, ConfigError)  # the config was right when it opened
     assert path.read_bytes() == b"garbage{"
+
+
+def test_a_json_store_replaced_by_a_persona_file_while_open_is_never_written_into(tmp_path):
+    path = tmp_path / "s.json"
+    store = JsonRecordStore(str(path))
+    store.save("kitchen", {"facts": ["User's name is Ana"]})
+    persona = json.dumps({"name": "Home", "memory_module": "ovos-memory-plugin-entity"})
+    path.write_text(persona)
+    with pytest.raises(StorageError, match="persona file"):
+        store.save("kitchen", {"facts": []})
+    assert path.read_text() == persona

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._memory.people import PERSON_PREFIX, inside, listed_keys, move_sessions_of_people
+from .._memory.people import PERSON_PREFIX, inside, listed_as, listed_keys, move_sessions_of_people
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
 from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, private_stdout
@@ -249,8 +249,9 @@ def cmd_export(args: argparse.Namespace, ui: UI) -> int:
 def _warn_unmoved(memory: Any, key: str, person: str, ui: UI) -> None:
     """Name the sessions of ``person`` still stored under their own ids (``people`` claimed them
     after they stored; they move at the memory's next use, and an export only looks)."""
-    claims = getattr(memory, "memory_key", None)
-    apart = [s for s in _sessions(memory) or [] if s != key and callable(claims) and claims(s) == key]
+    if not callable(getattr(memory, "memory_key", None)) or _sessions(memory) is None:
+        return
+    apart = [s for s in listed_as(memory, key) if s != key]
     if apart:
         ui.err.print(Text(f"note: not in this export, stored under their own ids until the memory is next used: "
                           f"{', '.join(map(repr, apart))} (export each by its SESSION)"))

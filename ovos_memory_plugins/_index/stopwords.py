@@ -128,9 +128,9 @@ class StopWords:
     "come" are stop words in Spanish, Dutch, German or Italian. So only the list of the language
     whose stop words the text holds most of (at least :data:`MIN_EVIDENCE` words of two letters or
     more) applies to it: "how old is my son?" is English, and "son" stays. Between languages
-    holding as many, only the words they all list go; a text with too few stop words of any
-    language to tell loses only the ``extra`` words. Dropping a word that was the point of the
-    question loses the answer; keeping a function word only adds weak matches.
+    holding as many, only the words they all list go. A text with too few stop words to tell
+    ("set a timer") loses those of every language, as it always did: its function words would
+    otherwise match every exchange that has them.
 
         >>> StopWords(("en", "es")).for_text("how old is my son?") >= {"how", "is", "my"}
         True
@@ -150,7 +150,7 @@ class StopWords:
         hits = {lang: len(words & _stopwords((lang,), ())) for lang in languages}
         best = max(hits.values())
         if best < MIN_EVIDENCE:
-            return _stopwords((), extra)
+            return _stopwords(languages, extra)
         tied = tuple(lang for lang in languages if hits[lang] == best)
         if len(tied) == 1:
             return _stopwords(tied, extra)

@@ -17,8 +17,8 @@ from ..messages import check_session_id, from_dict, to_dict
 from ..storage.documents import metadata_text
 from .conversion import converted
 
-__all__ = ["check_export", "export_documents", "export_messages", "merged_summary", "session_export",
-           "unseen_messages"]
+__all__ = ["check_export", "export_documents", "export_fact_list", "export_messages", "merged_summary",
+           "session_export", "unseen_messages"]
 
 
 def session_export(data: Any, session_id: str | None, into: Any = None) -> tuple[Mapping[str, Any], str]:
@@ -80,12 +80,36 @@ def export_documents(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return docs
 
 
+def export_fact_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """``data[key]``: a list of ``{"text": ...}`` dicts (a bare string is a text), checked."""
+    items = data.get(key) or []
+    if not isinstance(items, list):
+        raise TypeError(f"the export's '{key}' must be a list, not {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        entry = dict(item) if isinstance(item, Mapping) else {"text": item}
+        if not isinstance(entry.get("text"), str) or not entry["text"].strip():
+            raise TypeError(f"the export's '{key}'[{i}] must be a fact text or a {{'text': ...}} dict")
+        ts = entry.get("ts")
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
+            raise TypeError(f"the export's '{key}'[{i}]['ts'] must be a number (seconds), not {ts!r}")
+        out.append(entry)
+    return out
+
+
 def check_export(data: Mapping[str, Any]) -> None:
     """Check the messages and documents of an export as each backend's import does, raising the
     same errors, so a composite refuses a malformed export before any member stored its part."""
     for key in ("window", "recent"):
         export_messages(data, key)
     export_documents(data)
+    for key in ("facts", "superseded"):
+        export_fact_list(data, key)
+    members = data.get("members")
+    for name, part in (members.items() if isinstance(members, Mapping) else ()):  # a composite's, nested
+        if not isinstance(part, Mapping):
+            raise TypeError(f"the export's 'members'[{name!r}] must be a member's export (a dict)")
+        check_export(part)
 
 
 def unseen_messages(stored: Sequence[AgentMessage], imported: Sequence[AgentMessage]) -> list[AgentMessage]:

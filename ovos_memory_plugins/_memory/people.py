@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 
 from ..errors import ConfigError
 
-__all__ = ["HOUSEHOLD_KEY", "PERSON_PREFIX", "People", "inside", "is_memory_key", "keyed", "listed_keys",
-           "move_sessions_of_people", "parse_people", "unmapped"]
+__all__ = ["HOUSEHOLD_KEY", "PERSON_PREFIX", "People", "inside", "is_memory_key", "keyed", "listed_as",
+           "listed_keys", "move_sessions_of_people", "parse_people", "unmapped"]
 
 PERSON_PREFIX = "person:"
 HOUSEHOLD_KEY = "household:"
@@ -171,6 +171,18 @@ def inside() -> Iterator[None]:
         yield
     finally:
         _calls.depth -= 1
+
+
+def listed_as(memory: Any, key: str) -> list[str]:
+    """The sessions ``memory`` lists whose memory is ``key``: the key itself, and a device of its
+    person stored under its own id (not moved yet); one two people's patterns claim is nobody's."""
+    def theirs(session_id: str) -> bool:
+        try:
+            return session_id == key or memory.memory_key(session_id) == key
+        except ConfigError:
+            return False
+
+    return [s for s in sorted(memory.sessions()) if theirs(s)]
 
 
 def move_sessions_of_people(memory: Any) -> None:

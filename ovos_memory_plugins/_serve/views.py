@@ -16,8 +16,7 @@ from typing import Any
 
 from .._cli.output import count_items
 from .._llm.summaries.fold import parse_summary
-from .._memory.people import PERSON_PREFIX, listed_keys, move_sessions_of_people
-from ..errors import ConfigError
+from .._memory.people import PERSON_PREFIX, listed_as, listed_keys, move_sessions_of_people
 from ..messages import role_of
 
 __all__ = ["SEARCH_MODES", "NotFound", "Unsupported", "as_listed", "backlog", "export_person",
@@ -235,18 +234,9 @@ def person_view(memory: Any, name: str) -> dict[str, Any]:
     """The person, their session ids and patterns, and ``stored``: the listed memories that are
     theirs (their key, the household's when they share one, a device's not moved yet)."""
     found = _person(memory, name)
-    key_of = getattr(memory, "memory_key", None)
-    if not callable(key_of):
+    if not callable(getattr(memory, "memory_key", None)):
         return {**found, "stored": []}
-    key = key_of(PERSON_PREFIX + name)
-
-    def theirs(session_id: str) -> bool:
-        try:
-            return session_id == key or key_of(session_id) == key
-        except (ConfigError, ValueError):  # a session two people's patterns claim is nobody's yet
-            return False
-
-    return {**found, "stored": [s for s in session_ids(memory) if theirs(s)]}
+    return {**found, "stored": listed_as(memory, memory.memory_key(PERSON_PREFIX + name))}
 
 
 def forget_person(memory: Any, name: str) -> dict[str, Any]:

@@ -96,6 +96,7 @@ class JsonRecordStore:
     def update(self, session_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         with self._locked():
             data = dict(self._read())  # the cached dict stays as on disk if the write fails
+            self._still_a_store(data)
             record = fn(_copy(self._record(data, session_id)))
             data[session_id] = record
             self._write(data)
@@ -108,6 +109,7 @@ class JsonRecordStore:
         with self._locked():
             self._remove_crash_leftovers()  # a forget leaves no copy of the session behind
             data = dict(self._read())
+            self._still_a_store(data)
             if session_id not in data:
                 return False
             del data[session_id]
@@ -166,6 +168,14 @@ class JsonRecordStore:
                               f"{type(next(iter(data.values()))).__name__}, not an object): it is not a memory "
                               "store; it was left as it is: name a file of its own in db_path")
 
+    def _still_a_store(self, data: dict[str, Any]) -> None:
+        """Before a write: a file replaced since it opened by one that is not a store (a persona
+        file, an export) is someone's, and is not written into."""
+        try:
+            self._check_is_store(data)
+        except ConfigError as refused:
+            raise StorageError(str(refused)) from None
+
     def _record(self, data: dict[str, Any], session_id: str) -> dict[str, Any]:
         return as_record(data.get(session_id, {}), session_id, self.path)
 
@@ -196,7 +206,7 @@ class JsonRecordStore:
                     raise StoreUnavailable(f"memory store {self.path} is locked by another process "
                                            f"(waited {LOCK_TIMEOUT_S:g} s)") from None
                 time.sleep(pause)
-                pause = min(pause * 2, 0.05)
+                pause = min(pause * 2, 0.005)  # a waiting writer goes on within ~5 ms of the release
 
     def _current(self) -> dict[str, Any]:
         """The parsed file for a read, without waiting for a writer.

@@ -38,17 +38,18 @@ def is_core_fact(fact: str) -> bool:
     return read is not None and read[0] in CORE_ATTRIBUTES and not read[2]
 
 
-def _words(text: str) -> frozenset[str]:
-    ignore = StopWords().for_text(text) | _FACT_WORDS
+def _words(text: str, ignore: frozenset[str]) -> frozenset[str]:
     return frozenset(singular(w) for w in content_words(text, ignore))
 
 
 def choose_facts(facts: Sequence[str], utterance: str, limit: int) -> list[str]:
     """The core facts, then up to ``limit`` others sharing a content word with ``utterance``
     (most shared first, the newer first on a tie), in the order they are stored."""
-    asked = _words(utterance)
+    # The utterance's language says which words are function words, in the facts too ("son").
+    ignore = StopWords().for_text(utterance) | _FACT_WORDS
+    asked = _words(utterance, ignore)
     core = {i for i, fact in enumerate(facts) if is_core_fact(fact)}
-    shared = {i: len(asked & _words(fact)) for i, fact in enumerate(facts) if i not in core}
+    shared = {i: len(asked & _words(fact, ignore)) for i, fact in enumerate(facts) if i not in core}
     ranked = sorted((i for i, n in shared.items() if n > 0), key=lambda i: (-shared[i], -i))
     chosen = core | set(ranked[:limit])
     return [fact for i, fact in enumerate(facts) if i in chosen]

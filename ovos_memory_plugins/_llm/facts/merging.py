@@ -158,10 +158,11 @@ def withdraw_denied(state: Mapping[str, Any], user: str, sid: str, now: float | 
     return merge(state, denials, sid, 0, "denied", now) if denials else dict(state)
 
 
-def without_fact(state: Mapping[str, Any], text: str) -> tuple[dict[str, Any], int]:
+def without_fact(state: Mapping[str, Any], text: str, sid: str | None = None) -> tuple[dict[str, Any], int]:
     """``state`` with the fact ``text`` gone everywhere it is kept: the active facts, their
     metadata (the user's words included), the history of superseded facts, and the
-    ``superseded_by`` of an older fact that names it; and how many facts held it.
+    ``superseded_by`` of an older fact that names it; and how many facts held it. With ``sid``,
+    only where session ``sid`` stated it (the shared record of ``scope: global``).
 
     >>> from .rules import extract_facts
     >>> state = merge({}, extract_facts("I live in Lisbon"), "s", 0, "rules")
@@ -171,9 +172,11 @@ def without_fact(state: Mapping[str, Any], text: str) -> tuple[dict[str, Any], i
     (1, [], False)
     """
     facts = [str(f) for f in state.get("facts") or []]
+    meta = dict(state.get("meta") or {})
     history = [h for h in state.get("history") or [] if isinstance(h, Mapping)]
-    kept_history = [{k: v for k, v in h.items() if not (k == "superseded_by" and v == text)}
-                    for h in history if h.get("text") != text]
-    kept = {**state, "facts": [f for f in facts if f != text],
-            "meta": {k: v for k, v in (state.get("meta") or {}).items() if k != text}, "history": kept_history}
+    active = text in facts and (sid is None or (meta.get(text) or {}).get("sid") == sid)
+    kept_history = [{k: v for k, v in h.items() if not (active and k == "superseded_by" and v == text)}
+                    for h in history if h.get("text") != text or (sid is not None and h.get("sid") != sid)]
+    kept = {**state, "facts": [f for f in facts if not (active and f == text)],
+            "meta": {k: v for k, v in meta.items() if not (active and k == text)}, "history": kept_history}
     return kept, len(facts) - len(kept["facts"]) + len(history) - len(kept_history)

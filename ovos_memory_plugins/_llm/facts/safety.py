@@ -31,8 +31,13 @@ animals team teams language languages city country place places job genre type k
 """)
 _ORDINAL = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
 # Everyday words a model swaps for the user's own when it restates them ("I have two kids" ->
-# "User has two children"); each group's words stand for one another, by their _stem.
-_SAME_WORDS = [("kid", "child", "kiddo"), ("mom", "mum", "mother", "mommy", "mummy"), ("dad", "father", "daddy")]
+# "User has two children"): the words of a group stand for one another, whole words only
+# ("motherboard" is no "mum").
+_SAME_WORD = {word: f"#{i}" for i, group in enumerate((
+    "kid kids child children kiddo kiddos",
+    "mom moms mum mums mother mothers mommy mummy",
+    "dad dads father fathers daddy",
+)) for word in group.split()}
 
 
 def _value_word(tokens: list[str]) -> str | None:
@@ -53,13 +58,10 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
-def _with_same_words(stems: set[str]) -> set[str]:
-    out = set(stems)
-    for group in _SAME_WORDS:
-        forms = {_stem(w) for w in group}
-        if forms & stems:
-            out |= forms
-    return out
+def _term(word: str) -> str:
+    """What a (case-folded) word is compared by: its group of words that stand for one another,
+    else its five-letter stem."""
+    return _SAME_WORD.get(word) or _stem(word)
 
 
 def is_grounded(fact: str, user_text: str, context: str = "") -> bool:
@@ -69,29 +71,28 @@ def is_grounded(fact: str, user_text: str, context: str = "") -> bool:
     or in ``context`` (the question the user answered: "favourite colour" in "What's your
     favourite colour?" / "Green"), compared by a five-letter stem, so "dogs" matches "dog" and
     "loves" matches "love", and a few everyday words stand for one another ("kids", "children").
-    The word where a fact's value is (its last content word, past an
-    attribute noun or an adverb: "User's dinner is a *pizza*") must be among them: a model
-    rewords the attribute, and invents the value.
+    The word where a fact's value is (its last content word, past an attribute noun or an
+    adverb: "User's dinner is a *pizza*") must be among them: a model rewords the attribute, and
+    invents the value.
     """
     if not fact or len(fact) > MAX_FACT_CHARS or steers(fact):
         return False
-    said = {_stem(w) for w in WORD.findall(normalise(user_text).casefold())}
-    said = _with_same_words(said)
-    heard = said | _with_same_words({_stem(w) for w in WORD.findall(normalise(context).casefold())})
+    said = {_term(w) for w in WORD.findall(normalise(user_text).casefold())}
+    heard = said | {_term(w) for w in WORD.findall(normalise(context).casefold())}
     words = WORD.findall(normalise(fact))
     tokens = [w for w in words if w.casefold() not in _META]
     if not tokens:
         return False
     # Capitals mark names, except the first word of the fact (capitalised as a sentence).
     strict = [w for i, w in enumerate(words) if w in tokens and ((i and w[:1].isupper()) or w.isdigit())]
-    if any(_stem(w.casefold()) not in said for w in strict):
+    if any(_term(w.casefold()) not in said for w in strict):
         return False
-    hits = sum(1 for w in tokens if _stem(w.casefold()) in heard)
+    hits = sum(1 for w in tokens if _term(w.casefold()) in heard)
     value = _value_word(tokens)
-    if hits * 2 < len(tokens) or (value is not None and _stem(value) not in heard):
+    if hits * 2 < len(tokens) or (value is not None and _term(value) not in heard):
         return False
     # At least one word the user said: "User likes jazz" is no reading of "No." to "Do you like jazz?"
-    return any(_stem(w.casefold()) in said for w in tokens)
+    return any(_term(w.casefold()) in said for w in tokens)
 
 
 # -- values in the user's own words -------------------------------------------------------------
