@@ -541,16 +541,16 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         it was not."""
         sid = check_session_id(session_id)
         counts: dict[str, Any] = {}
-        failures: list[tuple[str, Exception]] = []
+        failed: tuple[str, Exception] | None = None  # the first member that could not forget
         with self._one_transaction():  # on PostgreSQL every member forgets in one transaction
             for m in self.members:
                 if hasattr(m.memory, "forget"):
                     try:
                         counts[m.name] = self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
                     except Exception as exc:  # noqa: BLE001 - raised below, after the others committed
-                        failures.append((m.name, exc))
-        if failures:
-            name, failure = failures[0]
+                        failed = failed or (m.name, exc)
+        if failed is not None:
+            name, failure = failed
             if counts and isinstance(failure, MemoryPluginError):  # say it is half done, and how to finish
                 raise type(failure)(f"forgotten by {', '.join(counts)} but not by {name} ({failure}); "
                                     "forget it again to finish") from failure

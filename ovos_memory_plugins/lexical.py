@@ -272,7 +272,7 @@ class LexicalMemory(BaseRetrievalMemory):
                     (fts_safe(text, self._tokenizer) if text else text, rowid))
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
-        words = query_words(query, self._stop.for_text(query))
+        words = self._stop.query_words(query)
         if self._pg is not None:
             return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score
                     in self._pg.hits(words, top_k, session_id, self.settings.neighbour_weight)]
@@ -313,7 +313,7 @@ class LexicalMemory(BaseRetrievalMemory):
         scores 0.0 there.
         """
         rowids = [rowid for rowid, _ in docs]
-        words = query_words(query, self._stop.for_text(query))
+        words = self._stop.query_words(query)
         if self._pg is not None:
             return self._pg.scores(words, rowids, session_id, self.settings.neighbour_weight)
         if not words or self._fts is None:

@@ -51,7 +51,7 @@ from ._core.log import LOG, LogOnce
 from ._core.paths import is_memory_path, is_regular_file, resolve_path
 from ._index.neighbours import NeighbourVectors, neighbour_weight_option
 from ._index.pending import merge_pending
-from ._index.stopwords import LANGUAGES, StopWords, query_words
+from ._index.stopwords import LANGUAGES, StopWords
 from ._memory.plugin import store_path_problems
 from .common import MemoryHit
 from .config import option
@@ -298,7 +298,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         """The nearest embedded exchanges, merged with the not-yet-embedded ones that share the
         query's words (the exchange stored just before this turn included): nothing waits for
         the indexer."""
-        pending = self._pending_hits(query_words(query, self._stopwords.for_text(query)), top_k, session_id)
+        pending = self._pending_hits(self._stopwords.query_words(query), top_k, session_id)
         try:
             embedder, db = self._embedding_slot.get(), self._vectors()
         except EmbeddingsError:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from ._core.tokens import estimate_tokens
 from ._core.untrusted import breaks_lines, one_line, quote_untrusted
-from ._index.stopwords import StopWords, query_words, term_set
+from ._index.stopwords import StopWords, term_set
 from .common import MemoryHit
 from .storage.documents import format_exchange
 
@@ -110,7 +110,7 @@ def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int 
         return style.chunk_separator.join(chunks)
     costs = [estimate_tokens(chunk) for chunk in chunks]
     if sum(costs) > max_tokens:
-        asked = frozenset(query_words(query, StopWords().for_text(query)))
+        asked = frozenset(StopWords().query_words(query))
 
         def cut(i: int) -> None:
             side = _nearer_side(hits[i], asked)

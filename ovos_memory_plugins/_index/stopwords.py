@@ -141,8 +141,17 @@ class StopWords:
     languages: tuple[str, ...] = LANGUAGES
     extra: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # Sorted once: the lists are cached by these tuples, and a query must not sort them again.
+        object.__setattr__(self, "languages", tuple(sorted(self.languages)))
+        object.__setattr__(self, "extra", tuple(sorted(self.extra)))
+
+    def query_words(self, text: str) -> list[str]:
+        """:func:`query_words` of ``text`` without the stop words of its language."""
+        return query_words(text, self.for_text(text))
+
     def for_text(self, text: str) -> frozenset[str]:
-        languages, extra = tuple(sorted(self.languages)), tuple(sorted(self.extra))
+        languages, extra = self.languages, self.extra
         if len(languages) <= 1:
             return _stopwords(languages, extra)
         words = {normalise_term(m.group()) for m in itertools.islice(WORD.finditer(text), _EVIDENCE_WORDS)}
