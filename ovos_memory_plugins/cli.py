@@ -35,7 +35,7 @@ from ._cli.commands import (
     cmd_show,
     cmd_stats,
 )
-from ._cli.output import EXIT_ENDPOINT, EXIT_ERROR, EXIT_INPUT, UI, CLIError, logs_to_stderr
+from ._cli.output import EXIT_ENDPOINT, EXIT_ERROR, EXIT_INPUT, UI, CLIError, logs_to_stderr, private_stdout
 from ._cli.persona import PersonaError
 from ._cli.serve import DEFAULT_PORT, TOKEN_ENV, cmd_serve
 from .errors import ConfigError, LLMError, MemoryPluginError
@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     # The command reports what matters itself (one line per problem); library warnings would
     # repeat it, so only errors are logged unless asked for more.
     level = "DEBUG" if args.debug else "INFO" if args.verbose else "ERROR"
+    # Every command's output may hold memory (sessions, ids, what was said): a file it is
+    # redirected to (`> out.json`) is private, as every file holding a conversation is.
+    private_stdout()
     # A management command reports its failure in one line: what the library logged on the way
     # is shown only if it succeeds (or with -v/--debug). Chat shows it as it happens.
     hold = args.command not in _LIVE_LOGS and not (args.debug or args.verbose)

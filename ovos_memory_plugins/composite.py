@@ -36,7 +36,7 @@ from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
 from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
-from .errors import ConfigError, MemoryPluginError
+from .errors import ConfigError, MemoryPluginError, NotSupported
 from .fusion import FUSION_MODES, fuse, hit_key
 from .messages import check_session_id, check_utterance, clean_text, context_window, is_role
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
@@ -622,8 +622,16 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """Forget the exchange stored as ``content`` in every member that keeps it (documents,
         index entries, window messages; see :meth:`BaseRetrievalMemory.forget_exchange`); what
         each member deleted, by member. A member that fails does not stop the others, and its
-        error is raised once they are done."""
-        return self._fan_out("forget_exchange", check_session_id(session_id), content)
+        error is raised once they are done. A member that keeps the session but cannot forget one
+        exchange (it keeps whole sessions only) is a :class:`NotSupported` before anything is
+        forgotten: the exchange would live on there while the call reported it gone."""
+        session_id = check_session_id(session_id)
+        unable = [m.name for m in self.members
+                  if not callable(getattr(m.memory, "forget_exchange", None)) and _keeps(m, session_id)]
+        if unable:
+            raise NotSupported(f"{self.plugin_name}: {', '.join(unable)} keep(s) session {session_id!r} but cannot "
+                               "forget one exchange; nothing was forgotten: forget the whole session instead")
+        return self._fan_out("forget_exchange", session_id, content)
 
     def forget_fact(self, session_id: str, text: str) -> dict[str, Any]:
         """Forget the fact ``text`` in every member that keeps facts (entity, a summary's facts);
@@ -647,6 +655,18 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         if failure is not None:
             raise failure
         return counts
+
+
+def _keeps(member: Any, session_id: str) -> bool:
+    """Whether ``member`` holds anything of ``session_id`` (a member that cannot list its sessions
+    is taken to hold it: saying "forgotten" must never be a guess)."""
+    sessions = getattr(member.memory, "sessions", None)
+    if not callable(sessions):
+        return True
+    try:
+        return session_id in sessions()
+    except Exception:  # noqa: BLE001 - cannot tell: as above
+        return True
 
 
 def distinct_blocks(blocks: Sequence[AgentMessage]) -> list[AgentMessage]:

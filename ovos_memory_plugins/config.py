@@ -291,11 +291,36 @@ def _checked_values(cls: type, raw: Mapping[str, Any],
                 if read[1] is not UNSET:
                     values[field.name] = read[1]
                 continue
+            _check_unicode(owner, name, value)
             values[field.name] = _check_value(owner, name, value, field.metadata)
             _check_items(owner, name, values[field.name], _item_kind(cls, field.name))
         except ConfigError as exc:
             errors.append(exc)
     return values, errors, warnings
+
+
+def _check_unicode(owner: str, key: str, value: Any) -> None:
+    """A ConfigError for text that is not valid Unicode anywhere in ``value`` (a lone surrogate
+    from a bad decoder): no file, database or log can hold it, and it would fail deep inside a
+    turn, every turn, instead of here."""
+    stack, seen = [value], set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (Mapping, list, tuple)):
+            if id(item) in seen:  # a dict built in Python may hold itself: looked at once
+                continue
+            seen.add(id(item))
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ConfigError(f"{owner}: '{key}' holds text that is not valid Unicode "
+                                  f"({item.encode('utf-8', 'backslashreplace').decode()!r})") from None
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[Any]) -> tuple[str, Any] | None:

@@ -13,7 +13,8 @@
     │   ├── LLMTimeout
     │   ├── LLMUnavailable                   refused, unreachable, or circuit open
     │   └── LLMContextOverflow               the prompt is longer than the model's context
-    └── EmbeddingsError                      the embedder or vector store failed
+    ├── EmbeddingsError                      the embedder or vector store failed
+    └── NotSupported (NotImplementedError)   a member cannot do what was asked (nothing was done)
 
 The three contract methods never let a ``MemoryPluginError`` escape at run time: they log it
 once and degrade (no recall, no summary, no facts). Config errors are the exception: they are
@@ -34,6 +35,7 @@ __all__ = [
     "MemoryPluginError",
     "MigrationError",
     "MissingDependencyError",
+    "NotSupported",
     "StorageError",
     "StoreUnavailable",
 ]
@@ -92,3 +94,8 @@ class LLMContextOverflow(LLMError):
 
 class EmbeddingsError(MemoryPluginError):
     """The embedder or the vector store failed."""
+
+
+class NotSupported(MemoryPluginError, NotImplementedError):
+    """A memory cannot do what was asked, and did nothing (a composite member that keeps whole
+    sessions only, asked to forget one exchange)."""

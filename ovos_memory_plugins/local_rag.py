@@ -208,6 +208,11 @@ class LocalRAGMemory(BaseRetrievalMemory):
         # "path" may name a folder: only the built-in store's is checked.
         path = settings.embeddings_db_config.get("path")
         own = settings.embeddings_db_plugin == DEFAULT_DB
+        if own and path not in (None, "") and (not isinstance(path, str) or not path.strip()):
+            # 5 or "  " would be read as "no path" and the vectors put elsewhere, unsaid ("" is "not given")
+            return [*super().check_settings(settings),
+                    f"'embeddings_db_config.path' must be a file path (text), not {path!r}; leave it out to keep "
+                    "the vectors in the memory's own db_path"]
         return super().check_settings(settings) + (store_path_problems("embeddings_db_config.path", path)
                                                    if own else [])
 
@@ -261,8 +266,30 @@ class LocalRAGMemory(BaseRetrievalMemory):
     def _prepare_documents(self, docs: Sequence[Document]) -> list[Any]:
         """The documents' vectors (the slow part: a PostgreSQL store embeds outside any transaction)."""
         embedder = self._embedding_slot.get()
-        self._vectors()  # both plugins and the collection this model's, or nothing is embedded
+        db = self._vectors()  # both plugins and the collection this model's, or nothing is embedded
+        self._refuse_foreign_keys(db, docs)
         return _embed_passages(embedder, [d.text for d in docs])
+
+    def _refuse_foreign_keys(self, db: Any, docs: Sequence[Document]) -> None:
+        """Raise rather than overwrite a vector another memory stored under one of ``docs``' ids.
+
+        Ids are unique in this memory's document log only: two memories with different ``db_path``
+        writing one collection, or a collection the reference package filled (its ids counted
+        from 0 in every process), hold the same ``<session>_<n>`` for different exchanges. A key
+        whose stored text differs from the document's is such a one; nothing is written, and the
+        documents wait in the queue (keyword recall still finds them) until the configuration
+        gives each memory a collection of its own."""
+        found = _stored_texts(db, [d.doc_id for d in docs], self.settings.collection)
+        clash = next((d for d in docs if d.doc_id in found and found[d.doc_id] != d.text), None)
+        if clash is None:
+            return
+        message = (f"{self.plugin_name}: collection {self.settings.collection!r} of the vector store already holds "
+                   f"another exchange under id {clash.doc_id!r}: another memory (a different db_path, or the "
+                   "public ovos-memory-plugins) writes this collection too. Nothing was overwritten; recall by "
+                   "meaning waits until each memory has its own collection: set 'collection' to a new name, or "
+                   "give this memory its own vector store (embeddings_db_config.path)")
+        self._log.error("foreign-keys", "%s", message)
+        raise EmbeddingsError(message)
 
     def _store_prepared(self, docs: Sequence[Document], vectors: Sequence[Any]) -> None:
         db = self._vectors()
@@ -649,6 +676,21 @@ def _only_collection(db: Database) -> str | None:
     except StorageError:  # no built-in vector store in this database
         return None
     return names[0] if len(names) == 1 else None
+
+
+def _stored_texts(db: Any, keys: list[str], collection: str) -> dict[str, Any]:
+    """``{key: the text stored with it}`` for the keys the collection holds (a store that cannot
+    tell, or fails to, answers nothing: the check it serves is then skipped)."""
+    try:
+        rows = db.get_embeddings_batch(keys, collection_name=collection, return_metadata=True)
+    except Exception as exc:  # noqa: BLE001 - a third-party store may not read by key at all
+        LOG.debug(f"reading keys back from the vector store failed: {exc!r}")
+        return {}
+    out = {}
+    for row in rows or ():
+        if isinstance(row, (tuple, list)) and len(row) == 3 and row[1] is not None:
+            out[str(row[0])] = (row[2] or {}).get("content") if isinstance(row[2], Mapping) else None
+    return out
 
 
 def _delete_vectors(db: Any, keys: list[str], collection: str) -> None:

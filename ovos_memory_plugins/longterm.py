@@ -368,24 +368,54 @@ class LongTermMemory(LLMMemory):
 
     def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
         """Delete the not yet summarised messages of the exchange stored as ``content`` (as a
-        retrieval memory formats it); what a summary already holds stays in it."""
+        retrieval memory formats it), and the summary's narrative when it quotes the exchange
+        (the offline summary is made of the user's and the assistant's own sentences): the
+        facts stay. A narrative a model wrote in its own words cannot be searched for what it
+        took from one exchange: that stays until the session or the fact is forgotten."""
         sid = check_session_id(session_id)
-        dropped = 0
+        if not isinstance(content, str):
+            raise TypeError(f"content must be a str, not {type(content).__name__}")
+        dropped, narratives = 0, 0
+        quoted = _sides(content)
 
         def drop(record: dict[str, Any]) -> dict[str, Any]:
-            nonlocal dropped
+            nonlocal dropped, narratives
             recent = list(record.get("recent") or [])
             # A malformed entry (a hand-edited file) stands as a message that matches nothing.
             messages = [(_message(m) if isinstance(m, Mapping) else None) or system_message("") for m in recent]
             doomed = exchange_positions(messages, content)
             dropped = len(doomed)
             record["recent"] = [m for i, m in enumerate(recent) if i not in doomed]
+            state = record.get("summary_state")
+            if not isinstance(state, dict):
+                state = parse_summary(str(record.get("summary") or ""))
+            narrative = " ".join(str(state.get("narrative") or "").split())
+            if quoted and any(side in narrative for side in quoted):
+                kept = {**state, "narrative": ""}
+                record.update(summary=render_summary(kept, self.settings.max_summary_tokens), summary_state=kept)
+                narratives = 1
             return record
 
-        if self._load(sid).get("recent"):
+        record = self._load(sid)
+        if record.get("recent") or record.get("summary"):
             self._store.update(sid, drop)
         self._store.compact()  # also when none is left: an older copy of the record may sit in the WAL
-        return {"messages": dropped}
+        return {"messages": dropped, "summaries": narratives}
+
+
+#: Shorter sides ("ok", "thanks") are in many narratives by chance, not because they were folded there.
+_QUOTED_MIN_CHARS = 12
+
+
+def _sides(content: str) -> list[str]:
+    """The question and the answer of an exchange stored as ``content`` (whitespace collapsed),
+    those long enough to say a narrative quotes them."""
+    sides = []
+    for line in content.split("\nA: ", 1):
+        text = " ".join(line.removeprefix("Q:").split())
+        if len(text) >= _QUOTED_MIN_CHARS:
+            sides.append(text)
+    return sides
 
 
 def _appended(record: dict[str, Any], messages: list[AgentMessage], now: float,

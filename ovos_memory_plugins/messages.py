@@ -317,6 +317,8 @@ def from_dict(data: dict[str, Any]) -> AgentMessage:
         raise ValueError(f"a message dict needs 'role' and 'content' keys, got {sorted(data)}")
     role = data["role"]
     role = _ROLES.get(role, role) if isinstance(role, str) else role
+    if not isinstance(role, MessageRole) and role != "tool":
+        raise ValueError(f"unknown message role {role!r}; expected one of {sorted(_ROLES)}")
     extra: dict[str, Any] = {}
     if HAS_TOOLS:
         if data.get("tool_calls"):

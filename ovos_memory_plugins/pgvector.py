@@ -147,6 +147,15 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             raise ConfigError(f"{PLUGIN_NAME}: 'url' must be a PostgreSQL URL (postgresql://user@host/database), "
                               f"not {self.settings.url!r}")
         numpy_module()
+        # Everything close() reads is set before anything can fail, so a failure's own message
+        # (the SQL to run, the search_path to fix) is what the caller sees.
+        self._tables: dict[str, tuple[str, int | None]] = {}  # name -> (items table, dim)
+        self._added: dict[str, int] = {}
+        self._ann: dict[str, tuple[float, bool]] = {}  # collection -> (when asked, whether its HNSW index was valid)
+        self._building: set[str] = set()
+        self._builders: set[Any] = set()  # the dedicated connections of index builds under way
+        self._threads: list[threading.Thread] = []  # background builds started
+        self._lock = threading.Lock()
         self._db: PgDatabase = open_pg_database(str(self.settings.url))
         self._closed = False
         try:
@@ -155,13 +164,6 @@ class PgEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         except BaseException:
             self.close()
             raise
-        self._tables: dict[str, tuple[str, int | None]] = {}  # name -> (items table, dim)
-        self._added: dict[str, int] = {}
-        self._ann: dict[str, tuple[float, bool]] = {}  # collection -> (when asked, whether its HNSW index was valid)
-        self._building: set[str] = set()
-        self._builders: set[Any] = set()  # the dedicated connections of index builds under way
-        self._threads: list[threading.Thread] = []  # background builds started
-        self._lock = threading.Lock()
         self._iterative = self._has_iterative_scan()
 
     @property

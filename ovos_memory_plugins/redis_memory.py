@@ -95,7 +95,8 @@ class RedisConfig(EndpointConfig, ContextConfig):
         None, "newest short-term messages sent in the context; 0 or null: the whole list", kind=int, minimum=0)
     socket_timeout: float = option(2.0, "seconds to connect to or hear from Redis before it counts as down",
                                    minimum=0.01)
-    retry_after: float = option(5.0, "seconds between reconnection attempts while Redis is down", minimum=0)
+    retry_after: float = option(5.0, "seconds before the first reconnection attempt while Redis is down; each failed "
+                                "attempt doubles the wait, up to 60 s", minimum=0)
     lock_timeout: float = option(30.0, "compaction lease in seconds (renewed while a summary is written)",
                                  minimum=0.1)
 

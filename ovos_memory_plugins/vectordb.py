@@ -37,6 +37,7 @@ from typing import Any
 
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
+from ._core.log import LOG
 from ._core.paths import default_path
 from ._index.vector_calls import SingleKeyCalls, check_key, check_name, checked_batch, dump_metadata, load_metadata
 from ._index.vector_matrix import PLUGIN_NAME, Matrix, as_vector, numpy_module, unit_rows
@@ -406,10 +407,20 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
                            "ORDER BY id", (name, mirror.max_id)).fetchall()
         if not rows or mirror.dim is None:
             return
-        matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), mirror.dim)
-        # Keys are unique per collection and a replaced key forces a full reload, so the rows
-        # after max_id are all new to the mirror.
-        mirror.extend([r[1] for r in rows], unit_rows(matrix), [load_metadata(r[3]) or None for r in rows])
+        # A row of the wrong length (a damaged page SQLite's checks do not see) is left out, and
+        # said once per load: one bad vector must not cost every search of the collection.
+        whole = [isinstance(r[2], bytes) and len(r[2]) == 4 * mirror.dim for r in rows]
+        good = [r for r, ok in zip(rows, whole) if ok]
+        if len(good) < len(rows):
+            bad = [str(r[1]) for r, ok in zip(rows, whole) if not ok]
+            LOG.error(f"{PLUGIN_NAME}: collection {name!r} holds {len(bad)} damaged vector(s) "
+                      f"({', '.join(map(repr, bad[:3]))}{', ...' if len(bad) > 3 else ''}); they are left out of "
+                      "searches (forget or re-import those items, or delete the collection to re-embed everything)")
+        if good:
+            matrix = np.frombuffer(b"".join(r[2] for r in good), dtype="<f4").reshape(len(good), mirror.dim)
+            # Keys are unique per collection and a replaced key forces a full reload, so the rows
+            # after max_id are all new to the mirror.
+            mirror.extend([r[1] for r in good], unit_rows(matrix), [load_metadata(r[3]) or None for r in good])
         mirror.max_id = int(rows[-1][0])
 
     def _fix_dim(self, con: Any, name: str, dim: int) -> Matrix:

@@ -578,6 +578,16 @@ def test_a_persona_names_a_missing_plugin_and_the_chat_goes_on_without_memory(tm
     assert result.stdout.splitlines() == ["I don't know your dog.", "I don't know your dog."]
 
 
+def test_chat_says_without_verbose_which_memory_keys_it_will_not_use(tmp_path):
+    block = {"db_path": str(tmp_path / "window.db"), "max_histroy": 4}  # a typo the memory only logs
+    with FakeLLMServer(reply=echo_context) as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        result = run_cli("chat", "--persona", str(persona), stdin="hello\n")
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "max_histroy" in line]
+    assert len(warned) == 1 and "did you mean 'max_history'" in warned[0]
+
+
 # -- chat and ask against a real HTTP server on 127.0.0.1 -------------------------------------------
 def test_chat_remembers_across_turns_and_across_a_restart(tmp_path):
     block = {"db_path": str(tmp_path / "window.db"), "system_prompt": "Be brief."}

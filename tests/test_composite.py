@@ -411,13 +411,13 @@ def test_members_background_work_starts_once_every_member_has_written(monkeypatc
 
 
 def test_check_config_names_the_members_the_composite_would_skip():
-    from ovos_memory_plugins._cli.check import _check_block
+    from ovos_memory_plugins._cli.check import config_problems
 
     lexical = "ovos-memory-plugin-lexical"
-    assert _check_block("ovos-memory-plugin-composite", {"members": [lexical, lexical]}) == [
+    assert config_problems("ovos-memory-plugin-composite", {"members": [lexical, lexical]}) == [
         f"members[1] would write the same store as members[0] ({lexical}); it would be skipped: "
         "give it a db_path (or table) of its own"]
-    assert _check_block("ovos-memory-plugin-composite", {"members": ["ovos-memory-plugin-composite"]}) == [
+    assert config_problems("ovos-memory-plugin-composite", {"members": ["ovos-memory-plugin-composite"]}) == [
         "members[0] is the composite itself; it would be skipped"]
     apart = [{"module": lexical, "config": {"db_path": "a.db"}}, {"module": lexical, "config": {"db_path": "b.db"}}]
-    assert _check_block("ovos-memory-plugin-composite", {"members": apart}) == []
+    assert config_problems("ovos-memory-plugin-composite", {"members": apart}) == []

@@ -145,3 +145,13 @@ def test_a_key_given_under_two_names_must_agree_and_an_error_names_the_key_as_wr
         parse_config(WithAlias, {"ttl": 5, "old_ttl": 6}, "x")
     with pytest.raises(ConfigError, match="'old_ttl' is -1"):
         parse_config(WithAlias, {"old_ttl": -1}, "x")
+
+
+def test_text_that_is_not_valid_unicode_anywhere_in_a_value_is_refused_naming_the_key():
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.local_rag import LocalRAGMemory
+
+    with pytest.raises(ConfigError, match="'collection' holds text that is not valid Unicode"):
+        LocalRAGMemory({"collection": "\ud800"})
+    with pytest.raises(ConfigError, match="'people' holds text that is not valid Unicode"):
+        LexicalMemory({"db_path": ":memory:", "scope": "person", "people": {"al\ud800": ["kitchen"]}})

@@ -240,3 +240,46 @@ def test_one_exchange_is_forgotten_on_postgresql_too(backend):
         assert SECRET not in str(memory.export("kitchen"))
         assert all(SECRET not in h.content for h in memory.search(f"locker {SECRET}", "kitchen", top_k=10))
         assert len(memory.export("kitchen")["documents"]) == 2
+
+
+def test_forgetting_an_exchange_drops_a_summary_narrative_that_quotes_it(tmp_path, closing):
+    memory = closing(LongTermMemory({"db_path": str(tmp_path / "lt.json"), "api_url": None,
+                                     "summarize_every": 1, "recent_window": 0}))
+    fill(memory)
+    assert memory.flush(patience(30))
+    assert "Noted." in memory.export("kitchen")["summary"]  # the offline narrative quotes the turns
+    assert memory.forget_exchange("kitchen", f"Q: my locker code is {SECRET}\nA: Noted.") == {
+        "messages": 0, "summaries": 1}
+    summary = memory.export("kitchen")["summary"]
+    assert "Conversation so far" not in summary and "User lives in Porto" in summary  # the facts stay
+    assert memory.forget_exchange("kitchen", "Q: something never said at all\nA: nothing") == {
+        "messages": 0, "summaries": 0}
+
+
+def test_a_composite_refuses_to_forget_one_exchange_a_member_would_keep(tmp_path, closing):
+    class WholeSessionsOnly:  # keeps sessions, forgets only whole ones (as the redis memory)
+        def __init__(self, config=None):
+            self.config = config or {}
+
+        def sessions(self):
+            return ["kitchen"]
+
+        def update_history(self, messages, session_id):
+            pass
+
+        def get_history(self, session_id):
+            return []
+
+        def build_conversation_context(self, utterance, session_id):
+            return [AgentMessage(U, utterance)]
+
+    from ovos_memory_plugins.errors import NotSupported
+
+    lexical = {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}}
+    memory = closing(CompositeMemory({"members": [lexical]}))
+    fill(memory)
+    memory.members.append(memory.members[0]._replace(name="whole-sessions", memory=WholeSessionsOnly()))
+    content = f"Q: my locker code is {SECRET}\nA: Noted."
+    with pytest.raises(NotSupported, match="whole-sessions"):
+        memory.forget_exchange("kitchen", content)
+    assert [h.content for h in memory.search(SECRET, "kitchen")] == [content]  # nothing was forgotten

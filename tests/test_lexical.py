@@ -65,6 +65,21 @@ def test_a_short_command_with_too_few_stop_words_to_tell_its_language_searches_n
     assert [h.content.split("\n")[0] for h in m.search("turn on a lamp", "s")] == ["Q: turn on the radio"]
 
 
+@pytest.mark.parametrize(("question", "said"), [
+    ("Ben", "Ben is my neighbour"),  # Dutch "ben" (am), alone: a name said alone is meant
+    ("where's Ben?", "Ben is my neighbour"),
+    ("my son", "My son Tom turns seven in May"),  # English or Spanish? Either way one word is content
+    ("the door", "I painted the front door red"),
+    ("Mia", "Mia starts school in September"),  # Italian "mia" (my)
+])
+def test_a_short_query_too_short_to_tell_its_language_keeps_its_content_word(tmp_path, question, said):
+    m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
+    m.update_history([AgentMessage(U, said), AgentMessage(A, "noted")], "s")
+    m.update_history([AgentMessage(U, "what did I do yesterday?"), AgentMessage(A, "you went out")], "s")
+    hits = m.search(question, "s")
+    assert hits and hits[0].content.startswith(f"Q: {said}")
+
+
 def test_a_spanish_question_still_leaves_out_spanish_stop_words(tmp_path):
     m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
     m.update_history([AgentMessage(U, "mis hijos son Ana y Rui"), AgentMessage(A, "anotado")], "s")

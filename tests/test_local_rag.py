@@ -19,7 +19,7 @@ from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins._core.log import LOG, LogOnce
 from ovos_memory_plugins._core.owners import lease_owner
 from ovos_memory_plugins._core.paths import data_dir
-from ovos_memory_plugins.errors import EmbeddingsError, StorageError
+from ovos_memory_plugins.errors import ConfigError, EmbeddingsError, StorageError
 from ovos_memory_plugins.local_rag import LocalRAGMemory, PluginSlot, construct_db
 from ovos_memory_plugins.storage.readonly import read_only
 from ovos_memory_plugins.testing.embeddings import FakeEmbedder
@@ -962,3 +962,9 @@ def test_a_stored_document_whose_metadata_json_cannot_hold_is_indexed_without_th
 
     doc = Document("s_0", "Q: hi\nA: hello", "s", {"x": float("nan"), "y": 1.5, "z": [1]}, 0.0, 1)
     assert local_rag._portable(doc) == {"content": "Q: hi\nA: hello", "session_id": "s", "y": 1.5}
+
+
+@pytest.mark.parametrize("path", [5, "   ", ["v.db"]])
+def test_a_vector_path_that_is_no_path_is_refused_not_ignored(path):
+    with pytest.raises(ConfigError, match="embeddings_db_config.path"):
+        LocalRAGMemory({"db_path": ":memory:", "embeddings_db_config": {"path": path}})

@@ -618,7 +618,7 @@ def _identifiers(url):
 
 
 def test_the_longest_lexical_table_name_postgresql_can_hold_works_and_a_longer_one_is_a_config_error(tmp_path):
-    from ovos_memory_plugins._cli.check import _check_block
+    from ovos_memory_plugins._cli.check import config_problems
     from ovos_memory_plugins.lexical import PG_TABLE_MAX, LexicalMemory
 
     url = fresh_url()
@@ -632,7 +632,7 @@ def test_the_longest_lexical_table_name_postgresql_can_hold_works_and_a_longer_o
     too_long = {"db_url": url, "table": longest + "x"}
     with pytest.raises(ConfigError, match=f"'table' is {PG_TABLE_MAX + 1} characters long.*at most {PG_TABLE_MAX}"):
         LexicalMemory(too_long)
-    assert any("'table'" in p for p in _check_block("ovos-memory-plugin-lexical", too_long))
+    assert any("'table'" in p for p in config_problems("ovos-memory-plugin-lexical", too_long))
     with LexicalMemory({"db_path": str(tmp_path / "lexical.db"), "table": longest + "x" * 30}) as memory:
         _exchange(memory, "s", "my dog is called Rex", "nice")  # SQLite has no such limit
 

@@ -53,8 +53,8 @@ PUBLIC = {
     "entity": ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"],
     "errors": [
         "ConfigError", "EmbeddingsError", "LLMContextOverflow", "LLMError", "LLMTimeout", "LLMUnavailable",
-        "MemoryClosed", "MemoryPluginError", "MigrationError", "MissingDependencyError", "StorageError",
-        "StoreUnavailable"
+        "MemoryClosed", "MemoryPluginError", "MigrationError", "MissingDependencyError", "NotSupported",
+        "StorageError", "StoreUnavailable"
     ],
     "fusion": [
         "fuse", "fuse_interleave", "fuse_merge", "fuse_priority", "fuse_rrf", "fuse_weighted", "FUSION_MODES",
@@ -90,7 +90,7 @@ PUBLIC = {
         "PastExchange", "within_chars"
     ],
     "storage.integrity": ["COMPANIONS", "damage_of", "quick_check", "set_aside", "StoreDamaged"],
-    "storage.jsonfile": ["JsonRecordStore"],
+    "storage.jsonfile": ["JsonRecordStore", "MemoryJsonStore"],
     "storage.memory": ["MemoryRecordStore", "MemoryWindowStore"],
     "storage.namespaces": ["claim_prefix", "own_prefix"],
     "storage.policy": ["WindowPolicy"],

@@ -771,3 +771,25 @@ def test_an_import_over_the_threshold_is_compacted_as_turns_would_be(make):
     memory.import_session(source.export("s"), "t")
     memory.flush()
     assert summary_of(memory, "t") and len(memory.get_history("t")) < 60
+
+
+def test_an_item_of_the_list_this_package_did_not_write_is_left_out_not_fatal(make, r):
+    memory = make(max_history=0)
+    exchange(memory, "s", "my dog is Rex", "noted")
+    r.rpush(keys_of(memory, "s").short, "not json")  # edited by hand, or damaged
+    memory = make(prefix=memory.settings.prefix, max_history=0)  # a new process: nothing cached
+    assert contents(memory.build_conversation_context("and my cat?", "s")) == ["my dog is Rex", "noted", "and my cat?"]
+    exchange(memory, "s", "my cat is Tom", "noted too")  # the session still stores
+    assert contents(memory.get_history("s")) == ["my dog is Rex", "noted", "my cat is Tom", "noted too"]
+
+
+def test_a_refused_password_is_told_as_such_not_as_an_outage(redis_server_url, r, closing, logs):  # noqa: F811
+    r.execute_command("ACL", "SETUSER", "ovos-test-user", "on", ">right-password", "~*", "+@all")
+    try:
+        url = redis_server_url.replace("redis://", "redis://ovos-test-user:wrong-password@", 1)
+        memory = closing(RedisMemory({"url": url, "prefix": _prefix(), "api_url": None}))
+        exchange(memory, "s", "hello", "hi")  # held, as while Redis is down: the turn goes on
+        said = [e for e in logs["error"] if "password" in e]
+        assert len(said) == 1 and "refused the credentials" in said[0] and "unreachable" not in said[0]
+    finally:
+        r.execute_command("ACL", "DELUSER", "ovos-test-user")

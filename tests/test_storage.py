@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
+from ovos_memory_plugins._core.paths import SQLITE_HEADER
 from ovos_memory_plugins.errors import ConfigError, StorageError
 from ovos_memory_plugins.storage import WindowPolicy, backend_for, open_record_store, open_window_store
 from ovos_memory_plugins.storage.jsonfile import JsonRecordStore
@@ -144,12 +145,12 @@ def test_a_corrupt_json_file_is_quarantined_not_overwritten(tmp_path):
 def test_a_corrupt_sqlite_file_is_quarantined_with_its_journal_never_over_an_earlier_one(tmp_path):
     path = tmp_path / "store.db"
     for round_ in range(2):
-        path.write_bytes(b"\x00this is not a database" * 100)
+        path.write_bytes(SQLITE_HEADER + b"\x00this is not a database" * 100)  # its pages damaged
         (tmp_path / "store.db-wal").write_bytes(b"journal %d" % round_)
         db = Database(str(path))
         db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
         db.close()
-    assert (tmp_path / "store.db.corrupt").read_bytes() == b"\x00this is not a database" * 100
+    assert (tmp_path / "store.db.corrupt").read_bytes() == SQLITE_HEADER + b"\x00this is not a database" * 100
     assert (tmp_path / "store.db.corrupt-wal").read_bytes() == b"journal 0"
     later = [p for p in os.listdir(tmp_path) if p.startswith("store.db.corrupt-") and not p.endswith(("-wal", "-shm"))]
     assert len(later) == 1 and (tmp_path / (later[0] + "-wal")).read_bytes() == b"journal 1"
@@ -164,7 +165,8 @@ def test_a_forget_names_the_damaged_copies_it_cannot_reach_and_keeps_them(tmp_pa
     from ovos_memory_plugins.testing import closed_port_url
 
     path = tmp_path / name
-    path.write_bytes(b"\x00my secret, damaged" * 100)  # set aside at construction: it holds the old store
+    damage = (SQLITE_HEADER if name.endswith(".db") else b'{"s0": {"facts": ["') + b"\x00my secret, damaged" * 100
+    path.write_bytes(damage)  # set aside at construction: it holds the old store
     memory = (LexicalMemory({"db_path": str(path)}) if module == "lexical"
               else EntityMemory({"db_path": str(path), "api_url": closed_port_url()}))
     memory.update_history([AgentMessage(role=MessageRole.USER, content="my name is Ana"),
@@ -176,7 +178,7 @@ def test_a_forget_names_the_damaged_copies_it_cannot_reach_and_keeps_them(tmp_pa
     copy = str(tmp_path / (name + ".corrupt"))
     assert paths.set_aside_copies(str(path)) == [copy]
     assert len(warned) == 1 and copy in warned[0] and "may still hold" in warned[0]
-    assert (tmp_path / (name + ".corrupt")).read_bytes() == b"\x00my secret, damaged" * 100  # the user's to recover
+    assert (tmp_path / (name + ".corrupt")).read_bytes() == damage  # the user's to recover
     memory.close()
 
 
@@ -213,10 +215,10 @@ def test_quarantine_takes_a_new_name_while_any_earlier_copy_holds_one(tmp_path):
     path = str(tmp_path / "f")
     targets = []
     for n in range(3):
-        (tmp_path / "f").write_bytes(b"\x00%d" % n)  # damage (text would be someone's file, refused)
+        (tmp_path / "f").write_bytes(SQLITE_HEADER + b"\x00%d" % n)  # damage (text would be someone's file, refused)
         targets.append(quarantine_file(path))
     assert targets[0] == path + ".corrupt" and len(set(targets)) == 3
-    assert [Path(t).read_bytes() for t in targets] == [b"\x000", b"\x001", b"\x002"] and not os.path.exists(path)
+    assert [Path(t).read_bytes()[-2:] for t in targets] == [b"\x000", b"\x001", b"\x002"] and not os.path.exists(path)
 
 
 def test_json_writes_leave_no_temp_files(tmp_path):
@@ -681,3 +683,47 @@ def test_a_json_store_replaced_by_a_persona_file_while_open_is_never_written_int
     with pytest.raises(StorageError, match="persona file"):
         store.save("kitchen", {"facts": []})
     assert path.read_text() == persona
+
+
+@pytest.mark.parametrize(("name", "content"), [
+    ("archive.db", b"\x1f\x8b\x08\x00" + bytes(range(256)) * 8),  # a gzip backup
+    ("program.db", b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 8),
+    ("picture.db", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8),
+    ("encrypted.db", bytes((i * 37 + 11) % 256 for i in range(4096))),  # an encrypted database: no header, no schema
+    ("picture.json", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8),
+    ("random.json", bytes((i * 37 + 11) % 256 for i in range(4096))),
+])
+def test_someone_elses_binary_file_is_refused_and_left_where_it_is(tmp_path, name, content):
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match="not a memory store"):
+        (LexicalMemory if name.endswith(".db") else EntityMemory)({"db_path": str(path)})
+    assert path.read_bytes() == content and sorted(os.listdir(tmp_path)) == [name]
+
+
+@pytest.mark.parametrize("text", [
+    # OVOS's mycroft.conf: sections, and plain values beside them
+    '{"lang": "en-us", "listener": {"sample_rate": 16000}, "websocket": {"host": "0.0.0.0", "port": 8181}}',
+    '{"listener": {"sample_rate": 16000}, "skills": {"blacklisted_skills": []}}',  # sections only
+    '// my settings\n{"lang": "en-us",\n  // the microphone\n  "listener": {"sample_rate": 16000}}',  # with comments
+])
+def test_a_configuration_file_named_as_a_json_store_is_refused_and_left_as_it_is(tmp_path, text):
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    path = tmp_path / "mycroft.conf"
+    path.write_text(text)
+    before = os.stat(path)
+    with pytest.raises(ConfigError, match="not a memory store"):
+        RecencyMemory({"db_path": str(path)})
+    assert path.read_text() == text and os.stat(path).st_mode == before.st_mode
+    assert sorted(os.listdir(tmp_path)) == ["mycroft.conf"]
+
+
+def test_the_general_json_store_still_takes_records_of_any_shape(tmp_path):
+    from ovos_memory_plugins.persistence import JsonStore
+
+    JsonStore(str(tmp_path / "any.json")).save("s", {"anything": 1})
+    assert JsonStore(str(tmp_path / "any.json")).load("s") == {"anything": 1}

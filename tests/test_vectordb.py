@@ -276,3 +276,33 @@ def test_queries_on_an_empty_or_unknown_collection_return_nothing(db):
     assert db.query([1.0, 0.0], collection_name="nothing-here") == []
     assert db.count_embeddings_in_collection("nothing-here") == 0
     assert db.query([1.0, 0.0], top_k=0) == []
+
+
+def test_a_damaged_vector_is_left_out_and_every_other_one_still_searched(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "v.db")
+    db = SqliteEmbeddingsDB(path=path)
+    db.add_embeddings_batch(["a", "b", "c"], [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]], [{}, {}, {}], collection_name="c")
+    db.close()
+    con = sqlite3.connect(path)  # a damaged page: one row's vector four bytes short
+    con.execute("UPDATE ovos_vec_items SET vector = substr(vector, 1, 4) WHERE key = 'b'")
+    con.commit()
+    con.close()
+    db = SqliteEmbeddingsDB(path=path)
+    assert [row[0] for row in db.query([1.0, 0.1], top_k=3, collection_name="c")] == ["a", "c"]
+    db.close()
+
+
+def test_a_missing_extension_is_the_error_the_vector_store_raises_not_a_failure_closing_it(monkeypatch):
+    import ovos_memory_plugins.pgvector as pgvector
+    from ovos_memory_plugins.errors import StorageError
+
+    def no_extension(db):
+        raise StorageError("pgvector is not installed in this database: run once: CREATE EXTENSION vector;")
+
+    monkeypatch.setattr(pgvector, "open_pg_database", lambda url: object())
+    monkeypatch.setattr(pgvector, "release_pg_database", lambda db: None)
+    monkeypatch.setattr(pgvector, "ensure_pgvector", no_extension)
+    with pytest.raises(StorageError, match="run once: CREATE EXTENSION vector"):
+        pgvector.PgEmbeddingsDB(url="postgresql://ovos@db/memory")

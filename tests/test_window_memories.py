@@ -340,8 +340,43 @@ def test_a_json_window_of_the_wrong_shape_degrades_the_turn_instead_of_raising(t
     import json
 
     path = tmp_path / "r.json"
-    path.write_text(json.dumps({"s": [{"role": "user", "content": "hi"}]}))  # a list where a record belongs
+    # a list where a record belongs, beside a record of the store's own
+    path.write_text(json.dumps({"s": [{"role": "user", "content": "hi"}], "u": {"buffer": []}}))
     memory = RecencyMemory({"db_path": str(path), "system_prompt": "Be kind."})
     assert [(m.role, m.content) for m in memory.build_conversation_context("x", "s")] == [(S, "Be kind."), (U, "x")]
     memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "t")  # other sessions still work
     assert contents(memory.get_history("t")) == ["q", "a"]
+
+
+def test_an_unreadable_message_in_a_json_window_is_left_out_and_the_session_still_stores(tmp_path):
+    import json
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"s": {"buffer": [
+        {"role": "user", "content": "my dog is Rex", "ts": 1.0},
+        {"role": "bogus", "content": "a line damaged by hand", "ts": 2.0},
+        {"role": "assistant", "content": {"oops": 1}, "ts": 3.0},
+        {"role": "assistant", "content": "noted", "ts": 4.0}]}}))
+    memory = RecencyMemory({"db_path": str(path), "max_history": 0})
+    assert contents(memory.get_history("s")) == ["my dog is Rex", "noted"]
+    memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "s")  # the session stores again
+    assert contents(memory.get_history("s")) == ["my dog is Rex", "noted", "q", "a"]
+    memory.export("s")  # and exports
+
+
+def test_a_window_row_whose_text_became_a_blob_is_read_as_text(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "r.db"
+    memory = RecencyMemory({"db_path": str(path)})
+    memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "noted")], "s")
+    memory.close()
+    con = sqlite3.connect(path)
+    table = next(r[0] for r in con.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE '%window%'"))
+    con.execute(f"UPDATE {table} SET content = CAST(content AS BLOB) WHERE role = 'user'")
+    con.commit()
+    con.close()
+    memory = RecencyMemory({"db_path": str(path)})
+    assert contents(memory.get_history("s")) == ["my dog is Rex", "noted"]
+    assert all(isinstance(m.content, str) for m in memory.get_history("s"))

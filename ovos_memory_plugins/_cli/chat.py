@@ -12,7 +12,7 @@ from .persona import MemorySlot, load_persona, persona_endpoint
 __all__ = ["cmd_ask", "cmd_chat", "cmd_demo"]
 
 
-def _persona_parts(args: argparse.Namespace) -> tuple[Any, Any, MemorySlot]:
+def _persona_parts(args: argparse.Namespace, ui: UI) -> tuple[Any, Any, MemorySlot]:
     from .engine import ChatEndpoint, find_endpoint
 
     persona = load_persona(args.persona)
@@ -27,7 +27,20 @@ def _persona_parts(args: argparse.Namespace) -> tuple[Any, Any, MemorySlot]:
         raise
     except Exception as exc:  # noqa: BLE001 - ovos-persona would fail to load this persona too
         raise CLIError(f"memory plugin '{persona.memory_module}' failed to start: {exc}", EXIT_ERROR) from None
+    if slot.memory is not None:  # it started: what is left to say is what it will not use
+        _config_warnings(persona, ui)
     return persona, endpoint, slot
+
+
+def _config_warnings(persona: Any, ui: UI) -> None:
+    """Say, without -v, what the memory block holds that the memory will not use (a misspelt key,
+    which the memory only logs): a persona must not run for weeks on a setting it never read."""
+    from .check import config_problems
+
+    if not persona.memory_module or not isinstance(persona.memory_config, dict):
+        return
+    for problem in config_problems(persona.memory_module, persona.memory_config):
+        ui.err.print(f"[yellow]warning:[/yellow] {escape(problem)}", soft_wrap=True)
 
 
 def _show_dropped(ui: UI, endpoint: Any, dropped: int, warned: list[bool]) -> None:
@@ -59,7 +72,7 @@ class _Health:
 
 
 def cmd_ask(args: argparse.Namespace, ui: UI) -> int:
-    persona, endpoint, slot = _persona_parts(args)
+    persona, endpoint, slot = _persona_parts(args, ui)
     health = _Health(ui)
     try:
         messages = slot.context(args.question, args.session)  # reads memory; records nothing
@@ -78,7 +91,7 @@ def cmd_ask(args: argparse.Namespace, ui: UI) -> int:
 
 
 def cmd_chat(args: argparse.Namespace, ui: UI) -> int:
-    persona, endpoint, slot = _persona_parts(args)
+    persona, endpoint, slot = _persona_parts(args, ui)
     interactive = sys.stdin.isatty()
     memory_note = persona.memory_module or "none"
     if slot.enabled and slot.memory is None:

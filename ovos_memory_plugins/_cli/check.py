@@ -15,7 +15,7 @@ from .commands import read_json
 from .output import EXIT_INPUT, UI, CLIError, Text, escape
 from .persona import memory_class, parse_persona, persona_endpoint
 
-__all__ = ["cmd_check_config"]
+__all__ = ["cmd_check_config", "config_problems"]
 
 
 def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
@@ -46,7 +46,7 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
     if module is None:
         ui.out.print("memory is disabled (memory_module is null): nothing to check")
         return 0
-    problems += _check_block(module, block)
+    problems += config_problems(module, block)
     for note in notes:
         ui.err.print(f"[yellow]note:[/yellow] {escape(note)}")
     if problems:
@@ -117,7 +117,7 @@ def _answers(api_url: str) -> bool:
         return False
 
 
-def _check_block(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
+def config_problems(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
     """Every problem the plugin would raise when it starts with ``block``, all at once."""
     from ..config import check_config
 
@@ -133,9 +133,9 @@ def _check_block(module: str, block: Mapping[str, Any], where: str = "") -> list
         problems += [where + p for p in _member_clashes(block["members"])]
         for i, spec in enumerate(block["members"]):
             if isinstance(spec, str):
-                problems += _check_block(spec, {}, f"{where}members[{i}] ")
+                problems += config_problems(spec, {}, f"{where}members[{i}] ")
             elif isinstance(spec, Mapping) and isinstance(spec.get("config") or {}, Mapping):
-                problems += _check_block(str(spec.get("module", "")), spec.get("config") or {},
+                problems += config_problems(str(spec.get("module", "")), spec.get("config") or {},
                                          f"{where}members[{i}] ")
     return problems
 

@@ -13,7 +13,7 @@ from typing import Any
 from .._memory.people import PERSON_PREFIX, inside, listed_as, listed_keys, move_sessions_of_people
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
-from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, private_stdout
+from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape
 from .persona import load_persona, open_memory
 
 __all__ = ["cmd_docs_table", "cmd_export", "cmd_forget", "cmd_import", "cmd_index", "cmd_plugins", "cmd_search",
@@ -142,7 +142,6 @@ def cmd_show(args: argparse.Namespace, ui: UI) -> int:
             data = memory.export(key) if callable(getattr(memory, "export", None)) else {}
         for msg in history:
             table.add_row(role_of(msg), Text(msg.content))
-        private_stdout()  # a conversation: a file it is redirected to is private
         ui.out.print(table)
         for label, value in _highlights(data):
             ui.out.print(f"[bold]{escape(label)}[/bold]\n{escape(value)}")
@@ -180,7 +179,6 @@ def cmd_search(args: argparse.Namespace, ui: UI) -> int:
             score = hit.metadata.get("fusion_score", hit.score)
             table.add_row(str(i), f"{score:.3f}", Text(str(hit.metadata.get("session_id", ""))),
                           str(hit.metadata.get("retriever", "")).replace("ovos-memory-plugin-", ""), Text(hit.content))
-        private_stdout()
         ui.out.print(table)
     return 0
 
@@ -242,7 +240,7 @@ def cmd_export(args: argparse.Namespace, ui: UI) -> int:
                 data = memory.export(key)
             if getattr(args, "person", None):
                 _warn_unmoved(memory, key, args.person, ui)
-        ui.write_private(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+        ui.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
     return 0
 
 

@@ -52,12 +52,6 @@ class UI:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    def write_private(self, text: str) -> None:
-        """:meth:`write` of a conversation (an export): a file that stdout was redirected to is
-        made ``0600`` first, as every file holding one is."""
-        private_stdout()
-        self.write(text)
-
 
 def private_stdout() -> None:
     """Make stdout ``0600`` when it is an empty regular file of ours: what ``> export.json`` has

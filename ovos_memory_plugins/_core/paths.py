@@ -234,15 +234,28 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 _TEXT_CONTROLS = frozenset(b"\t\n\x0c\r")
 
 
+#: The first bytes of files people keep that a typo in ``db_path`` may name.
+_KNOWN_FORMATS = (
+    (b"\x1f\x8b", "a gzip archive"), (b"\x7fELF", "a program"), (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"), (b"PK\x03\x04", "a zip archive"), (b"BZh", "a bzip2 archive"),
+    (b"\xfd7zXZ\x00", "an xz archive"), (b"(\xb5/\xfd", "a zstd archive"), (b"7z\xbc\xaf'\x1c", "a 7z archive"),
+    (b"%PDF", "a PDF document"), (b"MZ", "a program"),
+)
+#: A line only a configuration file's JSON has (JSON with comments, as OVOS's mycroft.conf).
+_COMMENT_LINE = re.compile(rb"^[ \t]*(//|/\*)", re.MULTILINE)
+
+
 def foreign_content(path: str, json_store: bool = False) -> str | None:
     """Why the file at ``path`` is someone else's rather than a damaged store of this kind, else None.
 
     A damaged store is set aside and replaced; a file that never was one (``/etc/passwd``, a
-    script, notes, YAML, another kind of store) must be left alone, and the two are told apart
-    by what the package writes. A SQLite file is binary from its first byte, so any text is not
-    one; a JSON store is an object, so text not starting with ``{`` or ``[`` was never one, nor
-    is a SQLite database. Bytes that are not text (a bad sector, a garbage header, a file of
-    zeros) are damage. An empty or blank file is nothing to keep.
+    script, notes, YAML, a picture, an archive, another kind of store) must be left alone, and
+    the two are told apart by what the package writes. A SQLite file is binary from its first
+    byte, so any text is not one, and binary data is one only with SQLite's header or its pages'
+    structure (a damaged header); a JSON store is an object written
+    without comments, so text not starting with ``{`` or ``[``, or holding a comment line, was
+    never one, nor is a SQLite database. A file of zeros (a crash's unwritten blocks) is damage.
+    An empty or blank file is nothing to keep.
     """
     try:
         with open(path, "rb") as f:
@@ -251,18 +264,44 @@ def foreign_content(path: str, json_store: bool = False) -> str | None:
         return None
     if head.startswith(SQLITE_HEADER):
         return "it is an SQLite database, not a JSON store" if json_store else None
+    known = next((name for magic, name in _KNOWN_FORMATS if head.startswith(magic)), None)
+    if known is not None:
+        return f"it is {known}"
     utf16 = _utf16_text(head)
     if utf16 is not None:  # the package writes UTF-8 only: text in UTF-16 was never its store
         return "it holds UTF-16 text, which no store of this package does" if utf16.strip("\ufeff \t\r\n") else None
     # Text in any 8-bit encoding (UTF-8, Latin-1) has no control byte but whitespace; damage does.
-    if any(b < 32 and b not in _TEXT_CONTROLS for b in head):
-        return None
-    if not _utf8(head) and any(0x7F <= b < 0xA0 for b in head):  # C1 controls: not Latin-1 text
-        return None
+    binary = any(b < 32 and b not in _TEXT_CONTROLS for b in head) or \
+        (not _utf8(head) and any(0x7F <= b < 0xA0 for b in head))  # C1 controls: not Latin-1 text
     shown = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if not shown or (json_store and shown[:1] in (b"{", b"[")):
+    if binary:
+        if not head.strip(b"\x00") or (_sqlite_pages(path) if not json_store else shown[:1] in (b"{", b"[")):
+            return None
+        return "it holds binary data, not a JSON object" if json_store else \
+            "it holds binary data that is not an SQLite database"
+    if not shown:
         return None
+    if json_store and shown[:1] in (b"{", b"["):
+        return "it holds JSON with comments, as a configuration file does" if _COMMENT_LINE.search(head) else None
     return "it holds text that is not a JSON object" if json_store else "it holds text, which no SQLite store does"
+
+
+#: The first byte of a b-tree page (interior or leaf, index or table) and of a free or overflow page.
+_PAGE_KINDS = frozenset(b"\x02\x05\x0a\x0d\x00")
+
+
+def _sqlite_pages(path: str) -> bool:
+    """Whether a file without SQLite's header still has its pages: page 1's b-tree header just
+    after the 100 header bytes, and a page's first byte at one of the page sizes SQLite allows.
+    Random bytes (an encrypted file) pass both one time in a thousand; a damaged store, always."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(65536 + 1)
+    except OSError:
+        return False
+    if len(data) <= 100 or data[100] not in (0x05, 0x0D):
+        return False
+    return any(len(data) > size and data[size] in _PAGE_KINDS for size in (512 << n for n in range(8)))
 
 
 def _utf16_text(data: bytes) -> str | None:

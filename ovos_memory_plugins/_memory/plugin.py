@@ -263,6 +263,7 @@ class MemoryPlugin(AgentContextManager):
 
     def export(self, session_id: str) -> dict[str, Any]:
         """Everything stored for ``session_id`` as JSON-ready data (see :meth:`import_session`)."""
+        check_session_id(session_id)  # as forget(): None or a number is a mistake, not an empty export
         return {"plugin": self.plugin_name, "session_id": session_id}
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:

@@ -79,16 +79,78 @@ def message_of(data: dict[str, Any]) -> AgentMessage:
 
 
 def decode_array(blob: str) -> list[AgentMessage]:
-    """The messages of a ``[item,item,...]`` reply of the read script."""
-    return [message_of(d) for d in json.loads(blob)]
+    """The messages of a ``[item,item,...]`` reply of the read script. An item that is not one
+    of ours (written by hand, damaged) is left out and said once: it must not cost the session
+    every later turn."""
+    try:
+        items = json.loads(blob)
+    except ValueError:
+        items = _items_one_by_one(blob)
+    out = []
+    for data in items:
+        try:
+            out.append(message_of(data))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            _unreadable(exc)
+    return out
+
+
+def _items_one_by_one(blob: str) -> list[Any]:
+    """The items of ``[item,item,...]`` that parse, when one does not (the array is the raw items
+    joined by commas: each of ours is an object, so the next one starts at ``,{``)."""
+    decoder, items, at = json.JSONDecoder(), [], 1
+    while at < len(blob) - 1:
+        try:
+            item, end = decoder.raw_decode(blob, at)
+            items.append(item)
+            at = end + 1  # past the comma
+        except ValueError as exc:
+            _unreadable(exc)
+            following = blob.find(",{", at)
+            if following < 0:
+                break
+            at = following + 1
+    return items
+
+
+_unreadable_log = LogOnce()
+
+
+def _unreadable(exc: Exception) -> None:
+    _unreadable_log.error("unreadable", "a Redis short-term item is not a message this package wrote (%s); it is "
+                          "left out of the window and of summaries", exc)
 
 
 def decode(raw: str) -> Item:
-    data = json.loads(raw)
-    tokens = int(data.pop("tok", 0))
-    data.pop("id", None)
-    msg = from_dict(data)
+    """The item stored as ``raw``; one that is not ours reads as an empty system message that
+    no window shows and no summary folds (see :func:`decode_array`)."""
+    try:
+        data = json.loads(raw)
+        tokens = int(data.pop("tok", 0))
+        data.pop("id", None)
+        msg = from_dict(data)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        _unreadable(exc)
+        return Item(raw, AgentMessage(MessageRole.SYSTEM, ""), 0, False)
     return Item(raw, msg, tokens, is_role(msg, "user"))
+
+
+#: The longest wait between two attempts to reach a Redis that does not answer.
+RETRY_MAX_S = 60.0
+
+
+def _credentials_refused(exc: Exception) -> str | None:
+    """What to tell when ``exc`` is Redis refusing the connection's credentials (redis-py reports
+    a wrong password as a ConnectionError, and a missing one by the command it refused): a
+    mistake in the url, not an outage."""
+    text = str(exc)
+    if type(exc).__name__ == "AuthenticationError" or "WRONGPASS" in text or "invalid password" in text:
+        return (f"refused the credentials in the url ({text}): check the password, "
+                "redis://[user]:PASSWORD@host:port/db")
+    if "NOAUTH" in text or "must be called with the client already authenticated" in text \
+            or "Authentication required" in text:
+        return f"needs a password ({text}): put it in the url, redis://:PASSWORD@host:port/db"
+    return None
 
 
 def _ms(seconds: float | None) -> int:
@@ -161,6 +223,7 @@ class RedisStore:
                       if short_ttl and long_ttl else 0]
         self._log = LogOnce()
         self._down_until = 0.0
+        self._pause = retry_after  # the wait before the next attempt once it fails; doubles while it does
         self._lock = threading.Lock()
         self._tails: dict[str, str] = {}
 
@@ -176,17 +239,23 @@ class RedisStore:
         """
         kind = "write-error" if write else "read-error"
         if time.monotonic() < self._down_until:
-            raise StoreUnavailable(f"Redis at {self.where} is down (next attempt within {self._retry_after:g}s)")
+            raise StoreUnavailable(f"Redis at {self.where} is down (next attempt within {self._pause:g}s)")
         try:
             result = fn()
-        except self._down_errors as exc:
-            self._down_until = time.monotonic() + self._retry_after
-            self._log.error("down", "%s: Redis at %s is unreachable (%s); turns are answered from the in-process "
-                            "cache and new messages are held until it is back", self._owner, self.where, exc)
-            raise StoreUnavailable(str(exc)) from exc
         except self._errors as exc:
-            self._log.error(kind, "%s: Redis at %s failed: %s", self._owner, self.where, exc)
-            raise StorageError(str(exc)) from exc
+            refused = _credentials_refused(exc)
+            if refused is None and not isinstance(exc, self._down_errors):
+                self._log.error(kind, "%s: Redis at %s failed: %s", self._owner, self.where, exc)
+                raise StorageError(str(exc)) from exc
+            # Each failure waits longer before the next attempt (up to RETRY_MAX_S): a server that
+            # swallows packets costs a turn its socket_timeout only now and then, not every turn.
+            self._down_until = time.monotonic() + self._pause
+            self._pause = min(max(self._pause * 2, self._retry_after), max(self._retry_after, RETRY_MAX_S))
+            self._log.error("down", "%s: Redis at %s %s; turns are answered from the in-process cache and new "
+                            "messages are held until it answers", self._owner, self.where,
+                            refused or f"is unreachable ({exc})")
+            raise StoreUnavailable(str(exc)) from exc
+        self._pause = self._retry_after
         self._log.clear("down", f"{self._owner}: Redis at {self.where} is reachable again")
         self._log.clear(kind)
         return result

@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._cli.commands import _import_items
 from .._cli.output import CLIError
-from ..errors import StorageError, StoreUnavailable
+from ..errors import NotSupported, StorageError, StoreUnavailable
 from . import views
 
 __all__ = ["LOG_NAME", "STATIC", "create_app"]
@@ -67,7 +67,7 @@ _SECURITY_HEADERS = {
 #: its type only, since its message may quote a path or what the store holds.
 # First match wins: a store's own errors (a malformed record is a ValueError too) are never a 400.
 _STATUS = ((StoreUnavailable, 503), (StorageError, 500), (views.NotFound, 404), (views.Unsupported, 400),
-           (CLIError, 400), (TypeError, 400), (ValueError, 400))
+           (NotSupported, 400), (CLIError, 400), (TypeError, 400), (ValueError, 400))
 
 log = logging.getLogger(LOG_NAME)
 

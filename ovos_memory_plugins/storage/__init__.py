@@ -202,9 +202,9 @@ def open_window_store(path: str | None, backend: str | None = None, table: str =
         from .memory import MemoryWindowStore
         return MemoryWindowStore()
     if kind == "json":
-        from .jsonfile import JsonRecordStore
+        from .jsonfile import MemoryJsonStore
         from .windows import RecordWindowStore
-        return RecordWindowStore(JsonRecordStore(resolve_path(str(path))), owns_store=True)
+        return RecordWindowStore(MemoryJsonStore(resolve_path(str(path))), owns_store=True)
     from .sqlite import open_database
     from .windows import SqliteWindowStore
     return _built_on(open_database(str(path)), lambda db: SqliteWindowStore(db, table, owns_db=True))
@@ -221,8 +221,8 @@ def open_record_store(path: str | None, backend: str | None = None, table: str =
         from .memory import MemoryRecordStore
         return MemoryRecordStore()
     if kind == "json":
-        from .jsonfile import JsonRecordStore
-        return JsonRecordStore(resolve_path(str(path)))
+        from .jsonfile import MemoryJsonStore
+        return MemoryJsonStore(resolve_path(str(path)))
     from .records import SqliteRecordStore
     from .sqlite import open_database
     return _built_on(open_database(str(path)), lambda db: SqliteRecordStore(db, table, owns_db=True))

@@ -47,7 +47,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: thread safety only
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["JsonRecordStore"]
+__all__ = ["JsonRecordStore", "MemoryJsonStore"]
 
 #: Keys of a persona file (a memory store's keys are session ids, whose values are records).
 PERSONA_KEYS = ("memory_module", "solvers", "handlers")
@@ -59,6 +59,10 @@ LOCK_TIMEOUT_S = 30.0
 
 
 class JsonRecordStore:
+    #: The fields one of a memory's records names (None: any object is a record, as for the
+    #: reference's general-purpose ``persistence.JsonStore``).
+    record_fields: frozenset[str] | None = None
+
     def __init__(self, path: str):
         self.path = check_store_path(path)
         self._lock = threading.RLock()
@@ -68,7 +72,7 @@ class JsonRecordStore:
         if os.path.exists(self.path):  # before any lock file is made: a file that is no store stays as it is
             refuse_foreign_file(self.path, json_store=True)
             try:
-                self._check_is_store(self._read(quarantine=False))
+                self._check_is_store(self._read(quarantine=False), self.record_fields)
             except StorageError:
                 if self.read_only:
                     raise  # damaged: a read-only command reports it, the next writer quarantines it
@@ -149,7 +153,7 @@ class JsonRecordStore:
     def close(self) -> None:
         pass
 
-    def _check_is_store(self, data: dict[str, Any]) -> None:
+    def _check_is_store(self, data: dict[str, Any], fields: frozenset[str] | None = None) -> None:
         """A JSON file that is not a store, given by mistake, is refused, never used, rewritten or
         moved aside: an export (``ovos-memory export`` writes ``{"plugin": name, ...}``), a persona
         file (a store's keys are session ids; a record damaged by hand, whatever its shape, still
@@ -161,11 +165,12 @@ class JsonRecordStore:
         if persona:
             raise ConfigError(f"{self.path} is a persona file (its {persona[0]!r}), not a memory store; it was "
                               "left as it is: name a file of its own in db_path")
-        if data and not any(isinstance(value, (dict, list)) for value in data.values()):
-            # Settings ({"volume": 3}): a store's values are records; one damaged by hand costs its
-            # session, but a file of plain values only was never a store, and is not rewritten.
-            raise ConfigError(f"{self.path} holds no memory record (its {next(iter(data))!r} is a "
-                              f"{type(next(iter(data.values()))).__name__}, not an object): it is not a memory "
+        if data and not any(_looks_like_a_record(value, fields) for value in data.values()):
+            # Settings ({"volume": 3}, mycroft.conf's sections): a store's values are records, and
+            # every record names a field a memory writes; one damaged by hand costs its session,
+            # but a file with no record at all was never a store, and is not rewritten.
+            key = next(iter(data))
+            raise ConfigError(f"{self.path} holds no memory record (its {key!r} is not one): it is not a memory "
                               "store; it was left as it is: name a file of its own in db_path")
 
     def _still_a_store(self, data: dict[str, Any]) -> None:
@@ -274,7 +279,7 @@ class JsonRecordStore:
         folder = os.path.dirname(self.path) or "."
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
         try:
-            os.fchmod(fd, PRIVATE_FILE_MODE)  # mkstemp's 0600 went through the umask
+            _keep_access(fd, self.path)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(data, f, ensure_ascii=False, indent=2)
                 f.flush()
@@ -289,6 +294,42 @@ class JsonRecordStore:
                 raise StorageError(f"cannot write {self.path}: {exc}") from exc
             raise
         _fsync_dir(folder)
+
+
+#: The fields of the records the memories keep in JSON (the reference's and this package's).
+RECORD_FIELDS = frozenset({
+    "buffer", "facts", "meta", "history", "pending", "summary", "recent", "exchange_count", "summary_state",
+    "summary_rejections", "summary_source", "due_since", "updated_at",
+})
+
+
+def _looks_like_a_record(value: Any, fields: frozenset[str] | None) -> bool:
+    """A session's record: an object naming one of ``fields`` (or none at all: emptied); with no
+    ``fields``, any object or list."""
+    if fields is None:
+        return isinstance(value, (dict, list))
+    return isinstance(value, dict) and (not value or not fields.isdisjoint(value))
+
+
+class MemoryJsonStore(JsonRecordStore):
+    """The JSON store of this package's memories: a file none of whose objects is a memory's
+    record (a configuration file such as mycroft.conf) is someone else's, and left alone."""
+
+    record_fields = RECORD_FIELDS
+
+
+def _keep_access(fd: int, path: str) -> None:
+    """Give the new file the mode and group of the one it replaces (a store its owner opened up to
+    a group keeps that, as a SQLite store does); a new store is private (0600)."""
+    try:
+        old = os.stat(path)
+    except OSError:
+        os.fchmod(fd, PRIVATE_FILE_MODE)  # mkstemp's 0600 went through the umask
+        return
+    os.fchmod(fd, stat.S_IMODE(old.st_mode) & 0o777)
+    if old.st_gid != os.getegid():
+        with contextlib.suppress(OSError):  # only a member of the group (or root) may give it
+            os.fchown(fd, -1, old.st_gid)
 
 
 def _signature(st: os.stat_result) -> tuple[int, int, int]:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.compat import AgentMessage
+from .._core.log import LOG
 from ..errors import StorageError
 from ..messages import copy_message, fold_into, from_dict, is_role, to_dict
 from .policy import WindowPolicy
@@ -16,6 +17,8 @@ from .sqlite import Database, StoreDamaged, release_database
 __all__ = ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"]
 
 Entry = tuple[float, AgentMessage]
+#: The stores whose unreadable window messages were reported (once per store and process).
+_SKIPPED_REPORTED: set[str] = set()
 #: Picks messages to delete from a window: given them in order, the positions of those to drop.
 Chooser = Callable[[Sequence[AgentMessage]], set[int]]
 
@@ -123,12 +126,29 @@ class RecordWindowStore:
 
     def _entries(self, record: Any) -> list[Entry]:
         """The stored messages; a record of another shape (a hand-edited file) is a StorageError,
-        so the turn degrades as for any unreadable store instead of raising."""
-        try:
-            return [(float(d.get("ts", 0.0)), from_dict(d)) for d in record.get(self._field, [])]
-        except (AttributeError, TypeError, ValueError, KeyError) as exc:
+        so the turn degrades as for any unreadable store instead of raising. A message that
+        cannot be read (a role no memory writes, content that is not text) is left out, and said
+        once: one bad line must not keep the session from ever storing again."""
+        messages = record.get(self._field, []) if isinstance(record, dict) else None
+        if not isinstance(messages, list):
             raise StorageError(f"a window record is malformed (expected {{{self._field!r}: [{{role, content, "
-                               f"ts}}, ...]}}): {exc}") from exc
+                               f"ts}}, ...]}})")
+        out: list[Entry] = []
+        for item in messages:
+            try:
+                if not isinstance(item, dict) or not isinstance(item.get("content"), str):
+                    raise ValueError(f"not a message: {str(item)[:60]!r}")
+                out.append((float(item.get("ts", 0.0)), from_dict(item)))
+            except (TypeError, ValueError) as exc:
+                self._skipped(exc)
+        return out
+
+    def _skipped(self, exc: Exception) -> None:
+        where = getattr(self._records, "path", "the store")
+        if where not in _SKIPPED_REPORTED:
+            _SKIPPED_REPORTED.add(where)
+            LOG.error(f"{where}: a stored window message is unreadable ({exc}); it is left out, and dropped "
+                      "when its session next changes")
 
 
 _WINDOW_MIGRATIONS = (
@@ -311,5 +331,12 @@ def message_of_row(row: Any) -> AgentMessage:
         data = json.loads(row[2]) if row[2] else {}
     except ValueError as exc:  # this package writes JSON only: the bytes changed on disk
         raise StoreDamaged(f"a stored message's tool fields are not JSON ({exc})") from exc
-    data.update(role=row[0], content=row[1])
-    return from_dict(data)
+    content = row[1]
+    if not isinstance(content, str):  # a damaged type tag (a BLOB where text was written): text again
+        content = bytes(content).decode("utf-8", "replace") if isinstance(content, (bytes, bytearray, memoryview)) \
+            else str(content)
+    data.update(role=row[0], content=content)
+    try:
+        return from_dict(data)
+    except ValueError as exc:  # a role this package never writes: the bytes changed on disk
+        raise StoreDamaged(f"a stored message is unreadable ({exc})") from exc

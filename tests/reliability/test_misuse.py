@@ -75,7 +75,7 @@ NODE_CASES = [(*case, "db_path") for case in PATH_CASES] + [
 @pytest.mark.parametrize(("name", "entry_point", "overrides", "key"), NODE_CASES, ids=[c[0] for c in NODE_CASES])
 def test_a_store_path_that_is_not_a_regular_file_is_refused_and_left_alone(name, entry_point, overrides, key, kind,
                                                                             tmp_path):
-    from ovos_memory_plugins._cli.check import _check_block
+    from ovos_memory_plugins._cli.check import config_problems
 
     folder = tmp_path / "dev"
     folder.mkdir()
@@ -86,7 +86,7 @@ def test_a_store_path_that_is_not_a_regular_file_is_refused_and_left_alone(name,
     try:
         with pytest.raises(ConfigError) as caught:
             make_memory(entry_point, tmp_path / "store", config).close()
-        problems = _check_block(entry_point, config)
+        problems = config_problems(entry_point, config)
     finally:
         if keep is not None:
             keep.close()
@@ -318,12 +318,12 @@ NUMERIC = _numeric_keys()
 @pytest.mark.parametrize("value", [10**30, float("inf"), float("nan")], ids=["10**30", "inf", "nan"])
 @pytest.mark.parametrize(("entry_point", "key"), NUMERIC, ids=[f"{ep.split('-')[-1]}:{k}" for ep, k in NUMERIC])
 def test_every_number_of_every_backend_is_bounded_at_construction(entry_point, key, value, tmp_path):
-    from ovos_memory_plugins._cli.check import _check_block
+    from ovos_memory_plugins._cli.check import config_problems
 
     with pytest.raises(ConfigError) as caught:
         make_memory(entry_point, tmp_path / "store", _nested(key, value)).close()
     assert f"'{key}'" in str(caught.value), str(caught.value)
-    assert any(f"'{key}'" in p for p in _check_block(entry_point, _nested(key, value))), \
+    assert any(f"'{key}'" in p for p in config_problems(entry_point, _nested(key, value))), \
         "check-config accepts what the backend refuses"
     record("misuse", ("each number key at 10**30, inf and nan", entry_point), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
@@ -349,12 +349,12 @@ BAD_CONFIGS = [
                                                                               for c in BAD_CONFIGS])
 def test_a_config_the_backend_would_fail_on_is_refused_at_construction_and_by_check_config(entry_point, config, key,
                                                                                            tmp_path):
-    from ovos_memory_plugins._cli.check import _check_block
+    from ovos_memory_plugins._cli.check import config_problems
 
     with pytest.raises(ConfigError) as caught:
         make_memory(entry_point, tmp_path / "store", config).close()
     assert f"'{key}'" in str(caught.value), str(caught.value)
-    problems = _check_block(entry_point, config)
+    problems = config_problems(entry_point, config)
     assert any(f"'{key}'" in p for p in problems), f"check-config calls it valid: {problems}"
     record("misuse", (f"a bad value ({key})", entry_point), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
@@ -365,7 +365,7 @@ def test_a_config_the_backend_would_fail_on_is_refused_at_construction_and_by_ch
 def test_a_backend_the_reference_read_some_way_loads_as_it_read_it_and_check_config_reports_it(entry_point, read,
                                                                                               tmp_path):
     # A ConfigError here would make ovos-persona drop the whole persona.
-    from ovos_memory_plugins._cli.check import _check_block
+    from ovos_memory_plugins._cli.check import config_problems
 
     config = {"backend": "sqllite"}
     memory = make_memory(entry_point, tmp_path / "store", config)
@@ -373,7 +373,7 @@ def test_a_backend_the_reference_read_some_way_loads_as_it_read_it_and_check_con
         assert memory.settings.backend == read
     finally:
         memory.close()
-    problems = _check_block(entry_point, config)
+    problems = config_problems(entry_point, config)
     assert any("'backend' is 'sqllite'" in p for p in problems), f"check-config calls it valid: {problems}"
     record("misuse", ("an unknown store backend, read as the reference read it", entry_point), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
