@@ -238,3 +238,13 @@ def test_ordinary_facts_do_not_look_like_instructions():
 def test_the_offline_rules_never_make_a_fact_of_text_that_steers_the_model(said):
     assert extract_facts(said) == []
     assert [f.text for f in extract_facts(said.rstrip(".") + ". My name is Ana.")] == ["User's name is Ana"]
+
+
+@pytest.mark.parametrize(("said", "fact"), [
+    ("My doctor is Dr. Almeida", "User's doctor is Dr. Almeida"),
+    ("I moved to St. Louis last year. My dog is Rex.", "User lives in St. Louis"),
+])
+def test_a_title_or_abbreviation_is_part_of_the_value_not_its_end(said, fact):
+    from ovos_memory_plugins._llm.facts.rules import extract_facts
+
+    assert fact in [f.text for f in extract_facts(said)]

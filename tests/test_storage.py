@@ -727,3 +727,23 @@ def test_the_general_json_store_still_takes_records_of_any_shape(tmp_path):
 
     JsonStore(str(tmp_path / "any.json")).save("s", {"anything": 1})
     assert JsonStore(str(tmp_path / "any.json")).load("s") == {"anything": 1}
+
+
+def test_a_postgresql_host_that_does_not_answer_is_not_tried_again_on_every_turn(monkeypatch):
+    psycopg = pytest.importorskip("psycopg")
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from ovos_memory_plugins.storage.postgres import PgDatabase
+
+    tried = []
+
+    def unreachable(**info):
+        tried.append(info)
+        raise psycopg.OperationalError("connection timeout expired")
+
+    monkeypatch.setattr(psycopg, "connect", unreachable)
+    for _ in range(3):
+        with pytest.raises(StoreUnavailable, match="cannot connect to"):
+            PgDatabase("postgresql://ovos@db.lan:5432/memory")
+    assert len(tried) == 1  # one wait for the connect timeout, then a pause before the next
+    info = tried[0]
+    assert info["keepalives"] == "1" and info["tcp_user_timeout"] == "10000"  # a host gone mid-query is noticed

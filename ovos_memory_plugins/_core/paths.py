@@ -219,10 +219,12 @@ def quarantine_file(path: str, companions: tuple[str, ...] = (), json_store: boo
         n += 1
         stamp = time.strftime("%Y%m%d-%H%M%S")
         target = f"{path}.corrupt-{stamp}" if n == 1 else f"{path}.corrupt-{stamp}-{n - 1}"
-    os.replace(path, target)
+    # The journals first: a crash between two renames must not leave the old journal beside the
+    # path, where the new store's first open would take it for its own and discard it.
     for suffix in companions:
         if is_regular_file(path + suffix):
             os.replace(path + suffix, target + suffix)
+    os.replace(path, target)
     return target
 
 

@@ -62,11 +62,14 @@ class Fact:
 
 
 # The value ends at punctuation, a spaced dash or a conjunction (en, pt, es, de, fr).
-_END = (r"(?=\s*[,.;:!?()\n]|\s+[-\u2013\u2014]\s|\s+(?:and|but|so|because|though|although|while|since|who|"
-        r"which|e|mas|porque|y|pero|und|aber|weil|denn|et|mais|car|parce)\b|\s*$)")
+# A title's period ("Dr. Almeida", "St. Louis") is part of the value, not its end.
+_TITLE_DOT = r"(?:" + "|".join(rf"(?<=\b{t})" for t in ("dr", "dra", "mr", "mrs", "ms", "prof", "sr", "sra", "jr",
+                                                         "st", "mt")) + r")\."
+_END = (r"(?=\s*(?!" + _TITLE_DOT + r")[,.;:!?()\n]|\s+[-\u2013\u2014]\s|\s+(?:and|but|so|because|though|although|"
+        r"while|since|who|which|e|mas|porque|y|pero|und|aber|weil|denn|et|mais|car|parce)\b|\s*$)")
 # At most ~80 characters: a value is a few words, and the bound keeps matching linear on
 # hostile input ("I like " repeated for pages).
-_V = r"(?P<v>[^\s,.;:!?()][^,.;:!?()\n]{0,80}?)" + _END
+_V = r"(?P<v>[^\s,.;:!?()](?:[^,.;:!?()\n]|" + _TITLE_DOT + r"){0,80}?)" + _END
 _X = r"(?P<x>[^\W\d_]+(?:\s[^\W\d_]+)?)"
 # A name said as "I'm Marta": one capitalised word (case-sensitive inside the case-blind rules),
 # then the end of the clause.
@@ -210,6 +213,20 @@ _FIRST_PERSON_WORD = re.compile(r"\b(?:" + "|".join(sorted(_FIRST_PERSON, key=le
 # Portuguese ("cuando me llaman").
 _ENGLISH_RULE = re.compile(r"(?:my|i|i'm|i've|call me|people call me)\b", re.IGNORECASE)
 _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
+#: A period that ends a title or an initial, not a sentence ("Dr. Almeida", "St. Louis", "J. Smith").
+_ABBREVIATION_END = re.compile(r"(?:^|[\s(])(?:dr|dra|drs|mr|mrs|ms|mme|prof|profa|sr|sra|srta|jr|st|mt|ft|"
+                               r"no|nr|vs|etc|e\.g|i\.e|[a-z])\.$", re.IGNORECASE)
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentences of ``text``; a piece ending in a title or an initial joins the next one."""
+    out: list[str] = []
+    for piece in _SENTENCES.split(text):
+        if out and _ABBREVIATION_END.search(out[-1]) and not out[-1].endswith("\n"):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out
 _MAX_VALUE_WORDS = 6
 
 
@@ -308,7 +325,7 @@ def extract_facts(user_text: str) -> list[Fact]:
     """Facts from the user's clear first-person statements (no model); questions are skipped."""
     facts: dict[str, Fact] = {}
     # A spoken turn is short; a pasted document is not a list of statements about the user.
-    for sentence in _SENTENCES.split(normalise((user_text or "")[:MAX_RULE_CHARS])):
+    for sentence in _sentences(normalise((user_text or "")[:MAX_RULE_CHARS])):
         sentence = sentence.strip()
         if not sentence or sentence.endswith("?") or re.match(r"(?i)(if|when|what if|suppose|se|si|wenn)\b",
                                                                sentence):

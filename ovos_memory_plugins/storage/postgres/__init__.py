@@ -61,6 +61,15 @@ IDLE_IN_TRANSACTION_MS = 120_000
 #: A write after this many idle seconds first checks the connection (one round trip): a server
 #: restarted or a connection dropped while idle is replaced before the transaction, never in it.
 PING_AFTER_S = 2.0
+#: After a connection attempt times out, none is tried for this long; each one doubles it, up to the max.
+CONNECT_PAUSE_S = 2.0
+CONNECT_PAUSE_MAX_S = 60.0
+#: URL -> (no attempt before this monotonic time, the pause after the next failure, why it failed).
+_UNANSWERED: dict[str, tuple[float, float, str]] = {}
+#: libpq's TCP settings (in the URL, the operator's own win): keepalive probes from 5 s idle, and
+#: data unacknowledged for 10 s ends the connection.
+_TCP_SETTINGS = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3",
+                 "tcp_user_timeout": "10000"}
 #: The advisory lock every migration of every component takes ("ovosmem").
 MIGRATION_LOCK = 0x6F766F736D656D
 #: SQL true when the worker named by the lease column ``{col}`` is gone: no connection holds its
@@ -339,10 +348,24 @@ class PgDatabase:
         info["options"] = f"{ours} {info.get('options') or ''}".strip()
         info.setdefault("application_name", "ovos-memory")
         info.setdefault("connect_timeout", "10")
+        if not str(info.get("host") or "/").startswith("/"):  # over TCP (a socket file needs none of it)
+            # A host that vanishes mid-query (a partition, a powered-off server) is noticed in
+            # seconds, not after the kernel's default of many minutes.
+            for key, value in _TCP_SETTINGS.items():
+                info.setdefault(key, value)
+        until, pause, why = _UNANSWERED.get(self.url, (0.0, CONNECT_PAUSE_S, ""))
+        if time.monotonic() < until:
+            raise StoreUnavailable(f"cannot connect to {self.path}: {why} (no new attempt for {pause:g} s)")
         try:
             raw = psycopg.connect(autocommit=True, **info)
         except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot connect to {self.path}: {str(exc).strip()}") from exc
+            why = str(exc).strip()
+            if "timeout" in why or "timed out" in why:
+                # Waiting out connect_timeout again on the next turn would cost that turn as much:
+                # each such failure pauses the attempts longer (every store of this server, here).
+                _UNANSWERED[self.url] = (time.monotonic() + pause, min(pause * 2, CONNECT_PAUSE_MAX_S), why)
+            raise StoreUnavailable(f"cannot connect to {self.path}: {why}") from exc
+        _UNANSWERED.pop(self.url, None)
         _register_text_adapters(raw)
         return raw
 
