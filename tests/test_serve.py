@@ -351,6 +351,12 @@ def test_a_body_is_read_as_it_comes_and_refused_once_over_the_limit(monkeypatch)
     with pytest.raises(ValueError, match="nested too deeply"):
         asyncio.run(app._json_body(Request({"type": "http", "method": "POST", "headers": []}, deep), (dict, list)))
 
+    async def garbled():
+        return {"type": "http.request", "body": b"name=Ana", "more_body": False}
+
+    with pytest.raises(ValueError, match="the request body is not JSON"):
+        asyncio.run(app._json_body(Request({"type": "http", "method": "POST", "headers": []}, garbled)))
+
 
 def test_a_request_from_another_site_cannot_change_the_memory(server, guarded):
     for running, token in ((server, None), (guarded, TOKEN)):

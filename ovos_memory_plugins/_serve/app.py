@@ -354,6 +354,8 @@ async def _json_body(request: Request, kinds: tuple[type, ...] = (dict,)) -> Any
         data = json.loads(b"".join(chunks) or b"{}")
     except RecursionError:
         raise ValueError("the request body is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError: say what the body should be
+        raise ValueError(f"the request body is not JSON ({exc})") from None
     if not isinstance(data, kinds):
         raise ValueError("the request body must be a JSON object")
     return data
