@@ -230,6 +230,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._stopwords = StopWords(LANGUAGES)  # for the keyword recall of exchanges not embedded yet
         self._query_vectors = _RecentVectors()  # score_candidates reuses the search's query vector
         self._claimed = False  # the collection was made this embedder's in this process (see _vectors)
+        self._rekeyed: dict[int, str] = {}  # rowid -> the id a document moved to (see _avoid_foreign_keys)
 
     def _search(self, query: str, session_id: str | None = None,
                 top_k: int | None = None) -> list[tuple[str, str, float]]:
@@ -267,32 +268,32 @@ class LocalRAGMemory(BaseRetrievalMemory):
         """The documents' vectors (the slow part: a PostgreSQL store embeds outside any transaction)."""
         embedder = self._embedding_slot.get()
         db = self._vectors()  # both plugins and the collection this model's, or nothing is embedded
-        self._refuse_foreign_keys(db, docs)
+        self._avoid_foreign_keys(db, docs)
         return _embed_passages(embedder, [d.text for d in docs])
 
-    def _refuse_foreign_keys(self, db: Any, docs: Sequence[Document]) -> None:
-        """Raise rather than overwrite a vector another memory stored under one of ``docs``' ids.
+    def _avoid_foreign_keys(self, db: Any, docs: Sequence[Document]) -> None:
+        """Give a document a new id rather than overwrite a vector stored under its own.
 
-        Ids are unique in this memory's document log only: two memories with different ``db_path``
-        writing one collection, or a collection the reference package filled (its ids counted
-        from 0 in every process), hold the same ``<session>_<n>`` for different exchanges. A key
-        whose stored text differs from the document's is such a one; nothing is written, and the
-        documents wait in the queue (keyword recall still finds them) until the configuration
-        gives each memory a collection of its own."""
-        found = _stored_texts(db, [d.doc_id for d in docs], self.settings.collection)
-        clash = next((d for d in docs if d.doc_id in found and found[d.doc_id] != d.text), None)
-        if clash is None:
-            return
-        message = (f"{self.plugin_name}: collection {self.settings.collection!r} of the vector store already holds "
-                   f"another exchange under id {clash.doc_id!r}: another memory (a different db_path, or the "
-                   "public ovos-memory-plugins) writes this collection too. Nothing was overwritten; recall by "
-                   "meaning waits until each memory has its own collection: set 'collection' to a new name, or "
-                   "give this memory its own vector store (embeddings_db_config.path)")
-        self._log.error("foreign-keys", "%s", message)
-        raise EmbeddingsError(message)
-
+        Ids are unique in this memory's document log only: two memories with different
+        ``db_path`` writing one collection, a collection the reference package filled (its ids
+        counted from 0 in every process), or one left by a log that was set aside or lost hold
+        the same ``<session>_<n>`` for other exchanges. Such a document moves to the session's
+        next free id (warned once), and the other vector stays as it was."""
+        collection = self.settings.collection
+        found = _stored_texts(db, [d.doc_id for d in docs], collection)
+        for doc in docs:
+            if doc.doc_id in found and found[doc.doc_id] != doc.text:
+                new_id = self._docs.rekey(doc, lambda key: key in _stored_texts(db, [key], collection))
+                self._rekeyed[doc.rowid] = new_id
+                self._log.warning("foreign-keys", "%s: collection %r of the vector store already holds another "
+                                  "exchange under id %r (another memory, or the public ovos-memory-plugins, writes "
+                                  "this collection too, or it outlived its document log); this one is stored as %r "
+                                  "instead, and nothing is overwritten. Give each memory a collection of its own",
+                                  self.plugin_name, collection, doc.doc_id, new_id)
     def _store_prepared(self, docs: Sequence[Document], vectors: Sequence[Any]) -> None:
         db = self._vectors()
+        if self._rekeyed:  # the ids _avoid_foreign_keys gave while they were embedded
+            docs = [dataclasses.replace(d, doc_id=self._rekeyed.pop(d.rowid, d.doc_id)) for d in docs]
         if self._mixes_neighbours() and all(d.rowid for d in docs):
             self._write(db, self._neighbours.store(docs, vectors))  # type: ignore[union-attr]
         else:

@@ -243,6 +243,8 @@ def test_the_offline_rules_never_make_a_fact_of_text_that_steers_the_model(said)
 @pytest.mark.parametrize(("said", "fact"), [
     ("My doctor is Dr. Almeida", "User's doctor is Dr. Almeida"),
     ("I moved to St. Louis last year. My dog is Rex.", "User lives in St. Louis"),
+    ("My husband is a Dr. My dog is Rex.", "User's dog is Rex"),  # a title ending a sentence ends it
+    ("I work for Smith Jr. My cat is Tom.", "User's cat is Tom"),
 ])
 def test_a_title_or_abbreviation_is_part_of_the_value_not_its_end(said, fact):
     from ovos_memory_plugins._llm.facts.rules import extract_facts

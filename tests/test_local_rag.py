@@ -968,3 +968,39 @@ def test_a_stored_document_whose_metadata_json_cannot_hold_is_indexed_without_th
 def test_a_vector_path_that_is_no_path_is_refused_not_ignored(path):
     with pytest.raises(ConfigError, match="embeddings_db_config.path"):
         LocalRAGMemory({"db_path": ":memory:", "embeddings_db_config": {"path": path}})
+
+
+@pytest.mark.parametrize("neighbours", [0.0, 0.5])
+def test_two_memories_writing_one_collection_never_overwrite_each_others_vectors(memories, tmp_path, neighbours):
+    shared = {"embeddings_db_config": {"path": str(tmp_path / "vectors.db")},
+              "retrieval": {"neighbour_weight": neighbours}}
+    kitchen, car = memories(shared, name="kitchen.db"), memories(shared, name="car.db")
+    kitchen.update_history(exchange("my cat is called Whiskers", "noted"), "s")
+    assert kitchen.flush(patience(30))
+    car.update_history(exchange("I like jazz", "ok"), "s")  # the same id, s_0, in its own log
+    car.update_history(exchange("my car is red", "ok"), "s")
+    assert car.flush(patience(30))
+    vectors = SqliteEmbeddingsDB(path=str(tmp_path / "vectors.db"))
+    stored = {row[0]: row[2]["content"] for row in vectors.query([1.0] * 64, top_k=10, return_metadata=True,
+                                                                     collection_name="ovos_local_rag")}
+    vectors.close()
+    assert sorted(stored.values()) == ["Q: I like jazz\nA: ok", "Q: my car is red\nA: ok",
+                                       "Q: my cat is called Whiskers\nA: noted"]
+    assert stored["s_0"] == "Q: my cat is called Whiskers\nA: noted"  # the first one's stays as it was
+    moved = [d["doc_id"] for d in car.export("s")["documents"]]
+    assert "s_0" not in moved and len(set(moved)) == 2
+    assert car.search("I like jazz", "s")[0].content == "Q: I like jazz\nA: ok"
+    assert kitchen.search("my cat is called Whiskers", "s")[0].content == "Q: my cat is called Whiskers\nA: noted"
+
+
+def test_a_document_log_set_aside_does_not_stop_its_vectors_file_from_taking_new_exchanges(memories, tmp_path):
+    shared = {"embeddings_db_config": {"path": str(tmp_path / "vectors.db")}}
+    first = memories(shared, name="log.db")
+    first.update_history(exchange("my cat is called Whiskers", "noted"), "s")
+    assert first.flush(patience(30))
+    first.close()
+    (tmp_path / "log.db").unlink()  # lost, or set aside as damaged: its vectors stay behind
+    again = memories(shared, name="log.db")
+    again.update_history(exchange("I like jazz", "ok"), "s")
+    assert again.flush(patience(30)) and again.index_backlog() == 0
+    assert again.search("I like jazz", "s")[0].content == "Q: I like jazz\nA: ok"

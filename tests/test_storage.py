@@ -732,7 +732,10 @@ def test_the_general_json_store_still_takes_records_of_any_shape(tmp_path):
 def test_a_postgresql_host_that_does_not_answer_is_not_tried_again_on_every_turn(monkeypatch):
     psycopg = pytest.importorskip("psycopg")
     from ovos_memory_plugins.errors import StoreUnavailable
+    from ovos_memory_plugins.storage import postgres
     from ovos_memory_plugins.storage.postgres import PgDatabase
+
+    monkeypatch.setattr(postgres, "_UNANSWERED", {})  # no pause of this test outlives it
 
     tried = []
 
@@ -747,3 +750,14 @@ def test_a_postgresql_host_that_does_not_answer_is_not_tried_again_on_every_turn
     assert len(tried) == 1  # one wait for the connect timeout, then a pause before the next
     info = tried[0]
     assert info["keepalives"] == "1" and info["tcp_user_timeout"] == "10000"  # a host gone mid-query is noticed
+
+
+def test_a_json_store_opened_to_its_group_stays_so_and_one_left_world_readable_becomes_private(tmp_path):
+    store = JsonRecordStore(str(tmp_path / "shared.json"))
+    store.save("s", {"buffer": []})
+    os.chmod(tmp_path / "shared.json", 0o660)  # the owner shares it with a service's group
+    store.save("s", {"buffer": [{"role": "user", "content": "hi"}]})
+    assert (os.stat(tmp_path / "shared.json").st_mode & 0o777) == 0o660
+    os.chmod(tmp_path / "shared.json", 0o644)  # a umask's doing
+    store.save("s", {"buffer": []})
+    assert (os.stat(tmp_path / "shared.json").st_mode & 0o777) == 0o600

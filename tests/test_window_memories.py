@@ -380,3 +380,23 @@ def test_a_window_row_whose_text_became_a_blob_is_read_as_text(tmp_path):
     memory = RecencyMemory({"db_path": str(path)})
     assert contents(memory.get_history("s")) == ["my dog is Rex", "noted"]
     assert all(isinstance(m.content, str) for m in memory.get_history("s"))
+
+
+def test_a_window_row_with_a_role_no_memory_writes_costs_that_message_only(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "r.db"
+    memory = RecencyMemory({"db_path": str(path)})
+    memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "noted")], "s")
+    memory.close()
+    con = sqlite3.connect(path)
+    table = next(r[0] for r in con.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE '%window%'"))
+    con.execute(f"UPDATE {table} SET role = 'function' WHERE role = 'assistant'")  # another program's row
+    con.commit()
+    con.close()
+    memory = RecencyMemory({"db_path": str(path)})
+    assert contents(memory.get_history("s")) == ["my dog is Rex"]
+    memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "s")
+    assert contents(memory.get_history("s")) == ["my dog is Rex", "q", "a"]
+    assert not list(tmp_path.glob("*.corrupt*"))  # the file was not set aside for one row

@@ -294,16 +294,20 @@ _PAGE_KINDS = frozenset(b"\x02\x05\x0a\x0d\x00")
 
 def _sqlite_pages(path: str) -> bool:
     """Whether a file without SQLite's header still has its pages: page 1's b-tree header just
-    after the 100 header bytes, and a page's first byte at one of the page sizes SQLite allows.
-    Random bytes (an encrypted file) pass both one time in a thousand; a damaged store, always."""
+    after the 100 header bytes with another page's first byte where a page size puts it, or,
+    when page 1 itself is lost (zeroed, overwritten), three pages in a row whose first bytes are
+    a page's. Random bytes (an encrypted file) pass one time in several hundred; a damaged
+    store with a page left, always."""
     try:
         with open(path, "rb") as f:
-            data = f.read(65536 + 1)
+            data = f.read(4 * 65536 + 1)
     except OSError:
         return False
-    if len(data) <= 100 or data[100] not in (0x05, 0x0D):
-        return False
-    return any(len(data) > size and data[size] in _PAGE_KINDS for size in (512 << n for n in range(8)))
+    sizes = [512 << n for n in range(8)]
+    if len(data) > 100 and data[100] in (0x05, 0x0D) and any(len(data) > n and data[n] in _PAGE_KINDS for n in sizes):
+        return True
+    return any(len(data) > 3 * n and all(data[k * n] in _PAGE_KINDS and any(data[k * n:(k + 1) * n])
+                                         for k in (1, 2, 3)) for n in sizes)
 
 
 def _utf16_text(data: bytes) -> str | None:

@@ -128,19 +128,17 @@ class StopWords:
     "come" are stop words in Spanish, Dutch, German or Italian. So only the list of the language
     whose stop words the text holds most of (at least :data:`MIN_EVIDENCE` words of two letters or
     more) applies to it: "how old is my son?" is English, and "son" stays. Between languages
-    holding as many, only the words they all list go, and one-letter words listed by any of them:
-    "my son" is English or Spanish, so "my" and "son" both stay (low-weight "my" costs little,
-    losing "son" costs the answer), and "show me a photo" loses "me" and "a". A text holding no
-    stop word of two letters or more ("set a timer") loses those of every language. A short text
-    whose every word is some language's stop word ("Ben", "Will") keeps its words: nobody says a
-    name alone to mean nothing.
+    holding as many, only the words they all list go. A text with too few stop words to tell
+    ("set a timer", "yes") loses those of every language: its function words would otherwise
+    match every exchange that has them. If that would leave nothing to search for, a name stays:
+    a capitalised word that only one other language lists ("where's Ben?", "Mia").
 
         >>> StopWords(("en", "es")).for_text("how old is my son?") >= {"how", "is", "my"}
         True
         >>> "son" in StopWords(("en", "es")).for_text("how old is my son?")
         False
-        >>> StopWords().query_words("my son"), StopWords().query_words("Ben"), StopWords().query_words("set a timer")
-        (['my', 'son'], ['ben'], ['set', 'timer'])
+        >>> [StopWords().query_words(t) for t in ("where's Ben?", "Mia", "Yes", "set a timer")]
+        [['ben'], ['mia'], [], ['set', 'timer']]
     """
 
     languages: tuple[str, ...] = LANGUAGES
@@ -163,17 +161,23 @@ class StopWords:
         words = {w for w in words if len(w) > 1}  # "s", "t", "l": pieces of "it's", "l'eau", not evidence
         hits = {lang: len(words & _stopwords((lang,), ())) for lang in languages}
         best = max(hits.values())
-        if best == 0:
-            return _stopwords(languages, extra)
+        if best < MIN_EVIDENCE:
+            every = _stopwords(languages, extra)
+            return every - _names(text, words, every, languages) if words <= every else every
         tied = tuple(lang for lang in languages if hits[lang] == best)
-        if len(tied) == 1 and best >= MIN_EVIDENCE:
+        if len(tied) == 1:
             return _stopwords(tied, extra)
-        shared = frozenset.intersection(*(_stopwords((lang,), ()) for lang in tied))
-        letters = frozenset(w for w in _stopwords(tied, ()) if len(w) == 1)
-        dropped = shared | letters | _stopwords((), extra)
-        if best < MIN_EVIDENCE and words <= dropped:
-            return dropped - words  # too little to tell, and nothing would be left to search for
-        return dropped
+        return frozenset.intersection(*(_stopwords((lang,), ()) for lang in tied)) | _stopwords((), extra)
+
+
+def _names(text: str, words: set[str], listed: frozenset[str], languages: tuple[str, ...]) -> frozenset[str]:
+    """The words of a short ``text`` made only of stop words that still read as names: written
+    with a capital, and listed by one language only, not English (whose "Will", "Yes" and "Hi"
+    a speech recogniser capitalises at the start of a sentence)."""
+    capitalised = {normalise_term(m.group()) for m in WORD.finditer(text) if m.group()[:1].isupper()}
+    english = _stopwords(("en",), ()) if "en" in languages else frozenset()
+    return frozenset(w for w in words & capitalised & listed
+                     if w not in english and sum(w in _stopwords((lang,), ()) for lang in languages) == 1)
 
 
 def content_words(text: str, ignore: frozenset[str] = frozenset(), limit: int | None = None) -> list[str]:

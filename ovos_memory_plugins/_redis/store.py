@@ -224,6 +224,7 @@ class RedisStore:
         self._log = LogOnce()
         self._down_until = 0.0
         self._pause = retry_after  # the wait before the next attempt once it fails; doubles while it does
+        self._failed_at = 0.0  # when the last attempt failed (monotonic)
         self._lock = threading.Lock()
         self._tails: dict[str, str] = {}
 
@@ -240,6 +241,7 @@ class RedisStore:
         kind = "write-error" if write else "read-error"
         if time.monotonic() < self._down_until:
             raise StoreUnavailable(f"Redis at {self.where} is down (next attempt within {self._pause:g}s)")
+        started = time.monotonic()
         try:
             result = fn()
         except self._errors as exc:
@@ -247,10 +249,14 @@ class RedisStore:
             if refused is None and not isinstance(exc, self._down_errors):
                 self._log.error(kind, "%s: Redis at %s failed: %s", self._owner, self.where, exc)
                 raise StorageError(str(exc)) from exc
-            # Each failure waits longer before the next attempt (up to RETRY_MAX_S): a server that
+            # Each failed attempt waits longer before the next (up to RETRY_MAX_S): a server that
             # swallows packets costs a turn its socket_timeout only now and then, not every turn.
-            self._down_until = time.monotonic() + self._pause
-            self._pause = min(max(self._pause * 2, self._retry_after), max(self._retry_after, RETRY_MAX_S))
+            # Calls that were already under way when it failed count as that one attempt.
+            with self._lock:
+                if started >= self._failed_at:
+                    self._down_until = time.monotonic() + self._pause
+                    self._pause = min(max(self._pause * 2, self._retry_after), max(self._retry_after, RETRY_MAX_S))
+                self._failed_at = time.monotonic()
             self._log.error("down", "%s: Redis at %s %s; turns are answered from the in-process cache and new "
                             "messages are held until it answers", self._owner, self.where,
                             refused or f"is unreachable ({exc})")

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._core.compat import AgentMessage, MessageRole
@@ -319,6 +319,22 @@ class DocumentLog:
         rows = self.db.execute(f"SELECT id, {column} FROM {self.table} WHERE id IN ({','.join('?' * len(rowids))})",
                                list(rowids))
         return {int(r[0]): r[1] for r in rows}
+
+    def rekey(self, doc: Document, taken: Callable[[str], bool]) -> str:
+        """Give ``doc`` the session's next id that ``taken`` says is free elsewhere (a vector
+        store another memory shares holds the old one); returns it. The counter moves past every
+        id tried, so none is ever given twice."""
+        def move(con: Any) -> str:
+            while True:
+                n = con.execute(f"UPDATE {self.table}_seq SET next = next + 1 WHERE session_id = ? RETURNING next",
+                                (doc.session_id,)).fetchone()[0] - 1
+                doc_id = f"{doc.session_id}_{n}"
+                if not taken(doc_id) and not con.execute(f"SELECT 1 FROM {self.table} WHERE doc_id = ?",
+                                                         (doc_id,)).fetchone():
+                    con.execute(f"UPDATE {self.table} SET doc_id = ? WHERE id = ?", (doc_id, doc.rowid))
+                    return doc_id
+
+        return self.db.transaction(move)
 
     def read_rowids(self, rowids: Sequence[int]) -> list[Document]:
         """The documents with these row ids that still exist, in id order (a read of its own)."""

@@ -319,17 +319,24 @@ class MemoryJsonStore(JsonRecordStore):
 
 
 def _keep_access(fd: int, path: str) -> None:
-    """Give the new file the mode and group of the one it replaces (a store its owner opened up to
-    a group keeps that, as a SQLite store does); a new store is private (0600)."""
+    """Give the new file the access of the one it replaces when its owner opened it to a group
+    (0640, 0660: a store shared by a service's group keeps that, as a SQLite store does) and the
+    group can be kept; anything else, a new store included, is private (0600). Bits for others
+    are never kept: a file made world-readable by a umask was never meant to be."""
     try:
         old = os.stat(path)
     except OSError:
+        old = None
+    mode = stat.S_IMODE(old.st_mode) if old is not None else 0
+    if old is None or mode & 0o007 or not mode & 0o070:
         os.fchmod(fd, PRIVATE_FILE_MODE)  # mkstemp's 0600 went through the umask
         return
-    os.fchmod(fd, stat.S_IMODE(old.st_mode) & 0o777)
-    if old.st_gid != os.getegid():
-        with contextlib.suppress(OSError):  # only a member of the group (or root) may give it
-            os.fchown(fd, -1, old.st_gid)
+    try:
+        if old.st_gid != os.fstat(fd).st_gid:
+            os.fchown(fd, -1, old.st_gid)  # only a member of the group (or root) may give it
+    except OSError:
+        mode &= ~0o070  # the group could not be kept: another group must not get its access
+    os.fchmod(fd, mode & 0o770)
 
 
 def _signature(st: os.stat_result) -> tuple[int, int, int]:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core.compat import AgentMessage
+from .._core.compat import AgentMessage, MessageRole
 from .._core.log import LOG
 from ..errors import StorageError
 from ..messages import copy_message, fold_into, from_dict, is_role, to_dict
@@ -144,11 +144,7 @@ class RecordWindowStore:
         return out
 
     def _skipped(self, exc: Exception) -> None:
-        where = getattr(self._records, "path", "the store")
-        if where not in _SKIPPED_REPORTED:
-            _SKIPPED_REPORTED.add(where)
-            LOG.error(f"{where}: a stored window message is unreadable ({exc}); it is left out, and dropped "
-                      "when its session next changes")
+        _report_skipped(str(getattr(self._records, "path", "the store")), exc)
 
 
 _WINDOW_MIGRATIONS = (
@@ -210,7 +206,7 @@ class SqliteWindowStore:
             f"SELECT id, role, content, extra FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
             (session_id,),
         ).fetchone()
-        tail = message_of_row(row[1:]) if row else None
+        tail = readable_messages([row[1:]], self.db.path)[0] if row else None
         question = self._question_before(con, session_id, tail, messages)
         if policy.normalise:
             pop_tail, to_add = fold_into(tail, messages)
@@ -240,7 +236,8 @@ class SqliteWindowStore:
             return None
         since = con.execute(f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND id > ? ORDER BY id",
                             (session_id, asked[0])).fetchall()
-        return None if any(_is_answer(message_of_row(row)) for row in since) else asked[1]
+        return None if any(m is not None and _is_answer(m) for m in readable_messages(since, self.db.path)) \
+            else asked[1]
 
     @staticmethod
     def _write_unread(con: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
@@ -267,7 +264,7 @@ class SqliteWindowStore:
         return self.db.query(
             f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND ts >= ? ORDER BY id DESC LIMIT ?",
             (session_id, cutoff if cutoff is not None else float("-inf"), limit),
-            lambda rows: [message_of_row(r) for r in reversed(rows)])
+            lambda rows: [m for m in readable_messages(rows[::-1], self.db.path) if m is not None])
 
     def sessions(self) -> list[str]:
         return [r[0] for r in self.db.execute(f"SELECT DISTINCT session_id FROM {self.table} ORDER BY session_id")]
@@ -294,7 +291,9 @@ class SqliteWindowStore:
             return count
         rows = con.execute(f"SELECT id, role, content, extra FROM {self.table} WHERE session_id = ? ORDER BY id",
                            (session_id,)).fetchall()
-        doomed = choose([message_of_row(r[1:]) for r in rows])
+        # An unreadable message stands as one that matches nothing: positions must hold.
+        doomed = choose([m or AgentMessage(MessageRole.SYSTEM, "")
+                         for m in readable_messages([r[1:] for r in rows], self.db.path)])
         con.executemany(f"DELETE FROM {self.table} WHERE id = ?", [(rows[i][0],) for i in sorted(doomed)])
         return len(doomed)
 
@@ -336,7 +335,25 @@ def message_of_row(row: Any) -> AgentMessage:
         content = bytes(content).decode("utf-8", "replace") if isinstance(content, (bytes, bytearray, memoryview)) \
             else str(content)
     data.update(role=row[0], content=content)
-    try:
-        return from_dict(data)
-    except ValueError as exc:  # a role this package never writes: the bytes changed on disk
-        raise StoreDamaged(f"a stored message is unreadable ({exc})") from exc
+    return from_dict(data)
+
+
+def readable_messages(rows: Sequence[Any], where: str) -> list[AgentMessage | None]:
+    """:func:`message_of_row` of each row, None for one that cannot be read (a role no memory
+    writes, from another program or a damaged page): reported once, it costs its own message,
+    not the session's window or the file (StoreDamaged would set the whole store aside)."""
+    out: list[AgentMessage | None] = []
+    for row in rows:
+        try:
+            out.append(message_of_row(row))
+        except ValueError as exc:  # (StoreDamaged, tool fields that do not parse, is not one: it goes up)
+            _report_skipped(where, exc)
+            out.append(None)
+    return out
+
+
+def _report_skipped(where: str, exc: Exception) -> None:
+    if where not in _SKIPPED_REPORTED:
+        _SKIPPED_REPORTED.add(where)
+        LOG.error(f"{where}: a stored window message is unreadable ({exc}); it is left out, and dropped "
+                  "when its session next changes")

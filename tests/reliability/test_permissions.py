@@ -109,7 +109,9 @@ def test_the_default_data_folder_is_made_0700_and_its_stores_0600(entry_point, t
 
 
 @pytest.mark.parametrize(("name", "entry_point", "damage"), [
-    ("ovos-memory-plugin-lexical", "ovos-memory-plugin-lexical", b"\x00\xffnot a database at all, garbage"),
+    # a database whose pages were overwritten (its header stays: bytes with no store's structure
+    # are someone else's file, refused and left alone)
+    ("ovos-memory-plugin-lexical", "ovos-memory-plugin-lexical", b"SQLite format 3\x00\xffgarbage pages"),
     ("ovos-memory-plugin-recency (json)", "ovos-memory-plugin-recency", b"{broken json"),
 ], ids=["sqlite", "json"])
 def test_a_damaged_file_set_aside_and_its_fresh_replacement_stay_private(name, entry_point, damage, tmp_path):
@@ -119,7 +121,7 @@ def test_a_damaged_file_set_aside_and_its_fresh_replacement_stay_private(name, e
         with make_memory(entry_point, folder, {"db_path": str(path)}) as memory:
             _use(memory, ("keep",))
         os.chmod(path, 0o600)
-        path.write_bytes(damage * 200)
+        path.write_bytes(damage + damage[15:] * 199)
         with make_memory(entry_point, folder, {"db_path": str(path)}) as memory:
             _use(memory, ("keep",))
     found = modes(folder)

@@ -352,7 +352,8 @@ class PgDatabase:
             # A host that vanishes mid-query (a partition, a powered-off server) is noticed in
             # seconds, not after the kernel's default of many minutes.
             for key, value in _TCP_SETTINGS.items():
-                info.setdefault(key, value)
+                if key != "tcp_user_timeout" or psycopg.pq.version() >= 120000:  # libpq 12 added it
+                    info.setdefault(key, value)
         until, pause, why = _UNANSWERED.get(self.url, (0.0, CONNECT_PAUSE_S, ""))
         if time.monotonic() < until:
             raise StoreUnavailable(f"cannot connect to {self.path}: {why} (no new attempt for {pause:g} s)")

@@ -14,7 +14,7 @@ from typing import Any
 from ..._core.compat import AgentMessage
 from ..policy import WindowPolicy
 from ..records import SqliteRecordStore
-from ..windows import SqliteWindowStore, message_of_row
+from ..windows import SqliteWindowStore, readable_messages
 from . import PgDatabase, release_pg_database
 
 __all__ = ["PgRecordStore", "PgWindowStore"]
@@ -72,7 +72,7 @@ class PgWindowStore(SqliteWindowStore):
         rows = self.db.execute(
             f"SELECT role, content, extra FROM {self.table} WHERE session_id = ? AND ts >= ? ORDER BY id DESC LIMIT ?",
             (session_id, cutoff if cutoff is not None else float("-inf"), policy.max_messages or None))
-        return [message_of_row(r) for r in reversed(rows)]
+        return [m for m in readable_messages(rows[::-1], self.db.path) if m is not None]
 
     def forget(self, session_id: str, con: Any = None) -> int:
         if con is not None:
