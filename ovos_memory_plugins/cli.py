@@ -169,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Commands whose log lines are shown as they happen.
 _LIVE_LOGS = ("chat", "demo", "ask", "serve")
+#: Commands whose output holds no memory (documentation, the installed plugins).
+_PUBLIC_OUTPUT = ("docs-table", "plugins")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     # The command reports what matters itself (one line per problem); library warnings would
     # repeat it, so only errors are logged unless asked for more.
     level = "DEBUG" if args.debug else "INFO" if args.verbose else "ERROR"
-    # Every command's output may hold memory (sessions, ids, what was said): a file it is
-    # redirected to (`> out.json`) is private, as every file holding a conversation is.
-    private_stdout()
+    # A command's output may hold memory (sessions, ids, what was said): a file it is redirected
+    # to (`> out.json`) is private, as every file holding a conversation is.
+    if args.command not in _PUBLIC_OUTPUT:
+        private_stdout()
     # A management command reports its failure in one line: what the library logged on the way
     # is shown only if it succeeds (or with -v/--debug). Chat shows it as it happens.
     hold = args.command not in _LIVE_LOGS and not (args.debug or args.verbose)

@@ -408,14 +408,14 @@ _QUOTED_MIN_CHARS = 12
 
 
 def _sides(content: str) -> list[str]:
-    """The question and the answer of an exchange stored as ``content`` (whitespace collapsed),
-    those long enough to say a narrative quotes them."""
-    sides = []
+    """What of an exchange stored as ``content`` says a narrative quotes it (whitespace
+    collapsed): the user's words when long enough, else the answer (an answer alone, such as
+    "I don't know that.", may be quoted from another exchange that got it too)."""
     for line in content.split("\nA: ", 1):
         text = " ".join(line.removeprefix("Q:").split())
         if len(text) >= _QUOTED_MIN_CHARS:
-            sides.append(text)
-    return sides
+            return [text]
+    return []
 
 
 def _appended(record: dict[str, Any], messages: list[AgentMessage], now: float,
