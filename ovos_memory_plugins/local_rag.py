@@ -230,7 +230,6 @@ class LocalRAGMemory(BaseRetrievalMemory):
         self._stopwords = StopWords(LANGUAGES)  # for the keyword recall of exchanges not embedded yet
         self._query_vectors = _RecentVectors()  # score_candidates reuses the search's query vector
         self._claimed = False  # the collection was made this embedder's in this process (see _vectors)
-        self._rekeyed: dict[int, str] = {}  # rowid -> the id a document moved to (see _avoid_foreign_keys)
 
     def _search(self, query: str, session_id: str | None = None,
                 top_k: int | None = None) -> list[tuple[str, str, float]]:
@@ -262,7 +261,11 @@ class LocalRAGMemory(BaseRetrievalMemory):
 
     def _store_documents(self, docs: Sequence[Document]) -> None:
         if docs:
-            self._store_prepared(docs, self._prepare_documents(docs))
+            vectors = self._prepare_documents(docs)
+            with self._db.atomic() as con:  # the ids as the log has them once embedded (see _avoid_foreign_keys)
+                current = {d.rowid: d for d in self._docs.current_ids(con, docs)}
+            kept = [i for i, d in enumerate(docs) if d.rowid in current]
+            self._store_prepared([current[docs[i].rowid] for i in kept], [vectors[i] for i in kept])
 
     def _prepare_documents(self, docs: Sequence[Document]) -> list[Any]:
         """The documents' vectors (the slow part: a PostgreSQL store embeds outside any transaction)."""
@@ -284,7 +287,8 @@ class LocalRAGMemory(BaseRetrievalMemory):
         for doc in docs:
             if doc.doc_id in found and found[doc.doc_id] != doc.text:
                 new_id = self._docs.rekey(doc, lambda key: key in _stored_texts(db, [key], collection))
-                self._rekeyed[doc.rowid] = new_id
+                if new_id is None:
+                    continue  # forgotten, or indexed elsewhere meanwhile: the write will skip it
                 self._log.warning("foreign-keys", "%s: collection %r of the vector store already holds another "
                                   "exchange under id %r (another memory, or the public ovos-memory-plugins, writes "
                                   "this collection too, or it outlived its document log); this one is stored as %r "
@@ -292,8 +296,6 @@ class LocalRAGMemory(BaseRetrievalMemory):
                                   self.plugin_name, collection, doc.doc_id, new_id)
     def _store_prepared(self, docs: Sequence[Document], vectors: Sequence[Any]) -> None:
         db = self._vectors()
-        if self._rekeyed:  # the ids _avoid_foreign_keys gave while they were embedded
-            docs = [dataclasses.replace(d, doc_id=self._rekeyed.pop(d.rowid, d.doc_id)) for d in docs]
         if self._mixes_neighbours() and all(d.rowid for d in docs):
             self._write(db, self._neighbours.store(docs, vectors))  # type: ignore[union-attr]
         else:
@@ -365,7 +367,11 @@ class LocalRAGMemory(BaseRetrievalMemory):
             db = self._vector_slot.get()
         except EmbeddingsError:
             return  # queries check the document log, so the orphaned vectors are never recalled
-        _delete_vectors(db, [d.doc_id for d in docs], self.settings.collection)
+        # A key holding another text is another memory's vector (a document that never got one
+        # of its own under that id: see _avoid_foreign_keys), and stays.
+        found = _stored_texts(db, [d.doc_id for d in docs], self.settings.collection)
+        _delete_vectors(db, [d.doc_id for d in docs if found.get(d.doc_id, d.text) in (d.text, None)],
+                        self.settings.collection)
         if self._mixes_neighbours():
             self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
 

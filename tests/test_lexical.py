@@ -69,8 +69,10 @@ def test_a_short_command_with_too_few_stop_words_to_tell_its_language_searches_n
     ("Ben", "Ben is my neighbour"),  # Dutch "ben" (am), alone: a name said alone is meant
     ("where's Ben?", "Ben is my neighbour"),
     ("Mia", "Mia starts school in September"),  # Italian "mia" (my)
+    ("where's ben", "Ben is my neighbour"),  # as a speech recogniser writes it
+    ("the door", "I painted the front door red"),  # Dutch "door" (through)
 ])
-def test_a_name_in_a_query_too_short_to_tell_its_language_is_still_searched(tmp_path, question, said):
+def test_the_word_asked_about_in_a_query_too_short_to_tell_its_language_is_still_searched(tmp_path, question, said):
     m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
     m.update_history([AgentMessage(U, said), AgentMessage(A, "noted")], "s")
     m.update_history([AgentMessage(U, "what did I do yesterday?"), AgentMessage(A, "yes, you went out")], "s")

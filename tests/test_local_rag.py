@@ -991,6 +991,12 @@ def test_two_memories_writing_one_collection_never_overwrite_each_others_vectors
     assert "s_0" not in moved and len(set(moved)) == 2
     assert car.search("I like jazz", "s")[0].content == "Q: I like jazz\nA: ok"
     assert kitchen.search("my cat is called Whiskers", "s")[0].content == "Q: my cat is called Whiskers\nA: noted"
+    car.update_history(exchange("my bike is blue", "ok"), "s")  # waits for the index, under an id of its own
+    car.forget("s")  # deletes its own vectors only, whatever ids they share with the other memory's
+    assert kitchen.search("my cat is called Whiskers", "s")[0].content == "Q: my cat is called Whiskers\nA: noted"
+    vectors = SqliteEmbeddingsDB(path=str(tmp_path / "vectors.db"))
+    assert vectors.get_embeddings_batch(["s_0"], collection_name="ovos_local_rag")[0][1] is not None
+    vectors.close()
 
 
 def test_a_document_log_set_aside_does_not_stop_its_vectors_file_from_taking_new_exchanges(memories, tmp_path):

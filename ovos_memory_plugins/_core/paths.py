@@ -290,14 +290,17 @@ def foreign_content(path: str, json_store: bool = False) -> str | None:
 
 #: The first byte of a b-tree page (interior or leaf, index or table) and of a free or overflow page.
 _PAGE_KINDS = frozenset(b"\x02\x05\x0a\x0d\x00")
+#: The first byte of a b-tree page only.
+_BTREE_KINDS = frozenset(b"\x02\x05\x0a\x0d")
 
 
 def _sqlite_pages(path: str) -> bool:
     """Whether a file without SQLite's header still has its pages: page 1's b-tree header just
     after the 100 header bytes with another page's first byte where a page size puts it, or,
-    when page 1 itself is lost (zeroed, overwritten), three pages in a row whose first bytes are
-    a page's. Random bytes (an encrypted file) pass one time in several hundred; a damaged
-    store with a page left, always."""
+    when page 1 itself is lost (zeroed, overwritten), three b-tree pages in a row whose headers
+    make sense (cell count and content start inside the page). Random bytes, an array of
+    numbers or an encrypted file pass one time in thousands; a damaged store with pages left,
+    always."""
     try:
         with open(path, "rb") as f:
             data = f.read(4 * 65536 + 1)
@@ -306,8 +309,19 @@ def _sqlite_pages(path: str) -> bool:
     sizes = [512 << n for n in range(8)]
     if len(data) > 100 and data[100] in (0x05, 0x0D) and any(len(data) > n and data[n] in _PAGE_KINDS for n in sizes):
         return True
-    return any(len(data) > 3 * n and all(data[k * n] in _PAGE_KINDS and any(data[k * n:(k + 1) * n])
-                                         for k in (1, 2, 3)) for n in sizes)
+    return any(len(data) >= 4 * n and all(_btree_header(data, k * n, n) for k in (1, 2, 3)) for n in sizes)
+
+
+def _btree_header(data: bytes, at: int, size: int) -> bool:
+    """Whether ``data[at:]`` opens a b-tree page of ``size`` bytes: its kind, then a cell count
+    whose pointers fit the page and a content area starting inside it, after the header."""
+    kind = data[at]
+    if kind not in _BTREE_KINDS:
+        return False
+    header = 12 if kind in (0x02, 0x05) else 8
+    cells = int.from_bytes(data[at + 3:at + 5], "big")
+    start = int.from_bytes(data[at + 5:at + 7], "big") or 65536
+    return cells > 0 and header + 2 * cells <= start <= size
 
 
 def _utf16_text(data: bytes) -> str | None:

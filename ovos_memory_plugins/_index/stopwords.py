@@ -130,15 +130,16 @@ class StopWords:
     more) applies to it: "how old is my son?" is English, and "son" stays. Between languages
     holding as many, only the words they all list go. A text with too few stop words to tell
     ("set a timer", "yes") loses those of every language: its function words would otherwise
-    match every exchange that has them. If that would leave nothing to search for, a name stays:
-    a capitalised word that only one other language lists ("where's Ben?", "Mia").
+    match every exchange that has them. If that would leave nothing to search for, a word only
+    one language other than English lists stays: it may be a name ("where's Ben?", "Mia"), or
+    the word asked about ("the door").
 
         >>> StopWords(("en", "es")).for_text("how old is my son?") >= {"how", "is", "my"}
         True
         >>> "son" in StopWords(("en", "es")).for_text("how old is my son?")
         False
-        >>> [StopWords().query_words(t) for t in ("where's Ben?", "Mia", "Yes", "set a timer")]
-        [['ben'], ['mia'], [], ['set', 'timer']]
+        >>> [StopWords().query_words(t) for t in ("where's ben?", "Mia", "the door", "Yes", "set a timer")]
+        [['ben'], ['mia'], ['door'], [], ['set', 'timer']]
     """
 
     languages: tuple[str, ...] = LANGUAGES
@@ -163,21 +164,19 @@ class StopWords:
         best = max(hits.values())
         if best < MIN_EVIDENCE:
             every = _stopwords(languages, extra)
-            return every - _names(text, words, every, languages) if words <= every else every
+            return every - _names(words, languages) if words <= every else every
         tied = tuple(lang for lang in languages if hits[lang] == best)
         if len(tied) == 1:
             return _stopwords(tied, extra)
         return frozenset.intersection(*(_stopwords((lang,), ()) for lang in tied)) | _stopwords((), extra)
 
 
-def _names(text: str, words: set[str], listed: frozenset[str], languages: tuple[str, ...]) -> frozenset[str]:
-    """The words of a short ``text`` made only of stop words that still read as names: written
-    with a capital, and listed by one language only, not English (whose "Will", "Yes" and "Hi"
-    a speech recogniser capitalises at the start of a sentence)."""
-    capitalised = {normalise_term(m.group()) for m in WORD.finditer(text) if m.group()[:1].isupper()}
+def _names(words: set[str], languages: tuple[str, ...]) -> frozenset[str]:
+    """The words of a short text made only of stop words that may still be what it is about: those
+    one language only lists, and not English ("ben" is Dutch for "am" and a name; "yes", "will"
+    and "hi" are English, and "hola", "ja" and "si" function words of several languages)."""
     english = _stopwords(("en",), ()) if "en" in languages else frozenset()
-    return frozenset(w for w in words & capitalised & listed
-                     if w not in english and sum(w in _stopwords((lang,), ()) for lang in languages) == 1)
+    return frozenset(w for w in words - english if sum(w in _stopwords((lang,), ()) for lang in languages) == 1)
 
 
 def content_words(text: str, ignore: frozenset[str] = frozenset(), limit: int | None = None) -> list[str]:

@@ -224,7 +224,7 @@ class RedisStore:
         self._log = LogOnce()
         self._down_until = 0.0
         self._pause = retry_after  # the wait before the next attempt once it fails; doubles while it does
-        self._failed_at = 0.0  # when the last attempt failed (monotonic)
+        self._failed_at = 0.0  # when the last failure that lengthened the pause came (monotonic)
         self._lock = threading.Lock()
         self._tails: dict[str, str] = {}
 
@@ -254,9 +254,9 @@ class RedisStore:
             # Calls that were already under way when it failed count as that one attempt.
             with self._lock:
                 if started >= self._failed_at:
-                    self._down_until = time.monotonic() + self._pause
+                    self._failed_at = time.monotonic()
+                    self._down_until = self._failed_at + self._pause
                     self._pause = min(max(self._pause * 2, self._retry_after), max(self._retry_after, RETRY_MAX_S))
-                self._failed_at = time.monotonic()
             self._log.error("down", "%s: Redis at %s %s; turns are answered from the in-process cache and new "
                             "messages are held until it answers", self._owner, self.where,
                             refused or f"is unreachable ({exc})")

@@ -320,21 +320,35 @@ class DocumentLog:
                                list(rowids))
         return {int(r[0]): r[1] for r in rows}
 
-    def rekey(self, doc: Document, taken: Callable[[str], bool]) -> str:
+    def rekey(self, doc: Document, taken: Callable[[str], bool]) -> str | None:
         """Give ``doc`` the session's next id that ``taken`` says is free elsewhere (a vector
-        store another memory shares holds the old one); returns it. The counter moves past every
-        id tried, so none is ever given twice."""
-        def move(con: Any) -> str:
+        store another memory shares holds the old one); returns it, or None when the document is
+        no longer waiting for its index (forgotten, or indexed by another process meanwhile). The
+        counter moves past every id tried, so none is ever given twice."""
+        def move(con: Any) -> str | None:
             while True:
-                n = con.execute(f"UPDATE {self.table}_seq SET next = next + 1 WHERE session_id = ? RETURNING next",
-                                (doc.session_id,)).fetchone()[0] - 1
-                doc_id = f"{doc.session_id}_{n}"
-                if not taken(doc_id) and not con.execute(f"SELECT 1 FROM {self.table} WHERE doc_id = ?",
-                                                         (doc_id,)).fetchone():
-                    con.execute(f"UPDATE {self.table} SET doc_id = ? WHERE id = ?", (doc_id, doc.rowid))
-                    return doc_id
+                row = con.execute(f"UPDATE {self.table}_seq SET next = next + 1 WHERE session_id = ? RETURNING next",
+                                  (doc.session_id,)).fetchone()
+                if row is None:  # the session was forgotten meanwhile
+                    return None
+                doc_id = f"{doc.session_id}_{row[0] - 1}"
+                if taken(doc_id) or con.execute(f"SELECT 1 FROM {self.table} WHERE doc_id = ?", (doc_id,)).fetchone():
+                    continue
+                moved = con.execute(f"UPDATE {self.table} SET doc_id = ? WHERE id = ? AND indexed = 0 RETURNING id",
+                                    (doc_id, doc.rowid)).fetchone()
+                return doc_id if moved else None
 
         return self.db.transaction(move)
+
+    def current_ids(self, con: Any, docs: Sequence[Document]) -> list[Document]:
+        """``docs`` with the ids the log gives them now, read in ``con`` (:meth:`rekey` may have
+        moved one while it was embedded); those gone are left out."""
+        if not docs:
+            return []
+        marks = ",".join("?" * len(docs))
+        ids = dict(con.execute(f"SELECT id, doc_id FROM {self.table} WHERE id IN ({marks})",
+                               [d.rowid for d in docs]).fetchall())
+        return [dataclasses.replace(d, doc_id=ids[d.rowid]) for d in docs if d.rowid in ids]
 
     def read_rowids(self, rowids: Sequence[int]) -> list[Document]:
         """The documents with these row ids that still exist, in id order (a read of its own)."""

@@ -392,7 +392,9 @@ class RetrievalStore:
             if prepared:
                 with self._index_transaction() as con:
                     live = self.docs.lock_leased(con, sorted(prepared), self._lease_owner)
-                    ready = [d for d in docs if d.rowid in live]
+                    # Their ids as the log has them now (a local-rag document may have moved to a
+                    # free id while it was embedded; locked, it cannot move again before this commits).
+                    ready = self.docs.current_ids(con, [d for d in docs if d.rowid in live])
                     if ready:
                         self.owner._store_prepared(ready, [prepared[d.rowid] for d in ready])
                     self.docs.mark_indexed(con, [d.rowid for d in ready], True)

@@ -330,6 +330,8 @@ def message_of_row(row: Any) -> AgentMessage:
         data = json.loads(row[2]) if row[2] else {}
     except ValueError as exc:  # this package writes JSON only: the bytes changed on disk
         raise StoreDamaged(f"a stored message's tool fields are not JSON ({exc})") from exc
+    if not isinstance(data, dict):  # JSON, but not what this package writes there: this message only
+        raise ValueError(f"a stored message's tool fields are a {type(data).__name__}, not an object")
     content = row[1]
     if not isinstance(content, str):  # a damaged type tag (a BLOB where text was written): text again
         content = bytes(content).decode("utf-8", "replace") if isinstance(content, (bytes, bytearray, memoryview)) \

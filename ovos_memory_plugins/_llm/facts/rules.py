@@ -63,8 +63,9 @@ class Fact:
 
 # The value ends at punctuation, a spaced dash or a conjunction (en, pt, es, de, fr).
 # A title's period ("Dr. Almeida", "St. Louis") is part of the value, not its end.
-_TITLE_DOT = r"(?:" + "|".join(rf"(?<=\b{t})" for t in ("dr", "dra", "mr", "mrs", "ms", "prof", "sra", "st", "mt")) + \
-    r")\.(?=\s+(?!(?:my|i|i'm|we|he|she|they|it|the|and|but|our|your|his|her|this|that|there)\b)[A-Z\u00c0-\u00de])"
+_OPENERS = "my|i|i'm|we|he|she|they|it|the|and|but|our|your|his|her|this|that|there"
+_TITLE_DOT = r"(?:" + "|".join(rf"(?<=\b{t})" for t in ("dr", "dra", "mr", "mrs", "ms", "prof", "sr", "sra", "st",
+                                                         "mt")) + rf")\.(?=\s+(?!(?:{_OPENERS})\b)[^\W\d_])"
 _END = (r"(?=\s*(?!" + _TITLE_DOT + r")[,.;:!?()\n]|\s+[-\u2013\u2014]\s|\s+(?:and|but|so|because|though|although|"
         r"while|since|who|which|e|mas|porque|y|pero|und|aber|weil|denn|et|mais|car|parce)\b|\s*$)")
 # At most ~80 characters: a value is a few words, and the bound keeps matching linear on
@@ -214,18 +215,18 @@ _FIRST_PERSON_WORD = re.compile(r"\b(?:" + "|".join(sorted(_FIRST_PERSON, key=le
 _ENGLISH_RULE = re.compile(r"(?:my|i|i'm|i've|call me|people call me)\b", re.IGNORECASE)
 _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
 #: A period that ends a title or an initial, not a sentence ("Dr. Almeida", "St. Louis", "J. Smith").
-_ABBREVIATION_END = re.compile(r"(?:^|[\s(])(?:dr|dra|mr|mrs|ms|mme|prof|profa|sra|srta|st|mt|[a-z])\.$",
+_ABBREVIATION_END = re.compile(r"(?:^|[\s(])(?:dr|dra|mr|mrs|ms|mme|prof|profa|sr|sra|srta|st|mt|[a-z])\.$",
                                re.IGNORECASE)
 #: A sentence's first word, which a title never comes before ("a Dr. My dog is Rex." is two sentences).
-_OPENER = re.compile(r"(?:my|i|i'm|we|he|she|they|it|the|and|but|our|your|his|her|this|that|there)\b", re.IGNORECASE)
+_OPENER = re.compile(rf"(?:{_OPENERS})\b", re.IGNORECASE)
 
 
 def _sentences(text: str) -> list[str]:
     """The sentences of ``text``; a piece ending in a title or an initial joins the next one when
-    that goes on with a name (a capital, not a sentence's usual first word)."""
+    that goes on with a name (a word, not a sentence's usual first word)."""
     out: list[str] = []
     for piece in _SENTENCES.split(text):
-        if out and _ABBREVIATION_END.search(out[-1]) and piece[:1].isupper() and not _OPENER.match(piece):
+        if out and _ABBREVIATION_END.search(out[-1]) and piece[:1].isalpha() and not _OPENER.match(piece):
             out[-1] = f"{out[-1]} {piece}"
         else:
             out.append(piece)
