@@ -364,38 +364,33 @@ def test_an_unreadable_message_in_a_json_window_is_left_out_and_the_session_stil
     memory.export("s")  # and exports
 
 
-def test_a_window_row_whose_text_became_a_blob_is_read_as_text(tmp_path):
+def _window_changed_on_disk(path, change: str) -> RecencyMemory:
+    """A recency memory on ``path`` holding one exchange, whose window rows ``change`` (SQL with
+    ``{table}``) altered behind its back, opened again."""
     import sqlite3
 
-    path = tmp_path / "r.db"
     memory = RecencyMemory({"db_path": str(path)})
     memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "noted")], "s")
     memory.close()
     con = sqlite3.connect(path)
     table = next(r[0] for r in con.execute(
         "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE '%window%'"))
-    con.execute(f"UPDATE {table} SET content = CAST(content AS BLOB) WHERE role = 'user'")
+    con.execute(change.format(table=table))
     con.commit()
     con.close()
-    memory = RecencyMemory({"db_path": str(path)})
+    return RecencyMemory({"db_path": str(path)})
+
+
+def test_a_window_row_whose_text_became_a_blob_is_read_as_text(tmp_path):
+    memory = _window_changed_on_disk(tmp_path / "r.db",
+                                     "UPDATE {table} SET content = CAST(content AS BLOB) WHERE role = 'user'")
     assert contents(memory.get_history("s")) == ["my dog is Rex", "noted"]
     assert all(isinstance(m.content, str) for m in memory.get_history("s"))
 
 
 def test_a_window_row_with_a_role_no_memory_writes_costs_that_message_only(tmp_path):
-    import sqlite3
-
-    path = tmp_path / "r.db"
-    memory = RecencyMemory({"db_path": str(path)})
-    memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "noted")], "s")
-    memory.close()
-    con = sqlite3.connect(path)
-    table = next(r[0] for r in con.execute(
-        "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE '%window%'"))
-    con.execute(f"UPDATE {table} SET role = 'function' WHERE role = 'assistant'")  # another program's row
-    con.commit()
-    con.close()
-    memory = RecencyMemory({"db_path": str(path)})
+    memory = _window_changed_on_disk(tmp_path / "r.db",  # another program's row
+                                     "UPDATE {table} SET role = 'function' WHERE role = 'assistant'")
     assert contents(memory.get_history("s")) == ["my dog is Rex"]
     memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "s")
     assert contents(memory.get_history("s")) == ["my dog is Rex", "q", "a"]
