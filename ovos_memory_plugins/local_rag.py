@@ -294,6 +294,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
                                   "this collection too, or it outlived its document log); this one is stored as %r "
                                   "instead, and nothing is overwritten. Give each memory a collection of its own",
                                   self.plugin_name, collection, doc.doc_id, new_id)
+
     def _store_prepared(self, docs: Sequence[Document], vectors: Sequence[Any]) -> None:
         db = self._vectors()
         if self._mixes_neighbours() and all(d.rowid for d in docs):

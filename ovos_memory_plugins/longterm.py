@@ -351,10 +351,7 @@ class LongTermMemory(LLMMemory):
 
         def drop(record: dict[str, Any]) -> dict[str, Any]:
             nonlocal removed
-            state = record.get("summary_state")
-            if not isinstance(state, dict):
-                state = parse_summary(str(record.get("summary") or ""))
-            kept, removed = without_fact(state, text)
+            kept, removed = without_fact(_summary_state(record), text)
             if removed:
                 record.update(summary=render_summary(kept, self.settings.max_summary_tokens), summary_state=kept)
             return record
@@ -376,7 +373,7 @@ class LongTermMemory(LLMMemory):
         if not isinstance(content, str):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
         dropped, narratives = 0, 0
-        quoted = _sides(content)
+        quoted = _quoted_part(content)
 
         def drop(record: dict[str, Any]) -> dict[str, Any]:
             nonlocal dropped, narratives
@@ -386,11 +383,8 @@ class LongTermMemory(LLMMemory):
             doomed = exchange_positions(messages, content)
             dropped = len(doomed)
             record["recent"] = [m for i, m in enumerate(recent) if i not in doomed]
-            state = record.get("summary_state")
-            if not isinstance(state, dict):
-                state = parse_summary(str(record.get("summary") or ""))
-            narrative = " ".join(str(state.get("narrative") or "").split())
-            if quoted and any(side in narrative for side in quoted):
+            state = _summary_state(record)
+            if quoted and quoted in " ".join(str(state.get("narrative") or "").split()):
                 kept = {**state, "narrative": ""}
                 record.update(summary=render_summary(kept, self.settings.max_summary_tokens), summary_state=kept)
                 narratives = 1
@@ -407,15 +401,22 @@ class LongTermMemory(LLMMemory):
 _QUOTED_MIN_CHARS = 12
 
 
-def _sides(content: str) -> list[str]:
+def _quoted_part(content: str) -> str | None:
     """What of an exchange stored as ``content`` says a narrative quotes it (whitespace
     collapsed): the user's words when long enough, else the answer (an answer alone, such as
     "I don't know that.", may be quoted from another exchange that got it too)."""
     for line in content.split("\nA: ", 1):
         text = " ".join(line.removeprefix("Q:").split())
         if len(text) >= _QUOTED_MIN_CHARS:
-            return [text]
-    return []
+            return text
+    return None
+
+
+def _summary_state(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The structured state of a record's summary (read from its text when an older version or
+    the reference wrote only that)."""
+    state = record.get("summary_state")
+    return state if isinstance(state, dict) else parse_summary(str(record.get("summary") or ""))
 
 
 def _appended(record: dict[str, Any], messages: list[AgentMessage], now: float,

@@ -37,7 +37,7 @@ from typing import Any
 
 from ovos_plugin_manager.templates.embeddings import EmbeddingsDB
 
-from ._core.log import LOG
+from ._core.log import LogOnce
 from ._core.paths import default_path
 from ._index.vector_calls import SingleKeyCalls, check_key, check_name, checked_batch, dump_metadata, load_metadata
 from ._index.vector_matrix import PLUGIN_NAME, Matrix, as_vector, numpy_module, unit_rows
@@ -413,9 +413,10 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         good = [r for r, ok in zip(rows, whole) if ok]
         if len(good) < len(rows):
             bad = [str(r[1]) for r, ok in zip(rows, whole) if not ok]
-            LOG.error(f"{PLUGIN_NAME}: collection {name!r} holds {len(bad)} damaged vector(s) "
-                      f"({', '.join(map(repr, bad[:3]))}{', ...' if len(bad) > 3 else ''}); they are left out of "
-                      "searches (forget or re-import those items, or delete the collection to re-embed everything)")
+            _damaged_log.error(name, "%s: collection %r holds %d damaged vector(s) (%s%s); they are left out of "
+                               "searches (forget or re-import those items, or delete the collection to re-embed "
+                               "everything)", PLUGIN_NAME, name, len(bad), ", ".join(map(repr, bad[:3])),
+                               ", ..." if len(bad) > 3 else "")
         if good:
             matrix = np.frombuffer(b"".join(r[2] for r in good), dtype="<f4").reshape(len(good), mirror.dim)
             # Keys are unique per collection and a replaced key forces a full reload, so the rows
@@ -443,6 +444,10 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
     def _invalidate(self, name: str) -> None:
         with self._lock:
             self._mirrors.pop(name, None)
+
+
+#: Damaged vector rows, said once per collection and process (a reload finds them again).
+_damaged_log = LogOnce()
 
 
 def _collection(row: Iterable[Any]) -> Collection:

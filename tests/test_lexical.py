@@ -48,11 +48,17 @@ def test_portuguese_stop_words_and_diacritics(tmp_path):
     ("what colour is the front door?", "I painted the front door red"),  # "door": Dutch for "through"
     ("where did I leave my hat?", "my hat is on the hook"),  # "hat": German for "has"
     ("which war was it about?", "the film was about the war in Spain"),  # "war": German for "was"
+    # Too short to tell their language: the word only one language (not English) lists stays.
+    ("Ben", "Ben is my neighbour"),  # Dutch "ben" (am), alone: a name said alone is meant
+    ("where's Ben?", "Ben is my neighbour"),
+    ("where's ben", "Ben is my neighbour"),  # as a speech recogniser writes it
+    ("Mia", "Mia starts school in September"),  # Italian "mia" (my)
+    ("the door", "I painted the front door red"),
 ])
 def test_one_languages_stop_word_is_anothers_word_and_is_searched_there(tmp_path, question, said):
     m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
     m.update_history([AgentMessage(U, said), AgentMessage(A, "noted")], "s")
-    m.update_history([AgentMessage(U, "what did I do yesterday?"), AgentMessage(A, "you went out")], "s")
+    m.update_history([AgentMessage(U, "what did I do yesterday?"), AgentMessage(A, "yes, you went out")], "s")
     hits = m.search(question, "s")
     assert hits and hits[0].content.startswith(f"Q: {said}")
 
@@ -62,23 +68,9 @@ def test_a_short_command_with_too_few_stop_words_to_tell_its_language_searches_n
     for said in ("I work in a hospital", "my sister is a nurse", "turn on the radio"):
         m.update_history([AgentMessage(U, said), AgentMessage(A, "ok")], "s")
     assert m.search("set a timer", "s") == []  # "a" matched every exchange holding it
-    assert [h.content.split("\n")[0] for h in m.search("turn on a lamp", "s")] == ["Q: turn on the radio"]
-
-
-@pytest.mark.parametrize(("question", "said"), [
-    ("Ben", "Ben is my neighbour"),  # Dutch "ben" (am), alone: a name said alone is meant
-    ("where's Ben?", "Ben is my neighbour"),
-    ("Mia", "Mia starts school in September"),  # Italian "mia" (my)
-    ("where's ben", "Ben is my neighbour"),  # as a speech recogniser writes it
-    ("the door", "I painted the front door red"),  # Dutch "door" (through)
-])
-def test_the_word_asked_about_in_a_query_too_short_to_tell_its_language_is_still_searched(tmp_path, question, said):
-    m = LexicalMemory({"db_path": str(tmp_path / "l.db")})
-    m.update_history([AgentMessage(U, said), AgentMessage(A, "noted")], "s")
-    m.update_history([AgentMessage(U, "what did I do yesterday?"), AgentMessage(A, "yes, you went out")], "s")
-    hits = m.search(question, "s")
-    assert hits and hits[0].content.startswith(f"Q: {said}")
+    m.update_history([AgentMessage(U, "did you set it?"), AgentMessage(A, "yes, thanks for asking")], "s")
     assert m.search("Yes", "s") == m.search("thanks", "s") == []  # a reply word is no name
+    assert [h.content.split("\n")[0] for h in m.search("turn on a lamp", "s")] == ["Q: turn on the radio"]
 
 
 def test_a_spanish_question_still_leaves_out_spanish_stop_words(tmp_path):

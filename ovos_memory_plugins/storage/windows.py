@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.compat import AgentMessage, MessageRole
-from .._core.log import LOG
+from .._core.log import LogOnce
 from ..errors import StorageError
 from ..messages import copy_message, fold_into, from_dict, is_role, to_dict
 from .policy import WindowPolicy
@@ -17,8 +17,8 @@ from .sqlite import Database, StoreDamaged, release_database
 __all__ = ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"]
 
 Entry = tuple[float, AgentMessage]
-#: The stores whose unreadable window messages were reported (once per store and process).
-_SKIPPED_REPORTED: set[str] = set()
+#: Unreadable window messages, said once per store and process.
+_skipped_log = LogOnce()
 #: Picks messages to delete from a window: given them in order, the positions of those to drop.
 Chooser = Callable[[Sequence[AgentMessage]], set[int]]
 
@@ -140,11 +140,8 @@ class RecordWindowStore:
                     raise ValueError(f"not a message: {str(item)[:60]!r}")
                 out.append((float(item.get("ts", 0.0)), from_dict(item)))
             except (TypeError, ValueError) as exc:
-                self._skipped(exc)
+                _report_skipped(str(getattr(self._records, "path", "the store")), exc)
         return out
-
-    def _skipped(self, exc: Exception) -> None:
-        _report_skipped(str(getattr(self._records, "path", "the store")), exc)
 
 
 _WINDOW_MIGRATIONS = (
@@ -355,7 +352,5 @@ def readable_messages(rows: Sequence[Any], where: str) -> list[AgentMessage | No
 
 
 def _report_skipped(where: str, exc: Exception) -> None:
-    if where not in _SKIPPED_REPORTED:
-        _SKIPPED_REPORTED.add(where)
-        LOG.error(f"{where}: a stored window message is unreadable ({exc}); it is left out, and dropped "
-                  "when its session next changes")
+    _skipped_log.error(where, "%s: a stored window message is unreadable (%s); it is left out, and dropped "
+                       "when its session next changes", where, exc)

@@ -64,8 +64,9 @@ class Fact:
 # The value ends at punctuation, a spaced dash or a conjunction (en, pt, es, de, fr).
 # A title's period ("Dr. Almeida", "St. Louis") is part of the value, not its end.
 _OPENERS = "my|i|i'm|we|he|she|they|it|the|and|but|our|your|his|her|this|that|there"
-_TITLE_DOT = r"(?:" + "|".join(rf"(?<=\b{t})" for t in ("dr", "dra", "mr", "mrs", "ms", "prof", "sr", "sra", "st",
-                                                         "mt")) + rf")\.(?=\s+(?!(?:{_OPENERS})\b)[^\W\d_])"
+#: Titles and abbreviations whose period goes on with a name ("Dr. Almeida", "St. Louis").
+_TITLES = ("dr", "dra", "mr", "mrs", "ms", "mme", "prof", "profa", "sr", "sra", "srta", "st", "mt")
+_TITLE_DOT = r"(?:" + "|".join(rf"(?<=\b{t})" for t in _TITLES) + rf")\.(?=\s+(?!(?:{_OPENERS})\b)[^\W\d_])"
 _END = (r"(?=\s*(?!" + _TITLE_DOT + r")[,.;:!?()\n]|\s+[-\u2013\u2014]\s|\s+(?:and|but|so|because|though|although|"
         r"while|since|who|which|e|mas|porque|y|pero|und|aber|weil|denn|et|mais|car|parce)\b|\s*$)")
 # At most ~80 characters: a value is a few words, and the bound keeps matching linear on
@@ -215,8 +216,7 @@ _FIRST_PERSON_WORD = re.compile(r"\b(?:" + "|".join(sorted(_FIRST_PERSON, key=le
 _ENGLISH_RULE = re.compile(r"(?:my|i|i'm|i've|call me|people call me)\b", re.IGNORECASE)
 _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
 #: A period that ends a title or an initial, not a sentence ("Dr. Almeida", "St. Louis", "J. Smith").
-_ABBREVIATION_END = re.compile(r"(?:^|[\s(])(?:dr|dra|mr|mrs|ms|mme|prof|profa|sr|sra|srta|st|mt|[a-z])\.$",
-                               re.IGNORECASE)
+_ABBREVIATION_END = re.compile(rf"(?:^|[\s(])(?:{'|'.join(_TITLES)}|[a-z])\.$", re.IGNORECASE)
 #: A sentence's first word, which a title never comes before ("a Dr. My dog is Rex." is two sentences).
 _OPENER = re.compile(rf"(?:{_OPENERS})\b", re.IGNORECASE)
 
