@@ -191,6 +191,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, **preset))
             self._settings_changed()
         self._member_log = LogOnce()
+        self._log = LogOnce()  # the shared PostgreSQL transaction refused: the exchange is held here
         #: What works less well than configured because of a member, by part (see degraded()):
         #: one that did not start, and one whose last call of an operation failed.
         self._member_faults: dict[str, str] = {}
@@ -337,23 +338,36 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         sid = check_session_id(session_id)
         if self.primary is None:
             return []
+        self._write_held_before_read(sid)
         return list(self._call(self.primary, "history", lambda: self.primary.memory.get_history(sid), []))
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         messages = self._incoming(new_messages, session_id)
-        sid = session_id
-        if not messages:
-            return
+        if messages:
+            self._write_update(session_id, messages)
+
+    def _store_batch(self, session_id: str, batch: list[Any]) -> None:
+        """Every member's update. Each member holds what its own store refuses; with a ``db_url``
+        the members share one transaction, and when that cannot even begin (the database is
+        down) the whole batch is held here (raised to :meth:`_write_update`) and given to every
+        member later. A commit that fails after the members wrote loses the exchange (each member
+        believes it stored it), said once: the connection died in the instant between."""
+        begun = False
         try:
             # Every member writes, then their background work (indexing, extraction) starts:
             # woken one by one, it would compete with the members still writing.
             with wakeups_deferred(), self._one_transaction():
+                begun = True
                 for member in self.members:
-                    self._call(member, "update", lambda m=member: m.memory.update_history(list(messages), sid), None)
-        except MemoryPluginError as exc:  # the shared commit failed: no member kept the exchange
-            self._member_log.error("update", "%s: could not store the exchange of %r: %s", self.plugin_name, sid, exc)
+                    self._call(member, "update", lambda m=member: m.memory.update_history(list(batch), session_id),
+                               None)
+        except MemoryPluginError as exc:
+            if not begun:
+                raise
+            self._member_log.error("update", "%s: could not commit the exchange of %r: %s", self.plugin_name,
+                                   session_id, exc)
             return
-        self._member_log.clear("update", f"{self.plugin_name}: storing works again")
+        self._member_log.clear("update", f"{self.plugin_name}: committing works again")
 
     @contextlib.contextmanager
     def _one_transaction(self) -> Iterator[None]:
@@ -487,6 +501,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                       blocks: bool = True) -> ContextParts:
         """The primary's window, and the blocks the plain members add (a summary, facts), each
         member asked once and only for what it gives: a member failing costs its part only."""
+        self._write_held_before_read(session_id)
         parts = ContextParts()
         for member in self.members:
             wants_window = window and member is self.primary
@@ -521,6 +536,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """Every member's degradations (a member that cannot tell says nothing), a member that did
         not start, and a member operation whose last call failed."""
         out: dict[str, str] = dict(self._member_faults)
+        out.update(self._log.failing(self.plugin_name))
         for member in self.members:
             report = getattr(member.memory, "degraded", None)
             if callable(report):
@@ -540,6 +556,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         others, and its error is raised once they are done: a forget is never reported whole when
         it was not."""
         sid = check_session_id(session_id)
+        self._held.drop(sid)  # first: what the database refused is never stored now
         counts: dict[str, Any] = {}
         failed: tuple[str, Exception] | None = None  # the first member that could not forget
         with self._one_transaction():  # on PostgreSQL every member forgets in one transaction
@@ -559,6 +576,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     def export(self, session_id: str) -> dict[str, Any]:
         sid = check_session_id(session_id)
+        self._write_held(sid)
         data: dict[str, Any] = {"plugin": self.plugin_name, "session_id": sid, "members": {}}
         for m in self.members:
             if hasattr(m.memory, "export"):
@@ -590,13 +608,15 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         return len(items)
 
     def flush(self, timeout: float | None = None) -> bool:
+        held = self._write_all_held()
         results = [self._call(m, "flush", lambda m=m: m.memory.flush(timeout), False)
                    for m in self.members if hasattr(m.memory, "flush")]
-        return all(r is not False for r in results)
+        return held and all(r is not False for r in results)
 
     def close(self) -> None:
         if self._closed:
             return
+        self._close_held()
         for m in self.members:
             if hasattr(m.memory, "close"):
                 self._call(m, "close", m.memory.close, None)
@@ -631,6 +651,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         if unable:
             raise NotSupported(f"{self.plugin_name}: {', '.join(unable)} keep(s) session {session_id!r} but cannot "
                                "forget one exchange; nothing was forgotten: forget the whole session instead")
+        self._write_held(session_id)
         return self._fan_out("forget_exchange", session_id, content)
 
     def forget_fact(self, session_id: str, text: str) -> dict[str, Any]:

@@ -50,7 +50,7 @@ from ._llm.memory import LLMMemory
 from ._memory.exports import export_fact_list, session_export
 from .config import option
 from .context import ContextConfig, ContextParts
-from .errors import ConfigError, LLMError, MemoryPluginError
+from .errors import ConfigError, LLMError
 from .messages import check_session_id, is_role, system_message
 from .storage import BACKENDS
 from .storage.records import shape_problem
@@ -172,14 +172,18 @@ class EntityMemory(LLMMemory):
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         messages = self._incoming(new_messages, session_id)
-        key = self._key(session_id)  # first: a reserved id is refused before anything is noted
+        self._key(session_id)  # first: a reserved id is refused before anything is noted
         exchanges = self._pair(messages, session_id)
-        if not exchanges:
-            return
+        if exchanges:
+            self._write_update(session_id, exchanges)
+
+    def _store_batch(self, session_id: str, batch: list[Any]) -> None:
+        """Queue ``batch``'s exchanges for extraction."""
+        key = self._key(session_id)
 
         def enqueue(record: dict[str, Any]) -> dict[str, Any]:
             record.setdefault("facts", [])
-            pending = list(record.get("pending") or []) + exchanges
+            pending = list(record.get("pending") or []) + batch
             if len(pending) > MAX_PENDING:
                 # The queue is bounded, but each exchange is the only copy of what the user said:
                 # the oldest get the offline rules now instead of the model later, never nothing.
@@ -191,13 +195,7 @@ class EntityMemory(LLMMemory):
             record["pending"] = pending
             return record
 
-        try:
-            self._update(key, enqueue, lambda _record: True)
-        except (MemoryPluginError, OSError) as exc:
-            # Once, not per turn: a full disk would otherwise write one line per exchange.
-            self._log.error("write", f"{self.plugin_name}: could not queue an exchange of {session_id!r}: {exc}")
-            return
-        self._log.clear("write", f"{self.plugin_name}: storing works again")
+        self._update(key, enqueue, lambda _record: True)
 
     def _pair(self, messages: list[AgentMessage], session_id: str) -> list[dict[str, Any]]:
         """Each answered user turn as a pending exchange, with the assistant's question it answers.
@@ -227,6 +225,7 @@ class EntityMemory(LLMMemory):
     def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
                       blocks: bool = True) -> ContextParts:
         """The facts block; no window: this memory keeps facts, not turns (as the reference)."""
+        self._write_held_before_read(session_id)
         return ContextParts([], self.context_blocks(session_id, utterance) if blocks else [])
 
     def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
@@ -337,6 +336,7 @@ class EntityMemory(LLMMemory):
 
     def forget(self, session_id: str) -> dict[str, int]:
         check_session_id(session_id)
+        self._held.drop(session_id)  # first: what the store refused is never stored now
         with self._lock:
             self._last_user.pop(session_id, None)
             self._last_question.pop(session_id, None)
@@ -447,6 +447,7 @@ class EntityMemory(LLMMemory):
         if not isinstance(content, str):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
         key, dropped = self._key(sid), 0
+        self._write_held(sid)
 
         def drop(record: dict[str, Any]) -> dict[str, Any]:
             nonlocal dropped

@@ -40,7 +40,6 @@ from ._llm.summaries.text import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
 from .config import option
 from .context import ContextConfig, ContextParts
-from .errors import MemoryPluginError
 from .inject import INJECT_MODES
 from .messages import (
     check_session_id,
@@ -164,22 +163,18 @@ class LongTermMemory(LLMMemory):
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
         check_session_id(session_id)
+        self._write_held_before_read(session_id)
         return _messages(self._load(session_id))
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         messages = self._incoming(new_messages, session_id)
-        if not messages:
-            return
+        if messages:
+            self._write_update(session_id, messages)
+
+    def _store_batch(self, session_id: str, batch: list[Any]) -> None:
         now = time.time()
-        try:
-            self._update(session_id, lambda record: _appended(record, messages, now, self.settings.summarize_every),
-                         self._is_due)
-        except (MemoryPluginError, OSError) as exc:
-            # Once, not per turn: a full disk would otherwise write one line per exchange.
-            self._log.error("write", f"{self.plugin_name}: could not store {len(messages)} message(s) of "
-                                     f"{session_id!r}: {exc}")
-            return
-        self._log.clear("write", f"{self.plugin_name}: storing works again")
+        self._update(session_id, lambda record: _appended(record, batch, now, self.settings.summarize_every),
+                     self._is_due)
 
     def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
                       blocks: bool = True) -> ContextParts:
@@ -190,6 +185,7 @@ class LongTermMemory(LLMMemory):
         ``recent_window``), and no more while they are behind (a slow or unreachable model),
         so a backlog of summaries never makes the prompt, or the turn, grow.
         """
+        self._write_held_before_read(session_id)
         record = self._load(session_id)
         newest = 2 * (self.settings.summarize_every + self.settings.recent_window)
         history = _messages(record)[-newest:] if window else []
@@ -258,9 +254,10 @@ class LongTermMemory(LLMMemory):
 
     def forget(self, session_id: str) -> dict[str, int]:
         check_session_id(session_id)
+        held = self._held.drop(session_id)  # first: what the store refused is never stored now
         record = self._load(session_id)
         self._delete(session_id)
-        return {"messages": len(record.get("recent") or []), "summaries": 1 if record.get("summary") else 0}
+        return {"messages": len(record.get("recent") or []) + held, "summaries": 1 if record.get("summary") else 0}
 
     def export(self, session_id: str) -> dict[str, Any]:
         """The summary (its text, and its structured state: ``summary_state`` holds the facts and
@@ -374,6 +371,7 @@ class LongTermMemory(LLMMemory):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
         dropped, narratives = 0, 0
         quoted = _quoted_part(content)
+        self._write_held(sid)
 
         def drop(record: dict[str, Any]) -> dict[str, Any]:
             nonlocal dropped, narratives

@@ -63,7 +63,6 @@ DAY = 86_400
 _CACHED_SESSIONS = 256   # sessions whose last context is kept in RAM for when Redis is down
 _CACHED_CHARS = 1 << 20  # a bigger context is not cached
 _CACHED_UPDATES = 64     # updates since the last read kept with a cached context
-_HELD_MESSAGES = 200     # messages per session held for replay while Redis is down
 _MAX_ROUNDS = 64         # compaction rounds per lease; then the session waits behind the others
 _MAX_CONFLICTS = 8       # rounds lost to concurrent changes before giving up until the next append
 _MAX_REJECTIONS = 3      # a session's model summaries rejected in a row before its narrative is written offline
@@ -183,7 +182,6 @@ class RedisMemory(ContextMemory):
         self._log = LogOnce()
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()  # the last read, for when Redis is down
-        self._held: dict[str, list[AgentMessage]] = {}    # written while Redis was down
         self._due = DueQueue()  # sessions waiting for compaction
         self._worker = BackgroundWorker(f"{self.plugin_name}:compaction", self._compact_step, retry_delay=1.0)
 
@@ -195,8 +193,7 @@ class RedisMemory(ContextMemory):
         messages = self._incoming(new_messages, session_id)
         if not messages:
             return
-        with self._lock:
-            held = self._held.pop(session_id, [])
+        held = self._held.take(session_id)
         try:
             tokens, rounds = self._store.append(session_id, held + messages)
         except StorageError:
@@ -274,18 +271,15 @@ class RedisMemory(ContextMemory):
     def sessions(self) -> list[str]:
         """The sessions in Redis (and any held here while it is down); StoreUnavailable while it
         is down: "none" would be a lie."""
-        found = set(self._store.sessions())
-        with self._lock:
-            found.update(sid for sid, held in self._held.items() if held)
-        return sorted(found)
+        return sorted(set(self._store.sessions()).union(self._held.sessions()))
 
     def forget(self, session_id: str) -> dict[str, int]:
         """Delete every key of the session (messages, summary, counters, lease) and the RAM copies."""
         check_session_id(session_id)
         messages, summaries = self._store.forget(session_id)  # raises while Redis is down: RAM stays as is
+        held = self._held.drop(session_id)
         with self._lock:
             self._cache.pop(session_id, None)
-            held = len(self._held.pop(session_id, []))
         self._due.discard(session_id)
         return {"messages": messages + held, "summaries": summaries}
 
@@ -335,9 +329,7 @@ class RedisMemory(ContextMemory):
     def close(self) -> None:
         if not self._closed:
             if not self._write_all_held():
-                with self._lock:
-                    count = sum(len(m) for m in self._held.values())
-                LOG.error(f"{self.plugin_name}: closing with {count} message(s) held while Redis at "
+                LOG.error(f"{self.plugin_name}: closing with {self._held.count()} message(s) held while Redis at "
                           f"{self._store.where} is down; they are lost")
             self._worker.close()
             self._store.close()
@@ -369,7 +361,7 @@ class RedisMemory(ContextMemory):
         with self._lock:
             snapshot = self._cache.get(session_id)
             batches = list(snapshot.later) if snapshot else []
-            batches.append(list(self._held.get(session_id, [])))
+            batches.append(self._held.peek(session_id))
         history = decode_array(snapshot.blob) if snapshot else []
         for batch in batches:
             pop, add = fold_into(history[-1] if history else None, batch)
@@ -379,15 +371,13 @@ class RedisMemory(ContextMemory):
     def _write_held(self, session_id: str) -> bool:
         """Write the messages held for the session while Redis was down, in order, before anything
         else; True when none are left held."""
-        with self._lock:
-            held = self._held.pop(session_id, [])
+        held = self._held.take(session_id)
         if not held:
             return True
         try:
             tokens, rounds = self._store.append(session_id, held)
         except StorageError:
-            with self._lock:  # back in front of anything held meanwhile, in order
-                self._held[session_id] = held + self._held.get(session_id, [])
+            self._held.hold(session_id, held)  # back in front of anything held meanwhile, in order
             return False
         LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
         self._log.clear("held")
@@ -395,20 +385,10 @@ class RedisMemory(ContextMemory):
         self._compact_if_due(session_id, tokens, rounds)
         return True
 
-    def _write_all_held(self) -> bool:
-        with self._lock:
-            waiting = [sid for sid, held in self._held.items() if held]
-        return all([self._write_held(sid) for sid in waiting])
-
     def _hold(self, session_id: str, messages: list[AgentMessage]) -> None:
         """Keep messages written while Redis is down; the next successful update writes them first."""
         self._store.forget_tail(session_id)
-        if len(messages) > _HELD_MESSAGES:
-            self._log.warning("held", "%s: Redis down too long; holding only the newest %d messages per session",
-                              self.plugin_name, _HELD_MESSAGES)
-            messages = messages[-_HELD_MESSAGES:]
-        with self._lock:
-            self._held[session_id] = messages
+        self._held.hold(session_id, messages)
 
     def _cache_append(self, session_id: str, messages: list[AgentMessage]) -> None:
         with self._lock:

@@ -209,6 +209,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
         check_session_id(session_id)
+        self._write_held_before_read(session_id)
         try:
             history = self._store.window.load(session_id, self.policy)
         except MemoryPluginError as exc:
@@ -220,16 +221,11 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         """Append to the window and store each exchange as a document, in one transaction."""
         messages = self._incoming(new_messages, session_id)
-        sid = session_id
-        if not messages:
-            return
-        try:
-            self._store.append(sid, messages, self.policy)
-            self._log.clear("update", f"{self.plugin_name}: storing works again")
-        except MemoryPluginError as exc:
-            self._log.error("update", "%s: could not store the exchange of %r: %s", self.plugin_name, sid, exc)
-            return
-        self._store.expire(self.settings.max_age)
+        if messages and self._write_update(session_id, messages):
+            self._store.expire(self.settings.max_age)
+
+    def _store_batch(self, session_id: str, batch: list[Any]) -> None:
+        self._store.append(session_id, batch, self.policy)
 
     # -- retrieval -----------------------------------------------------------------------
     def search(self, query: str, session_id: str | None = None, top_k: int | None = None) -> list[MemoryHit]:
@@ -314,7 +310,8 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         return self._store.sessions()
 
     def forget(self, session_id: str) -> dict[str, int]:
-        counts = self._store.forget(check_session_id(session_id))
+        self._held.drop(check_session_id(session_id))  # first: what the store refused is never stored now
+        counts = self._store.forget(session_id)
         self._compact_backend()
         return counts
 
@@ -367,11 +364,12 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         return problems
 
     def flush(self, timeout: float | None = None) -> bool:
-        return self._store.flush(timeout)
+        return super().flush(timeout) & self._store.flush(timeout)  # both: held updates first, then the indexing
 
     def close(self) -> None:
         if self._closed:
             return
+        self._close_held()
         self._store.close_worker()
         try:
             self._close_backend()
@@ -447,6 +445,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         sid = check_session_id(session_id)
         if not isinstance(content, str):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
+        self._write_held(sid)
         counts = self._store.forget_exchange(sid, content)
         if counts["documents"]:
             self._compact_backend()

@@ -9,8 +9,11 @@ so every test starts empty and a reopened store (a crash test's restart) finds i
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import select
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -76,7 +79,8 @@ class RoundTrips:
     A round trip is the client speaking after the server last spoke (however many packets either
     sends in between): what a statement costs in latency on a real network, whatever psycopg's
     internals do. ``url(schema_url)`` is that URL through the proxy; ``count`` the round trips
-    since the last ``reset()``.
+    since the last ``reset()``. ``cut()`` is an outage: every connection through it is closed
+    and new ones are closed at once, until ``restore()``.
     """
 
     def __init__(self, folder: Path):
@@ -94,6 +98,7 @@ class RoundTrips:
         self._listener.listen(16)
         self._lock = threading.Lock()
         self._last: dict[int, str] = {}
+        self._down, self._closed, self._generation = False, False, 0
         self.count = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -104,36 +109,63 @@ class RoundTrips:
         with self._lock:
             self.count = 0
 
+    def cut(self) -> None:
+        with self._lock:
+            self._down = True
+            self._generation += 1  # every connection made before this ends at its next look
+
+    def restore(self) -> None:
+        with self._lock:
+            self._down = False
+
     def close(self) -> None:
-        self._listener.close()
+        self._closed = True
+        self.cut()
+
+    def _live(self, generation: int) -> bool:
+        return not self._closed and generation == self._generation
 
     def _accept(self) -> None:
-        import socket
         import threading
 
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
+        while not self._closed:
+            if not select.select([self._listener], [], [], 0.05)[0]:
+                continue
+            client, _ = self._listener.accept()
+            with self._lock:
+                down, generation = self._down, self._generation
+            if down:
+                client.close()
+                continue
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             server.connect(self._target)
             key = id(client)
             for src, dst, side in ((client, server, "client"), (server, client, "server")):
-                threading.Thread(target=self._pipe, args=(src, dst, side, key), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(src, dst, side, key, generation), daemon=True).start()
+        self._listener.close()
 
-    def _pipe(self, src: Any, dst: Any, side: str, key: int) -> None:
-        while True:
+    def _pipe(self, src: Any, dst: Any, side: str, key: int, generation: int) -> None:
+        # Reads wait in select with a short timeout, so a cut ends both directions of a connection
+        # within 50 ms (a socket closed under a blocked recv would not wake it, and its peer would
+        # never see the end).
+        while self._live(generation):
             try:
+                if not select.select([src], [], [], 0.05)[0]:
+                    continue
                 data = src.recv(65536)
-            except OSError:
-                data = b""
+            except (OSError, ValueError):  # closed by the other direction
+                break
             if not data:
-                for sock in (src, dst):
-                    sock.close()
-                return
+                break
             with self._lock:
                 if side == "client" and self._last.get(key) != "client":
                     self.count += 1
                 self._last[key] = side
-            dst.sendall(data)
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # the peer sees the end even while the other thread reads
+            sock.close()

@@ -108,12 +108,14 @@ def test_a_damaged_record_costs_its_own_session_not_the_turn(tmp_path, monkeypat
         say(memory, "My name is Bob", sid="bad1")
         assert [m.role.value for m in memory.build_conversation_context("hi", "bad1")] == ["user"]
         assert memory.build_conversation_context("hi", "good")[0].content.endswith("- User's name is Ana")
-        assert memory.flush(patience(10))
+        assert memory.flush(patience(10)) is False  # the exchanges of 'bad1' are held, not stored
+        assert memory._held.peek("bad1") and not memory._held.peek("good")
     finally:
         memory.close()
     assert json.loads(path.read_text())["bad1"] == bad  # left as it was, for the user to mend
     assert any("'bad1' is malformed" in e for e in errors)
-    assert len([e for e in errors if "could not queue" in e]) == 1  # once, not per turn
+    assert len([e for e in errors if "could not store an update" in e]) == 1  # once, not per turn
+    assert any("closing with 2 item(s)" in e for e in errors)  # and what that costs is said at close
 
 
 def test_a_stored_fact_that_steers_the_model_is_sent_quoted_as_data(tmp_path):

@@ -856,3 +856,86 @@ def test_the_deployment_page_followed_gives_two_servers_one_memory(tmp_path):
         superuser.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         superuser.execute(f'DROP ROLE IF EXISTS "{role}"')
         superuser.close()
+
+
+def _pg_memory(kind: str, url: str):
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.longterm import LongTermMemory
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    if kind == "composite":  # the members share one transaction per exchange
+        from ovos_memory_plugins.composite import CompositeMemory
+
+        return CompositeMemory({"db_url": url, "members": [{"module": "ovos-memory-plugin-recency"},
+                                                           {"module": "ovos-memory-plugin-lexical"}]})
+    config = {"db_url": url}
+    if kind in ("longterm", "entity"):
+        config["api_url"] = None  # offline: the rules and the extractive summary
+    return {"recency": RecencyMemory, "lexical": LexicalMemory, "longterm": LongTermMemory,
+            "entity": EntityMemory}[kind](config)
+
+
+def _said(memory, sid: str) -> list[str]:
+    """The markers of the user's words in the session's export, in order, from the part that keeps
+    them: the window, longterm's messages not summarised yet, or the facts (and those superseded)."""
+    data = memory.export(sid)
+    if "members" in data:  # a composite: every member holds the same, once each
+        said = [_said_in(part) for part in data["members"].values()]
+        assert all(s == said[0] for s in said), f"the members differ: {said}"
+        return said[0]
+    return _said_in(data)
+
+
+def _said_in(data: dict) -> list[str]:
+    parts = data.get("window") or data.get("recent") or [data.get("facts"), data.get("superseded")]
+    found = re.findall(r"zq\w+q", json.dumps(parts))
+    documents = re.findall(r"zq\w+q", json.dumps([d.get("content") for d in data.get("documents") or []]))
+    assert not documents or documents == found, f"the documents {documents} differ from the window {found}"
+    return found
+
+
+@pytest.mark.parametrize("kind", ["recency", "lexical", "longterm", "entity", "composite"])
+def test_updates_made_while_the_database_is_down_are_stored_once_it_is_back(kind, tmp_path):
+    from tests._postgres import RoundTrips
+
+    proxy = RoundTrips(tmp_path)
+    try:
+        with _pg_memory(kind, proxy.url(fresh_url())) as memory:
+            _exchange(memory, "s", "My name is zqbeforeq.", "noted")
+            proxy.cut()
+            for n in range(3):  # every turn answered, nothing raised
+                assert memory.build_conversation_context("hi", "s")[-1].content == "hi"
+                _exchange(memory, "s", f"My name is zqdown{n}q.", "noted")
+            assert memory.degraded(), "an outage that loses nothing must still be told"
+            assert memory.flush(patience(5)) is False, "flush() said done with updates held"
+            proxy.restore()
+            _exchange(memory, "s", "My name is zqafterq.", "noted")
+            assert memory.flush(patience(30))
+            said = _said(memory, "s")
+    finally:
+        proxy.close()
+    expected = ["zqbeforeq", "zqdown0q", "zqdown1q", "zqdown2q", "zqafterq"]
+    if kind == "entity":  # one name at a time: the newest holds, the others are superseded
+        assert set(said) == set(expected), said
+    else:
+        assert said == expected, f"the held updates were not stored once each, in order: {said}"
+
+
+def test_a_session_forgotten_during_an_outage_is_not_written_back_when_the_database_returns(tmp_path):
+    from ovos_memory_plugins.errors import MemoryPluginError
+    from tests._postgres import RoundTrips
+
+    proxy = RoundTrips(tmp_path)
+    try:
+        with _pg_memory("lexical", proxy.url(fresh_url())) as memory:
+            proxy.cut()
+            _exchange(memory, "s", "My name is zqsecretq.", "noted")
+            with pytest.raises(MemoryPluginError):  # the database is down: forget says it did not finish
+                memory.forget("s")
+            proxy.restore()
+            _exchange(memory, "other", "I like tea.", "noted")
+            assert memory.flush(patience(30))  # nothing held: the forgotten exchange went with the forget
+            assert not _said(memory, "s") and "zqsecretq" not in json.dumps(memory.export("other"))
+    finally:
+        proxy.close()

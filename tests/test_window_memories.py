@@ -295,8 +295,8 @@ def test_degraded_says_the_window_cannot_be_stored_until_it_can(tmp_path, monkey
     assert list(memory.degraded()) == ["ovos-memory-plugin-recency:write"]
     assert "disk is full" in memory.degraded()["ovos-memory-plugin-recency:write"]
     monkeypatch.undo()
-    memory.update_history([AgentMessage(U, "q1"), AgentMessage(A, "a1")], "s")
-    assert memory.degraded() == {} and contents(memory.get_history("s")) == ["q1", "a1"]
+    memory.update_history([AgentMessage(U, "q1"), AgentMessage(A, "a1")], "s")  # the refused exchange first
+    assert memory.degraded() == {} and contents(memory.get_history("s")) == ["q0", "a0", "q1", "a1"]
     memory.close()
 
 

@@ -235,11 +235,12 @@ class LLMMemory(ContextMemory):
 
     # -- lifecycle -----------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
-        return self._worker.flush(timeout)
+        return super().flush(timeout) & self._worker.flush(timeout)  # both: held updates first, then the work
 
     def close(self) -> None:
         if self._closed:
             return
+        self._close_held()
         self._worker.close(timeout=self.settings.request_timeout + 5)
         if self._work_lock is not None:
             self._work_lock.close()

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .._core.compat import AgentContextManager, AgentMessage
+from .._core.held import HeldWrites
 from .._core.log import LOG, LogOnce
 from .._core.paths import check_store_path, is_memory_path, resolve_path
 from ..config import parse_config, replace_setting, setting_names
@@ -31,6 +32,12 @@ def store_path_problems(key: str, path: Any) -> list[str]:
 
 #: Copies of a session moved into a person before it is forgotten, while a writer keeps adding to it.
 _MOVE_ROUNDS = 5
+#: Items (messages, or the exchanges entity keeps) held per session while the store refuses writes.
+HELD_ITEMS = 200
+#: Seconds after a refusal before a read tries the held items again (an update always does).
+HELD_READ_RETRY_S = 30.0
+#: What a store raises when it cannot take a write now (down, full, locked): the write is held.
+_REFUSED = (MemoryPluginError, OSError)
 
 
 class MemoryPlugin(AgentContextManager):
@@ -94,6 +101,7 @@ class MemoryPlugin(AgentContextManager):
         self._adoption = threading.Lock()
         self._adoption_log = LogOnce()  # a move that cannot happen is said once, not on every call
         self._adopted = self._people is None
+        self._held: HeldWrites[Any] = HeldWrites(HELD_ITEMS, self._held_overflow)
 
     def _people_of(self, settings: Any) -> People | None:
         """The person mapping of ``scope: person``; None in any other scope."""
@@ -264,6 +272,7 @@ class MemoryPlugin(AgentContextManager):
     def export(self, session_id: str) -> dict[str, Any]:
         """Everything stored for ``session_id`` as JSON-ready data (see :meth:`import_session`)."""
         check_session_id(session_id)  # as forget(): None or a number is a mistake, not an empty export
+        self._write_held(session_id)  # what the store refused earlier is part of the session
         return {"plugin": self.plugin_name, "session_id": session_id}
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
@@ -281,12 +290,63 @@ class MemoryPlugin(AgentContextManager):
 
     # -- lifecycle -----------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until background work (embedding, summaries) is done; True if it finished."""
-        return True
+        """Store what the store refused earlier and wait until background work (embedding,
+        summaries) is done; True if both finished."""
+        return self._write_all_held()
 
     def close(self) -> None:
         """Finish background work and release files and connections. Idempotent."""
         self._closed = True
+
+    # -- updates the store refused (see _core/held.py) ---------------------------------------------
+    _log: LogOnce  # each backend's own: one line when storing breaks, one when it works again
+
+    def _store_batch(self, session_id: str, batch: list[Any]) -> None:
+        """Store ``batch`` (what ``update_history`` keeps of a turn's messages, held ones first)
+        for the session in one transaction; raise a MemoryPluginError or OSError when the store
+        cannot take it now. Backends that store updates implement it."""
+        raise NotImplementedError(f"{type(self).__name__} stores no updates")
+
+    def _write_update(self, session_id: str, items: list[Any]) -> bool:
+        """Store ``items`` after anything held for the session. Refused, they are held (and the
+        failure logged once per outage): the turn goes on. True when stored."""
+        try:
+            written = self._held.write(session_id, items, lambda batch: self._store_batch(session_id, batch),
+                                       _REFUSED)
+        except _REFUSED as exc:
+            self._log.error("write", "%s: could not store an update of %r (%s); it is kept in memory and stored "
+                            "with the next one that can be", self.plugin_name, session_id, exc)
+            return False
+        self._log.clear("write", f"{self.plugin_name}: storing works again")
+        if written:
+            LOG.info(f"{self.plugin_name}: stored {written} held item(s) of {session_id!r}")
+        return True
+
+    def _write_held(self, session_id: str) -> bool:
+        """Store what is held for ``session_id`` (before an export, a forget of one exchange, a
+        flush); True when nothing is left held. Free when nothing is."""
+        return session_id not in self._held or self._write_update(session_id, [])
+
+    def _write_held_before_read(self, session_id: str) -> None:
+        """Before a turn reads the store: store what is held, so the context has it, unless the
+        store refused it within ``HELD_READ_RETRY_S`` (a locked file can make a write wait its
+        busy timeout: a turn must not pay that every time; the next update tries anyway)."""
+        if self._held.due(session_id, HELD_READ_RETRY_S):
+            self._write_update(session_id, [])
+
+    def _write_all_held(self) -> bool:
+        """Store what is held for every session (``flush``); True when nothing is left held."""
+        return all([self._write_held(sid) for sid in self._held.sessions()])
+
+    def _close_held(self) -> None:
+        """Before the store is released: store what is held, or say what is lost with the process."""
+        if not self._write_all_held():
+            LOG.error(f"{self.plugin_name}: closing with {self._held.count()} item(s) the store refused; they "
+                      "are lost")
+
+    def _held_overflow(self) -> None:
+        self._log.warning("held", "%s: the store has refused writes for too long; keeping only the newest %d "
+                          "items per session", self.plugin_name, HELD_ITEMS)
 
     def _incoming(self, new_messages: Any, session_id: str) -> list[AgentMessage]:
         """What ``update_history`` is given, checked at the boundary: the session id, the memory

@@ -92,6 +92,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
         check_session_id(session_id)
+        self._write_held_before_read(session_id)
         try:
             history = self._window.load(session_id, self.policy)
         except MemoryPluginError as exc:
@@ -102,15 +103,11 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         messages = self._incoming(new_messages, session_id)
-        if not messages:
-            return
-        try:
-            self._window.append(session_id, messages, self.policy)
-        except MemoryPluginError as exc:
-            self._log.error("write", "%s: could not store %d message(s) of %r: %s", self.plugin_name, len(messages),
-                            session_id, exc)
-            return
-        self._log.clear("write", f"{self.plugin_name}: storing works again")
+        if messages:
+            self._write_update(session_id, messages)
+
+    def _store_batch(self, session_id: str, batch: list[Any]) -> None:
+        self._window.append(session_id, batch, self.policy)
 
     def _replace_window(self, session_id: str, messages: Iterable[Any]) -> list[AgentMessage]:
         """Make ``messages`` the session's whole window (normalised and trimmed as by update_history).
@@ -132,7 +129,8 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
 
     def forget(self, session_id: str) -> dict[str, int]:
         check_session_id(session_id)
-        return {"messages": self._window.forget(session_id)}
+        held = self._held.drop(session_id)  # first: what the store refused is never stored now
+        return {"messages": self._window.forget(session_id) + held}
 
     def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
         """Delete the window's messages of the exchange a retrieval memory stores as ``content``
@@ -141,6 +139,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         from ..storage.documents import exchange_positions  # a retrieval module: not loaded by a window alone
 
         sid = check_session_id(session_id)
+        self._write_held(sid)
         with self._edit_lock:
             return {"messages": self._window.drop(sid, lambda window: exchange_positions(window, content))}
 
@@ -165,6 +164,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
 
     def close(self) -> None:
         if not self._closed:
+            self._close_held()
             self._window.close()
         super().close()
 

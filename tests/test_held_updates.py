@@ -1,0 +1,150 @@
+"""Updates a store refuses (down, full, locked) are held in memory and stored by the next write.
+
+The real outages are in tests/reliability (a full tmpfs) and tests/test_postgres.py (a database
+cut off); here the logic, with a store made to refuse."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ovos_memory_plugins._core import log as _log
+from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+from ovos_memory_plugins._core.held import HeldWrites
+from ovos_memory_plugins.errors import StorageError
+from tests._timing import patience
+
+U, A = MessageRole.USER, MessageRole.ASSISTANT
+
+
+def test_held_items_go_first_in_order_and_a_refused_batch_is_held_whole():
+    held, stored = HeldWrites(limit=10), []
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    for n in range(2):
+        with pytest.raises(StorageError):
+            held.write("s", [n], refuse, (StorageError,))
+    assert held.peek("s") == [0, 1] and "s" in held and held.count() == 2
+    assert held.write("s", [2], stored.extend, (StorageError,)) == 2
+    assert stored == [0, 1, 2] and "s" not in held and held.sessions() == []
+
+
+def test_an_error_that_is_not_a_refusal_keeps_what_was_held_but_not_the_new_items():
+    held = HeldWrites(limit=10)
+    held.hold("s", ["old"])
+
+    def broken(batch):
+        raise TypeError("a bug in the new item")
+
+    with pytest.raises(TypeError):
+        held.write("s", ["bad"], broken, (StorageError,))
+    assert held.peek("s") == ["old"]  # an item that can never be stored does not block the session
+
+
+def test_held_items_are_bounded_per_session_keeping_the_newest_and_saying_so():
+    told = []
+    held = HeldWrites(limit=3, on_overflow=lambda: told.append(1))
+    held.hold("s", [1, 2])
+    held.hold("s", [0])  # older, refused again: in front
+    assert held.peek("s") == [0, 1, 2] and not told
+    held.hold("t", [1, 2, 3, 4])
+    assert held.peek("t") == [2, 3, 4] and told
+
+
+def test_a_read_retries_only_after_the_pause():
+    held = HeldWrites(limit=3)
+    held.hold("s", [1])
+    assert not held.due("s", 60) and held.due("s", 0) and not held.due("other", 0)
+
+
+def _memories(tmp_path):
+    from ovos_memory_plugins.composite import CompositeMemory
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.longterm import LongTermMemory
+    from ovos_memory_plugins.recency import RecencyMemory
+    from ovos_memory_plugins.short_term import BasicShortTermMemory
+
+    return {
+        "short-term": lambda: BasicShortTermMemory({"db_path": str(tmp_path / "st.db"), "max_history": 0}),
+        "recency": lambda: RecencyMemory({"db_path": str(tmp_path / "r.db")}),
+        "lexical": lambda: LexicalMemory({"db_path": str(tmp_path / "l.db")}),
+        "longterm": lambda: LongTermMemory({"db_path": str(tmp_path / "lt.json"), "api_url": None}),
+        "entity": lambda: EntityMemory({"db_path": str(tmp_path / "e.json"), "api_url": None}),
+        "composite": lambda: CompositeMemory({"members": [
+            {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "cr.db")}},
+            {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "cl.db")}}]}),
+    }
+
+
+KINDS = ["short-term", "recency", "lexical", "longterm", "entity", "composite"]
+
+
+def _refusing(memory, monkeypatch):
+    """Make the memory's store refuse every update until ``monkeypatch.undo()``."""
+    def refuse(session_id, batch):
+        raise StorageError("database or disk is full")
+
+    monkeypatch.setattr(memory, "_store_batch", refuse)
+
+
+def _say(memory, sid, words):
+    memory.update_history([AgentMessage(U, f"My name is {words}."), AgentMessage(A, "noted")], sid)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_refused_updates_are_stored_in_order_by_the_first_update_that_can_be(kind, tmp_path, monkeypatch):
+    with _memories(tmp_path)[kind]() as memory:
+        _say(memory, "s", "Zqoneq")
+        _refusing(memory, monkeypatch)
+        _say(memory, "s", "Zqtwoq")
+        _say(memory, "s", "Zqthreeq")
+        assert memory.flush(patience(5)) is False and any(k.endswith(":write") for k in memory.degraded())
+        monkeypatch.undo()
+        _say(memory, "s", "Zqfourq")
+        assert memory.flush(patience(30)) and not any(k.endswith(":write") for k in memory.degraded())
+        text = json.dumps(memory.export("s"))
+    found = [w for w in ("Zqoneq", "Zqtwoq", "Zqthreeq", "Zqfourq") if w in text]
+    assert found == ["Zqoneq", "Zqtwoq", "Zqthreeq", "Zqfourq"]
+    if kind != "entity":  # facts are in the export's order of statement; windows must keep the turns' order
+        assert [text.index(w) for w in found] == sorted(text.index(w) for w in found)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_forget_drops_what_is_held_so_it_is_never_stored_after(kind, tmp_path, monkeypatch):
+    with _memories(tmp_path)[kind]() as memory:
+        _refusing(memory, monkeypatch)
+        _say(memory, "s", "Zqsecretq")
+        monkeypatch.undo()
+        memory.forget("s")
+        _say(memory, "other", "Ana")
+        assert memory.flush(patience(30))
+        assert "Zqsecretq" not in json.dumps(memory.export("s")) + json.dumps(memory.export("other"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_close_stores_what_is_held_or_says_what_is_lost(kind, tmp_path, monkeypatch):
+    errors = []
+    monkeypatch.setattr(_log.LOG, "error", lambda msg, *a: errors.append(str(msg)))
+    memory = _memories(tmp_path)[kind]()
+    _refusing(memory, monkeypatch)
+    _say(memory, "s", "Zqlostq")
+    memory.close()
+    assert any("closing with 1 item(s)" in e or "closing with 2 item(s)" in e for e in errors), errors
+    kept = _memories(tmp_path)[kind]()
+    try:
+        assert "Zqlostq" not in json.dumps(kept.export("s"))
+    finally:
+        kept.close()
+    memory = _memories(tmp_path)[kind]()
+    _refusing(memory, monkeypatch)
+    _say(memory, "s", "Zqkeptq")
+    monkeypatch.setattr(memory, "_store_batch", type(memory)._store_batch.__get__(memory))  # the store is back
+    memory.close()  # stores it on the way out
+    kept = _memories(tmp_path)[kind]()
+    try:
+        assert "Zqkeptq" in json.dumps(kept.export("s"))
+    finally:
+        kept.close()
