@@ -338,7 +338,6 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         sid = check_session_id(session_id)
         if self.primary is None:
             return []
-        self._write_held_before_read(sid)
         return list(self._call(self.primary, "history", lambda: self.primary.memory.get_history(sid), []))
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
@@ -501,7 +500,6 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                       blocks: bool = True) -> ContextParts:
         """The primary's window, and the blocks the plain members add (a summary, facts), each
         member asked once and only for what it gives: a member failing costs its part only."""
-        self._write_held_before_read(session_id)
         parts = ContextParts()
         for member in self.members:
             wants_window = window and member is self.primary
@@ -651,7 +649,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         if unable:
             raise NotSupported(f"{self.plugin_name}: {', '.join(unable)} keep(s) session {session_id!r} but cannot "
                                "forget one exchange; nothing was forgotten: forget the whole session instead")
-        self._write_held(session_id)
+        self._require_held_written(session_id)
         return self._fan_out("forget_exchange", session_id, content)
 
     def forget_fact(self, session_id: str, text: str) -> dict[str, Any]:

@@ -225,7 +225,6 @@ class EntityMemory(LLMMemory):
     def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
                       blocks: bool = True) -> ContextParts:
         """The facts block; no window: this memory keeps facts, not turns (as the reference)."""
-        self._write_held_before_read(session_id)
         return ContextParts([], self.context_blocks(session_id, utterance) if blocks else [])
 
     def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
@@ -447,7 +446,7 @@ class EntityMemory(LLMMemory):
         if not isinstance(content, str):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
         key, dropped = self._key(sid), 0
-        self._write_held(sid)
+        self._require_held_written(sid)
 
         def drop(record: dict[str, Any]) -> dict[str, Any]:
             nonlocal dropped

@@ -163,7 +163,6 @@ class LongTermMemory(LLMMemory):
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
         check_session_id(session_id)
-        self._write_held_before_read(session_id)
         return _messages(self._load(session_id))
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
@@ -185,7 +184,6 @@ class LongTermMemory(LLMMemory):
         ``recent_window``), and no more while they are behind (a slow or unreachable model),
         so a backlog of summaries never makes the prompt, or the turn, grow.
         """
-        self._write_held_before_read(session_id)
         record = self._load(session_id)
         newest = 2 * (self.settings.summarize_every + self.settings.recent_window)
         history = _messages(record)[-newest:] if window else []
@@ -371,7 +369,7 @@ class LongTermMemory(LLMMemory):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
         dropped, narratives = 0, 0
         quoted = _quoted_part(content)
-        self._write_held(sid)
+        self._require_held_written(sid)
 
         def drop(record: dict[str, Any]) -> dict[str, Any]:
             nonlocal dropped, narratives

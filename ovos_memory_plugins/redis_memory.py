@@ -193,11 +193,12 @@ class RedisMemory(ContextMemory):
         messages = self._incoming(new_messages, session_id)
         if not messages:
             return
+        generation = self._held.generation(session_id)  # a forget meanwhile: nothing is held again
         held = self._held.take(session_id)
         try:
             tokens, rounds = self._store.append(session_id, held + messages)
         except StorageError:
-            self._hold(session_id, held + messages)
+            self._hold(session_id, held + messages, generation)
             return
         if held:
             LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
@@ -371,13 +372,14 @@ class RedisMemory(ContextMemory):
     def _write_held(self, session_id: str) -> bool:
         """Write the messages held for the session while Redis was down, in order, before anything
         else; True when none are left held."""
+        generation = self._held.generation(session_id)
         held = self._held.take(session_id)
         if not held:
             return True
         try:
             tokens, rounds = self._store.append(session_id, held)
         except StorageError:
-            self._held.hold(session_id, held)  # back in front of anything held meanwhile, in order
+            self._held.hold(session_id, held, generation)  # back in front of anything held meanwhile, in order
             return False
         LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
         self._log.clear("held")
@@ -385,10 +387,10 @@ class RedisMemory(ContextMemory):
         self._compact_if_due(session_id, tokens, rounds)
         return True
 
-    def _hold(self, session_id: str, messages: list[AgentMessage]) -> None:
+    def _hold(self, session_id: str, messages: list[AgentMessage], generation: int) -> None:
         """Keep messages written while Redis is down; the next successful update writes them first."""
         self._store.forget_tail(session_id)
-        self._held.hold(session_id, messages)
+        self._held.hold(session_id, messages, generation)
 
     def _cache_append(self, session_id: str, messages: list[AgentMessage]) -> None:
         with self._lock:

@@ -209,7 +209,6 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
         check_session_id(session_id)
-        self._write_held_before_read(session_id)
         try:
             history = self._store.window.load(session_id, self.policy)
         except MemoryPluginError as exc:
@@ -445,7 +444,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         sid = check_session_id(session_id)
         if not isinstance(content, str):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
-        self._write_held(sid)
+        self._require_held_written(sid)
         counts = self._store.forget_exchange(sid, content)
         if counts["documents"]:
             self._compact_backend()

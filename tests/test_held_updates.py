@@ -5,6 +5,7 @@ cut off); here the logic, with a store made to refuse."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -53,10 +54,41 @@ def test_held_items_are_bounded_per_session_keeping_the_newest_and_saying_so():
     assert held.peek("t") == [2, 3, 4] and told
 
 
-def test_a_read_retries_only_after_the_pause():
-    held = HeldWrites(limit=3)
-    held.hold("s", [1])
-    assert not held.due("s", 60) and held.due("s", 0) and not held.due("other", 0)
+def test_a_write_refused_while_its_session_is_forgotten_is_not_held_again():
+    held = HeldWrites(limit=10)
+    held.hold("s", ["old"])
+
+    def forgotten_then_refused(batch):
+        held.drop("s")  # forget() runs while the write waits for the store
+        raise StorageError("locked")
+
+    with pytest.raises(StorageError):
+        held.write("s", ["new"], forgotten_then_refused, (StorageError,))
+    assert held.peek("s") == [] and held.count() == 0
+
+
+def test_writes_of_one_session_take_turns_so_a_batch_held_again_stays_in_front():
+    import threading
+
+    held, stored = HeldWrites(limit=10), []
+    held.hold("s", ["h"])
+    entered = threading.Event()
+
+    def slow_refusal(batch):
+        entered.set()
+        time.sleep(0.2)  # a store waiting for a lock, then refusing
+        raise StorageError("locked")
+
+    def first():
+        with pytest.raises(StorageError):
+            held.write("s", ["a"], slow_refusal, (StorageError,))
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    entered.wait(5)
+    held.write("s", ["b"], stored.extend, (StorageError,))  # waits for the first, then stores all
+    thread.join(5)
+    assert stored == ["h", "a", "b"]
 
 
 def _memories(tmp_path):
@@ -148,3 +180,34 @@ def test_close_stores_what_is_held_or_says_what_is_lost(kind, tmp_path, monkeypa
         assert "Zqkeptq" in json.dumps(kept.export("s"))
     finally:
         kept.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_forget_exchange_while_updates_are_held_says_it_did_nothing(kind, tmp_path, monkeypatch):
+    from ovos_memory_plugins.errors import StorageError as Refused
+
+    with _memories(tmp_path)[kind]() as memory:
+        _refusing(memory, monkeypatch)
+        _say(memory, "s", "Zqsecretq")
+        with pytest.raises(Refused, match="still waiting to be stored"):
+            memory.forget_exchange("s", "Q: My name is Zqsecretq.\nA: noted")
+        monkeypatch.undo()
+        memory.forget_exchange("s", "Q: My name is Zqsecretq.\nA: noted")  # stored first, then forgotten
+        assert memory.flush(patience(30))
+        if kind in ("short-term", "recency", "lexical", "composite"):  # they forget the exchange's messages
+            assert "Zqsecretq" not in json.dumps(memory.export("s"))
+
+
+def test_an_overflow_is_said_again_in_a_later_outage(tmp_path, monkeypatch):
+    from ovos_memory_plugins._memory.plugin import HELD_ITEMS
+
+    warnings = []
+    monkeypatch.setattr(_log.LOG, "warning", lambda msg, *a: warnings.append(str(msg)))
+    with _memories(tmp_path)["recency"]() as memory:
+        for outage in range(2):
+            with monkeypatch.context() as patch:
+                _refusing(memory, patch)
+                for n in range(HELD_ITEMS // 2 + 1):
+                    _say(memory, "s", f"n{n}")
+            _say(memory, "s", "back")
+            assert len([w for w in warnings if "refused writes for too long" in w]) == outage + 1

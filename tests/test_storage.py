@@ -761,3 +761,39 @@ def test_a_json_store_opened_to_its_group_stays_so_and_one_left_world_readable_b
     os.chmod(tmp_path / "shared.json", 0o644)  # a umask's doing
     store.save("s", {"buffer": []})
     assert (os.stat(tmp_path / "shared.json").st_mode & 0o777) == 0o600
+
+
+@pytest.mark.parametrize("entry", ["recency", "lexical", "two-on-one-file"])
+def test_a_store_keeps_its_sqlite_locks_so_another_process_never_takes_it_for_gone(entry, tmp_path):
+    # Closing any descriptor of a file drops every POSIX lock the process holds on it, SQLite's
+    # too. A store that read its own file's first bytes after SQLite opened it (to tell SQLite
+    # from JSON) lost its locks: the next process to close the file took itself for the last
+    # one and deleted the WAL this one still wrote to, and the two no longer kept each other out.
+    import subprocess
+    import sys
+
+    from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    path = str(tmp_path / "m.db")
+    opened = [RecencyMemory({"db_path": path}) if entry != "lexical" else LexicalMemory({"db_path": path})]
+    if entry == "two-on-one-file":  # a second memory of the process opening the same file
+        opened.append(LexicalMemory({"db_path": path}))
+    memory = opened[0]
+    try:
+        memory.update_history([AgentMessage(MessageRole.USER, "zqoneq"), AgentMessage(MessageRole.ASSISTANT, "ok")],
+                              "s")
+        read = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); t = c.execute(\"select name from "
+                "sqlite_master where type = 'table' and name like '%window'\").fetchone()[0]; "
+                "print(sum(1 for r in c.execute(f'select content from {t}') if 'zq' in r[0])); c.close()")
+        subprocess.run([sys.executable, "-c", read, path], check=True, capture_output=True, timeout=60)
+        assert os.path.exists(path + "-wal"), "another process deleted the WAL this store writes to"
+        memory.update_history([AgentMessage(MessageRole.USER, "zqtwoq"), AgentMessage(MessageRole.ASSISTANT, "ok")],
+                              "s")
+        seen = subprocess.run([sys.executable, "-c", read, path], check=True, capture_output=True, text=True,
+                              timeout=60).stdout.strip()
+        assert seen == "2", f"another process sees {seen} of the 2 messages this one wrote"
+    finally:
+        for m in opened:
+            m.close()

@@ -4,21 +4,25 @@ A store can be unwritable for a while: PostgreSQL or Redis restarting, a full di
 locked past its timeout. The turn is still answered, and what the user said in it must not go
 with it. So the refused items wait here, per session and in order, and the next write of that
 session puts them first in its own batch (one transaction: all written, or all held again);
-a read or a ``flush()`` writes them too, so a context built after recovery holds them. What is
-held is lost only if the process ends before the store comes back, which ``close()`` says.
+``flush()``, an export and a forget of one exchange write them too. What is held is lost only
+if the process ends before the store comes back, which ``close()`` says.
 
-Bounded: past ``limit`` items a session keeps its newest, and says so once.
+A forget of the session drops what is held, and a write refused while (or after) it ran does
+not put its batch back: a forgotten session is never written again. Writes of one session take
+turns here, so a batch held again never lands behind a later one.
+
+Bounded: past ``limit`` items a session keeps its newest, and says so.
 """
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 __all__ = ["HeldWrites"]
 
 T = TypeVar("T")
+_STRIPES = 32  # locks shared by sessions (by hash): one per session would grow without bound
 
 
 class HeldWrites(Generic[T]):
@@ -26,39 +30,40 @@ class HeldWrites(Generic[T]):
 
     def __init__(self, limit: int, on_overflow: Callable[[], None] | None = None):
         self._items: dict[str, list[T]] = {}
-        self._refused_at: dict[str, float] = {}  # per session, when the store last refused its items
+        self._forgets: dict[str, int] = {}  # per session, how many times it was dropped
         self._lock = threading.Lock()
+        self._writing = [threading.RLock() for _ in range(_STRIPES)]
         self._limit = limit
         self._on_overflow = on_overflow  # called each time items are dropped
+        self.dropped = 0  # items dropped past the limit, since the start
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._items  # a dict lookup, no lock: the turn's fast path
+
+    def generation(self, session_id: str) -> int:
+        """Changes when the session is dropped: pass it to :meth:`hold` with what was taken."""
+        with self._lock:
+            return self._forgets.get(session_id, 0)
 
     def take(self, session_id: str) -> list[T]:
         """Remove and return what is held for ``session_id`` (``[]``: nothing)."""
         if session_id not in self._items:
             return []
         with self._lock:
-            self._refused_at.pop(session_id, None)
             return self._items.pop(session_id, [])
 
-    def due(self, session_id: str, after: float) -> bool:
-        """Whether something is held for ``session_id`` and was last refused ``after`` seconds ago
-        or more: worth trying again where a refusal costs a wait (a read before a turn)."""
-        if session_id not in self._items:
-            return False
-        with self._lock:
-            return time.monotonic() - self._refused_at.get(session_id, 0.0) >= after
-
-    def hold(self, session_id: str, items: Sequence[T]) -> None:
-        """Keep ``items`` (already older than anything held meanwhile) in front of it, bounded."""
+    def hold(self, session_id: str, items: Sequence[T], generation: int | None = None) -> None:
+        """Keep ``items`` (older than anything held meanwhile) in front of it, bounded; not if the
+        session was dropped since ``generation`` (read before the items were taken)."""
         if not items:
             return
         with self._lock:
+            if generation is not None and self._forgets.get(session_id, 0) != generation:
+                return  # forgotten meanwhile: these must never be written
             kept = list(items) + self._items.get(session_id, [])
             dropped = max(0, len(kept) - self._limit)
             self._items[session_id] = kept[dropped:]
-            self._refused_at[session_id] = time.monotonic()
+            self.dropped += dropped
         if dropped and self._on_overflow is not None:
             self._on_overflow()
 
@@ -68,8 +73,11 @@ class HeldWrites(Generic[T]):
             return list(self._items.get(session_id, []))
 
     def drop(self, session_id: str) -> int:
-        """Forget what is held for ``session_id`` (it is never written); how many items went."""
-        return len(self.take(session_id))
+        """Forget what is held for ``session_id``, and what a write in flight would hold again
+        (it is never written); how many items went."""
+        with self._lock:
+            self._forgets[session_id] = self._forgets.get(session_id, 0) + 1
+            return len(self._items.pop(session_id, []))
 
     def sessions(self) -> list[str]:
         with self._lock:
@@ -86,16 +94,18 @@ class HeldWrites(Generic[T]):
         down or full), the whole batch is held again, in front of anything held meanwhile; any
         other error is the new items' (a bug, not an outage): only what was held before is kept,
         so an item that can never be stored does not block its session. The error propagates."""
-        held = self.take(session_id)
-        batch = held + list(items)
-        if not batch:
-            return 0
-        try:
-            store(batch)
-        except refused:
-            self.hold(session_id, batch)
-            raise
-        except BaseException:
-            self.hold(session_id, held)
-            raise
-        return len(held)
+        with self._writing[hash(session_id) % _STRIPES]:  # the session's writes take turns
+            generation = self.generation(session_id)
+            held = self.take(session_id)
+            batch = held + list(items)
+            if not batch:
+                return 0
+            try:
+                store(batch)
+            except refused:
+                self.hold(session_id, batch, generation)
+                raise
+            except BaseException:
+                self.hold(session_id, held, generation)
+                raise
+            return len(held)

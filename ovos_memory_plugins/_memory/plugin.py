@@ -12,7 +12,7 @@ from .._core.held import HeldWrites
 from .._core.log import LOG, LogOnce
 from .._core.paths import check_store_path, is_memory_path, resolve_path
 from ..config import parse_config, replace_setting, setting_names
-from ..errors import ConfigError, MemoryClosed, MemoryPluginError
+from ..errors import ConfigError, MemoryClosed, MemoryPluginError, StorageError
 from ..messages import check_session_id, coerce_messages
 from .people import People, inside, keyed, parse_people, unmapped
 
@@ -34,8 +34,6 @@ def store_path_problems(key: str, path: Any) -> list[str]:
 _MOVE_ROUNDS = 5
 #: Items (messages, or the exchanges entity keeps) held per session while the store refuses writes.
 HELD_ITEMS = 200
-#: Seconds after a refusal before a read tries the held items again (an update always does).
-HELD_READ_RETRY_S = 30.0
 #: What a store raises when it cannot take a write now (down, full, locked): the write is held.
 _REFUSED = (MemoryPluginError, OSError)
 
@@ -318,21 +316,22 @@ class MemoryPlugin(AgentContextManager):
                             "with the next one that can be", self.plugin_name, session_id, exc)
             return False
         self._log.clear("write", f"{self.plugin_name}: storing works again")
+        self._log.clear("held")  # a later outage that overflows is said again
         if written:
             LOG.info(f"{self.plugin_name}: stored {written} held item(s) of {session_id!r}")
         return True
 
     def _write_held(self, session_id: str) -> bool:
-        """Store what is held for ``session_id`` (before an export, a forget of one exchange, a
-        flush); True when nothing is left held. Free when nothing is."""
+        """Store what is held for ``session_id`` (before an export, a flush); True when nothing
+        is left held. Free when nothing is."""
         return session_id not in self._held or self._write_update(session_id, [])
 
-    def _write_held_before_read(self, session_id: str) -> None:
-        """Before a turn reads the store: store what is held, so the context has it, unless the
-        store refused it within ``HELD_READ_RETRY_S`` (a locked file can make a write wait its
-        busy timeout: a turn must not pay that every time; the next update tries anyway)."""
-        if self._held.due(session_id, HELD_READ_RETRY_S):
-            self._write_update(session_id, [])
+    def _require_held_written(self, session_id: str) -> None:
+        """Before a forget of one exchange: what is held must be stored first (the exchange may
+        be among it, and would be stored after the forget); a StorageError while it cannot be."""
+        if not self._write_held(session_id):
+            raise StorageError(f"{self.plugin_name}: updates of {session_id!r} the store refused earlier are still "
+                               "waiting to be stored; nothing was forgotten: try again once the store works")
 
     def _write_all_held(self) -> bool:
         """Store what is held for every session (``flush``); True when nothing is left held."""
@@ -341,8 +340,9 @@ class MemoryPlugin(AgentContextManager):
     def _close_held(self) -> None:
         """Before the store is released: store what is held, or say what is lost with the process."""
         if not self._write_all_held():
+            dropped = f" ({self._held.dropped} older ones were dropped earlier)" if self._held.dropped else ""
             LOG.error(f"{self.plugin_name}: closing with {self._held.count()} item(s) the store refused; they "
-                      "are lost")
+                      f"are lost{dropped}")
 
     def _held_overflow(self) -> None:
         self._log.warning("held", "%s: the store has refused writes for too long; keeping only the newest %d "

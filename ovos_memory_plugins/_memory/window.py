@@ -92,7 +92,6 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
         check_session_id(session_id)
-        self._write_held_before_read(session_id)
         try:
             history = self._window.load(session_id, self.policy)
         except MemoryPluginError as exc:
@@ -139,7 +138,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         from ..storage.documents import exchange_positions  # a retrieval module: not loaded by a window alone
 
         sid = check_session_id(session_id)
-        self._write_held(sid)
+        self._require_held_written(sid)
         with self._edit_lock:
             return {"messages": self._window.drop(sid, lambda window: exchange_positions(window, content))}
 

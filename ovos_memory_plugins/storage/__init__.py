@@ -101,6 +101,10 @@ def backend_for(path: str | None, backend: str | None = None) -> str:
 def _backend_by_content(path: str) -> str | None:
     """``"sqlite"`` or ``"json"`` when the file's first bytes say so; None if absent, empty or unclear."""
     real = check_store_path(resolve_path(path))  # never read a FIFO or a device: it may block or be endless
+    from .sqlite import open_here
+
+    if open_here(real):  # reading it would cost this process its SQLite locks on it
+        return "sqlite"
     try:
         with open(real, "rb") as f:
             head = f.read(4096)

@@ -34,7 +34,7 @@ class SharedHandles(Generic[Handle]):
 
     def __init__(self) -> None:
         self._handles: dict[str, tuple[Handle, int]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered: opening one handle asks which are open
 
     @staticmethod
     def key(location: str, read_only: bool) -> str:

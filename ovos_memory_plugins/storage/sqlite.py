@@ -82,7 +82,7 @@ def connect(path: str, synchronous: str = "NORMAL", reopen: bool = False) -> sql
     """
     if not is_memory_path(path):
         check_store_path(path)  # SQLite would write its journal beside a device, and into a FIFO
-        if not reopen:  # (a file this store had open, found damaged and kept: it is not checked again)
+        if not reopen and not open_here(path):  # (a file this process has open: a store already)
             refuse_foreign_file(path)  # someone's text file is not a damaged database: it stays as it is
         try:
             make_private_dirs(os.path.dirname(path) or ".")
@@ -513,6 +513,16 @@ def _statements(script: str) -> list[str]:
 
 
 _shared: SharedHandles[Database] = SharedHandles()
+
+
+def open_here(resolved: str) -> bool:
+    """Whether this process has the SQLite file ``resolved`` open (a shared :class:`Database`).
+
+    Then nothing else may open and close the file: closing any descriptor of a file drops every
+    POSIX lock the process holds on it, SQLite's included (SQLite keeps its own descriptors open
+    for that reason, but cannot know of ours). Another process would then take this one for gone:
+    delete the WAL this one still writes, or write at the same time."""
+    return any(db.path == resolved and not db._closed for db in _shared.values())
 
 
 def open_database(path: str, synchronous: str = "NORMAL") -> Database:
