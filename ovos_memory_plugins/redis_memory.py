@@ -193,13 +193,14 @@ class RedisMemory(ContextMemory):
         messages = self._incoming(new_messages, session_id)
         if not messages:
             return
-        generation = self._held.generation(session_id)  # a forget meanwhile: nothing is held again
-        held = self._held.take(session_id)
-        try:
-            tokens, rounds = self._store.append(session_id, held + messages)
-        except StorageError:
-            self._hold(session_id, held + messages, generation)
-            return
+        with self._held.turn(session_id):  # the session's writes take turns: held ones stay first
+            generation = self._held.generation(session_id)  # a forget meanwhile: nothing is held again
+            held = self._held.take(session_id)
+            try:
+                tokens, rounds = self._store.append(session_id, held + messages)
+            except StorageError:
+                self._hold(session_id, held + messages, generation)
+                return
         if held:
             LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
             self._log.clear("held")
@@ -277,8 +278,9 @@ class RedisMemory(ContextMemory):
     def forget(self, session_id: str) -> dict[str, int]:
         """Delete every key of the session (messages, summary, counters, lease) and the RAM copies."""
         check_session_id(session_id)
-        messages, summaries = self._store.forget(session_id)  # raises while Redis is down: RAM stays as is
-        held = self._held.drop(session_id)
+        with self._held.turn(session_id):  # after a write in flight, which it then deletes
+            messages, summaries = self._store.forget(session_id)  # raises while Redis is down: RAM stays as is
+            held = self._held.drop(session_id)
         with self._lock:
             self._cache.pop(session_id, None)
         self._due.discard(session_id)
@@ -372,15 +374,18 @@ class RedisMemory(ContextMemory):
     def _write_held(self, session_id: str) -> bool:
         """Write the messages held for the session while Redis was down, in order, before anything
         else; True when none are left held."""
-        generation = self._held.generation(session_id)
-        held = self._held.take(session_id)
-        if not held:
+        if session_id not in self._held:
             return True
-        try:
-            tokens, rounds = self._store.append(session_id, held)
-        except StorageError:
-            self._held.hold(session_id, held, generation)  # back in front of anything held meanwhile, in order
-            return False
+        with self._held.turn(session_id):
+            generation = self._held.generation(session_id)
+            held = self._held.take(session_id)
+            if not held:
+                return True
+            try:
+                tokens, rounds = self._store.append(session_id, held)
+            except StorageError:
+                self._held.hold(session_id, held, generation)  # back in front of anything held meanwhile
+                return False
         LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
         self._log.clear("held")
         self._cache_append(session_id, held)

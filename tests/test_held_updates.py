@@ -67,6 +67,28 @@ def test_a_write_refused_while_its_session_is_forgotten_is_not_held_again():
     assert held.peek("s") == [] and held.count() == 0
 
 
+def test_a_forget_waits_for_a_write_in_flight_so_the_store_forget_deletes_what_it_stored():
+    import threading
+
+    held, stored, events = HeldWrites(limit=10), [], []
+    held.hold("s", ["h"])
+    entered = threading.Event()
+
+    def slow_success(batch):
+        entered.set()
+        time.sleep(0.2)
+        stored.extend(batch)
+        events.append("stored")
+
+    thread = threading.Thread(target=held.write, args=("s", ["a"], slow_success, (StorageError,)))
+    thread.start()
+    entered.wait(5)
+    held.drop("s")
+    events.append("dropped")
+    thread.join(5)
+    assert events == ["stored", "dropped"] and stored == ["h", "a"] and held.count() == 0
+
+
 def test_writes_of_one_session_take_turns_so_a_batch_held_again_stays_in_front():
     import threading
 

@@ -793,3 +793,40 @@ def test_a_refused_password_is_told_as_such_not_as_an_outage(redis_server_url, r
         assert len(said) == 1 and "refused the credentials" in said[0] and "unreachable" not in said[0]
     finally:
         r.execute_command("ACL", "DELUSER", "ovos-test-user")
+
+
+def test_two_turns_of_a_session_keep_their_order_when_held_messages_are_refused_again(make, monkeypatch):
+    # Turn A takes the message held from an outage and is refused after a wait (a connect timeout
+    # as Redis comes back); turn B, meanwhile, must not be stored before A's messages.
+    import threading
+    import time
+
+    from ovos_memory_plugins.errors import StorageError
+    from tests._timing import patience
+
+    memory = make()
+    real = memory._store.append
+    refuse_all = threading.Event()
+
+    def append(sid, messages):
+        if refuse_all.is_set():
+            raise StorageError("redis down")
+        if any(m.content == "q2" for m in messages):
+            time.sleep(0.3)
+            raise StorageError("connect timeout")
+        return real(sid, messages)
+
+    monkeypatch.setattr(memory._store, "append", append)
+    exchange(memory, "s", "q0", "a0")
+    refuse_all.set()
+    exchange(memory, "s", "q1", "a1")  # held
+    refuse_all.clear()
+    first = threading.Thread(target=exchange, args=(memory, "s", "q2", "a2"))
+    first.start()
+    time.sleep(0.1)
+    exchange(memory, "s", "q3", "a3")
+    first.join(10)
+    monkeypatch.undo()
+    assert memory.flush(patience(10))
+    said = [m.content for m in memory.get_history("s") if m.content.startswith("q")]
+    assert said == ["q0", "q1", "q2", "q3"]

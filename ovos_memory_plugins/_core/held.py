@@ -7,9 +7,10 @@ session puts them first in its own batch (one transaction: all written, or all h
 ``flush()``, an export and a forget of one exchange write them too. What is held is lost only
 if the process ends before the store comes back, which ``close()`` says.
 
-A forget of the session drops what is held, and a write refused while (or after) it ran does
-not put its batch back: a forgotten session is never written again. Writes of one session take
-turns here, so a batch held again never lands behind a later one.
+A forget of the session drops what is held, after any write of it in flight (which the forget
+then deletes from the store), and a write refused since does not put its batch back: a
+forgotten session is never written again. Writes of one session take turns here, so a batch
+held again never lands behind a later one.
 
 Bounded: past ``limit`` items a session keeps its newest, and says so.
 """
@@ -72,10 +73,16 @@ class HeldWrites(Generic[T]):
         with self._lock:
             return list(self._items.get(session_id, []))
 
+    def turn(self, session_id: str) -> threading.RLock:
+        """The lock the session's writes take turns with (for a writer that takes and holds
+        items itself)."""
+        return self._writing[hash(session_id) % _STRIPES]
+
     def drop(self, session_id: str) -> int:
         """Forget what is held for ``session_id``, and what a write in flight would hold again
-        (it is never written); how many items went."""
-        with self._lock:
+        (it is never written); how many items went. A write in flight finishes first: what it
+        stores is then there for the forget that follows to delete."""
+        with self.turn(session_id), self._lock:
             self._forgets[session_id] = self._forgets.get(session_id, 0) + 1
             return len(self._items.pop(session_id, []))
 
@@ -94,7 +101,7 @@ class HeldWrites(Generic[T]):
         down or full), the whole batch is held again, in front of anything held meanwhile; any
         other error is the new items' (a bug, not an outage): only what was held before is kept,
         so an item that can never be stored does not block its session. The error propagates."""
-        with self._writing[hash(session_id) % _STRIPES]:  # the session's writes take turns
+        with self.turn(session_id):  # the session's writes take turns
             generation = self.generation(session_id)
             held = self.take(session_id)
             batch = held + list(items)
