@@ -193,19 +193,7 @@ class RedisMemory(ContextMemory):
         messages = self._incoming(new_messages, session_id)
         if not messages:
             return
-        with self._held.turn(session_id):  # the session's writes take turns: held ones stay first
-            generation = self._held.generation(session_id)  # a forget meanwhile: nothing is held again
-            held = self._held.take(session_id)
-            try:
-                tokens, rounds = self._store.append(session_id, held + messages)
-            except StorageError:
-                self._hold(session_id, held + messages, generation)
-                return
-        if held:
-            LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
-            self._log.clear("held")
-        self._cache_append(session_id, held + messages)
-        self._compact_if_due(session_id, tokens, rounds)
+        self._append(session_id, messages)
 
     def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
                       blocks: bool = True) -> ContextParts:
@@ -374,28 +362,28 @@ class RedisMemory(ContextMemory):
     def _write_held(self, session_id: str) -> bool:
         """Write the messages held for the session while Redis was down, in order, before anything
         else; True when none are left held."""
-        if session_id not in self._held:
-            return True
-        with self._held.turn(session_id):
-            generation = self._held.generation(session_id)
-            held = self._held.take(session_id)
-            if not held:
-                return True
-            try:
-                tokens, rounds = self._store.append(session_id, held)
-            except StorageError:
-                self._held.hold(session_id, held, generation)  # back in front of anything held meanwhile
-                return False
-        LOG.info(f"{self.plugin_name}: wrote {len(held)} message(s) of {session_id!r} held while Redis was down")
-        self._log.clear("held")
-        self._cache_append(session_id, held)
+        return session_id not in self._held or self._append(session_id, [])
+
+    def _append(self, session_id: str, messages: list[AgentMessage]) -> bool:
+        """Append what is held for the session, then ``messages`` (one script), and compact if
+        due; while Redis is down they are held instead (see _core/held.py). True when written."""
+        written: list[tuple[list[AgentMessage], tuple[int, int]]] = []
+        try:
+            held = self._held.write(session_id, messages,
+                                    lambda batch: written.append((batch, self._store.append(session_id, batch))),
+                                    (StorageError,))
+        except StorageError:
+            self._store.forget_tail(session_id)
+            return False
+        if not written:
+            return True  # nothing held, nothing given
+        if held:
+            LOG.info(f"{self.plugin_name}: wrote {held} message(s) of {session_id!r} held while Redis was down")
+            self._log.clear("held")
+        batch, (tokens, rounds) = written[0]
+        self._cache_append(session_id, batch)
         self._compact_if_due(session_id, tokens, rounds)
         return True
-
-    def _hold(self, session_id: str, messages: list[AgentMessage], generation: int) -> None:
-        """Keep messages written while Redis is down; the next successful update writes them first."""
-        self._store.forget_tail(session_id)
-        self._held.hold(session_id, messages, generation)
 
     def _cache_append(self, session_id: str, messages: list[AgentMessage]) -> None:
         with self._lock:

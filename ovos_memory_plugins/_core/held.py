@@ -41,8 +41,8 @@ class HeldWrites(Generic[T]):
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._items  # a dict lookup, no lock: the turn's fast path
 
-    def generation(self, session_id: str) -> int:
-        """Changes when the session is dropped: pass it to :meth:`hold` with what was taken."""
+    def _generation(self, session_id: str) -> int:
+        """Changes when the session is dropped: passed to :meth:`hold` with what was taken."""
         with self._lock:
             return self._forgets.get(session_id, 0)
 
@@ -74,8 +74,8 @@ class HeldWrites(Generic[T]):
             return list(self._items.get(session_id, []))
 
     def turn(self, session_id: str) -> threading.RLock:
-        """The lock the session's writes take turns with (for a writer that takes and holds
-        items itself)."""
+        """The lock the session's writes take turns with (a forget of the store takes it too,
+        so it comes after a write in flight)."""
         return self._writing[hash(session_id) % _STRIPES]
 
     def drop(self, session_id: str) -> int:
@@ -102,7 +102,7 @@ class HeldWrites(Generic[T]):
         other error is the new items' (a bug, not an outage): only what was held before is kept,
         so an item that can never be stored does not block its session. The error propagates."""
         with self.turn(session_id):  # the session's writes take turns
-            generation = self.generation(session_id)
+            generation = self._generation(session_id)
             held = self.take(session_id)
             batch = held + list(items)
             if not batch:
