@@ -547,7 +547,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         for member in self.members:
             found.update(self._call(member, "sessions", lambda m=member: list(m.memory.sessions()), [])
                          if hasattr(member.memory, "sessions") else [])
-        return sorted(found)
+        return self._listed(found)
 
     def forget(self, session_id: str) -> dict[str, Any]:
         """Forget in every member; a member that fails (its store unreachable) does not stop the

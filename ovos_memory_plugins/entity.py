@@ -323,8 +323,8 @@ class EntityMemory(LLMMemory):
         # with their id): listed, exported and forgotten as theirs in any scope, never unreachable.
         stated = self._global_sids()
         if self.settings.scope == "global":
-            return sorted(stated)
-        return sorted(stated.union(k for k in self._store.sessions() if k != GLOBAL_KEY))
+            return self._listed(stated)
+        return self._listed(stated.union(k for k in self._store.sessions() if k != GLOBAL_KEY))
 
     def _global_sids(self) -> set[str]:
         record = self._load(GLOBAL_KEY)

@@ -248,7 +248,7 @@ class LongTermMemory(LLMMemory):
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
-        return self._store.sessions()
+        return self._listed(self._store.sessions())
 
     def forget(self, session_id: str) -> dict[str, int]:
         check_session_id(session_id)

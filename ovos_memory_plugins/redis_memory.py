@@ -261,7 +261,7 @@ class RedisMemory(ContextMemory):
     def sessions(self) -> list[str]:
         """The sessions in Redis (and any held here while it is down); StoreUnavailable while it
         is down: "none" would be a lie."""
-        return sorted(set(self._store.sessions()).union(self._held.sessions()))
+        return self._listed(self._store.sessions())
 
     def forget(self, session_id: str) -> dict[str, int]:
         """Delete every key of the session (messages, summary, counters, lease) and the RAM copies."""

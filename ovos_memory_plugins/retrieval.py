@@ -306,7 +306,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
-        return self._store.sessions()
+        return self._listed(self._store.sessions())
 
     def forget(self, session_id: str) -> dict[str, int]:
         self._held.drop(check_session_id(session_id))  # first: what the store refused is never stored now

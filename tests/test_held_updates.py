@@ -171,11 +171,14 @@ def test_forget_drops_what_is_held_so_it_is_never_stored_after(kind, tmp_path, m
     with _memories(tmp_path)[kind]() as memory:
         _refusing(memory, monkeypatch)
         _say(memory, "s", "Zqsecretq")
+        assert memory.sessions() == ["s"]  # its only turn is held: still a session to export or forget
         monkeypatch.undo()
         memory.forget("s")
+        assert memory.sessions() == []
         _say(memory, "other", "Ana")
         assert memory.flush(patience(30))
         assert "Zqsecretq" not in json.dumps(memory.export("s")) + json.dumps(memory.export("other"))
+        assert memory.sessions() == ["other"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -130,16 +130,17 @@ class StopWords:
     more) applies to it: "how old is my son?" is English, and "son" stays. Between languages
     holding as many, only the words they all list go. A text with too few stop words to tell
     ("set a timer", "yes") loses those of every language: its function words would otherwise
-    match every exchange that has them. If that would leave nothing to search for, a word only
-    one language other than English lists stays: it may be a name ("where's Ben?", "Mia"), or
-    the word asked about ("the door").
+    match every exchange that has them. If that would leave nothing to search for, a word that is
+    not an English one stays when English is as likely as any language ("my son"), else one that
+    only one language lists: it may be a name ("where's Ben?", "Mia"), or the word asked about
+    ("the door").
 
         >>> StopWords(("en", "es")).for_text("how old is my son?") >= {"how", "is", "my"}
         True
         >>> "son" in StopWords(("en", "es")).for_text("how old is my son?")
         False
-        >>> [StopWords().query_words(t) for t in ("where's ben?", "Mia", "the door", "Yes", "set a timer")]
-        [['ben'], ['mia'], ['door'], [], ['set', 'timer']]
+        >>> [StopWords().query_words(t) for t in ("where's ben?", "Mia", "the door", "my son", "Yes", "set a timer")]
+        [['ben'], ['mia'], ['door'], ['son'], [], ['set', 'timer']]
     """
 
     languages: tuple[str, ...] = LANGUAGES
@@ -164,18 +165,26 @@ class StopWords:
         best = max(hits.values())
         if best < MIN_EVIDENCE:
             every = _stopwords(languages, extra)
-            return every - _names(words, languages) if words <= every else every
+            if not words <= every:
+                return every
+            return every - (_names(words, languages, english_likely=hits.get("en") == best) - _stopwords((), extra))
         tied = tuple(lang for lang in languages if hits[lang] == best)
         if len(tied) == 1:
             return _stopwords(tied, extra)
         return frozenset.intersection(*(_stopwords((lang,), ()) for lang in tied)) | _stopwords((), extra)
 
 
-def _names(words: set[str], languages: tuple[str, ...]) -> frozenset[str]:
-    """The words of a short text made only of stop words that may still be what it is about: those
-    one language only lists, and not English ("ben" is Dutch for "am" and a name; "yes", "will"
-    and "hi" are English, and "hola", "ja" and "si" function words of several languages)."""
+def _names(words: set[str], languages: tuple[str, ...], english_likely: bool) -> frozenset[str]:
+    """The words of a short text made only of stop words that may still be what it is about.
+
+    Not English ones ("yes", "will" and "hi"). When English is as likely as any language (it
+    has as many of the text's stop words), every other word: "my son" is English, and "son" the
+    word asked about, though Spanish and French list it. Otherwise those one language only
+    lists ("ben" is Dutch for "am" and a name; "hola", "ja" and "si" are function words of
+    several languages)."""
     english = _stopwords(("en",), ()) if "en" in languages else frozenset()
+    if english and english_likely:
+        return frozenset(words - english)
     return frozenset(w for w in words - english if sum(w in _stopwords((lang,), ()) for lang in languages) == 1)
 
 

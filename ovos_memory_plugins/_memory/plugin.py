@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import inspect
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from .._core.compat import AgentContextManager, AgentMessage
@@ -261,7 +261,12 @@ class MemoryPlugin(AgentContextManager):
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
         """The session ids this memory holds anything for."""
-        return []
+        return self._listed(())
+
+    def _listed(self, stored: Iterable[str]) -> list[str]:
+        """``stored`` (the sessions the store lists) and those with updates held here, sorted:
+        a session whose turns the store refused is still one this memory holds."""
+        return sorted(set(stored).union(self._held.sessions()))
 
     def forget(self, session_id: str) -> dict[str, int]:
         """Delete everything stored for ``session_id``; returns counts of what was removed."""

@@ -124,7 +124,7 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
-        return self._window.sessions()
+        return self._listed(self._window.sessions())
 
     def forget(self, session_id: str) -> dict[str, int]:
         check_session_id(session_id)
