@@ -14,6 +14,7 @@ import hashlib
 import os
 import select
 import socket
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,9 @@ class RoundTrips:
     sends in between): what a statement costs in latency on a real network, whatever psycopg's
     internals do. ``url(schema_url)`` is that URL through the proxy; ``count`` the round trips
     since the last ``reset()``. ``cut()`` is an outage: every connection through it is closed
-    and new ones are closed at once, until ``restore()``.
+    and new ones are closed at once, until ``restore()``. ``hang()`` is a server that is alive
+    but hung (its process stopped): connections stay open and new ones are accepted, but nothing
+    goes through either way until ``restore()``.
     """
 
     def __init__(self, folder: Path):
@@ -98,7 +101,7 @@ class RoundTrips:
         self._listener.listen(16)
         self._lock = threading.Lock()
         self._last: dict[int, str] = {}
-        self._down, self._closed, self._generation = False, False, 0
+        self._down, self._hung, self._closed, self._generation = False, False, False, 0
         self.count = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -114,9 +117,13 @@ class RoundTrips:
             self._down = True
             self._generation += 1  # every connection made before this ends at its next look
 
+    def hang(self) -> None:
+        with self._lock:
+            self._hung = True
+
     def restore(self) -> None:
         with self._lock:
-            self._down = False
+            self._down = self._hung = False
 
     def close(self) -> None:
         self._closed = True
@@ -149,6 +156,9 @@ class RoundTrips:
         # within 50 ms (a socket closed under a blocked recv would not wake it, and its peer would
         # never see the end).
         while self._live(generation):
+            if self._hung:  # bytes wait in the kernel's buffers, as they do for a stopped server
+                time.sleep(0.05)
+                continue
             try:
                 if not select.select([src], [], [], 0.05)[0]:
                     continue

@@ -939,3 +939,53 @@ def test_a_session_forgotten_during_an_outage_is_not_written_back_when_the_datab
             assert not _said(memory, "s") and "zqsecretq" not in json.dumps(memory.export("other"))
     finally:
         proxy.close()
+
+
+def _with_options(url: str, options: str) -> str:
+    """``url`` with ``options`` added to libpq's (they come after the ones already there)."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qs(parts.query)
+    query["options"] = [" ".join([*query.get("options", []), options])]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query, doseq=True)))
+
+
+@pytest.mark.parametrize("kind", ["lexical", "composite"])
+def test_a_hung_database_costs_a_turn_seconds_and_loses_nothing(kind, tmp_path, monkeypatch):
+    """A server alive but hung (its process stopped) acknowledges every byte and answers none:
+    TCP sees nothing wrong and statement_timeout is never enforced. The turn must still end."""
+    import concurrent.futures
+
+    from ovos_memory_plugins.storage.postgres import watchdog
+    from tests._postgres import RoundTrips
+
+    monkeypatch.setattr(watchdog, "HUNG_MARGIN_S", 0.5)  # a call unanswered 1.5 s ends its connection
+    proxy = RoundTrips(tmp_path)
+    # One thread takes every turn, as a persona's bus handler does: it has a connection of its
+    # own, open before the server hangs (a new one would meet connect_timeout instead).
+    persona = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        with _pg_memory(kind, _with_options(proxy.url(fresh_url()), "-c statement_timeout=1000")) as memory:
+            persona.submit(_exchange, memory, "s", "My name is zqbeforeq.", "noted").result()
+            assert memory.flush(patience(30))
+            persona.submit(memory.build_conversation_context, "hi", "s").result()
+            proxy.hang()
+
+            def turn() -> str:
+                answer = memory.build_conversation_context("what is my name?", "s")[-1].content
+                _exchange(memory, "s", "My name is zqhungq.", "noted")
+                return answer
+
+            try:
+                assert persona.submit(turn).result(timeout=patience(60)) == "what is my name?"
+            except concurrent.futures.TimeoutError:
+                pytest.fail("a hung database held the turn")
+            assert memory.degraded(), "a hung database must be told"
+            proxy.restore()
+            persona.submit(_exchange, memory, "s", "My name is zqafterq.", "noted").result()
+            assert memory.flush(patience(60))
+            said = _said(memory, "s")
+    finally:
+        proxy.restore()  # a turn still waiting (the failure above) may end
+        persona.shutdown(wait=False)
+        proxy.close()
+    assert said == ["zqbeforeq", "zqhungq", "zqafterq"], said

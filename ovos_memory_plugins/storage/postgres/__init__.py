@@ -19,6 +19,8 @@ the other with its schema and a few statements changed:
 * a broken connection (a server restart) is replaced at the next call: a read that meets it is
   retried once, and a write after an idle spell checks the connection before it begins; a
   transaction that breaks is never retried (a commit whose answer was lost may have happened);
+* a call a hung server leaves unanswered past ``statement_timeout`` ends its connection
+  (:mod:`.watchdog`), so the turn waits seconds, not for ever;
 * ``worker_key`` names this process's workers in the leases they take (shared job queues): its
   connections hold a shared session-level advisory lock on it, so when the process dies (and
   its connections with it) any other process sees at once that the leases are orphaned;
@@ -42,6 +44,7 @@ from typing import Any, TypeVar
 from ...errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
 from ..readonly import StoreReadOnly, is_read_only
 from ..sharing import SharedHandles
+from .watchdog import statement_timeout_ms, watch, watched_connection_class
 
 __all__ = [
     "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",
@@ -332,7 +335,9 @@ class PgDatabase:
                 raise StorageError(f"{self.path} is closed")
         return raw
 
-    def _connect(self) -> Any:
+    def _connect(self, watched: bool = True) -> Any:
+        """A new connection; ``watched``: a call the server leaves unanswered past the
+        connection's ``statement_timeout`` ends it (:mod:`.watchdog`)."""
         psycopg = psycopg_module()
         from psycopg.conninfo import conninfo_to_dict
 
@@ -358,16 +363,17 @@ class PgDatabase:
         if time.monotonic() < until:
             raise StoreUnavailable(f"cannot connect to {self.path}: {why} (no new attempt for {pause:g} s)")
         try:
-            raw = psycopg.connect(autocommit=True, **info)
+            raw = watched_connection_class().connect(autocommit=True, **info)
         except psycopg.Error as exc:
             why = str(exc).strip()
             if "timeout" in why or "timed out" in why:
-                # Waiting out connect_timeout again on the next turn would cost that turn as much:
-                # each such failure pauses the attempts longer (every store of this server, here).
-                _UNANSWERED[self.url] = (time.monotonic() + pause, min(pause * 2, CONNECT_PAUSE_MAX_S), why)
+                _pause_attempts(self.url, why)
             raise StoreUnavailable(f"cannot connect to {self.path}: {why}") from exc
         _UNANSWERED.pop(self.url, None)
         _register_text_adapters(raw)
+        if watched:
+            watch(raw, statement_timeout_ms(str(info["options"])) or 0,
+                  lambda why: _pause_attempts(self.url, f"a connection {why}"))
         return raw
 
     def _checked(self, session: _Session) -> Any:
@@ -386,8 +392,8 @@ class PgDatabase:
     @contextlib.contextmanager
     def dedicated(self) -> Iterator[Any]:
         """A connection of its own (raw psycopg) for long maintenance (an index build: its owner
-        cancels it when it closes)."""
-        raw = self._connect()
+        cancels it when it closes; it sets its own timeouts, so it is not watched)."""
+        raw = self._connect(watched=False)
         try:
             yield raw
         finally:
@@ -647,6 +653,14 @@ class PgDatabase:
             sessions, self._sessions = self._sessions, []
         for session in sessions:
             _close_quietly(session.raw)
+
+
+def _pause_attempts(url: str, why: str) -> None:
+    """The server at ``url`` did not answer in time. Waiting as long again on the next turn
+    would cost that turn as much: each such failure pauses the attempts to connect longer
+    (every store of this server, here)."""
+    _, pause, _ = _UNANSWERED.get(url, (0.0, CONNECT_PAUSE_S, ""))
+    _UNANSWERED[url] = (time.monotonic() + pause, min(pause * 2, CONNECT_PAUSE_MAX_S), why)
 
 
 def _close_quietly(raw: Any) -> None:
