@@ -80,7 +80,7 @@ def test_backend_specific_settings_are_attributes_too(tmp_path):
         assert rag.embeddings_db_plugin == "ovos-memory-sqlite-embeddings-plugin"
     with LongTermMemory({"db_path": str(tmp_path / "lt.json"), "api_url": closed_port_url()}) as lt:
         assert (lt.summarize_every, lt.recent_window, lt.max_summary_tokens) == (6, 4, 256)
-        assert (lt.model, lt.request_timeout) == ("", 120.0) and lt.api_url.startswith("http://127.0.0.1")
+        assert (lt.model, lt.request_timeout) == ("", 30.0) and lt.api_url.startswith("http://127.0.0.1")
     with EntityMemory({"db_path": str(tmp_path / "e.json"), "api_url": None}) as entity:
         assert (entity.max_facts, entity.facts_header) == (50, "Known facts about the user:")
         assert entity.db_path == str(tmp_path / "e.json")

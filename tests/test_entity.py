@@ -56,7 +56,7 @@ def test_defaults_match_the_reference(tmp_path):
     s = memory.settings
     memory.close()
     assert (s.api_url, s.model, s.max_facts, s.max_extract_tokens, s.request_timeout, s.facts_header,
-            s.backend, s.scope) == ("http://localhost:8000/v1", "", 50, 128, 120.0, "Known facts about the user:",
+            s.backend, s.scope) == ("http://localhost:8000/v1", "", 50, 128, 30.0, "Known facts about the user:",
                                     "json", "session")
     assert "{exchange}" in s.extraction_prompt
 

@@ -122,6 +122,29 @@ def test_a_server_slower_than_the_timeout_raises_llm_timeout(llm):
         ChatClient(llm.url, model="m", timeout=0.3).complete(HI)
 
 
+def test_a_server_slower_than_the_timeout_gets_twice_as_long_after_each_timeout_up_to_four_times(llm, log_lines):
+    llm.mode, llm.delay = "slow", 0.8
+    client = ChatClient(llm.url, model="m", timeout=0.3)
+    for now, then in ((0.3, 0.6), (0.6, 1.2)):
+        assert client.completion_timeout == pytest.approx(now)
+        with pytest.raises(LLMTimeout):
+            client.complete(HI)
+        assert client.completion_timeout == pytest.approx(then)
+        client.reset()
+    llm.mode = "ok"
+    assert client.complete(HI) == "OK" and client.completion_timeout == pytest.approx(1.2)  # a slow server stays so
+    assert client.timeout == 0.3  # what was configured is still what the config says
+    said = [msg for level, msg in log_lines if "slower than its request_timeout" in msg]
+    assert len(said) == 2 and "up to 1.2 s" in said[-1]
+
+
+def test_a_server_that_cannot_be_reached_never_gets_longer():
+    client = ChatClient(closed_port_url(), model="m", timeout=0.3)
+    with pytest.raises(LLMUnavailable):
+        client.complete(HI)
+    assert client.completion_timeout == 0.3
+
+
 def test_a_server_trickling_its_answer_is_cut_at_the_timeout_for_the_whole_request(llm):
     llm.mode, llm.delay = "trickle", 0.05  # each read gets a byte well within the timeout
     client = ChatClient(llm.url, model="m", timeout=0.5)

@@ -60,7 +60,7 @@ def test_defaults_match_the_reference(tmp_path):
     s = memory.settings
     memory.close()
     assert (s.api_url, s.model, s.summarize_every, s.max_summary_tokens, s.recent_window, s.request_timeout,
-            s.backend, s.system_prompt) == ("http://localhost:8000/v1", "", 6, 256, 4, 120.0, "json", "")
+            s.backend, s.system_prompt) == ("http://localhost:8000/v1", "", 6, 256, 4, 30.0, "json", "")
 
 
 def test_default_paths_are_under_the_xdg_data_home(tmp_path, _private_data_home):

@@ -46,6 +46,10 @@ MODELS_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 #: Asking the server for its context size is a hint, never worth a long wait.
 PROBE_TIMEOUT_S = 3.0
+#: A server that answers, but slower than ``request_timeout``, gets twice as long after each
+#: request it was too slow for, up to this many times ``request_timeout`` (a bigger model on a
+#: small board); one that cannot be reached never gets longer.
+SLOW_SERVER_PATIENCE = 4
 #: Our token estimate is within about 5% of real tokenizers on whole requests; 10% more is kept free.
 PROMPT_MARGIN = 1.10
 
@@ -179,6 +183,7 @@ class ChatClient:
         self.api_url = (api_url or "").strip().rstrip("/")
         self.model = model or ""
         self.timeout = float(timeout)
+        self._patience = 1  # times ``timeout`` a completion may take (SLOW_SERVER_PATIENCE)
         self.api_key = api_key
         self.max_prompt_tokens = max_prompt_tokens or None
         self.owner = owner
@@ -207,6 +212,11 @@ class ChatClient:
     def retry_in(self) -> float:
         """Seconds until the next attempt is allowed (0 when the circuit is closed)."""
         return self._breaker.remaining()
+
+    @property
+    def completion_timeout(self) -> float:
+        """Seconds a completion request may take now: ``timeout``, longer for a slow server."""
+        return self.timeout * self._patience
 
     @property
     def problem(self) -> str | None:
@@ -274,6 +284,8 @@ class ChatClient:
             self._breaker.release()  # the request was too long; the endpoint is fine
             raise
         except LLMError as exc:
+            if isinstance(exc, _SlowAnswer):
+                self._be_patient()
             self._on_failure(exc)
             raise
         except BaseException:
@@ -325,6 +337,15 @@ class ChatClient:
         self._log.warning(
             "endpoint", "%sLLM endpoint %s failed (%s); working without it, next try in %.3gs",
             self._who, self.api_url, exc, delay)
+
+    def _be_patient(self) -> None:
+        # Every timeout wastes a whole generation: a server that is merely slow (a bigger model,
+        # a busy board) would time out again on every request and never teach the memory
+        # anything. One that cannot be reached does not get here.
+        if self._patience < SLOW_SERVER_PATIENCE:
+            self._patience = min(self._patience * 2, SLOW_SERVER_PATIENCE)
+            LOG.warning(f"{self._who}LLM endpoint {self.api_url} answers slower than its request_timeout "
+                        f"({self.timeout:g} s); its requests now get up to {self.completion_timeout:g} s")
 
     def _note_blank(self, completion: Completion) -> None:
         # No caller asks for an empty reply: a model answering with nothing (a reasoning model
@@ -380,7 +401,7 @@ class ChatClient:
             if shape is not None:
                 request["response_format"] = shape
             try:
-                return self._request("POST", "/chat/completions", request, self.timeout), mode
+                return self._request("POST", "/chat/completions", request, self.completion_timeout), mode
             except _HTTPStatus as exc:
                 if shape is None or not is_rejection(exc.status, exc.detail):
                     raise
@@ -394,7 +415,7 @@ class ChatClient:
         if use_json:
             body["response_format"] = {"type": "json_object"}
         try:
-            data = self._request("POST", "/chat/completions", body, self.timeout)
+            data = self._request("POST", "/chat/completions", body, self.completion_timeout)
         except _HTTPStatus as exc:
             if not use_json or not is_rejection(exc.status, exc.detail):
                 raise
@@ -402,7 +423,7 @@ class ChatClient:
             self._json_mode = False
             LOG.info(f"LLM endpoint {self.api_url} does not accept JSON mode; continuing without it")
             body.pop("response_format")
-            data = self._request("POST", "/chat/completions", body, self.timeout)
+            data = self._request("POST", "/chat/completions", body, self.completion_timeout)
         if use_json and self._json_mode is None:
             self._json_mode = True
         return data
@@ -451,9 +472,9 @@ class ChatClient:
                         return {}  # no model listing here; completions may still work without a model
                     raise self._status_error(url, exc) from exc
             except (OSError, http.client.HTTPException) as exc:
-                raise _transport_failure(url, exc, timeout, deadline.expired) from exc
+                raise _transport_failure(url, exc, timeout, deadline.expired, deadline.connected) from exc
         if deadline.expired:  # the socket was shut mid-body: what was read is cut short
-            raise LLMTimeout(f"{url}: no whole answer within {timeout:g}s")
+            raise _SlowAnswer(f"{url}: no whole answer within {timeout:g}s")
         if len(raw) > MAX_RESPONSE_BYTES:
             raise LLMError(f"{url}: reply larger than {MAX_RESPONSE_BYTES} bytes")
         try:
@@ -472,8 +493,14 @@ class ChatClient:
                                   limit)
 
 
-def _transport_failure(url: str, exc: BaseException, timeout: float, expired: bool) -> LLMError:
-    """What a request that got no HTTP status failed with (``expired``: its deadline shut it)."""
+def _transport_failure(url: str, exc: BaseException, timeout: float, expired: bool, connected: bool) -> LLMError:
+    """What a request that got no HTTP status failed with (``expired``: its deadline shut it;
+    ``connected``: it reached the server, so a timeout is a slow answer)."""
+    failure = _transport_cause(url, exc, timeout, expired)
+    return _SlowAnswer(str(failure)) if connected and isinstance(failure, LLMTimeout) else failure
+
+
+def _transport_cause(url: str, exc: BaseException, timeout: float, expired: bool) -> LLMError:
     if expired or isinstance(exc, TimeoutError):
         return LLMTimeout(f"{url}: no {'whole ' if expired else ''}answer within {timeout:g}s")
     if isinstance(exc, urllib.error.URLError):
@@ -481,6 +508,10 @@ def _transport_failure(url: str, exc: BaseException, timeout: float, expired: bo
     if isinstance(exc, (http.client.HTTPException, ConnectionError)):
         return LLMError(f"{url}: not an HTTP answer ({type(exc).__name__}: {exc})")
     return _transport_error(url, exc, timeout)
+
+
+class _SlowAnswer(LLMTimeout):
+    """A timeout of a request the server had received: it is there, but slower than the timeout."""
 
 
 class _HTTPStatus(LLMError):

@@ -43,6 +43,12 @@ class Deadline:
         self._timer.cancel()
         _running.deadline = None
 
+    @property
+    def connected(self) -> bool:
+        """Whether the request reached the server (a connection was made): a timeout then means
+        a server that is slow to answer, not one that cannot be reached."""
+        return bool(self._socks)
+
     def attach(self, sock: socket.socket) -> None:
         with self._lock:
             self._socks.append(sock)

@@ -16,6 +16,7 @@ from ..errors import ConfigError, MemoryPluginError, StorageError
 from ..storage import after_commit, backend_for, open_record_store, store_claim, store_location
 from ..storage.readonly import is_read_only
 from ..storage.records import CheckedRecords
+from .client import SLOW_SERVER_PATIENCE
 from .endpoint import chat_client, with_endpoint
 
 __all__ = ["LLMMemory", "open_session_store"]
@@ -62,8 +63,9 @@ def open_job_queue(store: Any, stem: str, request_timeout: float) -> Any:
     if getattr(db, "engine", None) == "postgres":
         from ..storage.postgres.jobs import PgJobQueue
 
-        # Longer than any one piece of work (a few LLM calls): only a dead worker's lease expires.
-        return PgJobQueue(db, f"ovos_{stem}_jobs", lease_s=60.0 + 4 * request_timeout)
+        # Longer than any one piece of work (a few LLM calls, each given up to SLOW_SERVER_PATIENCE
+        # times the timeout by a slow server): only a dead worker's lease expires.
+        return PgJobQueue(db, f"ovos_{stem}_jobs", lease_s=60.0 + 4 * request_timeout * SLOW_SERVER_PATIENCE)
     return DueQueue()
 
 
@@ -241,7 +243,7 @@ class LLMMemory(ContextMemory):
         if self._closed:
             return
         self._close_held()
-        self._worker.close(timeout=self.settings.request_timeout + 5)
+        self._worker.close(timeout=self.client.completion_timeout + 5)
         if self._work_lock is not None:
             self._work_lock.close()
         self._store.close()
