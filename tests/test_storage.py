@@ -743,7 +743,7 @@ def test_a_postgresql_host_that_does_not_answer_is_not_tried_again_on_every_turn
         tried.append(info)
         raise psycopg.OperationalError("connection timeout expired")
 
-    monkeypatch.setattr(psycopg, "connect", unreachable)
+    monkeypatch.setattr(postgres.watched_connection_class(), "connect", staticmethod(unreachable))
     for _ in range(3):
         with pytest.raises(StoreUnavailable, match="cannot connect to"):
             PgDatabase("postgresql://ovos@db.lan:5432/memory")

@@ -20,7 +20,7 @@ the other with its schema and a few statements changed:
   retried once, and a write after an idle spell checks the connection before it begins; a
   transaction that breaks is never retried (a commit whose answer was lost may have happened);
 * a call a hung server leaves unanswered past ``statement_timeout`` ends its connection
-  (:mod:`.watchdog`), so the turn waits seconds, not for ever;
+  (:mod:`._watchdog`), so the turn waits seconds, not for ever;
 * ``worker_key`` names this process's workers in the leases they take (shared job queues): its
   connections hold a shared session-level advisory lock on it, so when the process dies (and
   its connections with it) any other process sees at once that the leases are orphaned;
@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from ...errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
 from ..readonly import StoreReadOnly, is_read_only
 from ..sharing import SharedHandles
-from .watchdog import statement_timeout_ms, watch, watched_connection_class
+from ._watchdog import statement_timeout_ms, watch, watched_connection_class
 
 __all__ = [
     "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",
@@ -337,7 +337,7 @@ class PgDatabase:
 
     def _connect(self, watched: bool = True) -> Any:
         """A new connection; ``watched``: a call the server leaves unanswered past the
-        connection's ``statement_timeout`` ends it (:mod:`.watchdog`)."""
+        connection's ``statement_timeout`` ends it (:mod:`._watchdog`)."""
         psycopg = psycopg_module()
         from psycopg.conninfo import conninfo_to_dict
 
