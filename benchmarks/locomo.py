@@ -26,8 +26,10 @@ Protocol (the *live* one, the default: the path a persona takes):
 - Dated (the second, labelled protocol; ``--dated``): a memory with ``import_exchanges`` (this
   package's retrieval memories and composite) gets the same exchanges through it instead, each
   with its session's date (``session_<n>_date_time``, read as UTC) plus one second per exchange,
-  as a user restoring an old conversation would import it. The pairing is ``update_history``'s,
-  so the stored exchanges are the same; only their times differ. A memory without the method
+  as a user restoring an old conversation would import it. The pairing is ``update_history``'s
+  for exchanges said at those times: a session opening with speaker_b, a day or more after the
+  last answer, pairs with no question, where fed live (seconds after that answer) it continues
+  it and pairs with its question. A memory without the method
   (the reference package) is fed turn by turn as above.
 - ``memory.flush()`` is called when it exists (backends that embed in the background).
 - Each question is asked as a turn (``build_conversation_context``, for a memory that has it):
@@ -171,7 +173,7 @@ def dated_exchanges(conversation: dict[str, Any]) -> list[dict[str, Any]]:
                     out.append({"question": question, "answer": text})
                     answered = True
             if answered:
-                question = None  # a lone answer in the next call has no question (update_history's rule)
+                question = None  # a lone answer a day later has no question (update_history's rule)
         start = session_time(conv.get(f"{key}_date_time", ""))
         for i, item in enumerate(out[first:]):
             item["ts"] = None if start is None else start + i

@@ -240,18 +240,22 @@ def test_a_connection_dropped_while_idle_costs_no_turn_and_no_update():
         assert len(memory.get_history("s")) == 4
 
 
-def test_an_answer_after_messages_that_answered_nothing_pairs_with_its_question():
+def test_an_answer_after_messages_that_answered_nothing_pairs_with_its_question(monkeypatch):
     # The window's look back for the question runs as SQL on PostgreSQL too.
     from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.storage import windows
 
     with LexicalMemory({"db_url": fresh_url()}) as memory:
         memory.update_history([AgentMessage(U, "what is the weather in Porto")], "s")
         memory.update_history([AgentMessage(A, "\n\n")], "s")
         memory.update_history([AgentMessage(MessageRole.SYSTEM, "the weather service says sunny")], "s")
         memory.update_history([AgentMessage(A, "It is sunny.")], "s")
-        memory.update_history([AgentMessage(A, "Take a hat.")], "s")  # the question was answered
+        memory.update_history([AgentMessage(A, "Take a hat.")], "s")  # the answer's next part, at once
+        monkeypatch.setattr(windows, "CONTINUATION_S", -1.0)  # an answer alone later pairs with nothing
+        memory.update_history([AgentMessage(A, "Good morning!")], "s")
         assert [d["content"] for d in memory.export("s")["documents"]] == [
-            "Q: what is the weather in Porto\nA: It is sunny.", "Q: \nA: Take a hat."]
+            "Q: what is the weather in Porto\nA: It is sunny.", "Q: what is the weather in Porto\nA: Take a hat.",
+            "Q: \nA: Good morning!"]
 
 
 def test_exchanges_imported_into_a_keyword_memory_are_found_at_once():
@@ -955,7 +959,7 @@ def test_a_hung_database_costs_a_turn_seconds_and_loses_nothing(kind, tmp_path, 
     TCP sees nothing wrong and statement_timeout is never enforced. The turn must still end."""
     import concurrent.futures
 
-    from ovos_memory_plugins.storage.postgres import watchdog
+    from ovos_memory_plugins.storage.postgres import _watchdog as watchdog
     from tests._postgres import RoundTrips
 
     monkeypatch.setattr(watchdog, "HUNG_MARGIN_S", 0.5)  # a call unanswered 1.5 s ends its connection

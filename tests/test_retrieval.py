@@ -342,17 +342,24 @@ def test_a_second_reply_is_stored_with_the_question_it_answers(tmp_path):
     assert docs == ["Q: delta dog\nA: echo eel", "Q: delta dog\nA: foxtrot fish"]
 
 
-def test_a_reply_continued_in_an_update_of_its_own_is_stored_without_a_stale_question(tmp_path):
-    # The reference pairs it with the latest question however old: a new day's first answer got
-    # yesterday's last question (docs/compatibility.md).
+def test_a_reply_continued_in_an_update_of_its_own_pairs_with_its_question_but_not_a_later_one(tmp_path,
+                                                                                                monkeypatch):
+    # A persona recording each thing it speaks sends an answer in parts, seconds apart: each part
+    # pairs with the question. The reference pairs an answer alone with the latest question however
+    # old: a new day's first answer got yesterday's last question (docs/compatibility.md).
+    from ovos_memory_plugins.storage import windows
+
     m = lexical(tmp_path)
     m.update_history([AgentMessage(U, "delta dog")], "s")
     m.update_history([AgentMessage(A, "echo eel")], "s")  # the answer alone: paired with the question
-    m.update_history([AgentMessage(A, "foxtrot fish")], "s")
+    m.update_history([AgentMessage(A, "foxtrot fish")], "s")  # its next part, at once
+    monkeypatch.setattr(windows, "CONTINUATION_S", -1.0)  # from here on, every answer comes later
+    m.update_history([AgentMessage(A, "india ibis")], "s")
     m.update_history([AgentMessage(U, "golf goat")], "s")  # the answered question is not stored again alone
     m.update_history([AgentMessage(A, "hotel hen")], "s")
     docs = [d["content"] for d in m.export("s")["documents"]]
-    assert docs == ["Q: delta dog\nA: echo eel", "Q: \nA: foxtrot fish", "Q: golf goat\nA: hotel hen"]
+    assert docs == ["Q: delta dog\nA: echo eel", "Q: delta dog\nA: foxtrot fish", "Q: \nA: india ibis",
+                    "Q: golf goat\nA: hotel hen"]
 
 
 def test_an_answer_after_messages_that_answered_nothing_pairs_with_the_question(tmp_path):

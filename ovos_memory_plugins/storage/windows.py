@@ -144,6 +144,11 @@ class RecordWindowStore:
         return out
 
 
+#: Seconds within which an answer on its own continues the answer before it (a persona that
+#: records each thing it speaks sends an answer in parts, seconds apart), and pairs with its
+#: question; later it pairs with none.
+CONTINUATION_S = 60.0
+
 _WINDOW_MIGRATIONS = (
     """
     CREATE TABLE IF NOT EXISTS {t} (
@@ -200,11 +205,12 @@ class SqliteWindowStore:
         t, now = self.table, time.time()
         to_add = list(messages)
         row = con.execute(
-            f"SELECT id, role, content, extra FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+            f"SELECT id, role, content, extra, ts FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
             (session_id,),
         ).fetchone()
-        tail = readable_messages([row[1:]], self.db.path)[0] if row else None
-        question = self._question_before(con, session_id, tail, messages)
+        tail = readable_messages([row[1:4]], self.db.path)[0] if row else None
+        continues = row is not None and (now if ts is None else ts) - float(row[4]) <= CONTINUATION_S
+        question = self._question_before(con, session_id, tail, messages, continues)
         if policy.normalise:
             pop_tail, to_add = fold_into(tail, messages)
             if pop_tail:
@@ -217,11 +223,14 @@ class SqliteWindowStore:
         return question
 
     def _question_before(self, con: Any, session_id: str, tail: AgentMessage | None,
-                         messages: Sequence[AgentMessage]) -> str | None:
+                         messages: Sequence[AgentMessage], continues: bool) -> str | None:
         """The question the new messages' first answer pairs with: the window's last message if
         it is a question, or the latest question when only tool calls and results followed it
-        (the answer after a tool's result). A question some text already answered pairs with
-        nothing more: the next answer on its own may open another day's talk, not continue it."""
+        (the answer after a tool's result), or when the window's last message is an answer said
+        at most :data:`CONTINUATION_S` before (``continues``: the next part of that answer, as a
+        persona that records each thing it speaks sends it). Otherwise a question some text
+        already answered pairs with nothing more: an answer on its own later may open another
+        day's talk, not continue it."""
         if tail is None or is_role(tail, "user"):
             return tail.content if tail is not None else None
         if not _answer_first(messages):
@@ -233,6 +242,8 @@ class SqliteWindowStore:
             return None
         since = con.execute(f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND id > ? ORDER BY id",
                             (session_id, asked[0])).fetchall()
+        if continues and _is_answer(tail):
+            return str(asked[1])
         return None if any(m is not None and _is_answer(m) for m in readable_messages(since, self.db.path)) \
             else asked[1]
 
