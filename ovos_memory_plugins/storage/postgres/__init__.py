@@ -20,7 +20,7 @@ the other with its schema and a few statements changed:
   retried once, and a write after an idle spell checks the connection before it begins; a
   transaction that breaks is never retried (a commit whose answer was lost may have happened);
 * a call a hung server leaves unanswered past ``statement_timeout`` ends its connection
-  (:mod:`._watchdog`), so the turn waits seconds, not for ever;
+  (:mod:`._watchdog`), so the turn waits a bounded time, not for ever;
 * ``worker_key`` names this process's workers in the leases they take (shared job queues): its
   connections hold a shared session-level advisory lock on it, so when the process dies (and
   its connections with it) any other process sees at once that the leases are orphaned;

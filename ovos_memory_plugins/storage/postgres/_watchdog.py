@@ -1,4 +1,4 @@
-"""Ending a call PostgreSQL leaves unanswered, so a hung server costs a turn seconds, not forever.
+"""Ending a call PostgreSQL leaves unanswered, so a hung server costs a turn a bounded wait, not forever.
 
 A server that is down or unreachable is noticed by the connection itself: refused at once, or
 by libpq's TCP settings within seconds. A server that is alive but hung (its process stopped, a
@@ -7,11 +7,11 @@ byte, so TCP sees nothing wrong, and ``statement_timeout`` is enforced by the ve
 no longer runs. psycopg then waits for an answer for ever, and so does the persona's turn.
 
 So every call on a watched connection notes when it started (:class:`WatchedConnection`
-overrides psycopg's one waiting point), and one thread per process, running only while calls
-are in flight, shuts down the socket of a call that has waited longer than the server would
-ever let a statement run (``statement_timeout`` and a margin). psycopg then reports the
-connection lost, which the stores already treat as an outage: the turn goes on without the
-database, the update is held, and the connection is replaced later.
+overrides psycopg's one waiting point), and one thread per process (started by the first call,
+then looking once a second) shuts down the socket of a call that has waited longer than the
+server would ever let a statement run (``statement_timeout`` and a margin). psycopg then
+reports the connection lost, which the stores already treat as an outage: the turn goes on
+without the database, the update is held, and the connection is replaced later.
 """
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ __all__ = ["HUNG_MARGIN_S", "statement_timeout_ms", "watched_connection_class", 
 
 #: Seconds past the connection's ``statement_timeout`` before its call counts as unanswered.
 HUNG_MARGIN_S = 5.0
+#: How often the watching thread looks at the calls in flight, at most.
+CHECK_EVERY_S = 1.0
 
 
 #: ``statement_timeout`` set in libpq's ``options`` (``-c statement_timeout=5s``), and its unit.
@@ -66,12 +68,13 @@ class _Watched:
 
 
 class _Watcher:
-    """The thread that ends unanswered calls; it runs while some call is in flight."""
+    """The thread that ends unanswered calls. Started by the first call, it looks once a second
+    (a call notes itself and leaves, never waking it: a turn pays a set's add and discard, not a
+    thread switch), and sooner when a deadline is nearer."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._busy: set[_Watched] = set()
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def begin(self, watched: _Watched) -> None:
@@ -87,23 +90,25 @@ class _Watcher:
         with self._lock:
             self._busy.discard(watched)
 
+    def forked(self) -> None:
+        """In a child process: the parent's thread is not there, nor are its calls."""
+        self._lock = threading.Lock()
+        self._busy, self._thread = set(), None
+
     def _run(self) -> None:
         while True:
             with self._lock:
-                if not self._busy:
-                    self._thread = None
-                    return
                 busy = list(self._busy)
             now = time.monotonic()
             due = [w for w in busy if w.since and now - w.since > w.limit]
             for watched in due:
                 _cut(watched)
             pending = [w.since + w.limit - now for w in busy if w.since and w not in due]
-            # Wakes a little after the next deadline; a call that ends meanwhile just leaves the set.
-            time.sleep(min([1.0, *pending]) if pending else 0.05)
+            time.sleep(max(0.01, min([CHECK_EVERY_S, *pending])))
 
 
 _WATCHER = _Watcher()
+os.register_at_fork(after_in_child=_WATCHER.forked)
 
 
 def _cut(watched: _Watched) -> None:
