@@ -138,6 +138,30 @@ def test_a_server_slower_than_the_timeout_gets_twice_as_long_after_each_timeout_
     assert len(said) == 2 and "up to 1.2 s" in said[-1]
 
 
+def test_a_slow_servers_longer_time_is_for_its_answer_never_for_connecting(llm, monkeypatch):
+    import http.client
+
+    llm.mode, llm.delay = "slow", 0.8
+    client = ChatClient(llm.url, model="m", timeout=0.3)
+    for _ in range(2):
+        with pytest.raises(LLMTimeout):
+            client.complete(HI)
+        client.reset()
+    assert client.completion_timeout == pytest.approx(1.2)
+    connects = []
+    real = http.client.socket.create_connection
+
+    def recording(address, timeout, *args, **kwargs):
+        sock = real(address, timeout, *args, **kwargs)
+        connects.append(timeout)
+        return sock
+
+    monkeypatch.setattr(http.client.socket, "create_connection", recording)
+    assert client.complete(HI) == "OK"  # 0.8 s: within the longer time
+    # A host that black-holes the connection would cost the configured 0.3 s, not 1.2 s.
+    assert connects == [0.3]
+
+
 def test_a_server_that_cannot_be_reached_never_gets_longer():
     client = ChatClient(closed_port_url(), model="m", timeout=0.3)
     with pytest.raises(LLMUnavailable):

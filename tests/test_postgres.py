@@ -243,7 +243,7 @@ def test_a_connection_dropped_while_idle_costs_no_turn_and_no_update():
 def test_an_answer_after_messages_that_answered_nothing_pairs_with_its_question(monkeypatch):
     # The window's look back for the question runs as SQL on PostgreSQL too.
     from ovos_memory_plugins.lexical import LexicalMemory
-    from ovos_memory_plugins.storage import windows
+    from ovos_memory_plugins.storage import retrieval
 
     with LexicalMemory({"db_url": fresh_url()}) as memory:
         memory.update_history([AgentMessage(U, "what is the weather in Porto")], "s")
@@ -251,7 +251,7 @@ def test_an_answer_after_messages_that_answered_nothing_pairs_with_its_question(
         memory.update_history([AgentMessage(MessageRole.SYSTEM, "the weather service says sunny")], "s")
         memory.update_history([AgentMessage(A, "It is sunny.")], "s")
         memory.update_history([AgentMessage(A, "Take a hat.")], "s")  # the answer's next part, at once
-        monkeypatch.setattr(windows, "CONTINUATION_S", -1.0)  # an answer alone later pairs with nothing
+        monkeypatch.setattr(retrieval, "CONTINUATION_S", -1.0)  # an answer alone later pairs with nothing
         memory.update_history([AgentMessage(A, "Good morning!")], "s")
         assert [d["content"] for d in memory.export("s")["documents"]] == [
             "Q: what is the weather in Porto\nA: It is sunny.", "Q: what is the weather in Porto\nA: Take a hat.",
@@ -950,7 +950,9 @@ def _with_options(url: str, options: str) -> str:
     parts = urllib.parse.urlsplit(url)
     query = urllib.parse.parse_qs(parts.query)
     query["options"] = [" ".join([*query.get("options", []), options])]
-    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query, doseq=True)))
+    # quote, not quote_plus: libpq reads "+" as a plus sign, not a space
+    encoded = urllib.parse.urlencode(query, doseq=True, quote_via=urllib.parse.quote)
+    return urllib.parse.urlunsplit(parts._replace(query=encoded))
 
 
 @pytest.mark.parametrize("kind", ["lexical", "composite"])
@@ -972,6 +974,11 @@ def test_a_hung_database_costs_a_turn_seconds_and_loses_nothing(kind, tmp_path, 
             persona.submit(_exchange, memory, "s", "My name is zqbeforeq.", "noted").result()
             assert memory.flush(patience(30))
             persona.submit(memory.build_conversation_context, "hi", "s").result()
+            connection_class = watchdog.watched_connection_class()
+            attempts: list = []
+            real_connect = connection_class.connect
+            monkeypatch.setattr(connection_class, "connect",
+                                classmethod(lambda cls, *a, **k: attempts.append(1) or real_connect(*a, **k)))
             proxy.hang()
 
             def turn() -> str:
@@ -984,6 +991,9 @@ def test_a_hung_database_costs_a_turn_seconds_and_loses_nothing(kind, tmp_path, 
             except concurrent.futures.TimeoutError:
                 pytest.fail("a hung database held the turn")
             assert memory.degraded(), "a hung database must be told"
+            # The call cut paused new connections first: the turn never waited out connect_timeout
+            # on the hung server (a read retried at once would have).
+            assert attempts == []
             proxy.restore()
             persona.submit(_exchange, memory, "s", "My name is zqafterq.", "noted").result()
             assert memory.flush(patience(60))
@@ -993,3 +1003,40 @@ def test_a_hung_database_costs_a_turn_seconds_and_loses_nothing(kind, tmp_path, 
         persona.shutdown(wait=False)
         proxy.close()
     assert said == ["zqbeforeq", "zqhungq", "zqafterq"], said
+
+
+def test_the_watch_allows_what_the_servers_own_statement_timeout_allows(monkeypatch):
+    from ovos_memory_plugins.storage.postgres import _watchdog as watchdog
+
+    monkeypatch.setattr(watchdog, "HUNG_MARGIN_S", 0.5)
+    # Spelt with dashes, as the server also reads it: its value is the one that counts.
+    db = open_pg_database(_with_options(fresh_url(), "-c statement-timeout=3s"))
+    try:
+        with db.atomic() as con:
+            assert con.raw._ovos_watched.limit == pytest.approx(3.5)  # 3 s, and the margin
+            con.execute("SELECT pg_sleep(2.0)")  # a slow statement the server allows is no hung server
+    finally:
+        release_pg_database(db)
+    db = open_pg_database(_with_options(fresh_url(), "-cstatement_timeout=0"))  # none: any time is allowed
+    try:
+        with db.atomic() as con:
+            con.execute("SELECT 1")
+            assert con.raw._ovos_watched is None
+    finally:
+        release_pg_database(db)
+
+
+def test_the_watch_survives_a_connection_closed_under_it():
+    from ovos_memory_plugins.storage.postgres import _watchdog as watchdog
+
+    class Closed:
+        @property
+        def pgconn(self):
+            raise RuntimeError("the connection is closed")  # psycopg raises its own error here
+
+    closed = Closed()
+    cut: list = []
+    watched = watchdog._Watched(closed, 0.0, inode=1, on_cut=cut.append)
+    watched.since = 1.0  # long past its deadline
+    watchdog._cut(watched, watched.since)  # nothing to cut, nothing raised
+    assert cut == []

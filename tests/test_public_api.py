@@ -109,7 +109,8 @@ PUBLIC = {
     "storage.sqlite": [
         "connect", "Database", "map_sqlite_errors", "open_database", "storage_error", "StoreDamaged", "StoreReplaced"
     ],
-    "storage.windows": ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"],
+    "storage.windows": ["answer_first", "append_entries", "prune_entries", "RecordWindowStore", "safe_table_name",
+                        "SqliteWindowStore"],
     "testing": [
         "check_backend", "check_person_scope", "closed_port_url", "CONTRACT_CHECKS", "FakeEmbedder", "FakeLLMServer",
         "free_port", "LoggedRequest", "PERSON_SCOPE_CHECKS"

@@ -347,19 +347,39 @@ def test_a_reply_continued_in_an_update_of_its_own_pairs_with_its_question_but_n
     # A persona recording each thing it speaks sends an answer in parts, seconds apart: each part
     # pairs with the question. The reference pairs an answer alone with the latest question however
     # old: a new day's first answer got yesterday's last question (docs/compatibility.md).
-    from ovos_memory_plugins.storage import windows
+    from ovos_memory_plugins.storage import retrieval
 
     m = lexical(tmp_path)
     m.update_history([AgentMessage(U, "delta dog")], "s")
     m.update_history([AgentMessage(A, "echo eel")], "s")  # the answer alone: paired with the question
     m.update_history([AgentMessage(A, "foxtrot fish")], "s")  # its next part, at once
-    monkeypatch.setattr(windows, "CONTINUATION_S", -1.0)  # from here on, every answer comes later
+    monkeypatch.setattr(retrieval, "CONTINUATION_S", -1.0)  # from here on, every answer comes later
     m.update_history([AgentMessage(A, "india ibis")], "s")
     m.update_history([AgentMessage(U, "golf goat")], "s")  # the answered question is not stored again alone
     m.update_history([AgentMessage(A, "hotel hen")], "s")
     docs = [d["content"] for d in m.export("s")["documents"]]
     assert docs == ["Q: delta dog\nA: echo eel", "Q: delta dog\nA: foxtrot fish", "Q: \nA: india ibis",
                     "Q: golf goat\nA: hotel hen"]
+
+
+def test_an_answer_continues_only_an_answer_that_had_its_question_and_only_forward_in_time(tmp_path, monkeypatch):
+    from ovos_memory_plugins.storage import documents, retrieval
+
+    clock = [1_700_000_000.0]
+    for module in (retrieval, documents):
+        monkeypatch.setattr(module.time, "time", lambda: clock[0])
+    m = lexical(tmp_path)
+    m.update_history([AgentMessage(U, "what's the weather today?"), AgentMessage(A, "Sunny.")], "s")
+    clock[0] += 6 * 3600
+    m.update_history([AgentMessage(A, "Good evening!")], "s")  # hours later: another talk, no question
+    clock[0] += 5
+    m.update_history([AgentMessage(A, "You have a dentist appointment at 8.")], "s")  # continues "Good evening!"
+    m.update_history([AgentMessage(U, "what is my wife's name?"), AgentMessage(A, "Maria.")], "t")
+    clock[0] -= 3 * 3600  # the clock set back (or another host's behind): it continues nothing
+    m.update_history([AgentMessage(A, "Your timer is done.")], "t")
+    assert [d["content"] for d in m.export("s")["documents"]][1:] == [
+        "Q: \nA: Good evening!", "Q: \nA: You have a dentist appointment at 8."]
+    assert [d["content"] for d in m.export("t")["documents"]][1:] == ["Q: \nA: Your timer is done."]
 
 
 def test_an_answer_after_messages_that_answered_nothing_pairs_with_the_question(tmp_path):

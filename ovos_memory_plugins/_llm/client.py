@@ -401,7 +401,7 @@ class ChatClient:
             if shape is not None:
                 request["response_format"] = shape
             try:
-                return self._request("POST", "/chat/completions", request, self.completion_timeout), mode
+                return self._post_chat(request), mode
             except _HTTPStatus as exc:
                 if shape is None or not is_rejection(exc.status, exc.detail):
                     raise
@@ -415,7 +415,7 @@ class ChatClient:
         if use_json:
             body["response_format"] = {"type": "json_object"}
         try:
-            data = self._request("POST", "/chat/completions", body, self.completion_timeout)
+            data = self._post_chat(body)
         except _HTTPStatus as exc:
             if not use_json or not is_rejection(exc.status, exc.detail):
                 raise
@@ -423,7 +423,7 @@ class ChatClient:
             self._json_mode = False
             LOG.info(f"LLM endpoint {self.api_url} does not accept JSON mode; continuing without it")
             body.pop("response_format")
-            data = self._request("POST", "/chat/completions", body, self.completion_timeout)
+            data = self._post_chat(body)
         if use_json and self._json_mode is None:
             self._json_mode = True
         return data
@@ -449,8 +449,13 @@ class ChatClient:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
+    def _post_chat(self, body: dict[str, Any]) -> Any:
+        return self._request("POST", "/chat/completions", body, self.completion_timeout, connect=self.timeout)
+
     def _request(self, method: str, path: str, body: dict[str, Any] | None, timeout: float,
-                 models: bool = False) -> Any:
+                 models: bool = False, connect: float | None = None) -> Any:
+        """The reply's JSON; ``timeout`` bounds the whole request, ``connect`` (when shorter) the
+        attempt to connect: a slow server's longer time is never spent on one that cannot be reached."""
         url = self.api_url + path
         headers = self._headers()
         payload = None
@@ -462,9 +467,11 @@ class ChatClient:
         except ValueError as exc:  # not a URL (no scheme): a configuration error, reported as the LLM failing
             raise LLMUnavailable(f"{url}: {exc}") from exc
         self.attempts += 1
-        with Deadline(timeout) as deadline:  # the whole request, not each read: a server may trickle
+        connect = timeout if connect is None else min(connect, timeout)
+        # The whole request, not each read: a server may trickle.
+        with Deadline(timeout, read_timeout=timeout if connect != timeout else None) as deadline:
             try:
-                with self._opener.open(request, timeout=timeout) as resp:
+                with self._opener.open(request, timeout=connect) as resp:
                     raw = resp.read(MAX_RESPONSE_BYTES + 1)
             except urllib.error.HTTPError as exc:
                 with exc:

@@ -27,8 +27,11 @@ class Deadline:
     """Use as ``with Deadline(seconds) as deadline: ...``; ``deadline.expired`` tells afterwards
     whether the time ran out (and the socket was shut down)."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, read_timeout: float | None = None):
+        """``read_timeout``: each read's timeout once connected, when it differs from the
+        connection attempt's (urllib's ``timeout``)."""
         self.expired = False
+        self._read_timeout = read_timeout
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
         self._timer = threading.Timer(max(seconds, 0.0), self._expire)
@@ -50,6 +53,8 @@ class Deadline:
         return bool(self._socks)
 
     def attach(self, sock: socket.socket) -> None:
+        if self._read_timeout is not None:
+            sock.settimeout(self._read_timeout)
         with self._lock:
             self._socks.append(sock)
             if self.expired:

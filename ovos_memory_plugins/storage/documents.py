@@ -437,6 +437,17 @@ class DocumentLog:
             found = [sids or set(by_text.get(text, ())) for (_, text), sids in zip(wanted, found)]
         return found
 
+    def continued_question(self, con: Any, session_id: str, now: float, within: float) -> str | None:
+        """The question of the session's last document when it is an exchange with a question,
+        stored at most ``within`` seconds before ``now`` (and not after it: a clock set back, or
+        another host's, continues nothing); None otherwise."""
+        row = con.execute(f"SELECT ts, metadata FROM {self.table} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+                          (session_id,)).fetchone()
+        if row is None or not 0.0 <= now - float(row[0]) <= within:
+            return None
+        question = json.loads(row[1]).get("question")
+        return question if isinstance(question, str) and question else None
+
     def for_session(self, session_id: str) -> list[Document]:
         rows = self.db.execute(
             f"SELECT {COLUMNS} FROM {self.table} WHERE session_id = ? ORDER BY id",

@@ -43,13 +43,17 @@ from .documents import (
 )
 from .policy import WindowPolicy
 from .sqlite import Database
-from .windows import SqliteWindowStore, safe_table_name
+from .windows import SqliteWindowStore, answer_first, safe_table_name
 
 __all__ = ["IndexOwner", "RetrievalStore"]
 
 #: Seconds an indexer holds the documents it leased: far longer than a batch takes, so only a
 #: dead process's lease runs out (its documents are then indexed by another).
 LEASE_S = 120.0
+#: Seconds within which an answer on its own continues the answer stored before it (a persona
+#: that records each thing it speaks sends an answer in parts, seconds apart) and pairs with that
+#: answer's question; later it pairs with none (it may open another day's talk).
+CONTINUATION_S = 60.0
 #: How often flush() looks whether documents another process holds are done.
 FLUSH_POLL_S = 0.1
 
@@ -138,6 +142,8 @@ class RetrievalStore:
 
         def write(con: Any) -> list[Document]:
             question = self.window.append(session_id, messages, policy, con=con)
+            if question is None and answer_first(messages):
+                question = self.docs.continued_question(con, session_id, time.time(), CONTINUATION_S)
             pairs = exchange_texts(question, messages)
             docs = [self.docs.add(con, session_id, format_exchange(q, a), {"question": q, "answer": a},
                                   indexed=not background) for q, a in pairs]

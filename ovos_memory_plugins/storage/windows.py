@@ -14,7 +14,8 @@ from ..messages import copy_message, fold_into, from_dict, is_role, to_dict
 from .policy import WindowPolicy
 from .sqlite import Database, StoreDamaged, release_database
 
-__all__ = ["append_entries", "prune_entries", "RecordWindowStore", "safe_table_name", "SqliteWindowStore"]
+__all__ = ["answer_first", "append_entries", "prune_entries", "RecordWindowStore", "safe_table_name",
+           "SqliteWindowStore"]
 
 Entry = tuple[float, AgentMessage]
 #: Unreadable window messages, said once per store and process.
@@ -144,11 +145,6 @@ class RecordWindowStore:
         return out
 
 
-#: Seconds within which an answer on its own continues the answer before it (a persona that
-#: records each thing it speaks sends an answer in parts, seconds apart), and pairs with its
-#: question; later it pairs with none.
-CONTINUATION_S = 60.0
-
 _WINDOW_MIGRATIONS = (
     """
     CREATE TABLE IF NOT EXISTS {t} (
@@ -205,12 +201,11 @@ class SqliteWindowStore:
         t, now = self.table, time.time()
         to_add = list(messages)
         row = con.execute(
-            f"SELECT id, role, content, extra, ts FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+            f"SELECT id, role, content, extra FROM {t} WHERE session_id = ? ORDER BY id DESC LIMIT 1",
             (session_id,),
         ).fetchone()
-        tail = readable_messages([row[1:4]], self.db.path)[0] if row else None
-        continues = row is not None and (now if ts is None else ts) - float(row[4]) <= CONTINUATION_S
-        question = self._question_before(con, session_id, tail, messages, continues)
+        tail = readable_messages([row[1:]], self.db.path)[0] if row else None
+        question = self._question_before(con, session_id, tail, messages)
         if policy.normalise:
             pop_tail, to_add = fold_into(tail, messages)
             if pop_tail:
@@ -223,17 +218,15 @@ class SqliteWindowStore:
         return question
 
     def _question_before(self, con: Any, session_id: str, tail: AgentMessage | None,
-                         messages: Sequence[AgentMessage], continues: bool) -> str | None:
+                         messages: Sequence[AgentMessage]) -> str | None:
         """The question the new messages' first answer pairs with: the window's last message if
         it is a question, or the latest question when only tool calls and results followed it
-        (the answer after a tool's result), or when the window's last message is an answer said
-        at most :data:`CONTINUATION_S` before (``continues``: the next part of that answer, as a
-        persona that records each thing it speaks sends it). Otherwise a question some text
-        already answered pairs with nothing more: an answer on its own later may open another
-        day's talk, not continue it."""
+        (the answer after a tool's result). A question some text already answered pairs with
+        nothing more here: an answer on its own may open another day's talk (the retrieval store
+        pairs the next part of an answer, said at once, with that answer's question)."""
         if tail is None or is_role(tail, "user"):
             return tail.content if tail is not None else None
-        if not _answer_first(messages):
+        if not answer_first(messages):
             return None
         t = self.table
         asked = con.execute(f"SELECT id, content FROM {t} WHERE session_id = ? AND role = 'user' "
@@ -242,8 +235,6 @@ class SqliteWindowStore:
             return None
         since = con.execute(f"SELECT role, content, extra FROM {t} WHERE session_id = ? AND id > ? ORDER BY id",
                             (session_id, asked[0])).fetchall()
-        if continues and _is_answer(tail):
-            return str(asked[1])
         return None if any(m is not None and _is_answer(m) for m in readable_messages(since, self.db.path)) \
             else asked[1]
 
@@ -316,7 +307,7 @@ def _is_answer(msg: AgentMessage) -> bool:
     return is_role(msg, "assistant") and bool(msg.content.strip()) and not getattr(msg, "tool_calls", None)
 
 
-def _answer_first(messages: Sequence[AgentMessage]) -> bool:
+def answer_first(messages: Sequence[AgentMessage]) -> bool:
     """Whether an ASSISTANT text comes before any USER message in ``messages``."""
     for msg in messages:
         if is_role(msg, "user"):

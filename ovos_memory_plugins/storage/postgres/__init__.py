@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from ...errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
 from ..readonly import StoreReadOnly, is_read_only
 from ..sharing import SharedHandles
-from ._watchdog import statement_timeout_ms, watch, watched_connection_class
+from ._watchdog import watch, watched_connection_class
 
 __all__ = [
     "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",
@@ -323,7 +323,11 @@ class PgDatabase:
             raw = self._connect()
             try:
                 with _mapped(f"connect to {self.path}"):
-                    raw.execute("SELECT pg_advisory_lock_shared(%s)", (self.worker_key,))  # alive while connected
+                    # Alive while connected; and the statement_timeout the server applies (the URL's
+                    # options, PGOPTIONS, the role's or database's own), in ms: what the watch allows.
+                    timeout = raw.execute("SELECT pg_advisory_lock_shared(%s), (SELECT setting FROM pg_settings "
+                                          "WHERE name = 'statement_timeout')", (self.worker_key,)).fetchone()[1]
+                watch(raw, int(timeout), self._hung)
             except BaseException:
                 _close_quietly(raw)  # nobody else holds it yet
                 raise
@@ -371,10 +375,12 @@ class PgDatabase:
             raise StoreUnavailable(f"cannot connect to {self.path}: {why}") from exc
         _UNANSWERED.pop(self.url, None)
         _register_text_adapters(raw)
-        if watched:
-            watch(raw, statement_timeout_ms(str(info["options"])) or 0,
-                  lambda why: _pause_attempts(self.url, f"a connection {why}"))
+        if watched:  # with our timeout until the server says which one applies (_connection)
+            watch(raw, STATEMENT_TIMEOUT_MS, self._hung)
         return raw
+
+    def _hung(self, why: str) -> None:
+        _pause_attempts(self.url, f"a connection {why}")
 
     def _checked(self, session: _Session) -> Any:
         """The thread's connection, made sure to be alive when it has been idle (before a transaction)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
+import selectors
 import socket
 import threading
 import time
@@ -28,30 +28,12 @@ from typing import Any
 
 from ..._core.log import LOG
 
-__all__ = ["HUNG_MARGIN_S", "statement_timeout_ms", "watched_connection_class", "watch"]
+__all__ = ["HUNG_MARGIN_S", "watched_connection_class", "watch"]
 
 #: Seconds past the connection's ``statement_timeout`` before its call counts as unanswered.
 HUNG_MARGIN_S = 5.0
 #: How often the watching thread looks at the calls in flight, at most.
 CHECK_EVERY_S = 1.0
-
-
-#: ``statement_timeout`` set in libpq's ``options`` (``-c statement_timeout=5s``), and its unit.
-_TIMEOUT_OPTION = re.compile(r"statement_timeout\s*=\s*'?(\d+)\s*(ms|s|min|h|d)?'?", re.IGNORECASE)
-_UNIT_MS = {"": 1, "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def statement_timeout_ms(options: str) -> int | None:
-    """The ``statement_timeout`` the last setting in ``options`` gives, in ms (None: not set).
-
-    >>> statement_timeout_ms("-c lock_timeout=30000 -c statement_timeout=60000 -c statement_timeout=2min")
-    120000
-    """
-    found = _TIMEOUT_OPTION.findall(options)
-    if not found:
-        return None
-    value, unit = found[-1]
-    return int(value) * _UNIT_MS[unit.lower()]
 
 
 class _Watched:
@@ -97,44 +79,73 @@ class _Watcher:
 
     def _run(self) -> None:
         while True:
-            with self._lock:
-                busy = list(self._busy)
-            now = time.monotonic()
-            due = [w for w in busy if w.since and now - w.since > w.limit]
-            for watched in due:
-                _cut(watched)
-            pending = [w.since + w.limit - now for w in busy if w.since and w not in due]
+            try:
+                pending = self._look()
+            except Exception as exc:  # noqa: BLE001 - the watch must outlive any one connection's oddity
+                LOG.error(f"PostgreSQL watchdog: {type(exc).__name__}: {exc}")
+                pending = []
             time.sleep(max(0.01, min([CHECK_EVERY_S, *pending])))
+
+    def _look(self) -> list[float]:
+        """Cut the calls past their deadline; the seconds left to the others' deadlines."""
+        with self._lock:
+            busy = list(self._busy)
+        now = time.monotonic()
+        pending = []
+        for watched in busy:
+            since = watched.since
+            if since and now - since > watched.limit:
+                _cut(watched, since)
+            elif since:
+                pending.append(since + watched.limit - now)
+        return pending
 
 
 _WATCHER = _Watcher()
 os.register_at_fork(after_in_child=_WATCHER.forked)
 
 
-def _cut(watched: _Watched) -> None:
-    """Shut down the socket of a call the server leaves unanswered (its thread then gets an error)."""
+def _cut(watched: _Watched, since: float) -> None:
+    """Shut down the socket of a call the server has left unanswered since ``since`` (its
+    thread then gets an error), unless the call ended or heard from the server meanwhile."""
     connection = watched.connection()
-    if connection is None or not watched.since:
+    if connection is None:
         return
-    with contextlib.suppress(OSError, ValueError, AttributeError):
+    try:
         fd = os.dup(connection.pgconn.socket)
-        try:
-            if os.fstat(fd).st_ino != watched.inode:
-                return  # the connection was closed and its number reused: not ours to touch
-            sock = socket.socket(fileno=fd)
-            fd = -1  # the socket object owns it now
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # the socket itself, shared with the original descriptor
-            finally:
-                sock.close()
-        finally:
-            if fd >= 0:
-                os.close(fd)
+    except Exception:  # noqa: BLE001 - closed meanwhile (psycopg says so its own way): nothing to cut
+        return
+    try:
+        if os.fstat(fd).st_ino != watched.inode or watched.since != since:
+            return  # not our socket any more (closed, its number reused), or the call moved on
         why = f"had no answer for {watched.limit:g} s"
+        watched.on_cut(why)  # first: the call woken below must find new connections paused
         LOG.warning(f"PostgreSQL: a connection {why} (the server hung, or too busy to answer); it is "
                     "closed and its call fails as in an outage")
         watched.since = 0.0
-        watched.on_cut(why)
+        sock, fd = socket.socket(fileno=fd), -1  # the socket object owns the duplicate now
+        with sock, contextlib.suppress(OSError):
+            # The socket itself, shared with psycopg's descriptor: its blocked wait wakes up.
+            sock.shutdown(socket.SHUT_RDWR)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _heard(gen: Any, watched: _Watched) -> Any:
+    """psycopg's generator for one call, noting the time whenever the server sends something (a
+    large result arrives in pieces). The server sends the results of a pipeline when it has run
+    them all: the package's pipelines hold at most a few waits for locks, each bounded by its
+    ``lock_timeout`` (30 s), well within the watch's time."""
+    try:
+        waiting = next(gen)
+        while True:
+            ready = yield waiting
+            if int(ready or 0) & selectors.EVENT_READ:  # 0: the waiter's periodic look, not the server
+                watched.since = time.monotonic()
+            waiting = gen.send(ready)
+    except StopIteration as done:
+        return done.value
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,13 +156,13 @@ def watched_connection_class() -> Any:
     class WatchedConnection(psycopg.Connection):  # type: ignore[misc, type-arg]
         _ovos_watched: _Watched | None = None
 
-        def wait(self, *args: Any, **kwargs: Any) -> Any:  # every statement, fetch and commit waits here
+        def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:  # every statement, fetch, commit
             watched = self._ovos_watched
             if watched is None or watched.since:  # not watched, or a call inside a watched one
-                return super().wait(*args, **kwargs)
+                return super().wait(gen, *args, **kwargs)
             _WATCHER.begin(watched)
             try:
-                return super().wait(*args, **kwargs)
+                return super().wait(_heard(gen, watched), *args, **kwargs)
             finally:
                 _WATCHER.end(watched)
 
@@ -159,11 +170,13 @@ def watched_connection_class() -> Any:
 
 
 def watch(connection: Any, statement_timeout_ms: int, on_cut: Callable[[str], None]) -> None:
-    """Watch ``connection`` (made by :func:`watched_connection_class`): a call waiting longer
-    than ``statement_timeout_ms`` plus :data:`HUNG_MARGIN_S` ends its connection, and
+    """Watch ``connection`` (made by :func:`watched_connection_class`; again: with a new
+    timeout): a call that hears nothing from the server for longer than its
+    ``statement_timeout_ms`` plus :data:`HUNG_MARGIN_S` ends the connection, and
     ``on_cut(why)`` is called. A timeout of 0 (none) leaves it unwatched: a statement may then
     run for any time."""
     if statement_timeout_ms <= 0:
+        connection._ovos_watched = None
         return
     inode = os.fstat(connection.pgconn.socket).st_ino
     limit = statement_timeout_ms / 1000 + HUNG_MARGIN_S
