@@ -122,20 +122,27 @@ def test_a_server_slower_than_the_timeout_raises_llm_timeout(llm):
         ChatClient(llm.url, model="m", timeout=0.3).complete(HI)
 
 
-def test_a_server_slower_than_the_timeout_gets_twice_as_long_after_each_timeout_up_to_four_times(llm, log_lines):
+def test_a_server_slower_than_the_timeout_is_asked_again_with_twice_as_long_up_to_four_times(llm, log_lines):
     llm.mode, llm.delay = "slow", 0.8
     client = ChatClient(llm.url, model="m", timeout=0.3)
-    for now, then in ((0.3, 0.6), (0.6, 1.2)):
-        assert client.completion_timeout == pytest.approx(now)
-        with pytest.raises(LLMTimeout):
-            client.complete(HI)
-        assert client.completion_timeout == pytest.approx(then)
-        client.reset()
-    llm.mode = "ok"
-    assert client.complete(HI) == "OK" and client.completion_timeout == pytest.approx(1.2)  # a slow server stays so
+    assert client.complete(HI) == "OK"  # asked at 0.3 s, 0.6 s, then answered within 1.2 s
+    assert len(llm.chat_requests()) == 3 and client.completion_timeout == pytest.approx(1.2)
+    assert client.complete(HI) == "OK" and len(llm.chat_requests()) == 4  # the longer time stays
     assert client.timeout == 0.3  # what was configured is still what the config says
     said = [msg for level, msg in log_lines if "slower than its request_timeout" in msg]
     assert len(said) == 2 and "up to 1.2 s" in said[-1]
+
+
+def test_a_server_slower_than_four_times_the_timeout_fails_the_request_and_opens_the_circuit(llm):
+    llm.mode, llm.delay = "slow", 3.0
+    client = ChatClient(llm.url, model="m", timeout=0.3)
+    with pytest.raises(LLMTimeout):
+        client.complete(HI)
+    assert len(llm.chat_requests()) == 3 and not client.available
+    client.reset()
+    with pytest.raises(LLMTimeout):
+        client.complete(HI)
+    assert len(llm.chat_requests()) == 4  # at four times already: asked once
 
 
 def test_a_slow_servers_longer_time_is_for_its_answer_never_for_connecting(llm, monkeypatch):
@@ -143,11 +150,7 @@ def test_a_slow_servers_longer_time_is_for_its_answer_never_for_connecting(llm, 
 
     llm.mode, llm.delay = "slow", 0.8
     client = ChatClient(llm.url, model="m", timeout=0.3)
-    for _ in range(2):
-        with pytest.raises(LLMTimeout):
-            client.complete(HI)
-        client.reset()
-    assert client.completion_timeout == pytest.approx(1.2)
+    assert client.complete(HI) == "OK" and client.completion_timeout == pytest.approx(1.2)
     connects = []
     real = http.client.socket.create_connection
 
@@ -172,7 +175,7 @@ def test_a_server_that_cannot_be_reached_never_gets_longer():
 def test_a_server_trickling_its_answer_is_cut_at_the_timeout_for_the_whole_request(llm):
     llm.mode, llm.delay = "trickle", 0.05  # each read gets a byte well within the timeout
     client = ChatClient(llm.url, model="m", timeout=0.5)
-    with pytest.raises(LLMTimeout, match="no whole answer within 0.5s"):  # not the answer, 12 s later
+    with pytest.raises(LLMTimeout, match="no whole answer within 2s"):  # 0.5, 1 and 2 s; not the answer 12 s later
         client.complete(HI)
     llm.mode = "ok"
     client.reset()

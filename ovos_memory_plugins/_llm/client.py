@@ -30,13 +30,16 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .._core.log import LOG, LogOnce
 from .._core.tokens import estimate_messages
 from ..errors import LLMContextOverflow, LLMError, LLMTimeout, LLMUnavailable
 from .deadline import Deadline, build_opener
 from .traits import DEFAULT_CONTEXT, MODES, Traits, is_rejection, overflow_limit, response_format, satisfies, traits_for
+
+T = TypeVar("T")
 
 __all__ = ["ChatClient", "Completion", "chat_complete", "resolve_model", "strip_think"]
 
@@ -279,13 +282,11 @@ class ChatClient:
         if not self._breaker.acquire():
             raise LLMUnavailable(f"{self.api_url}: endpoint unavailable; next try in {self.retry_in:.0f}s")
         try:
-            completion = self._chat(messages, max_tokens, temperature, schema, json_mode)
+            completion = self._patiently(lambda: self._chat(messages, max_tokens, temperature, schema, json_mode))
         except LLMContextOverflow:
             self._breaker.release()  # the request was too long; the endpoint is fine
             raise
         except LLMError as exc:
-            if isinstance(exc, _SlowAnswer):
-                self._be_patient()
             self._on_failure(exc)
             raise
         except BaseException:
@@ -338,14 +339,25 @@ class ChatClient:
             "endpoint", "%sLLM endpoint %s failed (%s); working without it, next try in %.3gs",
             self._who, self.api_url, exc, delay)
 
-    def _be_patient(self) -> None:
-        # Every timeout wastes a whole generation: a server that is merely slow (a bigger model,
-        # a busy board) would time out again on every request and never teach the memory
-        # anything. One that cannot be reached does not get here.
-        if self._patience < SLOW_SERVER_PATIENCE:
-            self._patience = min(self._patience * 2, SLOW_SERVER_PATIENCE)
-            LOG.warning(f"{self._who}LLM endpoint {self.api_url} answers slower than its request_timeout "
-                        f"({self.timeout:g} s); its requests now get up to {self.completion_timeout:g} s")
+    def _patiently(self, request: Callable[[], T]) -> T:
+        """``request()``, asked again at once with twice the time while the server answers, but
+        slower than the time it had (up to ``SLOW_SERVER_PATIENCE``; the longer time stays).
+
+        Every timeout wastes a whole generation: a server that is merely slow (a bigger model, a
+        busy board) would time out on every request and never teach the memory anything, and
+        each request it was too slow for would go to the offline fallback. One that cannot be
+        reached never gets here (connecting stays bounded by ``timeout``).
+        """
+        while True:
+            try:
+                return request()
+            except _SlowAnswer:
+                if self._patience >= SLOW_SERVER_PATIENCE:
+                    raise
+                self._patience = min(self._patience * 2, SLOW_SERVER_PATIENCE)
+                LOG.warning(f"{self._who}LLM endpoint {self.api_url} answers slower than its request_timeout "
+                            f"({self.timeout:g} s); asking again, its requests now get up to "
+                            f"{self.completion_timeout:g} s")
 
     def _note_blank(self, completion: Completion) -> None:
         # No caller asks for an empty reply: a model answering with nothing (a reasoning model

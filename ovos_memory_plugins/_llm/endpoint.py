@@ -48,7 +48,7 @@ class EndpointConfig:
     model: str = option("", "model name; empty: the first model the server lists")
     api_key: str | None = option(None, "bearer token for servers that require one", kind=str)
     request_timeout: float = option(DEFAULT_REQUEST_TIMEOUT_S, "seconds one LLM request may take; a server that "
-                                    "answers, but slower, gets twice as long after each timeout, up to 4 times "
+                                    "answers, but slower, is asked again with twice as long, up to 4 times "
                                     "this", minimum=0.1)
     max_prompt_tokens: int | None = option(
         None, "the model's context size in tokens; null: asked of the server (llama.cpp, vLLM), else learnt "
