@@ -160,7 +160,7 @@ class RoundTrips:
                 time.sleep(0.05)
                 continue
             try:
-                if not select.select([src], [], [], 0.05)[0]:
+                if not select.select([src], [], [], 0.05)[0] or self._hung:  # hung while it waited
                     continue
                 data = src.recv(65536)
             except (OSError, ValueError):  # closed by the other direction

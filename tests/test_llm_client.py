@@ -129,8 +129,9 @@ def test_a_server_slower_than_the_timeout_is_asked_again_with_twice_as_long_up_t
     assert len(llm.chat_requests()) == 3 and client.completion_timeout == pytest.approx(1.2)
     assert client.complete(HI) == "OK" and len(llm.chat_requests()) == 4  # the longer time stays
     assert client.timeout == 0.3  # what was configured is still what the config says
-    said = [msg for level, msg in log_lines if "slower than its request_timeout" in msg]
-    assert len(said) == 2 and "up to 1.2 s" in said[-1]
+    said = [(level, msg) for level, msg in log_lines if "slower than its request_timeout" in msg]
+    assert [level for level, _ in said] == ["info", "info"] and "up to 1.2 s" in said[-1][1]
+    assert not [msg for level, msg in log_lines if level in ("warning", "error")]  # it answered: nothing failed
 
 
 def test_a_server_slower_than_four_times_the_timeout_fails_the_request_and_opens_the_circuit(llm):
@@ -143,6 +144,15 @@ def test_a_server_slower_than_four_times_the_timeout_fails_the_request_and_opens
     with pytest.raises(LLMTimeout):
         client.complete(HI)
     assert len(llm.chat_requests()) == 4  # at four times already: asked once
+
+
+def test_a_slow_model_listing_is_not_asked_again(llm):
+    llm.mode, llm.delay = "slow", 3.0
+    client = ChatClient(llm.url, timeout=0.3)  # no model: /models is asked first
+    with pytest.raises(LLMTimeout):
+        client.complete(HI)
+    assert (llm.count("/models"), llm.count("/chat/completions")) == (1, 0)
+    assert client.completion_timeout == 0.3
 
 
 def test_a_slow_servers_longer_time_is_for_its_answer_never_for_connecting(llm, monkeypatch):

@@ -355,9 +355,10 @@ class ChatClient:
                 if self._patience >= SLOW_SERVER_PATIENCE:
                     raise
                 self._patience = min(self._patience * 2, SLOW_SERVER_PATIENCE)
-                LOG.warning(f"{self._who}LLM endpoint {self.api_url} answers slower than its request_timeout "
-                            f"({self.timeout:g} s); asking again, its requests now get up to "
-                            f"{self.completion_timeout:g} s")
+                # Said as information: if the longer time fails too, the failure is logged (once).
+                LOG.info(f"{self._who}LLM endpoint {self.api_url} answers slower than its request_timeout "
+                         f"({self.timeout:g} s); asking again, its requests now get up to "
+                         f"{self.completion_timeout:g} s")
 
     def _note_blank(self, completion: Completion) -> None:
         # No caller asks for an empty reply: a model answering with nothing (a reasoning model
@@ -479,7 +480,9 @@ class ChatClient:
         except ValueError as exc:  # not a URL (no scheme): a configuration error, reported as the LLM failing
             raise LLMUnavailable(f"{url}: {exc}") from exc
         self.attempts += 1
-        connect = timeout if connect is None else min(connect, timeout)
+        # Only a completion (given its own ``connect``) is worth asking again with more time: a
+        # slow model generating.
+        completion, connect = connect is not None, timeout if connect is None else min(connect, timeout)
         # The whole request, not each read: a server may trickle.
         with Deadline(timeout, read_timeout=timeout if connect != timeout else None) as deadline:
             try:
@@ -491,9 +494,10 @@ class ChatClient:
                         return {}  # no model listing here; completions may still work without a model
                     raise self._status_error(url, exc) from exc
             except (OSError, http.client.HTTPException) as exc:
-                raise _transport_failure(url, exc, timeout, deadline.expired, deadline.connected) from exc
+                slow = completion and deadline.connected
+                raise _transport_failure(url, exc, timeout, deadline.expired, slow) from exc
         if deadline.expired:  # the socket was shut mid-body: what was read is cut short
-            raise _SlowAnswer(f"{url}: no whole answer within {timeout:g}s")
+            raise (_SlowAnswer if completion else LLMTimeout)(f"{url}: no whole answer within {timeout:g}s")
         if len(raw) > MAX_RESPONSE_BYTES:
             raise LLMError(f"{url}: reply larger than {MAX_RESPONSE_BYTES} bytes")
         try:
@@ -512,11 +516,11 @@ class ChatClient:
                                   limit)
 
 
-def _transport_failure(url: str, exc: BaseException, timeout: float, expired: bool, connected: bool) -> LLMError:
+def _transport_failure(url: str, exc: BaseException, timeout: float, expired: bool, slow: bool) -> LLMError:
     """What a request that got no HTTP status failed with (``expired``: its deadline shut it;
-    ``connected``: it reached the server, so a timeout is a slow answer)."""
+    ``slow``: it was a completion the server had received, so a timeout is a slow answer)."""
     failure = _transport_cause(url, exc, timeout, expired)
-    return _SlowAnswer(str(failure)) if connected and isinstance(failure, LLMTimeout) else failure
+    return _SlowAnswer(str(failure)) if slow and isinstance(failure, LLMTimeout) else failure
 
 
 def _transport_cause(url: str, exc: BaseException, timeout: float, expired: bool) -> LLMError:
