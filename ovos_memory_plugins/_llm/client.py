@@ -49,9 +49,9 @@ MODELS_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 #: Asking the server for its context size is a hint, never worth a long wait.
 PROBE_TIMEOUT_S = 3.0
-#: A server that answers, but slower than ``request_timeout``, gets twice as long after each
-#: request it was too slow for, up to this many times ``request_timeout`` (a bigger model on a
-#: small board); one that cannot be reached never gets longer.
+#: A server that answers a completion, but slower than ``request_timeout``, is asked again at
+#: once with twice as long, up to this many times ``request_timeout`` (a bigger model on a small
+#: board); connecting stays bounded by ``request_timeout``.
 SLOW_SERVER_PATIENCE = 4
 #: Our token estimate is within about 5% of real tokenizers on whole requests; 10% more is kept free.
 PROMPT_MARGIN = 1.10

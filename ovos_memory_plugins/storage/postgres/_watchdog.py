@@ -6,10 +6,11 @@ frozen virtual machine, a disk that no longer answers) is not: its kernel acknow
 byte, so TCP sees nothing wrong, and ``statement_timeout`` is enforced by the very process that
 no longer runs. psycopg then waits for an answer for ever, and so does the persona's turn.
 
-So every call on a watched connection notes when it started (:class:`WatchedConnection`
-overrides psycopg's one waiting point), and one thread per process (started by the first call,
-then looking once a second) shuts down the socket of a call that has waited longer than the
-server would ever let a statement run (``statement_timeout`` and a margin). psycopg then
+So every call on a watched connection notes when it started and when the server last sent
+anything (:class:`WatchedConnection` overrides psycopg's one waiting point), and one thread per
+process (started by the first call, then looking once a second) shuts down the socket of a call
+that has heard nothing for longer than the server would ever let a statement run
+(``statement_timeout`` and a margin). psycopg then
 reports the connection lost, which the stores already treat as an outage: the turn goes on
 without the database, the update is held, and the connection is replaced later.
 """
@@ -46,7 +47,7 @@ class _Watched:
         self.on_cut = on_cut
         self.limit = limit  # seconds a call may wait
         self.inode = inode  # the socket's, to never shut down a descriptor reused by another one
-        self.since = 0.0  # time.monotonic() the call in flight began; 0: none
+        self.since = 0.0  # time.monotonic() the call in flight began or last heard the server; 0: none
 
 
 class _Watcher:
