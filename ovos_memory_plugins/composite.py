@@ -349,24 +349,34 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """Every member's update. Each member holds what its own store refuses; with a ``db_url``
         the members share one transaction, and when that cannot even begin (the database is
         down) the whole batch is held here (raised to :meth:`_write_update`) and given to every
-        member later. A commit that fails after the members wrote loses the exchange (each member
-        believes it stored it), said once: the connection died in the instant between."""
-        begun = False
+        member later. When its commit fails after the members wrote (the connection died in the
+        instant between), each member holds again what it wrote in it."""
+        begun, written = False, []
         try:
             # Every member writes, then their background work (indexing, extraction) starts:
             # woken one by one, it would compete with the members still writing.
             with wakeups_deferred(), self._one_transaction():
                 begun = True
                 for member in self.members:
-                    self._call(member, "update", lambda m=member: m.memory.update_history(list(batch), session_id),
-                               None)
+                    written.append((member, self._member_update(member, session_id, batch)))
         except MemoryPluginError as exc:
             if not begun:
                 raise
-            self._member_log.error("update", "%s: could not commit the exchange of %r: %s", self.plugin_name,
-                                   session_id, exc)
+            for member, stored in written:
+                member.memory._hold_uncommitted(stored, exc)
             return
-        self._member_log.clear("update", f"{self.plugin_name}: committing works again")
+
+    def _member_update(self, member: Member, session_id: str, batch: list[Any]) -> list[Any]:
+        """``member``'s update of ``batch``; what it stored in the shared transaction (none: a
+        member on another store, Redis or a database of its own, commits its own writes)."""
+        recording = getattr(member.memory, "_recording_writes", None)
+        shares = getattr(getattr(member.memory, "settings", None), "db_url", None) == self.settings.db_url
+        if recording is None or self.settings.db_url is None or not shares:
+            self._call(member, "update", lambda: member.memory.update_history(list(batch), session_id), None)
+            return []
+        with recording() as stored:
+            self._call(member, "update", lambda: member.memory.update_history(list(batch), session_id), None)
+        return stored
 
     @contextlib.contextmanager
     def _one_transaction(self) -> Iterator[None]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import select
 import socket
 import time
@@ -83,7 +84,9 @@ class RoundTrips:
     since the last ``reset()``. ``cut()`` is an outage: every connection through it is closed
     and new ones are closed at once, until ``restore()``. ``hang()`` is a server that is alive
     but hung (its process stopped): connections stay open and new ones are accepted, but nothing
-    goes through either way until ``restore()``.
+    goes through either way until ``restore()``. ``cut_at(marker)`` makes the outage begin as
+    the client sends bytes holding ``marker`` (they never reach the server): a connection lost
+    at that statement.
     """
 
     def __init__(self, folder: Path):
@@ -102,6 +105,8 @@ class RoundTrips:
         self._lock = threading.Lock()
         self._last: dict[int, str] = {}
         self._down, self._hung, self._closed, self._generation = False, False, False, 0
+        self._cut_marker: bytes | None = None
+        self._prepared: dict[bytes, set[bytes]] = {}  # statement text -> names it was prepared as
         self.count = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -116,6 +121,15 @@ class RoundTrips:
         with self._lock:
             self._down = True
             self._generation += 1  # every connection made before this ends at its next look
+
+    def cut_at(self, marker: bytes) -> None:
+        with self._lock:
+            self._cut_marker = marker
+
+    def _carries(self, data: bytes, marker: bytes) -> bool:
+        """Whether ``data`` sends the statement ``marker``, as text or by the name psycopg gave it
+        when it prepared it (a frequent statement is parsed once, then only named)."""
+        return marker in data or any(b"\x00" + name + b"\x00" in data for name in self._prepared.get(marker, ()))
 
     def hang(self) -> None:
         with self._lock:
@@ -168,6 +182,13 @@ class RoundTrips:
             if not data:
                 break
             with self._lock:
+                if side == "client":
+                    for found in re.finditer(rb"P.{4}([^\x00]+)\x00([^\x00]+)\x00", data, re.S):
+                        self._prepared.setdefault(found.group(2), set()).add(found.group(1))
+                if side == "client" and self._cut_marker is not None and self._carries(data, self._cut_marker):
+                    self._cut_marker, self._down = None, True
+                    self._generation += 1
+                    break
                 if side == "client" and self._last.get(key) != "client":
                     self.count += 1
                 self._last[key] = side

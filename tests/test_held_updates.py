@@ -54,6 +54,29 @@ def test_held_items_are_bounded_per_session_keeping_the_newest_and_saying_so():
     assert held.peek("t") == [2, 3, 4] and told
 
 
+def test_writes_whose_transaction_did_not_commit_are_held_again_in_order():
+    held, stored = HeldWrites(limit=10), []
+    held.hold("s", ["old"])
+    with held.recording() as written:
+        held.write("s", ["a"], stored.extend, (StorageError,))
+        held.write("t", ["x"], stored.extend, (StorageError,))
+        held.write("s", ["b"], stored.extend, (StorageError,))
+    held.write("u", ["y"], stored.extend, (StorageError,))  # after the block: not noted
+    assert stored == ["old", "a", "x", "b", "y"] and "s" not in held
+    held.hold("s", ["later"])  # held meanwhile: newer than what the transaction stored
+    held.hold_again(written)
+    assert held.peek("s") == ["old", "a", "b", "later"] and held.peek("t") == ["x"] and "u" not in held
+
+
+def test_writes_of_a_session_forgotten_before_their_commit_failed_are_not_held_again():
+    held = HeldWrites(limit=10)
+    with held.recording() as written:
+        held.write("s", ["secret"], lambda batch: None, (StorageError,))
+    held.drop("s")
+    held.hold_again(written)
+    assert held.count() == 0
+
+
 def test_a_write_refused_while_its_session_is_forgotten_is_not_held_again():
     held = HeldWrites(limit=10)
     held.hold("s", ["old"])

@@ -1,6 +1,7 @@
 """LocalRAGMemory: offline defaults, durable background indexing, restarts, plugin failures."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -549,7 +550,9 @@ def _store_from_before(memories, path, collection, question, answer):
     old.update_history(exchange(question, answer), "s")
     assert old.flush(patience(30))
     old.close()
-    with sqlite3.connect(path) as con:
+    # Closed here, not by the garbage collector: the last connection to close checkpoints the
+    # WAL into the file, which a later read-only open must find unchanged.
+    with contextlib.closing(sqlite3.connect(path)) as con, con:
         con.execute("DROP TABLE local_rag_namespaces")
         con.execute("DELETE FROM ovos_memory_migrations WHERE component LIKE 'namespaces:%'")
 

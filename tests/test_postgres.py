@@ -316,6 +316,41 @@ def test_an_error_swallowed_outside_a_savepoint_fails_the_commit_loudly(pg_db):
     assert _rows(pg_db, "tx") == [9]
 
 
+def test_a_connection_found_dead_has_the_other_threads_check_theirs_before_writing(tmp_path):
+    """A thread that finds its connection dead (the server restarted) tells the others: their own
+    connections, used moments before and dead too, are checked before their next transaction
+    instead of failing it (only an idle spell of PING_AFTER_S made them check before)."""
+    import concurrent.futures
+
+    from ovos_memory_plugins.errors import StorageError
+    from tests._postgres import RoundTrips
+
+    proxy = RoundTrips(tmp_path)
+    db = open_pg_database(proxy.url(fresh_url()))
+    other = concurrent.futures.ThreadPoolExecutor(1)  # a background worker's thread, its own connection
+
+    def write(x: int) -> None:
+        with db.atomic() as con:
+            con.execute("INSERT INTO tx VALUES (?)", (x,))
+
+    try:
+        db.migrate("tx-test", ["CREATE TABLE tx (x int UNIQUE);"])
+        write(1)
+        other.submit(write, 2).result()
+        proxy.cut()
+        time.sleep(0.3)  # both connections are gone now
+        proxy.restore()
+        with pytest.raises(StorageError):  # a write in flight is never retried: this one is lost to its caller
+            write(3)
+        other.submit(write, 4).result()  # checked first: replaced, not failed
+        write(5)
+        assert _rows(db, "tx") == [1, 2, 4, 5]
+    finally:
+        other.shutdown()
+        release_pg_database(db)
+        proxy.close()
+
+
 def test_ddl_through_the_raw_connection_is_part_of_the_transaction(pg_db):
     with pytest.raises(RuntimeError), pg_db.atomic() as con:
         pg_db.lock_session(con, "tx", "s")  # waiting: reaching for raw sends it (and BEGIN) first
@@ -384,9 +419,10 @@ def test_a_block_that_runs_nothing_sends_nothing_and_an_update_is_four_round_tri
         proxy.close()
 
 
-def test_a_hybrid_exchange_is_kept_by_every_member_or_by_none(monkeypatch):
+def test_a_hybrid_exchange_whose_commit_fails_is_kept_by_every_member_once(monkeypatch):
     # On PostgreSQL a composite's members write one transaction: if its commit fails (the
-    # connection dies after the last member wrote), no member keeps a partial copy.
+    # connection dies after the last member wrote), no member keeps a partial copy, and each
+    # holds the exchange again, to store it with the next write (an export here).
     from ovos_memory_plugins.composite import CompositeMemory
     from ovos_memory_plugins.entity import EntityMemory
     from ovos_memory_plugins.storage.postgres import open_pg_database
@@ -412,16 +448,18 @@ def test_a_hybrid_exchange_is_kept_by_every_member_or_by_none(monkeypatch):
         monkeypatch.setattr(EntityMemory, "update_history", then_lose_the_connection)
         _exchange(memory, "s", "my dog is called Rex", "noted")
         monkeypatch.undo()
+        assert memory.degraded(), "an exchange whose commit failed is held, and that must be told"
+        with connect() as admin:  # nothing of it was committed
+            schema = schema_of(url)
+            assert admin.execute(f'SELECT count(*) FROM "{schema}".lexical_memory_docs').fetchone()[0] == 0
+        _exchange(memory, "s", "my cat is called Tom", "noted")  # stored everywhere, after the held one
+        assert memory.flush(patience(30))
         exported = memory.export("s")
-        assert [len(exported["members"][m].get(k) or []) for m, k in (
-            ("ovos-memory-plugin-recency", "window"), ("ovos-memory-plugin-lexical", "documents"),
-            ("ovos-memory-plugin-entity", "facts"))] == [0, 0, 0]
-        _exchange(memory, "s", "my cat is called Tom", "noted")  # and the next one is stored everywhere
-        memory.flush()
-        exported = memory.export("s")
-        assert len(exported["members"]["ovos-memory-plugin-lexical"]["documents"]) == 1
+        assert [m["content"] for m in exported["members"]["ovos-memory-plugin-recency"]["window"]] == [
+            "my dog is called Rex", "noted", "my cat is called Tom", "noted"]
+        assert len(exported["members"]["ovos-memory-plugin-lexical"]["documents"]) == 2
         facts = exported["members"]["ovos-memory-plugin-entity"]["facts"]
-        assert [f["text"] for f in facts] == ["User's cat is called Tom"]
+        assert sorted(f["text"] for f in facts) == ["User's cat is called Tom", "User's dog is called Rex"]
 
 
 # -- the shared job queues -----------------------------------------------------------------------
@@ -924,6 +962,54 @@ def test_updates_made_while_the_database_is_down_are_stored_once_it_is_back(kind
         assert set(said) == set(expected), said
     else:
         assert said == expected, f"the held updates were not stored once each, in order: {said}"
+
+
+@pytest.mark.parametrize("kind", ["lexical", "composite", "composite+redis"])
+@pytest.mark.parametrize("held_before", [False, True])
+def test_an_exchange_whose_commit_is_lost_is_stored_once_the_database_is_back(kind, held_before, tmp_path):
+    """The connection dies as the exchange's COMMIT is sent: every write before it went through,
+    the transaction did not. The exchange (and what was held before it) must be held, not lost;
+    a member on a store of its own (Redis), which committed its write, does not store it twice."""
+    from tests._postgres import RoundTrips
+
+    proxy = RoundTrips(tmp_path)
+    expected = ["zqbeforeq"]
+    if kind == "composite+redis":
+        from ovos_memory_plugins.composite import CompositeMemory
+        from tests._redis import server_url as redis_url
+
+        def make(url):
+            return CompositeMemory({"db_url": url, "members": [
+                {"module": "ovos-memory-plugin-recency"},
+                {"module": "ovos-memory-plugin-redis",
+                 "config": {"url": redis_url(), "prefix": f"test:{uuid.uuid4().hex[:12]}", "api_url": None}}]})
+    else:
+        def make(url):
+            return _pg_memory(kind, url)
+    try:
+        with make(proxy.url(fresh_url())) as memory:
+            _exchange(memory, "s", "My name is zqbeforeq.", "noted")
+            assert memory.flush(patience(30))
+            if held_before:  # an outage first: its update is held, then written with the next one
+                proxy.cut()
+                _exchange(memory, "s", "My name is zqdownq.", "noted")
+                proxy.restore()
+                expected.append("zqdownq")
+            proxy.cut_at(b"COMMIT")
+            _exchange(memory, "s", "My name is zqcutq.", "noted")
+            assert memory.degraded(), "an exchange whose commit failed is held, and that must be told"
+            assert memory.flush(patience(5)) is False, "flush() said done with the exchange uncommitted"
+            proxy.restore()
+            _exchange(memory, "s", "My name is zqafterq.", "noted")
+            # A background worker whose connection died with the cut may fail one step (flush says
+            # False for it) before retrying on a new one.
+            deadline = time.monotonic() + patience(60)
+            while not memory.flush(patience(5)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            said = _said(memory, "s")
+    finally:
+        proxy.close()
+    assert said == [*expected, "zqcutq", "zqafterq"], f"not stored once each, in order: {said}"
 
 
 def test_a_session_forgotten_during_an_outage_is_not_written_back_when_the_database_returns(tmp_path):

@@ -13,11 +13,16 @@ forgotten session is never written again. Writes of one session take turns here,
 held again never lands behind a later one.
 
 Bounded: past ``limit`` items a session keeps its newest, and says so.
+
+A store written inside a transaction it does not commit (a composite's members share one) can
+see a write succeed and the transaction fail after it: :meth:`HeldWrites.recording` notes what
+each write of the block stored, and :meth:`HeldWrites.hold_again` holds it if the commit fails.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 __all__ = ["HeldWrites"]
@@ -37,6 +42,7 @@ class HeldWrites(Generic[T]):
         self._limit = limit
         self._on_overflow = on_overflow  # called each time items are dropped
         self.dropped = 0  # items dropped past the limit, since the start
+        self._recording = threading.local()  # .batches: what this thread's writes stored (recording())
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._items  # a dict lookup, no lock: the turn's fast path
@@ -115,4 +121,24 @@ class HeldWrites(Generic[T]):
             except BaseException:
                 self.hold(session_id, held, generation)
                 raise
+            recorded = getattr(self._recording, "batches", None)
+            if recorded is not None:
+                recorded.append((session_id, batch, generation))
             return len(held)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[tuple[str, list[T], int]]]:
+        """Within the block, what this thread's writes stored: ``(session_id, batch, generation)``
+        each, for :meth:`hold_again` should the transaction they joined not commit."""
+        batches: list[tuple[str, list[T], int]] = []
+        self._recording.batches = batches
+        try:
+            yield batches
+        finally:
+            self._recording.batches = None
+
+    def hold_again(self, batches: Sequence[tuple[str, list[T], int]]) -> None:
+        """Hold what :meth:`recording` noted, in its order, in front of anything held since (not
+        for a session dropped meanwhile): the transaction it was stored in rolled back."""
+        for session_id, batch, generation in reversed(batches):
+            self.hold(session_id, batch, generation)

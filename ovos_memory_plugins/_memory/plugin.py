@@ -317,14 +317,29 @@ class MemoryPlugin(AgentContextManager):
             written = self._held.write(session_id, items, lambda batch: self._store_batch(session_id, batch),
                                        _REFUSED)
         except _REFUSED as exc:
-            self._log.error("write", "%s: could not store an update of %r (%s); it is kept in memory and stored "
-                            "with the next one that can be", self.plugin_name, session_id, exc)
+            self._say_held(session_id, exc)
             return False
         self._log.clear("write", f"{self.plugin_name}: storing works again")
         self._log.clear("held")  # a later outage that overflows is said again
         if written:
             LOG.info(f"{self.plugin_name}: stored {written} held item(s) of {session_id!r}")
         return True
+
+    def _say_held(self, session_id: str, exc: BaseException) -> None:
+        self._log.error("write", "%s: could not store an update of %r (%s); it is kept in memory and stored "
+                        "with the next one that can be", self.plugin_name, session_id, exc)
+
+    def _recording_writes(self) -> Any:
+        """A block whose writes join a transaction the caller commits (a composite's): yields
+        what they stored, for :meth:`_hold_uncommitted` should that commit fail."""
+        return self._held.recording()
+
+    def _hold_uncommitted(self, stored: list[Any], exc: BaseException) -> None:
+        """The transaction ``stored`` (from :meth:`_recording_writes`) was written in did not
+        commit: it is held, as a write the store refused."""
+        self._held.hold_again(stored)
+        for session_id in dict.fromkeys(sid for sid, _, _ in stored):
+            self._say_held(session_id, exc)
 
     def _write_held(self, session_id: str) -> bool:
         """Store what is held for ``session_id`` (before an export, a flush); True when nothing

@@ -297,6 +297,7 @@ class PgDatabase:
         self._sessions: list[_Session] = []
         self._sessions_lock = threading.Lock()
         self._schema_checked = False
+        self._lost_at = -1.0  # time.monotonic() when a connection was last found broken
         #: Names this process's leases; each of its connections holds a shared lock on it.
         self.worker_key = secrets.randbits(62) + 1
         self._connection(self._session())  # fail at construction if the server cannot be reached
@@ -382,10 +383,18 @@ class PgDatabase:
     def _hung(self, why: str) -> None:
         _pause_attempts(self.url, f"a connection {why}")
 
+    def _note_if_lost(self, session: _Session) -> None:
+        """When ``session``'s connection broke, every connection not used since is checked
+        before its next transaction."""
+        if session.raw is not None and session.raw.broken:
+            self._lost_at = time.monotonic()
+
     def _checked(self, session: _Session) -> Any:
         """The thread's connection, made sure to be alive when it has been idle (before a transaction)."""
         raw = self._connection(session)
-        if time.monotonic() - session.used > PING_AFTER_S:
+        # Idle a while, or since another thread's connection was found dead (the server restarted,
+        # the network dropped): this one likely went with it.
+        if time.monotonic() - session.used > PING_AFTER_S or session.used <= self._lost_at:
             psycopg = psycopg_module()
             try:
                 raw.execute("SELECT 1")
@@ -438,6 +447,7 @@ class PgDatabase:
             session.depth -= 1
             if not session.depth:
                 session.locked.clear()
+                self._note_if_lost(session)
                 session.used = time.monotonic()
                 after, session.after = session.after, []
                 for fn in after if committed else ():
@@ -555,6 +565,7 @@ class PgDatabase:
                 session.used = time.monotonic()
                 return cur.fetchall() if cur.description else []
             except psycopg.OperationalError as exc:
+                self._note_if_lost(session)
                 if session.depth or attempt == 2 or not raw.broken:
                     raise _failure(exc, f"read from {self.path}") from exc
             except psycopg.Error as exc:
