@@ -272,92 +272,6 @@ def plot_recall(results: dict[str, Any], img: Path) -> list[str]:
 
 
 # -- the document --------------------------------------------------------------------------------
-#: What two scripts outside ``make bench`` measured: the score-fusion fit (deterministic) and the
-#: hybrid preset's turn cost (a quiet machine is needed; rerun it and update the numbers here).
-MEASURED_APART = [
-    "## The hybrid preset: score fusion and its turn cost", "",
-    "Measured apart from the run above, on 2026-12-01, on the shared 2-core machine (load average 3-5). "
-    "The fit is deterministic; the times are provisional until rerun on a quiet machine.", "",
-    "**Fit** (`python benchmarks/fit_fusion.py --check`; `--refresh` rebuilds the features by feeding the"
-    " preset live, turn by turn, a few minutes), remeasured on 2026-12-03: 383 questions, 17.2 candidates"
-    " each (the union of each retriever's top 10), an evidence turn among them for 0.901. Each held-out "
-    "row is scored with the weights fitted on the other two conversations; weights are scaled to keyword "
-    "= 1; the date weight is a fixed bonus of 0.2, not fitted (fed live, every exchange is stored the "
-    "same day: the data cannot price it). Not kept: a pool of 20 hits per retriever (33.6 candidates, "
-    "evidence among them 0.927) ranks worse, 0.825 pooled at 1,390. Dropping the candidates that carry no"
-    " signal changes no LoCoMo result (0.833 either way, `fit_fusion.py --keep-silent`).", "",
-    "| weights | semantic | date | length | scored on | R@5 | chars@5 |",
-    "|---|---|---|---|---|---|---|",
-    "| lexical with neighbours (no fusion) | – | – | – | all three | 0.773 | 1,431 |",
-    "| fitted on conv-30 + conv-41 | 0.194 | 0.2 | −0.062 | conv-26 | 0.827 (lexical 0.800) | 1,441 |",
-    "| fitted on conv-26 + conv-41 | 0.220 | 0.2 | −0.128 | conv-30 | 0.840 (lexical 0.765) | 1,230 |",
-    "| fitted on conv-26 + conv-30 | 0.195 | 0.2 | −0.061 | conv-41 | 0.836 (lexical 0.750) | 1,429 |",
-    "| **leave one conversation out, pooled** | | | | all three | **0.833** | **1,392** |",
-    "| hand-set | 0.2 | 0.5 | −0.07 | all three (in-sample) | 0.830 | 1,398 |",
-    "| shipped (fitted on all three) | 0.203 | 0.2 | −0.089 | all three (in-sample) | 0.825 | 1,384 |", "",
-    'Not kept (2026-12-03), trying to lift the preset over lexical with neighbours by 3 points in every '
-    'conversation (it is +0.013 on conv-26, +0.062 on conv-30, +0.079 on conv-41, in context): each idea '
-    'scored on the cached candidates above, leave one conversation out, R@5 per conversation (conv-26 / '
-    "conv-30 / conv-41, pooled) against the shipped features' 0.827 / 0.840 / 0.836, 0.833. Each "
-    "retriever's reciprocal rank as two more fitted features, 1/(60 + rank): 0.820 / 0.840 / 0.803, "
-    '0.817; 1/(1 + rank): 0.827 / 0.827 / 0.822, 0.825. The keyword feature times exp(semantic) (semantic'
-    ' clipped at −3): 0.820 / 0.852 / 0.836, 0.833. The semantic feature clipped at −2: 0.807 / 0.827 / '
-    '0.836, 0.822. The keyword feature read from lexical at another neighbour weight, the candidates '
-    "kept: 0.25, 0.786 pooled; 1.0, 0.813 / 0.827 / 0.789, 0.807; the exchange's own BM25 (neighbour "
-    'weight 0) as a fifth feature: 0.820 / 0.864 / 0.829, 0.833. Picking the five greedily with a penalty'
-    ' for an exchange next to one already picked (λ = 0.05 in keyword units): 0.820 pooled, worse as λ '
-    'grows (adjacent exchanges are often evidence together); a bonus instead (λ = 0.03): 0.827 / 0.852 / '
-    '0.829, 0.833. None raises every conversation; the target is not met on conv-26. Of its 150 '
-    'questions, 13 have no evidence among the candidates and 13 rank it sixth or lower; in the live run '
-    'the preset misses 4 that lexical with neighbours finds and finds 6 it misses.', "",
-    "**Turn cost** (`python benchmarks/bench_composite.py --n 10000 --calls 200 --store DIR`; the first run "
-    "feeds and embeds the store, later ones copy it): the preset and its four members alone, each holding "
-    "the same 10,000 exchanges, 200 interleaved turns (`build_conversation_context` + `update_history`), "
-    "on a quiet machine (load average 1.1, 2026-12-01):", "",
-    "| memory | build median ms | update median ms | turn ms |",
-    "|---|---|---|---|",
-    "| composite (hybrid preset) | 40.00 | 3.15 | 43.14 |",
-    "| recency | 0.15 | 0.22 | 0.37 |",
-    "| lexical | 1.06 | 0.38 | 1.45 |",
-    "| local-rag | 38.61 | 0.48 | 39.10 |",
-    "| entity | 0.12 | 2.09 | 2.20 |",
-    "| sum of the members | 39.95 | 3.17 | 43.12 |", "",
-    "The composite's turn cost its members' turns plus **0.02 ms** (sums of the medians) and **+0.32 ms** "
-    "per round (median of the per-round differences; target: at most +1.5 ms). The E5 query embedding is "
-    "most of a turn; left out of both, the composite cost its members plus 1.14 ms per round, and score "
-    "fusion's own work (cross scores and features) took 0.82 ms (p90 1.06). On the shared machine at load "
-    "2.5-6 whole turns varied between +0.38 and +8.81 ms, the embedding's own noise.", "",
-    'Remeasured on 2026-12-03 at 10,000 stored exchanges (`--n 10000 --store DIR`), on the shared 2-core '
-    'machine with a local LLM server and other test suites running beside it (load average 3.3-3.7). '
-    "Before the change below (200 turns, load 3.47) the preset's turn cost 71.19 ms against its members' "
-    '66.53 ms (sums of the medians: ×1.07, +4.66 ms), +4.81 ms per round, +3.54 ms without the E5 query '
-    "embedding. Its update alone cost 7.85 ms against the members' 5.58 ms (+2.27 ms): a member's "
-    "background work (local-rag's and lexical's indexers, entity's extraction), woken at that member's "
-    'write, competed for the interpreter with the members still writing. The composite now lets every '
-    'member write, then wakes their background work as its update ends (`_core/worker.py`, '
-    '`wakeups_deferred`), as each member alone starts it once its update has returned. After the change, '
-    '300 turns, load average 3.26:', "",
-    '| memory | build median ms | update median ms | turn ms |',
-    '|---|---|---|---|',
-    '| composite (hybrid preset) | 58.44 | 7.75 | 66.20 |',
-    '| recency | 0.22 | 0.28 | 0.50 |',
-    '| lexical | 1.37 | 0.46 | 1.84 |',
-    '| local-rag | 53.73 | 0.54 | 54.28 |',
-    '| entity | 0.68 | 5.70 | 6.38 |',
-    '| sum of the members | 56.00 | 7.00 | 63.00 |',
-    "",
-    "The preset's turn cost its members' plus **3.20 ms** on the sums of the medians (×1.051) and **+1.85"
-    ' ms** per round (median of the per-round differences; target: at most +2 ms). Without the E5 query '
-    "embedding it cost its members plus **1.25 ms** per round; its update its members' plus 0.75 ms; "
-    "score fusion's own work 1.02 ms (p90 1.39); the contradicted exchanges put last and the shared "
-    'blocks sent once 0.010 ms. A second run after the change (200 turns, load 3.67): 72.13 against 68.29'
-    ' ms (×1.056, +3.85 ms), +4.88 ms per round, +1.37 ms without the embedding, the update +0.45 ms. The'
-    ' rest is the E5 query embedding, the same call with the same text and the same loaded model in the '
-    'preset and in local-rag alone: it took +0.93 ms and +2.75 ms longer in the preset in these two runs,'
-    ' and 1.25 ms less in an A/B of the builds alone (100 turns each, no writes between). So on this '
-    'machine the target holds without the embedding (+1.25 and +1.37 ms) and per round in one run of two;'
-    ' on the sums of the medians it does not (+3.20 and +3.85 ms). A quiet machine is needed to settle '
-    'the whole turn.', ""]
 
 
 def render(results: dict[str, Any], images: list[str]) -> str:
@@ -422,7 +336,6 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "conversations); *composite-hybrid-loco* the same, each conversation scored with the weights "
               "`benchmarks/fit_fusion.py` fits on the other two (the honest estimate); *composite-hybrid-rrf* the "
               "preset's members with rank fusion, the preset before score fusion.", ""] + locomo_tables(results)
-    lines += MEASURED_APART
     if images:
         lines += ["## Plots", ""] + [f"![{name}](img/{name})" for name in images] + [""]
     lines += ["## Reproduce", "", "```", "make bench        # python benchmarks/run.py --full",
