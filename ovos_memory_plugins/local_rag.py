@@ -341,7 +341,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
             rows = db.query(vector, top_k=top_k, return_metadata=True, collection_name=collection,
                             where={"session_id": session_id})
         else:  # a third-party store: over-fetch, then filter (may under-fill if others dominate)
-            rows = db.query(vector, top_k=4 * top_k if session_id else top_k, return_metadata=True,
+            rows = db.query(vector, top_k=4 * top_k if session_id is not None else top_k, return_metadata=True,
                             collection_name=collection)
         return merge_pending(self._hits(rows, session_id)[:top_k], pending, top_k)
 

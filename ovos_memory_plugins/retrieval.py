@@ -407,7 +407,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         # A third-party backend that cannot filter: over-fetch, and keep what this session stored,
         # or what no session stored (the backend's own data). A hit that does not carry its session
         # (as the reference's hooks allow) is looked up in the document log.
-        hits = self._query_backend(query, 4 * k if session_id else k)
+        hits = self._query_backend(query, 4 * k if session_id is not None else k)
         if session_id is None:
             return hits
         untagged = [h for h in hits if "session_id" not in h.metadata]

@@ -412,6 +412,17 @@ def test_check_config_reports_values_read_as_the_reference_reads_them(tmp_path, 
     assert "'model' is null; its default '' is used" in err
 
 
+def test_check_config_reports_a_key_given_twice(tmp_path, capsys):
+    # JSON keeps the last "alice": her kitchen would silently become a guest's device.
+    path = tmp_path / "p.json"
+    path.write_text('{"handlers": ["h"], "memory_module": "ovos-memory-plugin-recency", '
+                    '"ovos-memory-plugin-recency": {"scope": "person", "people": '
+                    '{"alice": ["kitchen"], "bob": ["bob-*"], "alice": ["alice-*"]}}}')
+    assert main(["check-config", str(path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "key 'alice' is given twice in one object" in err and "'bob'" not in err
+
+
 def test_check_config_checks_composite_members_too(tmp_path, capsys):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-composite",

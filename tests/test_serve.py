@@ -486,6 +486,30 @@ def test_any_session_id_works_in_a_path_when_percent_encoded(tmp_path):
         assert running.request("GET", "/api/sessions").body == {"sessions": []}  # its only exchange is gone
 
 
+def test_a_search_within_the_session_named_empty_searches_that_session_only(tmp_path):
+    config = {"db_path": str(tmp_path / "lex.db")}
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        for sid in ("", "other"):
+            memory.update_history([AgentMessage(MessageRole.USER, f"the secret of {sid!r}"),
+                                   AgentMessage(MessageRole.ASSISTANT, "noted")], sid)
+    with served(["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)], tmp_path) as running:
+        within = running.request("GET", "/api/search?q=secret&mode=keyword&session=").body["hits"]
+        everywhere = running.request("GET", "/api/search?q=secret&mode=keyword").body["hits"]
+    assert [h["session_id"] for h in within] == [""]
+    assert sorted(h["session_id"] for h in everywhere) == ["", "other"]
+
+
+def test_forgetting_an_exchange_of_a_member_that_keeps_none_by_id_names_that_member(fresh):
+    folder, server = fresh
+    doc = server.request("GET", "/api/sessions/ana-kitchen").body["documents"][0]
+    path = f"/api/sessions/ana-kitchen/documents/{doc['doc_id']}"
+    window = server.request("DELETE", f"{path}?member=ovos-memory-plugin-recency")
+    assert window.status == 400 and "ovos-memory-plugin-recency keeps no exchanges by id" in window.body["error"]
+    unknown = server.request("DELETE", f"{path}?member=zzz")
+    assert unknown.status == 400 and "'member' must name one of" in unknown.body["error"]
+    assert server.request("GET", path.rsplit("/documents", 1)[0]).body["documents"][0] == doc  # nothing forgotten
+
+
 @pytest.mark.parametrize(("header", "name"), [
     ("[::1]:8765", "::1"), ("[::1]", "::1"), ("localhost", "localhost"), ("localhost:80", "localhost"),
     ("127.0.0.1:8765", "127.0.0.1"),

@@ -112,3 +112,27 @@ def test_a_persons_page_opens_their_memory_and_shows_their_patterns_as_text(tmp_
         assert not driver.find_elements(By.CSS_SELECTOR, "#person-sessions a")  # a pattern opens nothing
         wait(driver, seen.element_to_be_clickable((By.LINK_TEXT, "person:ana"))).click()
         wait(driver, lambda d: "my dog is called Biscuit" in d.find_element(By.ID, "window").text)
+
+
+def test_a_session_named_dot_or_dot_dot_is_refused_by_the_page_not_taken_for_another(tmp_path):
+    # A browser resolves "." and ".." path segments before it sends a request, even percent-
+    # encoded: session "." would read (and forget) session "", and "./facts" session "facts". The
+    # page refuses those ids and shows nothing of another session.
+    config = household_config(tmp_path)
+    sessions = {"": "the secret of the unnamed", ".": "the secret of dot", "..": "the secret of dots"}
+    with open_memory("ovos-memory-plugin-composite", config) as memory:
+        for sid, said in sessions.items():
+            memory.update_history([AgentMessage(MessageRole.USER, said), AgentMessage(MessageRole.ASSISTANT, "ok")],
+                                  sid)
+        assert memory.flush(patience(120))
+    args = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+    with served(args, tmp_path) as server, chromium() as driver:
+        driver.get(server.url + "/#session=")
+        wait(driver, lambda d: sessions[""] in d.find_element(By.ID, "window").text)
+        for sid in (".", ".."):
+            driver.find_element(By.CSS_SELECTOR, f'#sessions a[data-session="{sid}"]').click()
+            wait(driver, lambda d: "use the ovos-memory command" in d.find_element(By.ID, "banner").text)
+            assert not driver.find_element(By.ID, "session").is_displayed()  # nothing of "" left on show
+            assert sessions[""] not in driver.find_element(By.TAG_NAME, "body").text
+        listed = {s["id"] for s in server.request("GET", "/api/sessions").body["sessions"]}
+    assert listed == set(sessions)

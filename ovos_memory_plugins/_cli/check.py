@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -22,7 +23,7 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
     from .engine import find_endpoint
 
     data = read_json(args.file, "config file")
-    problems: list[str] = []
+    problems: list[str] = _keys_given_twice(args.file)
     notes: list[str] = []
     chat_endpoint = None
     if isinstance(data, Mapping) and not args.module:
@@ -61,6 +62,25 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
         return 0
     ui.out.print(Text(f"OK: the '{module}' config is valid"))
     return 0
+
+
+def _keys_given_twice(path: str) -> list[str]:
+    """A problem for each key given twice in one object of the file: JSON keeps the last one
+    without a word, so a person listed twice in ``people`` loses the first entry's devices."""
+    twice: list[str] = []
+
+    def note(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        twice.extend(key for i, key in enumerate(keys) if key in keys[:i])
+        return dict(pairs)
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            json.load(fh, object_pairs_hook=note)
+    except (OSError, ValueError, RecursionError):  # read_json has said what is wrong with the file
+        return []
+    return [f"key {key!r} is given twice in one object: JSON keeps only the last one, the first is ignored"
+            for key in dict.fromkeys(twice)]
 
 
 #: Seconds check-config waits for an endpoint to list its models.

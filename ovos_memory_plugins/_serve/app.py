@@ -285,7 +285,8 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
         k = q.get("k", "10")
         if not (k.isascii() and k.isdigit()):
             raise ValueError(f"'k' must be a whole number of hits, not {k!r}")
-        hits = await run(views.search, memory, q["q"], q.get("session") or None, q.get("mode", "all"), int(k))
+        # An empty ``session=`` is the session named "" (any id works): only an absent one means all.
+        hits = await run(views.search, memory, q["q"], q.get("session"), q.get("mode", "all"), int(k))
         return JSONResponse({"hits": hits})
 
     async def people(request: Request) -> Response:
@@ -305,7 +306,7 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
 
     async def start_import(request: Request) -> Response:
         items = _import_items(await _json_body(request, (dict, list)), "the uploaded file")
-        sid = request.query_params.get("session") or None
+        sid = request.query_params.get("session")
         if sid is not None and len(items) != 1:
             raise ValueError("'session' only applies to a file holding one session")
         return JSONResponse(jobs.start(_import_work(memory, items, sid), len(items)), status_code=202)

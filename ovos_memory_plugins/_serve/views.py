@@ -168,10 +168,17 @@ def forget_fact(memory: Any, session_id: str, text: Any) -> dict[str, Any]:
 def forget_exchange(memory: Any, session_id: str, doc_id: str, member: str | None = None) -> dict[str, Any]:
     """Forget the stored exchange ``doc_id`` (of ``member``, whose ids they are, in a composite)
     everywhere the memory keeps it."""
-    owner = dict(_members(memory)).get(member, memory) if member else memory
+    owner = memory
+    if member:
+        members = dict(_members(memory))
+        if member not in members:
+            raise ValueError(f"'member' must name one of {sorted(members)}, not {member!r}")
+        owner = members[member]
     find = getattr(owner, "document", None)
-    if not callable(find) or not callable(getattr(memory, "forget_exchange", None)):
+    if not callable(getattr(memory, "forget_exchange", None)):
         raise Unsupported(f"{_name(memory)} cannot forget one exchange (forget the session instead)")
+    if not callable(find):
+        raise Unsupported(f"{member} keeps no exchanges by id: name the member the exchange's id is from")
     _require_session(memory, session_id)
     doc = find(session_id, doc_id)
     if doc is None:

@@ -27,6 +27,17 @@ async function api(path, options = {}) {
 }
 
 const enc = encodeURIComponent;
+// An id as one segment of an API path. A browser resolves a "." or ".." segment away before the
+// request leaves, even percent-encoded: session "." would read and forget session "", and "./facts"
+// session "facts". Such an id is refused here; the command line reaches it.
+function seg(id) {
+  const text = String(id);
+  if (text === "." || text === "..") {
+    throw new Error(`a page cannot reach the id ${JSON.stringify(text)} (browsers rewrite it); ` +
+                    "use the ovos-memory command for it");
+  }
+  return encodeURIComponent(text);
+}
 const short = (name) => String(name || "").replace(/^ovos-memory-plugin-/, "");
 
 function el(tag, props = {}, ...children) {
@@ -94,10 +105,16 @@ function showOnly(section) {
   for (const id of ["session", "person", "empty-hint"]) $(id).hidden = id !== section;
 }
 
+// The path first: an id the page cannot reach leaves nothing of another session on show.
+function pathOf(kind, id) {
+  try { return `/api/${kind}/${seg(id)}`; } catch (error) { showOnly("empty-hint"); throw error; }
+}
+
 async function openSession(id) {
+  const path = pathOf("sessions", id);
   state.session = id;
   state.person = null;
-  const view = await api(`/api/sessions/${enc(id)}`);
+  const view = await api(path);
   $("session-title").textContent = `Session ${id}`;
   $("summaries").replaceChildren(...view.summaries.map((s) => el("div", { class: "summary", text: s.text })));
   if (!view.summaries.length) $("summaries").replaceChildren(el("p", { class: "muted", text: "No summary." }));
@@ -115,9 +132,10 @@ async function openSession(id) {
 }
 
 async function openPerson(name) {
+  const path = pathOf("people", name);
   state.person = name;
   state.session = null;
-  const person = await api(`/api/people/${enc(name)}`);
+  const person = await api(path);
   $("person-title").textContent = name;
   // The person's memory is listed under its key; their session ids and patterns only say which
   // devices are theirs, and open nothing of their own.
@@ -145,18 +163,18 @@ async function forget(question, path, options, after) {
 
 function forgetExchange(id, docId, member) {
   return forget("Forget this exchange everywhere it is kept?",
-    `/api/sessions/${enc(id)}/documents/${enc(docId)}?member=${enc(member)}`, {}, () => refresh());
+    `/api/sessions/${seg(id)}/documents/${seg(docId)}?member=${enc(member)}`, {}, () => refresh());
 }
 
 function forgetFact(id, text) {
-  return forget(`Forget the fact "${text}"?`, `/api/sessions/${enc(id)}/facts`, {
+  return forget(`Forget the fact "${text}"?`, `/api/sessions/${seg(id)}/facts`, {
     body: JSON.stringify({ text }), headers: { "Content-Type": "application/json" },
   }, () => refresh());
 }
 
 $("forget-session").addEventListener("click", () => forget(
   `Forget everything of session "${state.session}"? This cannot be undone.`,
-  `/api/sessions/${enc(state.session)}`, {}, async () => {
+  `/api/sessions/${seg(state.session)}`, {}, async () => {
     state.session = null;
     location.hash = "";
     showOnly("empty-hint");
@@ -165,7 +183,7 @@ $("forget-session").addEventListener("click", () => forget(
 
 $("forget-person").addEventListener("click", () => forget(
   `Forget everything about ${state.person}? This cannot be undone.`,
-  `/api/people/${enc(state.person)}`, {}, async () => {
+  `/api/people/${seg(state.person)}`, {}, async () => {
     state.person = null;
     location.hash = "";
     showOnly("empty-hint");
@@ -185,8 +203,8 @@ async function download(path, name) {
   } catch (error) { failed(error); }
 }
 
-$("export-session").addEventListener("click", () => download(`/api/sessions/${enc(state.session)}/export`, state.session));
-$("export-person").addEventListener("click", () => download(`/api/people/${enc(state.person)}/export`, state.person));
+$("export-session").addEventListener("click", () => download(`/api/sessions/${seg(state.session)}/export`, state.session));
+$("export-person").addEventListener("click", () => download(`/api/people/${seg(state.person)}/export`, state.person));
 
 // -- search ---------------------------------------------------------------------------------------
 $("search-form").addEventListener("submit", async (event) => {
@@ -223,7 +241,7 @@ $("import-button").addEventListener("click", async () => {
     while (job.phase === "importing" || job.phase === "indexing") {
       showProgress(job.phase === "importing" ? "Importing sessions" : "Indexing what was imported", job.done, job.total);
       await sleep(400);
-      job = await api(`/api/jobs/${enc(job.id)}`);
+      job = await api(`/api/jobs/${seg(job.id)}`);
     }
     $("progress").hidden = true;
     if (job.error) throw new Error(job.error);
