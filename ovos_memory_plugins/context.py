@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from ._core.compat import AgentMessage
+from ._core.compat import AgentMessage, MessageRole
 from ._core.tokens import estimate_tokens
 from ._memory.people import parse_people
 from ._memory.plugin import MemoryPlugin
@@ -234,13 +234,21 @@ class ContextMemory(MemoryPlugin):
 
     def assemble_context(self, utterance: str, session_id: str, context: str, history: Sequence[AgentMessage],
                          extra_system: Sequence[AgentMessage] | None = None) -> list[AgentMessage]:
-        """The message list of a turn from ready parts: the system prompt, ``extra_system``
-        blocks, the recalled ``context`` as ``inject_mode`` says, ``history`` (trailing USER turns
-        dropped) and the utterance, stripped, last. For a subclass that builds its own context,
-        as the reference's retrieval base offers."""
+        """The message list of a turn from ready parts: the system prompt, the ``extra_system``
+        messages as given, the recalled ``context`` as ``inject_mode`` says, ``history`` (trailing
+        USER turns dropped) and the utterance, stripped, last. For a subclass that builds its own
+        context, as the reference's retrieval base offers, and in its order: the extra messages
+        follow the system part whatever the mode (this package's own blocks, a summary or facts,
+        follow the mode instead)."""
         text = check_utterance(utterance)
         sid = check_session_id(session_id)
-        return self._assemble(text, sid, list(extra_system or ()), context_window(history), context)
+        out = self._assemble(text, sid, [], context_window(history), context)
+        extra = list(extra_system or ())
+        if extra:
+            opens = out[0].role == MessageRole.SYSTEM and (
+                bool(self._prompt()) or (self.injection.mode == "system_prompt" and bool(context)))
+            out[int(opens):int(opens)] = extra
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -201,6 +201,25 @@ def test_assemble_context_emits_the_reference_shapes(tmp_path):
         assert [m.content for m in ctx] == ["BASE.", "FACTS", "q", "a", "the question"]
 
 
+@pytest.mark.parametrize(("mode", "prompt", "shape"), [
+    ("system", "BASE.", [("system", "BASE."), ("system", "EXTRA"), ("system", "HDR\n\nContext:\n- chunk")]),
+    ("system", "", [("system", "EXTRA"), ("system", "HDR\n\nContext:\n- chunk")]),
+    ("developer", "BASE.", [("system", "BASE."), ("system", "EXTRA"), ("developer", "HDR\n\nContext:\n- chunk")]),
+    ("system_prompt", "BASE.", [("system", "BASE.\n\nHDR\n\nContext:\n- chunk"), ("system", "EXTRA")]),
+    ("system_prompt", "", [("system", "HDR\n\nContext:\n- chunk"), ("system", "EXTRA")]),
+    ("user", "BASE.", [("system", "BASE."), ("system", "EXTRA")]),
+])
+def test_assemble_context_puts_a_subclass_s_extra_messages_after_the_system_part_in_every_mode(
+        tmp_path, mode, prompt, shape):
+    # The reference's order for a subclass's own extra messages, whatever the mode.
+    with LexicalMemory({"db_path": str(tmp_path / "l.db"), "system_prompt": prompt, "inject_mode": mode,
+                        "context": {"header": "HDR"}}) as memory:
+        ctx = memory.assemble_context("the question", "s1", "- chunk", exchange("q", "a"),
+                                      extra_system=[AgentMessage(MessageRole.SYSTEM, "EXTRA")])
+    last = "HDR\n\nContext:\n- chunk\n\nQuestion: the question" if mode == "user" else "the question"
+    assert [(m.role.value, m.content) for m in ctx] == [*shape, ("user", "q"), ("assistant", "a"), ("user", last)]
+
+
 @pytest.mark.skipif(not HAS_TOOLS, reason="tool messages need the pre-release OPM")
 def test_assemble_context_in_tool_mode_counts_its_call_ids_per_session(tmp_path):
     with LexicalMemory({"db_path": str(tmp_path / "l.db"), "inject_mode": "tool"}) as memory:
