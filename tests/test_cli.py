@@ -423,6 +423,21 @@ def test_check_config_reports_a_key_given_twice(tmp_path, capsys):
     assert "key 'alice' is given twice in one object" in err and "'bob'" not in err
 
 
+def test_check_config_reads_a_config_from_a_pipe_once(tmp_path, capsys):
+    # Read twice, a pipe would hang the second read (a FIFO) or give it nothing (/dev/stdin).
+    import os
+    import threading
+
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    text = '{"max_history": 3, "max_history": 4}'
+    writer = threading.Thread(target=fifo.write_text, args=(text,), daemon=True)
+    writer.start()
+    assert main(["check-config", "--module", "ovos-memory-plugin-recency", str(fifo)]) == 2
+    writer.join(patience(10))
+    assert "key 'max_history' is given twice in one object" in capsys.readouterr().err
+
+
 def test_check_config_checks_composite_members_too(tmp_path, capsys):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-composite",

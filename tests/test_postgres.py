@@ -316,13 +316,16 @@ def test_an_error_swallowed_outside_a_savepoint_fails_the_commit_loudly(pg_db):
     assert _rows(pg_db, "tx") == [9]
 
 
-def test_a_connection_found_dead_has_the_other_threads_check_theirs_before_writing(tmp_path):
-    """A thread that finds its connection dead (the server restarted) tells the others: their own
+@pytest.mark.parametrize("found_by", ["write", "ping", "read"])
+def test_a_connection_found_dead_has_the_other_threads_check_theirs_before_writing(found_by, tmp_path):
+    """A thread that finds its connection dead (the server restarted), by a write that fails, by
+    the check an idle spell makes before a write, or by a read, tells the others: their own
     connections, used moments before and dead too, are checked before their next transaction
     instead of failing it (only an idle spell of PING_AFTER_S made them check before)."""
     import concurrent.futures
 
     from ovos_memory_plugins.errors import StorageError
+    from ovos_memory_plugins.storage import postgres
     from tests._postgres import RoundTrips
 
     proxy = RoundTrips(tmp_path)
@@ -336,15 +339,23 @@ def test_a_connection_found_dead_has_the_other_threads_check_theirs_before_writi
     try:
         db.migrate("tx-test", ["CREATE TABLE tx (x int UNIQUE);"])
         write(1)
+        if found_by == "ping":  # this thread's connection idle long enough to be checked first
+            db._session().used -= postgres.PING_AFTER_S + 1
         other.submit(write, 2).result()
         proxy.cut()
         time.sleep(0.3)  # both connections are gone now
         proxy.restore()
-        with pytest.raises(StorageError):  # a write in flight is never retried: this one is lost to its caller
-            write(3)
+        if found_by == "write":
+            with pytest.raises(StorageError):  # a write in flight is never retried: lost to its caller
+                write(3)
+        elif found_by == "ping":
+            write(3)  # checked, found dead, replaced: stored
+        else:
+            with pytest.raises(StorageError), db.read() as con:
+                con.execute("SELECT count(*) FROM tx")
         other.submit(write, 4).result()  # checked first: replaced, not failed
         write(5)
-        assert _rows(db, "tx") == [1, 2, 4, 5]
+        assert _rows(db, "tx") == ([1, 2, 3, 4, 5] if found_by == "ping" else [1, 2, 4, 5])
     finally:
         other.shutdown()
         release_pg_database(db)

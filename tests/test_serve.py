@@ -510,6 +510,15 @@ def test_forgetting_an_exchange_of_a_member_that_keeps_none_by_id_names_that_mem
     assert server.request("GET", path.rsplit("/documents", 1)[0]).body["documents"][0] == doc  # nothing forgotten
 
 
+def test_a_memory_that_keeps_no_exchanges_by_id_says_so_when_asked_to_forget_one(tmp_path):
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    with RecencyMemory({"db_path": str(tmp_path / "r.db")}) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "hi"), AgentMessage(MessageRole.ASSISTANT, "hello")], "s")
+        with pytest.raises(views.Unsupported, match="ovos-memory-plugin-recency keeps no exchanges by id"):
+            views.forget_exchange(memory, "s", "s_0")
+
+
 @pytest.mark.parametrize(("header", "name"), [
     ("[::1]:8765", "::1"), ("[::1]", "::1"), ("localhost", "localhost"), ("localhost:80", "localhost"),
     ("127.0.0.1:8765", "127.0.0.1"),

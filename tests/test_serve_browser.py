@@ -134,5 +134,14 @@ def test_a_session_named_dot_or_dot_dot_is_refused_by_the_page_not_taken_for_ano
             wait(driver, lambda d: "use the ovos-memory command" in d.find_element(By.ID, "banner").text)
             assert not driver.find_element(By.ID, "session").is_displayed()  # nothing of "" left on show
             assert sessions[""] not in driver.find_element(By.TAG_NAME, "body").text
+        driver.get(server.url + "/")  # no session open: the search looks in every session
+        search = visible(driver, "search-input")  # a hit of session "." found by search: forgetting it
+        search.send_keys("secret of dot")
+        driver.find_element(By.CSS_SELECTOR, "#search-mode option[value=keyword]").click()
+        driver.find_element(By.CSS_SELECTOR, "#search-form button").click()
+        item_holding(driver, "hits", sessions["."]).find_element(By.TAG_NAME, "button").click()
+        wait(driver, lambda d: "use the ovos-memory command" in d.find_element(By.ID, "banner").text)
         listed = {s["id"] for s in server.request("GET", "/api/sessions").body["sessions"]}
+        dot = server.request("GET", "/api/sessions/%2E").body
     assert listed == set(sessions)
+    assert sessions["."] in json.dumps(dot)  # nothing of "." was forgotten

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._core.paths import is_memory_path, resolve_path
@@ -22,8 +21,10 @@ __all__ = ["cmd_check_config", "config_problems"]
 def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
     from .engine import find_endpoint
 
-    data = read_json(args.file, "config file")
-    problems: list[str] = _keys_given_twice(args.file)
+    twice: list[str] = []
+    data = read_json(args.file, "config file", _noting_keys_given_twice(twice))
+    problems = [f"key {key!r} is given twice in one object: JSON keeps only the last one, the first is ignored"
+                for key in dict.fromkeys(twice)]
     notes: list[str] = []
     chat_endpoint = None
     if isinstance(data, Mapping) and not args.module:
@@ -64,23 +65,15 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
     return 0
 
 
-def _keys_given_twice(path: str) -> list[str]:
-    """A problem for each key given twice in one object of the file: JSON keeps the last one
-    without a word, so a person listed twice in ``people`` loses the first entry's devices."""
-    twice: list[str] = []
-
-    def note(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _noting_keys_given_twice(twice: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A JSON object hook that appends to ``twice`` each key given twice in one object: JSON keeps
+    the last one without a word, so a person listed twice in ``people`` loses the first entry's devices."""
+    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         keys = [key for key, _ in pairs]
         twice.extend(key for i, key in enumerate(keys) if key in keys[:i])
         return dict(pairs)
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            json.load(fh, object_pairs_hook=note)
-    except (OSError, ValueError, RecursionError):  # read_json has said what is wrong with the file
-        return []
-    return [f"key {key!r} is given twice in one object: JSON keeps only the last one, the first is ignored"
-            for key in dict.fromkeys(twice)]
+    return build
 
 
 #: Seconds check-config waits for an endpoint to list its models.

@@ -7,7 +7,7 @@ import argparse
 import contextlib
 import datetime
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .._memory.people import PERSON_PREFIX, inside, listed_as, listed_keys, move_sessions_of_people
@@ -21,10 +21,11 @@ __all__ = ["cmd_docs_table", "cmd_export", "cmd_forget", "cmd_import", "cmd_inde
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def read_json(path: str, what: str) -> Any:
+def read_json(path: str, what: str, pairs: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+    """The JSON in ``path`` (read once: it may be a pipe), ``pairs`` building its objects."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            return json.load(fh, object_pairs_hook=pairs)
     except FileNotFoundError:
         raise CLIError(f"{what} {path!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:

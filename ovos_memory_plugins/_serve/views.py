@@ -178,6 +178,8 @@ def forget_exchange(memory: Any, session_id: str, doc_id: str, member: str | Non
     if not callable(getattr(memory, "forget_exchange", None)):
         raise Unsupported(f"{_name(memory)} cannot forget one exchange (forget the session instead)")
     if not callable(find):
+        if not member:
+            raise Unsupported(f"{_name(memory)} keeps no exchanges by id (forget the session instead)")
         raise Unsupported(f"{member} keeps no exchanges by id: name the member the exchange's id is from")
     _require_session(memory, session_id)
     doc = find(session_id, doc_id)

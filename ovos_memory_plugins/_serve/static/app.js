@@ -152,7 +152,10 @@ function item(text, meta, forget) {
 }
 
 // -- forgetting ------------------------------------------------------------------------------------
-async function forget(question, path, options, after) {
+// ``where`` gives the request's path: an id the page cannot reach (seg) is said, not thrown away.
+async function forget(question, where, options, after) {
+  let path;
+  try { path = where(); } catch (error) { failed(error); return; }
   if (!window.confirm(question)) return;
   try {
     const result = await api(path, { method: "DELETE", ...options });
@@ -163,18 +166,18 @@ async function forget(question, path, options, after) {
 
 function forgetExchange(id, docId, member) {
   return forget("Forget this exchange everywhere it is kept?",
-    `/api/sessions/${seg(id)}/documents/${seg(docId)}?member=${enc(member)}`, {}, () => refresh());
+    () => `/api/sessions/${seg(id)}/documents/${seg(docId)}?member=${enc(member)}`, {}, () => refresh());
 }
 
 function forgetFact(id, text) {
-  return forget(`Forget the fact "${text}"?`, `/api/sessions/${seg(id)}/facts`, {
+  return forget(`Forget the fact "${text}"?`, () => `/api/sessions/${seg(id)}/facts`, {
     body: JSON.stringify({ text }), headers: { "Content-Type": "application/json" },
   }, () => refresh());
 }
 
 $("forget-session").addEventListener("click", () => forget(
   `Forget everything of session "${state.session}"? This cannot be undone.`,
-  `/api/sessions/${seg(state.session)}`, {}, async () => {
+  () => `/api/sessions/${seg(state.session)}`, {}, async () => {
     state.session = null;
     location.hash = "";
     showOnly("empty-hint");
@@ -183,7 +186,7 @@ $("forget-session").addEventListener("click", () => forget(
 
 $("forget-person").addEventListener("click", () => forget(
   `Forget everything about ${state.person}? This cannot be undone.`,
-  `/api/people/${seg(state.person)}`, {}, async () => {
+  () => `/api/people/${seg(state.person)}`, {}, async () => {
     state.person = null;
     location.hash = "";
     showOnly("empty-hint");
@@ -191,9 +194,9 @@ $("forget-person").addEventListener("click", () => forget(
   }));
 
 // -- export ---------------------------------------------------------------------------------------
-async function download(path, name) {
+async function download(where, name) {
   try {
-    const data = await api(path);
+    const data = await api(where());
     const blob = new Blob([JSON.stringify(data, null, 2)], { type: "application/json" });
     const link = el("a", { href: URL.createObjectURL(blob), download: `${name.replace(/[^A-Za-z0-9._-]/g, "_") || "memory"}.json` });
     document.body.append(link);
@@ -203,8 +206,8 @@ async function download(path, name) {
   } catch (error) { failed(error); }
 }
 
-$("export-session").addEventListener("click", () => download(`/api/sessions/${seg(state.session)}/export`, state.session));
-$("export-person").addEventListener("click", () => download(`/api/people/${seg(state.person)}/export`, state.person));
+$("export-session").addEventListener("click", () => download(() => `/api/sessions/${seg(state.session)}/export`, state.session));
+$("export-person").addEventListener("click", () => download(() => `/api/people/${seg(state.person)}/export`, state.person));
 
 // -- search ---------------------------------------------------------------------------------------
 $("search-form").addEventListener("submit", async (event) => {

@@ -401,6 +401,7 @@ class PgDatabase:
             except psycopg.OperationalError:
                 if not raw.broken:
                     raise
+                self._note_if_lost(session)
                 raw = self._connection(session)  # replaced: nothing was sent on the broken one yet
         return raw
 
@@ -544,6 +545,7 @@ class PgDatabase:
         finally:
             session.wrapper.queued.clear()  # a read-only transaction has nothing to send after it
             session.depth -= 1
+            self._note_if_lost(session)
             session.used = time.monotonic()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
