@@ -363,18 +363,17 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             if not begun:
                 raise
             for member, stored in written:
-                member.memory._hold_uncommitted(stored, exc)
+                if stored:  # only this package's members sharing the transaction record anything
+                    member.memory._hold_uncommitted(stored, exc)
             return
 
     def _member_update(self, member: Member, session_id: str, batch: list[Any]) -> list[Any]:
         """``member``'s update of ``batch``; what it stored in the shared transaction (none: a
         member on another store, Redis or a database of its own, commits its own writes)."""
-        recording = getattr(member.memory, "_recording_writes", None)
-        shares = getattr(getattr(member.memory, "settings", None), "db_url", None) == self.settings.db_url
-        if recording is None or self.settings.db_url is None or not shares:
-            self._call(member, "update", lambda: member.memory.update_history(list(batch), session_id), None)
-            return []
-        with recording() as stored:
+        db_url = self.settings.db_url
+        shares = db_url is not None and getattr(getattr(member.memory, "settings", None), "db_url", None) == db_url
+        recording = getattr(member.memory, "_recording_writes", None) if shares else None
+        with recording() if recording is not None else contextlib.nullcontext([]) as stored:
             self._call(member, "update", lambda: member.memory.update_history(list(batch), session_id), None)
         return stored
 

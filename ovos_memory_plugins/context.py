@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from ._core.compat import AgentMessage, MessageRole
+from ._core.compat import AgentMessage
 from ._core.tokens import estimate_tokens
 from ._memory.people import parse_people
 from ._memory.plugin import MemoryPlugin
@@ -226,11 +226,12 @@ class ContextMemory(MemoryPlugin):
         return self.system_prompt.strip() if self.strips_system_prompt else self.system_prompt
 
     def _assemble(self, utterance: str, session_id: str, blocks: Sequence[AgentMessage],
-                  window: Sequence[AgentMessage], context: str) -> list[AgentMessage]:
+                  window: Sequence[AgentMessage], context: str,
+                  given: Sequence[AgentMessage] = ()) -> list[AgentMessage]:
         tool_id = ""
         if context and self.injection.mode == "tool":
             tool_id = f"memrag_{session_id}_{next(self._tool_counters[session_id])}"
-        return assemble_context(utterance, window, context, self.injection, self._prompt(), blocks, tool_id)
+        return assemble_context(utterance, window, context, self.injection, self._prompt(), blocks, tool_id, given)
 
     def assemble_context(self, utterance: str, session_id: str, context: str, history: Sequence[AgentMessage],
                          extra_system: Sequence[AgentMessage] | None = None) -> list[AgentMessage]:
@@ -242,13 +243,7 @@ class ContextMemory(MemoryPlugin):
         follow the mode instead)."""
         text = check_utterance(utterance)
         sid = check_session_id(session_id)
-        out = self._assemble(text, sid, [], context_window(history), context)
-        extra = list(extra_system or ())
-        if extra:
-            opens = out[0].role == MessageRole.SYSTEM and (
-                bool(self._prompt()) or (self.injection.mode == "system_prompt" and bool(context)))
-            out[int(opens):int(opens)] = extra
-        return out
+        return self._assemble(text, sid, [], context_window(history), context, list(extra_system or ()))
 
 
 @dataclasses.dataclass(frozen=True)

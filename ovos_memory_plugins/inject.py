@@ -60,10 +60,13 @@ def assemble_context(
     system_prompt: str = "",
     extra_system: Sequence[AgentMessage] = (),
     tool_call_id: str = "",
+    given: Sequence[AgentMessage] = (),
 ) -> list[AgentMessage]:
     """The message list for one turn. ``utterance`` must already be stripped.
 
-    ``extra_system`` are the memory's blocks (a summary, facts), placed as the mode says.
+    ``extra_system`` are the memory's blocks (a summary, facts), placed as the mode says;
+    ``given`` are a subclass's own messages, placed as given right after the system part in
+    every mode (the reference's order for its ``extra_system``).
     """
     mode = injection.mode
     blocks = [b for b in extra_system if b.content.strip()]
@@ -76,6 +79,7 @@ def assemble_context(
         out.append(AgentMessage(MessageRole.SYSTEM, base.strip()))
     elif system_prompt:
         out.append(AgentMessage(MessageRole.SYSTEM, system_prompt))
+    out.extend(given)
     if mode == "developer":
         out.extend(AgentMessage(MessageRole.DEVELOPER, b.content) for b in blocks)
     elif mode in ("system", "tool"):

@@ -1023,6 +1023,43 @@ def test_an_exchange_whose_commit_is_lost_is_stored_once_the_database_is_back(ki
     assert said == [*expected, "zqcutq", "zqafterq"], f"not stored once each, in order: {said}"
 
 
+def test_a_third_party_member_is_left_alone_when_the_shared_commit_fails(tmp_path, monkeypatch):
+    """A member from another package keeps its own store: the composite's failed commit does not
+    concern it, and must not fail the turn."""
+    from ovos_memory_plugins import composite as composite_module
+    from ovos_memory_plugins._core.compat import AgentContextManager
+    from ovos_memory_plugins.composite import CompositeMemory
+    from tests._postgres import RoundTrips
+
+    class Notes(AgentContextManager):  # an OPM memory plugin of another package: none of our hooks
+        seen: list = []
+
+        def get_history(self, session_id):
+            return []
+
+        def update_history(self, new_messages, session_id):
+            Notes.seen.append(new_messages[0].content)
+
+        def build_conversation_context(self, utterance, session_id):
+            return [AgentMessage(U, utterance)]
+
+    real = composite_module.load_memory_plugin
+    monkeypatch.setattr(composite_module, "load_memory_plugin", lambda name: Notes if name == "notes" else real(name))
+    proxy = RoundTrips(tmp_path)
+    try:
+        with CompositeMemory({"db_url": proxy.url(fresh_url()),
+                              "members": ["ovos-memory-plugin-recency", "notes"]}) as memory:
+            proxy.cut_at(b"COMMIT")
+            _exchange(memory, "s", "My name is zqcutq.", "noted")  # must not raise
+            proxy.restore()
+            _exchange(memory, "s", "My name is zqafterq.", "noted")
+            assert memory.flush(patience(30))
+            said = _said_in(memory.export("s")["members"]["ovos-memory-plugin-recency"])
+    finally:
+        proxy.close()
+    assert said == ["zqcutq", "zqafterq"] and Notes.seen == ["My name is zqcutq.", "My name is zqafterq."]
+
+
 def test_a_session_forgotten_during_an_outage_is_not_written_back_when_the_database_returns(tmp_path):
     from ovos_memory_plugins.errors import MemoryPluginError
     from tests._postgres import RoundTrips
