@@ -91,8 +91,10 @@ class ContextConfig:
                                             "messages of the window, recall; null: unbounded", kind=int, minimum=1)
     max_added_tokens: int | None = option(None, "token budget for what is added besides the window: blocks "
                                           "(summary, facts), then recall; null: unbounded", kind=int, minimum=1)
+    # The reference's windows and summaries had no 'scope' and ignored one: a persona written for
+    # it with 'global' there still loads, warned, each session keeping its own as it did.
     scope: str = option("session", "session: one memory per session id; person: one per person of 'people' "
-                        "(other sessions, guests, keep their own)", choices=PRIVATE_SCOPES)
+                        "(other sessions, guests, keep their own)", choices=PRIVATE_SCOPES, otherwise="session")
     people: dict[str, Any] = option({}, 'scope person: who owns which sessions, {"alice": ["kitchen", "alice-*"]} '
                                     "(session ids or glob patterns); a session two people claim is refused")
     household: bool = option(False, "scope person: every person's sessions share one memory (the household's); "
@@ -298,12 +300,19 @@ class RecallingMemory(ContextMemory):
         may rank against them (the composite: a recalled exchange the current facts contradict)."""
         return self.recall(query, session_id, window)
 
-    def build_query(self, utterance: str, history: Sequence[AgentMessage]) -> str:
-        """The search query: the utterance, or in history mode earlier user turns too."""
+    def build_query(self, utterance: str, history: Sequence[AgentMessage] | str | None = None) -> str:
+        """The search query: the utterance, or in history mode earlier user turns too.
+
+        ``history``: the stored messages to fold user turns from, or a session id whose window is
+        read (code written for the reference package calls ``build_query(utterance)``, or passes
+        the session id); None folds none."""
         utterance = clean_text(utterance)  # bounded, and storable: the query may be logged or embedded
-        if self.settings.query_mode != "history" or not self.settings.query_history_turns:
+        if self.settings.query_mode != "history" or not self.settings.query_history_turns or history is None:
             return utterance
-        users = [m.content for m in history if is_role(m, "user")][-self.settings.query_history_turns:]
+        if isinstance(history, str):
+            history = self.get_history(history)
+        messages: Sequence[AgentMessage] = history
+        users = [m.content for m in messages if is_role(m, "user")][-self.settings.query_history_turns:]
         return " ".join([*users, utterance]).strip()
 
     def _recalled(self, utterance: str, session_id: str, parts: ContextParts, window: list[AgentMessage],

@@ -43,6 +43,7 @@ from .common import MemoryHit
 from .config import option
 from .context import RecallConfig, RecallingMemory
 from .errors import ConfigError, MemoryPluginError
+from .fusion import hit_key
 from .messages import (
     check_session_id,
     check_utterance,
@@ -286,15 +287,21 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         return session_id if self.settings.scope != "global" and session_id is not None else None
 
     def recall(self, query: str, session_id: str, window: Sequence[AgentMessage] = ()) -> list[MemoryHit]:
-        """``search`` for a turn, minus items already present verbatim in ``window``."""
+        """``search`` for a turn: each text once (an exchange stored several times, the same
+        question asked every day, would fill the turn with copies), minus items already present
+        verbatim in ``window``."""
         k = self.settings.max_num_results
-        if not self.settings.dedup_history or not window:
-            return self.search(query, session_id, k)
+        window = window if self.settings.dedup_history else ()
         # Room for the hits the window repeats; a reference-style hook (no session_id) is asked
         # what the reference asked it (k, or 4k in session scope), which leaves room already.
-        spare = len(window) // 2 if self._query_takes_session else 0
-        hits = self.search(query, session_id, k + spare)
-        return drop_window_duplicates(hits, window)[:k]
+        asked = k + (len(window) // 2 if self._query_takes_session else 0)
+        while True:
+            hits = self.search(query, session_id, asked)
+            kept = drop_window_duplicates(distinct_hits(hits), window) if window else distinct_hits(hits)
+            # Asked again, for more, only when copies left the turn short and more may be stored.
+            if len(kept) >= k or len(hits) < asked or asked >= 4 * k:
+                return kept[:k]
+            asked *= 2
 
     def store(self, text: str, session_id: str, metadata: dict[str, Any] | None = None) -> str | None:
         """Store a free-text document (not an exchange); returns its id, or None if empty."""
@@ -455,6 +462,18 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         embedded again after an embedder change); 0 when the index is up to date."""
         self._store.ensure_started()
         return self._store.docs.count_pending()
+
+
+def distinct_hits(hits: Sequence[MemoryHit]) -> list[MemoryHit]:
+    """``hits`` with each text once: its best-ranked copy."""
+    seen: set[str] = set()
+    out = []
+    for hit in hits:
+        key = hit_key(hit)
+        if key not in seen:
+            seen.add(key)
+            out.append(hit)
+    return out
 
 
 def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMessage]) -> list[MemoryHit]:

@@ -955,3 +955,62 @@ def test_a_number_out_of_range_is_a_usage_error_naming_the_option_never_wrapped_
 def test_an_inline_config_that_is_a_list_is_refused_as_a_list(capsys):
     assert main(["stats", "--module", "ovos-memory-plugin-recency", "--config", "[1, 2]"]) == 2
     assert "--config must be a JSON object" in capsys.readouterr().err
+
+
+# -- a newcomer's slips ----------------------------------------------------------------------------
+def test_persona_with_module_or_config_is_an_error_not_one_ignored(tmp_path, capsys):
+    persona = write_persona(tmp_path / "p.json", closed_port_url())
+    code = main(["sessions", "--persona", str(persona), "--module", "ovos-memory-plugin-lexical"])
+    assert_one_line_error(code, capsys.readouterr().err, ["--persona", "--module"])
+    code = main(["sessions", "--persona", str(persona), "--config", "{}"])
+    assert_one_line_error(code, capsys.readouterr().err, ["--persona", "--config"])
+
+
+def test_forgetting_a_session_that_is_not_there_creates_no_store(tmp_path, capsys):
+    config = json.dumps({"db_path": str(tmp_path / "never.db")})
+    assert main(["forget", "nope", "--module", "ovos-memory-plugin-lexical", "--config", config]) == 4
+    assert "no session 'nope'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_search_shortens_a_long_hit_and_shows_a_tiny_score(tmp_path, capsys):
+    config = {"db_path": str(tmp_path / "lex.db")}
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        exchange(memory, "s", "here is my novel: " + "word " * 5000, "Thanks, I will read it.")
+    assert main(["search", "novel", "--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)]) == 0
+    out = capsys.readouterr().out
+    assert "'export'" in out and out.count("word") < 200  # the table wraps the note: its words, not the line
+    assert "0.000" not in out  # one stored document: its keyword score is about 1e-6, shown as such
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    ("recency", "did you mean 'ovos-memory-plugin-recency'?"),
+    ("ovos-memory-plugin-lexicl", "did you mean 'ovos-memory-plugin-lexical'?"),
+    ("ovos-memory-plugin-nope", "see 'ovos-memory plugins'"),  # not "did you mean ...composite"
+])
+def test_a_plugin_name_not_installed_gets_the_likely_one(capsys, name, hint):
+    code = main(["sessions", "--module", name])
+    assert_one_line_error(code, capsys.readouterr().err, [f"'{name}' is not installed", hint])
+    code = main(["docs-table", name])
+    assert hint in capsys.readouterr().err
+
+
+def test_check_config_takes_inline_json_and_a_personas_memory_part(tmp_path, capsys):
+    assert main(["check-config", "--module", "ovos-memory-plugin-recency", '{"max_history": 4}']) == 0
+    assert main(["check-config", "--module", "ovos-memory-plugin-recency", '{"max_histry": 4}']) == 2
+    assert "did you mean 'max_history'?" in capsys.readouterr().err
+    part = tmp_path / "memory.json"  # the memory part of a persona, as documentation shows it
+    part.write_text(json.dumps({"memory_module": "ovos-memory-plugin-recency",
+                                "ovos-memory-plugin-recency": {"max_history": 4}}))
+    assert main(["check-config", str(part)]) == 0
+    assert "checked as the memory part of a persona only" in capsys.readouterr().err
+    part.write_text(json.dumps({"memory_module": "ovos-memory-plugin-recency",
+                                "ovos-memory-plugin-recency": {"max_history": "four"}}))
+    assert main(["check-config", str(part)]) == 2
+
+
+def test_a_bad_exchange_is_counted_from_one(lexical, tmp_path, capsys):
+    log = tmp_path / "history.jsonl"
+    log.write_text('{"question": "q", "answer": "a"}\n{"question": "q", "ts": "yesterday"}\n')
+    code = main(["import", str(log), "--exchanges", "--session", "garage", *lexical])
+    assert_one_line_error(code, capsys.readouterr().err, ["exchange 2:", "nothing was imported"])

@@ -80,9 +80,17 @@ def test_a_session_two_patterns_claim_is_refused_when_it_comes(tmp_path):
             memory.get_history("bob-kitchen")
 
 
-def test_a_window_takes_no_global_scope_and_retrieval_takes_person():
-    with pytest.raises(ConfigError, match="'scope' is 'global'"):
-        RecencyMemory({"scope": "global"})
+def test_a_window_takes_no_global_scope_and_retrieval_takes_person(monkeypatch):
+    # The reference's window had no 'scope' and ignored one: the persona loads, warned, and each
+    # session keeps its own window.
+    from ovos_memory_plugins._core.log import LOG
+
+    warned: list[str] = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    with RecencyMemory({"scope": "global"}) as memory:
+        tell(memory, "kitchen", "my dog is Rex")
+        assert memory.scope == "session" and contents(memory, "bedroom") == []
+    assert any("'scope' is 'global', not one of 'session', 'person'; read as 'session'" in w for w in warned)
     with LexicalMemory({"db_path": ":memory:", **PERSON}) as memory:
         assert memory.scope == "person" and memory.people() == PEOPLE
 

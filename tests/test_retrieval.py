@@ -271,6 +271,11 @@ def test_history_query_mode_folds_earlier_user_turns(tmp_path):
     history = [AgentMessage(U, "one"), AgentMessage(A, "x"), AgentMessage(U, "two"), AgentMessage(U, "three")]
     assert m.build_query("four", history) == "two three four"
     assert lexical(tmp_path).build_query("four", history) == "four"
+    # Code written for the reference calls it with the utterance alone, or with the session id.
+    assert m.build_query("four") == "four"
+    m.update_history([AgentMessage(U, "one"), AgentMessage(A, "x"), AgentMessage(U, "two"), AgentMessage(A, "y")], "s")
+    assert m.build_query("four", "s") == "one two four"
+    assert m.build_query("four", "another") == "four"
 
 
 def test_window_and_recall_survive_a_restart_with_unique_ids(tmp_path):
@@ -422,3 +427,22 @@ def test_system_prompt_mode_fills_the_template_with_the_prompt_as_given(tmp_path
 def test_a_retrievers_prompt_is_sent_as_given_even_when_blank(tmp_path):
     m = lexical(tmp_path, system_prompt="   ")
     assert shaped(m.build_conversation_context("hello", "s")) == [("system", "   "), ("user", "hello")]
+
+
+@pytest.mark.parametrize("dedup_history", [True, False])
+def test_a_turn_recalls_each_text_once_and_fills_its_slots_with_others(dedup_history):
+    # A voice assistant hears the same question every day: five stored copies of one exchange
+    # must take one of the turn's slots, not all of them, with or without a window to skip.
+    config = {"db_path": ":memory:", "max_history": 4, "retrieval": {"max_num_results": 3},
+              "context": {"dedup_history": dedup_history}}
+    with LexicalMemory(config) as memory:
+        for _ in range(5):
+            memory.update_history([AgentMessage(U, "what is the wifi password"), AgentMessage(A, "It is hunter2")], "s")
+        memory.update_history([AgentMessage(U, "the guest wifi password is melon"), AgentMessage(A, "Noted")], "s")
+        memory.update_history([AgentMessage(U, "the wifi router is in the hall"), AgentMessage(A, "Good to know")], "s")
+        for i in range(3):
+            memory.update_history([AgentMessage(U, f"small talk number {i}"), AgentMessage(A, "ok")], "s")
+        assert len(memory.search("wifi password", "s", top_k=3)) == 3  # search() lists what is stored
+        block = memory.build_conversation_context("wifi password", "s")[0].content
+    assert block.count("It is hunter2") == 1
+    assert "melon" in block and "in the hall" in block

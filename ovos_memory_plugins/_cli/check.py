@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
+import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,17 +24,20 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
     from .engine import find_endpoint
 
     twice: list[str] = []
-    data = read_json(args.file, "config file", _noting_keys_given_twice(twice))
+    data = _given_config(args.file, _noting_keys_given_twice(twice))
     problems = [f"key {key!r} is given twice in one object: JSON keeps only the last one, the first is ignored"
                 for key in dict.fromkeys(twice)]
     notes: list[str] = []
     chat_endpoint = None
     if isinstance(data, Mapping) and not args.module:
-        persona = parse_persona(data, path=args.file)
+        fragment = _memory_part_only(data)
+        persona = parse_persona({**data, "handlers": ["-"]} if fragment else data, path=args.file)
         module, block = persona.memory_module, dict(persona.memory_config)
         chat_endpoint = persona_endpoint(persona)
-        found = find_endpoint(persona.handlers, persona.data)
-        if found is None:
+        found = None if fragment else find_endpoint(persona.handlers, persona.data)
+        if fragment:
+            notes.append("no 'name' or 'handlers': checked as the memory part of a persona only")
+        elif found is None:
             notes.append(f"no OpenAI-compatible handler in {list(persona.handlers)}: 'ovos-memory chat' cannot use it")
         elif module and not found[1].get("allow_system_prompts"):
             notes.append(f"'{found[0]}' has allow_system_prompts off: memory injected as system messages is dropped")
@@ -63,6 +68,25 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
         return 0
     ui.out.print(Text(f"OK: the '{module}' config is valid"))
     return 0
+
+
+def _given_config(text: str, hook: Callable[[list[tuple[str, Any]]], dict[str, Any]]) -> Any:
+    """The JSON of FILE.json: a file's, or the text itself when it is inline JSON (as ``--config``
+    takes it) and names no file."""
+    if text.lstrip().startswith(("{", "[")) and not os.path.exists(text):
+        try:
+            return json.loads(text, object_pairs_hook=hook)
+        except ValueError as exc:
+            raise CLIError(f"the config given inline is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise CLIError("the config given inline is nested too deeply to read") from None
+    return read_json(text, "config file", hook)
+
+
+def _memory_part_only(data: Mapping[str, Any]) -> bool:
+    """Whether ``data`` is a persona's memory part alone, as documentation shows one: a
+    ``memory_module`` (and its block), no name and no handlers."""
+    return "memory_module" in data and not any(key in data for key in ("name", "handlers", "solvers"))
 
 
 def _noting_keys_given_twice(twice: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
@@ -215,7 +239,6 @@ def _misspelt_memory_module(data: Mapping[str, Any]) -> list[str]:
 
 
 def _did_you_mean(module: str) -> str:
-    from .._core.loading import MEMORY_GROUP, installed_plugins
+    from .._core.loading import did_you_mean
 
-    close = difflib.get_close_matches(module, installed_plugins(MEMORY_GROUP), n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else " (see 'ovos-memory plugins')"
+    return did_you_mean(module)

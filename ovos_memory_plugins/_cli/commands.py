@@ -55,6 +55,10 @@ def _config_arg(text: str | None) -> dict[str, Any]:
 
 
 def _backend_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    if args.persona and (args.module or args.config):
+        given = " and ".join(f"--{name}" for name in ("module", "config") if getattr(args, name))
+        raise CLIError(f"--persona names the memory and its config: leave out {given}, or give --module "
+                       "[--config] without --persona")
     if args.persona:
         persona = load_persona(args.persona)
         if persona.memory_module is None:
@@ -178,11 +182,23 @@ def cmd_search(args: argparse.Namespace, ui: UI) -> int:
             table.add_column(col)
         for i, hit in enumerate(hits, 1):
             score = hit.metadata.get("fusion_score", hit.score)
-            table.add_row(str(i), f"{score:.3f}", Text(str(hit.metadata.get("session_id", ""))),
-                          str(hit.metadata.get("retriever", "")).replace("ovos-memory-plugin-", ""), Text(hit.content))
+            # 4 significant digits: a keyword score over a store of two documents is about 1e-6.
+            table.add_row(str(i), f"{score:.4g}", Text(str(hit.metadata.get("session_id", ""))),
+                          str(hit.metadata.get("retriever", "")).replace("ovos-memory-plugin-", ""),
+                          Text(_shortened(hit.content)))
         ui.out.print(table)
     return 0
 
+
+
+#: Characters of a hit's text shown by ``search`` (a pasted document would fill pages); export has all.
+SHOWN_CHARS = 600
+
+
+def _shortened(text: str) -> str:
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}… ({len(text) - SHOWN_CHARS:,} more characters; 'export' shows all)"
 
 
 def _person_of(memory: Any, key: str) -> str:
@@ -210,6 +226,8 @@ def _target(memory: Any, args: argparse.Namespace) -> tuple[str, str]:
 
 
 def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
+    with _backend(args, read_only=True) as memory:  # nothing to forget: say so, and make no store to say it
+        _target(memory, args)
     with _backend(args) as memory:
         session, what = _target(memory, args)
         if getattr(args, "person", None):  # devices that stored before ``people`` named them are the person's
@@ -288,20 +306,23 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
         items = json.loads(text) if text.lstrip().startswith("[") else [
             json.loads(line) for line in text.splitlines() if line.strip()]
     except ValueError as exc:
-        raise CLIError(f"exchanges file {path!r} is neither a JSON list nor JSON lines: {exc}") from None
+        raise CLIError(f"exchanges file {path!r} is neither a JSON list nor JSON lines: {exc}; nothing was "
+                       "imported") from None
     except RecursionError:
         raise CLIError(f"exchanges file {path!r} is nested too deeply to read") from None
     out = []
-    for i, item in enumerate(items):
+    for i, item in enumerate(items, 1):  # as import_exchanges counts them: the first is exchange 1
         if isinstance(item, Mapping) and isinstance(item.get("ts"), str):
             try:
                 when = datetime.datetime.fromisoformat(item["ts"].replace("Z", "+00:00"))
             except ValueError:
-                raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is not an ISO 8601 date") from None
+                raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is not an ISO 8601 date; "
+                               "nothing was imported") from None
             try:
                 seconds = when.timestamp()
             except (ValueError, OverflowError, OSError):  # year 1 in local time is before year 1 in UTC
-                raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is out of range") from None
+                raise CLIError(f"{path!r}: exchange {i}: 'ts' {item['ts']!r} is out of range; "
+                               "nothing was imported") from None
             item = {**item, "ts": seconds}
         out.append(item)
     return out

@@ -39,13 +39,14 @@ PAGES = {
 
 
 def _config_cls(entry_point: str) -> type:
-    from .._core.loading import load_memory_class
+    from .._core.loading import did_you_mean, load_memory_class
     from ..errors import ConfigError
 
     cls = load_memory_class(entry_point)
     config = getattr(cls, "Config", None)
     if cls is None or config is None or not dataclasses.is_dataclass(config):
-        raise ConfigError(f"'{entry_point}' is not one of this package's memory plugins")
+        hint = did_you_mean(entry_point) if cls is None else ""
+        raise ConfigError(f"'{entry_point}' is not one of this package's memory plugins{hint}")
     return config  # type: ignore[return-value]
 
 

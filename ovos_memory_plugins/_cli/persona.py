@@ -271,5 +271,7 @@ def open_memory(module: str, config: Mapping[str, Any] | None = None) -> Any:
     """A memory instance for management commands; :class:`ConfigError` if it cannot be built."""
     cls = memory_class(module)
     if cls is None:
-        raise ConfigError(f"memory plugin '{module}' is not installed (see 'ovos-memory plugins')")
+        from .._core.loading import did_you_mean
+
+        raise ConfigError(f"memory plugin '{module}' is not installed{did_you_mean(module)}")
     return cls(config=dict(config or {}))

@@ -73,6 +73,31 @@ def installed_plugins(group: str) -> list[str]:
     return sorted(names)
 
 
+def closest_plugin(name: str, group: str = MEMORY_GROUP) -> str | None:
+    """The installed plugin of ``group`` that ``name`` most likely meant: a short name
+    ("recency") or a typo ("lexicl"), judged on what follows the names' shared prefix (all of this
+    package's start "ovos-memory-plugin-", which alone made any typo look like one of them)."""
+    import difflib
+
+    installed = installed_plugins(group)
+    prefix = "ovos-memory-plugin-"
+    tail = name.lower().removeprefix(prefix)
+    by_tail = {n.removeprefix(prefix): n for n in installed}
+    close = difflib.get_close_matches(tail, list(by_tail), n=1, cutoff=0.6)
+    if close:
+        return by_tail[close[0]]
+    if tail != name.lower():  # ours, spelt past recognition
+        return None
+    close = difflib.get_close_matches(name, installed, n=1, cutoff=0.8)  # another package's plugin
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, group: str = MEMORY_GROUP) -> str:
+    """``"; did you mean 'X'?"`` for :func:`closest_plugin`, else a pointer to the list."""
+    close = closest_plugin(name, group)
+    return f"; did you mean '{close}'?" if close and close != name else " (see 'ovos-memory plugins')"
+
+
 def _own(key: tuple[str, str]) -> type | None:
     if key not in _OWN:
         return None

@@ -169,7 +169,7 @@ def past_exchanges(items: Any) -> list[PastExchange]:
         raise TypeError(f"exchanges must be a list of {{'question', 'answer', 'ts'}} dicts, not {type(items).__name__}")
     latest = time.time() + _FUTURE_SLACK_S
     out = []
-    for i, item in enumerate(items):
+    for i, item in enumerate(items, 1):  # counted as people count: the first is exchange 1
         if not isinstance(item, Mapping):
             raise TypeError(f"exchange {i} must be a dict, not {type(item).__name__}")
         texts = []
