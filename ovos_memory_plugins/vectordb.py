@@ -226,6 +226,20 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
                 self._invalidate(name)
                 raise
 
+    def delete_where(self, where: Mapping[str, Any], collection_name: str | None = None) -> int:
+        """Delete every item whose metadata holds all of ``where``, damaged rows included (a forget
+        must reach what searches leave out); returns how many."""
+        name = self._name(collection_name)
+        with self._db.atomic() as con:
+            rows = con.execute("SELECT id, metadata FROM ovos_vec_items WHERE collection = ?", (name,)).fetchall()
+            doomed = [(row_id,) for row_id, meta in rows if _holds(meta, where)]
+            if doomed:
+                con.executemany("DELETE FROM ovos_vec_items WHERE id = ?", doomed)
+                con.execute("UPDATE ovos_vec_collections SET version = version + 1, epoch = epoch + 1 "
+                            "WHERE name = ?", (name,))
+                self._invalidate(name)
+        return len(doomed)
+
     # -- reads ---------------------------------------------------------------------------
     def get_embeddings_batch(self, keys: Sequence[str], collection_name: str | None = None,
                              return_metadata: bool = False) -> list[tuple[Any, ...]]:
@@ -407,18 +421,22 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
                            "ORDER BY id", (name, mirror.max_id)).fetchall()
         if not rows or mirror.dim is None:
             return
-        # A row of the wrong length (a damaged page SQLite's checks do not see) is left out, and
-        # said once per load: one bad vector must not cost every search of the collection.
+        # A row of the wrong length or holding NaN or infinity (a damaged page SQLite's checks do
+        # not see; every cosine with NaN would sort first) is left out, and said once per load:
+        # one bad vector must not cost every search of the collection.
         whole = [isinstance(r[2], bytes) and len(r[2]) == 4 * mirror.dim for r in rows]
-        good = [r for r, ok in zip(rows, whole) if ok]
+        sized = [r for r, ok in zip(rows, whole) if ok]
+        matrix = np.frombuffer(b"".join(r[2] for r in sized), dtype="<f4").reshape(len(sized), mirror.dim)
+        finite = np.isfinite(matrix).all(axis=1)
+        good, matrix = [r for r, ok in zip(sized, finite.tolist()) if ok], matrix[finite]
         if len(good) < len(rows):
-            bad = [str(r[1]) for r, ok in zip(rows, whole) if not ok]
+            kept = {id(r) for r in good}
+            bad = [str(r[1]) for r in rows if id(r) not in kept]
             _damaged_log.error(name, "%s: collection %r holds %d damaged vector(s) (%s%s); they are left out of "
                                "searches (forget or re-import those items, or delete the collection to re-embed "
                                "everything)", PLUGIN_NAME, name, len(bad), ", ".join(map(repr, bad[:3])),
                                ", ..." if len(bad) > 3 else "")
         if good:
-            matrix = np.frombuffer(b"".join(r[2] for r in good), dtype="<f4").reshape(len(good), mirror.dim)
             # Keys are unique per collection and a replaced key forces a full reload, so the rows
             # after max_id are all new to the mirror.
             mirror.extend([r[1] for r in good], unit_rows(matrix), [load_metadata(r[3]) or None for r in good])
@@ -448,6 +466,15 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
 
 #: Damaged vector rows, said once per collection and process (a reload finds them again).
 _damaged_log = LogOnce()
+
+
+def _holds(stored: str | None, where: Mapping[str, Any]) -> bool:
+    """Whether stored metadata holds every pair of ``where`` (damaged JSON holds nothing)."""
+    try:
+        meta = load_metadata(stored)
+    except ValueError:
+        return False
+    return isinstance(meta, dict) and all(meta.get(k) == v for k, v in where.items())
 
 
 def _collection(row: Iterable[Any]) -> Collection:

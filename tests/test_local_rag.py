@@ -1013,3 +1013,55 @@ def test_a_document_log_set_aside_does_not_stop_its_vectors_file_from_taking_new
     again.update_history(exchange("I like jazz", "ok"), "s")
     assert again.flush(patience(30)) and again.index_backlog() == 0
     assert again.search("I like jazz", "s")[0].content == "Q: I like jazz\nA: ok"
+
+
+# -- a vector store in a file of its own, out of step with the documents ---------------------------
+def _vectors_file(tmp_path):
+    return {"embeddings_db_config": {"path": str(tmp_path / "vectors.db")}, "max_history": 0}
+
+
+def test_vectors_an_older_copy_of_their_file_lacks_are_embedded_again(tmp_path, memories):
+    import shutil
+
+    from ovos_memory_plugins.vectordb import SqliteEmbeddingsDB
+
+    vectors = tmp_path / "vectors.db"
+    memory = memories(_vectors_file(tmp_path))
+    for text in ("my dog is called Rex", "I work as a baker in Lyon"):
+        memory.update_history(exchange(text, "ok"), "s")
+    memory.flush(patience(30))
+    memory.close()
+    shutil.copy(vectors, tmp_path / "backup.db")  # a copy of the vectors taken now ...
+    memory = memories(_vectors_file(tmp_path))
+    for text in ("my favourite food is pizza", "my sister lives in Oslo"):
+        memory.update_history(exchange(text, "ok"), "s")
+    memory.flush(patience(30))
+    memory.close()
+    shutil.copy(tmp_path / "backup.db", vectors)  # ... restored later: two vectors lost
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"vectors.db{suffix}").unlink(missing_ok=True)
+    memory = memories(_vectors_file(tmp_path))
+    assert memory.search("sister Oslo", "s") is not None  # the first use finds them missing
+    assert memory.flush(patience(30)) and memory.index_backlog() == 0
+    memory.close()
+    store = SqliteEmbeddingsDB(path=str(vectors))
+    assert store.count_embeddings_in_collection("ovos_local_rag") == 4
+    store.close()
+
+
+def test_forget_reaches_vectors_a_damaged_document_store_left_behind(tmp_path, memories):
+    memory = memories(_vectors_file(tmp_path))
+    memory.update_history(exchange("my secret is SECRETMARK42", "ok"), "alice")
+    memory.flush(patience(30))
+    memory.close()
+    with open(tmp_path / "rag.db", "r+b") as f:  # the document store is damaged, and set aside
+        f.write(b"GARBAGE GARBAGE!")
+    memory = memories(_vectors_file(tmp_path))
+    memory.update_history(exchange("hello again", "hi"), "alice")
+    memory.update_history(exchange("my own secret is KEEPMARK7", "ok"), "bob")
+    memory.flush(patience(30))
+    memory.forget("alice")
+    memory.close()
+    live = b"".join(p.read_bytes() for p in tmp_path.glob("vectors.db*"))
+    assert b"SECRETMARK42" not in live and b"hello again" not in live
+    assert b"KEEPMARK7" in live  # another session's vectors stay

@@ -135,11 +135,15 @@ def test_a_corrupt_json_file_is_quarantined_not_overwritten(tmp_path):
     assert (tmp_path / "store.json.corrupt").read_text() == '{"s": {"facts": ["half a reco'
     store.save("s", {"facts": ["new"]})
     assert json.loads(path.read_text()) == {"s": {"facts": ["new"]}}
-    path.write_text("[1, 2]")  # valid JSON, wrong shape: also quarantined, a second file
+    path.write_text('{"s": {"facts": ["cut again')  # damaged again: a second copy, the first one kept
     assert store.load("s") == {}
-    assert (tmp_path / "store.json.corrupt").read_text() == '{"s": {"facts": ["half a reco'  # the first one kept
+    assert (tmp_path / "store.json.corrupt").read_text() == '{"s": {"facts": ["half a reco'
     later = [p for p in os.listdir(tmp_path) if p.startswith("store.json.corrupt-")]
-    assert len(later) == 1 and (tmp_path / later[0]).read_text() == "[1, 2]"
+    assert len(later) == 1 and (tmp_path / later[0]).read_text() == '{"s": {"facts": ["cut again'
+    path.write_text("[1, 2]")  # a list was never a store: someone's file, left as it is
+    with pytest.raises(StorageError, match="not a memory store"):
+        store.load("s")
+    assert path.read_text() == "[1, 2]"
 
 
 def test_a_corrupt_sqlite_file_is_quarantined_with_its_journal_never_over_an_earlier_one(tmp_path):

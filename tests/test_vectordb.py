@@ -278,19 +278,26 @@ def test_queries_on_an_empty_or_unknown_collection_return_nothing(db):
     assert db.query([1.0, 0.0], top_k=0) == []
 
 
-def test_a_damaged_vector_is_left_out_and_every_other_one_still_searched(tmp_path):
+@pytest.mark.parametrize("damage", [
+    lambda vector: vector[:4],  # four bytes short
+    lambda vector: b"\x00\x00\xc0\x7f" + vector[4:],  # a float turned NaN: its cosine sorts first, any query
+    lambda vector: b"\x00\x00\x80\x7f" + vector[4:],  # infinity
+], ids=["short", "nan", "infinity"])
+def test_a_damaged_vector_is_left_out_and_every_other_one_still_searched(tmp_path, damage):
     import sqlite3
 
     path = str(tmp_path / "v.db")
     db = SqliteEmbeddingsDB(path=path)
     db.add_embeddings_batch(["a", "b", "c"], [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]], [{}, {}, {}], collection_name="c")
     db.close()
-    con = sqlite3.connect(path)  # a damaged page: one row's vector four bytes short
-    con.execute("UPDATE ovos_vec_items SET vector = substr(vector, 1, 4) WHERE key = 'b'")
+    con = sqlite3.connect(path)  # a damaged page SQLite's own checks do not see
+    [vector] = con.execute("SELECT vector FROM ovos_vec_items WHERE key = 'b'").fetchone()
+    con.execute("UPDATE ovos_vec_items SET vector = ? WHERE key = 'b'", (damage(vector),))
     con.commit()
     con.close()
     db = SqliteEmbeddingsDB(path=path)
     assert [row[0] for row in db.query([1.0, 0.1], top_k=3, collection_name="c")] == ["a", "c"]
+    assert [row[0] for row in db.query([0.0, 1.0], top_k=1, collection_name="c")] == ["c"]
     db.close()
 
 

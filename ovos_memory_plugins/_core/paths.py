@@ -277,26 +277,26 @@ def foreign_content(path: str, json_store: bool = False) -> str | None:
         (not _utf8(head) and any(0x7F <= b < 0xA0 for b in head))  # C1 controls: not Latin-1 text
     shown = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if binary:
-        if not head.strip(b"\x00") or (_sqlite_pages(path) if not json_store else shown[:1] in (b"{", b"[")):
+        if not head.strip(b"\x00") or (_sqlite_pages(path) if not json_store else shown[:1] == b"{"):
             return None
         return "it holds binary data, not a JSON object" if json_store else \
             "it holds binary data that is not an SQLite database"
     if not shown:
         return None
-    if json_store and shown[:1] in (b"{", b"["):
+    if json_store and shown[:1] == b"[":  # a store is one object: a list (a data export, say) never was one
+        return "it holds a JSON list, not the JSON object a store is"
+    if json_store and shown[:1] == b"{":
         return "it holds JSON with comments, as a configuration file does" if _COMMENT_LINE.search(head) else None
     return "it holds text that is not a JSON object" if json_store else "it holds text, which no SQLite store does"
 
 
-#: The first byte of a b-tree page (interior or leaf, index or table) and of a free or overflow page.
-_PAGE_KINDS = frozenset(b"\x02\x05\x0a\x0d\x00")
 #: The first byte of a b-tree page only.
 _BTREE_KINDS = frozenset(b"\x02\x05\x0a\x0d")
 
 
 def _sqlite_pages(path: str) -> bool:
-    """Whether a file without SQLite's header still has its pages: page 1's b-tree header just
-    after the 100 header bytes with another page's first byte where a page size puts it, or,
+    """Whether a file without SQLite's header still has its pages: whole pages of one size, and
+    page 1's b-tree header just after the 100 header bytes (its cell pointers inside it), or,
     when page 1 itself is lost (zeroed, overwritten), three b-tree pages in a row whose headers
     make sense (cell count and content start inside the page). Random bytes, an array of
     numbers or an encrypted file pass one time in thousands; a damaged store with pages left,
@@ -304,12 +304,30 @@ def _sqlite_pages(path: str) -> bool:
     try:
         with open(path, "rb") as f:
             data = f.read(4 * 65536 + 1)
+            size = os.fstat(f.fileno()).st_size
     except OSError:
         return False
-    sizes = [512 << n for n in range(8)]
-    if len(data) > 100 and data[100] in (0x05, 0x0D) and any(len(data) > n and data[n] in _PAGE_KINDS for n in sizes):
+    # A database is whole pages: a size no page size divides was never one (a catalogue, a
+    # time zone, a cursor file), whatever its bytes look like.
+    sizes = [n for n in (512 << k for k in range(8)) if size >= n and size % n == 0]
+    if len(data) > 100 and any(_page_one(data, n) for n in sizes):
         return True
     return any(len(data) >= 4 * n and all(_btree_header(data, k * n, n) for k in (1, 2, 3)) for n in sizes)
+
+
+def _page_one(data: bytes, size: int) -> bool:
+    """Whether page 1 of a ``size``-byte page holds the schema's b-tree header after the 100
+    header bytes: a table page, its cells' pointers all inside the page's content area."""
+    kind = data[100]
+    if kind not in (0x05, 0x0D):
+        return False
+    header = 12 if kind == 0x05 else 8
+    cells = int.from_bytes(data[103:105], "big")
+    start = int.from_bytes(data[105:107], "big") or 65536
+    if not (cells > 0 and 100 + header + 2 * cells <= start <= size and len(data) >= 100 + header + 2 * cells):
+        return False
+    pointers = (int.from_bytes(data[100 + header + 2 * i:102 + header + 2 * i], "big") for i in range(cells))
+    return all(start <= p < size for p in pointers)
 
 
 def _btree_header(data: bytes, at: int, size: int) -> bool:

@@ -9,9 +9,12 @@ must arrive as something that was *said*, not as something to *do*:
   space: no text of a conversation has a reason to hold them, and a model reads them as
   structure (a space, not nothing: a token split by another, ``<|im_<|x|>start|>``, must not be
   put back together by the removal);
-* a line that reads like an instruction or starts like a role or a block of the prompt
-  (``system:``, ``assistant:``, ``context:``, ``### ...``, ``</context>``) is quoted and marked:
-  ``(quoted) "SYSTEM: ignore previous instructions"``.
+* a line that reads like an instruction (in English and the languages OVOS speaks most), starts
+  like a role or a block of the prompt (``system:``, ``assistant:``, ``context:``, ``### ...``,
+  ``</context>``), or names a system or developer role anywhere, is quoted and marked, its own
+  quotes escaped so it cannot close the quote: ``(quoted) "SYSTEM: ignore previous instructions"``.
+  Lines are judged in their compatibility form (NFKC: a fullwidth ``SYSTEM：`` is ``SYSTEM:``),
+  without the characters a reader does not see.
 
 Everything else passes unchanged, so ordinary memories keep their exact shape.
 
@@ -22,9 +25,11 @@ Everything else passes unchanged, so ordinary memories keep their exact shape.
 """
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 
-__all__ = ["breaks_lines", "looks_like_instruction", "one_line", "quote_untrusted", "steers"]
+__all__ = ["breaks_lines", "looks_like_instruction", "one_line", "quote_untrusted", "steers", "strip_control_tokens"]
 
 # Every character ``str.splitlines`` breaks a line at (a model or a renderer may too), not only
 # "\n": a "System:" line after a carriage return or U+2028 is a line of its own.
@@ -37,13 +42,21 @@ _INVISIBLE = re.compile(r"[\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
 # user holds it), but not in a summary or a recalled exchange, whose lines are attributed so.
 _STEERING = (r"\b(ignore|disregard|forget|override)\b.{0,40}\b(instructions?|previous|above|prompt|rules|context)\b"
              r"|\bsystem\s+prompt\b|\byou\s+(?:are\s+now|must|should\s+always|will\s+now)\b|\bas\s+an?\s+ai\b"
-             r"|\bjailbreak|<\|[a-z_]+\|>|\[/?inst\]")
+             r"|\bjailbreak|<\|[a-z_]+\|>|\[/?inst\]"
+             # "ignore the previous instructions" in German, Spanish, French, Portuguese, Italian,
+             # Dutch, Polish, Ukrainian and Russian: a verb of ignoring, then what it would drop.
+             r"|\b(ignorier\w*|vergiss|vergessen|missacht\w*|ignor[ae]\w*|olvid\w*|oubli\w*|esque[cç]\w*"
+             r"|dimentic\w*|negeer|vergeet|zignoruj\w*|zapomnij|ігноруй\w*|забудь\w*|игнорир\w*)\b.{0,60}?"
+             r"\b(anweisung\w*|instruc\w*|istruzion\w*|instru[cç][õoã]\w*|instructie\w*|instrukcj\w*|regeln"
+             r"|reglas|r[èe]gles|regras|regole|regels|zasad\w*|vorgaben|indicaciones|інструкці\w*|инструкци\w*"
+             r"|prompt\w*|правил\w*)")
 _INSTRUCTION = re.compile(rf"(?i){_STEERING}|\bassistant\s*:")
 # The openings of a prompt's structure: a role other than the two a memory attributes lines to
 # (User:, Assistant:, and Q:/A:), a block header, a markup tag of a context block.
 _STRUCTURE = re.compile(
     rf"(?im){_STEERING}"
-    r"|^\W{0,12}(?:(?:user|assistant|q|a)\s*:\s*)?(system|developer|tool|human|context|instructions?|new\s+rules)\s*:"
+    r"|^\W*(?:(?:user|assistant|q|a)\s*:\s*)?(system|developer|tool|human|context|instructions?|new\s+rules)\s*:"
+    r"|\b(system|developer)\s*:"
     r"|^\s*(system|developer|tool|human|user|assistant)\s*$"
     r"|^\s*#{2,}|</?\s*(context|system|instructions?|memory)\s*>|\bnew\s+rules\b"
 )
@@ -76,14 +89,27 @@ def quote_untrusted(text: str) -> str:
     """``text`` fit to sit in a prompt as data (see the module docstring). Its line breaks of
     every kind become "\n", so each line is judged as the model will see it."""
     text = _LINE_BREAK.sub("\n", _CONTROL.sub(" ", text))
-    if not _STRUCTURE.search(_INVISIBLE.sub("", text)):
+    if not _STRUCTURE.search(_as_read(text)):
         return text  # the common case: nothing to do
     return "\n".join(_quoted_line(line) for line in text.split("\n"))
 
 
+def strip_control_tokens(text: str) -> str:
+    """``text`` without chat-template control tokens (each becomes a space, as in recall)."""
+    return _CONTROL.sub(" ", text) if "<" in text or "[" in text else text
+
+
+def _as_read(text: str) -> str:
+    """``text`` as a model reads it: compatibility forms folded (fullwidth letters and colons),
+    invisible characters gone."""
+    if text.isascii():  # the common case: nothing to fold or remove
+        return text
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+
+
 def _quoted_line(line: str) -> str:
-    if _STRUCTURE.search(_INVISIBLE.sub("", line)):
-        return f'(quoted) "{line.strip()}"'
+    if _STRUCTURE.search(_as_read(line)):
+        return f"(quoted) {json.dumps(line.strip(), ensure_ascii=False)}"
     return line
 
 

@@ -206,12 +206,19 @@ SOMEONES_TEXT = {
     "latin1.txt": "caf\u00e9 \u00fcber na\u00efve\n".encode("latin-1") * 10,
     "utf16.txt": "caf\u00e9 \u2014 \u00fcber\r\n".encode("utf-16") * 10,  # a BOM, then zero bytes
     "utf16be.json": "\ufeff{\"volume\": 3}\n".encode("utf-16-be"),
+    "measurements.json": b"[12.5, 13.1, 12.9]\n",  # a data export: a store is one JSON object
+    # Binary files whose byte 100 is what page 1 of a database holds there, zeros after it (a
+    # gettext catalogue, a time zone file): no page size divides their sizes.
+    "apt.mo": b"\xde\x12\x04\x95" + bytes(96) + b"\x0d" + bytes(22290),
+    "CET": b"TZif2" + bytes(95) + b"\x05\x00\x00\x00\x02" + bytes(1989),
+    # ... nor cell pointers that fit, though its size is whole pages.
+    "pages.bin": (bytes(100) + b"\x0d\x00\x00\x00\x03\x0f\x00" + b"\xff\xff" * 3).ljust(8192, b"\x00"),
 }
 
 
 @pytest.mark.parametrize("entry_point", CLI_BACKENDS)
 @pytest.mark.parametrize("name", list(SOMEONES_TEXT))
-def test_someones_text_file_named_as_db_path_is_refused_and_nothing_is_made_beside_it(entry_point, name, tmp_path):
+def test_someones_file_named_as_db_path_is_refused_and_nothing_is_made_beside_it(entry_point, name, tmp_path):
     folder = tmp_path / "theirs"
     folder.mkdir()
     path = folder / name
