@@ -130,6 +130,9 @@ def test_a_reference_sqlite_database_loads(tmp_path):
                                                         {"role": "assistant", "content": "hello"}]), 1, 1.0))
     con.commit()
     con.close()
+    with LongTermMemory({"db_path": str(path), "api_url": closed_port_url()}) as memory:  # backend json
+        assert memory.backend == "sqlite"  # the file's own kind, read as one and said so
+        assert "Ana likes tea." in memory.build_conversation_context("q", "sess")[0].content
     memory = LongTermMemory({"db_path": str(path), "backend": "sqlite", "api_url": closed_port_url()})
     try:
         assert roles(memory.build_conversation_context("q", "sess")) == [

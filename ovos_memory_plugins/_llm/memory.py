@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -88,6 +89,8 @@ class LLMMemory(ContextMemory):
         self.settings = s = with_endpoint(self.settings, config, self.plugin_name)
         store, self._db_path, backend = open_session_store(self.plugin_name, s.backend, s.db_path,
                                                            self.store_stem, self._open_sqlite, s.db_url)
+        if backend != s.backend:  # the file's own kind won (an SQLite store named with backend json)
+            self.settings = s = dataclasses.replace(s, backend=backend)
         self._store = CheckedRecords(store, self._record_problem)
         #: The part of a store this memory writes (a composite refuses two members writing one).
         self.store_claim = store_claim(self._db_path, backend, self.store_stem)
