@@ -66,6 +66,7 @@ def option(
     nullable: bool = False,
     aliases: tuple[str, ...] = (),
     otherwise: Any = UNSET,
+    read_as: Mapping[str, Any] | None = None,
 ) -> Any:
     """Declare one config key as a dataclass field.
 
@@ -82,6 +83,9 @@ def option(
         otherwise: the value read, with a warning, for one outside ``choices`` (one of them
             spelt in other case is that one), where the reference package read any other value
             so: a persona written for it keeps loading.
+        read_as: values outside ``choices`` read, with a warning, as another (``{"global":
+            "session"}``): the ones a persona written for the reference may hold; any other
+            value is still refused.
     """
     if kind is None:
         kind = type(default) if default is not None else object
@@ -91,6 +95,7 @@ def option(
         "key": key, "doc": doc, "kind": kind, "choices": choices, "minimum": minimum,
         "maximum": MAXIMUM if maximum is None else maximum,
         "nullable": nullable or default is None, "aliases": aliases, "otherwise": otherwise,
+        "read_as": dict(read_as or {}),
     }
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -331,6 +336,10 @@ def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[A
     if value is None and not meta["nullable"]:
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc,operator]
         return f"{owner}: '{key}' is null; its default {default!r} is used", UNSET
+    if isinstance(value, str) and value in meta["read_as"]:
+        allowed = ", ".join(repr(c) for c in meta["choices"] or ())
+        return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {meta['read_as'][value]!r}", \
+            meta["read_as"][value]
     if meta["otherwise"] is not UNSET and meta["choices"] is not None and value not in meta["choices"]:
         allowed = ", ".join(repr(c) for c in meta["choices"])
         spelt = str(value).strip().lower()  # "SQLite" is sqlite: what was meant, and no typo

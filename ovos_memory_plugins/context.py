@@ -92,9 +92,11 @@ class ContextConfig:
     max_added_tokens: int | None = option(None, "token budget for what is added besides the window: blocks "
                                           "(summary, facts), then recall; null: unbounded", kind=int, minimum=1)
     # The reference's windows and summaries had no 'scope' and ignored one: a persona written for
-    # it with 'global' there still loads, warned, each session keeping its own as it did.
+    # it with 'global' (the retrievers' value) there still loads, warned, each session keeping its
+    # own as it did; a typo of ours ("persons") is still refused.
     scope: str = option("session", "session: one memory per session id; person: one per person of 'people' "
-                        "(other sessions, guests, keep their own)", choices=PRIVATE_SCOPES, otherwise="session")
+                        "(other sessions, guests, keep their own)", choices=PRIVATE_SCOPES,
+                        read_as={"global": "session"})
     people: dict[str, Any] = option({}, 'scope person: who owns which sessions, {"alice": ["kitchen", "alice-*"]} '
                                     "(session ids or glob patterns); a session two people claim is refused")
     household: bool = option(False, "scope person: every person's sessions share one memory (the household's); "

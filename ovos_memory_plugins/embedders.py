@@ -157,10 +157,13 @@ def _check_e5_extent(path: Path, what: str) -> None:
     of a model file would end the persona at its first embedding)."""
     import struct
 
-    size = path.stat().st_size
     try:
+        size = path.stat().st_size
         with open(path, "rb") as f:
             head = f.read(min(size, 64 << 20))  # the tokenizer comes first: some MB; tensors after
+    except OSError as exc:
+        raise EmbeddingsError(f"{what}: cannot read model file {path}: {exc}") from exc
+    try:
         if head[:4] != b"E5S1":
             return  # the engine refuses it itself, cleanly ("bad magic")
         at = 44  # magic, version, 7 sizes, eps, qk
@@ -175,8 +178,8 @@ def _check_e5_extent(path: Path, what: str) -> None:
             offset, nbytes = struct.unpack_from("<QQ", head, at + 4 + 2 + name_len + 5)
             extent = max(extent, offset + nbytes)
             at += 2 + name_len + 5 + 16
-    except struct.error:
-        extent = size + 1  # the header itself is cut short
+    except (struct.error, OverflowError):
+        extent = size + 1  # the header itself is cut short, or holds sizes no file has
     if extent > size:
         raise EmbeddingsError(f"{what}: model file {path} is cut short ({size:,} bytes; its own directory "
                               f"says {extent:,}): copy it again")

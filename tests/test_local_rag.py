@@ -1065,3 +1065,19 @@ def test_forget_reaches_vectors_a_damaged_document_store_left_behind(tmp_path, m
     live = b"".join(p.read_bytes() for p in tmp_path.glob("vectors.db*"))
     assert b"SECRETMARK42" not in live and b"hello again" not in live
     assert b"KEEPMARK7" in live  # another session's vectors stay
+
+
+def test_forget_leaves_the_vectors_of_another_memory_kept_in_ram_in_a_shared_file(tmp_path):
+    from ovos_memory_plugins.vectordb import SqliteEmbeddingsDB
+
+    config = {"db_path": ":memory:", "embeddings_db_config": {"path": str(tmp_path / "vectors.db")},
+              "_embedder": FakeEmbedder()}
+    with LocalRAGMemory(config) as alpha, LocalRAGMemory(config) as beta:
+        alpha.update_history(exchange("alpha likes tea", "ok"), "s")
+        beta.update_history(exchange("beta likes coffee", "ok"), "s")
+        assert alpha.flush(patience(30)) and beta.flush(patience(30))
+        alpha.forget("s")  # two documents files in RAM name no file: neither may take the other's
+        assert beta.search("beta likes coffee", "s")[0].content == "Q: beta likes coffee\nA: ok"
+    store = SqliteEmbeddingsDB(path=str(tmp_path / "vectors.db"))
+    assert store.count_embeddings_in_collection("ovos_local_rag") == 1
+    store.close()

@@ -91,6 +91,8 @@ def test_a_window_takes_no_global_scope_and_retrieval_takes_person(monkeypatch):
         tell(memory, "kitchen", "my dog is Rex")
         assert memory.scope == "session" and contents(memory, "bedroom") == []
     assert any("'scope' is 'global', not one of 'session', 'person'; read as 'session'" in w for w in warned)
+    with pytest.raises(ConfigError, match="'scope' is 'persons'"):  # a typo of ours is no reference value
+        RecencyMemory({"scope": "persons", "people": {"alice": ["kitchen"]}})
     with LexicalMemory({"db_path": ":memory:", **PERSON}) as memory:
         assert memory.scope == "person" and memory.people() == PEOPLE
 

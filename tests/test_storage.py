@@ -146,6 +146,35 @@ def test_a_corrupt_json_file_is_quarantined_not_overwritten(tmp_path):
     assert path.read_text() == "[1, 2]"
 
 
+@pytest.mark.parametrize("exchanges", [1, 40])
+def test_a_store_crashed_before_its_first_checkpoint_then_damaged_opens(tmp_path, exchanges):
+    # Until SQLite copies its log into the main file, the file is one empty page and the schema
+    # is in the -wal: with its header damaged it is still a store of ours, never "someone's file"
+    # (and SQLite reads page 1 from the -wal: nothing is lost).
+    import shutil
+
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    live, crashed = tmp_path / "live", tmp_path / "crashed"
+    live.mkdir()
+    crashed.mkdir()
+    memory = LexicalMemory({"db_path": str(live / "lex.db")})
+    for n in range(exchanges):
+        memory.update_history([AgentMessage(MessageRole.USER, f"fact {n}"), AgentMessage(MessageRole.ASSISTANT, "ok")],
+                              "s")
+    for name in ("lex.db", "lex.db-wal"):  # the files as a crash leaves them, before any checkpoint
+        shutil.copy(live / name, crashed / name)
+    memory.close()
+    store = crashed / "lex.db"
+    assert store.stat().st_size == 4096  # the schema is all in the -wal
+    store.write_bytes(bytes(range(100)) + store.read_bytes()[100:])
+    with LexicalMemory({"db_path": str(store)}) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "my zebra is Zed"),
+                               AgentMessage(MessageRole.ASSISTANT, "ok")], "s")
+        assert memory.search("zebra", "s")
+        assert len(memory.search("fact", "s", top_k=100)) == exchanges
+
+
 def test_a_corrupt_sqlite_file_is_quarantined_with_its_journal_never_over_an_earlier_one(tmp_path):
     path = tmp_path / "store.db"
     for round_ in range(2):

@@ -313,3 +313,14 @@ def test_a_missing_extension_is_the_error_the_vector_store_raises_not_a_failure_
     monkeypatch.setattr(pgvector, "ensure_pgvector", no_extension)
     with pytest.raises(StorageError, match="run once: CREATE EXTENSION vector"):
         pgvector.PgEmbeddingsDB(url="postgresql://ovos@db/memory")
+
+
+def test_delete_where_deletes_exactly_the_items_whose_metadata_holds_the_values(tmp_path):
+    db = SqliteEmbeddingsDB(path=str(tmp_path / "v.db"))
+    sessions = ['a%_"b\\c', "aXY\"b\\c", "A%_\"B\\C", "other"]
+    db.add_embeddings_batch([f"k{i}" for i in range(4)], [[1.0, float(i)] for i in range(4)],
+                            [{"session_id": s, "content": "x"} for s in sessions], collection_name="c")
+    assert db.delete_where({"session_id": sessions[0]}, collection_name="c") == 1
+    assert db.delete_where({"session_id": sessions[0]}, collection_name="c") == 0
+    assert sorted(r[0] for r in db.query([1.0, 1.0], top_k=10, collection_name="c")) == ["k1", "k2", "k3"]
+    db.close()

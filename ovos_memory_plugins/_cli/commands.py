@@ -226,8 +226,7 @@ def _target(memory: Any, args: argparse.Namespace) -> tuple[str, str]:
 
 
 def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
-    with _backend(args, read_only=True) as memory:  # nothing to forget: say so, and make no store to say it
-        _target(memory, args)
+    _no_such_target(args)
     with _backend(args) as memory:
         session, what = _target(memory, args)
         if getattr(args, "person", None):  # devices that stored before ``people`` named them are the person's
@@ -243,6 +242,20 @@ def cmd_forget(args: argparse.Namespace, ui: UI) -> int:
                 lines.append(f"  {key}: {value}")
         ui.out.print(Text("\n".join(lines)))
     return 0
+
+
+def _no_such_target(args: argparse.Namespace) -> None:
+    """Say there is nothing to forget from a look that makes no store to say it. A store the look
+    cannot open (one an older version wrote, which a write migrates; a damaged one, which a write
+    sets aside) is left to the command's own open."""
+    try:
+        with _backend(args, read_only=True) as memory:
+            _target(memory, args)
+    except CLIError as exc:
+        if exc.code == EXIT_NO_SESSION:
+            raise
+    except Exception:  # noqa: BLE001 - see above: the writable open says what is wrong, if anything
+        pass
 
 
 def cmd_export(args: argparse.Namespace, ui: UI) -> int:

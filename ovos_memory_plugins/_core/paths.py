@@ -307,24 +307,27 @@ def _sqlite_pages(path: str) -> bool:
             size = os.fstat(f.fileno()).st_size
     except OSError:
         return False
-    # A database is whole pages: a size no page size divides was never one (a catalogue, a
-    # time zone, a cursor file), whatever its bytes look like.
-    sizes = [n for n in (512 << k for k in range(8)) if size >= n and size % n == 0]
-    if len(data) > 100 and any(_page_one(data, n) for n in sizes):
+    sizes = [n for n in (512 << k for k in range(8)) if size >= n]
+    if len(data) > 100 and any(_page_one(data, n, size % n == 0) for n in sizes):
         return True
     return any(len(data) >= 4 * n and all(_btree_header(data, k * n, n) for k in (1, 2, 3)) for n in sizes)
 
 
-def _page_one(data: bytes, size: int) -> bool:
+def _page_one(data: bytes, size: int, whole_pages: bool) -> bool:
     """Whether page 1 of a ``size``-byte page holds the schema's b-tree header after the 100
-    header bytes: a table page, its cells' pointers all inside the page's content area."""
+    header bytes: a table page, its cells' pointers all inside the page's content area. With no
+    cell (a store whose schema is still in its ``-wal``, as after a crash before a checkpoint),
+    an empty page, and the file whole pages: a size no page size divides was never a database
+    (a catalogue, a time zone, a cursor file), whatever its bytes look like."""
     kind = data[100]
     if kind not in (0x05, 0x0D):
         return False
     header = 12 if kind == 0x05 else 8
     cells = int.from_bytes(data[103:105], "big")
     start = int.from_bytes(data[105:107], "big") or 65536
-    if not (cells > 0 and 100 + header + 2 * cells <= start <= size and len(data) >= 100 + header + 2 * cells):
+    if cells == 0:
+        return whole_pages and kind == 0x0D and start == size and not any(data[101:103])
+    if not (100 + header + 2 * cells <= start <= size and len(data) >= 100 + header + 2 * cells):
         return False
     pointers = (int.from_bytes(data[100 + header + 2 * i:102 + header + 2 * i], "big") for i in range(cells))
     return all(start <= p < size for p in pointers)

@@ -53,14 +53,18 @@ _STEERING = (r"\b(ignore|disregard|forget|override)\b.{0,40}\b(instructions?|pre
 _INSTRUCTION = re.compile(rf"(?i){_STEERING}|\bassistant\s*:")
 # The openings of a prompt's structure: a role other than the two a memory attributes lines to
 # (User:, Assistant:, and Q:/A:), a block header, a markup tag of a context block.
+# Every run of spaces or symbols stays inside its line ([^\S\n], [^\w\n]): a pattern anchored at each
+# line start that could run on through the next lines would rescan them from every start, which
+# is quadratic in a pasted text of thousands of blank or symbol lines.
 _STRUCTURE = re.compile(
     rf"(?im){_STEERING}"
-    r"|^\W*(?:(?:user|assistant|q|a)\s*:\s*)?(system|developer|tool|human|context|instructions?|new\s+rules)\s*:"
-    r"|\b(system|developer)\s*:"
-    r"|^\s*(system|developer|tool|human|user|assistant)\s*$"
-    r"|^\s*#{2,}|</?\s*(context|system|instructions?|memory)\s*>|\bnew\s+rules\b"
+    r"|^[^\w\n]*(?:(?:user|assistant|q|a)[^\S\n]*:[^\S\n]*)?"
+    r"(system|developer|tool|human|context|instructions?|new[^\S\n]+rules)[^\S\n]*:"
+    r"|\b(system|developer)[^\S\n]*:"
+    r"|^[^\S\n]*(system|developer|tool|human|user|assistant)[^\S\n]*$"
+    r"|^[^\S\n]*#{2,}|</?[^\S\n]*(context|system|instructions?|memory)[^\S\n]*>|\bnew[^\S\n]+rules\b"
 )
-_CONTROL = re.compile(r"<\|[^|<>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|</?s>", re.IGNORECASE)
+_CONTROL = re.compile(r"<\|[^|<>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>", re.IGNORECASE)
 # A role tag or a block's markup inside a fact: no fact about a user holds one (a one-word value,
 # "developer", "Tool", is no tag: the tag needs its colon).
 _FACT_TAGS = re.compile(
