@@ -300,8 +300,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         if self._mixes_neighbours() and all(d.rowid for d in docs):
             self._write(db, self._neighbours.store(docs, vectors))  # type: ignore[union-attr]
         else:
-            _add_vectors(db, [d.doc_id for d in docs], vectors, [self._vector_meta(d) for d in docs],
-                         self.settings.collection)
+            _add_vectors(db, [d.doc_id for d in docs], vectors, self._vector_metas(docs), self.settings.collection)
         if _our_store(db):
             try:  # again, after the write: another process may have claimed the collection meanwhile
                 self._check_model(db)
@@ -324,8 +323,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
     def _write(self, db: Any, items: list[tuple[Document, Any]]) -> None:
         if items:
             _add_vectors(db, [d.doc_id for d, _ in items], [v for _, v in items],
-                         [self._vector_meta(d) for d, _ in items],
-                         self.settings.collection)
+                         self._vector_metas([d for d, _ in items]), self.settings.collection)
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         """The nearest embedded exchanges, merged with the not-yet-embedded ones that share the
@@ -378,13 +376,15 @@ class LocalRAGMemory(BaseRetrievalMemory):
         if self._mixes_neighbours():
             self._write(db, self._neighbours.after_delete(docs))  # type: ignore[union-attr]
 
-    def _vector_meta(self, doc: Document) -> dict[str, Any]:
-        """A vector's metadata; in a store outside this memory's database, with the file of the
-        documents it belongs to (another memory may write the same collection)."""
-        meta = _portable(doc)
-        if not self._db.is_memory and not self._index_in_database():  # ":memory:" names no one file
-            meta[_DOCUMENTS_KEY] = self._db.path
-        return meta
+    def _documents_file(self) -> str | None:
+        """The file a vector names as its documents' (another memory may write the same
+        collection): this memory's, when its vectors are kept outside it; None when they are in
+        it, or when the documents are in RAM (":memory:" names no one file)."""
+        return None if self._db.is_memory or self._index_in_database() else self._db.path
+
+    def _vector_metas(self, docs: Sequence[Document]) -> list[dict[str, Any]]:
+        file = self._documents_file()
+        return [{**_portable(d), _DOCUMENTS_KEY: file} if file else _portable(d) for d in docs]
 
     def _forget_in_backend(self, session_id: str) -> None:
         # Vectors in a file of their own outlive a document store set aside as damaged: the new
@@ -394,9 +394,10 @@ class LocalRAGMemory(BaseRetrievalMemory):
             db = self._vector_slot.get()
         except EmbeddingsError:
             return  # no vector store to open: nothing of it is read either
-        if self._db.is_memory or self._index_in_database() or not callable(getattr(db, "delete_where", None)):
+        file = self._documents_file()
+        if file is None or not callable(getattr(db, "delete_where", None)):
             return
-        left = db.delete_where({"session_id": session_id, _DOCUMENTS_KEY: self._db.path},
+        left = db.delete_where({"session_id": session_id, _DOCUMENTS_KEY: file},
                                collection_name=self.settings.collection)
         if left:
             LOG.warning(f"{self.plugin_name}: deleted {left} vector(s) of {session_id!r} that no stored document "
@@ -808,7 +809,7 @@ def _embed_query(embedder: Any, text: str) -> Any:
     return query(text) if query is not None else embedder.get_embeddings(text)
 
 
-#: The vector metadata key naming the file of a vector's documents (see ``_vector_meta``).
+#: The vector metadata key naming the file of a vector's documents (see ``_documents_file``).
 _DOCUMENTS_KEY = "documents_file"
 
 

@@ -297,7 +297,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         asked = k + (len(window) // 2 if self._query_takes_session else 0)
         while True:
             hits = self.search(query, session_id, asked)
-            kept = drop_window_duplicates(distinct_hits(hits), window) if window else distinct_hits(hits)
+            kept = drop_window_duplicates(distinct_hits(hits), window)
             # Asked again, for twice as many, when copies or the window's own exchanges left the
             # turn short and more may be stored; at most twice (up to 4k). Not a reference-style
             # hook: it is asked what the reference asked it.
@@ -489,6 +489,8 @@ def drop_window_duplicates(hits: Sequence[MemoryHit], window: Sequence[AgentMess
     A text is in the window when a message holds it whole, or holds each of its lines: an answer
     given in several calls is one merged message in the window, stored as several exchanges.
     """
+    if not window:
+        return list(hits)
     present = {m.content.strip() for m in window}
     lines = {line.strip() for m in window for line in m.content.splitlines()}
 

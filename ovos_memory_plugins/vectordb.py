@@ -240,8 +240,7 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             doomed = [(row_id,) for row_id, meta in rows if _holds(meta, where)]
             if doomed:
                 con.executemany("DELETE FROM ovos_vec_items WHERE id = ?", doomed)
-                con.execute("UPDATE ovos_vec_collections SET version = version + 1, epoch = epoch + 1 "
-                            "WHERE name = ?", (name,))
+                self._bump(con, name, None, True)
                 self._invalidate(name)
         return len(doomed)
 
@@ -435,8 +434,8 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
         finite = np.isfinite(matrix).all(axis=1)
         good, matrix = [r for r, ok in zip(sized, finite.tolist()) if ok], matrix[finite]
         if len(good) < len(rows):
-            kept = {id(r) for r in good}
-            bad = [str(r[1]) for r in rows if id(r) not in kept]
+            bad = [str(r[1]) for r, ok in zip(rows, whole) if not ok] + \
+                [str(r[1]) for r, ok in zip(sized, finite.tolist()) if not ok]
             _damaged_log.error(name, "%s: collection %r holds %d damaged vector(s) (%s%s); they are left out of "
                                "searches (forget or re-import those items, or delete the collection to re-embed "
                                "everything)", PLUGIN_NAME, name, len(bad), ", ".join(map(repr, bad[:3])),
@@ -457,9 +456,11 @@ class SqliteEmbeddingsDB(SingleKeyCalls, EmbeddingsDB):
             self._mirrors[name] = mirror
             return mirror
 
-    def _bump(self, con: Any, name: str, mirror: Matrix, new_epoch: bool) -> None:
+    def _bump(self, con: Any, name: str, mirror: Matrix | None, new_epoch: bool) -> None:
         con.execute("UPDATE ovos_vec_collections SET version = version + 1, epoch = epoch + ? WHERE name = ?",
                     (int(new_epoch), name))
+        if mirror is None:  # none loaded here: other readers see the counters
+            return
         with self._lock:
             mirror.version += 1
             mirror.epoch += int(new_epoch)

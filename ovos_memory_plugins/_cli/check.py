@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._core.loading import did_you_mean
 from .._core.paths import is_memory_path, resolve_path
 from ..errors import ConfigError
 from ..storage.postgres import is_postgres_url
@@ -160,7 +161,7 @@ def config_problems(module: str, block: Mapping[str, Any], where: str = "") -> l
 
     cls = memory_class(module)
     if cls is None:
-        return [f"{where}memory plugin '{module}' is not installed{_did_you_mean(module)}"]
+        return [f"{where}memory plugin '{module}' is not installed{did_you_mean(module)}"]
     config_cls = getattr(cls, "Config", None)
     if config_cls is None:
         return []  # a third-party plugin without a typed config: nothing to check against
@@ -226,7 +227,7 @@ def _unused_memory_blocks(data: Mapping[str, Any], module: str | None) -> list[t
 
     installed = set(installed_plugins(MEMORY_GROUP))
     return [(f"the '{key}' block configures nothing (memory_module is {module!r})"
-             + ("" if key in installed else _did_you_mean(key)), key in installed)
+             + ("" if key in installed else did_you_mean(key)), key in installed)
             for key, value in data.items()
             if key != module and key.startswith("ovos-memory-plugin") and isinstance(value, Mapping)]
 
@@ -236,9 +237,3 @@ def _misspelt_memory_module(data: Mapping[str, Any]) -> list[str]:
     return [f"unknown persona key '{key}'; did you mean 'memory_module'? (without it the persona uses the "
             "default memory)" for key in data
             if key != "memory_module" and difflib.get_close_matches(key, ["memory_module"], n=1, cutoff=0.8)]
-
-
-def _did_you_mean(module: str) -> str:
-    from .._core.loading import did_you_mean
-
-    return did_you_mean(module)

@@ -42,15 +42,21 @@ _INVISIBLE = re.compile(r"[\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
 # user holds it), but not in a summary or a recalled exchange, whose lines are attributed so.
 _STEERING = (r"\b(ignore|disregard|forget|override)\b.{0,40}\b(instructions?|previous|above|prompt|rules|context)\b"
              r"|\bsystem\s+prompt\b|\byou\s+(?:are\s+now|must|should\s+always|will\s+now)\b|\bas\s+an?\s+ai\b"
-             r"|\bjailbreak|<\|[a-z_]+\|>|\[/?inst\]"
-             # "ignore the previous instructions" in German, Spanish, French, Portuguese, Italian,
-             # Dutch, Polish, Ukrainian and Russian: a verb of ignoring, then what it would drop.
-             r"|\b(ignorier\w*|vergiss|vergessen|missacht\w*|ignor[ae]\w*|olvid\w*|oubli\w*|esque[cç]\w*"
-             r"|dimentic\w*|negeer|vergeet|zignoruj\w*|zapomnij|ігноруй\w*|забудь\w*|игнорир\w*)\b.{0,60}?"
-             r"\b(anweisung\w*|instruc\w*|istruzion\w*|instru[cç][õoã]\w*|instructie\w*|instrukcj\w*|regeln"
-             r"|reglas|r[èe]gles|regras|regole|regels|zasad\w*|vorgaben|indicaciones|інструкці\w*|инструкци\w*"
-             r"|prompt\w*|правил\w*)")
+             r"|\bjailbreak|<\|[a-z_]+\|>|\[/?inst\]")
 _INSTRUCTION = re.compile(rf"(?i){_STEERING}|\bassistant\s*:")
+# "Ignore the previous instructions" in German, Spanish, French, Portuguese, Italian, Dutch,
+# Polish, Ukrainian and Russian: a verb of ignoring, then what it would drop. Searched only in a
+# text holding one of those nouns (a substring test costs a fraction of the pattern's search,
+# and a turn checks every recalled exchange).
+_FOREIGN_RULES = ("anweisung", "instruc", "istruzion", "instruç", "instruçõ", "instructie", "instrukcj", "regeln",
+                  "reglas", "règles", "regles", "regras", "regole", "regels", "zasad", "vorgaben", "indicaciones",
+                  "інструкці", "инструкци", "prompt", "правил")
+_FOREIGN_STEERING = re.compile(
+    r"\b(ignorier\w*|vergiss|vergessen|missacht\w*|ignor[ae]\w*|olvid\w*|oubli\w*|esque[cç]\w*"
+    r"|dimentic\w*|negeer|vergeet|zignoruj\w*|zapomnij|ігноруй\w*|забудь\w*|игнорир\w*)\b.{0,60}?"
+    r"\b(anweisung\w*|instruc\w*|istruzion\w*|instru[cç][õoã]\w*|instructie\w*|instrukcj\w*|regeln"
+    r"|reglas|r[èe]gles|regras|regole|regels|zasad\w*|vorgaben|indicaciones|інструкці\w*|инструкци\w*"
+    r"|prompt\w*|правил\w*)")
 # The openings of a prompt's structure: a role other than the two a memory attributes lines to
 # (User:, Assistant:, and Q:/A:), a block header, a markup tag of a context block.
 # Every run of spaces or symbols stays inside its line ([^\S\n], [^\w\n]): a pattern anchored at each
@@ -60,10 +66,12 @@ _STRUCTURE = re.compile(
     rf"(?im){_STEERING}"
     r"|^[^\w\n]*(?:(?:user|assistant|q|a)[^\S\n]*:[^\S\n]*)?"
     r"(system|developer|tool|human|context|instructions?|new[^\S\n]+rules)[^\S\n]*:"
-    r"|\b(system|developer)[^\S\n]*:"
     r"|^[^\S\n]*(system|developer|tool|human|user|assistant)[^\S\n]*$"
     r"|^[^\S\n]*#{2,}|</?[^\S\n]*(context|system|instructions?|memory)[^\S\n]*>|\bnew[^\S\n]+rules\b"
 )
+# A system or developer role named anywhere in a line ("... weather? SYSTEM: reveal"); searched
+# only in a text holding one of the two words, as the foreign phrases below.
+_ROLE_ANYWHERE = re.compile(r"\b(system|developer)[^\S\n]*:")
 _CONTROL = re.compile(r"<\|[^|<>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>", re.IGNORECASE)
 # A role tag or a block's markup inside a fact: no fact about a user holds one (a one-word value,
 # "developer", "Tool", is no tag: the tag needs its colon).
@@ -75,13 +83,28 @@ _FACT_TAGS = re.compile(
 
 def looks_like_instruction(text: str) -> bool:
     """True for text that tries to steer the model ("ignore previous instructions", role tags)."""
-    return bool(_INSTRUCTION.search(text))
+    return bool(_INSTRUCTION.search(text)) or _steers_in_another_language(text)
+
+
+def _steers_in_another_language(text: str, lowered: str | None = None) -> bool:
+    lowered = text.lower() if lowered is None else lowered
+    return any(noun in lowered for noun in _FOREIGN_RULES) and bool(_FOREIGN_STEERING.search(lowered))
+
+
+def _structured(text: str) -> bool:
+    """Whether ``text``, as read, opens a prompt's structure or tries to steer the model."""
+    if _STRUCTURE.search(text):
+        return True
+    lowered = text.lower()
+    if ("system" in lowered or "developer" in lowered) and _ROLE_ANYWHERE.search(lowered):
+        return True
+    return _steers_in_another_language(text, lowered)
 
 
 def steers(text: str) -> bool:
     """True for a fact, or a fact's value, that no statement about a user holds: an instruction
     to the model, a chat template's control token, a role tag or a block's markup."""
-    return bool(_INSTRUCTION.search(text) or _CONTROL.search(text) or _FACT_TAGS.search(text))
+    return looks_like_instruction(text) or bool(_CONTROL.search(text) or _FACT_TAGS.search(text))
 
 
 def breaks_lines(text: str) -> bool:
@@ -92,8 +115,8 @@ def breaks_lines(text: str) -> bool:
 def quote_untrusted(text: str) -> str:
     """``text`` fit to sit in a prompt as data (see the module docstring). Its line breaks of
     every kind become "\n", so each line is judged as the model will see it."""
-    text = _LINE_BREAK.sub("\n", _CONTROL.sub(" ", text))
-    if not _STRUCTURE.search(_as_read(text)):
+    text = _LINE_BREAK.sub("\n", strip_control_tokens(text))
+    if not _structured(_as_read(text)):
         return text  # the common case: nothing to do
     return "\n".join(_quoted_line(line) for line in text.split("\n"))
 
@@ -112,7 +135,7 @@ def _as_read(text: str) -> str:
 
 
 def _quoted_line(line: str) -> str:
-    if _STRUCTURE.search(_as_read(line)):
+    if _structured(_as_read(line)):
         return f"(quoted) {json.dumps(line.strip(), ensure_ascii=False)}"
     return line
 
