@@ -63,13 +63,17 @@ def _with_score(hit: MemoryHit, score: float) -> MemoryHit:
 
 
 def _fuse_scores(lists: Ranked, contribution: dict[int, list[float]]) -> list[MemoryHit]:
-    # contribution[i][r] is what the hit at rank r of list i adds to its key's fused score.
+    # contribution[i][r] is what the hit at rank r of list i adds to its key's fused score. A text a
+    # member returns twice (stored twice) counts once, at its best rank: a member votes once per text.
     totals: dict[str, float] = {}
     best: dict[str, MemoryHit] = {}
     for i, (_name, _weight, hits) in enumerate(lists):
+        voted: set[str] = set()
         for rank, hit in enumerate(hits):
             key = hit_key(hit)
-            totals[key] = totals.get(key, 0.0) + contribution[i][rank]
+            if key not in voted:
+                voted.add(key)
+                totals[key] = totals.get(key, 0.0) + contribution[i][rank]
             if key not in best or hit.score > best[key].score:  # representative: highest native score
                 best[key] = hit
     order = sorted(totals, key=lambda k: totals[k], reverse=True)  # stable: ties keep first-seen order

@@ -60,6 +60,18 @@ def test_common_keeps_the_reference_fusion_names_and_maths():
     assert [h.metadata for h in a] == [{}, {}], "fusion must not touch the members' hits"
 
 
+def test_a_text_one_member_returns_twice_counts_once_in_rank_fusion():
+    from ovos_memory_plugins.common import fuse_rrf, fuse_weighted
+
+    # "x" stored twice comes back twice from A: A votes for it once, at its best rank.
+    a = [MemoryHit("x", score=0.9), MemoryHit("x ", score=0.8), MemoryHit("y", score=0.5)]
+    b = [MemoryHit("y", score=12), MemoryHit("z", score=3)]
+    fused = {h.content.strip(): round(h.metadata["fusion_score"], 5) for h in fuse_rrf([("A", 1.0, a), ("B", 1.0, b)])}
+    assert fused == {"x": round(1 / 61, 5), "y": round(1 / 63 + 1 / 61, 5), "z": round(1 / 62, 5)}
+    weighted = {h.content.strip(): h.metadata["fusion_score"] for h in fuse_weighted([("A", 1.0, a)])}
+    assert weighted == {"x": 1.0, "y": 0.0}
+
+
 # -- settings as attributes --------------------------------------------------------------------
 def test_every_resolved_setting_of_the_retrieval_base_is_an_attribute(tmp_path):
     memory = LexicalMemory({"db_path": str(tmp_path / "l.db"), "scope": "global", "max_history": 4,

@@ -111,6 +111,8 @@ def _steers_in_another_language(text: str, lowered: str | None = None) -> bool:
 def _structured(text: str) -> bool:
     """Whether ``text``, as a model reads it (:func:`_readings`), opens a prompt's structure or
     tries to steer the model."""
+    if text.isascii():  # the common case: one reading, the text itself
+        return _structured_reading(text)
     return any(_structured_reading(reading) for reading in _readings(text))
 
 
