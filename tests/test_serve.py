@@ -112,6 +112,26 @@ def test_what_does_not_exist_is_404_and_bad_input_is_400_naming_the_problem(serv
     assert server.request("POST", "/api/import", body=b"{not json").status == 400
 
 
+def test_head_answers_as_get_and_a_wrong_method_names_the_ones_the_resource_takes(server):
+    head = server.request("HEAD", "/api/sessions/ana-kitchen")
+    assert head.status == 200 and head.body is None
+    assert server.request("HEAD", "/api/sessions/ana-kitchen/export").status == 200
+    post = server.request("POST", "/api/sessions/ana-kitchen", body={})
+    assert post.status == 405 and post.headers["allow"] == "GET, HEAD, DELETE"
+    assert server.request("POST", "/api/sessions/ana-kitchen/facts", body={}).headers["allow"] == "DELETE"
+    assert server.request("GET", "/api/sessions/ana-kitchen/nothing-here").status == 404
+
+
+def test_a_path_spelling_its_api_part_percent_encoded_names_nothing(fresh):
+    # Routed on the decoded path, "/api%2Fsessions/nobody/rui-car" read as session "nobody/rui-car"
+    # while the ids were taken from the path as sent: it forgot the whole of "rui-car".
+    folder, server = fresh
+    assert server.request("DELETE", "/api%2Fsessions/nobody/rui-car").status == 404
+    assert server.request("GET", "/api/sessions%2Fana-kitchen").status == 404
+    assert server.request("DELETE", "/api%2Fpeople/nobody/ana").status == 404
+    assert server.request("GET", "/api/sessions").body == {"sessions": [{"id": "ana-kitchen"}, {"id": "rui-car"}]}
+
+
 def test_without_a_person_scope_there_are_no_people(server):
     assert server.request("GET", "/api/people").body == {"supported": False, "people": []}
     reply = server.request("GET", "/api/people/ana")
@@ -367,6 +387,9 @@ def test_a_request_from_another_site_cannot_change_the_memory(server, guarded):
         fetched = running.request("DELETE", path, token=token, headers={"Sec-Fetch-Site": "cross-site"})
         assert fetched.status == 403
         assert running.request("GET", path, token=token).status == 200  # still there
+        for site in ("cross-site", "same-site"):  # nor read it: a search's timing tells, a read may move a session
+            assert running.request("GET", path, token=token, headers={"Sec-Fetch-Site": site}).status == 403
+        assert running.request("GET", path, token=token, headers={"Sec-Fetch-Site": "same-origin"}).status == 200
 
 
 def test_without_a_token_a_page_under_another_name_is_refused(server):

@@ -10,7 +10,9 @@ Imported only by the ``serve`` command (it needs the ``[serve]`` extra). Every r
   is refused;
 * a request that changes something (anything but GET and HEAD) must carry
   ``X-Requested-With: ovos-memory`` and must not come from another site (``Origin``,
-  ``Sec-Fetch-Site``): a page elsewhere cannot make the browser forget anything;
+  ``Sec-Fetch-Site``): a page elsewhere cannot make the browser forget anything; an API read a
+  browser says another site asked for (``Sec-Fetch-Site: cross-site`` or ``same-site``) is
+  refused too;
 * nothing of the memory is logged: each request is one line with its method, its path with the
   ids left out (``/api/sessions/*``), its status and time; a failure logs its type only.
 """
@@ -159,6 +161,10 @@ class Guard:
                               {"www-authenticate": 'Bearer realm="ovos-memory"'})
             if not hmac.compare_digest(given[7:].strip().encode(), self.token.encode()):
                 return _error(403, "wrong token")
+        if scope["path"].startswith("/api/") and headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+            # A page elsewhere cannot read the answer, but a search's timing says something, and in
+            # person scope reading a session moves it: the API is the page's own.
+            return _error(403, "the API answers the page it serves, not another site's")
         if scope["method"] not in ("GET", "HEAD"):
             if headers.get(CSRF_HEADER) != CSRF_VALUE:
                 return _error(403, f"a request that changes the memory must carry '{CSRF_HEADER}: {CSRF_VALUE}'")
@@ -261,8 +267,8 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
     async def session(request: Request) -> Response:
         """``/api/sessions/{id}[/export|/facts|/documents/{doc_id}]``, the ids percent-encoded
         (a session id may hold any character, "/" too)."""
-        sid, *rest = _path_ids(request)
-        method = request.method
+        sid, *rest = _path_ids(request, "sessions")
+        method = _method(request)
         if not rest and method == "GET":
             return JSONResponse(await run(views.session_view, memory, sid))
         if not rest and method == "DELETE":
@@ -276,7 +282,9 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
         if len(rest) == 2 and rest[0] == "documents" and method == "DELETE":
             member = request.query_params.get("member")
             return JSONResponse(await run(views.forget_exchange, memory, sid, rest[1], member))
-        return _error(404 if method in ("GET", "DELETE") else 405, "no such resource")
+        shapes = {(): "GET, HEAD, DELETE", ("export",): "GET, HEAD", ("facts",): "DELETE"}
+        allowed = "DELETE" if len(rest) == 2 and rest[0] == "documents" else shapes.get(tuple(rest))
+        return _not_allowed(allowed)
 
     async def search(request: Request) -> Response:
         q = request.query_params
@@ -294,15 +302,16 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
         return JSONResponse({"supported": bool(found), "people": found})
 
     async def person(request: Request) -> Response:
-        name, *rest = _path_ids(request)
-        if not rest and request.method == "GET":
+        name, *rest = _path_ids(request, "people")
+        method = _method(request)
+        if not rest and method == "GET":
             return JSONResponse(await run(views.person_view, memory, name))
-        if not rest and request.method == "DELETE":
+        if not rest and method == "DELETE":
             return JSONResponse(await run(views.forget_person, memory, name))
-        if rest == ["export"] and request.method == "GET":
+        if rest == ["export"] and method == "GET":
             data = await run(views.export_person, memory, name)
             return JSONResponse(data, headers={"content-disposition": f'attachment; filename="{_file_name(name)}"'})
-        return _error(404, "no such resource")
+        return _not_allowed({(): "GET, HEAD, DELETE", ("export",): "GET, HEAD"}.get(tuple(rest)))
 
     async def start_import(request: Request) -> Response:
         items = _import_items(await _json_body(request, (dict, list)), "the uploaded file")
@@ -332,11 +341,28 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
     return app
 
 
-def _path_ids(request: Request) -> list[str]:
+def _path_ids(request: Request, collection: str) -> list[str]:
     """The segments after ``/api/<collection>/``, each percent-decoded on its own (so an id may
-    hold "/"; the server's decoded path would have split it)."""
-    raw = request.scope.get("raw_path") or request.url.path.encode()
-    return [unquote(p) for p in raw.decode("latin-1").split("?")[0].split("/")[3:]]
+    hold "/"; the server's decoded path would have split it). The path as sent must spell
+    ``/api/<collection>/`` itself: routed on the decoded path, ``/api%2Fsessions/x/y`` would
+    otherwise name session "y" where the router read session "x/y"."""
+    raw = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1").split("?")[0]
+    prefix = f"/api/{collection}/"
+    if not raw.startswith(prefix):  # "/api/sessions/" itself names the session "" (any id works)
+        raise views.NotFound("no such resource (spell the path's '/api/...' part without percent-encoding)")
+    return [unquote(p) for p in raw[len(prefix):].split("/")]
+
+
+def _method(request: Request) -> str:
+    """The request's method, HEAD read as GET (the server sends no body for it)."""
+    return "GET" if request.method == "HEAD" else request.method
+
+
+def _not_allowed(allowed: str | None) -> Response:
+    """404 for a path naming nothing here; 405, with the methods it takes, for a wrong method."""
+    if allowed is None:
+        return _error(404, "no such resource")
+    return _error(405, f"this resource takes {allowed}", {"allow": allowed})
 
 
 async def _json_body(request: Request, kinds: tuple[type, ...] = (dict,)) -> Any:
