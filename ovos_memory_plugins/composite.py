@@ -32,6 +32,7 @@ from ._index.current import put_contradicted_last
 from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._memory.conversion import member_imports
 from ._memory.exports import check_export, session_export
+from ._memory.people import parse_people
 from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
@@ -121,6 +122,8 @@ class CompositeConfig(RecallConfig):
                 raise ConfigError(f"'members[{i}]' must be an entry-point name or a dict with a 'module' key")
             if isinstance(spec, Mapping):
                 _check_member(i, spec)
+                if getattr(self, "scope", None) == "person":
+                    _refuse_own_mapping(i, spec, getattr(self, "people", None) or {})
 
     @staticmethod
     def unknown_inner_keys(raw: Mapping[str, Any]) -> list[str]:
@@ -258,6 +261,13 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             self._member_log.warning("none", "%s: no members loaded; acting as a passthrough", self.plugin_name)
             self._member_faults[self.plugin_name] = "no members loaded: nothing is remembered"
         return members
+
+    def _people_of(self, settings: Any) -> Any:
+        """The composite hands its members a person's key (``person:alice``), never the household's:
+        each member folds it into ``household:`` by its own ``household`` (the top level's unless
+        it says otherwise), so a member that keeps its own per person does."""
+        people = super()._people_of(settings)
+        return None if people is None else dataclasses.replace(people, household=False)
 
     def _build_member(self, module: str, config: dict[str, Any]) -> Any:
         cls = load_memory_plugin(module)
@@ -737,6 +747,21 @@ def _check_member(i: int, spec: Mapping[str, Any]) -> None:
         raise ConfigError(f"'members[{i}].weight' must be a number from 0 to {MAX_WEIGHT:,.0f}, got {weight!r}")
     if not isinstance(spec.get("config") or {}, Mapping):
         raise ConfigError(f"'members[{i}].config' must be a dict, not {type(spec.get('config')).__name__}")
+
+
+def _refuse_own_mapping(i: int, spec: Mapping[str, Any], people: Any) -> None:
+    """In ``scope: person`` the composite maps each session to its person's key and hands every
+    member that key: a member's own ``scope`` or ``people`` would be ignored, and a member meant to
+    keep each device's window apart would share it. Refused, naming the fix, rather than leaking
+    what one device heard to another (a member's own ``household`` works)."""
+    config, where = spec.get("config") or {}, f"'members[{i}]' ({spec['module']})"
+    scope = config.get("scope", "person")
+    if scope != "person":
+        raise ConfigError(f"{where} has scope {scope!r}, but a composite in scope 'person' hands every member the "
+                          "person's memory; give that member a persona of its own, or drop its 'scope'")
+    if "people" in config and parse_people(config["people"]) != parse_people(people):
+        raise ConfigError(f"{where} has its own 'people', but a composite in scope 'person' maps every session with "
+                          "the top level's 'people'; set them there (a member's own 'household' is kept)")
 
 
 def _parse_member(spec: Any) -> tuple[str, float, dict[str, Any]]:

@@ -275,6 +275,35 @@ def test_household_facts_are_heard_by_every_person_and_never_written_by_a_guest(
         assert "Mallory" in context_text(memory, "guest-1")
 
 
+def test_a_member_that_keeps_its_own_per_person_in_a_household_composite_keeps_it_private(tmp_path):
+    # "Share the facts, keep the chats private": the top level shares, the window and recall say no.
+    private = {"household": False}
+    members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db"), **private}},
+               {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db"), **private}},
+               {"module": "ovos-memory-plugin-entity", "config": {"db_path": str(tmp_path / "e.json")}}]
+    with CompositeMemory({"members": members, "api_url": closed_port_url(), "request_timeout": 2, "household": True,
+                          **PERSON}) as memory:
+        tell(memory, "kitchen", "I live in Paris")
+        tell(memory, "alice-car", "my diary entry: I secretly dislike the cooking")
+        bob = context_text(memory, "bob-phone", "what is in the diary entry about cooking?")
+        assert "lives in Paris" in bob  # the household's facts
+        assert "diary" not in bob and "Paris" not in " ".join(contents(memory, "bob-phone"))
+        assert [m.memory.sessions() for m in memory.members] == [["person:alice"], ["person:alice"], ["household:"]]
+        assert "diary" in context_text(memory, "kitchen", "what is in the diary entry about cooking?")
+
+
+@pytest.mark.parametrize("own", [{"scope": "session"}, {"scope": "global"}, {"people": {"alice": ["alice-*"]}}],
+                         ids=["scope-session", "scope-global", "people"])
+def test_a_members_own_scope_or_people_in_a_person_composite_is_refused_naming_it(tmp_path, own):
+    # The composite hands every member the person's key: that member's own mapping would be ignored.
+    members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db"), **own}}]
+    with pytest.raises(ConfigError, match=f"ovos-memory-plugin-recency.*{next(iter(own))}"):
+        CompositeMemory({"members": members, **PERSON})
+    same = {"db_path": str(tmp_path / "r.db"), "scope": "person", "people": PEOPLE}
+    with CompositeMemory({"members": [{"module": "ovos-memory-plugin-recency", "config": same}], **PERSON}):
+        pass  # the same values are no conflict
+
+
 def test_forget_of_a_person_forgets_both_the_new_and_the_previous_value(tmp_path):
     with entity(tmp_path, **PERSON) as memory:
         tell(memory, "kitchen", "I live in Paris")
@@ -445,6 +474,17 @@ def test_session2history_in_person_scope_reads_and_forgets_the_keys_it_lists():
             view["person:alice"] = [AgentMessage(U, "I am Alice now")]
         del view["person:alice"]
         assert list(view) == [] and contents(memory, "kitchen") == []
+
+
+def test_assigning_session2history_in_person_scope_keeps_the_memory_of_a_session_it_names(tmp_path):
+    # The view lists "person:alice"; a value naming her "kitchen" is the same memory: its window is
+    # replaced, and her recall documents are not forgotten with a key the value did not spell.
+    with LexicalMemory({"db_path": str(tmp_path / "l.db"), **PERSON}) as memory:
+        tell(memory, "kitchen", "my dog is Rex")
+        tell(memory, "bob-phone", "my cat is Tom")
+        memory.session2history = {"kitchen": list(memory.session2history["kitchen"])}
+        assert [h.content.split("\n")[0] for h in memory.search("dog", "alice-car")] == ["Q: my dog is Rex"]
+        assert memory.sessions() == ["person:alice"] and contents(memory, "alice-car")[0] == "my dog is Rex"
 
 
 def test_facts_stated_in_global_scope_move_to_their_person_and_are_forgotten_with_them(tmp_path):

@@ -193,9 +193,12 @@ class SessionHistoryMixin:
         # Validate (and copy) everything before the store changes: a bad item leaves it untouched.
         wanted = {check_session_id(sid): coerce_messages(messages) for sid, messages in list(value.items())}
         view = SessionHistoryView(memory)
+        # In person scope the view lists ``person:alice`` where the value names her "kitchen": the
+        # same memory, which the value keeps (its window is replaced below, not forgotten).
+        kept = {memory.memory_key(sid) for sid in wanted}
         with memory._edit_lock:
             for sid in list(view):
-                if sid not in wanted:
+                if sid not in wanted and memory.memory_key(sid) not in kept:
                     del view[sid]
             for sid, messages in wanted.items():
                 view[sid] = messages
