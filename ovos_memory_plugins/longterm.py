@@ -241,7 +241,7 @@ class LongTermMemory(LLMMemory):
             self._log.warning("rejected", f"{self.plugin_name}: the model's summary of {session_id!r} was not "
                                           f"used: {fold.rejected}; the old summary stays, tried again later")
             self._problem("summary", f"the model's summary of {session_id!r} was rejected ({fold.rejected}); "
-                                     "the old summary stays and is tried again at the next exchange")
+                                     "the old summary stays and is tried again at the next exchange", session_id)
         elif fold.source == "llm":
             self._log.clear("rejected")
             self._problem("summary", None)
@@ -255,6 +255,7 @@ class LongTermMemory(LLMMemory):
         held = self._held.drop(session_id)  # first: what the store refused is never stored now
         record = self._load(session_id)
         self._delete(session_id)
+        self._forget_problems(session_id)
         return {"messages": len(record.get("recent") or []) + held, "summaries": 1 if record.get("summary") else 0}
 
     def export(self, session_id: str) -> dict[str, Any]:

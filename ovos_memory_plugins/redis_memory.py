@@ -179,6 +179,7 @@ class RedisMemory(ContextMemory):
         self._folder = Summarizer(self._client, s.max_summary_tokens)
         self._rejections: dict[str, int] = {}  # per session, since its last committed summary
         self._problems: dict[str, str] = {}
+        self._problem_session: str | None = None  # the session the summary problem names
         self._log = LogOnce()
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()  # the last read, for when Redis is down
@@ -271,6 +272,9 @@ class RedisMemory(ContextMemory):
             held = self._held.drop(session_id)
         with self._lock:
             self._cache.pop(session_id, None)
+            self._rejections.pop(session_id, None)  # a new conversation under this id starts afresh
+            if self._problem_session == session_id:  # a session id is memory too: it leaves degraded()
+                self._problems.pop("summary", None)
         self._due.discard(session_id)
         return {"messages": messages + held, "summaries": summaries}
 
@@ -466,6 +470,7 @@ class RedisMemory(ContextMemory):
                 self._rejections[session_id] = rejections + 1
                 self._problems["summary"] = (f"the model's summary of {session_id!r} was rejected ({fold.rejected}); "
                                              "the old summary stays and is tried again at the next compaction")
+                self._problem_session = session_id
             else:
                 self._rejections.pop(session_id, None)
                 if fold.source == "llm":

@@ -385,6 +385,9 @@ def test_a_bad_model_summary_is_not_committed_and_the_old_state_stays(make, llm,
     assert data["summary"] == "Ana likes tea."
     assert [m["content"] for m in data["recent"]] == ["I work as a nurse at Santa Maria in Lisbon.", "answer 1"]
     assert why in memory.degraded()["ovos-memory-plugin-longterm:summary"]
+    assert not reply or max(reply.split(), key=len) not in str(memory.degraded())  # nothing the model wrote
+    memory.forget("s")
+    assert "ovos-memory-plugin-longterm:summary" not in memory.degraded()  # nor the forgotten session's id
 
 
 def test_a_summary_leaving_out_the_names_the_user_said_gets_the_users_sentence_naming_them(make, llm):

@@ -23,6 +23,7 @@ from ovos_memory_plugins._redis.scripts import SessionKeys
 from ovos_memory_plugins.errors import ConfigError, MissingDependencyError, StoreUnavailable
 from ovos_memory_plugins.redis_memory import Exchange, RedisMemory
 from tests._redis import RedisServer, free_port, redis_server_url  # noqa: F401 - redis_server_url is a fixture
+from tests._timing import patience
 
 pytestmark = pytest.mark.redis
 
@@ -116,6 +117,15 @@ def test_a_missing_redis_client_names_the_extra_to_install(monkeypatch):
 def test_a_url_that_is_not_redis_is_a_config_error_showing_it(url, said):
     with pytest.raises(ConfigError, match=f"'url': {said}"):
         RedisMemory({"url": url})
+
+
+@pytest.mark.parametrize("query, words", [("socket_timeot=1", "socket_timeot"),
+                                          ("socket_timeout=abc", "socket_timeout")])
+def test_a_url_query_the_redis_client_refuses_is_a_config_error_at_construction(query, words):
+    # The client takes any name there and fails at each connection: every turn raised TypeError.
+    with pytest.raises(ConfigError, match=f"'url'.*{words}"):
+        RedisMemory({"url": f"redis://127.0.0.1:6391/0?{query}"})
+    RedisMemory({"url": "redis://127.0.0.1:6391/0?socket_timeout=1"}).close()  # one it takes
 
 
 def test_a_negative_ttl_is_a_config_error():
@@ -450,6 +460,33 @@ def test_null_ttls_keep_keys_forever(make, r):
     exchange(memory, "s", "q", "a")
     keys = keys_of(memory, "s")
     assert r.ttl(keys.short) == -1 and r.ttl(keys.meta) == -1
+
+
+@pytest.mark.parametrize("short, long", [(100, 0), (0, 1000)])
+def test_with_one_ttl_never_the_counters_live_as_long_as_the_data_still_there(make, r, short, long):
+    # A list that expires beside a summary that never does: counters that never expired outlived
+    # the list for good, out of sessions() and so out of forget's reach.
+    memory = make(short_term_ttl=short, long_term_ttl=long, compact_threshold=2, compact_token_threshold=0,
+                  keep_recent=1)
+    exchange(memory, "s", "q", "a")
+    keys = keys_of(memory, "s")
+    assert (90 < r.ttl(keys.meta) <= 100) if short else r.ttl(keys.meta) == -1  # only the list so far
+    exchange(memory, "s", "My name is Ana.", "Hi Ana.")
+    exchange(memory, "s", "I like tea.", "Noted.")
+    memory.flush()
+    assert r.exists(keys.summary)
+    assert r.ttl(keys.meta) == -1  # beside a list or a summary that never expires
+
+
+def test_a_session_whose_list_expired_leaves_no_counters_behind(make, r):
+    memory = make(short_term_ttl=1, long_term_ttl=0)
+    exchange(memory, "s", "my bank pin is 4321", "noted")
+    keys = keys_of(memory, "s")
+    assert 0 < r.pttl(keys.meta) <= 1000
+    deadline = time.monotonic() + patience(30)
+    while r.exists(keys.meta) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not r.exists(keys.short) and not r.exists(keys.meta)
 
 
 # -- sharing ---------------------------------------------------------------------------------

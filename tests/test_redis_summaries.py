@@ -84,6 +84,11 @@ def test_a_greeting_from_the_model_is_not_committed_and_the_turns_stay(make):
         assert summary == "" and len(window) == 5, "nothing folded: the turns are still there"
         assert any(is_narrative(r.messages) for r in llm.chat_requests())
         assert "greeting" in memory.degraded()["ovos-memory-plugin-redis:summary"]
+        # What the model wrote, and so the conversation it quoted, is not in what degraded() says;
+        # a forget of the session takes the session's id out of it too.
+        assert "help you" not in str(memory.degraded()) and "I'm here" not in str(memory.degraded())
+        memory.forget("s")
+        assert "ovos-memory-plugin-redis:summary" not in memory.degraded()
 
 
 def test_a_model_summary_keeps_the_facts_and_the_change(make):

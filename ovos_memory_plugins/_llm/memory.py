@@ -97,6 +97,7 @@ class LLMMemory(ContextMemory):
         self.client = chat_client(s, owner=self.plugin_name)
         self._log = LogOnce()
         self._problems: dict[str, str] = {}  # degradations other than the endpoint's (see degraded())
+        self._problem_sessions: dict[str, str] = {}  # part -> the session its problem names
         try:
             self._due: Any = open_job_queue(self._store, self.store_stem, s.request_timeout)
         except MemoryPluginError as exc:
@@ -231,12 +232,21 @@ class LLMMemory(ContextMemory):
     #: What this memory does while its endpoint fails (for :meth:`degraded`).
     offline_fallback: ClassVar[str] = "working without the model"
 
-    def _problem(self, part: str, why: str | None) -> None:
-        """Record (or, with None, clear) a degradation of ``part`` of this memory."""
+    def _problem(self, part: str, why: str | None, session_id: str | None = None) -> None:
+        """Record (or, with None, clear) a degradation of ``part`` of this memory; one that names
+        ``session_id`` goes with a forget of that session (:meth:`_forget_problems`)."""
         if why is None:
             self._problems.pop(part, None)
+            self._problem_sessions.pop(part, None)
         else:
             self._problems[part] = why
+            if session_id is not None:
+                self._problem_sessions[part] = session_id
+
+    def _forget_problems(self, session_id: str) -> None:
+        """A forgotten session's id leaves :meth:`degraded` too (a session id is memory as well)."""
+        for part in [p for p, sid in list(self._problem_sessions.items()) if sid == session_id]:
+            self._problem(part, None)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:

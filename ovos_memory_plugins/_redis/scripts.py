@@ -69,6 +69,23 @@ local function refresh(key, ms)
   ms = tonumber(ms)
   if ms > 0 then redis.call('PEXPIRE', key, ms) else redis.call('PERSIST', key) end
 end
+-- The counters' expiry. With both TTLs set it is the longer one. With one of them "never", the
+-- counters live as long as the data still there: forever beside a key that never expires, else
+-- as long as the list or summary that does (never-expiring counters beside data that expired
+-- were left behind for good, out of sessions() and so out of reach of forget).
+local function refresh_meta(meta, short, summary, short_ms, long_ms, meta_ms)
+  short_ms, long_ms, meta_ms = tonumber(short_ms), tonumber(long_ms), tonumber(meta_ms)
+  if meta_ms > 0 then redis.call('PEXPIRE', meta, meta_ms) return end
+  local ms, forever, any = 0, false, false
+  for _, pair in ipairs({{short, short_ms}, {summary, long_ms}}) do
+    if redis.call('EXISTS', pair[1]) == 1 then
+      any = true
+      if pair[2] > 0 then ms = math.max(ms, pair[2]) else forever = true end
+    end
+  end
+  if not any then ms = math.max(short_ms, long_ms) end
+  if forever or ms == 0 then redis.call('PERSIST', meta) else redis.call('PEXPIRE', meta, ms) end
+end
 """
 
 #: KEYS: short, meta, summary.
@@ -101,7 +118,7 @@ tokens = redis.call('HINCRBY', meta, 'tokens', tokens)
 rounds = redis.call('HINCRBY', meta, 'rounds', rounds)
 refresh(short, ARGV[5])
 refresh(summary, ARGV[6])
-refresh(meta, ARGV[7])
+refresh_meta(meta, short, summary, ARGV[5], ARGV[6], ARGV[7])
 return {1, redis.call('LINDEX', short, -1) or '', tokens, rounds}
 """
 
@@ -116,7 +133,7 @@ if n > 0 then items = redis.call('LRANGE', short, -n, -1) else items = redis.cal
 local text = redis.call('GET', summary) or ''
 if #items > 0 then refresh(short, ARGV[1]) end
 if text ~= '' then refresh(summary, ARGV[2]) end
-if redis.call('EXISTS', meta) == 1 then refresh(meta, ARGV[3]) end
+if redis.call('EXISTS', meta) == 1 then refresh_meta(meta, short, summary, ARGV[1], ARGV[2], ARGV[3]) end
 return {text, '[' .. table.concat(items, ',') .. ']'}
 """
 
@@ -147,7 +164,7 @@ else
   refresh(summary, ARGV[8])
 end
 if redis.call('EXISTS', short) == 1 then refresh(short, ARGV[7]) end
-refresh(meta, ARGV[9])
+refresh_meta(meta, short, summary, ARGV[7], ARGV[8], ARGV[9])
 return {1, tokens, rounds}
 """
 

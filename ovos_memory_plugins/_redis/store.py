@@ -175,6 +175,22 @@ def url_problem(url: str) -> str | None:
     database = parts.path.strip("/")
     if parts.scheme != "unix" and database and not database.isdigit():
         return f"{safe_url(url)!r}: the database must be a number (redis://host:6379/0), not {database!r}"
+    return _query_problem(url) if parts.query else None
+
+
+def _query_problem(url: str) -> str | None:
+    """What the redis client refuses in ``url``'s query (``?socket_timeot=1``): it takes any name
+    there and fails at each connection, so every turn would; found here by building a connection
+    object, which opens no socket. None without the client (its absence is said elsewhere)."""
+    try:
+        import redis
+    except ImportError:
+        return None
+    try:
+        pool = redis.ConnectionPool.from_url(url)
+        pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError) as exc:
+        return f"{safe_url(url)!r}: its query is not one the redis client takes ({exc})"
     return None
 
 

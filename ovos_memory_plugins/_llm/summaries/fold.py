@@ -40,6 +40,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..._core.log import LOG
 from ..._core.tokens import estimate_tokens, truncate_to_tokens
 from ...errors import LLMContextOverflow, LLMError
 from ..facts.extraction import exchanges_of, extract, is_small_talk
@@ -284,7 +285,10 @@ class Summarizer:
             why = check_summary(summary, previous, part, [*changed, *dropped])
             if why is None:
                 return Fold(summary, updated, "llm", folded=len(part), dropped=dropped)
-        return Fold(previous, dict(base), "llm", f"{why} (narrative: {piece[:80]!r})", folded=len(part))
+        # The reason names the check, never what the model wrote: it reaches degraded() and the log,
+        # which must hold nothing of the conversation (forget could not reach it there).
+        LOG.debug("summary rejected (%s): %.80r", why, piece)
+        return Fold(previous, dict(base), "llm", why, folded=len(part))
 
     # -- the facts --------------------------------------------------------------------------------
     def _facts(self, state: dict[str, Any], messages: Sequence[Any], use_model: bool) -> tuple[dict[str, Any], bool]:
