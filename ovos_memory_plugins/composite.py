@@ -32,7 +32,7 @@ from ._index.current import put_contradicted_last
 from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._memory.conversion import member_imports
 from ._memory.exports import check_export, session_export
-from ._memory.people import parse_people
+from ._memory.people import HOUSEHOLD_KEY, PERSON_PREFIX, parse_people
 from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
@@ -268,6 +268,15 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         it says otherwise), so a member that keeps its own per person does."""
         people = super()._people_of(settings)
         return None if people is None else dataclasses.replace(people, household=False)
+
+    def memory_key(self, session_id: str) -> str:
+        """The key ``session_id``'s memory is listed under: its person's where a member keeps it
+        (``person:alice``), else the household's when the people share one (every member folded
+        the person's key into it)."""
+        key = super().memory_key(session_id)
+        if self.settings.household and key.startswith(PERSON_PREFIX) and key not in self.sessions():
+            return HOUSEHOLD_KEY
+        return key
 
     def _build_member(self, module: str, config: dict[str, Any]) -> Any:
         cls = load_memory_plugin(module)

@@ -720,6 +720,24 @@ def test_forgetting_a_person_from_the_command_line_reaches_a_household_member_of
         capsys.readouterr()
 
 
+@pytest.mark.parametrize("private", [False, True], ids=["all-shared", "window-private"])
+def test_a_household_composites_sessions_are_shown_forgotten_and_listed_by_any_of_their_ids(tmp_path, capsys, private):
+    recency = {"db_path": str(tmp_path / "w.db"), **({"household": False} if private else {})}
+    config = {"scope": "person", "people": PEOPLE, "household": True, "api_url": None, "members": [
+        {"module": "ovos-memory-plugin-recency", "config": recency},
+        {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}}]}
+    cli = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+    with CompositeMemory(config) as memory:
+        tell(memory, "kitchen", "my diary word is hummingbird")
+        assert "kitchen" in memory.session2history and "guest-1" not in memory.session2history
+        assert memory.sessions() == (["household:", "person:alice"] if private else ["household:"])
+    assert main(["show", "kitchen", *cli]) == 0 and "hummingbird" in capsys.readouterr().out
+    assert main(["forget", "--person", "alice", *cli]) == 0
+    capsys.readouterr()
+    for name in ("w.db", "l.db"):
+        assert b"hummingbird" not in b"".join(p.read_bytes() for p in tmp_path.glob(name + "*")), name
+
+
 def test_a_json_store_given_the_file_of_a_sqlite_store_refuses_it_and_the_sqlite_store_keeps_working(tmp_path):
     shared = str(tmp_path / "all.db")
     with RecencyMemory({"db_path": shared}) as memory:
