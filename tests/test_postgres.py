@@ -65,6 +65,33 @@ def test_a_wrong_password_is_never_shown_and_an_unreachable_server_is_a_config_e
     assert "s3cret" not in str(caught.value) and "cannot connect" in str(caught.value)
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://ovos@127.0.0.1:1/memory?password=s3cret&connect_timeout=2",  # in the query
+    "postgresql://ovos:s3cret@[::1/memory",  # a URL libpq cannot parse, and quotes back
+    "postgresql:/ovos:s3cret@127.0.0.1:1/memory",  # not a URL at all
+    "host=127.0.0.1 port=1 password='s3 cret' connect_timeout=2",  # a key=value string
+])
+def test_a_password_anywhere_in_db_url_is_never_shown(url, caplog):
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    with pytest.raises(ConfigError) as caught:
+        RecencyMemory({"db_url": url})
+    assert "s3" not in str(caught.value) and "s3cret" not in caplog.text
+
+
+def test_a_session_id_postgresql_cannot_index_is_refused_at_the_boundary_not_held_for_ever():
+    # An index row holds about 2,700 bytes: a longer id was refused by the server at every write,
+    # taken for an outage, and held in RAM for good (flush() never True, the history empty).
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    with RecencyMemory({"db_url": fresh_url()}) as memory:
+        with pytest.raises(ValueError, match="3,000 bytes"):
+            _exchange(memory, "x" * 3000, "hello", "hi")
+        _exchange(memory, "y" * 1000 + "é" * 500, "hello", "hi")  # 2,000 bytes: kept
+        assert memory.flush(patience(10)) and len(memory.get_history("y" * 1000 + "é" * 500)) == 2
+        assert memory.degraded() == {}
+
+
 def test_text_postgresql_cannot_hold_round_trips_and_stays_distinct():
     from ovos_memory_plugins.recency import RecencyMemory
 

@@ -27,6 +27,7 @@ from .._core.paths import SQLITE_HEADER, check_store_path, is_memory_path, resol
 from ..errors import ConfigError, StorageError
 from .policy import WindowPolicy
 from .postgres import is_postgres_url
+from .postgres import redact as _redacted
 from .readonly import is_read_only, read_only
 from .sharing import WHOLE_FILE, StoreClaim
 
@@ -129,7 +130,8 @@ def store_location(db_path: str | None, db_url: str | None, backend: str | None)
     """
     if db_url is not None:
         if not is_postgres_url(db_url):
-            raise ConfigError(f"'db_url' must be a PostgreSQL URL (postgresql://user@host/database), not {db_url!r}")
+            raise ConfigError("'db_url' must be a PostgreSQL URL (postgresql://user@host/database), not "
+                              f"{_redacted(db_url)!r}")
         return db_url, "postgres"
     if is_postgres_url(db_path):
         return db_path, "postgres"

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import re
 import secrets
 import threading
 import time
@@ -106,12 +107,26 @@ def psycopg_module() -> Any:
 
 
 def redact(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
+    """``url`` without its password, for messages and logs: the one after the user name, and any
+    ``password=`` or ``sslpassword=`` in its query or in a ``key=value`` connection string.
+
+    >>> redact("postgresql://ovos:s3cret@db/memory?sslpassword=x&connect_timeout=5")
+    'postgresql://ovos:***@db/memory?sslpassword=***&connect_timeout=5'
+    """
+    url = _PASSWORD_SETTING.sub(r"\1=***", url)
     head, sep, rest = url.partition("://")
+    if not sep:  # not a URL as written ("postgresql:/u:pw@host"): any "name:secret@" in it
+        return _USERINFO.sub(r"\1:***@", url)
     userinfo, at, host = rest.rpartition("@")
     if not at or ":" not in userinfo:
         return url
     return f"{head}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+# A password given as a setting: in a URL's query (``?password=x&...``) or a libpq connection
+# string (``password='x y' host=...``), quoted or not.
+_USERINFO = re.compile(r"([^:/@\s]+):[^@\s]*@")
+_PASSWORD_SETTING = re.compile(r"(?i)\b((?:ssl)?password)\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s&]*)")
 
 
 def lock_key(*parts: str) -> int:
@@ -348,8 +363,9 @@ class PgDatabase:
 
         try:
             info = conninfo_to_dict(self.url)
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"{self.path} is not a valid PostgreSQL URL: {exc}") from exc
+        except psycopg.Error as exc:  # libpq's message may quote the whole URL, password and all
+            raise StoreUnavailable(f"{self.path} is not a valid PostgreSQL URL: "
+                                   f"{redact(str(exc).replace(self.url, self.path))}") from exc
         # Ours first: settings the operator puts in the URL's own ``options`` come later and win.
         ours = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
                 f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off")
@@ -370,7 +386,7 @@ class PgDatabase:
         try:
             raw = watched_connection_class().connect(autocommit=True, **info)
         except psycopg.Error as exc:
-            why = str(exc).strip()
+            why = redact(str(exc).strip().replace(self.url, self.path))
             if "timeout" in why or "timed out" in why:
                 _pause_attempts(self.url, why)
             raise StoreUnavailable(f"cannot connect to {self.path}: {why}") from exc
