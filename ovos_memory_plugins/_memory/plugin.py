@@ -34,9 +34,6 @@ def store_path_problems(key: str, path: Any) -> list[str]:
 _MOVE_ROUNDS = 5
 #: Items (messages, or the exchanges entity keeps) held per session while the store refuses writes.
 HELD_ITEMS = 200
-#: The longest session id a PostgreSQL store keys (UTF-8 bytes): an index row holds at most about
-#: 2,700 bytes, the id's and the other columns' together.
-MAX_POSTGRES_KEY_BYTES = 2000
 #: What a store raises when it cannot take a write now (down, full, locked): the write is held.
 _REFUSED = (MemoryPluginError, OSError)
 
@@ -375,19 +372,8 @@ class MemoryPlugin(AgentContextManager):
         """What ``update_history`` is given, checked at the boundary: the session id, the memory
         still open, and the messages normalised (an empty list: nothing to store)."""
         check_session_id(session_id)
-        if len(session_id) * 4 > MAX_POSTGRES_KEY_BYTES and self._keys_in_postgres() and \
-                len(session_id.encode("utf-8")) > MAX_POSTGRES_KEY_BYTES:
-            # PostgreSQL refuses the index row, every time: held, it would wait for ever.
-            raise ValueError(f"{self.plugin_name}: session_id is {len(session_id.encode('utf-8')):,} bytes long; a "
-                             f"PostgreSQL store (db_url) keys sessions of at most {MAX_POSTGRES_KEY_BYTES:,} bytes")
         self._check_open()
         return coerce_messages(new_messages)
-
-    def _keys_in_postgres(self) -> bool:
-        from ..storage.postgres import is_postgres_url  # no psycopg: the URL test only
-
-        settings = self.settings
-        return is_postgres_url(getattr(settings, "db_url", None)) or is_postgres_url(getattr(settings, "db_path", None))
 
     def _check_open(self, call: str = "update_history") -> None:
         """Refuse ``call`` on a closed memory with :class:`MemoryClosed`.

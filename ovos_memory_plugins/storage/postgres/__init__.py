@@ -172,10 +172,20 @@ def _register_text_adapters(con: Any) -> None:
         con.adapters.register_loader(name, UnescapingLoader)
 
 
-def _failure(exc: BaseException, what: str) -> StorageError:
-    """The StorageError for a psycopg error (StoreUnavailable when the server or a lock is the cause)."""
+class ValueTooLarge(ValueError):
+    """A value PostgreSQL refuses for good (an index row over its limit: a session id of a few
+    thousand bytes that do not compress). Not a StorageError: a write refused so is not held for
+    a retry that can never succeed."""
+
+
+def _failure(exc: BaseException, what: str) -> Exception:
+    """The StorageError for a psycopg error (StoreUnavailable when the server or a lock is the
+    cause); :class:`ValueTooLarge` for a value the server can never store."""
     psycopg = psycopg_module()
     errors = psycopg.errors
+    if isinstance(exc, errors.ProgramLimitExceeded):  # psycopg counts it among OperationalErrors
+        return ValueTooLarge(f"{what}: PostgreSQL cannot store this value, a session id or text too long for "
+                             f"its index ({str(exc).strip()})")
     transient = (psycopg.OperationalError, errors.LockNotAvailable, errors.QueryCanceled,
                  errors.DeadlockDetected, errors.SerializationFailure)
     cls = StoreUnavailable if isinstance(exc, transient) else StorageError
