@@ -123,9 +123,10 @@ def redact(url: str) -> str:
     return f"{head}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
 
 
+# "name:secret@" in a string that is not a URL as written.
+_USERINFO = re.compile(r"([^:/@\s]+):[^@\s]*@")
 # A password given as a setting: in a URL's query (``?password=x&...``) or a libpq connection
 # string (``password='x y' host=...``), quoted or not.
-_USERINFO = re.compile(r"([^:/@\s]+):[^@\s]*@")
 _PASSWORD_SETTING = re.compile(r"(?i)\b((?:ssl)?password)\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s&]*)")
 
 
