@@ -760,12 +760,13 @@ def _check_member(i: int, spec: Mapping[str, Any]) -> None:
 
 def _refuse_own_mapping(i: int, spec: Mapping[str, Any], people: Any) -> None:
     """In ``scope: person`` the composite maps each session to its person's key and hands every
-    member that key: a member's own ``scope`` or ``people`` would be ignored, and a member meant to
-    keep each device's window apart would share it. Refused, naming the fix, rather than leaking
-    what one device heard to another (a member's own ``household`` works)."""
+    member that key: a member's own ``scope: session`` or ``people`` would be ignored, and a member
+    meant to keep each device's window apart would share it. Refused, naming the fix, rather than
+    leaking what one device heard to another (a member's own ``household`` works, and so does
+    ``scope: global``, a member that recalls from every session)."""
     config, where = spec.get("config") or {}, f"'members[{i}]' ({spec['module']})"
     scope = config.get("scope", "person")
-    if scope != "person":
+    if scope == "session":
         raise ConfigError(f"{where} has scope {scope!r}, but a composite in scope 'person' hands every member the "
                           "person's memory; give that member a persona of its own, or drop its 'scope'")
     if "people" in config and parse_people(config["people"]) != parse_people(people):

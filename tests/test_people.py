@@ -292,8 +292,8 @@ def test_a_member_that_keeps_its_own_per_person_in_a_household_composite_keeps_i
         assert "diary" in context_text(memory, "kitchen", "what is in the diary entry about cooking?")
 
 
-@pytest.mark.parametrize("own", [{"scope": "session"}, {"scope": "global"}, {"people": {"alice": ["alice-*"]}}],
-                         ids=["scope-session", "scope-global", "people"])
+@pytest.mark.parametrize("own", [{"scope": "session"}, {"people": {"alice": ["alice-*"]}}],
+                         ids=["scope-session", "people"])
 def test_a_members_own_scope_or_people_in_a_person_composite_is_refused_naming_it(tmp_path, own):
     # The composite hands every member the person's key: that member's own mapping would be ignored.
     members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db"), **own}}]
@@ -302,6 +302,15 @@ def test_a_members_own_scope_or_people_in_a_person_composite_is_refused_naming_i
     same = {"db_path": str(tmp_path / "r.db"), "scope": "person", "people": PEOPLE}
     with CompositeMemory({"members": [{"module": "ovos-memory-plugin-recency", "config": same}], **PERSON}):
         pass  # the same values are no conflict
+
+
+def test_a_global_member_of_a_person_composite_still_shares_with_every_session(tmp_path):
+    members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}},
+               {"module": "ovos-memory-plugin-entity", "config": {"db_path": str(tmp_path / "e.json"),
+                                                                  "scope": "global"}}]
+    with CompositeMemory({"members": members, "api_url": None, **PERSON}) as memory:
+        tell(memory, "kitchen", "I live in Paris")
+        assert "lives in Paris" in context_text(memory, "guest-1")
 
 
 def test_forget_of_a_person_forgets_both_the_new_and_the_previous_value(tmp_path):

@@ -71,13 +71,39 @@ def test_a_wrong_password_is_never_shown_and_an_unreachable_server_is_a_config_e
     "postgresql://ovos:s3cret@[::1/memory",  # a URL libpq cannot parse, and quotes back
     "postgresql:/ovos:s3cret@127.0.0.1:1/memory",  # not a URL at all
     "host=127.0.0.1 port=1 password='s3 cret' connect_timeout=2",  # a key=value string
+    "host=127.0.0.1 port=1 password=s3&cret connect_timeout=2",  # "&" is the password's there
+    "host=127.0.0.1 port=1 password='s3 cret",  # a quote never closed
 ])
 def test_a_password_anywhere_in_db_url_is_never_shown(url, caplog):
     from ovos_memory_plugins.recency import RecencyMemory
 
     with pytest.raises(ConfigError) as caught:
         RecencyMemory({"db_url": url})
-    assert "s3" not in str(caught.value) and "s3cret" not in caplog.text
+    assert "s3" not in str(caught.value) and "cret" not in str(caught.value) and "cret" not in caplog.text
+    assert redact(url.replace("s3", "ab")).count("ab") == 0
+
+
+def test_a_session_postgresql_refuses_for_good_is_dropped_from_what_was_held_not_raised_by_flush(monkeypatch):
+    # Held during an outage, then refused for good once the server answered: flush() and close()
+    # raised at every call, and the item stayed held for ever.
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    memory = RecencyMemory({"db_url": fresh_url()})
+    real, calls = memory._store_batch, []
+
+    def down_once(session_id, batch):
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreUnavailable("restarting")
+        return real(session_id, batch)
+
+    monkeypatch.setattr(memory, "_store_batch", down_once)
+    _exchange(memory, secrets.token_hex(1500), "hello", "hi")  # held
+    assert memory.flush(patience(10)) and memory._held.sessions() == []
+    _exchange(memory, "kitchen", "hello", "hi")
+    memory.close()
+    assert memory._closed
 
 
 def test_a_session_id_postgresql_cannot_index_is_a_value_error_not_held_for_ever():

@@ -120,7 +120,7 @@ def test_a_url_that_is_not_redis_is_a_config_error_showing_it(url, said):
 
 
 @pytest.mark.parametrize("query, words", [("socket_timeot=1", "socket_timeot"),
-                                          ("socket_timeout=abc", "socket_timeout")])
+                                          ("socket_timeout=abc", "socket_timeout"), ("protocol=4", "protocol")])
 def test_a_url_query_the_redis_client_refuses_is_a_config_error_at_construction(query, words):
     # The client takes any name there and fails at each connection: every turn raised TypeError.
     with pytest.raises(ConfigError, match=f"'url'.*{words}"):
@@ -476,6 +476,18 @@ def test_with_one_ttl_never_the_counters_live_as_long_as_the_data_still_there(ma
     memory.flush()
     assert r.exists(keys.summary)
     assert r.ttl(keys.meta) == -1  # beside a list or a summary that never expires
+
+
+def test_an_imported_summary_that_never_expires_stays_listed_after_the_list_expires(make, r):
+    memory = make(short_term_ttl=1, long_term_ttl=0)
+    exchange(memory, "s", "hello", "hi")
+    memory.import_session({"summary": "The user is Ana."}, "s")
+    keys = keys_of(memory, "s")
+    assert r.ttl(keys.meta) == -1 and r.ttl(keys.summary) == -1
+    deadline = time.monotonic() + patience(30)
+    while r.exists(keys.short) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert memory.sessions() == ["s"]
 
 
 def test_a_session_whose_list_expired_leaves_no_counters_behind(make, r):

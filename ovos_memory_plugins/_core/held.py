@@ -25,7 +25,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["HeldWrites"]
+__all__ = ["HeldWrites", "Unstorable"]
+
+
+class Unstorable(ValueError):
+    """What a store can never take for this session (PostgreSQL's index refuses its id): the
+    batch is not held again, nor what was held with it, as no retry could store it."""
 
 T = TypeVar("T")
 _STRIPES = 32  # locks shared by sessions (by hash): one per session would grow without bound
@@ -106,7 +111,8 @@ class HeldWrites(Generic[T]):
         how many held items went with it. If the store refuses it (one of ``refused``: it is
         down or full), the whole batch is held again, in front of anything held meanwhile; any
         other error is the new items' (a bug, not an outage): only what was held before is kept,
-        so an item that can never be stored does not block its session. The error propagates."""
+        so an item that can never be stored does not block its session; :class:`Unstorable`
+        (the session itself cannot be stored) keeps nothing. The error propagates."""
         with self.turn(session_id):  # the session's writes take turns
             generation = self._generation(session_id)
             held = self.take(session_id)
@@ -118,6 +124,8 @@ class HeldWrites(Generic[T]):
             except refused:
                 self.hold(session_id, batch, generation)
                 raise
+            except Unstorable:
+                raise  # the session's id is the cause: nothing of it can ever be stored
             except BaseException:
                 self.hold(session_id, held, generation)
                 raise

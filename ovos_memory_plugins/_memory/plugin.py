@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from .._core.compat import AgentContextManager, AgentMessage
-from .._core.held import HeldWrites
+from .._core.held import HeldWrites, Unstorable
 from .._core.log import LOG, LogOnce
 from .._core.paths import check_store_path, is_memory_path, resolve_path
 from ..config import parse_config, replace_setting, setting_names
@@ -343,8 +343,16 @@ class MemoryPlugin(AgentContextManager):
 
     def _write_held(self, session_id: str) -> bool:
         """Store what is held for ``session_id`` (before an export, a flush); True when nothing
-        is left held. Free when nothing is."""
-        return session_id not in self._held or self._write_update(session_id, [])
+        is left held. Free when nothing is. What the store can never take for the session (held
+        during an outage, refused for good once it ended) is dropped, and said once."""
+        if session_id not in self._held:
+            return True
+        try:
+            return self._write_update(session_id, [])
+        except Unstorable as exc:
+            self._log.error("unstorable", "%s: dropped what was held for a session the store cannot keep (%s)",
+                            self.plugin_name, exc)
+            return True
 
     def _require_held_written(self, session_id: str) -> None:
         """Before a forget of one exchange: what is held must be stored first (the exchange may

@@ -189,7 +189,7 @@ def _query_problem(url: str) -> str | None:
     try:
         pool = redis.ConnectionPool.from_url(url)
         pool.connection_class(**pool.connection_kwargs)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, redis.RedisError) as exc:
         return f"{safe_url(url)!r}: its query is not one the redis client takes ({exc})"
     return None
 
@@ -379,6 +379,8 @@ class RedisStore:
             pipe.hsetnx(keys.meta, "seq", 0)
             if self._ttls[2]:
                 pipe.pexpire(keys.meta, self._ttls[2])
+            elif not self._ttls[1]:  # a summary that never expires keeps its counters (it stays listed)
+                pipe.persist(keys.meta)
             pipe.execute()
 
         self.io(write, write=True)

@@ -287,7 +287,7 @@ class Summarizer:
                 return Fold(summary, updated, "llm", folded=len(part), dropped=dropped)
         # The reason names the check, never what the model wrote: it reaches degraded() and the log,
         # which must hold nothing of the conversation (forget could not reach it there).
-        LOG.debug("summary rejected (%s): %.80r", why, piece)
+        LOG.debug("summary rejected (%s)", why)
         return Fold(previous, dict(base), "llm", why, folded=len(part))
 
     # -- the facts --------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from ..._core.held import Unstorable
 from ...errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
 from ..readonly import StoreReadOnly, is_read_only
 from ..sharing import SharedHandles
@@ -113,10 +114,10 @@ def redact(url: str) -> str:
     >>> redact("postgresql://ovos:s3cret@db/memory?sslpassword=x&connect_timeout=5")
     'postgresql://ovos:***@db/memory?sslpassword=***&connect_timeout=5'
     """
-    url = _PASSWORD_SETTING.sub(r"\1=***", url)
+    if "://" not in url:  # a key=value string, or not a URL as written ("postgresql:/u:pw@host")
+        return _USERINFO.sub(r"\1:***@", _SETTING_PASSWORD.sub(r"\1=***", url))
+    url = _QUERY_PASSWORD.sub(r"\1=***", url)
     head, sep, rest = url.partition("://")
-    if not sep:  # not a URL as written ("postgresql:/u:pw@host"): any "name:secret@" in it
-        return _USERINFO.sub(r"\1:***@", url)
     userinfo, at, host = rest.rpartition("@")
     if not at or ":" not in userinfo:
         return url
@@ -125,9 +126,11 @@ def redact(url: str) -> str:
 
 # "name:secret@" in a string that is not a URL as written.
 _USERINFO = re.compile(r"([^:/@\s]+):[^@\s]*@")
-# A password given as a setting: in a URL's query (``?password=x&...``) or a libpq connection
-# string (``password='x y' host=...``), quoted or not.
-_PASSWORD_SETTING = re.compile(r"(?i)\b((?:ssl)?password)\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s&]*)")
+# A password in a URL's query (``?password=x&...``), up to the next parameter.
+_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:ssl)?password)=[^&#\s]*")
+# A password in a libpq connection string (``password='x y' host=...``), quoted (to the closing
+# quote, or the end when there is none) or up to the next space: "&" is a character of it there.
+_SETTING_PASSWORD = re.compile(r"(?i)\b((?:ssl)?password)\s*=\s*(?:'(?:[^'\\]|\\.)*(?:'|$)|\S*)")
 
 
 def lock_key(*parts: str) -> int:
@@ -173,7 +176,7 @@ def _register_text_adapters(con: Any) -> None:
         con.adapters.register_loader(name, UnescapingLoader)
 
 
-class ValueTooLarge(ValueError):
+class ValueTooLarge(Unstorable):
     """A value PostgreSQL refuses for good (an index row over its limit: a session id of a few
     thousand bytes that do not compress). Not a StorageError: a write refused so is not held for
     a retry that can never succeed."""
