@@ -255,7 +255,7 @@ class LongTermMemory(LLMMemory):
         held = self._held.drop(session_id)  # first: what the store refused is never stored now
         record = self._load(session_id)
         self._delete(session_id)
-        self._forget_problems(session_id)
+        self._problems.forget(session_id)
         return {"messages": len(record.get("recent") or []) + held, "summaries": 1 if record.get("summary") else 0}
 
     def export(self, session_id: str) -> dict[str, Any]:

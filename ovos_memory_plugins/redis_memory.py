@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage, MessageRole
 from ._core.due import DueQueue
-from ._core.log import LOG, LogOnce
+from ._core.log import LOG, LogOnce, Problems
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
 from ._llm.endpoint import EndpointConfig, chat_client, with_endpoint
@@ -178,8 +178,7 @@ class RedisMemory(ContextMemory):
         self._client = chat_client(s, owner=self.plugin_name)
         self._folder = Summarizer(self._client, s.max_summary_tokens)
         self._rejections: dict[str, int] = {}  # per session, since its last committed summary
-        self._problems: dict[str, str] = {}
-        self._problem_session: str | None = None  # the session the summary problem names
+        self._problems = Problems()
         self._log = LogOnce()
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()  # the last read, for when Redis is down
@@ -273,8 +272,7 @@ class RedisMemory(ContextMemory):
         with self._lock:
             self._cache.pop(session_id, None)
             self._rejections.pop(session_id, None)  # a new conversation under this id starts afresh
-            if self._problem_session == session_id:  # a session id is memory too: it leaves degraded()
-                self._problems.pop("summary", None)
+        self._problems.forget(session_id)
         self._due.discard(session_id)
         return {"messages": messages + held, "summaries": summaries}
 
@@ -311,7 +309,7 @@ class RedisMemory(ContextMemory):
 
     def degraded(self) -> dict[str, str]:
         out = self._store.failing()  # Redis down (turns answered from RAM, messages held), or failing
-        out.update({f"{self.plugin_name}:{part}": why for part, why in list(self._problems.items())})
+        out.update(self._problems.report(self.plugin_name))
         if self._client.problem:
             out[self.plugin_name] = f"{self._client.problem}; old messages are summarised without the model"
         return out
@@ -468,13 +466,12 @@ class RedisMemory(ContextMemory):
         with self._lock:
             if fold.rejected:
                 self._rejections[session_id] = rejections + 1
-                self._problems["summary"] = (f"the model's summary of {session_id!r} was rejected ({fold.rejected}); "
-                                             "the old summary stays and is tried again at the next compaction")
-                self._problem_session = session_id
+                self._problems.set("summary", f"the model's summary of {session_id!r} was rejected ({fold.rejected});"
+                                   " the old summary stays and is tried again at the next compaction", session_id)
             else:
                 self._rejections.pop(session_id, None)
                 if fold.source == "llm":
-                    self._problems.pop("summary", None)
+                    self._problems.clear("summary")
         if fold.rejected:
             self._log.warning("rejected", f"{self.plugin_name}: the model's summary of {session_id!r} was not used: "
                                           f"{fold.rejected}; the old summary stays, tried again later")

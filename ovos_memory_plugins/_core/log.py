@@ -6,7 +6,7 @@ from typing import Any
 
 from ovos_utils.log import LOG
 
-__all__ = ["LOG", "LogOnce"]
+__all__ = ["LOG", "LogOnce", "Problems"]
 
 
 class LogOnce:
@@ -51,3 +51,37 @@ class LogOnce:
             self._seen[key] = text if is_error else None
         log_fn(text)
         return True
+
+
+class Problems:
+    """A memory's degradations other than its store's and endpoint's, by part, for ``degraded()``
+    (``{"<plugin>:summary": "the model's summary of 's' was rejected ..."}``). One that names a
+    session goes with a forget of it: a session id is memory too."""
+
+    def __init__(self) -> None:
+        self._why: dict[str, str] = {}
+        self._session: dict[str, str] = {}  # part -> the session its problem names
+        self._lock = threading.Lock()
+
+    def set(self, part: str, why: str, session_id: str | None = None) -> None:
+        with self._lock:
+            self._why[part] = why
+            self._session.pop(part, None)
+            if session_id is not None:
+                self._session[part] = session_id
+
+    def clear(self, part: str) -> None:
+        with self._lock:
+            self._why.pop(part, None)
+            self._session.pop(part, None)
+
+    def forget(self, session_id: str) -> None:
+        """Clear every problem naming ``session_id``."""
+        with self._lock:
+            for part in [p for p, sid in self._session.items() if sid == session_id]:
+                self._why.pop(part, None)
+                del self._session[part]
+
+    def report(self, owner: str) -> dict[str, str]:
+        with self._lock:
+            return {f"{owner}:{part}": why for part, why in self._why.items()}

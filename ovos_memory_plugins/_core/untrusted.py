@@ -6,9 +6,9 @@ instructions", "SYSTEM: ...", a chat template's control tokens, a forged ``Conte
 must arrive as something that was *said*, not as something to *do*:
 
 * chat-template control tokens (``<|im_start|>``, ``[INST]``, ``<<SYS>>``, ``</s>``, Gemma's,
-  Mistral's, DeepSeek's) become a space: no text of a conversation has a reason to hold them, and a model reads them as
-  structure (a space, not nothing: a token split by another, ``<|im_<|x|>start|>``, must not be
-  put back together by the removal);
+  Mistral's, DeepSeek's) become a space: no text of a conversation has a reason to hold them,
+  and a model reads them as structure (a space, not nothing: a token split by another,
+  ``<|im_<|x|>start|>``, must not be put back together by the removal);
 * a line that reads like an instruction (in English and the languages OVOS speaks most), starts
   like a role or a block of the prompt (``system:``, ``assistant:``, ``context:``, ``### ...``,
   ``</context>``), or names a system or developer role anywhere, is quoted and marked, its own
@@ -94,19 +94,17 @@ _ROLE_ANYWHERE = re.compile(
 # a colon, read as those: "ЅYЅТЕМ:" (Cyrillic Ѕ, Т, Е, М) is what a model reads as "SYSTEM:". Only a
 # second reading of a line: the first keeps them, so a Russian line is still judged by the Russian
 # patterns.
+_COLON_LIKE = "\u2236\ua789\u02d0"  # ratio, modifier letter colon, triangular colon
 _LOOKALIKES = str.maketrans(
     "аеіјорсухѕԁԛԝһӏАВЕКМНОРСТУХЅІЈҮ"  # Cyrillic
     "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧοαικνρυχ"  # Greek
     "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢɡ"  # Latin small capitals
-    "օսհ"  # Armenian
-    "\u2236\ua789\u02d0",  # colons
+    "օսհ" + _COLON_LIKE,  # Armenian
     "aeijopcyxsdqwhlABEKMHOPCTYXSIJY"
     "ABEZHIKMNOPTYXoaikvpux"
     "abcdefghijklmnoprstuvwyzg"
-    "ouh"
-    ":::",
+    "ouh" + ":" * len(_COLON_LIKE),
 )
-_COLON_LIKE = "\u2236\ua789\u02d0"
 _WORD = re.compile(r"\w{2,}")
 # Chat-template control tokens: ChatML's and Llama's, Gemma's, Mistral's bracketed ones, DeepSeek's
 # (a fullwidth bar, U+FF5C).

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from .._core.due import DueQueue, Job
-from .._core.log import LOG, LogOnce
+from .._core.log import LOG, LogOnce, Problems
 from .._core.paths import default_path, is_memory_path, resolve_path
 from .._core.worker import BackgroundWorker
 from .._core.worklock import GaveUp, WorkLock
@@ -96,8 +96,7 @@ class LLMMemory(ContextMemory):
         self.store_claim = store_claim(self._db_path, backend, self.store_stem)
         self.client = chat_client(s, owner=self.plugin_name)
         self._log = LogOnce()
-        self._problems: dict[str, str] = {}  # degradations other than the endpoint's (see degraded())
-        self._problem_sessions: dict[str, str] = {}  # part -> the session its problem names
+        self._problems = Problems()  # degradations other than the endpoint's (see degraded())
         try:
             self._due: Any = open_job_queue(self._store, self.store_stem, s.request_timeout)
         except MemoryPluginError as exc:
@@ -223,7 +222,7 @@ class LLMMemory(ContextMemory):
     # -- health --------------------------------------------------------------------------------
     def degraded(self) -> dict[str, str]:
         out = self._log.failing(self.plugin_name)  # reading or storing failing, a malformed record
-        out.update({f"{self.plugin_name}:{part}": why for part, why in list(self._problems.items())})
+        out.update(self._problems.report(self.plugin_name))
         problem = self.client.problem
         if problem:
             out[self.plugin_name] = f"{problem}; {self.offline_fallback} until it answers"
@@ -234,19 +233,11 @@ class LLMMemory(ContextMemory):
 
     def _problem(self, part: str, why: str | None, session_id: str | None = None) -> None:
         """Record (or, with None, clear) a degradation of ``part`` of this memory; one that names
-        ``session_id`` goes with a forget of that session (:meth:`_forget_problems`)."""
+        ``session_id`` goes with a forget of that session."""
         if why is None:
-            self._problems.pop(part, None)
-            self._problem_sessions.pop(part, None)
+            self._problems.clear(part)
         else:
-            self._problems[part] = why
-            if session_id is not None:
-                self._problem_sessions[part] = session_id
-
-    def _forget_problems(self, session_id: str) -> None:
-        """A forgotten session's id leaves :meth:`degraded` too (a session id is memory as well)."""
-        for part in [p for p, sid in list(self._problem_sessions.items()) if sid == session_id]:
-            self._problem(part, None)
+            self._problems.set(part, why, session_id)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
