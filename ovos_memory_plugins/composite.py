@@ -5,7 +5,8 @@ hits are fused (rrf by default; score fusion, score_fusion.py, in the hybrid pre
 deduplicated ranked list. The others are *plain* members (a summary, facts, a window): they
 contribute the system blocks they add. The *primary* member (default: the first) provides the
 verbatim history. ``update_history`` writes through to every member. A member that fails to
-load, or raises at run time, is skipped and logged once; the turn goes on without it.
+load, or raises at run time, is skipped and logged once; the turn goes on without it. One
+whose store does not answer at start joins later, when it does (``_memory/late_start.py``).
 
 Differences from the reference, all deliberate: ``min_score`` applies after fusion (to the
 fused score for rrf, weighted and score), ``search()`` returns the fused hits (so a composite
@@ -32,12 +33,14 @@ from ._index.current import put_contradicted_last
 from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._memory.conversion import member_imports
 from ._memory.exports import check_export, session_export
+from ._memory.late_start import LateStarts, Waiting, store_unreachable
 from ._memory.people import HOUSEHOLD_KEY, PERSON_PREFIX, parse_people
+from ._memory.plugin import HELD_ITEMS
 from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
 from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
-from .errors import ConfigError, MemoryPluginError, NotSupported
+from .errors import ConfigError, MemoryPluginError, NotSupported, StoreUnavailable
 from .fusion import FUSION_MODES, fuse, hit_key
 from .messages import check_session_id, check_utterance, clean_text, context_window, is_role
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
@@ -198,6 +201,10 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         #: What works less well than configured because of a member, by part (see degraded()):
         #: one that did not start, and one whose last call of an operation failed.
         self._member_faults: dict[str, str] = {}
+        self._roster = threading.RLock()  # members joining late (see _memory/late_start.py)
+        self._order: dict[str, int] = {}  # member name -> its place among the configured members
+        self._late = LateStarts(self.plugin_name, self._roster, self._start_waiting, self._join_late,
+                                self._late_gave_up, HELD_ITEMS)
         self.members: list[Member] = self._load_members()
         self.primary: Member | None = self._choose_primary()
 
@@ -244,20 +251,22 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
     def _load_members(self) -> list[Member]:
         specs = list(self.settings.members) or (list(HYBRID_PRESET) if self._preset_applies() else [])
         members: list[Member] = []
-        for spec in specs:
+        for position, spec in enumerate(specs):
             module, weight, config = _parse_member(spec)
             if module == COMPOSITE and not config.get("members"):
                 self._member_log.error(f"self:{module}", "%s: a member cannot be the composite itself; skipped",
                                        self.plugin_name)
                 self._member_faults[module] = "the composite itself cannot be a member; skipped"
                 continue
-            memory = self._build_member(module, config)
+            repeat = sum(1 for name in self._order if name.split("#", 1)[0] == module)
+            name = module if not repeat else f"{module}#{repeat + 1}"
+            memory = self._build_member(Waiting(position, name, module, weight, config))
             if memory is not None and self._shares_a_store(module, memory, members):
                 memory.close()
             elif memory is not None:
-                repeat = sum(1 for m in members if m.module == module)
-                members.append(Member(module if not repeat else f"{module}#{repeat + 1}", memory, weight))
-        if not members:
+                self._order[name] = position
+                members.append(Member(name, memory, weight))
+        if not members and not self._late.waiting:
             self._member_log.warning("none", "%s: no members loaded; acting as a passthrough", self.plugin_name)
             self._member_faults[self.plugin_name] = "no members loaded: nothing is remembered"
         return members
@@ -278,14 +287,32 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             return HOUSEHOLD_KEY
         return key
 
-    def _build_member(self, module: str, config: dict[str, Any]) -> Any:
+    def _build_member(self, spec: Waiting) -> Any:
+        """The member's memory; None when it did not start (said once, and by ``degraded()``):
+        for good, or until its store answers (it then joins the others, see ``_join_late``)."""
+        try:
+            return self._start_late(spec)
+        except Exception as exc:  # noqa: BLE001 - one broken member must not take the persona down
+            if not store_unreachable(exc):
+                self._late_gave_up(spec, exc)
+                return None
+            self._order[spec.name] = spec.position
+            self._member_log.error(f"load:{spec.name}", "%s: member %r cannot reach its store (%s); it starts when "
+                                   "the store answers", self.plugin_name, spec.name, exc)
+            self._member_faults[spec.name] = f"waiting for its store ({exc}); it starts when the store answers"
+            self._late.add(spec)
+            return None
+
+    def _start_late(self, spec: Waiting) -> Any:
+        """A new instance of the member ``spec`` names; None when its plugin is not installed."""
+        module = spec.module
         cls = load_memory_plugin(module)
         if cls is None:
             self._member_log.error(f"load:{module}", "%s: member %r is not installed; skipped", self.plugin_name,
                                    module)
             self._member_faults[module] = "not installed; skipped"
             return None
-        config = dict(config)
+        config = dict(spec.config)
         config.setdefault("system_prompt", "")  # the composite's prompt is the one sent, once
         if reads_key(cls, "scope") and allows_value(cls, "scope", self.settings.scope):
             config.setdefault("scope", self.settings.scope)
@@ -300,13 +327,41 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                 config.setdefault(key, self.config[key])
         if PERSONA_ENDPOINT_KEY in self.config and reads_key(cls, "api_url", third_party=False):
             config.setdefault(PERSONA_ENDPOINT_KEY, self.config[PERSONA_ENDPOINT_KEY])  # the persona's chat endpoint
-        try:
-            return cls(config=config)
-        except Exception as exc:  # noqa: BLE001 - one broken member must not take the persona down
-            self._member_log.error(f"load:{module}", "%s: member %r failed to start (%s); skipped",
-                                   self.plugin_name, module, exc)
-            self._member_faults[module] = f"failed to start ({exc}); skipped"
+        return cls(config=config)
+
+    def _start_waiting(self, spec: Waiting) -> Any:
+        """A waiting member's memory, tried again; None when it would share an earlier member's
+        store (checked before it is given what it missed: that would be stored twice)."""
+        memory = self._start_late(spec)
+        if memory is not None and self._shares_a_store(spec.module, memory, self.members):
+            memory.close()
+            self._member_faults.pop(spec.name, None)  # the sharing says why, under its own name
             return None
+        return memory
+
+    def _late_gave_up(self, spec: Waiting, exc: BaseException) -> None:
+        self._member_log.error(f"load:{spec.name}", "%s: member %r failed to start (%s); skipped",
+                               self.plugin_name, spec.name, exc)
+        self._member_faults[spec.name] = f"failed to start ({exc}); skipped"
+
+    def _join_late(self, spec: Waiting, memory: Any) -> None:
+        """``memory``, started late, joins the members in its configured place (under the roster
+        lock: no update falls between what it was given and what it now gets)."""
+        joined = sorted([*self.members, Member(spec.name, memory, spec.weight)], key=lambda m: self._order[m.name])
+        self.members = joined  # a new list: a turn in flight goes on with the one it read
+        self.primary = self._choose_primary()
+        self._member_faults.pop(spec.name, None)
+        self._member_faults.pop(self.plugin_name, None)  # "no members loaded"
+        self._member_log.clear(f"load:{spec.name}", f"{self.plugin_name}: member {spec.name!r} reached its store "
+                               "and started")
+
+    def _require_started(self, what: str) -> None:
+        """Before a change of stored memory other than a turn: a member that waits for its store
+        would miss it (a forget it never hears of would leave the session there)."""
+        names = self._late.names()
+        if names:
+            raise StoreUnavailable(f"{self.plugin_name}: {', '.join(names)} cannot reach its store yet; nothing was "
+                                   f"{what}: try again once it answers (see degraded())")
 
     def _shares_a_store(self, module: str, memory: Any, members: list[Member]) -> bool:
         """True (logged, and reported by ``degraded()``) when ``memory`` would write the rows an
@@ -370,6 +425,14 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         down) the whole batch is held here (raised to :meth:`_write_update`) and given to every
         member later. When its commit fails after the members wrote (the connection died in the
         instant between), each member holds again what it wrote in it."""
+        if not self._late.waiting:
+            self._store_members(session_id, batch)
+            return
+        with self._roster:  # what the members store, the members still waiting get too
+            self._store_members(session_id, batch)
+            self._late.record(session_id, batch)
+
+    def _store_members(self, session_id: str, batch: list[Any]) -> None:
         begun, written = False, []
         try:
             # Every member writes, then their background work (indexing, extraction) starts:
@@ -551,6 +614,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         return list(self.primary.memory.get_history(check_session_id(session_id)))
 
     def _replace_window(self, session_id: str, messages: Iterable[Any]) -> list[AgentMessage]:
+        self._require_started("changed")
         view = getattr(self.primary.memory, "session2history", None) if self.primary is not None else None
         if view is None:
             raise TypeError(f"{self.plugin_name}: the primary member has no session2history to edit")
@@ -582,6 +646,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         others, and its error is raised once they are done: a forget is never reported whole when
         it was not."""
         sid = check_session_id(session_id)
+        self._require_started("forgotten")
         self._held.drop(sid)  # first: what the database refused is never stored now
         counts: dict[str, Any] = {}
         failed: tuple[str, Exception] | None = None  # the first member that could not forget
@@ -602,6 +667,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     def export(self, session_id: str) -> dict[str, Any]:
         sid = check_session_id(session_id)
+        self._require_started("exported")  # a backup, or a move, without it would lose its part
         self._write_held(sid)
         data: dict[str, Any] = {"plugin": self.plugin_name, "session_id": sid, "members": {}}
         for m in self.members:
@@ -611,6 +677,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         data, sid = session_export(data, session_id)
+        self._require_started("imported")
         # Each member its own export, or the parts of another backend's it keeps (_memory/conversion.py).
         exported = member_imports(data, [(m.name, m.memory) for m in self.members
                                          if hasattr(m.memory, "import_session")], self.plugin_name)
@@ -626,6 +693,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         malformed."""
         sid = check_session_id(session_id)
         items = [e.as_dict() for e in past_exchanges(exchanges)]
+        self._require_started("imported")
         for m in self.members:
             if callable(getattr(m.memory, "import_exchanges", None)):
                 self._call(m, "import", lambda m=m: m.memory.import_exchanges(sid, items), None)
@@ -634,7 +702,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         return len(items)
 
     def flush(self, timeout: float | None = None) -> bool:
-        held = self._write_all_held()
+        self._late.try_now()
+        held = self._write_all_held() and not self._late.kept()
         results = [self._call(m, "flush", lambda m=m: m.memory.flush(timeout), False)
                    for m in self.members if hasattr(m.memory, "flush")]
         return held and all(r is not False for r in results)
@@ -642,6 +711,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
     def close(self) -> None:
         if self._closed:
             return
+        self._late.close()
         self._close_held()
         for m in self.members:
             if hasattr(m.memory, "close"):
@@ -677,13 +747,16 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         if unable:
             raise NotSupported(f"{self.plugin_name}: {', '.join(unable)} keep(s) session {session_id!r} but cannot "
                                "forget one exchange; nothing was forgotten: forget the whole session instead")
+        self._require_started("forgotten")
         self._require_held_written(session_id)
         return self._fan_out("forget_exchange", session_id, content)
 
     def forget_fact(self, session_id: str, text: str) -> dict[str, Any]:
         """Forget the fact ``text`` in every member that keeps facts (entity, a summary's facts);
         how many each deleted, by member. Failures as in :meth:`forget_exchange`."""
-        return self._fan_out("forget_fact", check_session_id(session_id), text)
+        session_id = check_session_id(session_id)
+        self._require_started("forgotten")
+        return self._fan_out("forget_fact", session_id, text)
 
     def index_backlog(self) -> int:
         """The documents every member's index still waits for."""

@@ -1115,6 +1115,45 @@ def test_a_third_party_member_is_left_alone_when_the_shared_commit_fails(tmp_pat
     assert said == ["zqcutq", "zqafterq"] and Notes.seen == ["My name is zqcutq.", "My name is zqafterq."]
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_composite_started_while_the_database_is_down_starts_its_members_when_it_answers(shared, tmp_path):
+    """The persona started before its database: every member waits (the turns answered without
+    them), then starts once the server answers and gets what was said meanwhile, in order."""
+    from ovos_memory_plugins.composite import CompositeMemory
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from tests._postgres import RoundTrips
+
+    proxy = RoundTrips(tmp_path)
+    proxy.cut()
+    url = proxy.url(fresh_url())
+    members = [{"module": "ovos-memory-plugin-recency"}, {"module": "ovos-memory-plugin-lexical"}]
+    config = {"db_url": url, "members": members} if shared else {
+        "members": [{**m, "config": {"db_url": url}} for m in members]}
+    try:
+        with CompositeMemory(config) as memory:
+            assert memory.members == []
+            assert set(memory.degraded()) >= {"ovos-memory-plugin-recency", "ovos-memory-plugin-lexical"}
+            for n in range(3):
+                assert memory.build_conversation_context("hi", "s")[-1].content == "hi"
+                _exchange(memory, "s", f"My name is zqdown{n}q.", "noted")
+            with pytest.raises(StoreUnavailable):
+                memory.forget("s")
+            assert memory.flush(0) is False
+            proxy.restore()
+            deadline = time.monotonic() + patience(60)
+            while not memory.flush(patience(5)):
+                assert time.monotonic() < deadline, f"the members never started: {memory.degraded()}"
+                time.sleep(0.1)
+            assert [m.name for m in memory.members] == ["ovos-memory-plugin-recency", "ovos-memory-plugin-lexical"]
+            _exchange(memory, "s", "My name is zqafterq.", "noted")
+            assert memory.flush(patience(30))
+            assert _said(memory, "s") == ["zqdown0q", "zqdown1q", "zqdown2q", "zqafterq"]
+            assert any("zqdown1q" in h.content for h in memory.search("zqdown1q", "s"))
+            assert not memory.degraded(), memory.degraded()
+    finally:
+        proxy.close()
+
+
 def test_a_session_forgotten_during_an_outage_is_not_written_back_when_the_database_returns(tmp_path):
     from ovos_memory_plugins.errors import MemoryPluginError
     from tests._postgres import RoundTrips
