@@ -34,7 +34,7 @@ from ._llm.endpoint import PERSONA_ENDPOINT_KEY
 from ._memory.conversion import member_imports
 from ._memory.exports import check_export, session_export
 from ._memory.late_start import LateStarts, Waiting, store_unreachable
-from ._memory.people import HOUSEHOLD_KEY, PERSON_PREFIX, parse_people
+from ._memory.people import HOUSEHOLD_KEY, PERSON_PREFIX, inside, parse_people
 from ._memory.plugin import HELD_ITEMS
 from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
@@ -203,10 +203,11 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         self._member_faults: dict[str, str] = {}
         self._roster = threading.RLock()  # members joining late (see _memory/late_start.py)
         self._order: dict[str, int] = {}  # member name -> its place among the configured members
-        self._late = LateStarts(self.plugin_name, self._roster, self._start_waiting, self._join_late,
-                                self._late_gave_up, HELD_ITEMS)
+        self._late = LateStarts(self.plugin_name, self._roster, self._start_waiting, self._replay_late,
+                                self._join_late, self._late_gave_up, HELD_ITEMS)
         self.members: list[Member] = self._load_members()
         self.primary: Member | None = self._choose_primary()
+        self._late.start()
 
     def _settings_changed(self) -> None:
         super()._settings_changed()
@@ -340,9 +341,17 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         return memory
 
     def _late_gave_up(self, spec: Waiting, exc: BaseException) -> None:
+        self._member_log.clear(f"load:{spec.name}")  # it waited: this is news, said too
         self._member_log.error(f"load:{spec.name}", "%s: member %r failed to start (%s); skipped",
                                self.plugin_name, spec.name, exc)
         self._member_faults[spec.name] = f"failed to start ({exc}); skipped"
+
+    @staticmethod
+    def _replay_late(memory: Any, session_id: str, batch: list[Any]) -> None:
+        """An update a member missed while it waited (``session_id`` the key the others got: in
+        person scope a person's, which a member takes from the package only)."""
+        with inside():
+            memory.update_history(list(batch), session_id)
 
     def _join_late(self, spec: Waiting, memory: Any) -> None:
         """``memory``, started late, joins the members in its configured place (under the roster
@@ -410,9 +419,10 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
     # -- the OPM contract --------------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
         sid = check_session_id(session_id)
-        if self.primary is None:
+        primary = self.primary
+        if primary is None:
             return []
-        return list(self._call(self.primary, "history", lambda: self.primary.memory.get_history(sid), []))
+        return list(self._call(primary, "history", lambda: primary.memory.get_history(sid), []))
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         messages = self._incoming(new_messages, session_id)
@@ -502,6 +512,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         text = check_utterance(text)
         if not text:
             return None
+        self._require_started("stored")
         ids = [self._call(m, "store", lambda m=m: m.memory.store(text, sid, metadata), None)
                for m in self.retrievers if callable(getattr(m.memory, "store", None))]
         return next((i for i in ids if i), None)
@@ -592,8 +603,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """The primary's window, and the blocks the plain members add (a summary, facts), each
         member asked once and only for what it gives: a member failing costs its part only."""
         parts = ContextParts()
-        for member in self.members:
-            wants_window = window and member is self.primary
+        members, primary = self.members, self.primary  # one roster for the turn (a member may join meanwhile)
+        for member in members:
+            wants_window = window and member is primary
             wants_blocks = blocks and not member.is_retriever  # a plain primary's summary or facts count too
             if not (wants_window or wants_blocks):
                 continue

@@ -3,12 +3,14 @@ with every update it missed (the logic, with a member whose store is switched of
 PostgreSQL case is in test_postgres.py)."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
 from ovos_memory_plugins import composite as composite_module
+from ovos_memory_plugins._core.log import LOG
 from ovos_memory_plugins._memory import late_start
 from ovos_memory_plugins.composite import CompositeMemory
 from ovos_memory_plugins.errors import ConfigError, StoreUnavailable
@@ -37,11 +39,21 @@ class DownAtFirst(RecencyMemory):
         super().__init__(config)
 
 
+class SlowToStart(RecencyMemory):
+    """A member that takes a while to start (local-rag loading its model), during which the store
+    of the member before it comes up."""
+
+    def __init__(self, config=None):
+        DownAtFirst.up = True
+        time.sleep(0.3)
+        super().__init__(config)
+
+
 @pytest.fixture
 def late(monkeypatch):
     real = composite_module.load_memory_plugin
-    monkeypatch.setattr(composite_module, "load_memory_plugin",
-                        lambda name: DownAtFirst if name == "test-down" else real(name))
+    extra = {"test-down": DownAtFirst, "test-slow": SlowToStart}
+    monkeypatch.setattr(composite_module, "load_memory_plugin", lambda name: extra.get(name) or real(name))
     monkeypatch.setattr(late_start, "FIRST_PAUSE_S", 0.02)
     monkeypatch.setattr(late_start, "MAX_PAUSE_S", 0.05)
     DownAtFirst.up, DownAtFirst.broken, DownAtFirst.attempts = False, False, 0
@@ -160,3 +172,93 @@ def test_a_late_member_on_an_earlier_members_store_is_refused_before_it_stores_a
         assert "test-down" not in memory.degraded()
         assert users_words(memory) == ["once"], "stored twice in the shared store"
         assert memory.flush(0)
+
+
+def test_a_store_that_answers_while_the_composite_is_still_starting_is_used(late, tmp_path):
+    with CompositeMemory({"members": [
+            {"module": "test-down", "config": {"db_path": str(tmp_path / "d.db")}},
+            {"module": "test-slow", "config": {"db_path": str(tmp_path / "s.db")}}]}) as memory:
+        wait_for(lambda: len(memory.members) == 2)
+        assert [m.name for m in memory.members] == ["test-down", "test-slow"]
+        assert not memory.degraded()
+
+
+def test_in_person_scope_the_member_gets_what_the_person_said_while_it_waited(late, tmp_path):
+    people = {"alice": ["kitchen", "car"]}
+    with composite(tmp_path, scope="person", people=people) as memory:
+        say(memory, "kitchen", "from the kitchen")
+        say(memory, "car", "from the car")
+        DownAtFirst.up = True
+        wait_for(lambda: len(memory.members) == 2)
+        late_member = memory.members[1].memory
+        assert [m.content for m in late_member.get_history("kitchen") if m.role == U] == [
+            "from the kitchen", "from the car"]
+
+
+def test_a_turn_during_the_join_reaches_the_member_that_joins(late, tmp_path, monkeypatch):
+    real_join = CompositeMemory._join_late
+    turn = []
+
+    def slow_join(self, spec, memory):  # a turn arrives while the member joins
+        turn.append(threading.Thread(target=say, args=(self, "s", "during the join")))
+        turn[0].start()
+        time.sleep(0.2)
+        real_join(self, spec, memory)
+
+    monkeypatch.setattr(CompositeMemory, "_join_late", slow_join)
+    with composite(tmp_path) as memory:
+        say(memory, "s", "before")
+        DownAtFirst.up = True
+        wait_for(lambda: len(memory.members) == 2)
+        turn[0].join()
+        say(memory, "s", "after")
+        assert [m.content for m in memory.members[1].memory.get_history("s") if m.role == U] == [
+            "before", "during the join", "after"]
+
+
+def test_flush_is_not_done_and_close_says_what_is_lost_while_a_replay_runs(late, tmp_path, monkeypatch):
+    replayed, errors = [], []
+    monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: errors.append(str(msg)))
+
+    def slow_replay(memory, session_id, batch):
+        time.sleep(0.1)
+        replayed.append(batch[0].content)
+
+    monkeypatch.setattr(CompositeMemory, "_replay_late", staticmethod(slow_replay))
+    memory = composite(tmp_path)
+    for n in range(10):
+        say(memory, "s", f"u{n}")
+    DownAtFirst.up = True
+    wait_for(lambda: replayed)
+    assert memory.flush(0) is False, "flush() said done while a replay runs"
+    memory.close()
+    done = list(replayed)
+    time.sleep(0.3)
+    assert replayed == done, "a replay went on after close() returned"
+    assert len(done) < 10 and any(f"the {10 - len(done)} update(s) kept for them are lost" in e for e in errors), errors
+
+
+def test_a_member_given_up_after_waiting_is_said_with_what_it_loses(late, tmp_path, monkeypatch):
+    errors = []
+    monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: errors.append(str(msg)))
+    with composite(tmp_path) as memory:
+        say(memory, "s", "kept for it")
+        DownAtFirst.broken = True
+        wait_for(lambda: "failed to start" in memory.degraded().get("test-down", ""))
+        wait_for(lambda: any("failed to start" in e for e in errors))
+        assert any("test-down' will not start; the 1 update(s) kept for it are dropped" in e for e in errors), errors
+
+
+def test_storing_a_document_is_refused_while_a_member_waits(late, tmp_path):
+    with composite(tmp_path) as memory, pytest.raises(StoreUnavailable, match="nothing was stored"):
+        memory.store("a note", "s")
+
+
+def test_a_cause_hidden_by_from_none_is_not_an_outage():
+    try:
+        try:
+            raise StoreUnavailable("down")
+        except StoreUnavailable:
+            raise ConfigError("bad key") from None
+    except ConfigError as exc:
+        assert not late_start.store_unreachable(exc)

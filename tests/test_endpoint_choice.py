@@ -9,6 +9,7 @@ import pytest
 from ovos_memory_plugins._cli import check
 from ovos_memory_plugins._cli.persona import MemorySlot, load_persona, persona_endpoint
 from ovos_memory_plugins._core import log as _log
+from ovos_memory_plugins._llm import endpoint as endpoint_module
 from ovos_memory_plugins._llm.endpoint import DEFAULT_API_URL
 from ovos_memory_plugins.cli import main
 
@@ -39,6 +40,7 @@ def nothing_answers(monkeypatch):
 def test_a_memory_without_api_url_uses_the_personas_chat_endpoint_and_says_so_once(tmp_path, monkeypatch):
     said = []
     monkeypatch.setattr(_log.LOG, "info", lambda msg, *a: said.append(msg))
+    monkeypatch.setattr(endpoint_module, "_SAID", set())  # said once per process: maybe by an earlier test
     persona = load_persona(persona_file(tmp_path, {"backend": "memory"}))
     slot = MemorySlot(persona.memory_module, persona.memory_config, endpoint=persona_endpoint(persona))
     try:
@@ -47,6 +49,17 @@ def test_a_memory_without_api_url_uses_the_personas_chat_endpoint_and_says_so_on
             f"{ENTITY}: LLM endpoint {CHAT_URL} (the persona's chat handler 'ovos-chat-openai-plugin')"]
     finally:
         slot.close()
+
+
+def test_the_endpoint_is_said_once_per_process_however_often_a_memory_is_built(monkeypatch):
+    from ovos_memory_plugins.entity import EntityMemory
+
+    said = []
+    monkeypatch.setattr(_log.LOG, "info", lambda msg, *a: said.append(msg))
+    monkeypatch.setattr(endpoint_module, "_SAID", set())
+    for _ in range(3):  # as a composite does, trying again a member whose store does not answer
+        EntityMemory({"backend": "memory", "api_url": "http://127.0.0.1:9/v1"}).close()
+    assert [m for m in said if "LLM endpoint" in m] == [f"{ENTITY}: LLM endpoint http://127.0.0.1:9/v1 (api_url)"]
 
 
 def test_the_memorys_own_api_url_wins_over_the_personas(tmp_path):

@@ -23,7 +23,7 @@ import pytest
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
 from ovos_memory_plugins.errors import ConfigError, MigrationError
 from ovos_memory_plugins.storage.postgres import open_pg_database, redact, release_pg_database
-from tests._postgres import URL_ENV, connect, fresh_url, schema_cells, schema_of
+from tests._postgres import URL_ENV, connect, fresh_url, schema_cells, schema_of, server_url
 from tests._timing import patience
 
 pytestmark = pytest.mark.postgres
@@ -1152,6 +1152,24 @@ def test_a_composite_started_while_the_database_is_down_starts_its_members_when_
             assert not memory.degraded(), memory.degraded()
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("wrong", ["database", "option"])
+def test_a_composite_member_whose_url_the_server_refuses_for_good_does_not_wait(wrong, tmp_path):
+    """No such database, or an option libpq does not know: no retry can help, so the member is
+    left out for good (said), and forget works for the others."""
+    from ovos_memory_plugins.composite import CompositeMemory
+
+    url = server_url()
+    url = url.replace("/postgres?", "/no_such_db?") if wrong == "database" else url + "&bogus_option=1"
+    assert url != server_url()
+    with CompositeMemory({"members": [
+            {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}},
+            {"module": "ovos-memory-plugin-lexical", "config": {"db_url": url}}]}) as memory:
+        assert "failed to start" in memory.degraded()["ovos-memory-plugin-lexical"]
+        _exchange(memory, "s", "hello", "hi")
+        assert memory.forget("s") and memory.get_history("s") == []
+        assert memory.flush(0)
 
 
 def test_a_session_forgotten_during_an_outage_is_not_written_back_when_the_database_returns(tmp_path):

@@ -74,8 +74,12 @@ def with_endpoint(settings: Any, config: Mapping[str, Any] | None, owner: str) -
         source = f"the persona's chat handler '{persona.get('handler') or '?'}'"
     else:
         source = "api_url" if "api_url" in config else "the default: set api_url to your model server"
-    if settings.api_url:
-        LOG.info(f"{owner}: LLM endpoint {settings.api_url} ({source})")
-    else:
-        LOG.info(f"{owner}: no LLM endpoint (api_url is empty): offline fallback only")
+    said = (f"{owner}: LLM endpoint {settings.api_url} ({source})" if settings.api_url
+            else f"{owner}: no LLM endpoint (api_url is empty): offline fallback only")
+    if said not in _SAID:  # once per process: a member tried again while its store is down is built often
+        _SAID.add(said)
+        LOG.info(said)
     return settings
+
+
+_SAID: set[str] = set()

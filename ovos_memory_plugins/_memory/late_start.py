@@ -3,18 +3,20 @@
 A persona on a board that boots faster than its database server would otherwise run without
 those members until it is restarted. Instead each waits here: a background thread tries to
 start it again (after a couple of seconds, then less and less often, up to a minute apart), and
-the updates the others stored meanwhile are kept for it (per session, bounded, in order) and
-given to it before it joins them, so it misses nothing said while it waited. What changes
-stored memory other than a turn (a forget, an import) is refused while a member waits: its store
-would miss it.
+the updates the others stored meanwhile are kept for it (the newest ``limit`` per session, in
+the order they came) and given to it before it joins them, so it misses nothing said while it
+waited. What changes stored memory other than a turn (a forget, an import) is refused while a
+member waits: its store would miss it.
 
 Only a store that does not answer (:class:`~ovos_memory_plugins.errors.StoreUnavailable` among
-the causes) makes a member wait; any other failure to start (a bad config, a missing extra) is
-for good, and said once.
+the causes) makes a member wait; any other failure to start (a bad config, a missing extra, a
+database or user the server does not know) is for good, and said once.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -26,19 +28,21 @@ __all__ = ["LateStarts", "Waiting", "store_unreachable"]
 
 #: Seconds before the first new attempt, and the longest pause between two.
 FIRST_PAUSE_S, MAX_PAUSE_S = 2.0, 60.0
-#: Seconds ``close()`` waits for an attempt in flight (a connect can take its whole timeout).
-CLOSE_WAIT_S = 2.0
+#: Seconds ``close()`` waits for an attempt or a replay in flight (a connect can take its timeout).
+CLOSE_WAIT_S = 5.0
+
+Update = tuple[int, str, list[Any]]  # (order of arrival, session id, the update's messages)
 
 
 def store_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an exception it was raised from) says a store does not answer."""
+    """Whether ``exc``, or an exception it was raised from, says a store does not answer."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if isinstance(current, StoreUnavailable):
             return True
         seen.add(id(current))
-        current = current.__cause__ or current.__context__
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     return False
 
 
@@ -51,25 +55,31 @@ class Waiting:
     module: str
     weight: float
     config: dict[str, Any]
-    updates: list[tuple[str, list[Any]]] = dataclasses.field(default_factory=list)
+    kept: dict[str, collections.deque[Update]] = dataclasses.field(default_factory=dict)
+    replaying: int = 0  # updates taken for the replay in flight and not stored yet
+
+    def count(self) -> int:
+        return sum(len(q) for q in self.kept.values()) + self.replaying
 
 
 class LateStarts:
     """The waiting members of one composite.
 
     ``start(waiting)`` builds a member's memory (raising as its constructor does; None: it cannot
-    be a member after all, and says why itself); ``join(waiting,
-    memory)`` adds it to the composite's members, called under ``lock`` (the composite holds it
-    while it writes to its members and records the update here, so none falls between);
-    ``gave_up(waiting, exc)`` is told of a member that failed for good.
+    be a member after all, and says why itself); ``replay(memory, session_id, messages)`` gives
+    it one update it missed; ``join(waiting, memory)`` adds it to the composite's members. Both
+    ``join`` and :meth:`record` run under ``lock``, which the composite holds while it writes to
+    its members and records the update here: an update lands either in what is kept or with the
+    members, never between. ``gave_up(waiting, exc)`` says a member failed for good.
     """
 
     def __init__(self, owner: str, lock: threading.RLock, start: Callable[[Waiting], Any],
-                 join: Callable[[Waiting, Any], None], gave_up: Callable[[Waiting, BaseException], None],
-                 limit: int):
+                 replay: Callable[[Any, str, list[Any]], None], join: Callable[[Waiting, Any], None],
+                 gave_up: Callable[[Waiting, BaseException], None], limit: int):
         self._owner, self._lock = owner, lock
-        self._start, self._join, self._gave_up = start, join, gave_up
-        self._limit = limit  # items kept per session and member
+        self._start, self._replay, self._join, self._gave_up = start, replay, join, gave_up
+        self._limit = limit  # updates kept per session and member
+        self._order = itertools.count()
         self._waiting: list[Waiting] = []
         self._wake = threading.Event()
         self._closed = False
@@ -79,7 +89,7 @@ class LateStarts:
     # -- what the composite asks -----------------------------------------------------------
     @property
     def waiting(self) -> bool:
-        """Whether a member still waits (once False, it stays False: none is ever added later)."""
+        """Whether a member still waits (once False, it stays False: none is added after start)."""
         return bool(self._waiting)
 
     def names(self) -> list[str]:
@@ -87,49 +97,52 @@ class LateStarts:
             return [w.name for w in self._waiting]
 
     def add(self, waiting: Waiting) -> None:
-        """Wait for ``waiting``'s store; the thread that tries it again starts with the first."""
         with self._lock:
             self._waiting.append(waiting)
-            if self._thread is None:
+
+    def start(self) -> None:
+        """Start trying the waiting members again (once the composite is built: a member that
+        joins needs the others in place)."""
+        with self._lock:
+            if self._waiting and self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._run, name=f"{self._owner}-late-start", daemon=True)
                 self._thread.start()
 
     def record(self, session_id: str, batch: list[Any]) -> None:
-        """An update the started members stored: kept for each waiting member (call under the lock)."""
+        """An update the started members stored, kept for each waiting member (under the lock)."""
+        update = (next(self._order), session_id, list(batch))
         for w in self._waiting:
-            w.updates.append((session_id, list(batch)))
-            self._bound(w, session_id)
+            kept = w.kept.setdefault(session_id, collections.deque(maxlen=self._limit))
+            if len(kept) == self._limit:
+                self._log.warning(f"bound:{w.name}", "%s: member %r has waited too long for its store; keeping only "
+                                  "the newest %d updates per session for it", self._owner, w.name, self._limit)
+            kept.append(update)
 
     def kept(self) -> int:
-        """Updates kept for members that have not started."""
+        """Updates not yet given to a member that waits (kept, or in a replay not done)."""
         with self._lock:
-            return sum(len(w.updates) for w in self._waiting)
+            return sum(w.count() for w in self._waiting)
 
     def try_now(self) -> None:
         """Try the waiting members again without waiting for the pause to end (``flush``)."""
         self._wake.set()
 
     def close(self) -> None:
+        """Stop trying; what a replay in flight has not stored, and what is kept, is lost (said)."""
         with self._lock:
             self._closed = True
-            lost = sum(len(w.updates) for w in self._waiting)
-            names = [w.name for w in self._waiting]
-            self._waiting = []
+            thread = self._thread
         self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(CLOSE_WAIT_S)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CLOSE_WAIT_S)
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+        lost = sum(w.count() for w in waiting)
         if lost:
-            LOG.error(f"{self._owner}: closing before {', '.join(names)} could start; the {lost} update(s) kept "
-                      "for them are lost to them")
+            LOG.error(f"{self._owner}: closing before {', '.join(w.name for w in waiting)} could start; the {lost} "
+                      "update(s) kept for them are lost to them")
 
     # -- the thread --------------------------------------------------------------------------
-    def _bound(self, w: Waiting, session_id: str) -> None:
-        mine = [i for i, (sid, _) in enumerate(w.updates) if sid == session_id]
-        if len(mine) > self._limit:
-            del w.updates[mine[0]]
-            self._log.warning(f"bound:{w.name}", "%s: member %r has waited too long for its store; keeping only the "
-                              "newest %d updates per session for it", self._owner, w.name, self._limit)
-
     def _run(self) -> None:
         pause = FIRST_PAUSE_S
         while True:
@@ -147,39 +160,46 @@ class LateStarts:
         try:
             memory = self._start(w)
         except Exception as exc:  # noqa: BLE001 - the member's failure, not the thread's
-            if store_unreachable(exc):
-                return  # still down: said when it first failed, and by degraded()
-            with self._lock:
-                self._forget_waiting(w)
-            self._gave_up(w, exc)
+            if not store_unreachable(exc):  # still down: said when it first failed, and by degraded()
+                self._give_up(w, exc)
             return
         if memory is None:  # it cannot be a member after all (said by start)
-            with self._lock:
-                self._forget_waiting(w)
+            self._give_up(w, None)
             return
         self._hand_over(w, memory)
 
+    def _give_up(self, w: Waiting, exc: BaseException | None) -> None:
+        with self._lock:
+            self._waiting = [x for x in self._waiting if x is not w]
+            lost = w.count()
+        if exc is not None:
+            self._gave_up(w, exc)
+        if lost:
+            LOG.error(f"{self._owner}: member {w.name!r} will not start; the {lost} update(s) kept for it are dropped")
+
     def _hand_over(self, w: Waiting, memory: Any) -> None:
-        """Give ``memory`` what was kept for it, then make it a member: the last updates kept,
-        and the joining, under the composite's lock, so an update lands either here or there."""
+        """Give ``memory`` what was kept for it, oldest first, then make it a member: the last
+        updates kept, and the joining, under the lock, so an update lands either here or there."""
         while True:
             with self._lock:
-                updates, w.updates = w.updates, []
+                if self._closed:
+                    break
+                updates = sorted(u for kept in w.kept.values() for u in kept)
+                w.kept, w.replaying = {}, len(updates)
                 if not updates:
-                    if not self._closed and w in self._waiting:
-                        self._forget_waiting(w)
-                        self._join(w, memory)
-                        return
-                    break  # closed meanwhile
-            for session_id, batch in updates:
+                    self._join(w, memory)  # the members first: a turn that no longer sees it waiting
+                    self._waiting = [x for x in self._waiting if x is not w]  # writes to them
+                    return
+            for _, session_id, batch in updates:
+                if self._closed:
+                    break  # close() says what is left
                 try:
-                    memory.update_history(list(batch), session_id)
+                    self._replay(memory, session_id, batch)
                 except Exception as exc:  # noqa: BLE001 - one update refused must not keep it out
                     self._log.error(f"replay:{w.name}", "%s: member %r could not store an update of %r kept while it "
                                     "waited (%s: %s)", self._owner, w.name, session_id, type(exc).__name__, exc)
+                with self._lock:
+                    w.replaying -= 1
         close = getattr(memory, "close", None)
         if callable(close):
             close()
-
-    def _forget_waiting(self, w: Waiting) -> None:
-        self._waiting = [x for x in self._waiting if x is not w]

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ..._core.held import Unstorable
-from ...errors import MigrationError, MissingDependencyError, StorageError, StoreUnavailable
+from ...errors import ConfigError, MigrationError, MissingDependencyError, StorageError, StoreUnavailable
 from ..readonly import StoreReadOnly, is_read_only
 from ..sharing import SharedHandles
 from ._watchdog import watch, watched_connection_class
@@ -378,8 +378,8 @@ class PgDatabase:
         try:
             info = conninfo_to_dict(self.url)
         except psycopg.Error as exc:  # libpq's message may quote the whole URL, password and all
-            raise StoreUnavailable(f"{self.path} is not a valid PostgreSQL URL: "
-                                   f"{redact(str(exc).replace(self.url, self.path))}") from exc
+            raise ConfigError(f"{self.path} is not a valid PostgreSQL URL: "
+                              f"{redact(str(exc).replace(self.url, self.path))}") from exc
         # Ours first: settings the operator puts in the URL's own ``options`` come later and win.
         ours = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
                 f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off")
@@ -403,6 +403,8 @@ class PgDatabase:
             why = redact(str(exc).strip().replace(self.url, self.path))
             if "timeout" in why or "timed out" in why:
                 _pause_attempts(self.url, why)
+            if _REFUSED_FOR_GOOD.search(why):  # no retry can help: the URL or the server's setup must change
+                raise StorageError(f"cannot connect to {self.path}: {why}") from exc
             raise StoreUnavailable(f"cannot connect to {self.path}: {why}") from exc
         _UNANSWERED.pop(self.url, None)
         _register_text_adapters(raw)
@@ -702,6 +704,13 @@ class PgDatabase:
             sessions, self._sessions = self._sessions, []
         for session in sessions:
             _close_quietly(session.raw)
+
+
+#: A server that answers but refuses this URL (no such database or user, a password or a host
+#: it does not accept): not an outage, so a composite does not wait for it (libpq's messages, in
+#: English unless the server's lc_messages says otherwise).
+_REFUSED_FOR_GOOD = re.compile(r'FATAL:\s+(?:database|role) "[^"]*" does not exist|password authentication failed'
+                               r"|no pg_hba\.conf entry|authentication failed for user")
 
 
 def _pause_attempts(url: str, why: str) -> None:
