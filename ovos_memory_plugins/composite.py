@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
+from ._core.clock import said_at
 from ._core.compat import AgentMessage
 from ._core.loading import allows_value, load_memory_class, reads_key
 from ._core.log import LOG, LogOnce
@@ -347,10 +348,11 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         self._member_faults[spec.name] = f"failed to start ({exc}); skipped"
 
     @staticmethod
-    def _replay_late(memory: Any, session_id: str, batch: list[Any]) -> None:
-        """An update a member missed while it waited (``session_id`` the key the others got: in
-        person scope a person's, which a member takes from the package only)."""
-        with inside():
+    def _replay_late(memory: Any, session_id: str, batch: list[Any], ts: float) -> None:
+        """An update a member missed while it waited, stored with the time the others stored it
+        (``session_id`` the key the others got: in person scope a person's, which a member takes
+        from the package only)."""
+        with inside(), said_at(ts):
             memory.update_history(list(batch), session_id)
 
     def _join_late(self, spec: Waiting, memory: Any) -> None:
@@ -364,10 +366,18 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         self._member_log.clear(f"load:{spec.name}", f"{self.plugin_name}: member {spec.name!r} reached its store "
                                "and started")
 
+    def waiting_members(self) -> list[str]:
+        """The members (and members of a member composite) still waiting for their store."""
+        names = self._late.names()
+        for m in self.members:
+            inner = getattr(m.memory, "waiting_members", None)
+            names += [f"{m.name}/{name}" for name in inner()] if callable(inner) else []
+        return names
+
     def _require_started(self, what: str) -> None:
         """Before a change of stored memory other than a turn: a member that waits for its store
         would miss it (a forget it never hears of would leave the session there)."""
-        names = self._late.names()
+        names = self.waiting_members()
         if names:
             raise StoreUnavailable(f"{self.plugin_name}: {', '.join(names)} cannot reach its store yet; nothing was "
                                    f"{what}: try again once it answers (see degraded())")
@@ -714,7 +724,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         return len(items)
 
     def flush(self, timeout: float | None = None) -> bool:
-        self._late.try_now()
+        self._late.try_now(timeout)
         held = self._write_all_held() and not self._late.kept()
         results = [self._call(m, "flush", lambda m=m: m.memory.flush(timeout), False)
                    for m in self.members if hasattr(m.memory, "flush")]

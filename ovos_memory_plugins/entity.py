@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ._core.clock import said_now
 from ._core.compat import AgentMessage
 from ._core.log import LOG
 from ._core.tokens import truncate_to_tokens
@@ -213,7 +214,7 @@ class EntityMemory(LLMMemory):
                     last_user = text
                 elif is_role(msg, "assistant") and text and last_user:
                     out.append({"id": uuid.uuid4().hex, "sid": session_id, "user": last_user,
-                                "assistant": _prompt_part(text), "asked": asked, "ts": time.time()})
+                                "assistant": _prompt_part(text), "asked": asked, "ts": said_now()})
                     last_user = ""  # a reply in several parts is one exchange
                     asked = question_in(text)
                 elif is_role(msg, "assistant") and text:

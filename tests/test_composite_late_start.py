@@ -14,6 +14,7 @@ from ovos_memory_plugins._core.log import LOG
 from ovos_memory_plugins._memory import late_start
 from ovos_memory_plugins.composite import CompositeMemory
 from ovos_memory_plugins.errors import ConfigError, StoreUnavailable
+from ovos_memory_plugins.lexical import LexicalMemory
 from ovos_memory_plugins.recency import RecencyMemory
 from tests._timing import patience
 
@@ -39,6 +40,15 @@ class DownAtFirst(RecencyMemory):
         super().__init__(config)
 
 
+class DownAtFirstLexical(LexicalMemory):
+    """A keyword memory whose store does not answer until ``DownAtFirst.up``."""
+
+    def __init__(self, config=None):
+        if not DownAtFirst.up:
+            raise StoreUnavailable("connection refused")
+        super().__init__(config)
+
+
 class SlowToStart(RecencyMemory):
     """A member that takes a while to start (local-rag loading its model), during which the store
     of the member before it comes up."""
@@ -52,7 +62,7 @@ class SlowToStart(RecencyMemory):
 @pytest.fixture
 def late(monkeypatch):
     real = composite_module.load_memory_plugin
-    extra = {"test-down": DownAtFirst, "test-slow": SlowToStart}
+    extra = {"test-down": DownAtFirst, "test-slow": SlowToStart, "test-down-lexical": DownAtFirstLexical}
     monkeypatch.setattr(composite_module, "load_memory_plugin", lambda name: extra.get(name) or real(name))
     monkeypatch.setattr(late_start, "FIRST_PAUSE_S", 0.02)
     monkeypatch.setattr(late_start, "MAX_PAUSE_S", 0.05)
@@ -220,11 +230,12 @@ def test_flush_is_not_done_and_close_says_what_is_lost_while_a_replay_runs(late,
     replayed, errors = [], []
     monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: errors.append(str(msg)))
 
-    def slow_replay(memory, session_id, batch):
+    def slow_replay(memory, session_id, batch, ts):
         time.sleep(0.1)
         replayed.append(batch[0].content)
 
     monkeypatch.setattr(CompositeMemory, "_replay_late", staticmethod(slow_replay))
+    monkeypatch.setattr(late_start, "CLOSE_WAIT_S", 0.3)  # a replay longer than close() waits for
     memory = composite(tmp_path)
     for n in range(10):
         say(memory, "s", f"u{n}")
@@ -262,3 +273,49 @@ def test_a_cause_hidden_by_from_none_is_not_an_outage():
             raise ConfigError("bad key") from None
     except ConfigError as exc:
         assert not late_start.store_unreachable(exc)
+
+
+def test_flush_waits_for_the_attempt_it_starts(late, tmp_path, monkeypatch):
+    monkeypatch.setattr(late_start, "FIRST_PAUSE_S", 600.0)  # the thread deep in its pause
+    with composite(tmp_path) as memory:
+        say(memory, "s", "said while down")
+        DownAtFirst.up = True
+        assert memory.flush(patience(10)), memory.degraded()
+        assert [m.content for m in memory.members[1].memory.get_history("s") if m.role == U] == ["said while down"]
+
+
+def test_close_just_after_the_store_comes_back_stores_what_was_kept(late, tmp_path, monkeypatch):
+    monkeypatch.setattr(late_start, "FIRST_PAUSE_S", 600.0)
+    memory = composite(tmp_path)
+    say(memory, "s", "said while down")
+    DownAtFirst.up = True
+    memory.close()
+    with RecencyMemory({"db_path": str(tmp_path / "d.db"), "max_history": 50}) as reopened:
+        assert [m.content for m in reopened.get_history("s") if m.role == U] == ["said while down"]
+
+
+def test_a_member_composite_whose_member_waits_refuses_changes_before_touching_any(late, tmp_path):
+    inner = {"module": "ovos-memory-plugin-composite", "config": {"members": [
+        {"module": "test-down", "config": {"db_path": str(tmp_path / "d.db")}}]}}
+    with CompositeMemory({"members": [
+            {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}}, inner]}) as outer:
+        say(outer, "s", "my secret")
+        with pytest.raises(StoreUnavailable, match="ovos-memory-plugin-composite/test-down cannot reach"):
+            outer.import_exchanges("s", [{"question": "imported", "answer": "a"}])
+        with pytest.raises(StoreUnavailable, match="nothing was forgotten"):
+            outer.forget("s")
+        assert users_words(outer) == ["my secret"], "a refused change changed something"
+
+
+def test_what_a_member_missed_is_stored_with_the_time_it_was_said(late, tmp_path):
+    with CompositeMemory({"members": [
+            {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}},
+            {"module": "test-down-lexical", "config": {"db_path": str(tmp_path / "l.db")}}]}) as memory:
+        said = time.time()
+        say(memory, "s", "the zebra escaped")
+        time.sleep(1.0)
+        DownAtFirst.up = True
+        assert memory.flush(patience(10))
+        joined = time.time()
+        hits = memory.members[1].memory.search("zebra", "s")
+        assert hits and said - 0.05 <= hits[0].metadata["ts"] < said + 0.5 < joined, (said, hits[0].metadata, joined)

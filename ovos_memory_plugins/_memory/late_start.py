@@ -18,6 +18,7 @@ import collections
 import dataclasses
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ FIRST_PAUSE_S, MAX_PAUSE_S = 2.0, 60.0
 #: Seconds ``close()`` waits for an attempt or a replay in flight (a connect can take its timeout).
 CLOSE_WAIT_S = 5.0
 
-Update = tuple[int, str, list[Any]]  # (order of arrival, session id, the update's messages)
+Update = tuple[int, str, list[Any], float]  # (order of arrival, session id, the update's messages, when)
 
 
 def store_unreachable(exc: BaseException) -> bool:
@@ -66,15 +67,16 @@ class LateStarts:
     """The waiting members of one composite.
 
     ``start(waiting)`` builds a member's memory (raising as its constructor does; None: it cannot
-    be a member after all, and says why itself); ``replay(memory, session_id, messages)`` gives
-    it one update it missed; ``join(waiting, memory)`` adds it to the composite's members. Both
-    ``join`` and :meth:`record` run under ``lock``, which the composite holds while it writes to
-    its members and records the update here: an update lands either in what is kept or with the
-    members, never between. ``gave_up(waiting, exc)`` says a member failed for good.
+    be a member after all, and says why itself); ``replay(memory, session_id, messages, ts)``
+    gives it one update it missed, stored with the time the others stored it; ``join(waiting,
+    memory)`` adds it to the composite's members. Both ``join`` and :meth:`record` run under
+    ``lock``, which the composite holds while it writes to its members and records the update
+    here: an update lands either in what is kept or with the members, never between.
+    ``gave_up(waiting, exc)`` says a member failed for good.
     """
 
     def __init__(self, owner: str, lock: threading.RLock, start: Callable[[Waiting], Any],
-                 replay: Callable[[Any, str, list[Any]], None], join: Callable[[Waiting, Any], None],
+                 replay: Callable[[Any, str, list[Any], float], None], join: Callable[[Waiting, Any], None],
                  gave_up: Callable[[Waiting, BaseException], None], limit: int):
         self._owner, self._lock = owner, lock
         self._start, self._replay, self._join, self._gave_up = start, replay, join, gave_up
@@ -82,7 +84,10 @@ class LateStarts:
         self._order = itertools.count()
         self._waiting: list[Waiting] = []
         self._wake = threading.Event()
+        self._passes = 0  # attempts made at every waiting member, since the start
+        self._passed = threading.Condition(lock)
         self._closed = False
+        self._attempting = False  # a pass over the waiting members is under way
         self._thread: threading.Thread | None = None
         self._log = LogOnce()
 
@@ -110,7 +115,7 @@ class LateStarts:
 
     def record(self, session_id: str, batch: list[Any]) -> None:
         """An update the started members stored, kept for each waiting member (under the lock)."""
-        update = (next(self._order), session_id, list(batch))
+        update = (next(self._order), session_id, list(batch), time.time())
         for w in self._waiting:
             kept = w.kept.setdefault(session_id, collections.deque(maxlen=self._limit))
             if len(kept) == self._limit:
@@ -123,15 +128,28 @@ class LateStarts:
         with self._lock:
             return sum(w.count() for w in self._waiting)
 
-    def try_now(self) -> None:
-        """Try the waiting members again without waiting for the pause to end (``flush``)."""
-        self._wake.set()
+    def try_now(self, timeout: float | None) -> bool:
+        """Try the waiting members again at once, and wait (up to ``timeout`` seconds, None: as
+        long as it takes) until that attempt, and the replay and joining of a member it started,
+        are done. True when no member waits any more."""
+        with self._lock:
+            if self._thread is None or not self._waiting:
+                return not self._waiting
+            # A pass under way may have tried before the store came back: the one after it counts.
+            wanted = self._passes + (2 if self._attempting else 1)
+            self._wake.set()
+            self._passed.wait_for(lambda: self._passes >= wanted or not self._waiting or self._closed, timeout)
+            return not self._waiting
 
     def close(self) -> None:
-        """Stop trying; what a replay in flight has not stored, and what is kept, is lost (said)."""
+        """One last attempt (a store back since the last one still gets what was kept for it),
+        then stop; what a replay in flight has not stored, and what is kept, is lost (said)."""
+        if self._thread is not threading.current_thread():
+            self.try_now(CLOSE_WAIT_S)
         with self._lock:
             self._closed = True
             thread = self._thread
+            self._passed.notify_all()
         self._wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(CLOSE_WAIT_S)
@@ -150,10 +168,14 @@ class LateStarts:
             self._wake.clear()
             with self._lock:
                 if self._closed or not self._waiting:
+                    self._passed.notify_all()
                     return
-                waiting = list(self._waiting)
+                waiting, self._attempting = list(self._waiting), True
             for w in waiting:
                 self._attempt(w)
+            with self._lock:
+                self._passes, self._attempting = self._passes + 1, False
+                self._passed.notify_all()
             pause = min(pause * 2, MAX_PAUSE_S)
 
     def _attempt(self, w: Waiting) -> None:
@@ -190,11 +212,11 @@ class LateStarts:
                     self._join(w, memory)  # the members first: a turn that no longer sees it waiting
                     self._waiting = [x for x in self._waiting if x is not w]  # writes to them
                     return
-            for _, session_id, batch in updates:
+            for _, session_id, batch, ts in updates:
                 if self._closed:
                     break  # close() says what is left
                 try:
-                    self._replay(memory, session_id, batch)
+                    self._replay(memory, session_id, batch, ts)
                 except Exception as exc:  # noqa: BLE001 - one update refused must not keep it out
                     self._log.error(f"replay:{w.name}", "%s: member %r could not store an update of %r kept while it "
                                     "waited (%s: %s)", self._owner, w.name, session_id, type(exc).__name__, exc)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._core.clock import said_now
 from .._core.compat import AgentMessage, MessageRole
 from .._core.owners import is_dead_here
 from ..messages import clean_text, is_role
@@ -213,7 +214,7 @@ class DocumentLog:
     def add(self, con: Any, session_id: str, text: str, metadata: dict[str, Any], indexed: bool,
             ts: float | None = None) -> Document:
         """Append a document, stored at ``ts`` (POSIX seconds, as an import keeps it; None: now)."""
-        now = time.time() if ts is None else float(ts)
+        now = said_now() if ts is None else float(ts)
         meta = {**metadata, "content": text, "session_id": session_id, "ts": now}
         n = con.execute(
             f"INSERT INTO {self.table}_seq (session_id, next) "

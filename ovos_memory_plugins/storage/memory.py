@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._core.clock import said_now
 from .._core.compat import AgentMessage
 from ..messages import copy_message
 from .policy import WindowPolicy
@@ -25,7 +26,7 @@ class MemoryWindowStore:
     def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
         with self._lock:
             entries = self._windows.get(session_id, [])
-            self._windows[session_id] = append_entries(entries, messages, policy, time.time())
+            self._windows[session_id] = append_entries(entries, messages, policy, said_now())
 
     def replace(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> list[AgentMessage]:
         with self._lock:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._core.clock import said_now
 from .._core.compat import AgentMessage, MessageRole
 from .._core.log import LogOnce
 from ..errors import StorageError
@@ -65,7 +66,7 @@ class RecordWindowStore:
         self._owns = owns_store
 
     def append(self, session_id: str, messages: list[AgentMessage], policy: WindowPolicy) -> None:
-        now = time.time()
+        now = said_now()
 
         def change(record: dict[str, Any]) -> dict[str, Any]:
             entries = append_entries(self._entries(record), messages, policy, now)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..._core.clock import said_now
 from ..documents import COLUMNS, Document, DocumentLog, document_of_row, metadata_text
 from . import WORKER_GONE, PgDatabase
 
@@ -62,7 +63,7 @@ class PgDocumentLog(DocumentLog):
 
     def add(self, con: Any, session_id: str, text: str, metadata: dict[str, Any], indexed: bool,
             ts: float | None = None) -> Document:
-        now = time.time() if ts is None else ts
+        now = said_now() if ts is None else ts
         meta = {**metadata, "content": text, "session_id": session_id, "ts": now}
         self.db.lock_session(con, self.lock_scope, session_id)
         t = self.table
