@@ -1172,6 +1172,28 @@ def test_a_composite_member_whose_url_the_server_refuses_for_good_does_not_wait(
         assert memory.flush(0)
 
 
+def test_check_config_connects_to_each_database_once_and_says_what_it_found(tmp_path, capsys):
+    """A database the server refuses (a typo in its name) is an error: no retry will fix it. One
+    that does not answer now is a warning: it may be starting."""
+    from ovos_memory_plugins.cli import main
+
+    def check(top: str, member: str) -> tuple[int, str]:
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps({"memory_module": "ovos-memory-plugin-composite", "ovos-memory-plugin-composite": {
+            "db_url": top, "members": [{"module": "ovos-memory-plugin-recency"},
+                                       {"module": "ovos-memory-plugin-lexical", "config": {"db_url": member}}]}}))
+        code = main(["check-config", str(path)])
+        return code, capsys.readouterr().err
+
+    good = server_url()
+    code, err = check(good, good)
+    assert code == 0 and "warning" not in err and "error" not in err, err
+    code, err = check(good, good.replace("/postgres?", "/no_such_db?"))
+    assert code == 2 and 'database "no_such_db" does not exist' in err, err
+    code, err = check(good, "postgresql://ovos:s3cret@127.0.0.1:1/memory")
+    assert code == 0 and "does not answer now" in err and "s3cret" not in err, err
+
+
 def test_a_session_forgotten_during_an_outage_is_not_written_back_when_the_database_returns(tmp_path):
     from ovos_memory_plugins.errors import MemoryPluginError
     from tests._postgres import RoundTrips

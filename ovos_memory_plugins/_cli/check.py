@@ -11,7 +11,7 @@ from typing import Any
 
 from .._core.loading import did_you_mean
 from .._core.paths import is_memory_path, resolve_path
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError
 from ..storage.postgres import is_postgres_url
 from ..storage.windows import safe_table_name
 from .commands import read_json
@@ -55,17 +55,19 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
         ui.out.print("memory is disabled (memory_module is null): nothing to check")
         return 0
     problems += config_problems(module, block)
+    databases = _database_checks(module, block) if not problems else ([], [])
+    problems += databases[0]
     for note in notes:
         ui.err.print(f"[yellow]note:[/yellow] {escape(note)}")
     if problems:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return EXIT_INPUT
-    warnings = _silent_endpoints(module, block, chat_endpoint)
+    warnings = _silent_endpoints(module, block, chat_endpoint) + databases[1]
     for warning in warnings:
         ui.err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if warnings:
-        ui.out.print(Text(f"the '{module}' config is valid, but its model endpoint does not answer (see above)"))
+        ui.out.print(Text(f"the '{module}' config is valid, but a server it uses does not answer (see above)"))
         return 0
     ui.out.print(Text(f"OK: the '{module}' config is valid"))
     return 0
@@ -118,6 +120,35 @@ def _silent_endpoints(module: str, block: Mapping[str, Any], chat_endpoint: Mapp
             out.append(f"{name} calls a model but sets no api_url: the default {DEFAULT_API_URL} does not answer, "
                        "so it works without the model (offline rules and summaries); set api_url to your model "
                        "server, or null to run offline on purpose")
+    return out
+
+
+def _database_checks(module: str, block: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """``(problems, warnings)`` of every PostgreSQL ``db_url`` the config names, each connected to
+    once: one the server refuses (no such database or user, a password refused) is a problem, as
+    no retry fixes it; one that does not answer now is a warning (a server still starting: a
+    composite waits for it, a backend on its own fails to start)."""
+    from ..errors import MissingDependencyError, StoreUnavailable
+    from ..storage.postgres import probe, redact
+
+    problems, warnings = [], []
+    for url in dict.fromkeys(_db_urls(module, block)):
+        try:
+            probe(url, PROBE_TIMEOUT_S)
+        except StoreUnavailable as exc:
+            warnings.append(f"db_url {redact(url)} does not answer now ({exc})")
+        except (MissingDependencyError, ConfigError, StorageError) as exc:
+            problems.append(f"db_url {redact(url)}: {exc}")
+    return problems, warnings
+
+
+def _db_urls(module: str, block: Mapping[str, Any]) -> list[str]:
+    """The PostgreSQL URLs a memory's config names, its members' included."""
+    out = [block["db_url"]] if isinstance(block.get("db_url"), str) and block["db_url"].strip() else []
+    if module == "ovos-memory-plugin-composite":
+        for spec in block.get("members") or []:
+            if isinstance(spec, Mapping):
+                out += _db_urls(str(spec.get("module", "")), dict(spec.get("config") or {}))
     return out
 
 

@@ -49,8 +49,8 @@ from ..sharing import SharedHandles
 from ._watchdog import watch, watched_connection_class
 
 __all__ = [
-    "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",
-    "release_pg_database", "WORKER_GONE",
+    "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "probe", "psycopg_module",
+    "redact", "release_pg_database", "WORKER_GONE",
 ]
 
 T = TypeVar("T")
@@ -373,39 +373,18 @@ class PgDatabase:
         """A new connection; ``watched``: a call the server leaves unanswered past the
         connection's ``statement_timeout`` ends it (:mod:`._watchdog`)."""
         psycopg = psycopg_module()
-        from psycopg.conninfo import conninfo_to_dict
-
-        try:
-            info = conninfo_to_dict(self.url)
-        except psycopg.Error as exc:  # libpq's message may quote the whole URL, password and all
-            raise ConfigError(f"{self.path} is not a valid PostgreSQL URL: "
-                              f"{redact(str(exc).replace(self.url, self.path))}") from exc
-        # Ours first: settings the operator puts in the URL's own ``options`` come later and win.
-        ours = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
-                f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off")
-        if self.read_only:
-            ours += " -c default_transaction_read_only=on"
-        info["options"] = f"{ours} {info.get('options') or ''}".strip()
-        info.setdefault("application_name", "ovos-memory")
-        info.setdefault("connect_timeout", "10")
-        if not str(info.get("host") or "/").startswith("/"):  # over TCP (a socket file needs none of it)
-            # A host that vanishes mid-query (a partition, a powered-off server) is noticed in
-            # seconds, not after the kernel's default of many minutes.
-            for key, value in _TCP_SETTINGS.items():
-                if key != "tcp_user_timeout" or psycopg.pq.version() >= 120000:  # libpq 12 added it
-                    info.setdefault(key, value)
+        info = _conninfo(self.url, self.path, self.read_only)
         until, pause, why = _UNANSWERED.get(self.url, (0.0, CONNECT_PAUSE_S, ""))
         if time.monotonic() < until:
             raise StoreUnavailable(f"cannot connect to {self.path}: {why} (no new attempt for {pause:g} s)")
         try:
             raw = watched_connection_class().connect(autocommit=True, **info)
         except psycopg.Error as exc:
+            failure = _connect_failure(exc, self.url, self.path)
             why = redact(str(exc).strip().replace(self.url, self.path))
             if "timeout" in why or "timed out" in why:
                 _pause_attempts(self.url, why)
-            if _REFUSED_FOR_GOOD.search(why):  # no retry can help: the URL or the server's setup must change
-                raise StorageError(f"cannot connect to {self.path}: {why}") from exc
-            raise StoreUnavailable(f"cannot connect to {self.path}: {why}") from exc
+            raise failure from exc
         _UNANSWERED.pop(self.url, None)
         _register_text_adapters(raw)
         if watched:  # with our timeout until the server says which one applies (_connection)
@@ -711,6 +690,55 @@ class PgDatabase:
 #: English unless the server's lc_messages says otherwise).
 _REFUSED_FOR_GOOD = re.compile(r'FATAL:\s+(?:database|role) "[^"]*" does not exist|password authentication failed'
                                r"|no pg_hba\.conf entry|authentication failed for user")
+
+
+def _conninfo(url: str, path: str, read_only: bool) -> dict[str, Any]:
+    """libpq's connection settings for ``url``, with ours (timeouts, keepalives) under the URL's."""
+    psycopg = psycopg_module()
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.Error as exc:  # libpq's message may quote the whole URL, password and all
+        raise ConfigError(f"{path} is not a valid PostgreSQL URL: {redact(str(exc).replace(url, path))}") from exc
+    # Ours first: settings the operator puts in the URL's own ``options`` come later and win.
+    ours = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
+            f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off")
+    if read_only:
+        ours += " -c default_transaction_read_only=on"
+    info["options"] = f"{ours} {info.get('options') or ''}".strip()
+    info.setdefault("application_name", "ovos-memory")
+    info.setdefault("connect_timeout", "10")
+    if not str(info.get("host") or "/").startswith("/"):  # over TCP (a socket file needs none of it)
+        # A host that vanishes mid-query (a partition, a powered-off server) is noticed in
+        # seconds, not after the kernel's default of many minutes.
+        for key, value in _TCP_SETTINGS.items():
+            if key != "tcp_user_timeout" or psycopg.pq.version() >= 120000:  # libpq 12 added it
+                info.setdefault(key, value)
+    return info
+
+
+def _connect_failure(exc: BaseException, url: str, path: str) -> StorageError:
+    """What a failed connect means: StoreUnavailable when nothing answers (try again later), a
+    StorageError when the server refuses this URL for good (no retry can help)."""
+    why = redact(str(exc).strip().replace(url, path))
+    if _REFUSED_FOR_GOOD.search(why):
+        return StorageError(f"cannot connect to {path}: {why}")
+    return StoreUnavailable(f"cannot connect to {path}: {why}")
+
+
+def probe(url: str, timeout: float = 3.0) -> None:
+    """Connect to ``url`` once and close (``check-config``). Raises ConfigError for a URL libpq
+    cannot parse, StorageError for one the server refuses for good (no such database or user, a
+    password refused), StoreUnavailable when nothing answers within ``timeout`` seconds."""
+    psycopg = psycopg_module()
+    path = redact(url)
+    info = {**_conninfo(url, path, read_only=True), "connect_timeout": str(max(1, round(timeout)))}
+    try:
+        raw = psycopg.connect(autocommit=True, **info)
+    except psycopg.Error as exc:
+        raise _connect_failure(exc, url, path) from exc
+    _close_quietly(raw)
 
 
 def _pause_attempts(url: str, why: str) -> None:
