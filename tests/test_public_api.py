@@ -95,8 +95,8 @@ PUBLIC = {
     "storage.namespaces": ["claim_prefix", "own_prefix"],
     "storage.policy": ["WindowPolicy"],
     "storage.postgres": [
-        "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "psycopg_module", "redact",
-        "release_pg_database", "WORKER_GONE"
+        "is_postgres_url", "lock_key", "open_pg_database", "PgConnection", "PgDatabase", "probe", "psycopg_module",
+        "redact", "release_pg_database", "WORKER_GONE"
     ],
     "storage.postgres.documents": ["PgDocumentLog"],
     "storage.postgres.jobs": ["PgJobQueue"],
