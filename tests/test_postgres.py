@@ -1191,7 +1191,14 @@ def test_check_config_connects_to_each_database_once_and_says_what_it_found(tmp_
     code, err = check(good, good.replace("/postgres?", "/no_such_db?"))
     assert code == 2 and 'database "no_such_db" does not exist' in err, err
     code, err = check(good, "postgresql://ovos:s3cret@127.0.0.1:1/memory")
-    assert code == 0 and "does not answer now" in err and "s3cret" not in err, err
+    assert code == 0 and "cannot connect to" in err and "warning" in err and "s3cret" not in err, err
+    code, err = check(good, good + "&options=-cno_such_setting%3D1")  # the server answers, and refuses it
+    assert code == 2 and "no_such_setting" in err, err
+    code, err = check(good.replace("/postgres?", "/no_such_db?"), good)
+    assert code == 2, "a db_url the composite gives its members is checked too"
+    for secret in ("postgresql://ovos:s3cr%zzet@127.0.0.1:1/memory", "postgresql://ovos:s3c@ret@127.0.0.1:1/memory"):
+        code, err = check(good, secret)  # libpq quotes what it cannot read, or reads a password's end as the host
+        assert "s3c" not in err and "zzet" not in err and "ret@" not in err, err
 
 
 def test_a_session_forgotten_during_an_outage_is_not_written_back_when_the_database_returns(tmp_path):

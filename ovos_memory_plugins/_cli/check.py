@@ -125,9 +125,9 @@ def _silent_endpoints(module: str, block: Mapping[str, Any], chat_endpoint: Mapp
 
 def _database_checks(module: str, block: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """``(problems, warnings)`` of every PostgreSQL ``db_url`` the config names, each connected to
-    once: one the server refuses (no such database or user, a password refused) is a problem, as
-    no retry fixes it; one that does not answer now is a warning (a server still starting: a
-    composite waits for it, a backend on its own fails to start)."""
+    once: one the server refuses (no such database or user, a password refused, a setting it does
+    not know) is a problem, as no retry fixes it; one that cannot be reached now is a warning (a
+    server still starting: a composite waits for it, a backend on its own fails to start)."""
     from ..errors import MissingDependencyError, StoreUnavailable
     from ..storage.postgres import probe, redact
 
@@ -136,15 +136,18 @@ def _database_checks(module: str, block: Mapping[str, Any]) -> tuple[list[str], 
         try:
             probe(url, PROBE_TIMEOUT_S)
         except StoreUnavailable as exc:
-            warnings.append(f"db_url {redact(url)} does not answer now ({exc})")
-        except (MissingDependencyError, ConfigError, StorageError) as exc:
+            warnings.append(f"{exc} (now: a composite waits for it, a backend on its own would not start)")
+        except MissingDependencyError as exc:
             problems.append(f"db_url {redact(url)}: {exc}")
+        except (ConfigError, StorageError) as exc:
+            problems.append(str(exc))
     return problems, warnings
 
 
 def _db_urls(module: str, block: Mapping[str, Any]) -> list[str]:
-    """The PostgreSQL URLs a memory's config names, its members' included."""
-    out = [block["db_url"]] if isinstance(block.get("db_url"), str) and block["db_url"].strip() else []
+    """The PostgreSQL URLs a memory's config names (``db_url``, or a ``db_path`` holding one), its
+    members' included."""
+    out = [str(v) for v in (block.get("db_url"), block.get("db_path")) if is_postgres_url(v)]
     if module == "ovos-memory-plugin-composite":
         for spec in block.get("members") or []:
             if isinstance(spec, Mapping):

@@ -381,7 +381,7 @@ class PgDatabase:
             raw = watched_connection_class().connect(autocommit=True, **info)
         except psycopg.Error as exc:
             failure = _connect_failure(exc, self.url, self.path)
-            why = redact(str(exc).strip().replace(self.url, self.path))
+            why = _libpq_message(exc, self.url, self.path)
             if "timeout" in why or "timed out" in why:
                 _pause_attempts(self.url, why)
             raise failure from exc
@@ -688,8 +688,11 @@ class PgDatabase:
 #: A server that answers but refuses this URL (no such database or user, a password or a host
 #: it does not accept): not an outage, so a composite does not wait for it (libpq's messages, in
 #: English unless the server's lc_messages says otherwise).
-_REFUSED_FOR_GOOD = re.compile(r'FATAL:\s+(?:database|role) "[^"]*" does not exist|password authentication failed'
-                               r"|no pg_hba\.conf entry|authentication failed for user")
+_REFUSED_FOR_GOOD = re.compile(
+    r'FATAL:\s+(?:database|role) "[^"]*" does not exist|password authentication failed|no pg_hba\.conf entry'
+    r"|authentication failed for user|is not permitted to log in|permission denied for database"
+    r"|no password supplied|unrecognized configuration parameter|invalid \w+ value|invalid value for"
+    r"|invalid port number|invalid integer value")
 
 
 def _conninfo(url: str, path: str, read_only: bool) -> dict[str, Any]:
@@ -699,8 +702,9 @@ def _conninfo(url: str, path: str, read_only: bool) -> dict[str, Any]:
 
     try:
         info = conninfo_to_dict(url)
-    except psycopg.Error as exc:  # libpq's message may quote the whole URL, password and all
-        raise ConfigError(f"{path} is not a valid PostgreSQL URL: {redact(str(exc).replace(url, path))}") from exc
+    except psycopg.Error as exc:  # libpq's message quotes the part it cannot read: a password, maybe
+        why = _QUOTED.sub('"..."', redact(str(exc).strip().replace(url, path)))
+        raise ConfigError(f"{path} is not a valid PostgreSQL URL: {why}") from exc
     # Ours first: settings the operator puts in the URL's own ``options`` come later and win.
     ours = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
             f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off")
@@ -721,16 +725,36 @@ def _conninfo(url: str, path: str, read_only: bool) -> dict[str, Any]:
 def _connect_failure(exc: BaseException, url: str, path: str) -> StorageError:
     """What a failed connect means: StoreUnavailable when nothing answers (try again later), a
     StorageError when the server refuses this URL for good (no retry can help)."""
-    why = redact(str(exc).strip().replace(url, path))
+    why = _libpq_message(exc, url, path)
     if _REFUSED_FOR_GOOD.search(why):
         return StorageError(f"cannot connect to {path}: {why}")
     return StoreUnavailable(f"cannot connect to {path}: {why}")
 
 
+def _libpq_message(exc: BaseException, url: str, path: str) -> str:
+    """libpq's message for a failed connect, with no part of the password: the URL redacted, the
+    password itself wherever it is quoted, and a host libpq read from a password holding "@"
+    ("ovos:pa@ss@db" is host 'ss@db' to libpq)."""
+    why = redact(str(exc).strip().replace(url, path))
+    with contextlib.suppress(Exception):
+        from psycopg.conninfo import conninfo_to_dict
+
+        password = str(conninfo_to_dict(url).get("password") or "")
+        if len(password) >= 3:  # a shorter one would hide letters of every word, and says little
+            why = why.replace(password, "***")
+    return _QUOTED_AT.sub(r"\1***@\2\1", why)
+
+
+# A quoted part of libpq's message; and one holding "@" (the rest of a password before it).
+_QUOTED = re.compile(r'"[^"]*"')
+_QUOTED_AT = re.compile(r"([\"'])[^\"'\s]*@([^\"'@\s]*)\1")
+
+
 def probe(url: str, timeout: float = 3.0) -> None:
     """Connect to ``url`` once and close (``check-config``). Raises ConfigError for a URL libpq
     cannot parse, StorageError for one the server refuses for good (no such database or user, a
-    password refused), StoreUnavailable when nothing answers within ``timeout`` seconds."""
+    password refused, a setting it does not know), StoreUnavailable when nothing answers within
+    ``timeout`` seconds (for each host the URL names)."""
     psycopg = psycopg_module()
     path = redact(url)
     info = {**_conninfo(url, path, read_only=True), "connect_timeout": str(max(1, round(timeout)))}
