@@ -205,7 +205,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         self._roster = threading.RLock()  # members joining late (see _memory/late_start.py)
         self._order: dict[str, int] = {}  # member name -> its place among the configured members
         self._late = LateStarts(self.plugin_name, self._roster, self._start_waiting, self._replay_late,
-                                self._join_late, self._late_gave_up, HELD_ITEMS)
+                                self._join_late, self._late_gave_up, self._write_all_held, HELD_ITEMS)
         self.members: list[Member] = self._load_members()
         self.primary: Member | None = self._choose_primary()
         self._late.start()

@@ -72,14 +72,16 @@ class LateStarts:
     memory)`` adds it to the composite's members. Both ``join`` and :meth:`record` run under
     ``lock``, which the composite holds while it writes to its members and records the update
     here: an update lands either in what is kept or with the members, never between.
-    ``gave_up(waiting, exc)`` says a member failed for good.
+    ``gave_up(waiting, exc)`` says a member failed for good; ``settled()`` is called (outside the
+    lock) once no member waits any more, after one joined.
     """
 
     def __init__(self, owner: str, lock: threading.RLock, start: Callable[[Waiting], Any],
                  replay: Callable[[Any, str, list[Any], float], None], join: Callable[[Waiting, Any], None],
-                 gave_up: Callable[[Waiting, BaseException], None], limit: int):
+                 gave_up: Callable[[Waiting, BaseException], None], settled: Callable[[], object], limit: int):
         self._owner, self._lock = owner, lock
         self._start, self._replay, self._join, self._gave_up = start, replay, join, gave_up
+        self._settled = settled
         self._limit = limit  # updates kept per session and member
         self._order = itertools.count()
         self._waiting: list[Waiting] = []
@@ -171,24 +173,30 @@ class LateStarts:
                     self._passed.notify_all()
                     return
                 waiting, self._attempting = list(self._waiting), True
-            for w in waiting:
-                self._attempt(w)
+            joined = [self._attempt(w) for w in waiting]
+            if any(joined) and not self._waiting:
+                try:
+                    self._settled()
+                except Exception as exc:  # noqa: BLE001 - the composite's own work, said once
+                    self._log.error("settled", "%s: after its members started: %s: %s", self._owner,
+                                    type(exc).__name__, exc)
             with self._lock:
                 self._passes, self._attempting = self._passes + 1, False
                 self._passed.notify_all()
             pause = min(pause * 2, MAX_PAUSE_S)
 
-    def _attempt(self, w: Waiting) -> None:
+    def _attempt(self, w: Waiting) -> bool:
+        """Try to start ``w``; True when it joined the members."""
         try:
             memory = self._start(w)
         except Exception as exc:  # noqa: BLE001 - the member's failure, not the thread's
             if not store_unreachable(exc):  # still down: said when it first failed, and by degraded()
                 self._give_up(w, exc)
-            return
+            return False
         if memory is None:  # it cannot be a member after all (said by start)
             self._give_up(w, None)
-            return
-        self._hand_over(w, memory)
+            return False
+        return self._hand_over(w, memory)
 
     def _give_up(self, w: Waiting, exc: BaseException | None) -> None:
         with self._lock:
@@ -199,7 +207,7 @@ class LateStarts:
         if lost:
             LOG.error(f"{self._owner}: member {w.name!r} will not start; the {lost} update(s) kept for it are dropped")
 
-    def _hand_over(self, w: Waiting, memory: Any) -> None:
+    def _hand_over(self, w: Waiting, memory: Any) -> bool:
         """Give ``memory`` what was kept for it, oldest first, then make it a member: the last
         updates kept, and the joining, under the lock, so an update lands either here or there."""
         while True:
@@ -211,7 +219,7 @@ class LateStarts:
                 if not updates:
                     self._join(w, memory)  # the members first: a turn that no longer sees it waiting
                     self._waiting = [x for x in self._waiting if x is not w]  # writes to them
-                    return
+                    return True
             for _, session_id, batch, ts in updates:
                 if self._closed:
                     break  # close() says what is left
@@ -225,3 +233,4 @@ class LateStarts:
         close = getattr(memory, "close", None)
         if callable(close):
             close()
+        return False
