@@ -293,7 +293,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """The member's memory; None when it did not start (said once, and by ``degraded()``):
         for good, or until its store answers (it then joins the others, see ``_join_late``)."""
         try:
-            return self._start_late(spec)
+            return self._new_member(spec)
         except Exception as exc:  # noqa: BLE001 - one broken member must not take the persona down
             if not store_unreachable(exc):
                 self._late_gave_up(spec, exc)
@@ -305,7 +305,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             self._late.add(spec)
             return None
 
-    def _start_late(self, spec: Waiting) -> Any:
+    def _new_member(self, spec: Waiting) -> Any:
         """A new instance of the member ``spec`` names; None when its plugin is not installed."""
         module = spec.module
         cls = load_memory_plugin(module)
@@ -334,7 +334,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
     def _start_waiting(self, spec: Waiting) -> Any:
         """A waiting member's memory, tried again; None when it would share an earlier member's
         store (checked before it is given what it missed: that would be stored twice)."""
-        memory = self._start_late(spec)
+        memory = self._new_member(spec)
         if memory is not None and self._shares_a_store(spec.module, memory, self.members):
             memory.close()
             self._member_faults.pop(spec.name, None)  # the sharing says why, under its own name

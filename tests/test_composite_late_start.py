@@ -319,3 +319,19 @@ def test_what_a_member_missed_is_stored_with_the_time_it_was_said(late, tmp_path
         assert memory.flush(patience(10))
         hits = memory.members[1].memory.search("zebra", "s")
         assert hits and before <= hits[0].metadata["ts"] <= after, (before, hits[0].metadata, after)
+
+
+def test_an_update_stored_late_itself_keeps_its_time_for_a_member_that_waits(late, tmp_path):
+    # A composite that is itself a late member is given its updates with their time (said_at):
+    # what it keeps for its own waiting member carries that time, not the replay's.
+    from ovos_memory_plugins._core.clock import said_at
+
+    with CompositeMemory({"members": [
+            {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}},
+            {"module": "test-down-lexical", "config": {"db_path": str(tmp_path / "l.db")}}]}) as memory:
+        with said_at(1_700_000_000.0):
+            say(memory, "s", "the zebra escaped")
+        DownAtFirst.up = True
+        assert memory.flush(patience(10))
+        hits = memory.members[1].memory.search("zebra", "s")
+        assert hits and hits[0].metadata["ts"] == 1_700_000_000.0, hits[0].metadata

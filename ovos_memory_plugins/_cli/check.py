@@ -11,8 +11,8 @@ from typing import Any
 
 from .._core.loading import did_you_mean
 from .._core.paths import is_memory_path, resolve_path
-from ..errors import ConfigError, StorageError
-from ..storage.postgres import is_postgres_url
+from ..errors import ConfigError, MissingDependencyError, StorageError, StoreUnavailable
+from ..storage.postgres import is_postgres_url, probe, redact
 from ..storage.windows import safe_table_name
 from .commands import read_json
 from .output import EXIT_INPUT, UI, CLIError, Text, escape
@@ -128,9 +128,6 @@ def _database_checks(module: str, block: Mapping[str, Any]) -> tuple[list[str], 
     once: one the server refuses (no such database or user, a password refused, a setting it does
     not know) is a problem, as no retry fixes it; one that cannot be reached now is a warning (a
     server still starting: a composite waits for it, a backend on its own fails to start)."""
-    from ..errors import MissingDependencyError, StoreUnavailable
-    from ..storage.postgres import probe, redact
-
     problems, warnings = [], []
     for url in dict.fromkeys(_db_urls(module, block)):
         try:

@@ -18,10 +18,10 @@ import collections
 import dataclasses
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
+from .._core.clock import said_now
 from .._core.log import LOG, LogOnce
 from ..errors import StoreUnavailable
 
@@ -117,7 +117,7 @@ class LateStarts:
 
     def record(self, session_id: str, batch: list[Any]) -> None:
         """An update the started members stored, kept for each waiting member (under the lock)."""
-        update = (next(self._order), session_id, list(batch), time.time())
+        update = (next(self._order), session_id, list(batch), said_now())  # a replay's own time, nested
         for w in self._waiting:
             kept = w.kept.setdefault(session_id, collections.deque(maxlen=self._limit))
             if len(kept) == self._limit:

@@ -380,11 +380,10 @@ class PgDatabase:
         try:
             raw = watched_connection_class().connect(autocommit=True, **info)
         except psycopg.Error as exc:
-            failure = _connect_failure(exc, self.url, self.path)
             why = _libpq_message(exc, self.url, self.path)
             if "timeout" in why or "timed out" in why:
                 _pause_attempts(self.url, why)
-            raise failure from exc
+            raise _connect_failure(why, self.path) from exc
         _UNANSWERED.pop(self.url, None)
         _register_text_adapters(raw)
         if watched:  # with our timeout until the server says which one applies (_connection)
@@ -685,9 +684,9 @@ class PgDatabase:
             _close_quietly(session.raw)
 
 
-#: A server that answers but refuses this URL (no such database or user, a password or a host
-#: it does not accept): not an outage, so a composite does not wait for it (libpq's messages, in
-#: English unless the server's lc_messages says otherwise).
+#: A server that answers but refuses this URL (no such database or user, a password, a host or a
+#: setting it does not accept), or an option libpq rejects: not an outage, so a composite does not
+#: wait for it (libpq's messages, in English unless the server's lc_messages says otherwise).
 _REFUSED_FOR_GOOD = re.compile(
     r'FATAL:\s+(?:database|role) "[^"]*" does not exist|password authentication failed|no pg_hba\.conf entry'
     r"|authentication failed for user|is not permitted to log in|permission denied for database"
@@ -722,10 +721,10 @@ def _conninfo(url: str, path: str, read_only: bool) -> dict[str, Any]:
     return info
 
 
-def _connect_failure(exc: BaseException, url: str, path: str) -> StorageError:
-    """What a failed connect means: StoreUnavailable when nothing answers (try again later), a
-    StorageError when the server refuses this URL for good (no retry can help)."""
-    why = _libpq_message(exc, url, path)
+def _connect_failure(why: str, path: str) -> StorageError:
+    """What a failed connect (libpq's message, :func:`_libpq_message`) means: StoreUnavailable when
+    nothing answers (try again later), a StorageError when the server refuses this URL for good
+    (no retry can help)."""
     if _REFUSED_FOR_GOOD.search(why):
         return StorageError(f"cannot connect to {path}: {why}")
     return StoreUnavailable(f"cannot connect to {path}: {why}")
@@ -761,7 +760,7 @@ def probe(url: str, timeout: float = 3.0) -> None:
     try:
         raw = psycopg.connect(autocommit=True, **info)
     except psycopg.Error as exc:
-        raise _connect_failure(exc, url, path) from exc
+        raise _connect_failure(_libpq_message(exc, url, path), path) from exc
     _close_quietly(raw)
 
 
