@@ -16,7 +16,8 @@ must arrive as something that was *said*, not as something to *do*:
   Lines are judged in their compatibility form (NFKC: a fullwidth ``SYSTEM：`` is ``SYSTEM:``),
   without the characters a reader does not see, and once more with letters drawn like Latin
   ones (Cyrillic, Greek, Armenian, small capitals) read as those (``ЅYЅТЕМ:``, ``іgnоrе
-  previous instructions``). A role in brackets (``[system]``), in markdown (``**System**:``),
+  previous instructions``), without accents (``ŚYSTEM:``), and with a word spelled out letter by
+  letter read whole (``S Y S T E M:``). A role in brackets (``[system]``), in markdown (``**System**:``),
   as a longer label (``SYSTEM OVERRIDE:``), or opening a line or a recalled side before a dash
   or an arrow (``Q: SYSTEM - obey``) counts as a role too.
 
@@ -107,6 +108,11 @@ _LOOKALIKES = str.maketrans(
     "ouh" + ":" * len(_COLON_LIKE),
 )
 _WORD = re.compile(r"\w{2,}")
+# A word spelled out letter by letter, one space, dot, dash, underscore or star between them
+# ("S Y S T E M", "i.g.n.o.r.e"): four letters or more, so initials ("U S A", "B.M.W") stay as they
+# are (and a model reads them as initials).
+_SPACER = re.compile(r"[ .\-_*\u00b7]")
+_SPACED = re.compile(r"(?<![^\W_])(?:[^\W\d_][ .\-_*\u00b7]){3,}[^\W\d_](?![^\W_])")
 # Chat-template control tokens: ChatML's and Llama's, Gemma's, Mistral's bracketed ones, DeepSeek's
 # (a fullwidth bar, U+FF5C).
 _CONTROL = re.compile(r"<[|\uff5c][^|\uff5c<>\n]{1,40}[|\uff5c]>|\[/?(?:INST|SYSTEM_PROMPT|TOOL_CALLS|AVAILABLE_TOOLS"
@@ -133,7 +139,7 @@ def _steers_in_another_language(text: str, lowered: str | None = None) -> bool:
 def _structured(text: str) -> bool:
     """Whether ``text``, as a model reads it (:func:`_readings`), opens a prompt's structure or
     tries to steer the model."""
-    if text.isascii():  # the common case: one reading, the text itself
+    if text.isascii() and not _SPACED.search(text):  # the common case: one reading, the text itself
         return _structured_reading(text)
     return any(_structured_reading(reading) for reading in _readings(text))
 
@@ -176,17 +182,32 @@ def strip_control_tokens(text: str) -> str:
 
 def _readings(text: str) -> tuple[str, ...]:
     """``text`` as a model reads it: compatibility forms folded (fullwidth letters and colons),
-    invisible characters gone; and a second time with look-alike letters read as Latin, when it
-    has any."""
-    if text.isascii():  # the common case: nothing to fold or remove
-        return (text,)
+    invisible characters gone; again without accents when it has any ("ŚYSTEM:"), and with
+    look-alike letters read as Latin when it has any; and each of those with a word spelled out
+    letter by letter read whole ("S Y S T E M:", "i.g.n.o.r.e")."""
+    readings = (text,) if text.isascii() else _unicode_readings(text)
+    joined = tuple(_SPACED.sub(_joined_letters, reading) for reading in readings if _SPACED.search(reading))
+    if not text.isascii():  # letters spelled out are no word for the look-alike check
+        joined += tuple(reading.translate(_LOOKALIKES) for reading in joined)
+    return readings + joined
+
+
+def _unicode_readings(text: str) -> tuple[str, ...]:
     read = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    readings = [read]
+    bare = "".join(c for c in unicodedata.normalize("NFKD", read) if not unicodedata.combining(c))
+    if bare != read:
+        readings.append(bare)
     # Read again only when a word turns Latin whole ("ЅYЅТЕМ"): a word of Russian or Greek keeps
     # letters drawn like no Latin one (и, д, λ), and a check of each reading is a whole check.
-    if not any(c in read for c in _COLON_LIKE) and not any(
-            not word.isascii() and word.translate(_LOOKALIKES).isascii() for word in _WORD.findall(read)):
-        return (read,)
-    return (read, read.translate(_LOOKALIKES))
+    if any(c in bare for c in _COLON_LIKE) or any(
+            not word.isascii() and word.translate(_LOOKALIKES).isascii() for word in _WORD.findall(bare)):
+        readings.append(bare.translate(_LOOKALIKES))
+    return tuple(readings)
+
+
+def _joined_letters(match: re.Match[str]) -> str:
+    return _SPACER.sub("", match.group())
 
 
 def _quoted_line(line: str) -> str:
