@@ -191,6 +191,67 @@ def test_either_indexing_hook_is_enough_and_both_see_every_document(tmp_path):
         memory.close()
 
 
+def test_what_an_inline_index_refused_is_indexed_again_and_flush_says_so(tmp_path, monkeypatch):
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+    from ovos_memory_plugins.storage import retrieval as store_module
+
+    class Flaky(BaseRetrievalMemory):  # indexes in the turn's own transaction (no worker)
+        down = True
+
+        def _store_document(self, doc_id, text, session_id, metadata):
+            if self.down:
+                raise RuntimeError("backend down")
+            self.seen.append(text)
+
+        def _query_backend(self, query, top_k, session_id=None):
+            return []
+
+    memory = Flaky({"db_path": str(tmp_path / "flaky.db")})
+    memory.seen = []
+    memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
+    assert memory.flush(5) is False  # the exchange waits: not every update is indexed
+    memory.down = False
+    memory.update_history([AgentMessage(U, "my cat is Tom"), AgentMessage(A, "cute")], "s")
+    assert memory.seen == ["Q: my cat is Tom\nA: cute"]  # the refused one waits for its retry
+    monkeypatch.setattr(store_module, "INLINE_RETRY_S", 0.0)
+    memory.down = True
+    memory.update_history([AgentMessage(U, "my bird is Kiwi"), AgentMessage(A, "sweet")], "s")
+    memory.down = False
+    memory.update_history([AgentMessage(U, "my fish is Nemo"), AgentMessage(A, "wet")], "s")  # retry due
+    assert sorted(memory.seen) == sorted(["Q: my cat is Tom\nA: cute", "Q: my fish is Nemo\nA: wet",
+                                          "Q: my dog is Rex\nA: nice", "Q: my bird is Kiwi\nA: sweet"])
+    assert memory.flush(5) is True
+    memory.close()
+
+
+def test_an_inline_index_refused_at_close_is_indexed_by_the_next_process(tmp_path):
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+
+    class Flaky(BaseRetrievalMemory):
+        down = False
+
+        def _store_document(self, doc_id, text, session_id, metadata):
+            if type(self).down:
+                raise RuntimeError("backend down")
+            self.seen.append(text)
+
+        def _query_backend(self, query, top_k, session_id=None):
+            return []
+
+    Flaky.down = True
+    memory = Flaky({"db_path": str(tmp_path / "flaky.db")})
+    memory.seen = []
+    memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
+    assert memory.flush(5) is False
+    memory.close()
+    Flaky.down = False
+    again = Flaky({"db_path": str(tmp_path / "flaky.db")})
+    again.seen = []
+    assert again.flush(5) is True
+    assert again.seen[-1] == "Q: my dog is Rex\nA: nice"
+    again.close()
+
+
 def test_a_failing_backend_is_logged_once_as_an_error_and_the_turn_goes_on(tmp_path, monkeypatch):
     from ovos_memory_plugins._core.log import LOG
 

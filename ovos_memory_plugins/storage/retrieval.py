@@ -56,6 +56,9 @@ LEASE_S = 120.0
 CONTINUATION_S = 60.0
 #: How often flush() looks whether documents another process holds are done.
 FLUSH_POLL_S = 0.1
+#: Seconds between a turn's attempts to index again what an index written in the turn's own
+#: transaction refused (a backend that stays down would otherwise cost every turn a failure).
+INLINE_RETRY_S = 30.0
 
 
 class IndexOwner(Protocol):
@@ -122,6 +125,10 @@ class RetrievalStore:
                                        failure_level=owner.index_failure_level) if self.background else None
         #: Keyword recall of the documents the worker has not indexed yet (None: nothing waits).
         self.pending = PendingRecall(self.docs) if self.background else None
+        #: Without a worker: documents wait that an inline index refused (or an earlier process
+        #: left), indexed again at a write once their retry is due, or at flush().
+        self._inline_pending = False
+        self._retry_inline_at = 0.0
         self._lease_owner = lease_owner()  # this store's leases, among every process's (a dead one's are freed)
 
     def _indexes_in_background(self, owner: IndexOwner) -> bool:
@@ -154,6 +161,7 @@ class RetrievalStore:
         docs = self.db.transaction(write)  # a damaged file is replaced, and the exchange written anew
         if self.worker is not None and docs:
             after_commit(self.db, self.worker.notify)  # an enclosing transaction (a composite's) first
+        self._retry_refused(due_only=True)
         return len(docs)
 
     def add(self, session_id: str, text: str, metadata: Mapping[str, Any]) -> Document:
@@ -170,6 +178,7 @@ class RetrievalStore:
         doc = self.db.transaction(write)
         if self.worker is not None:
             after_commit(self.db, self.worker.notify)
+        self._retry_refused(due_only=True)
         return doc
 
     def expire(self, max_age: float | None) -> None:
@@ -277,7 +286,8 @@ class RetrievalStore:
         process that holds it (until it is done or its lease runs out and this worker takes it).
         False on timeout or when the worker fails."""
         if self.worker is None:
-            return True
+            self.ensure_started()
+            return self._retry_refused(due_only=False)
         self.ensure_started()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -311,7 +321,11 @@ class RetrievalStore:
         if not self.owner.index_survives_restart:
             self._replay_indexed()
         if not self.db.read_only and self.docs.count_pending():  # a read-only command writes nothing
-            self._index_pending_now()
+            if self.worker is not None:
+                self._index_pending_now()
+            else:
+                self._inline_pending = True
+                self._retry_refused(due_only=False)
 
     # -- indexing ------------------------------------------------------------------------
     def _replay_indexed(self) -> None:
@@ -334,7 +348,30 @@ class RetrievalStore:
             with self.db.atomic() as con:
                 self._index_inline(con, self.docs.pending(self.owner.index_batch * 32, con), pending=True)
         except MemoryPluginError as exc:
-            self._log.error("index", "%s: indexing failed: %s", self._name, exc)
+            self._refused(exc, "%s: indexing failed: %s")
+
+    def _retry_refused(self, due_only: bool) -> bool:
+        """Without a worker, index what an inline index refused (``due_only``: only when its
+        retry is due, as a turn does); True when nothing is left pending."""
+        if self.worker is not None or not self._inline_pending or self.db.read_only:
+            return True
+        if due_only and time.monotonic() < self._retry_inline_at:
+            return False
+        left = self.docs.count_pending()
+        while left:
+            self._inline_pending = False
+            self._index_pending_now()  # refused again: the flag is back, and the retry later
+            now = self.docs.count_pending()
+            if self._inline_pending or now >= left:
+                self._inline_pending = True
+                return False
+            left = now
+        return True
+
+    def _refused(self, exc: Exception, message: str) -> None:
+        self._inline_pending = True
+        self._retry_inline_at = time.monotonic() + INLINE_RETRY_S
+        self._log.error("index", message, self._name, exc)
 
     def _index_inline(self, con: Any, docs: Sequence[Document], pending: bool = False) -> None:
         """Index inside the caller's transaction; a failure leaves the documents pending.
@@ -352,7 +389,7 @@ class RetrievalStore:
             self._log.clear("index", f"{self._name}: indexing works again")
         except Exception as exc:  # noqa: BLE001 - the window and documents are safe; retry later
             self.docs.mark_indexed(con, [d.rowid for d in docs], False)
-            self._log.error("index", "%s: failed to store document(s): %s; will retry", self._name, exc)
+            self._refused(exc, "%s: failed to store document(s): %s; will retry")
 
     def index_step(self, busy_wait: float | None = None) -> bool:
         """Index one batch of pending documents; True while more are pending.
