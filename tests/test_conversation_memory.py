@@ -202,6 +202,35 @@ def test_a_reply_with_several_arrays_gives_every_array_as_the_reference_reads_th
     assert reply_items('["User likes jazz"] and also ["User is Ana"]') == ["User likes jazz", "User is Ana"]
 
 
+ANA = "My name is Ana and I live in Lyon. I love cycling."
+
+
+@pytest.mark.parametrize("reply", [
+    "1. Name: Ana\n2. Lives in: Lyon\n3. Likes: cycling",
+    "* **Name:** Ana\n* **Location:** Lyon\n* **Hobbies:** cycling",
+    '[{"name": "Ana"}, {"location": "Lyon"}, {"hobby": "cycling"}]',
+    '{"name": "Ana", "city": "Lyon", "interests": ["cycling"]}',
+    '{"facts": [{"attribute": "first name", "value": "Ana"}, {"attribute": "city", "value": "Lyon"},'
+    ' {"attribute": "hobbies", "value": "cycling"}]}',
+    '["name: Ana", "current_city: Lyon", "likes: cycling"]',
+])
+def test_facts_a_model_writes_under_labels_of_its_own_are_read_as_the_schemas(reply):
+    facts = {f.text for f in clean_items(reply_items(reply), ANA)}
+    assert {"User's name is Ana", "User lives in Lyon"} <= facts
+    assert any("cycling" in f for f in facts) and len(facts) == 3, facts
+
+
+@pytest.mark.parametrize("reply", [
+    '["name: Bob", "location: Paris", "job: pilot"]',  # not what the user said
+    '{"name": "Assistant", "location": "kitchen"}',
+    '["Location: Lyon"]',  # a city the user never said they live in
+    '{"nickname": "Ana", "mood": "cycling"}',  # labels of no known attribute
+])
+def test_labelled_values_the_user_did_not_state_as_such_are_not_kept(reply):
+    said = "My name is Ana and I love cycling. Lyon is pretty." if "Lyon" in reply else ANA
+    assert clean_items(reply_items(reply), said) == []
+
+
 def test_a_first_person_sentence_copied_by_the_model_is_stored_in_the_third_person():
     assert [f.text for f in clean_items(["I love jazz"], "I love jazz and fado")] == ["User loves jazz"]
 

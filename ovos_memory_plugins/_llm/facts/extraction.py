@@ -354,7 +354,8 @@ def _person_of(item: Mapping[str, Any], attribute: str, value: str, user: str) -
 def _structured(item: Mapping[str, Any], exchange: Exchange) -> tuple[str, str, bool, str] | None:
     """(attribute, value, negated, person) of a structured item the user really stated, else None."""
     attribute = str(item.get("attribute") or item.get("key") or item.get("type") or "").strip().casefold()
-    attribute = attribute.replace(" ", "_")
+    named = _own_label(attribute)  # "city" is home_city
+    attribute = named if named is not None and not named.startswith("User ") else attribute.replace(" ", "_")
     value = _one_line(str(item.get("value") or "")).strip(" .,;:!\"'")
     negated = item.get("negated") is True or str(item.get("negated")).casefold() == "true"
     if attribute not in ATTRIBUTES or not value or len(value) > MAX_VALUE_CHARS or len(value.split()) > 8:
@@ -425,6 +426,53 @@ def _sentence(text: str, exchange: Exchange) -> list[Fact]:
     return [read_fact(text)]
 
 
+# A model that writes its own labels instead of sentences ("Location: Lyon", {"city": "Lyon"}):
+# the labels it is likely to use, as the schema's attributes; or, for a verb, the sentence's start.
+_OWN_LABELS: dict[str, str] = {
+    **{attribute: attribute for attribute in ATTRIBUTES if attribute != "other"},
+    **{label: attribute for attribute, label in ATTRIBUTES.items() if attribute != "other"},
+    "first name": "name", "full name": "name", "city": "home_city", "current city": "home_city",
+    "location": "home_city", "current location": "home_city", "residence": "home_city", "home": "home_city",
+    "lives in": "home_city", "occupation": "job", "profession": "job", "job title": "job", "works as": "job",
+    "employer": "workplace", "company": "workplace", "works at": "workplace", "pets": "pet",
+    "hobbies": "hobby", "interests": "hobby", "interest": "hobby", "activities": "hobby",
+    "favorite music": "music", "favourite music": "music", "music taste": "music", "languages": "language",
+    "favorite food": "food", "favourite food": "food", "diet": "food", "allergy": "health",
+    "allergies": "health", "spouse": "partner", "wife": "partner", "husband": "partner",
+    "girlfriend": "partner", "boyfriend": "partner", "friends": "friend", "travel plans": "trip",
+    "likes": "User likes", "loves": "User loves", "enjoys": "User enjoys", "dislikes": "User dislikes",
+    "preferences": "User likes", "preference": "User likes",
+}
+_OWN_LABEL = re.compile(r"^[\s*_\-\u2022\d.)]*(?:(?:the\s+)?user'?s?\s+)?(?P<label>[^\W\d][\w '-]{0,24}?)"
+                        r"[\s*_]*:[\s*_]*(?P<value>\S.*)$", re.IGNORECASE)
+
+
+def _own_label(label: str) -> str | None:
+    return _OWN_LABELS.get(" ".join(label.replace("_", " ").casefold().split()))
+
+
+def _relabelled(item: Any) -> list[Any]:
+    """A fact under a label of the model's own, as the schema's items: ``{"city": "Lyon"}`` and
+    ``"Location: Lyon"`` as ``{"attribute": "home_city", "value": "Lyon"}``, ``"Likes: cycling"``
+    as "User likes cycling" (each still checked against what the user said); [] for any other."""
+    if isinstance(item, str):
+        found = _OWN_LABEL.match(_one_line(item).strip())
+        pairs = [(found.group("label"), found.group("value"))] if found else []
+    elif isinstance(item, Mapping) and not {"attribute", "key", "type"} & set(item):
+        pairs = [(str(k), v) for k, v in item.items()]
+    else:
+        return []
+    out: list[Any] = []
+    for label, values in pairs:
+        meant = _own_label(label)
+        for value in values if isinstance(values, list) else [values]:
+            if meant is None or not isinstance(value, (str, int)) or isinstance(value, bool):
+                continue
+            value = str(value).strip()
+            out.append(f"{meant} {value}" if meant.startswith("User ") else {"attribute": meant, "value": value})
+    return out
+
+
 def _fact(attribute: str, value: str, negated: bool, person: str) -> Fact:
     if not person:
         return model_fact(attribute, value, negated)
@@ -433,31 +481,38 @@ def _fact(attribute: str, value: str, negated: bool, person: str) -> Fact:
 
 
 def clean(items: Iterable[Any], exchange: Exchange) -> list[Fact]:
-    """The model's items (objects or sentences) that the user really stated, as facts."""
+    """The model's items (objects or sentences, or values under labels of its own) that the user
+    really stated, as facts."""
     kept: list[tuple[str, str, bool, str]] = []
     sentences: list[Fact] = []
     for item in items:
-        if isinstance(item, str):
-            for fact in _sentence(item, exchange):
-                if all(f.text.casefold() != fact.text.casefold() for f in sentences):
-                    sentences.append(fact)
-            continue
-        if not isinstance(item, Mapping):
-            continue
-        found = _structured(item, exchange)
-        if found is None:
-            continue
-        attribute, value, negated, person = found
-        same = next((i for i, k in enumerate(kept) if k[0] == attribute and k[3] == person
-                     and is_single_valued(attribute)), None)
-        if same is not None:  # two values of one single-valued attribute in one turn: one fact
-            old = kept[same]
-            if _fold(value) not in _fold(old[1]):
-                kept[same] = (attribute, f"{old[1]}, {value}", old[2], person)
-            continue
-        kept.append(found)
+        said = _sentence(item, exchange) if isinstance(item, str) else []
+        for one in ([] if said else _relabelled(item) or [item]):
+            if isinstance(one, str):
+                said += _sentence(one, exchange)
+            elif isinstance(one, Mapping):
+                _keep(kept, _structured(one, exchange))
+        for fact in said:
+            if all(f.text.casefold() != fact.text.casefold() for f in sentences):
+                sentences.append(fact)
     facts = [_fact(*found) for found in kept]
     return [f for f in [*facts, *sentences] if len(f.text) <= MAX_FACT_CHARS]
+
+
+def _keep(kept: list[tuple[str, str, bool, str]], found: tuple[str, str, bool, str] | None) -> None:
+    """Add a structured item's (attribute, value, negated, person) to ``kept``: two values of one
+    single-valued attribute in one turn make one fact."""
+    if found is None:
+        return
+    attribute, value, _, person = found
+    same = next((i for i, k in enumerate(kept) if k[0] == attribute and k[3] == person
+                 and is_single_valued(attribute)), None)
+    if same is None:
+        kept.append(found)
+        return
+    old = kept[same]
+    if _fold(value) not in _fold(old[1]):
+        kept[same] = (attribute, f"{old[1]}, {value}", old[2], person)
 
 
 def clean_items(items: Iterable[Any], user: str, asked: str = "") -> list[Fact]:

@@ -104,6 +104,8 @@ def _items_of(value: Any) -> list[Any]:
         if {"attribute", "value"} <= set(value):
             return [value]
         lists = [v for v in value.values() if isinstance(v, list)]
+        if lists and any(isinstance(v, str) for k, v in value.items() if k not in _TEXT_KEYS):
+            return [value]  # one record of labelled values ({"name": "Ana", "hobbies": [...]})
         if lists:
             return [item for found in lists for item in found]
         texts = [v for k, v in value.items() if k in _TEXT_KEYS and isinstance(v, str)]
@@ -204,7 +206,10 @@ def fact_strings(reply: str) -> list[str]:
     """
     out: dict[str, str] = {}
     for item in reply_items(reply):
-        if isinstance(item, str) and any(c.isalnum() for c in item):
-            text = " ".join(item.split())
-            out.setdefault(text.casefold(), text)
+        # A record of labelled values ({"name": "Ana", "hobbies": [...]}): the strings of its lists.
+        listed = [x for v in item.values() if isinstance(v, list) for x in v] if isinstance(item, dict) else [item]
+        for text in listed:
+            if isinstance(text, str) and any(c.isalnum() for c in text):
+                text = " ".join(text.split())
+                out.setdefault(text.casefold(), text)
     return list(out.values())
