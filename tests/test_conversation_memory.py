@@ -11,8 +11,15 @@ import json
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from ovos_memory_plugins._llm.facts.extraction import Exchange, clean_items, exchanges_of, question_in, worth_reading
-from ovos_memory_plugins._llm.facts.parsing import reply_items
+from ovos_memory_plugins._llm.facts.extraction import (
+    Exchange,
+    clean_items,
+    exchanges_of,
+    model_items,
+    question_in,
+    worth_reading,
+)
+from ovos_memory_plugins._llm.facts.parsing import fact_strings, reply_items
 from ovos_memory_plugins.entity import EntityMemory
 from ovos_memory_plugins.longterm import LongTermMemory
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
@@ -207,28 +214,48 @@ ANA = "My name is Ana and I live in Lyon. I love cycling."
 
 @pytest.mark.parametrize("reply", [
     "1. Name: Ana\n2. Lives in: Lyon\n3. Likes: cycling",
-    "* **Name:** Ana\n* **Location:** Lyon\n* **Hobbies:** cycling",
-    '[{"name": "Ana"}, {"location": "Lyon"}, {"hobby": "cycling"}]',
+    "* **Name:** Ana\n* **City:** Lyon\n* **Hobbies:** cycling",
+    '[{"name": "Ana"}, {"city": "Lyon"}, {"hobby": "cycling"}]',
     '{"name": "Ana", "city": "Lyon", "interests": ["cycling"]}',
+    '{"name": "Ana", "current_city": "Lyon", "hobbies": "cycling"}',
     '{"facts": [{"attribute": "first name", "value": "Ana"}, {"attribute": "city", "value": "Lyon"},'
     ' {"attribute": "hobbies", "value": "cycling"}]}',
     '["name: Ana", "current_city: Lyon", "likes: cycling"]',
 ])
 def test_facts_a_model_writes_under_labels_of_its_own_are_read_as_the_schemas(reply):
-    facts = {f.text for f in clean_items(reply_items(reply), ANA)}
+    facts = {f.text for f in clean_items(model_items(reply), ANA)}
     assert {"User's name is Ana", "User lives in Lyon"} <= facts
     assert any("cycling" in f for f in facts) and len(facts) == 3, facts
 
 
-@pytest.mark.parametrize("reply", [
-    '["name: Bob", "location: Paris", "job: pilot"]',  # not what the user said
-    '{"name": "Assistant", "location": "kitchen"}',
-    '["Location: Lyon"]',  # a city the user never said they live in
-    '{"nickname": "Ana", "mood": "cycling"}',  # labels of no known attribute
+@pytest.mark.parametrize("reply, said", [
+    ('["name: Bob", "city: Paris", "job: pilot"]', ANA),  # not what the user said
+    ('{"name": "Assistant", "city": "kitchen"}', ANA),
+    ('["City: Lyon"]', "My name is Ana and I love cycling. Lyon is pretty."),  # no "I live"
+    ('{"nickname": "Ana", "mood": "cycling"}', ANA),  # labels of no known attribute
+    ('["Current location: Paris"]', "I live in Lyon, but this week I'm in Paris for work."),
+    ('["Home: Porto"]', "I live in Lyon now, but I'm flying home to Porto for Christmas."),
+    ('[{"pets": 2}, {"hobbies": [1, "hiking"]}]', "I have 1 cat and 2 dogs."),
+    ('[{"likes": "reggae", "negated": true}]', "I used to love reggae but now I mostly listen to opera."),
 ])
-def test_labelled_values_the_user_did_not_state_as_such_are_not_kept(reply):
-    said = "My name is Ana and I love cycling. Lyon is pretty." if "Lyon" in reply else ANA
-    assert clean_items(reply_items(reply), said) == []
+def test_labelled_values_the_user_did_not_state_as_such_are_not_kept(reply, said):
+    assert clean_items(model_items(reply), said) == []
+
+
+def test_a_labelled_record_keeps_whose_fact_it_is_and_its_negation():
+    said = "Luc thinks Lyon is great and wants me there, but I live in Paris."
+    assert not [f for f in clean_items(model_items('[{"person": "Luc", "city": "Lyon"}]'), said)
+                if f.text == "User lives in Lyon"]
+    said = "I used to love reggae but now I mostly listen to opera."
+    assert [f.text for f in clean_items(model_items('[{"music": "reggae", "negated": true}]'), said)] == [
+        "User's music: not reggae"]
+
+
+def test_a_record_of_the_models_own_keys_holding_fact_sentences_is_read_as_before():
+    reply = '{"user_facts": ["User likes jazz", "User lives in Lyon"], "status": "ok"}'
+    assert [f.text for f in clean_items(model_items(reply), "I like jazz and I live in Lyon")] == [
+        "User likes jazz", "User lives in Lyon"]
+    assert fact_strings('[{"attribute": "music", "value": "jazz", "keywords": ["jazz", "music"]}]') == []
 
 
 def test_a_first_person_sentence_copied_by_the_model_is_stored_in_the_third_person():

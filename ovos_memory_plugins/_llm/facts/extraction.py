@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from ..._core.tokens import estimate_tokens, truncate_to_tokens
 from ...errors import LLMContextOverflow
 from .kinds import ATTRIBUTES, about, is_single_valued, person_attribute, statement
-from .parsing import reply_items
+from .parsing import json_object, reply_items
 from .rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact, model_fact, normalise
 from .safety import is_grounded, snap_value, steers
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ..client import ChatClient
 
 __all__ = ["EXAMPLE_VALUES", "Exchange", "clean_items", "exchanges_of", "extract", "extraction_messages",
-           "is_small_talk", "question_in", "worth_reading"]
+           "is_small_talk", "model_items", "question_in", "worth_reading"]
 
 #: Items read per exchange of a request, at most (a reply looping on one item stops there).
 MAX_ITEMS = 8
@@ -431,14 +431,14 @@ def _sentence(text: str, exchange: Exchange) -> list[Fact]:
 _OWN_LABELS: dict[str, str] = {
     **{attribute: attribute for attribute in ATTRIBUTES if attribute != "other"},
     **{label: attribute for attribute, label in ATTRIBUTES.items() if attribute != "other"},
+    # Not "location" nor "home": where the user is now, or comes from, is not where they live.
     "first name": "name", "full name": "name", "city": "home_city", "current city": "home_city",
-    "location": "home_city", "current location": "home_city", "residence": "home_city", "home": "home_city",
-    "lives in": "home_city", "occupation": "job", "profession": "job", "job title": "job", "works as": "job",
-    "employer": "workplace", "company": "workplace", "works at": "workplace", "pets": "pet",
-    "hobbies": "hobby", "interests": "hobby", "interest": "hobby", "activities": "hobby",
-    "favorite music": "music", "favourite music": "music", "music taste": "music", "languages": "language",
-    "favorite food": "food", "favourite food": "food", "diet": "food", "allergy": "health",
-    "allergies": "health", "spouse": "partner", "wife": "partner", "husband": "partner",
+    "residence": "home_city", "lives in": "home_city", "occupation": "job", "profession": "job",
+    "job title": "job", "works as": "job", "employer": "workplace", "company": "workplace",
+    "works at": "workplace", "pets": "pet", "hobbies": "hobby", "interests": "hobby", "interest": "hobby",
+    "activities": "hobby", "favorite music": "music", "favourite music": "music", "music taste": "music",
+    "languages": "language", "favorite food": "food", "favourite food": "food", "diet": "food",
+    "allergy": "health", "allergies": "health", "spouse": "partner", "wife": "partner", "husband": "partner",
     "girlfriend": "partner", "boyfriend": "partner", "friends": "friend", "travel plans": "trip",
     "likes": "User likes", "loves": "User loves", "enjoys": "User enjoys", "dislikes": "User dislikes",
     "preferences": "User likes", "preference": "User likes",
@@ -453,24 +453,51 @@ def _own_label(label: str) -> str | None:
 
 def _relabelled(item: Any) -> list[Any]:
     """A fact under a label of the model's own, as the schema's items: ``{"city": "Lyon"}`` and
-    ``"Location: Lyon"`` as ``{"attribute": "home_city", "value": "Lyon"}``, ``"Likes: cycling"``
-    as "User likes cycling" (each still checked against what the user said); [] for any other."""
+    ``"City: Lyon"`` as ``{"attribute": "home_city", "value": "Lyon"}``, ``"Likes: cycling"`` as
+    "User likes cycling" (each still checked against what the user said); [] for any other.
+    An object's ``person`` and ``negated`` go with each of its values."""
+    carried: dict[str, Any] = {}
     if isinstance(item, str):
         found = _OWN_LABEL.match(_one_line(item).strip())
         pairs = [(found.group("label"), found.group("value"))] if found else []
     elif isinstance(item, Mapping) and not {"attribute", "key", "type"} & set(item):
-        pairs = [(str(k), v) for k, v in item.items()]
+        pairs = [(str(k), v) for k, v in item.items() if k not in _CARRIED]
+        carried = {k: item[k] for k in _CARRIED if k in item}
     else:
         return []
     out: list[Any] = []
     for label, values in pairs:
         meant = _own_label(label)
         for value in values if isinstance(values, list) else [values]:
-            if meant is None or not isinstance(value, (str, int)) or isinstance(value, bool):
+            if meant is None or not _plain_value(value, meant):
                 continue
             value = str(value).strip()
-            out.append(f"{meant} {value}" if meant.startswith("User ") else {"attribute": meant, "value": value})
+            if not meant.startswith("User "):
+                out.append({"attribute": meant, "value": value, **carried})
+            elif not carried:  # a sentence of the user's own: it cannot say someone else, or "not"
+                out.append(f"{meant} {value}")
     return out
+
+
+_CARRIED = ("person", "negated")
+
+
+def _plain_value(value: Any, meant: str) -> bool:
+    """A text, or a number for an age: the values a labelled fact can have."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, str) or (isinstance(value, int) and meant == "age")
+
+
+def model_items(reply: str) -> list[Any]:
+    """The items of a fact reply (:func:`reply_items`), and the reply's object itself when it is
+    a record of labelled values (``{"name": "Ana", "hobbies": [...]}``: its lists alone would
+    lose the name)."""
+    items = reply_items(reply)
+    record = json_object(reply)
+    if record is not None and any(_own_label(str(k)) for k in record):
+        items.append(record)
+    return items
 
 
 def _fact(attribute: str, value: str, negated: bool, person: str) -> Fact:
@@ -487,7 +514,7 @@ def clean(items: Iterable[Any], exchange: Exchange) -> list[Fact]:
     sentences: list[Fact] = []
     for item in items:
         said = _sentence(item, exchange) if isinstance(item, str) else []
-        for one in ([] if said else _relabelled(item) or [item]):
+        for one in [] if said else _relabelled(item) or ([] if isinstance(item, str) else [item]):
             if isinstance(one, str):
                 said += _sentence(one, exchange)
             elif isinstance(one, Mapping):
@@ -581,7 +608,7 @@ def extract(client: ChatClient, exchanges: Sequence[Exchange], max_tokens: int =
                 raise
             # The server named its context (the client learnt it): the request is rebuilt to fit.
             reply = client.chat(extraction_messages(batch, client, max_tokens), max_tokens=max_tokens)
-        items = reply_items(reply.text)[: MAX_ITEMS * len(batch)]
+        items = model_items(reply.text)[: MAX_ITEMS * len(batch)]
         _replies.put(key, items)
     together = Exchange("\n".join(e.user for e in batch), "", "\n".join(e.asked for e in batch if e.asked))
     found = [(sent[_owner(fact, batch)], fact) for fact in clean(items, together)]

@@ -21,8 +21,8 @@ import json
 import re
 from typing import Any
 
-__all__ = ["MAX_FAILED_DECODES", "MAX_SCAN_CHARS", "close_json", "fact_strings", "find_json_arrays", "parse_items",
-           "reply_items"]
+__all__ = ["MAX_FAILED_DECODES", "MAX_SCAN_CHARS", "close_json", "fact_strings", "find_json_arrays", "json_object",
+           "parse_items", "reply_items"]
 
 #: Only the start of a reply is scanned (as the reference): a fact list is short.
 MAX_SCAN_CHARS = 16_384
@@ -104,8 +104,6 @@ def _items_of(value: Any) -> list[Any]:
         if {"attribute", "value"} <= set(value):
             return [value]
         lists = [v for v in value.values() if isinstance(v, list)]
-        if lists and any(isinstance(v, str) for k, v in value.items() if k not in _TEXT_KEYS):
-            return [value]  # one record of labelled values ({"name": "Ana", "hobbies": [...]})
         if lists:
             return [item for found in lists for item in found]
         texts = [v for k, v in value.items() if k in _TEXT_KEYS and isinstance(v, str)]
@@ -144,6 +142,19 @@ def parse_items(reply: str, max_chars: int = MAX_SCAN_CHARS,
             items.pop()
         return items, True
     return [], False
+
+
+def json_object(reply: str, max_chars: int = MAX_SCAN_CHARS) -> dict[str, Any] | None:
+    """The JSON object a reply opens with (after any text before it), whole, else None."""
+    text = (reply or "")[:max_chars]
+    start = text.find("{")
+    if start < 0 or 0 <= text.find("[") < start:
+        return None
+    try:
+        value = _DECODER.raw_decode(text[start:])[0]
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _cut_inside(last: Any, closed: str, prefix: str) -> bool:
@@ -206,10 +217,7 @@ def fact_strings(reply: str) -> list[str]:
     """
     out: dict[str, str] = {}
     for item in reply_items(reply):
-        # A record of labelled values ({"name": "Ana", "hobbies": [...]}): the strings of its lists.
-        listed = [x for v in item.values() if isinstance(v, list) for x in v] if isinstance(item, dict) else [item]
-        for text in listed:
-            if isinstance(text, str) and any(c.isalnum() for c in text):
-                text = " ".join(text.split())
-                out.setdefault(text.casefold(), text)
+        if isinstance(item, str) and any(c.isalnum() for c in item):
+            text = " ".join(item.split())
+            out.setdefault(text.casefold(), text)
     return list(out.values())
