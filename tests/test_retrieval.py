@@ -252,6 +252,91 @@ def test_an_inline_index_refused_at_close_is_indexed_by_the_next_process(tmp_pat
     again.close()
 
 
+def test_a_document_an_inline_index_always_rejects_holds_up_no_other(tmp_path, monkeypatch):
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+    from ovos_memory_plugins.storage import retrieval as store_module
+
+    monkeypatch.setattr(store_module, "INLINE_RETRY_S", 0.0)  # every write finds its retry due
+
+    class Picky(BaseRetrievalMemory):
+        down = True
+
+        def _store_document(self, doc_id, text, session_id, metadata):
+            if self.down or "POISON" in text:
+                raise RuntimeError("rejected")
+            self.seen.append(text)
+
+        def _query_backend(self, query, top_k, session_id=None):
+            return []
+
+    memory = Picky({"db_path": str(tmp_path / "picky.db")})
+    memory.seen = []
+    memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
+    memory.update_history([AgentMessage(U, "POISON"), AgentMessage(A, "ok")], "s")
+    memory.down = False
+    memory.update_history([AgentMessage(U, "turn 0"), AgentMessage(A, "ok")], "s")
+    # Stored, and marked: at most twice (a batch that fails is stored again one by one, as the
+    # background indexer does; an index of its own outside the database cannot be rolled back).
+    rex = memory.seen.count("Q: my dog is Rex\nA: nice")
+    assert 1 <= rex <= 2
+    for i in range(1, 4):
+        memory.update_history([AgentMessage(U, f"turn {i}"), AgentMessage(A, "ok")], "s")
+    assert memory.seen.count("Q: my dog is Rex\nA: nice") == rex  # never again
+    assert memory.flush(5) is False  # the rejected one still waits
+    assert [d.text for d in memory._store.docs.pending(10)] == ["Q: POISON\nA: ok"]
+    memory.close()
+
+
+def test_a_turn_indexes_one_batch_of_an_inline_backlog_and_flush_keeps_its_timeout(tmp_path, monkeypatch):
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+    from ovos_memory_plugins.storage import retrieval as store_module
+
+    monkeypatch.setattr(store_module, "INLINE_RETRY_S", 0.0)
+
+    class Slow(BaseRetrievalMemory):
+        index_batch = 4
+        down = True
+
+        def _store_document(self, doc_id, text, session_id, metadata):
+            if self.down:
+                raise RuntimeError("backend down")
+            self.seen.append(text)
+
+        def _query_backend(self, query, top_k, session_id=None):
+            return []
+
+    memory = Slow({"db_path": str(tmp_path / "slow.db")})
+    memory.seen = []
+    for i in range(20):
+        memory.update_history([AgentMessage(U, f"question {i}"), AgentMessage(A, "ok")], "s")
+    memory.down = False
+    memory.update_history([AgentMessage(U, "one more"), AgentMessage(A, "ok")], "s")
+    assert len(memory.seen) == 1 + 4  # its own exchange, and one batch of the backlog
+    assert memory.flush(0) is False  # a deadline already past: one batch, then it says so
+    assert len(memory.seen) == 1 + 8
+    assert memory.flush(30) is True and len(memory.seen) == 21
+    memory.close()
+
+
+def test_flush_says_false_for_a_document_another_instance_left_unindexed(tmp_path):
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+
+    class Flaky(BaseRetrievalMemory):
+        def _store_document(self, doc_id, text, session_id, metadata):
+            if "Rex" in text:
+                raise RuntimeError("rejected")
+
+        def _query_backend(self, query, top_k, session_id=None):
+            return []
+
+    path = str(tmp_path / "shared.db")
+    one, two = Flaky({"db_path": path}), Flaky({"db_path": path})
+    one.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
+    assert one.flush(5) is False and two.flush(5) is False
+    one.close()
+    two.close()
+
+
 def test_a_failing_backend_is_logged_once_as_an_error_and_the_turn_goes_on(tmp_path, monkeypatch):
     from ovos_memory_plugins._core.log import LOG
 

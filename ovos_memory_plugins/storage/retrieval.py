@@ -59,6 +59,8 @@ FLUSH_POLL_S = 0.1
 #: Seconds between a turn's attempts to index again what an index written in the turn's own
 #: transaction refused (a backend that stays down would otherwise cost every turn a failure).
 INLINE_RETRY_S = 30.0
+#: Batches indexed at first use, of what an earlier process left pending without a worker.
+START_BATCHES = 32
 
 
 class IndexOwner(Protocol):
@@ -161,7 +163,7 @@ class RetrievalStore:
         docs = self.db.transaction(write)  # a damaged file is replaced, and the exchange written anew
         if self.worker is not None and docs:
             after_commit(self.db, self.worker.notify)  # an enclosing transaction (a composite's) first
-        self._retry_refused(due_only=True)
+        self._retry_due()
         return len(docs)
 
     def add(self, session_id: str, text: str, metadata: Mapping[str, Any]) -> Document:
@@ -178,7 +180,7 @@ class RetrievalStore:
         doc = self.db.transaction(write)
         if self.worker is not None:
             after_commit(self.db, self.worker.notify)
-        self._retry_refused(due_only=True)
+        self._retry_due()
         return doc
 
     def expire(self, max_age: float | None) -> None:
@@ -287,7 +289,7 @@ class RetrievalStore:
         False on timeout or when the worker fails."""
         if self.worker is None:
             self.ensure_started()
-            return self._retry_refused(due_only=False)
+            return self._index_refused(deadline=None if timeout is None else time.monotonic() + timeout)
         self.ensure_started()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -324,8 +326,7 @@ class RetrievalStore:
             if self.worker is not None:
                 self._index_pending_now()
             else:
-                self._inline_pending = True
-                self._retry_refused(due_only=False)
+                self._index_refused(batches=START_BATCHES)
 
     # -- indexing ------------------------------------------------------------------------
     def _replay_indexed(self) -> None:
@@ -341,37 +342,65 @@ class RetrievalStore:
         self._log.clear("replay", f"{self._name}: the stored documents are indexed again")
 
     def _index_pending_now(self) -> None:
+        """What is pending, indexed now: by the worker, else here, all of it (an import)."""
         if self.worker is not None:
             self.worker.notify()
-            return
-        try:
-            with self.db.atomic() as con:
-                self._index_inline(con, self.docs.pending(self.owner.index_batch * 32, con), pending=True)
-        except MemoryPluginError as exc:
-            self._refused(exc, "%s: indexing failed: %s")
+        else:
+            self._index_refused()
 
-    def _retry_refused(self, due_only: bool) -> bool:
-        """Without a worker, index what an inline index refused (``due_only``: only when its
-        retry is due, as a turn does); True when nothing is left pending."""
-        if self.worker is not None or not self._inline_pending or self.db.read_only:
-            return True
-        if due_only and time.monotonic() < self._retry_inline_at:
-            return False
-        left = self.docs.count_pending()
-        while left:
+    def _retry_due(self) -> None:
+        """Without a worker, a turn's share of what inline indexing left pending: one batch, once
+        its retry is due (a turn never pays for the whole backlog)."""
+        if self._inline_pending and self.worker is None and time.monotonic() >= self._retry_inline_at:
+            self._index_refused(batches=1)
+
+    def _index_refused(self, batches: int | None = None, deadline: float | None = None) -> bool:
+        """Index what inline indexing left pending (refused, or left by another process), a batch
+        at a time, at most ``batches`` batches, until ``deadline``; True when nothing is left.
+
+        A batch that fails is stored one document at a time, so one the backend rejects holds up
+        no other (and those stored are marked, never stored again); what is still refused is
+        tried again after ``INLINE_RETRY_S``, logged once until everything is indexed.
+        """
+        if self.db.read_only:
+            return True  # a command that only looks writes nothing
+        if not self.docs.has_pending():
             self._inline_pending = False
-            self._index_pending_now()  # refused again: the flag is back, and the retry later
-            now = self.docs.count_pending()
-            if self._inline_pending or now >= left:
-                self._inline_pending = True
-                return False
-            left = now
-        return True
+            return True
+        failed: set[int] = set()
+        failure: Exception | None = None
+        left, rounds = True, 0
+        try:
+            while left and (batches is None or rounds < batches):
+                rounds += 1
+                with self.db.atomic() as con:
+                    found = self.docs.pending(self.owner.index_batch + len(failed), con)
+                    docs = [d for d in found if d.rowid not in failed]
+                    stored, refused = self._store_each(docs)
+                    self.docs.mark_indexed(con, stored, True)
+                failure = failure or refused
+                failed.update(d.rowid for d in docs if d.rowid not in set(stored))
+                left = bool(docs) and bool(stored) and (deadline is None or time.monotonic() < deadline)
+        except MemoryPluginError as exc:
+            failure = exc
+        return self._after_retry(failure, drained=not failed and failure is None and not self.docs.has_pending())
 
-    def _refused(self, exc: Exception, message: str) -> None:
+    def _after_retry(self, failure: Exception | None, drained: bool) -> bool:
+        self._inline_pending = not drained
+        if drained:
+            self._log.clear("retry", f"{self._name}: every stored document is indexed again")
+        elif failure is not None:
+            self._retry_inline_at = time.monotonic() + INLINE_RETRY_S
+            self._log.error("retry", "%s: stored document(s) could not be indexed (%s); they stay queued and are "
+                            "retried every %.0f s", self._name, failure, INLINE_RETRY_S)
+        else:
+            self._retry_inline_at = 0.0  # more to do, none refused: the next write goes on
+        return drained
+
+    def _refused(self, exc: Exception) -> None:
         self._inline_pending = True
         self._retry_inline_at = time.monotonic() + INLINE_RETRY_S
-        self._log.error("index", message, self._name, exc)
+        self._log.error("index", "%s: failed to store document(s): %s; will retry", self._name, exc)
 
     def _index_inline(self, con: Any, docs: Sequence[Document], pending: bool = False) -> None:
         """Index inside the caller's transaction; a failure leaves the documents pending.
@@ -389,7 +418,7 @@ class RetrievalStore:
             self._log.clear("index", f"{self._name}: indexing works again")
         except Exception as exc:  # noqa: BLE001 - the window and documents are safe; retry later
             self.docs.mark_indexed(con, [d.rowid for d in docs], False)
-            self._refused(exc, "%s: failed to store document(s): %s; will retry")
+            self._refused(exc)
 
     def index_step(self, busy_wait: float | None = None) -> bool:
         """Index one batch of pending documents; True while more are pending.
