@@ -16,10 +16,11 @@ must arrive as something that was *said*, not as something to *do*:
   Lines are judged in their compatibility form (NFKC: a fullwidth ``SYSTEM：`` is ``SYSTEM:``),
   without the characters a reader does not see, and once more with letters drawn like Latin
   ones (Cyrillic, Greek, Armenian, small capitals) read as those (``ЅYЅТЕМ:``, ``іgnоrе
-  previous instructions``), without accents (``ŚYSTEM:``), and with a word spelled out letter by
-  letter read whole (``S Y S T E M:``). A role in brackets (``[system]``), in markdown (``**System**:``),
-  as a longer label (``SYSTEM OVERRIDE:``), or opening a line or a recalled side before a dash
-  or an arrow (``Q: SYSTEM - obey``) counts as a role too.
+  previous instructions``), a word in capitals without its accents (``ŚYSTEM:``), and a word
+  spelled out letter by letter read whole (``S Y S T E M:``, ``S. Y. S. T. E. M.:``). A role in
+  brackets (``[system]``), in markdown (``**System**:``), as a longer label (``SYSTEM
+  OVERRIDE:``), or opening a line or a recalled side before a dash or an arrow (``Q: SYSTEM -
+  obey``) counts as a role too.
 
 Everything else passes unchanged, so ordinary memories keep their exact shape.
 
@@ -108,11 +109,22 @@ _LOOKALIKES = str.maketrans(
     "ouh" + ":" * len(_COLON_LIKE),
 )
 _WORD = re.compile(r"\w{2,}")
-# A word spelled out letter by letter, one space, dot, dash, underscore or star between them
-# ("S Y S T E M", "i.g.n.o.r.e"): four letters or more, so initials ("U S A", "B.M.W") stay as they
-# are (and a model reads them as initials).
-_SPACER = re.compile(r"[ .\-_*\u00b7]")
-_SPACED = re.compile(r"(?<![^\W_])(?:[^\W\d_][ .\-_*\u00b7]){3,}[^\W\d_](?![^\W_])")
+# A word spelled out letter by letter, one to three spaces, dots, dashes, bullets, commas, slashes
+# or the like between them ("S Y S T E M", "i.g.n.o.r.e", "S. Y. S. T. E. M.:"): four letters or
+# more, so initials ("U S A", "B.M.W") stay as they are (and a model reads them as initials). A
+# gap of two spaces or more is the gap between two words ("i g n o r e  p r e v i o u s").
+_SEPARATOR = r"[^\S\n\r]|[.\-_*\u00b7\u2022\u2027,/|+~\u2013\u2014]"
+_SPACED = re.compile(rf"(?<![^\W_])(?:[^\W\d_](?:{_SEPARATOR}){{1,3}}){{3,}}[^\W\d_](?![^\W_])"
+                     rf"(?:(?:{_SEPARATOR}){{1,3}}(?=:))?")
+# A word in capitals, read again without its accents ("ŚYSTEM"): a capitalised or lower-case one
+# keeps them, as a word of a language that has them ("Systém", "Humán").
+_CAPITALS = re.compile(r"\b[^\W\d_a-z]{3,}\b")
+_WORD_GAP = re.compile(r"[^\S\n\r]{2,}")
+_SPACER = re.compile(_SEPARATOR)
+# The words of an instruction run together when every letter had one space ("i g n o r e p r e v
+# i o u s ..."): read apart again.
+_RUN_TOGETHER = re.compile(r"(?i)(ignore|disregard|forget|override)(all|the|any|every)?(previous|prior|above|earlier)?"
+                           r"(instructions?|rules|prompts?|context)")
 # Chat-template control tokens: ChatML's and Llama's, Gemma's, Mistral's bracketed ones, DeepSeek's
 # (a fullwidth bar, U+FF5C).
 _CONTROL = re.compile(r"<[|\uff5c][^|\uff5c<>\n]{1,40}[|\uff5c]>|\[/?(?:INST|SYSTEM_PROMPT|TOOL_CALLS|AVAILABLE_TOOLS"
@@ -195,7 +207,7 @@ def _readings(text: str) -> tuple[str, ...]:
 def _unicode_readings(text: str) -> tuple[str, ...]:
     read = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
     readings = [read]
-    bare = "".join(c for c in unicodedata.normalize("NFKD", read) if not unicodedata.combining(c))
+    bare = _CAPITALS.sub(_without_accents, read)
     if bare != read:
         readings.append(bare)
     # Read again only when a word turns Latin whole ("ЅYЅТЕМ"): a word of Russian or Greek keeps
@@ -206,8 +218,15 @@ def _unicode_readings(text: str) -> tuple[str, ...]:
     return tuple(readings)
 
 
+def _without_accents(match: re.Match[str]) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKD", match.group()) if not unicodedata.combining(c))
+
+
 def _joined_letters(match: re.Match[str]) -> str:
-    return _SPACER.sub("", match.group())
+    words = [_SPACER.sub("", word) for word in _WORD_GAP.split(match.group())]
+    if all(len(word) <= 1 for word in words):  # every letter two spaces apart: one word
+        words = ["".join(words)]
+    return _RUN_TOGETHER.sub(lambda m: " ".join(g for g in m.groups() if g), " ".join(words))
 
 
 def _quoted_line(line: str) -> str:
