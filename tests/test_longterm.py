@@ -390,6 +390,19 @@ def test_a_bad_model_summary_is_not_committed_and_the_old_state_stays(make, llm,
     assert "ovos-memory-plugin-longterm:summary" not in memory.degraded()  # nor the forgotten session's id
 
 
+@pytest.mark.parametrize("preamble", ["Sure! Here is the updated summary:\n\n", "**Summary:** ", "## Summary\n",
+                                      "Here's a brief summary of the conversation: "])
+def test_a_line_announcing_the_summary_is_left_out_and_the_summary_committed(make, llm, preamble):
+    narrative = "Ana works as a nurse at Santa Maria in Lisbon."
+    llm.reply = memory_model(narrative=preamble + narrative)
+    memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
+    exchange(memory, 1, user="I'm Ana, I work as a nurse at Santa Maria in Lisbon.")
+    assert memory.flush(patience(10))
+    summary = memory.export("s")["summary"]
+    assert narrative in summary and "ummary:" not in summary and "##" not in summary and "Sure" not in summary
+    assert "ovos-memory-plugin-longterm:summary" not in memory.degraded()
+
+
 def test_a_summary_leaving_out_the_names_the_user_said_gets_the_users_sentence_naming_them(make, llm):
     # A small model asked for a few sentences about many exchanges names few of the places and
     # people; refusing its summary left the turns unfolded fold after fold.

@@ -28,7 +28,7 @@ from ..facts.kinds import wordset
 from .text import role_content
 
 __all__ = ["check_piece", "check_summary", "named_entities", "names_in", "names_required", "names_said",
-           "trim_to_sentence", "user_statements"]
+           "trim_to_sentence", "user_statements", "without_preamble"]
 
 
 # Capitalised words that open sentences without naming anything.
@@ -135,6 +135,20 @@ def names_in(text: str) -> set[str]:
 
 def _names(found: set[str]) -> set[str]:
     return {n for n in found if not n[:1].isdigit()}
+
+
+# What a model may put before the summary it was asked for ("Sure! Here is the updated summary:",
+# "**Summary:**", "## Summary"): said to the reader, not part of the summary.
+_PREAMBLE = re.compile(
+    r"^\W*(?:(?:sure|certainly|of course|okay|ok)\b\W*)?(?:here(?:\s+is|'s|\u2019s)|below\s+is)\s+(?:\w+\s+){0,3}?"
+    r"(?:summary|recap|overview)\b[^\n:]{0,60}:[\s*_]*"
+    r"|^\W*(?:(?:updated|new|conversation)\s+)?summary(?:\s+of[^\n:]{0,40})?\W*?(?::|\n)[\s*_]*",
+    re.IGNORECASE)
+
+
+def without_preamble(text: str) -> str:
+    """``text`` without a line announcing the summary before it ("Here is the summary:")."""
+    return _PREAMBLE.sub("", text.strip(), count=1).strip()
 
 
 def trim_to_sentence(text: str) -> str:

@@ -55,6 +55,7 @@ from .checks import (
     names_said,
     trim_to_sentence,
     user_statements,
+    without_preamble,
 )
 from .text import extractive_summary, role_content, split_sentences
 
@@ -356,7 +357,7 @@ class Summarizer:
                 request = _narrative_request([truncate_to_tokens("\n".join(lines), max(16, room))])
             max_tokens = min(self.max_tokens, max(reserve, client.reply_room(request)))
             try:
-                return part, trim_to_sentence(client.chat(request, max_tokens=max_tokens).text)
+                return part, trim_to_sentence(without_preamble(client.chat(request, max_tokens=max_tokens).text))
             except LLMContextOverflow as exc:
                 if not exc.limit:
                     raise
