@@ -251,6 +251,16 @@ def test_a_labelled_record_keeps_whose_fact_it_is_and_its_negation():
         "User's music: not reggae"]
 
 
+@pytest.mark.parametrize("reply", ["['User lives in Lyon', 'User loves cycling']",
+                                   "Facts: [\u201cUser lives in Lyon\u201d, \u201cUser loves cycling\u201d]"])
+def test_a_python_list_or_typographic_quotes_are_read_as_the_json_they_stand_for(reply):
+    assert [f.text for f in clean_items(model_items(reply), ANA)] == ["User lives in Lyon", "User loves cycling"]
+
+
+def test_a_list_that_is_code_is_never_run():
+    assert model_items('[__import__("os").system("touch /tmp/ran")]') == []
+
+
 def test_a_record_of_the_models_own_keys_holding_fact_sentences_is_read_as_before():
     reply = '{"user_facts": ["User likes jazz", "User lives in Lyon"], "status": "ok"}'
     assert [f.text for f in clean_items(model_items(reply), "I like jazz and I live in Lyon")] == [

@@ -17,6 +17,7 @@ only if it is whole: an object with its value, or a string that ends like a sent
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Any
@@ -194,11 +195,35 @@ def reply_items(reply: str) -> list[Any]:
     usable = any(isinstance(item, (str, dict)) for item in items)
     if (not cut or not usable) and arrays and text.lstrip()[:1] != "{":
         items = [item for array in arrays for item in array]
+    if not items and not arrays and "[" in text:
+        items = _loose_list(text)
     if items or "[" in text or "{" in text:
         return [_sentence_of(item) for item in items]
     lines = [_BULLET.sub("", raw).strip() for raw in text.splitlines()]
     # Prose ("Sure! The user likes fado.") is read sentence by sentence: the filler fails the checks alone.
     return [part for line in lines if line and not _NOT_A_FACT_LINE.search(line) for part in _SENTENCES.split(line)]
+
+
+# Quotes a model may write instead of JSON's (a Python list's, typographic ones).
+_CURLY_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'"})
+_PYTHON_LIST = re.compile(r"\[[^\[\]]*\]")
+
+
+def _loose_list(text: str) -> list[Any]:
+    """The strings of the first list a model wrote almost as JSON: typographic quotes, or a
+    Python list (``['User likes jazz']``), read as a literal (never run); [] for any other."""
+    plain = text.translate(_CURLY_QUOTES)
+    found = _PYTHON_LIST.search(plain)
+    if found is None:
+        return []
+    for attempt in (lambda t: json.loads(t), ast.literal_eval):
+        try:
+            value = attempt(found.group())
+        except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+            continue
+        if isinstance(value, list):
+            return [item for item in value if isinstance(item, str)]
+    return []
 
 
 def _sentence_of(item: Any) -> Any:
