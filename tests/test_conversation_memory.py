@@ -390,3 +390,23 @@ def test_entity_and_longterm_on_one_endpoint_ask_once_per_exchange(tmp_path, clo
     extractions = [r for r in llm.chat_requests() if "User: My name is Ana." in r.prompt]
     assert len(extractions) == 1, "the same request is answered once"
     assert entity.facts("s") == ["User's name is Ana"] and "User's name is Ana" in longterm.export("s")["summary"]
+
+
+def test_a_model_whose_template_has_no_system_role_still_extracts_and_summarises(tmp_path, closing):
+    # Gemma's chat template raises on a system message (llama-cpp-python answers HTTP 500): the
+    # memories must not fall back to their offline rules for good on such a model.
+    reply = json.dumps({"facts": [{"attribute": "hobby", "value": "cello", "negated": False}]})
+    with FakeLLMServer(reply=reply, model="m", structured="llama-cpp-python", system_role=False) as llm:
+        entity = closing(EntityMemory({"db_path": str(tmp_path / "e.json"), "api_url": llm.url}))
+        entity.update_history([AgentMessage(U, "I play the cello on weekends."), AgentMessage(A, "Lovely")], "s")
+        assert entity.flush(patience(10))
+        assert entity.facts("s") == ["User's hobby: cello"] and entity.degraded() == {}
+        assert all(m["role"] != "system" for m in llm.chat_requests()[-1].body["messages"])
+    with FakeLLMServer(reply="Ana plays the cello on weekends.", model="m", system_role=False) as llm:
+        longterm = closing(LongTermMemory({"db_path": str(tmp_path / "l.json"), "api_url": llm.url,
+                                           "summarize_every": 1, "recent_window": 0}))
+        longterm.update_history([AgentMessage(U, "I'm Ana, I play the cello on weekends."), AgentMessage(A, "Lovely")],
+                                "s")
+        assert longterm.flush(patience(10))
+        assert "Ana plays the cello on weekends." in longterm.export("s")["summary"]
+        assert longterm.degraded() == {}

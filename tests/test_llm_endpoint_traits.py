@@ -44,6 +44,23 @@ def test_llama_cpp_python_refuses_json_schema_with_a_500_which_is_not_an_outage(
         ]
 
 
+def test_a_model_without_a_system_role_gets_its_instructions_in_the_first_user_message():
+    # Gemma's chat template raises on a system message (llama-cpp-python: HTTP 500): learnt once,
+    # never an outage, never taken for a refused response_format.
+    asked = [{"role": "system", "content": "Extract facts."}, {"role": "user", "content": "I live in Lyon."},
+             {"role": "assistant", "content": "[]"}, {"role": "user", "content": "I like jazz."}]
+    with FakeLLMServer(reply='{"facts": []}', structured="llama-cpp-python", system_role=False) as server:
+        client = ChatClient(server.url)
+        assert client.chat(asked, schema=SCHEMA).text == '{"facts": []}'
+        assert client.available and client.problem is None
+        client.chat(asked, schema=SCHEMA)
+        sent = [r.body["messages"] for r in server.chat_requests()]
+        merged = [{"role": "user", "content": "Extract facts.\n\nI live in Lyon."}, *asked[2:]]
+        assert sent[-2:] == [merged, merged] and len(sent) == 4  # json_schema, then its refusal's retry
+        assert client.traits.mode == "json_object+schema"  # the system role was not blamed on the format
+    assert asked[0]["role"] == "system"  # the caller's messages are not changed
+
+
 def test_the_mode_found_is_shared_by_every_client_of_the_endpoint():
     with FakeLLMServer(reply='{"facts": []}', structured="llama-cpp-python") as server:
         ChatClient(server.url).chat(ASK, schema=SCHEMA)
@@ -147,6 +164,8 @@ def test_finish_reason_and_usage_are_reported():
                                 "code": "context_length_exceeded"}}), False, 4096),
     (400, '{"error":{"code":400,"message":"the request exceeds the available context size","n_ctx":2048}}',
      False, 2048),
+    (500, "System role not supported", False, None),  # the chat template's, not the format's
+    (400, "Conversation roles must alternate user/assistant/user/assistant/...", False, None),
 ])
 def test_errors_are_told_apart(status, detail, rejection, limit):
     assert is_rejection(status, detail) is rejection

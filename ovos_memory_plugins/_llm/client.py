@@ -37,7 +37,18 @@ from .._core.log import LOG, LogOnce
 from .._core.tokens import estimate_messages
 from ..errors import LLMContextOverflow, LLMError, LLMTimeout, LLMUnavailable
 from .deadline import Deadline, build_opener
-from .traits import DEFAULT_CONTEXT, MODES, Traits, is_rejection, overflow_limit, response_format, satisfies, traits_for
+from .traits import (
+    DEFAULT_CONTEXT,
+    MODES,
+    Traits,
+    is_rejection,
+    overflow_limit,
+    refuses_system_role,
+    response_format,
+    satisfies,
+    traits_for,
+    without_system_role,
+)
 
 T = TypeVar("T")
 
@@ -388,12 +399,13 @@ class ChatClient:
 
     def _chat(self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
               schema: dict[str, Any] | None, json_mode: bool) -> Completion:
-        body: dict[str, Any] = {"messages": messages, "max_tokens": int(max_tokens), "temperature": temperature,
-                                "stream": False}
         model = self._model_for_request()
+        traits = self.traits  # the model's: found by the line above
+        sent = messages if traits.system_role else without_system_role(messages)
+        body: dict[str, Any] = {"messages": sent, "max_tokens": int(max_tokens), "temperature": temperature,
+                                "stream": False}
         if model:
             body["model"] = model
-        traits = self.traits
         estimated = estimate_messages(messages)
         if schema is not None:
             data, mode = self._structured(body, schema, traits)
@@ -463,7 +475,19 @@ class ChatClient:
         return headers
 
     def _post_chat(self, body: dict[str, Any]) -> Any:
-        return self._request("POST", "/chat/completions", body, self.completion_timeout, connect=self.timeout)
+        try:
+            return self._request("POST", "/chat/completions", body, self.completion_timeout, connect=self.timeout)
+        except _HTTPStatus as exc:
+            messages = body.get("messages") or []
+            if not refuses_system_role(exc.status, exc.detail) or not any(m.get("role") == "system" for m in messages):
+                raise
+            # A model whose chat template has no system role (Gemma's): learnt once, then every
+            # request carries its instructions in the first user message.
+            self.traits.system_role = False
+            LOG.info(f"LLM endpoint {self.api_url}: the model takes no system message (HTTP {exc.status}); "
+                     "its instructions now open the first user message")
+            body = {**body, "messages": without_system_role(messages)}
+            return self._request("POST", "/chat/completions", body, self.completion_timeout, connect=self.timeout)
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None, timeout: float,
                  models: bool = False, connect: float | None = None) -> Any:

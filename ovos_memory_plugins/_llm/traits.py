@@ -38,6 +38,10 @@ MAX_STRIKES = 2
 # llama-cpp-python, a 400/422 elsewhere).
 _REJECTION = re.compile(r"response_format|json_schema|literal_error|input should be|unrecognized|unknown field|"
                         r"not supported|unsupported|extra_forbidden|extra inputs|validation", re.IGNORECASE)
+# A chat template that has no system role (Gemma's: a jinja error, HTTP 500 from llama-cpp-python,
+# 400 from vLLM), or that wants the roles to alternate after it.
+_NO_SYSTEM_ROLE = re.compile(r"system role|system messages? (?:is |are )?not|roles must alternate|"
+                             r"only (?:the )?user and assistant roles", re.IGNORECASE)
 _OVERFLOW = re.compile(r"context_length_exceeded|maximum context length|exceeds? the (?:available )?context|"
                        r"context (?:size|window|length) (?:has been )?exceeded|too many tokens", re.IGNORECASE)
 _LIMIT = (re.compile(r"maximum context length is (\d+)", re.IGNORECASE),
@@ -56,6 +60,8 @@ class Traits:
     context_source: str = ""
     probed: bool = False
     ratio: float = 1.0
+    #: False once the server refused a system message: it goes at the head of the first user turn.
+    system_role: bool = True
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -139,9 +145,28 @@ def satisfies(reply: str, schema: dict[str, Any] | None) -> bool:
     return isinstance(data, dict) and all(k in data for k in schema.get("required", ()))
 
 
+def refuses_system_role(status: int, detail: str) -> bool:
+    """Whether an HTTP error says the model's chat template takes no system message."""
+    return status in (400, 422, 500) and bool(_NO_SYSTEM_ROLE.search(detail))
+
+
+def without_system_role(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` for a template without a system role: the system text opens the first user
+    message (as llama.cpp's own Gemma template does), the roles alternating as before."""
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    rest = [dict(m) for m in messages if m.get("role") != "system"]
+    if not system.strip():
+        return rest
+    first_user = next((m for m in rest if m.get("role") == "user"), None)
+    if first_user is None:
+        return [{"role": "user", "content": system}, *rest]
+    first_user["content"] = f"{system}\n\n{first_user.get('content') or ''}"
+    return rest
+
+
 def is_rejection(status: int, detail: str) -> bool:
     """Whether an HTTP error refuses the request's shape (not the server failing, not an overflow)."""
-    if overflow_limit(status, detail) is not None:
+    if overflow_limit(status, detail) is not None or refuses_system_role(status, detail):
         return False
     return status in (400, 404, 422) or (status == 500 and bool(_REJECTION.search(detail)))
 

@@ -29,6 +29,9 @@ It can also behave like the servers the memories meet, to reproduce what they do
 * ``context``: the model's context in tokens; a longer request (estimated prompt plus
   ``max_tokens``) is the HTTP 400 ``context_length_exceeded`` OpenAI-compatible servers send.
 * ``props``: what ``GET /props`` answers (llama.cpp's server reports ``n_ctx`` there); None: 404.
+* ``system_role``: False answers a request holding a system message, or whose roles do not
+  alternate user/assistant from a user message, with the HTTP 500 llama-cpp-python sends for
+  Gemma's chat template ("System role not supported").
 * ``finish_reason``: of every reply ("length" for a reply cut by ``max_tokens``); every reply
   carries ``usage`` with our estimate of its prompt.
 * ``stream``: how a ``"stream": true`` request is answered: ``"ok"`` (the reply in pieces, then
@@ -106,7 +109,7 @@ class FakeLLMServer:
     def __init__(self, replies: Iterable[str] = (), reply: Reply | None = None, model: str | None = "fake-model",
                  mode: str = "ok", delay: float = 0.0, json_mode: bool = True, structured: str = "openai",
                  context: int | None = None, props: dict[str, Any] | None = None, finish_reason: str = "stop",
-                 stream: str = "ok"):
+                 stream: str = "ok", system_role: bool = True):
         if structured not in STRUCTURED:
             raise ValueError(f"unknown structured {structured!r}; choose one of {STRUCTURED}")
         if stream not in STREAMS:
@@ -121,6 +124,7 @@ class FakeLLMServer:
         self.props = props
         self.finish_reason = finish_reason
         self.stream = stream
+        self.system_role = system_role
         self.requests: list[LoggedRequest] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -253,6 +257,16 @@ def _refusal(structured: str, shape: Any) -> tuple[int, dict[str, Any]] | None:
     return None
 
 
+def _gemma_template_error(messages: list[dict[str, Any]]) -> str | None:
+    """What Gemma's chat template raises for ``messages`` (None: it renders them)."""
+    roles = [m.get("role") for m in messages]
+    if "system" in roles:
+        return "System role not supported"
+    if any(role != ("user" if i % 2 == 0 else "assistant") for i, role in enumerate(roles)):
+        return "Conversation roles must alternate user/assistant/user/assistant/..."
+    return None
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -323,6 +337,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"object": "chat.completion", "result": "no choices here"})
             return
         messages = body.get("messages") or []
+        template_error = None if owner.system_role else _gemma_template_error(messages)
+        if template_error:
+            self._send(500, {"error": {"message": template_error, "type": "internal_server_error"}})
+            return
         prompt_tokens = estimate_messages(messages)
         if owner.context and prompt_tokens + int(body.get("max_tokens") or 0) > owner.context:
             self._send(400, {"error": {
