@@ -410,3 +410,12 @@ def test_a_model_whose_template_has_no_system_role_still_extracts_and_summarises
         assert longterm.flush(patience(10))
         assert "Ana plays the cello on weekends." in longterm.export("s")["summary"]
         assert longterm.degraded() == {}
+
+
+def test_a_reasoning_model_that_spends_its_tokens_thinking_still_gives_its_facts(tmp_path, closing):
+    reply = json.dumps({"facts": [{"attribute": "hobby", "value": "cello", "negated": False}]})
+    with FakeLLMServer(reply=reply, model="m", thinks=True) as llm:
+        entity = closing(EntityMemory({"db_path": str(tmp_path / "e.json"), "api_url": llm.url}))
+        entity.update_history([AgentMessage(U, "I play the cello on weekends."), AgentMessage(A, "Lovely")], "s")
+        assert entity.flush(patience(10))
+        assert entity.facts("s") == ["User's hobby: cello"] and entity.degraded() == {}

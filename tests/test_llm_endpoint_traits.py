@@ -61,6 +61,32 @@ def test_a_model_without_a_system_role_gets_its_instructions_in_the_first_user_m
     assert asked[0]["role"] == "system"  # the caller's messages are not changed
 
 
+def test_a_reasoning_model_is_asked_not_to_think_once_it_is_seen_thinking():
+    # Qwen3 thinks first: at a memory's small max_tokens the thoughts leave no answer. The blank
+    # reply is asked again at once, with "/no_think" and room for thoughts it may still have.
+    with FakeLLMServer(reply="User likes jazz", thinks=True) as server:
+        client = ChatClient(server.url)
+        assert client.complete(ASK, max_tokens=64) == "User likes jazz"
+        assert client.complete(ASK, max_tokens=64) == "User likes jazz"
+        sent = [(r.body["max_tokens"], r.body["messages"][-1]["content"]) for r in server.chat_requests()]
+        assert sent == [(64, "facts please"), (64 + 256, "facts please\n/no_think"),
+                        (64 + 256, "facts please\n/no_think")]
+        assert client.available and ASK[0]["content"] == "facts please"
+
+
+@pytest.mark.parametrize("message, thinks", [
+    ({"content": "x", "reasoning_content": "Let me see."}, True),  # llama.cpp's and vLLM's parsers
+    ({"content": "<think>\nhmm\n</think>answer"}, True),
+    ({"content": "hmm, the template opened it</think>answer"}, True),
+    ({"content": "<think>\n\n</think>\n\nanswer"}, False),  # told not to think: an empty block
+    ({"content": "plain answer"}, False),
+])
+def test_thoughts_are_told_from_an_empty_think_block(message, thinks):
+    from ovos_memory_plugins._llm.client import _completion
+
+    assert _completion({"choices": [{"message": message, "finish_reason": "stop"}]}).reasoned is thinks
+
+
 def test_the_mode_found_is_shared_by_every_client_of_the_endpoint():
     with FakeLLMServer(reply='{"facts": []}', structured="llama-cpp-python") as server:
         ChatClient(server.url).chat(ASK, schema=SCHEMA)

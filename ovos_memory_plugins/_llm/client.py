@@ -66,6 +66,11 @@ PROBE_TIMEOUT_S = 3.0
 SLOW_SERVER_PATIENCE = 4
 #: Our token estimate is within about 5% of real tokenizers on whole requests; 10% more is kept free.
 PROMPT_MARGIN = 1.10
+#: Tokens added to a request's ``max_tokens`` for a model known to reason before it answers
+#: (within what its context leaves): the thoughts that no "/no_think" turns off come first.
+THINK_ALLOWANCE = 256
+#: Qwen3's switch, at the end of a user message: answer without thinking first.
+NO_THINK = "/no_think"
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
@@ -166,6 +171,8 @@ class Completion:
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: The model reasoned before answering (thoughts in ``reasoning_content`` or a think block).
+    reasoned: bool = False
 
     @property
     def cut(self) -> bool:
@@ -402,6 +409,9 @@ class ChatClient:
         model = self._model_for_request()
         traits = self.traits  # the model's: found by the line above
         sent = messages if traits.system_role else without_system_role(messages)
+        if traits.thinks:
+            sent = _without_thinking(sent)
+            max_tokens = max(int(max_tokens), min(int(max_tokens) + THINK_ALLOWANCE, self.reply_room(sent)))
         body: dict[str, Any] = {"messages": sent, "max_tokens": int(max_tokens), "temperature": temperature,
                                 "stream": False}
         if model:
@@ -413,6 +423,14 @@ class ChatClient:
             data, mode = self._json_or_plain(body, json_mode), ""
         completion = _completion(data)
         traits.observe_prompt(estimated, completion.prompt_tokens)
+        if completion.reasoned and not traits.thinks:
+            # A reasoning model (Qwen3, DeepSeek-R1's distillations): memory work needs no thoughts,
+            # and a small max_tokens spent on them leaves no answer. Learnt once, for every request.
+            traits.thinks = True
+            LOG.info(f"LLM endpoint {self.api_url}: the model reasons before it answers; memory requests now "
+                     f"ask it not to ({NO_THINK}) and leave it {THINK_ALLOWANCE} more tokens")
+            if not completion.text.strip():
+                return self._chat(messages, max_tokens, temperature, schema, json_mode)
         if mode:
             traits.answered(mode, satisfies(completion.text, schema))
         return completion
@@ -597,6 +615,30 @@ def _first_model(data: Any) -> str:
     return ""
 
 
+def _without_thinking(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with Qwen3's switch at the end of the last user message (other models read
+    it as a word of no consequence)."""
+    out = [dict(m) for m in messages]
+    last_user = next((m for m in reversed(out) if m.get("role") == "user"), None)
+    if last_user is not None and not str(last_user.get("content") or "").rstrip().endswith(NO_THINK):
+        last_user["content"] = f"{last_user.get('content') or ''}\n{NO_THINK}"
+    return out
+
+
+def _reasoned(message: Any, content: str) -> bool:
+    """Whether a reply holds thoughts: a non-blank ``reasoning_content`` (llama.cpp's and vLLM's
+    reasoning parsers) or a think block with something in it (an empty one is Qwen3 told not to)."""
+    if isinstance(message, dict) and any(isinstance(message.get(k), str) and message[k].strip()
+                                         for k in ("reasoning_content", "reasoning")):
+        return True
+    opened = _THINK_OPEN.search(content)
+    closed = _THINK_CLOSE.search(content)
+    if opened is not None:
+        end = closed.start() if closed is not None and closed.start() > opened.end() else len(content)
+        return bool(content[opened.end():end].strip())
+    return closed is not None and bool(content[:closed.start()].strip())  # the template opened it
+
+
 def _completion(data: Any) -> Completion:
     try:
         choice = data["choices"][0]
@@ -610,7 +652,8 @@ def _completion(data: Any) -> Completion:
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     finish = choice.get("finish_reason") if isinstance(choice, dict) else None
     return Completion(strip_think(content), finish if isinstance(finish, str) else None,
-                      _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
+                      _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")),
+                      _reasoned(choice.get("message"), content))
 
 
 def _count(value: Any) -> int | None:

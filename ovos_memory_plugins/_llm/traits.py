@@ -62,6 +62,8 @@ class Traits:
     ratio: float = 1.0
     #: False once the server refused a system message: it goes at the head of the first user turn.
     system_role: bool = True
+    #: True once the model reasoned before answering: it is asked not to (client.NO_THINK).
+    thinks: bool = False
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property

@@ -32,6 +32,9 @@ It can also behave like the servers the memories meet, to reproduce what they do
 * ``system_role``: False answers a request holding a system message, or whose roles do not
   alternate user/assistant from a user message, with the HTTP 500 llama-cpp-python sends for
   Gemma's chat template ("System role not supported").
+* ``thinks``: a reasoning model (Qwen3's habit): unless the last user message ends with
+  "/no_think", it thinks until ``max_tokens`` runs out (an unclosed ``<think>``, finish reason
+  "length", no answer); told not to, its reply opens with an empty think block.
 * ``finish_reason``: of every reply ("length" for a reply cut by ``max_tokens``); every reply
   carries ``usage`` with our estimate of its prompt.
 * ``stream``: how a ``"stream": true`` request is answered: ``"ok"`` (the reply in pieces, then
@@ -109,7 +112,7 @@ class FakeLLMServer:
     def __init__(self, replies: Iterable[str] = (), reply: Reply | None = None, model: str | None = "fake-model",
                  mode: str = "ok", delay: float = 0.0, json_mode: bool = True, structured: str = "openai",
                  context: int | None = None, props: dict[str, Any] | None = None, finish_reason: str = "stop",
-                 stream: str = "ok", system_role: bool = True):
+                 stream: str = "ok", system_role: bool = True, thinks: bool = False):
         if structured not in STRUCTURED:
             raise ValueError(f"unknown structured {structured!r}; choose one of {STRUCTURED}")
         if stream not in STREAMS:
@@ -125,6 +128,7 @@ class FakeLLMServer:
         self.finish_reason = finish_reason
         self.stream = stream
         self.system_role = system_role
+        self.thinks = thinks
         self.requests: list[LoggedRequest] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -257,6 +261,15 @@ def _refusal(structured: str, shape: Any) -> tuple[int, dict[str, Any]] | None:
     return None
 
 
+def _thought(messages: list[dict[str, Any]], text: str, max_tokens: int, finish: str) -> tuple[str, str]:
+    """A reasoning model's reply: thoughts until ``max_tokens`` runs out, unless told not to."""
+    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    if str(last_user.get("content") or "").rstrip().endswith("/no_think"):
+        return f"<think>\n\n</think>\n\n{text}", finish
+    thoughts = "<think>\nOkay, let me think about what the user said." + " Hmm, let me consider it." * 400
+    return thoughts[: max(16, max_tokens * 4)], "length"
+
+
 def _gemma_template_error(messages: list[dict[str, Any]]) -> str | None:
     """What Gemma's chat template raises for ``messages`` (None: it renders them)."""
     roles = [m.get("role") for m in messages]
@@ -350,7 +363,9 @@ class _Handler(BaseHTTPRequestHandler):
                            "messages or completion.",
                 "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
             return
-        text = owner._next_reply(messages)
+        text, finish = owner._next_reply(messages), owner.finish_reason
+        if owner.thinks:
+            text, finish = _thought(messages, text, int(body.get("max_tokens") or 0), finish)
         if body.get("stream"):
             self._stream(owner, text)
             return
@@ -358,7 +373,7 @@ class _Handler(BaseHTTPRequestHandler):
             "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model") or owner.model or "fake",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": owner.finish_reason}],
+                         "finish_reason": finish}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": estimate_tokens(text),
                       "total_tokens": prompt_tokens},
         })
