@@ -337,6 +337,40 @@ def test_flush_says_false_for_a_document_another_instance_left_unindexed(tmp_pat
     two.close()
 
 
+def test_a_store_that_does_not_answer_makes_the_inline_retry_wait_never_raise(tmp_path, monkeypatch):
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+    from ovos_memory_plugins.storage import retrieval as store_module
+
+    monkeypatch.setattr(store_module, "INLINE_RETRY_S", 0.0)
+
+    class Flaky(BaseRetrievalMemory):
+        def _store_document(self, doc_id, text, session_id, metadata):
+            if "Rex" in text:
+                raise RuntimeError("rejected")
+
+        def _query_backend(self, query, top_k, session_id=None):
+            return []
+
+    memory = Flaky({"db_path": str(tmp_path / "flaky.db")})
+    assert memory.flush(5) is True  # nothing refused, nothing pending
+    docs = memory._store.docs
+
+    def down(*args, **kwargs):
+        raise StoreUnavailable("the database does not answer")
+
+    monkeypatch.setattr(docs, "has_pending", down)
+    assert memory.flush(5) is True  # nothing refused here: the outage is said where it happens
+    monkeypatch.undo()
+    monkeypatch.setattr(store_module, "INLINE_RETRY_S", 0.0)
+    memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
+    monkeypatch.setattr(docs, "has_pending", down)
+    memory.update_history([AgentMessage(U, "my cat is Tom"), AgentMessage(A, "cute")], "s")  # its retry is due
+    assert memory.flush(5) is False  # one refused, and the store cannot say it is done
+    assert [m.content for m in memory.get_history("s")][-2:] == ["my cat is Tom", "cute"]
+    memory.close()
+
+
 def test_a_failing_backend_is_logged_once_as_an_error_and_the_turn_goes_on(tmp_path, monkeypatch):
     from ovos_memory_plugins._core.log import LOG
 

@@ -364,9 +364,20 @@ class RetrievalStore:
         """
         if self.db.read_only:
             return True  # a command that only looks writes nothing
-        if not self.docs.has_pending():
-            self._inline_pending = False
-            return True
+        try:
+            if not self.docs.has_pending():
+                self._inline_pending = False
+                return True
+            failed, failure = self._index_batches(batches, deadline)
+            drained = not failed and failure is None and not self.docs.has_pending()
+        except MemoryPluginError:  # the store does not answer (said where it failed): later
+            self._retry_inline_at = time.monotonic() + INLINE_RETRY_S
+            return not self._inline_pending
+        return self._after_retry(failure, drained)
+
+    def _index_batches(self, batches: int | None, deadline: float | None) -> tuple[set[int], Exception | None]:
+        """Index pending documents batch by batch (see :meth:`_index_refused`): the row ids
+        still refused, and the first failure."""
         failed: set[int] = set()
         failure: Exception | None = None
         left, rounds = True, 0
@@ -383,7 +394,7 @@ class RetrievalStore:
                 left = bool(docs) and bool(stored) and (deadline is None or time.monotonic() < deadline)
         except MemoryPluginError as exc:
             failure = exc
-        return self._after_retry(failure, drained=not failed and failure is None and not self.docs.has_pending())
+        return failed, failure
 
     def _after_retry(self, failure: Exception | None, drained: bool) -> bool:
         self._inline_pending = not drained

@@ -263,7 +263,7 @@ def _refusal(structured: str, shape: Any) -> tuple[int, dict[str, Any]] | None:
 
 def _thought(messages: list[dict[str, Any]], text: str, max_tokens: int, finish: str) -> tuple[str, str]:
     """A reasoning model's reply: thoughts until ``max_tokens`` runs out, unless told not to."""
-    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    last_user: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     if str(last_user.get("content") or "").rstrip().endswith("/no_think"):
         return f"<think>\n\n</think>\n\n{text}", finish
     thoughts = "<think>\nOkay, let me think about what the user said." + " Hmm, let me consider it." * 400
