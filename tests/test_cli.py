@@ -648,6 +648,17 @@ def test_chat_drops_system_messages_without_allow_system_prompts_and_says_so(tmp
     assert result.stderr.count("allow_system_prompts") == 1
 
 
+def test_chat_with_a_model_that_takes_no_system_message_streams_the_answer(tmp_path):
+    block = {"db_path": str(tmp_path / "w.db"), "system_prompt": "Be brief."}
+    with FakeLLMServer(reply="Hello there.", system_role=False) as llm:  # Gemma's chat template
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        result = run_cli("chat", "--persona", str(persona), stdin="hello\nhello again\n")
+        sent = llm.chat_requests()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["Hello", "there.", "Hello", "there."]
+    assert sent[-1].messages[0] == {"role": "user", "content": "Be brief.\n\nhello"}  # learnt, then sent so
+
+
 def test_chat_forget_and_show_commands(tmp_path):
     block = {"db_path": str(tmp_path / "w.db")}
     with FakeLLMServer(reply="noted") as llm:

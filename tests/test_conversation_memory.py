@@ -257,6 +257,13 @@ def test_a_python_list_or_typographic_quotes_are_read_as_the_json_they_stand_for
     assert [f.text for f in clean_items(model_items(reply), ANA)] == ["User lives in Lyon", "User loves cycling"]
 
 
+@pytest.mark.parametrize("reply", ["['User\u2019s dog is Rex', 'User likes jazz']",  # an apostrophe, not a quote
+                                   "[Note] Facts: ['User likes jazz']", "Facts: [] -- ['User likes jazz']",
+                                   "[\u00abUser likes jazz\u00bb]"])
+def test_a_loose_list_is_found_past_brackets_that_hold_none_and_keeps_apostrophes(reply):
+    assert "User likes jazz" in reply_items(reply)
+
+
 def test_a_list_that_is_code_is_never_run():
     assert model_items('[__import__("os").system("touch /tmp/ran")]') == []
 

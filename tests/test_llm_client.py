@@ -307,15 +307,18 @@ def test_a_failing_endpoint_is_logged_once_and_its_recovery_once(llm, log_lines)
 
 def test_replies_with_no_text_are_logged_once_naming_the_cut_and_their_end_once(llm, log_lines):
     llm.finish_reason = "length"
-    llm.add_replies("", "<think>all of max_tokens spent thinking</think>", "")
+    # The thoughts that took every token are asked again at once, told not to think (a 4th request).
+    llm.add_replies("", "<think>all of max_tokens spent thinking</think>", "", "")
     client = ChatClient(llm.url, model="m")
     assert [client.complete(HI) for _ in range(3)] == ["", "", ""]
-    assert [level for level, _ in log_lines] == ["warning"]
+    assert llm.count("/chat/completions") == 4
+    assert [level for level, _ in log_lines] == ["warning", "info"]
     assert "no text" in log_lines[0][1] and "max tokens" in log_lines[0][1]
+    assert "reasons before it answers" in log_lines[1][1]
     llm.finish_reason = "stop"
     assert client.complete(HI) == "OK"
     client.complete(HI)
-    assert [level for level, _ in log_lines] == ["warning", "info"]
+    assert [level for level, _ in log_lines] == ["warning", "info", "info"]
 
 
 # -- the reference module's functions ----------------------------------------------------------

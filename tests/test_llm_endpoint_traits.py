@@ -74,12 +74,54 @@ def test_a_reasoning_model_is_asked_not_to_think_once_it_is_seen_thinking():
         assert client.available and ASK[0]["content"] == "facts please"
 
 
+def test_a_roles_error_the_system_message_did_not_cause_is_not_learnt():
+    # Two user messages in a row fail with or without the system message: the model keeps its
+    # system role, and the first error is the one raised.
+    asked = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "a"},
+             {"role": "user", "content": "b"}]
+    with FakeLLMServer(system_role=False) as server:
+        client = ChatClient(server.url, backoff=(0.0, 0.0))
+        with pytest.raises(LLMError, match="System role not supported"):
+            client.complete(asked)
+        assert client.traits.system_role is True and server.count("/chat/completions") == 2
+
+
+def test_the_system_text_opens_the_first_user_message_or_comes_before_the_first_reply():
+    from ovos_memory_plugins._llm.traits import without_system_role
+
+    parts = [{"type": "text", "text": "hi"}]
+    assert without_system_role([{"role": "system", "content": "S"}, {"role": "user", "content": parts}]) == [
+        {"role": "user", "content": [{"type": "text", "text": "S"}, *parts]}]
+    assert without_system_role([{"role": "system", "content": "S"}, {"role": "assistant", "content": "a"},
+                                {"role": "user", "content": "u"}]) == [
+        {"role": "user", "content": "S"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "u"}]
+
+
+def test_room_for_thoughts_the_context_cannot_hold_is_not_asked_for():
+    long_ask = [{"role": "user", "content": "word " * 300}]
+    with FakeLLMServer(reply="answer", thinks=True, context=700) as server:
+        client = ChatClient(server.url)  # the context is not told: 2,048 is assumed
+        assert client.complete(long_ask, max_tokens=128) == "answer"
+        assert [r.body["max_tokens"] for r in server.chat_requests()] == [128, 384, 128]
+
+
+def test_a_persons_own_chat_is_sent_as_written_to_a_model_seen_reasoning():
+    with FakeLLMServer(reply="answer", thinks=True) as server:
+        ChatClient(server.url).complete(ASK, max_tokens=64)  # memory work finds out it reasons
+        server.reset_log()
+        person = ChatClient(server.url, think_less=False)
+        person.complete(ASK, max_tokens=64)
+        assert [(r.body["max_tokens"], r.body["messages"]) for r in server.chat_requests()] == [(64, ASK)]
+
+
 @pytest.mark.parametrize("message, thinks", [
     ({"content": "x", "reasoning_content": "Let me see."}, True),  # llama.cpp's and vLLM's parsers
     ({"content": "<think>\nhmm\n</think>answer"}, True),
-    ({"content": "hmm, the template opened it</think>answer"}, True),
+    ({"content": "hmm, the template opened it\n</think>\n\nanswer"}, True),
     ({"content": "<think>\n\n</think>\n\nanswer"}, False),  # told not to think: an empty block
     ({"content": "plain answer"}, False),
+    ({"content": "The user asked what the <think> tag in Qwen's output means."}, False),  # a mention
+    ({"content": "a stray </think> here"}, False),
 ])
 def test_thoughts_are_told_from_an_empty_think_block(message, thinks):
     from ovos_memory_plugins._llm.client import _completion
@@ -192,6 +234,8 @@ def test_finish_reason_and_usage_are_reported():
      False, 2048),
     (500, "System role not supported", False, None),  # the chat template's, not the format's
     (400, "Conversation roles must alternate user/assistant/user/assistant/...", False, None),
+    (400, "Unsupported value: 'messages[0].role' does not support 'system' with this model.", False, None),
+    (422, "[{'type': 'literal_error', 'msg': \"Input should be 'user' or 'assistant'\"}]", False, None),
 ])
 def test_errors_are_told_apart(status, detail, rejection, limit):
     assert is_rejection(status, detail) is rejection

@@ -99,7 +99,8 @@ def test_llm_summary_sends_one_user_prompt_and_returns_the_stripped_reply():
 
 
 def test_llm_summary_treats_an_empty_reply_as_a_failure():
-    with FakeLLMServer(replies=["<think>only reasoning, then cut off"]) as llm, pytest.raises(LLMError):
+    # (asked again, told not to think: the second reply is empty too)
+    with FakeLLMServer(replies=["<think>only reasoning, then cut off", ""]) as llm, pytest.raises(LLMError):
         llm_summary(ChatClient(llm.url), "", CHAT, 64)
 
 
@@ -129,3 +130,25 @@ def test_rolling_the_narrative_drops_a_quotation_whole_never_its_first_half():
     assert rolled == piece
     rendered = render_summary({"facts": [], "narrative": f"{QUOTED} {piece}"}, estimate_tokens(piece) + 5)
     assert rendered == piece
+
+
+@pytest.mark.parametrize("reply", [
+    "Here is a two-sentence summary:\nAna likes tea.", "Sure thing! Here's the summary: Ana likes tea.",
+    "Sure, I can help with that. Here is the updated summary: Ana likes tea.",
+    "Here is the updated summary of the conversation, incorporating the new information: Ana likes tea.",
+    "**Updated Conversation Summary:**\nAna likes tea.", "Summary so far: Ana likes tea.",
+    "Summary (2 sentences): Ana likes tea.", "The summary of the conversation is: Ana likes tea.",
+    "## Summary\nAna likes tea.", "Sure! Here is the summary:\n\n**Summary:** Ana likes tea.",
+])
+def test_what_announces_a_summary_is_left_out(reply):
+    from ovos_memory_plugins._llm.summaries.checks import without_preamble
+
+    assert without_preamble(reply) == "Ana likes tea."
+
+
+@pytest.mark.parametrize("text", ["Summary of the meeting was sent to Anna at 10:30 by the user.",
+                                  "Summer in Lyon: Ana likes tea.", "Here is where the user lives: Lyon."])
+def test_a_summary_opening_with_the_word_itself_is_kept_whole(text):
+    from ovos_memory_plugins._llm.summaries.checks import without_preamble
+
+    assert without_preamble(text) == text

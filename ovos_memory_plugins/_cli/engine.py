@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .._llm.client import ChatClient, strip_think
+from .._llm.traits import refuses_system_role, without_system_role
 from ..errors import LLMError, LLMTimeout, LLMUnavailable
 from ..messages import role_of
 
@@ -65,7 +66,9 @@ class ChatEndpoint:
         self.max_tokens = int(block.get("max_tokens") or 300)
         self.temperature = float(block.get("temperature", 0.5))
         # No circuit breaker delay: a person at a prompt retries when they choose to.
-        self.client = ChatClient(self.api_url, self.model, timeout, self.api_key, backoff=(0.0, 0.0))
+        # A person's chat goes as written: no "/no_think" for a model seen reasoning (memory work's).
+        self.client = ChatClient(self.api_url, self.model, timeout, self.api_key, backoff=(0.0, 0.0),
+                                 think_less=False)
 
     def prepare(self, messages: Sequence[Any]) -> tuple[list[dict[str, str]], int]:
         """The request's messages as role/content dicts, and how many system messages were dropped.
@@ -98,9 +101,10 @@ class ChatEndpoint:
 
         Closing the generator (Ctrl-C in the caller) closes the connection.
         """
-        body: dict[str, Any] = {"messages": messages, "max_tokens": self.max_tokens,
-                                "temperature": self.temperature, "stream": True}
         model = self.client.resolve_model()
+        sent = messages if self.client.traits.system_role else without_system_role(messages)
+        body: dict[str, Any] = {"messages": sent, "max_tokens": self.max_tokens,
+                                "temperature": self.temperature, "stream": True}
         if model:
             body["model"] = model
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -114,6 +118,9 @@ class ChatEndpoint:
         except urllib.error.HTTPError as exc:
             detail = exc.read(300).decode("utf-8", "replace").strip()
             exc.close()
+            if refuses_system_role(exc.code, detail) and sent is messages:
+                yield self.complete(messages)  # the client finds out whether the system message is why
+                return
             raise LLMError(f"{self.api_url}: HTTP {exc.code} {detail[:200]}") from None
         except urllib.error.URLError as exc:
             raise LLMUnavailable(f"{self.api_url}: {exc.reason}") from None

@@ -196,11 +196,13 @@ class ChatClient:
         backoff: (first, maximum) seconds the circuit stays open after a failure.
         max_prompt_tokens: the model's context size in tokens, when the config knows it.
         owner: who uses the client (a plugin name), for log lines.
+        think_less: memory work: a model seen reasoning is asked not to (:data:`NO_THINK`), with
+            room for thoughts it has anyway. False for a person's own chat, sent as written.
     """
 
     def __init__(self, api_url: str | None, model: str = "", timeout: float = 30.0, api_key: str | None = None,
                  backoff: tuple[float, float] = (5.0, 300.0), max_prompt_tokens: int | None = None,
-                 owner: str = ""):
+                 owner: str = "", think_less: bool = True):
         self.api_url = (api_url or "").strip().rstrip("/")
         self.model = model or ""
         self.timeout = float(timeout)
@@ -208,6 +210,7 @@ class ChatClient:
         self.api_key = api_key
         self.max_prompt_tokens = max_prompt_tokens or None
         self.owner = owner
+        self.think_less = think_less
         self._breaker = _Breaker(*backoff)
         self._resolved: str | None = None
         self._json_mode: bool | None = None  # None: not tried yet; False: the server rejected it
@@ -405,22 +408,29 @@ class ChatClient:
         return self._resolved
 
     def _chat(self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
-              schema: dict[str, Any] | None, json_mode: bool) -> Completion:
+              schema: dict[str, Any] | None, json_mode: bool, allowance: bool = True) -> Completion:
         model = self._model_for_request()
         traits = self.traits  # the model's: found by the line above
         sent = messages if traits.system_role else without_system_role(messages)
-        if traits.thinks:
+        asked = int(max_tokens)
+        if traits.thinks and self.think_less:
             sent = _without_thinking(sent)
-            max_tokens = max(int(max_tokens), min(int(max_tokens) + THINK_ALLOWANCE, self.reply_room(sent)))
-        body: dict[str, Any] = {"messages": sent, "max_tokens": int(max_tokens), "temperature": temperature,
-                                "stream": False}
+            if allowance:
+                asked = max(asked, min(asked + THINK_ALLOWANCE, self.reply_room(sent)))
+        body: dict[str, Any] = {"messages": sent, "max_tokens": asked, "temperature": temperature, "stream": False}
         if model:
             body["model"] = model
         estimated = estimate_messages(messages)
-        if schema is not None:
-            data, mode = self._structured(body, schema, traits)
-        else:
-            data, mode = self._json_or_plain(body, json_mode), ""
+        try:
+            if schema is not None:
+                data, mode = self._structured(body, schema, traits)
+            else:
+                data, mode = self._json_or_plain(body, json_mode), ""
+        except LLMContextOverflow:
+            if asked == int(max_tokens):
+                raise
+            # The room left for thoughts was more than the context holds: without it.
+            return self._chat(messages, max_tokens, temperature, schema, json_mode, allowance=False)
         completion = _completion(data)
         traits.observe_prompt(estimated, completion.prompt_tokens)
         if completion.reasoned and not traits.thinks:
@@ -429,7 +439,7 @@ class ChatClient:
             traits.thinks = True
             LOG.info(f"LLM endpoint {self.api_url}: the model reasons before it answers; memory requests now "
                      f"ask it not to ({NO_THINK}) and leave it {THINK_ALLOWANCE} more tokens")
-            if not completion.text.strip():
+            if self.think_less and not completion.text.strip():
                 return self._chat(messages, max_tokens, temperature, schema, json_mode)
         if mode:
             traits.answered(mode, satisfies(completion.text, schema))
@@ -499,13 +509,18 @@ class ChatClient:
             messages = body.get("messages") or []
             if not refuses_system_role(exc.status, exc.detail) or not any(m.get("role") == "system" for m in messages):
                 raise
-            # A model whose chat template has no system role (Gemma's): learnt once, then every
-            # request carries its instructions in the first user message.
+            # Perhaps a model whose chat template has no system role (Gemma's): learnt only when
+            # the request without one is answered, then every request carries its instructions
+            # in the first user message.
+            try:
+                data = self._request("POST", "/chat/completions", {**body, "messages": without_system_role(messages)},
+                                     self.completion_timeout, connect=self.timeout)
+            except _HTTPStatus:
+                raise exc from None  # not the system message's fault: the first error stands
             self.traits.system_role = False
             LOG.info(f"LLM endpoint {self.api_url}: the model takes no system message (HTTP {exc.status}); "
                      "its instructions now open the first user message")
-            body = {**body, "messages": without_system_role(messages)}
-            return self._request("POST", "/chat/completions", body, self.completion_timeout, connect=self.timeout)
+            return data
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None, timeout: float,
                  models: bool = False, connect: float | None = None) -> Any:
@@ -627,16 +642,19 @@ def _without_thinking(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _reasoned(message: Any, content: str) -> bool:
     """Whether a reply holds thoughts: a non-blank ``reasoning_content`` (llama.cpp's and vLLM's
-    reasoning parsers) or a think block with something in it (an empty one is Qwen3 told not to)."""
+    reasoning parsers), a think block opening it with something in it (an empty one is Qwen3 told
+    not to), or thoughts the template opened, closed at the reply's first ``</think>``. A reply
+    that only mentions the tags is none."""
     if isinstance(message, dict) and any(isinstance(message.get(k), str) and message[k].strip()
                                          for k in ("reasoning_content", "reasoning")):
         return True
-    opened = _THINK_OPEN.search(content)
-    closed = _THINK_CLOSE.search(content)
-    if opened is not None:
-        end = closed.start() if closed is not None and closed.start() > opened.end() else len(content)
-        return bool(content[opened.end():end].strip())
-    return closed is not None and bool(content[:closed.start()].strip())  # the template opened it
+    head = content.lstrip()
+    closed = _THINK_CLOSE.search(head)
+    if _THINK_OPEN.match(head):
+        return bool(head[len("<think>"):closed.start() if closed else len(head)].strip())
+    # A template-opened block ends its line ("...\n</think>\n\nanswer"); a mention runs on ("the </think> tag").
+    return (closed is not None and _THINK_OPEN.search(head) is None and bool(head[:closed.start()].strip())
+            and head[closed.end():closed.end() + 1] in ("", "\n", "\r"))
 
 
 def _completion(data: Any) -> Completion:

@@ -38,10 +38,14 @@ MAX_STRIKES = 2
 # llama-cpp-python, a 400/422 elsewhere).
 _REJECTION = re.compile(r"response_format|json_schema|literal_error|input should be|unrecognized|unknown field|"
                         r"not supported|unsupported|extra_forbidden|extra inputs|validation", re.IGNORECASE)
-# A chat template that has no system role (Gemma's: a jinja error, HTTP 500 from llama-cpp-python,
-# 400 from vLLM), or that wants the roles to alternate after it.
+# A chat template that may have no system role (Gemma's: a jinja error, HTTP 500 from
+# llama-cpp-python, 400 from vLLM, 422 from TGI; OpenAI's o1-mini; a validation error naming the
+# roles it takes), or wants the roles to alternate. Only a hint: the client learns it only when the
+# request without a system message then succeeds.
 _NO_SYSTEM_ROLE = re.compile(r"system role|system messages? (?:is |are )?not|roles must alternate|"
-                             r"only (?:the )?user and assistant roles", re.IGNORECASE)
+                             r"only (?:the )?user and assistant roles|does not support '?system|"
+                             r"role '?system'? is not supported|input should be 'user' or 'assistant'",
+                             re.IGNORECASE)
 _OVERFLOW = re.compile(r"context_length_exceeded|maximum context length|exceeds? the (?:available )?context|"
                        r"context (?:size|window|length) (?:has been )?exceeded|too many tokens", re.IGNORECASE)
 _LIMIT = (re.compile(r"maximum context length is (\d+)", re.IGNORECASE),
@@ -154,16 +158,27 @@ def refuses_system_role(status: int, detail: str) -> bool:
 
 def without_system_role(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``messages`` for a template without a system role: the system text opens the first user
-    message (as llama.cpp's own Gemma template does), the roles alternating as before."""
-    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    message (as llama.cpp's own Gemma template does), or is one before the first reply, so the
+    roles alternate from a user message as before."""
+    system = "\n\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
     rest = [dict(m) for m in messages if m.get("role") != "system"]
     if not system.strip():
         return rest
-    first_user = next((m for m in rest if m.get("role") == "user"), None)
-    if first_user is None:
+    if not rest or rest[0].get("role") != "user":
         return [{"role": "user", "content": system}, *rest]
-    first_user["content"] = f"{system}\n\n{first_user.get('content') or ''}"
+    content = rest[0].get("content")
+    if isinstance(content, list):  # content parts: the instructions as a text part before them
+        rest[0]["content"] = [{"type": "text", "text": system}, *content]
+    else:
+        rest[0]["content"] = f"{system}\n\n{content or ''}"
     return rest
+
+
+def _text(content: Any) -> str:
+    """A message's text, whether a string or content parts."""
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
+    return str(content or "")
 
 
 def is_rejection(status: int, detail: str) -> bool:

@@ -18,6 +18,7 @@ only if it is whole: an object with its value, or a string that ends like a sent
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import re
 from typing import Any
@@ -195,7 +196,7 @@ def reply_items(reply: str) -> list[Any]:
     usable = any(isinstance(item, (str, dict)) for item in items)
     if (not cut or not usable) and arrays and text.lstrip()[:1] != "{":
         items = [item for array in arrays for item in array]
-    if not items and not arrays and "[" in text:
+    if not items and "[" in text:
         items = _loose_list(text)
     if items or "[" in text or "{" in text:
         return [_sentence_of(item) for item in items]
@@ -204,25 +205,29 @@ def reply_items(reply: str) -> list[Any]:
     return [part for line in lines if line and not _NOT_A_FACT_LINE.search(line) for part in _SENTENCES.split(line)]
 
 
-# Quotes a model may write instead of JSON's (a Python list's, typographic ones).
-_CURLY_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'"})
+# Quotes a model may write instead of JSON's: typographic and angle quotes around a string, and
+# typographic single quotes (tried last: one is also an apostrophe, "User’s dog").
+_DOUBLE_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00ab": '"', "\u00bb": '"'})
+_SINGLE_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'"})
 _PYTHON_LIST = re.compile(r"\[[^\[\]]*\]")
+#: Bracketed spans of a reply tried as a loose list, at most.
+MAX_LOOSE_LISTS = 8
 
 
 def _loose_list(text: str) -> list[Any]:
     """The strings of the first list a model wrote almost as JSON: typographic quotes, or a
     Python list (``['User likes jazz']``), read as a literal (never run); [] for any other."""
-    plain = text.translate(_CURLY_QUOTES)
-    found = _PYTHON_LIST.search(plain)
-    if found is None:
-        return []
-    for attempt in (lambda t: json.loads(t), ast.literal_eval):
-        try:
-            value = attempt(found.group())
-        except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
-            continue
-        if isinstance(value, list):
-            return [item for item in value if isinstance(item, str)]
+    for found in itertools.islice(_PYTHON_LIST.finditer(text), MAX_LOOSE_LISTS):
+        doubled = found.group().translate(_DOUBLE_QUOTES)
+        for candidate in (found.group(), doubled, doubled.translate(_SINGLE_QUOTES)):
+            for parse in (json.loads, ast.literal_eval):
+                try:
+                    value = parse(candidate)
+                except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+                    continue
+                strings = [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+                if strings:
+                    return strings
     return []
 
 

@@ -137,18 +137,27 @@ def _names(found: set[str]) -> set[str]:
     return {n for n in found if not n[:1].isdigit()}
 
 
-# What a model may put before the summary it was asked for ("Sure! Here is the updated summary:",
-# "**Summary:**", "## Summary"): said to the reader, not part of the summary.
+# What a model may put before the summary it was asked for: an announcement ("Sure thing! Here is a
+# two-sentence summary of the conversation:") or a heading ("## Summary", "**Updated Conversation
+# Summary:**", "Summary so far:", "The summary of the conversation is:"). Said to the reader, not
+# part of the summary; a sentence that opens with the word ("Summary of the trip was sent") stays.
+_SUMMARY_WORD = r"(?:summary|recap|overview|r[ée]sum[ée]|zusammenfassung|resumen|resumo|riassunto|samenvatting)"
 _PREAMBLE = re.compile(
-    r"^\W*(?:(?:sure|certainly|of course|okay|ok)\b\W*)?(?:here(?:\s+is|'s|\u2019s)|below\s+is)\s+(?:\w+\s+){0,3}?"
-    r"(?:summary|recap|overview)\b[^\n:]{0,60}:[\s*_]*"
-    r"|^\W*(?:(?:updated|new|conversation)\s+)?summary(?:\s+of[^\n:]{0,40})?\W*?(?::|\n)[\s*_]*",
+    r"^(?:[^\n.!?:]{0,40}[.!?][ \t]+){0,2}(?:here(?:\s+is|'s|\u2019s)|below\s+is)\s+[^\n:]{0,40}?\b"
+    rf"{_SUMMARY_WORD}\b[^\n:]{{0,120}}:[*_]*(?=\s|$)"
+    r"|^[#*_ \t]*(?:the\s+)?(?:(?:updated|new|current|conversation|brief|short)\s+){0,3}"
+    rf"{_SUMMARY_WORD}\b(?:\s+so far|\s+of (?:the|our|this) (?:conversation|chat|discussion)(?: so far)?)?"
+    r"(?:\s*\([^)\n]{0,30}\))?(?:\s+is)?[*_ \t]*(?::[*_]*(?=\s|$)|\n)"
+    r"|^[#*_ \t]*in summary\s*:",
     re.IGNORECASE)
 
 
 def without_preamble(text: str) -> str:
-    """``text`` without a line announcing the summary before it ("Here is the summary:")."""
-    return _PREAMBLE.sub("", text.strip(), count=1).strip()
+    """``text`` without what announces the summary before it ("Here is the summary:", a heading)."""
+    text = text.strip()
+    for _ in range(2):  # an announcement, then a heading
+        text = _PREAMBLE.sub("", text, count=1).strip()
+    return text
 
 
 def trim_to_sentence(text: str) -> str:
