@@ -191,23 +191,37 @@ def test_either_indexing_hook_is_enough_and_both_see_every_document(tmp_path):
         memory.close()
 
 
-def test_what_an_inline_index_refused_is_indexed_again_and_flush_says_so(tmp_path, monkeypatch):
+def inline_backend(rejects: str = "", index_batch: int | None = None):
+    """A backend of the reference's kind, indexing in the turn's own transaction (no worker):
+    ``down`` (on the class or an instance) refuses every document, ``rejects`` those holding it;
+    ``seen`` is what it indexed."""
     from ovos_memory_plugins.retrieval import BaseRetrievalMemory
-    from ovos_memory_plugins.storage import retrieval as store_module
 
-    class Flaky(BaseRetrievalMemory):  # indexes in the turn's own transaction (no worker)
-        down = True
+    class Inline(BaseRetrievalMemory):
+        down = False
+
+        def __init__(self, config=None):
+            self.seen = []
+            super().__init__(config)
 
         def _store_document(self, doc_id, text, session_id, metadata):
-            if self.down:
-                raise RuntimeError("backend down")
+            if self.down or (rejects and rejects in text):
+                raise RuntimeError("rejected")
             self.seen.append(text)
 
         def _query_backend(self, query, top_k, session_id=None):
             return []
 
-    memory = Flaky({"db_path": str(tmp_path / "flaky.db")})
-    memory.seen = []
+    if index_batch:
+        Inline.index_batch = index_batch
+    return Inline
+
+
+def test_what_an_inline_index_refused_is_indexed_again_and_flush_says_so(tmp_path, monkeypatch):
+    from ovos_memory_plugins.storage import retrieval as store_module
+
+    memory = inline_backend()({"db_path": str(tmp_path / "flaky.db")})
+    memory.down = True
     memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
     assert memory.flush(5) is False  # the exchange waits: not every update is indexed
     memory.down = False
@@ -225,52 +239,25 @@ def test_what_an_inline_index_refused_is_indexed_again_and_flush_says_so(tmp_pat
 
 
 def test_an_inline_index_refused_at_close_is_indexed_by_the_next_process(tmp_path):
-    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
-
-    class Flaky(BaseRetrievalMemory):
-        down = False
-
-        def _store_document(self, doc_id, text, session_id, metadata):
-            if type(self).down:
-                raise RuntimeError("backend down")
-            self.seen.append(text)
-
-        def _query_backend(self, query, top_k, session_id=None):
-            return []
-
-    Flaky.down = True
-    memory = Flaky({"db_path": str(tmp_path / "flaky.db")})
-    memory.seen = []
+    backend = inline_backend()
+    backend.down = True
+    memory = backend({"db_path": str(tmp_path / "flaky.db")})
     memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
     assert memory.flush(5) is False
     memory.close()
-    Flaky.down = False
-    again = Flaky({"db_path": str(tmp_path / "flaky.db")})
-    again.seen = []
+    backend.down = False
+    again = backend({"db_path": str(tmp_path / "flaky.db")})
     assert again.flush(5) is True
     assert again.seen[-1] == "Q: my dog is Rex\nA: nice"
     again.close()
 
 
 def test_a_document_an_inline_index_always_rejects_holds_up_no_other(tmp_path, monkeypatch):
-    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
     from ovos_memory_plugins.storage import retrieval as store_module
 
     monkeypatch.setattr(store_module, "INLINE_RETRY_S", 0.0)  # every write finds its retry due
-
-    class Picky(BaseRetrievalMemory):
-        down = True
-
-        def _store_document(self, doc_id, text, session_id, metadata):
-            if self.down or "POISON" in text:
-                raise RuntimeError("rejected")
-            self.seen.append(text)
-
-        def _query_backend(self, query, top_k, session_id=None):
-            return []
-
-    memory = Picky({"db_path": str(tmp_path / "picky.db")})
-    memory.seen = []
+    memory = inline_backend(rejects="POISON")({"db_path": str(tmp_path / "picky.db")})
+    memory.down = True
     memory.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
     memory.update_history([AgentMessage(U, "POISON"), AgentMessage(A, "ok")], "s")
     memory.down = False
@@ -288,25 +275,11 @@ def test_a_document_an_inline_index_always_rejects_holds_up_no_other(tmp_path, m
 
 
 def test_a_turn_indexes_one_batch_of_an_inline_backlog_and_flush_keeps_its_timeout(tmp_path, monkeypatch):
-    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
     from ovos_memory_plugins.storage import retrieval as store_module
 
     monkeypatch.setattr(store_module, "INLINE_RETRY_S", 0.0)
-
-    class Slow(BaseRetrievalMemory):
-        index_batch = 4
-        down = True
-
-        def _store_document(self, doc_id, text, session_id, metadata):
-            if self.down:
-                raise RuntimeError("backend down")
-            self.seen.append(text)
-
-        def _query_backend(self, query, top_k, session_id=None):
-            return []
-
-    memory = Slow({"db_path": str(tmp_path / "slow.db")})
-    memory.seen = []
+    memory = inline_backend(index_batch=4)({"db_path": str(tmp_path / "slow.db")})
+    memory.down = True
     for i in range(20):
         memory.update_history([AgentMessage(U, f"question {i}"), AgentMessage(A, "ok")], "s")
     memory.down = False
@@ -319,18 +292,9 @@ def test_a_turn_indexes_one_batch_of_an_inline_backlog_and_flush_keeps_its_timeo
 
 
 def test_flush_says_false_for_a_document_another_instance_left_unindexed(tmp_path):
-    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
-
-    class Flaky(BaseRetrievalMemory):
-        def _store_document(self, doc_id, text, session_id, metadata):
-            if "Rex" in text:
-                raise RuntimeError("rejected")
-
-        def _query_backend(self, query, top_k, session_id=None):
-            return []
-
+    backend = inline_backend(rejects="Rex")
     path = str(tmp_path / "shared.db")
-    one, two = Flaky({"db_path": path}), Flaky({"db_path": path})
+    one, two = backend({"db_path": path}), backend({"db_path": path})
     one.update_history([AgentMessage(U, "my dog is Rex"), AgentMessage(A, "nice")], "s")
     assert one.flush(5) is False and two.flush(5) is False
     one.close()
@@ -339,20 +303,10 @@ def test_flush_says_false_for_a_document_another_instance_left_unindexed(tmp_pat
 
 def test_a_store_that_does_not_answer_makes_the_inline_retry_wait_never_raise(tmp_path, monkeypatch):
     from ovos_memory_plugins.errors import StoreUnavailable
-    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
     from ovos_memory_plugins.storage import retrieval as store_module
 
     monkeypatch.setattr(store_module, "INLINE_RETRY_S", 0.0)
-
-    class Flaky(BaseRetrievalMemory):
-        def _store_document(self, doc_id, text, session_id, metadata):
-            if "Rex" in text:
-                raise RuntimeError("rejected")
-
-        def _query_backend(self, query, top_k, session_id=None):
-            return []
-
-    memory = Flaky({"db_path": str(tmp_path / "flaky.db")})
+    memory = inline_backend(rejects="Rex")({"db_path": str(tmp_path / "flaky.db")})
     assert memory.flush(5) is True  # nothing refused, nothing pending
     docs = memory._store.docs
 
