@@ -259,7 +259,7 @@ def test_a_python_list_or_typographic_quotes_are_read_as_the_json_they_stand_for
 
 @pytest.mark.parametrize("reply", ["['User\u2019s dog is Rex', 'User likes jazz']",  # an apostrophe, not a quote
                                    "[Note] Facts: ['User likes jazz']", "Facts: [] -- ['User likes jazz']",
-                                   "[\u00abUser likes jazz\u00bb]"])
+                                   "[\u00abUser likes jazz\u00bb]", '["User is Ana", \u201cUser likes jazz\u201d]'])
 def test_a_loose_list_is_found_past_brackets_that_hold_none_and_keeps_apostrophes(reply):
     assert "User likes jazz" in reply_items(reply)
 

@@ -139,6 +139,7 @@ def test_rolling_the_narrative_drops_a_quotation_whole_never_its_first_half():
     "**Updated Conversation Summary:**\nAna likes tea.", "Summary so far: Ana likes tea.",
     "Summary (2 sentences): Ana likes tea.", "The summary of the conversation is: Ana likes tea.",
     "## Summary\nAna likes tea.", "Sure! Here is the summary:\n\n**Summary:** Ana likes tea.",
+    "Voici le r\u00e9sum\u00e9 : Ana likes tea.", "Hier ist die Zusammenfassung: Ana likes tea.",
 ])
 def test_what_announces_a_summary_is_left_out(reply):
     from ovos_memory_plugins._llm.summaries.checks import without_preamble

@@ -196,8 +196,11 @@ def reply_items(reply: str) -> list[Any]:
     usable = any(isinstance(item, (str, dict)) for item in items)
     if (not cut or not usable) and arrays and text.lstrip()[:1] != "{":
         items = [item for array in arrays for item in array]
-    if not items and "[" in text:
-        items = _loose_list(text)
+    if (not items or cut) and "[" in text:
+        # Nothing, or a repair of a list JSON could not read whole: a list written almost as JSON
+        # (typographic quotes among straight ones) may hold more.
+        loose = _loose_list(text)
+        items = loose if len(loose) > len(items) else items
     if items or "[" in text or "{" in text:
         return [_sentence_of(item) for item in items]
     lines = [_BULLET.sub("", raw).strip() for raw in text.splitlines()]

@@ -143,7 +143,8 @@ def _names(found: set[str]) -> set[str]:
 # part of the summary; a sentence that opens with the word ("Summary of the trip was sent") stays.
 _SUMMARY_WORD = r"(?:summary|recap|overview|r[ée]sum[ée]|zusammenfassung|resumen|resumo|riassunto|samenvatting)"
 _PREAMBLE = re.compile(
-    r"^(?:[^\n.!?:]{0,40}[.!?][ \t]+){0,2}(?:here(?:\s+is|'s|\u2019s)|below\s+is)\s+[^\n:]{0,40}?\b"
+    r"^(?:[^\n.!?:]{0,40}[.!?][ \t]+){0,2}"
+    r"(?:here(?:\s+is|'s|\u2019s)|below\s+is|voici|hier\s+ist|aqu[íi]\s+est[áa]|ecco)\s+[^\n:]{0,40}?\b"
     rf"{_SUMMARY_WORD}\b[^\n:]{{0,120}}:[*_]*(?=\s|$)"
     r"|^[#*_ \t]*(?:the\s+)?(?:(?:updated|new|current|conversation|brief|short)\s+){0,3}"
     rf"{_SUMMARY_WORD}\b(?:\s+so far|\s+of (?:the|our|this) (?:conversation|chat|discussion)(?: so far)?)?"
