@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from .._core.compat import AgentMessage
@@ -287,11 +287,10 @@ class RetrievalStore:
         """Wait until every pending document is indexed: by this store's worker, or by another
         process that holds it (until it is done or its lease runs out and this worker takes it).
         False on timeout or when the worker fails."""
-        if self.worker is None:
-            self.ensure_started()
-            return self._index_refused(deadline=None if timeout is None else time.monotonic() + timeout)
         self.ensure_started()
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self.worker is None:
+            return self._index_refused(deadline=deadline)
         while True:
             if self.docs.has_pending():
                 self.worker.notify()  # also what another process left pending
@@ -384,11 +383,7 @@ class RetrievalStore:
         try:
             while left and (batches is None or rounds < batches):
                 rounds += 1
-                with self.db.atomic() as con:
-                    found = self.docs.pending(self.owner.index_batch + len(failed), con)
-                    docs = [d for d in found if d.rowid not in failed]
-                    stored, refused = self._store_each(docs)
-                    self.docs.mark_indexed(con, stored, True)
+                docs, stored, refused = self._index_here(skip=failed)
                 failure = failure or refused
                 failed.update(d.rowid for d in docs if d.rowid not in set(stored))
                 left = bool(docs) and bool(stored) and (deadline is None or time.monotonic() < deadline)
@@ -413,19 +408,17 @@ class RetrievalStore:
         self._retry_inline_at = time.monotonic() + INLINE_RETRY_S
         self._log.error("index", "%s: failed to store document(s): %s; will retry", self._name, exc)
 
-    def _index_inline(self, con: Any, docs: Sequence[Document], pending: bool = False) -> None:
-        """Index inside the caller's transaction; a failure leaves the documents pending.
+    def _index_inline(self, con: Any, docs: Sequence[Document]) -> None:
+        """Index new documents inside the caller's transaction; a failure leaves them pending.
 
-        New documents are written already marked indexed (one UPDATE less per turn); ``pending``
-        ones, left by a failure or a crash, are marked once their index entries are written.
+        They are written already marked indexed (one UPDATE less per turn); those left pending
+        by a failure or a crash are indexed by :meth:`_index_refused`.
         """
         if not docs:
             return
         try:
             with self.db.atomic():  # a savepoint: undo a half-written index, keep the documents
                 self.owner._store_documents(docs)
-            if pending:
-                self.docs.mark_indexed(con, [d.rowid for d in docs], True)
             self._log.clear("index", f"{self._name}: indexing works again")
         except Exception as exc:  # noqa: BLE001 - the window and documents are safe; retry later
             self.docs.mark_indexed(con, [d.rowid for d in docs], False)
@@ -446,10 +439,7 @@ class RetrievalStore:
             # The index is in this file and cheap to write (keywords): entries and marks commit
             # together, one commit a batch, bounded in characters (the transaction holds the
             # file's write lock).
-            with self.db.atomic(busy_wait) as con:
-                docs = within_chars(self.docs.pending(batch, con), chars)
-                done, failure = self._store_each(docs)
-                self.docs.mark_indexed(con, done, True)
+            docs, done, failure = self._index_here(busy_wait=busy_wait)
             more = bool(docs) and self.docs.has_pending()
         else:
             docs = self.docs.lease(batch, self._lease_owner, LEASE_S, chars)
@@ -459,6 +449,18 @@ class RetrievalStore:
             more = True  # the next lease finds out
         self._raise_failure(docs, done, failure)
         return more
+
+    def _index_here(self, skip: Collection[int] = (), busy_wait: float | None = None
+                    ) -> tuple[list[Document], list[int], Exception | None]:
+        """One batch of pending documents (but ``skip``'s) indexed in this database, entries and
+        marks in one transaction, bounded in characters: the batch, the row ids stored, and the
+        first failure."""
+        with self.db.atomic(busy_wait) as con:
+            found = self.docs.pending(self.owner.index_batch + len(skip), con)
+            docs = within_chars([d for d in found if d.rowid not in skip], self.owner.index_chars)
+            stored, failure = self._store_each(docs)
+            self.docs.mark_indexed(con, stored, True)
+        return docs, stored, failure
 
     def _index_leased(self, docs: Sequence[Document]) -> tuple[list[int], Exception | None]:
         """Index documents leased to this store: the slow part (embedding) outside any transaction,
