@@ -38,6 +38,7 @@ from ._memory.late_start import LateStarts, Waiting, store_unreachable
 from ._memory.people import HOUSEHOLD_KEY, PERSON_PREFIX, inside, parse_people
 from ._memory.plugin import HELD_ITEMS
 from ._memory.session_view import SessionHistoryMixin
+from ._memory.waiting import no_waiting
 from .common import MemoryHit
 from .config import option
 from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
@@ -184,6 +185,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         "fusion", "fusion_weights", "rrf_k", "top_k", "member_fetch_k", "dedup"}
     # The reference's retrieval base, which its composite is, sends the system prompt as configured.
     strips_system_prompt: ClassVar[bool] = False
+    #: Its members wait for their stores inside it (``_build_member``), and its own window holds
+    #: what none of them could store.
+    waits_for_store: ClassVar[bool] = False
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         self._edit_lock = threading.RLock()  # session2history edits: read, change, write as one
@@ -329,7 +333,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                 config.setdefault(key, self.config[key])
         if PERSONA_ENDPOINT_KEY in self.config and reads_key(cls, "api_url", third_party=False):
             config.setdefault(PERSONA_ENDPOINT_KEY, self.config[PERSONA_ENDPOINT_KEY])  # the persona's chat endpoint
-        return cls(config=config)
+        with no_waiting():  # a member whose store does not answer waits here (LateStarts), not in itself
+            return cls(config=config)
 
     def _start_waiting(self, spec: Waiting) -> Any:
         """A waiting member's memory, tried again; None when it would share an earlier member's

@@ -264,6 +264,12 @@ def test_a_loose_list_is_found_past_brackets_that_hold_none_and_keeps_apostrophe
     assert "User likes jazz" in reply_items(reply)
 
 
+@pytest.mark.parametrize("reply", ["[\u2018User\u2019s dog is Rex\u2019, \u2018User likes jazz\u2019]",
+                                   "Facts: [\u2018User likes jazz\u2019 , \u2018User\u2019s dog is Rex\u2019]"])
+def test_a_list_in_typographic_single_quotes_keeps_an_apostrophe_inside_an_item(reply):
+    assert sorted(reply_items(reply)) == ["User likes jazz", "User\u2019s dog is Rex"]
+
+
 def test_a_list_that_is_code_is_never_run():
     assert model_items('[__import__("os").system("touch /tmp/ran")]') == []
 

@@ -59,11 +59,30 @@ def test_without_psycopg_the_package_imports_and_a_db_url_names_the_pip_install(
 def test_a_wrong_password_is_never_shown_and_an_unreachable_server_is_a_config_error():
     assert redact("postgresql://ovos:s3cret@db:5432/memory") == "postgresql://ovos:***@db:5432/memory"
     assert redact("postgresql://ovos@/memory?host=/tmp/x") == "postgresql://ovos@/memory?host=/tmp/x"
+    from ovos_memory_plugins._memory.waiting import no_waiting
     from ovos_memory_plugins.recency import RecencyMemory
 
-    with pytest.raises(ConfigError) as caught:
-        RecencyMemory({"db_url": "postgresql://ovos:s3cret@127.0.0.1:1/memory?connect_timeout=2"})
+    url = "postgresql://ovos:s3cret@127.0.0.1:1/memory?connect_timeout=2"
+    with no_waiting(), pytest.raises(ConfigError) as caught:  # as a management command builds it
+        RecencyMemory({"db_url": url})
     assert "s3cret" not in str(caught.value) and "cannot connect" in str(caught.value)
+    said = _said_while_down(url)  # as a persona builds it: it starts, and waits for the server
+    assert "s3cret" not in said and "cannot connect" in said
+
+
+def _said_while_down(url: str) -> str:
+    """What building a window on ``url`` says: the ConfigError it raises, or ``degraded()`` of
+    the memory that waits for the server."""
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    try:
+        memory = RecencyMemory({"db_url": url})
+    except ConfigError as exc:
+        return str(exc)
+    try:
+        return json.dumps(memory.degraded())
+    finally:
+        memory.close()
 
 
 @pytest.mark.parametrize("url", [
@@ -75,11 +94,8 @@ def test_a_wrong_password_is_never_shown_and_an_unreachable_server_is_a_config_e
     "host=127.0.0.1 port=1 password='s3 cret",  # a quote never closed
 ])
 def test_a_password_anywhere_in_db_url_is_never_shown(url, caplog):
-    from ovos_memory_plugins.recency import RecencyMemory
-
-    with pytest.raises(ConfigError) as caught:
-        RecencyMemory({"db_url": url})
-    assert "s3" not in str(caught.value) and "cret" not in str(caught.value) and "cret" not in caplog.text
+    said = _said_while_down(url)
+    assert "s3" not in said and "cret" not in said and "cret" not in caplog.text
     assert redact(url.replace("s3", "ab")).count("ab") == 0
 
 
@@ -1154,6 +1170,56 @@ def test_a_composite_started_while_the_database_is_down_starts_its_members_when_
             assert _said(memory, "s") == ["zqdown0q", "zqdown1q", "zqdown2q", "zqafterq"]
             assert any("zqdown1q" in h.content for h in memory.search("zqdown1q", "s"))
             assert not memory.degraded(), memory.degraded()
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("module", ["lexical", "recency", "local_rag"])
+def test_a_backend_started_while_the_database_is_down_starts_when_it_answers(module, tmp_path, monkeypatch):
+    """A persona whose memory is one backend, started before its database: its turns are answered
+    from RAM (what was said since), and once the server answers the backend starts and gets
+    every update, in order, with the time it was said."""
+    import importlib
+
+    from ovos_memory_plugins._memory import late_start
+    from ovos_memory_plugins._memory.waiting import StartingMemory
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from tests._postgres import RoundTrips
+
+    monkeypatch.setattr(late_start, "FIRST_PAUSE_S", 0.1)
+    monkeypatch.setattr(late_start, "MAX_PAUSE_S", 0.5)
+    cls = {"lexical": "LexicalMemory", "recency": "RecencyMemory", "local_rag": "LocalRAGMemory"}[module]
+    cls = getattr(importlib.import_module(f"ovos_memory_plugins.{module}"), cls)
+    proxy = RoundTrips(tmp_path)
+    proxy.cut()
+    url = proxy.url(fresh_url())
+    try:
+        with cls({"db_url": url}) as memory:
+            assert isinstance(memory, StartingMemory)
+            assert "waiting for its store" in memory.degraded()[memory.plugin_name]
+            for n in range(3):
+                assert memory.build_conversation_context("hi", "s")[-1].content == "hi"
+                _exchange(memory, "s", f"My name is zqdown{n}q.", "noted")
+            said = time.time()
+            with pytest.raises(StoreUnavailable):
+                memory.forget("s")
+            assert memory.flush(0) is False
+            proxy.restore()
+            deadline = time.monotonic() + patience(60)
+            while not memory.flush(patience(5)):
+                assert time.monotonic() < deadline, f"it never started: {memory.degraded()}"
+                time.sleep(0.1)
+            assert isinstance(memory.memory, cls)
+            _exchange(memory, "s", "My name is zqafterq.", "noted")
+            assert memory.flush(patience(30))
+            assert _said(memory, "s")[-4:] == ["zqdown0q", "zqdown1q", "zqdown2q", "zqafterq"]
+            assert not memory.degraded(), memory.degraded()
+            if module != "recency":
+                hits = memory.search("zqdown2q", "s")
+                assert hits and "zqdown2q" in hits[0].content
+                assert hits[0].metadata["ts"] <= said, "stored with the time it was caught up"
+        with cls({"db_url": url}) as again:  # in the database, for the next process
+            assert _said(again, "s")[-4:] == ["zqdown0q", "zqdown1q", "zqdown2q", "zqafterq"]
     finally:
         proxy.close()
 

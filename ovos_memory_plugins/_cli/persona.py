@@ -274,4 +274,7 @@ def open_memory(module: str, config: Mapping[str, Any] | None = None) -> Any:
         from .._core.loading import did_you_mean
 
         raise ConfigError(f"memory plugin '{module}' is not installed{did_you_mean(module)}")
-    return cls(config=dict(config or {}))
+    from .._memory.waiting import no_waiting
+
+    with no_waiting():  # a command on a store that does not answer says so, it does not wait
+        return cls(config=dict(config or {}))

@@ -67,8 +67,9 @@ _FOREIGN_STEERING = re.compile(
     r"|reglas|r[èe]gles|regras|regole|regels|zasad\w*|vorgaben|indicaciones|інструкці\w*|инструкци\w*"
     r"|prompt\w*|правил\w*)")
 # The openings of a prompt's structure: a role other than the two a memory attributes lines to
-# (User:, Assistant:, and Q:/A:; the system's in the languages above too; "AI:" and "Admin:", the
-# labels of a forged transcript or of a claimed authority), a block header, a
+# (User:, Assistant:, and Q:/A:; the system's in the languages above too; "AI:", "Model:" (Gemini's
+# name for the assistant's role) and "Admin:", the labels of a forged transcript or of a claimed
+# authority), a block header, a
 # markup tag of a context block; a recalled exchange's "Q: " or "A: " may come first.
 # Every run of spaces or symbols stays inside its line ([^\S\n], [^\w\n]): a pattern anchored at each
 # line start that could run on through the next lines would rescan them from every start, which
@@ -76,7 +77,7 @@ _FOREIGN_STEERING = re.compile(
 _STRUCTURE = re.compile(
     rf"(?im){_STEERING}"
     r"|^[^\w\n]*(?:(?:user|assistant|q|a)[^\S\n]*:[^\S\n]*)?"
-    r"(system|developer|tool|human|ai|admin(?:istrator)?|context|instructions?|new[^\S\n]+rules|систем[аи]"
+    r"(system|developer|tool|human|ai|model|admin(?:istrator)?|context|instructions?|new[^\S\n]+rules|систем[аи]"
     r"|sistema|syst[eè]me|systeem)[^\S\n]*:"
     r"|^[^\S\n]*(system|developer|tool|human|user|assistant)[^\S\n]*$"
     r"|^[^\S\n]*(?:(?:user|assistant|q|a)[^\S\n]*:[^\S\n]*)?#{2,}"
@@ -132,7 +133,7 @@ _CONTROL = re.compile(r"<[|\uff5c][^|\uff5c<>\n]{1,40}[|\uff5c]>|\[/?(?:INST|SYS
 # A role tag or a block's markup inside a fact: no fact about a user holds one (a one-word value,
 # "developer", "Tool", is no tag: the tag needs its colon).
 _FACT_TAGS = re.compile(
-    r"(?im)^\W{0,3}(?:(?:user|assistant|q|a)\s*:\s*)?(system|developer|tool|human|ai|admin(?:istrator)?|context"
+    r"(?im)^\W{0,3}(?:(?:user|assistant|q|a)\s*:\s*)?(system|developer|tool|human|ai|model|admin(?:istrator)?|context"
     r"|instructions?)\s*:"
     r"|\b(system|developer)\s*:|</?\s*(context|system|instructions?|memory)\s*>"
 )

@@ -15,6 +15,7 @@ from ..config import parse_config, replace_setting, setting_names
 from ..errors import ConfigError, MemoryClosed, MemoryPluginError, StorageError
 from ..messages import check_session_id, coerce_messages
 from .people import People, inside, keyed, parse_people, unmapped
+from .waiting import WaitsForStore
 
 __all__ = ["MemoryPlugin", "store_path_problems"]
 
@@ -38,7 +39,7 @@ HELD_ITEMS = 200
 _REFUSED = (MemoryPluginError, OSError)
 
 
-class MemoryPlugin(AgentContextManager):
+class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
     """Base of this package's backends (not part of the OPM contract).
 
     Subclasses set ``Config`` (a frozen dataclass of :func:`~ovos_memory_plugins.config.option`
@@ -74,6 +75,9 @@ class MemoryPlugin(AgentContextManager):
     #: Private methods whose ``session_id`` is mapped like a public method's (``session2history``
     #: reads and edits through them).
     keyed_private_methods: ClassVar[tuple[str, ...]] = ("_replace_window", "_stored_window")
+    #: Built while its store does not answer, the backend starts anyway and catches up once it
+    #: does (see ``_memory/waiting.py``).
+    waits_for_store: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

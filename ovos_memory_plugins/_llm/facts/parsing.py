@@ -231,7 +231,27 @@ def _loose_list(text: str) -> list[Any]:
                 strings = [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
                 if strings:
                     return strings
+        strings = _typographic_strings(doubled)
+        if strings:
+            return strings
     return []
+
+
+# A typographic closing single quote that ends a list item: before a comma or the closing bracket.
+_ITEM_CLOSE = re.compile(r"\u2019(?=[^\S\n]*[,\]])")
+
+
+def _typographic_strings(span: str) -> list[str]:
+    """The items of a list in typographic single quotes whose closing quote is also an apostrophe
+    inside an item (``[‘User’s dog’]``, which no quote swap makes a literal): an item runs from a
+    ‘ to the ’ before a comma or the bracket. Linear: each closing quote is looked at once."""
+    items, at = [], 0
+    for close in _ITEM_CLOSE.finditer(span):
+        start = span.find("\u2018", at, close.start())
+        if start >= 0 and span[start + 1:close.start()].strip():
+            items.append(span[start + 1:close.start()])
+        at = close.end()
+    return items
 
 
 def _sentence_of(item: Any) -> Any:
