@@ -16,6 +16,7 @@ from ovos_memory_plugins.composite import CompositeMemory
 from ovos_memory_plugins.errors import ConfigError, StoreUnavailable
 from ovos_memory_plugins.lexical import LexicalMemory
 from ovos_memory_plugins.recency import RecencyMemory
+from tests._outage import refuse_unless_up
 from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
@@ -29,14 +30,7 @@ class DownAtFirst(RecencyMemory):
     attempts = 0
 
     def __init__(self, config=None):
-        DownAtFirst.attempts += 1
-        if DownAtFirst.broken:
-            raise ConfigError("'max_history' must be a number")
-        if not DownAtFirst.up:
-            try:
-                raise ConnectionRefusedError("connection refused")
-            except ConnectionRefusedError as exc:  # as a backend wraps it: the cause names the outage
-                raise ConfigError("cannot open db_url 'postgresql://db.lan/memory'") from StoreUnavailable(str(exc))
+        refuse_unless_up(DownAtFirst)
         super().__init__(config)
 
 

@@ -15,6 +15,7 @@ from ovos_memory_plugins._memory.waiting import StartingMemory, no_waiting, stan
 from ovos_memory_plugins.errors import ConfigError, StoreUnavailable
 from ovos_memory_plugins.lexical import LexicalMemory
 from ovos_memory_plugins.recency import RecencyMemory
+from tests._outage import refuse_unless_up
 from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
@@ -26,17 +27,6 @@ class Switch:
     attempts = 0
 
 
-def _refuse() -> None:
-    Switch.attempts += 1
-    if Switch.broken:
-        raise ConfigError("'max_history' must be a number")
-    if not Switch.up:
-        try:
-            raise ConnectionRefusedError("connection refused")
-        except ConnectionRefusedError as exc:  # as a backend wraps it: the cause names the outage
-            raise ConfigError("cannot open db_url 'postgresql://db.lan/memory'") from StoreUnavailable(str(exc))
-
-
 class DownAtFirst(RecencyMemory):
     """A window whose store does not answer until ``Switch.up`` (its stand-in, in RAM, always does)."""
 
@@ -44,7 +34,7 @@ class DownAtFirst(RecencyMemory):
 
     def __init__(self, config=None):
         if (config or {}).get("db_path") != ":memory:":
-            _refuse()
+            refuse_unless_up(Switch)
         super().__init__(config)
 
     def build_conversation_context(self, utterance, session_id):
@@ -56,7 +46,7 @@ class DownAtFirst(RecencyMemory):
 class DownAtFirstLexical(LexicalMemory):
     def __init__(self, config=None):
         if (config or {}).get("db_path") != ":memory:":
-            _refuse()
+            refuse_unless_up(Switch)
         super().__init__(config)
 
 
@@ -231,3 +221,112 @@ def test_a_turn_answered_by_the_stand_in_as_the_backend_starts_is_answered_whole
         assert [m.content for m in answers[0]] == ["said while down", "noted", "now"]
         assert stand_in._closed, "the stand-in was left open once its last turn was answered"
         assert [m.content for m in memory.build_conversation_context("later", "s")][-1] == "later"
+
+
+# -- found by review ---------------------------------------------------------------------------
+def test_updates_given_as_a_generator_are_kept_whole_and_as_they_were_when_given(tmp_path):
+    with DownAtFirst({"db_path": str(tmp_path / "w.db")}) as memory:
+        memory.update_history((m for m in [AgentMessage(U, "from a generator"), AgentMessage(A, "ok")]), "s")
+        mine = [AgentMessage(U, "as said"), AgentMessage(A, "ok")]
+        memory.update_history(mine, "s")
+        mine[0].content = "edited later by the caller"
+        Switch.up = True
+        assert memory.flush(patience(10))
+        assert users_words(memory.memory) == ["from a generator", "as said"]
+
+
+def test_the_live_session_view_is_refused_while_it_waits_so_a_forget_cannot_be_undone(tmp_path):
+    with DownAtFirst({"db_path": str(tmp_path / "w.db")}) as memory:
+        say(memory, "s", "secret")
+        with pytest.raises(StoreUnavailable):
+            del memory.session2history["s"]
+        Switch.up = True
+        assert memory.flush(patience(10))
+        del memory.session2history["s"]  # the backend's own, now
+        assert users_words(memory.memory) == []
+
+
+def test_a_setting_assigned_while_waiting_applies_before_what_was_kept_is_replayed(tmp_path):
+    with DownAtFirstLexical({"db_path": str(tmp_path / "l.db"), "max_history": 2}) as memory:
+        memory.max_history = 20
+        for n in range(5):
+            say(memory, "s", f"u{n}")
+        Switch.up = True
+        assert memory.flush(patience(10))
+        assert users_words(memory.memory) == [f"u{n}" for n in range(5)], "trimmed by the old value"
+
+
+def test_once_started_the_stand_in_is_let_go_and_the_config_is_the_backends(tmp_path):
+    import gc
+    import weakref
+
+    config = {"db_path": str(tmp_path / "w.db")}
+    with DownAtFirst(config) as memory:
+        assert memory.config["db_path"] == config["db_path"], "the stand-in's RAM store shown as the config"
+        stand_in = weakref.ref(memory._stand_in)
+        Switch.up = True
+        assert memory.flush(patience(10))
+        gc.collect()
+        assert stand_in() is None, "the stand-in (its RAM store, its model) is kept for the persona's life"
+        assert memory.config is memory.memory.config
+        assert memory.system_prompt == memory.memory.system_prompt
+
+
+def test_a_started_memory_closed_answers_as_its_backend_closed(tmp_path):
+    memory = DownAtFirst({"db_path": str(tmp_path / "w.db")})
+    say(memory, "s", "said while down")
+    Switch.up = True
+    assert memory.flush(patience(10))
+    say(memory, "s", "said after start")
+    memory.close()
+    assert memory.degraded() == memory.memory.degraded()
+    assert memory.get_history("s") == memory.memory.get_history("s")
+
+
+def test_it_counts_as_an_instance_of_its_class_and_shows_its_classes_signature(tmp_path):
+    import inspect
+
+    with DownAtFirstLexical({"db_path": str(tmp_path / "l.db")}) as memory:
+        assert isinstance(memory, DownAtFirstLexical) and isinstance(memory, LexicalMemory)
+        assert not isinstance(memory, RecencyMemory)
+    assert list(inspect.signature(LexicalMemory).parameters) == ["config"]
+
+
+class Tagged(DownAtFirst):
+    def __init__(self, config=None, tag="none"):
+        self.tag = tag
+        super().__init__(config)
+
+
+def test_a_class_given_more_than_its_config_raises_as_before(tmp_path):
+    with pytest.raises(ConfigError, match="cannot open db_url"):
+        Tagged({"db_path": str(tmp_path / "w.db")}, tag="kitchen")
+
+
+class NoStandIn(DownAtFirst):
+    def __init__(self, config=None):
+        if (config or {}).get("db_path") == ":memory:":
+            raise RuntimeError("no RAM store for this one")
+        super().__init__(config)
+
+
+def test_when_the_stand_in_fails_too_the_stores_error_is_raised_with_its_cause(tmp_path):
+    with pytest.raises(ConfigError, match="cannot open db_url") as info:
+        NoStandIn({"db_path": str(tmp_path / "w.db")})
+    assert isinstance(info.value.__cause__, StoreUnavailable)
+
+
+def test_a_server_that_still_does_not_answer_is_probed_not_built_again(monkeypatch):
+    from ovos_memory_plugins.storage import postgres
+
+    def probe(url, timeout):
+        if not Switch.up:
+            raise StoreUnavailable(f"cannot connect to {url}")
+
+    monkeypatch.setattr(postgres, "probe", probe)
+    with DownAtFirst({"db_url": "postgresql://ovos@127.0.0.1:1/memory?connect_timeout=1"}) as memory:
+        time.sleep(0.3)  # several attempts, each building it again would say its config's warnings again
+        assert Switch.attempts == 1, "built again while the server does not answer"
+        Switch.up = True  # the probe answers: it is built again (here it then finds no server there)
+        wait_for(lambda: Switch.attempts >= 2)
+        assert memory.memory is None

@@ -127,13 +127,14 @@ def _database_checks(module: str, block: Mapping[str, Any]) -> tuple[list[str], 
     """``(problems, warnings)`` of every PostgreSQL ``db_url`` the config names, each connected to
     once: one the server refuses (no such database or user, a password refused, a setting it does
     not know) is a problem, as no retry fixes it; one that cannot be reached now is a warning (a
-    server still starting: a composite waits for it, a backend on its own fails to start)."""
+    server still starting: the memory waits for it)."""
     problems, warnings = [], []
     for url in dict.fromkeys(_db_urls(module, block)):
         try:
             probe(url, PROBE_TIMEOUT_S)
         except StoreUnavailable as exc:
-            warnings.append(f"{exc} (now: a composite waits for it, a backend on its own would not start)")
+            warnings.append(f"{exc} (now: the persona's memory would answer from what is said after it starts, and "
+                            "catch up once the server answers)")
         except MissingDependencyError as exc:
             problems.append(f"db_url {redact(url)}: {exc}")
         except (ConfigError, StorageError) as exc:
