@@ -7,13 +7,14 @@ among the causes) gives a :class:`StartingMemory`:
 
 * turns are answered by a *stand-in*, the same backend with the same config but its store in RAM:
   it remembers what is said from then on, and renders it as the backend does;
-* every update is also kept (the newest ``HELD_ITEMS`` per session), and a background thread
+* every update is also kept (the newest ``KEPT_PER_SESSION`` per session), and a background thread
   (:class:`~._memory.late_start.LateStarts`, as for a composite's member) builds the backend
   again, after a couple of seconds and then less often, until the store answers; the backend
   then gets what was kept, oldest first, each with the time it was said, and every later call
   goes to it;
 * until then, anything else that reads or changes stored memory (forget, export, import, search,
-  sessions) raises ``StoreUnavailable``: the stand-in holds only what was said since the start.
+  sessions, the live ``session2history`` view) raises ``StoreUnavailable``: the stand-in holds
+  only what was said since the start.
 
 A composite builds its members with :func:`no_waiting` (it waits for them itself), and so do the
 management commands: a command asked to act on a store that does not answer says so.
