@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -29,6 +30,7 @@ from ._core.clock import said_at
 from ._core.compat import AgentMessage
 from ._core.loading import allows_value, load_memory_class, reads_key
 from ._core.log import LOG, LogOnce
+from ._core.paths import files_in, resolve_path
 from ._core.worker import wakeups_deferred
 from ._index.current import put_contradicted_last
 from ._llm.endpoint import PERSONA_ENDPOINT_KEY
@@ -99,6 +101,8 @@ class CompositeConfig(RecallConfig):
     preset: str | None = option(None, "hybrid: recency + lexical + local-rag + entity when members is empty",
                                 kind=str, choices=("hybrid",))
     primary: str | None = option(None, "member whose history is the verbatim window; null: the first", kind=str)
+    data_dir: str | None = option(None, "folder of the members' files (their default files and relative db_paths): "
+                                  "one of its own per persona; null: the XDG data folder", kind=str)
     fusion: str = option("rrf", "how retriever hits are fused; the hybrid preset: score (see score_fusion.py)",
                          choices=COMPOSITE_FUSIONS)
     fusion_weights: dict[str, Any] = option({}, "score fusion weights (keyword, semantic, date, length) over "
@@ -122,6 +126,10 @@ class CompositeConfig(RecallConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         ScoreWeights.from_config(self.fusion_weights)  # a bad weight fails at construction
+        if self.data_dir is not None:
+            folder = resolve_path(self.data_dir)
+            if os.path.exists(folder) and not os.path.isdir(folder):
+                raise ConfigError(f"'data_dir' {self.data_dir!r} is not a folder ({folder} exists and is a file)")
         for i, spec in enumerate(self.members):
             if not isinstance(spec, (str, Mapping)) or (isinstance(spec, Mapping) and not spec.get("module")):
                 raise ConfigError(f"'members[{i}]' must be an entry-point name or a dict with a 'module' key")
@@ -333,7 +341,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                 config.setdefault(key, self.config[key])
         if PERSONA_ENDPOINT_KEY in self.config and reads_key(cls, "api_url", third_party=False):
             config.setdefault(PERSONA_ENDPOINT_KEY, self.config[PERSONA_ENDPOINT_KEY])  # the persona's chat endpoint
-        with no_waiting():  # a member whose store does not answer waits here (LateStarts), not in itself
+        # A member whose store does not answer waits here (LateStarts), not in itself.
+        with no_waiting(), files_in(self.settings.data_dir):
             return cls(config=config)
 
     def _start_waiting(self, spec: Waiting) -> Any:

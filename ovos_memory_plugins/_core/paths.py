@@ -8,16 +8,19 @@ folder the user made (``~/.local/share``) is theirs to set, as is a store file t
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
     "MEMORY_PATH", "PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "check_store_path", "create_private_file", "data_dir",
-    "default_name", "default_path", "is_memory_path", "is_regular_file", "make_private_dirs", "quarantine_file",
-    "resolve_path", "set_aside_copies", "warn_set_aside_copies",
+    "default_name", "default_path", "files_in", "is_memory_path", "is_regular_file", "make_private_dirs",
+    "quarantine_file", "resolve_path", "set_aside_copies", "warn_set_aside_copies",
 ]
 
 #: The special path meaning "keep it in RAM" (as SQLite spells it).
@@ -27,10 +30,28 @@ PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
 
 
+_FOLDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("ovos_memory_data_dir", default=None)
+
+
 def data_dir() -> Path:
-    """``$XDG_DATA_HOME/ovos`` (``~/.local/share/ovos`` when unset). Not created here."""
+    """``$XDG_DATA_HOME/ovos`` (``~/.local/share/ovos`` when unset), or the folder of the
+    :func:`files_in` block around the call. Not created here."""
+    folder = _FOLDER.get()
+    if folder is not None:
+        return Path(folder)
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "ovos"
+
+
+@contextlib.contextmanager
+def files_in(folder: str | None) -> Iterator[None]:
+    """Stores built in the block put their default files, and anchor their relative paths, in
+    ``folder`` (an absolute path; None: the usual data directory). A composite's ``data_dir``."""
+    token = _FOLDER.set(folder if folder is None else resolve_path(folder))
+    try:
+        yield
+    finally:
+        _FOLDER.reset(token)
 
 
 def default_path(filename: str) -> str:

@@ -209,8 +209,10 @@ class LateStarts:
 
     def _hand_over(self, w: Waiting, memory: Any) -> bool:
         """Give ``memory`` what was kept for it, oldest first, then make it a member: the last
-        updates kept, and the joining, under the lock, so an update lands either here or there."""
-        while True:
+        updates kept, and the joining, under the lock, so an update lands either here or there.
+        False (``memory`` closed) when it was closed meanwhile, or the store went away again."""
+        refused = False
+        while not refused:
             with self._lock:
                 if self._closed:
                     break
@@ -220,7 +222,7 @@ class LateStarts:
                     self._join(w, memory)  # the members first: a turn that no longer sees it waiting
                     self._waiting = [x for x in self._waiting if x is not w]  # writes to them
                     return True
-            for _, session_id, batch, ts in updates:
+            for i, (_, session_id, batch, ts) in enumerate(updates):
                 if self._closed:
                     break  # close() says what is left
                 try:
@@ -228,9 +230,40 @@ class LateStarts:
                 except Exception as exc:  # noqa: BLE001 - one update refused must not keep it out
                     self._log.error(f"replay:{w.name}", "%s: member %r could not store an update of %r kept while it "
                                     "waited (%s: %s)", self._owner, w.name, session_id, type(exc).__name__, exc)
+                refused = _holds_refused(memory)
+                if refused:  # the store went away again: wait for it, the rest kept here
+                    _discard_held(memory)
+                    self._keep_again(w, updates[i:])
+                    break
                 with self._lock:
                     w.replaying -= 1
         close = getattr(memory, "close", None)
         if callable(close):
             close()
         return False
+
+    def _keep_again(self, w: Waiting, updates: list[Update]) -> None:
+        """``updates`` (taken for a replay the store refused) kept again, with what came since,
+        in the order they came, the newest ``limit`` per session."""
+        with self._lock:
+            sessions: dict[str, list[Update]] = {}
+            for update in [*updates, *(u for kept in w.kept.values() for u in kept)]:
+                sessions.setdefault(update[1], []).append(update)
+            w.kept = {sid: collections.deque(sorted(kept), maxlen=self._limit) for sid, kept in sessions.items()}
+            w.replaying = 0
+        self._log.warning(f"again:{w.name}", "%s: the store of %r went away while it was given what it missed; "
+                          "the rest is kept until it answers again", self._owner, w.name)
+
+
+def _holds_refused(memory: Any) -> bool:
+    """Whether ``memory`` (one of this package's) holds an update its store refused: a replay
+    that goes on would pile them up there, where the bound counts messages, not updates."""
+    held = getattr(memory, "_held", None)
+    return held is not None and bool(held.count())
+
+
+def _discard_held(memory: Any) -> None:
+    """Drop what ``memory`` holds (kept here again): its close would otherwise try to store it."""
+    held = memory._held
+    for session_id in held.sessions():
+        held.drop(session_id)

@@ -35,7 +35,7 @@ from .._core.loading import allows_value, reads_key
 from .._core.log import LOG, LogOnce
 from .._core.paths import MEMORY_PATH
 from ..config import setting_names
-from ..errors import StoreUnavailable
+from ..errors import StorageError, StoreUnavailable
 from ..messages import coerce_messages
 from .late_start import LateStarts, Waiting, store_unreachable
 
@@ -138,6 +138,7 @@ class StartingMemory(AgentContextManager):
         self._readers = 0  # calls answered by the stand-in right now
         self._stand_in_closed = False
         self._closed = False
+        self._given_up = False  # the store refused for good: no retry
         self._log = LogOnce()
         self._fault = (f"waiting for its store ({exc}); turns are answered from what was said since it started, "
                        "and it starts when the store answers")
@@ -216,8 +217,11 @@ class StartingMemory(AgentContextManager):
         if name in _ANSWERED or isinstance(value, (type, *_PLAIN)) or (
                 settings is not None and name in setting_names(type(settings)) and not callable(value)):
             return value
-        refused = StoreUnavailable(f"{self.plugin_name}: its store does not answer yet; nothing was done ({name}): "
-                                   "try again once it answers (see degraded())")
+        refused: StorageError = StoreUnavailable(
+            f"{self.plugin_name}: its store does not answer yet; nothing was done ({name}): try again once it "
+            "answers (see degraded())")
+        if self._given_up:
+            refused = StorageError(f"{self.plugin_name}: nothing was done ({name}): it {self._fault}")
         if not callable(value):  # a view of stored memory (session2history): it would miss the store
             raise refused
 
@@ -262,8 +266,12 @@ class StartingMemory(AgentContextManager):
             stand_in = self._stand_in
             if not done and self.memory is not None:
                 self._stand_in = None  # its RAM store and model go with it (a second e5 on a small board)
-        if not done:
+        if done:
+            return
+        if now:
             stand_in.close()
+        else:  # not on a turn's thread: its worker may still be finishing work nobody needs
+            threading.Thread(target=stand_in.close, name=f"{self.plugin_name}-stand-in-close", daemon=True).start()
 
     def _apply_assigned(self, memory: Any) -> None:
         for name, value in self._assigned.items():
@@ -306,6 +314,7 @@ class StartingMemory(AgentContextManager):
         self._retire_stand_in()  # every new call goes to the backend now
 
     def _gave_up(self, waiting: Waiting, exc: BaseException) -> None:
+        self._given_up = True
         self._fault = (f"failed to start ({exc}); turns are answered from what was said since the persona started, "
                        "until it is restarted")
         self._log.error("gave-up", "%s: %s", self.plugin_name, self._fault)

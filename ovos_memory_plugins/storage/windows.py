@@ -211,9 +211,12 @@ class SqliteWindowStore:
             pop_tail, to_add = fold_into(tail, messages)
             if pop_tail:
                 con.execute(f"DELETE FROM {t} WHERE id = ?", (row[0],))
+        # Stamped when it was said (a replay of updates kept while the store was down says so), so
+        # max_age expires it then; the trim's cutoff is now.
+        said = said_now() if ts is None else ts
         self._write_unread(
             con, f"INSERT INTO {t} (session_id, ts, role, content, extra) VALUES (?, ?, ?, ?, ?)",
-            [(session_id, now if ts is None else ts, *_message_row(m)) for m in to_add],
+            [(session_id, said, *_message_row(m)) for m in to_add],
         )
         self._trim(con, session_id, policy, now)
         return question
