@@ -1076,3 +1076,11 @@ def test_check_config_refuses_a_db_path_naming_a_file_that_is_no_store(tmp_path,
     assert "members[0] 'db_path'" in err and "neither an SQLite database nor JSON" in err
     assert "members[1]" not in err
     assert (tmp_path / "notes.txt").read_text() == "my shopping list"
+
+
+def test_a_command_on_a_db_path_that_is_no_store_is_a_config_error_that_names_it(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my shopping list")
+    config = json.dumps({"db_path": str(notes)})
+    assert main(["sessions", "--module", "ovos-memory-plugin-entity", "--config", config]) == 2
+    assert "'db_path'" in capsys.readouterr().err and notes.read_text() == "my shopping list"

@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 from .._core.compat import AgentMessage
 from .._core.paths import SQLITE_HEADER, check_store_path, is_memory_path, resolve_path
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError
 from .policy import WindowPolicy
 from .postgres import is_postgres_url
 from .postgres import redact as _redacted
@@ -116,7 +116,8 @@ def _backend_by_content(path: str) -> str | None:
     if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):  # a byte order mark too
         return "json"
     if head and is_read_only():  # a read-only command never quarantines: it says what the file is not
-        raise StorageError(f"{real} is neither an SQLite nor a JSON memory store; it was left as it is")
+        raise ConfigError(f"'db_path' {real} is neither an SQLite nor a JSON memory store; it was left as it is: "
+                          "name the memory's own file")
     return None  # damaged or foreign bytes: the store of the name's kind quarantines them
 
 
