@@ -1073,7 +1073,7 @@ def test_check_config_refuses_a_db_path_naming_a_file_that_is_no_store(tmp_path,
     path.write_text(json.dumps({"members": members}))
     assert main(["check-config", str(path), "--module", "ovos-memory-plugin-composite"]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "members[0] 'db_path'" in err and "neither an SQLite database nor JSON" in err
+    assert "members[0] 'db_path'" in err and "neither an SQLite nor a JSON memory store" in err
     assert "members[1]" not in err
     assert (tmp_path / "notes.txt").read_text() == "my shopping list"
 

@@ -108,10 +108,13 @@ def test_check_config_warns_when_an_llm_member_is_left_on_a_default_endpoint_tha
 
 
 def test_check_config_names_the_composite_member_left_on_the_default(tmp_path, capsys, nothing_answers):
-    block = {"members": ["ovos-memory-plugin-recency", {"module": ENTITY, "config": {"backend": "memory"}}]}
+    block = {"members": ["ovos-memory-plugin-recency", {"module": ENTITY, "config": {"backend": "memory"}},
+                         {"module": "ovos-memory-plugin-longterm", "config": {"backend": "memory"}}]}
     path = write(tmp_path / "b.json", block)
     assert main(["check-config", path, "--module", COMPOSITE]) == 0
-    assert f"members[1] '{ENTITY}' calls a model" in " ".join(capsys.readouterr().err.split())
+    warned = " ".join(capsys.readouterr().err.split())
+    assert f"members[1] '{ENTITY}' calls a model" in warned and "members[2] 'ovos-memory-plugin-longterm'" in warned
+    assert nothing_answers == [DEFAULT_API_URL], "the default endpoint asked once per member"
 
 
 @pytest.mark.parametrize("block", [{"backend": "memory", "api_url": "http://127.0.0.1:9/v1"},

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._core.loading import did_you_mean
-from .._core.paths import SQLITE_HEADER, is_memory_path, resolve_path
+from .._core.paths import is_memory_path, resolve_path
 from ..errors import ConfigError, MissingDependencyError, StorageError, StoreUnavailable
 from ..storage.postgres import is_postgres_url, probe, redact
 from ..storage.windows import safe_table_name
@@ -113,10 +113,11 @@ def _silent_endpoints(module: str, block: Mapping[str, Any], chat_endpoint: Mapp
     nothing answers there: it would run on its offline fallback while the config reads "OK"."""
     from .._llm.endpoint import DEFAULT_API_URL
 
-    out = []
-    for name, config in _llm_members(module, block, {}):
-        if "api_url" in config or _answers(DEFAULT_API_URL):
-            continue  # chosen by the user, or a model server answers at the default
+    out: list[str] = []
+    left = [name for name, config in _llm_members(module, block, {}) if "api_url" not in config]
+    if not left or _answers(DEFAULT_API_URL):  # each chose its endpoint, or a model server answers at the default
+        return out
+    for name in left:
         if chat_endpoint:  # 'ovos-memory chat' lends the memory its endpoint; ovos-persona does not
             out.append(f"{name} calls a model but sets no api_url: 'ovos-memory chat' gives it the persona's chat "
                        f"endpoint, but ovos-persona gives a memory only its own block, so there it would call the "
@@ -131,18 +132,19 @@ def _silent_endpoints(module: str, block: Mapping[str, Any], chat_endpoint: Mapp
 
 def _foreign_files(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
     """A ``db_path`` naming a file that holds neither an SQLite database nor JSON (a note, a
-    model, a log): the store would refuse it at start, and a composite would run without it."""
+    model, a log): the store would refuse it at start, and a composite would run without it.
+    The file is judged as a store judges it, read-only: nothing is created or set aside."""
+    from ..storage import backend_for
+    from ..storage.readonly import read_only
+
     out = []
     path = block.get("db_path")
-    if isinstance(path, str) and path.strip() and not is_memory_path(path) and not is_postgres_url(path):
+    if isinstance(path, str) and path.strip():
         try:
-            with open(resolve_path(path), "rb") as f:
-                head = f.read(4096)
-        except (OSError, ConfigError):
-            head = b""  # missing (a new store), unreadable or a bad path: said elsewhere
-        if head and not head.startswith(SQLITE_HEADER) and not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
-            out.append(f"{where}'db_path' {path!r} holds something else than a memory store (neither an SQLite "
-                       "database nor JSON): name a file of its own")
+            with read_only():
+                backend_for(path, None)
+        except ConfigError as exc:
+            out.append(f"{where}{exc}")
     if module == "ovos-memory-plugin-composite":
         for i, spec in enumerate(block.get("members") or []):
             if isinstance(spec, Mapping) and isinstance(spec.get("config") or {}, Mapping):
