@@ -30,6 +30,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ._core.clock import said_now
 from ._core.compat import AgentMessage
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
@@ -171,7 +172,7 @@ class LongTermMemory(LLMMemory):
             self._write_update(session_id, messages)
 
     def _store_batch(self, session_id: str, batch: list[Any]) -> None:
-        now = time.time()
+        now = said_now()  # a held update keeps the time it was said
         self._update(session_id, lambda record: _appended(record, batch, now, self.settings.summarize_every),
                      self._is_due)
 

@@ -367,7 +367,7 @@ class RedisMemory(ContextMemory):
         return session_id not in self._held or self._append(session_id, [])
 
     def _append(self, session_id: str, messages: list[AgentMessage]) -> bool:
-        """Append what is held for the session, then ``messages`` (one script), and compact if
+        """Append what is held for the session, then ``messages``, and compact if
         due; while Redis is down they are held instead (see _core/held.py). True when written."""
         written: list[tuple[list[AgentMessage], tuple[int, int]]] = []
         try:
@@ -376,14 +376,17 @@ class RedisMemory(ContextMemory):
                                     (StorageError,))
         except StorageError:
             self._store.forget_tail(session_id)
+            for batch, _ in written:  # held updates stored before Redis refused again
+                self._cache_append(session_id, batch)
             return False
         if not written:
             return True  # nothing held, nothing given
         if held:
             LOG.info(f"{self.plugin_name}: wrote {held} message(s) of {session_id!r} held while Redis was down")
             self._log.clear("held")
-        batch, (tokens, rounds) = written[0]
-        self._cache_append(session_id, batch)
+        for batch, _ in written:  # one store call per held update (each at its time), then this one
+            self._cache_append(session_id, batch)
+        tokens, rounds = written[-1][1]
         self._compact_if_due(session_id, tokens, rounds)
         return True
 

@@ -109,7 +109,7 @@ def test_a_forget_waits_for_a_write_in_flight_so_the_store_forget_deletes_what_i
     held.drop("s")
     events.append("dropped")
     thread.join(5)
-    assert events == ["stored", "dropped"] and stored == ["h", "a"] and held.count() == 0
+    assert events == ["stored", "stored", "dropped"] and stored == ["h", "a"] and held.count() == 0  # one call each
 
 
 def test_writes_of_one_session_take_turns_so_a_batch_held_again_stays_in_front():
@@ -259,3 +259,80 @@ def test_an_overflow_is_said_again_in_a_later_outage(tmp_path, monkeypatch):
                     _say(memory, "s", f"n{n}")
             _say(memory, "s", "back")
             assert len([w for w in warnings if "refused writes for too long" in w]) == outage + 1
+
+
+def test_each_held_update_is_stored_at_the_time_it_was_said():
+    from ovos_memory_plugins._core.clock import said_at, said_now
+
+    held, calls = HeldWrites(limit=10), []
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    for ts, item in ((100.0, "a"), (200.0, "b")):
+        with said_at(ts), pytest.raises(StorageError):
+            held.write("s", [item], refuse, (StorageError,))
+    with said_at(300.0):
+        assert held.write("s", ["c", "d"], lambda batch: calls.append((said_now(), batch)), (StorageError,)) == 2
+    assert calls == [(100.0, ["a"]), (200.0, ["b"]), (300.0, ["c", "d"])]
+
+
+def test_a_store_refusing_halfway_through_the_held_updates_holds_the_rest_with_their_times():
+    from ovos_memory_plugins._core.clock import said_at, said_now
+
+    held, calls = HeldWrites(limit=10), []
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    for ts, item in ((100.0, "a"), (200.0, "b")):
+        with said_at(ts), pytest.raises(StorageError):
+            held.write("s", [item], refuse, (StorageError,))
+
+    def down_after_one(batch):
+        if calls:
+            raise StorageError("down again")
+        calls.append((said_now(), batch))
+
+    with said_at(300.0), pytest.raises(StorageError):
+        held.write("s", ["c"], down_after_one, (StorageError,))
+    assert calls == [(100.0, ["a"])] and held.peek("s") == ["b", "c"]
+    with held.recording() as written:
+        held.write("s", [], lambda batch: calls.append((said_now(), batch)), (StorageError,))
+    assert calls[1:] == [(200.0, ["b"]), (300.0, ["c"])] and "s" not in held
+    held.hold_again(written)  # their transaction did not commit: held again, times kept
+    calls.clear()
+    held.write("s", [], lambda batch: calls.append((said_now(), batch)), (StorageError,))
+    assert calls == [(200.0, ["b"]), (300.0, ["c"])]
+
+
+@pytest.mark.parametrize("kind", ["lexical", "composite", "recency"])
+def test_an_update_held_through_an_outage_keeps_the_time_it_was_said(kind, tmp_path, monkeypatch):
+    from ovos_memory_plugins._core.clock import said_at
+    from ovos_memory_plugins.composite import CompositeMemory
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    hour_ago = time.time() - 3600
+    memory = {"lexical": lambda: LexicalMemory({"db_path": str(tmp_path / "l.db")}),
+              "composite": lambda: CompositeMemory({"members": [
+                  {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "cl.db")}}]}),
+              # a window keeping the last half hour: what was said an hour ago has expired
+              "recency": lambda: RecencyMemory({"db_path": str(tmp_path / "r.db"), "max_age": 1800}),
+              }[kind]()
+    with memory:
+        _refusing(memory, monkeypatch)
+        with said_at(hour_ago):  # the turn an hour ago, while the store was down
+            _say(memory, "s", "Zqoldq")
+        monkeypatch.undo()  # the store is back now
+        _say(memory, "s", "Zqnewq")
+        assert memory.flush(patience(30))
+        if kind == "recency":
+            window = " ".join(m.content for m in memory.get_history("s"))
+            assert "Zqnewq" in window and "Zqoldq" not in window
+            return
+        export = memory.export("s")
+        documents = export["members"]["ovos-memory-plugin-lexical"]["documents"] if kind == "composite" \
+            else export["documents"]
+        times = {d["content"].split()[4].rstrip("."): d["ts"] for d in documents}
+    assert abs(times["Zqoldq"] - hour_ago) < 1 and times["Zqnewq"] > hour_ago + 3000

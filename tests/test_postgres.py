@@ -1046,6 +1046,33 @@ def test_updates_made_while_the_database_is_down_are_stored_once_it_is_back(kind
         assert said == expected, f"the held updates were not stored once each, in order: {said}"
 
 
+@pytest.mark.parametrize("kind", ["lexical", "composite"])
+def test_an_update_held_while_the_database_was_down_keeps_the_time_it_was_said(kind, tmp_path):
+    from ovos_memory_plugins._core.clock import said_at
+    from tests._postgres import RoundTrips
+
+    hour_ago = time.time() - 3600
+    proxy = RoundTrips(tmp_path)
+    try:
+        with _pg_memory(kind, proxy.url(fresh_url())) as memory:
+            with said_at(hour_ago - 60):
+                _exchange(memory, "s", "My name is zqbeforeq.", "noted")
+            proxy.cut()
+            with said_at(hour_ago):  # the turn an hour ago, while the database was down
+                _exchange(memory, "s", "My name is zqdownq.", "noted")
+            proxy.restore()
+            _exchange(memory, "s", "My name is zqafterq.", "noted")
+            assert memory.flush(patience(30))
+            data = memory.export("s")
+    finally:
+        proxy.close()
+    documents = data["members"]["ovos-memory-plugin-lexical"]["documents"] if kind == "composite" \
+        else data["documents"]
+    times = {re.search(r"zq\w+q", d["content"]).group(): d["ts"] for d in documents}
+    assert abs(times["zqdownq"] - hour_ago) < 1, "stamped when the database came back, not when it was said"
+    assert times["zqafterq"] > hour_ago + 3000 and abs(times["zqbeforeq"] - (hour_ago - 60)) < 1
+
+
 @pytest.mark.parametrize("kind", ["lexical", "composite", "composite+redis"])
 @pytest.mark.parametrize("held_before", [False, True])
 def test_an_exchange_whose_commit_is_lost_is_stored_once_the_database_is_back(kind, held_before, tmp_path):

@@ -2,10 +2,15 @@
 
 A store can be unwritable for a while: PostgreSQL or Redis restarting, a full disk, a file
 locked past its timeout. The turn is still answered, and what the user said in it must not go
-with it. So the refused items wait here, per session and in order, and the next write of that
-session puts them first in its own batch (one transaction: all written, or all held again);
-``flush()``, an export and a forget of one exchange write them too. What is held is lost only
-if the process ends before the store comes back, which ``close()`` says.
+with it. So the refused items wait here, per session and in order, each with the time it was
+given, and the next write of that session stores them first; ``flush()``, an export and a forget
+of one exchange write them too. What is held is lost only if the process ends before the store
+comes back, which ``close()`` says.
+
+Each update is stored with the time it was said (:func:`~._core.clock.said_at`), not the time the
+store came back: an outage of an hour must not make an hour of conversation look said at once
+(``max_age``, the dates recalled exchanges carry). So the held updates go one store call each,
+oldest first, then the new items; a call refused stops there and holds the rest again, in order.
 
 A forget of the session drops what is held, after any write of it in flight (which the forget
 then deletes from the store), and a write refused since does not put its batch back: a
@@ -21,9 +26,12 @@ each write of the block stored, and :meth:`HeldWrites.hold_again` holds it if th
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
+
+from .clock import said_at, said_now
 
 __all__ = ["HeldWrites", "Unstorable"]
 
@@ -33,6 +41,7 @@ class Unstorable(ValueError):
     batch is not held again, nor what was held with it, as no retry could store it."""
 
 T = TypeVar("T")
+Stamped = tuple[float, T]  # (when it was said, the item)
 _STRIPES = 32  # locks shared by sessions (by hash): one per session would grow without bound
 
 
@@ -40,14 +49,14 @@ class HeldWrites(Generic[T]):
     """Per session, the items a store refused, oldest first."""
 
     def __init__(self, limit: int, on_overflow: Callable[[], None] | None = None):
-        self._items: dict[str, list[T]] = {}
+        self._items: dict[str, list[Stamped[T]]] = {}
         self._forgets: dict[str, int] = {}  # per session, how many times it was dropped
         self._lock = threading.Lock()
         self._writing = [threading.RLock() for _ in range(_STRIPES)]
         self._limit = limit
         self._on_overflow = on_overflow  # called each time items are dropped
         self.dropped = 0  # items dropped past the limit, since the start
-        self._recording = threading.local()  # .batches: what this thread's writes stored (recording())
+        self._recording = threading.local()  # .runs: what this thread's writes stored (recording())
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._items  # a dict lookup, no lock: the turn's fast path
@@ -57,14 +66,19 @@ class HeldWrites(Generic[T]):
         with self._lock:
             return self._forgets.get(session_id, 0)
 
-    def take(self, session_id: str) -> list[T]:
+    def _take(self, session_id: str) -> list[Stamped[T]]:
         """Remove and return what is held for ``session_id`` (``[]``: nothing)."""
         if session_id not in self._items:
             return []
         with self._lock:
             return self._items.pop(session_id, [])
 
-    def hold(self, session_id: str, items: Sequence[T], generation: int | None = None) -> None:
+    def hold(self, session_id: str, items: Sequence[T]) -> None:
+        """Keep ``items``, said now, in front of what is held for the session (bounded)."""
+        now = said_now()
+        self._hold(session_id, [(now, item) for item in items])
+
+    def _hold(self, session_id: str, items: Sequence[Stamped[T]], generation: int | None = None) -> None:
         """Keep ``items`` (older than anything held meanwhile) in front of it, bounded; not if the
         session was dropped since ``generation`` (read before the items were taken)."""
         if not items:
@@ -82,7 +96,7 @@ class HeldWrites(Generic[T]):
     def peek(self, session_id: str) -> list[T]:
         """A copy of what is held for ``session_id``, oldest first."""
         with self._lock:
-            return list(self._items.get(session_id, []))
+            return [item for _, item in self._items.get(session_id, [])]
 
     def turn(self, session_id: str) -> threading.RLock:
         """The lock the session's writes take turns with (a forget of the store takes it too,
@@ -107,46 +121,60 @@ class HeldWrites(Generic[T]):
 
     def write(self, session_id: str, items: Sequence[T], store: Callable[[list[T]], object],
               refused: tuple[type[BaseException], ...]) -> int:
-        """``store`` what is held for the session followed by ``items``, as one batch, and return
-        how many held items went with it. If the store refuses it (one of ``refused``: it is
-        down or full), the whole batch is held again, in front of anything held meanwhile; any
-        other error is the new items' (a bug, not an outage): only what was held before is kept,
-        so an item that can never be stored does not block its session; :class:`Unstorable`
-        (the session itself cannot be stored) keeps nothing. The error propagates."""
+        """``store`` what is held for the session, then ``items``, and return how many held items
+        were stored. Each held update is its own call, inside ``said_at`` its time (``items``
+        go together, at the time of this call). If the store refuses a call (one of ``refused``:
+        it is down or full), that call's items and the rest are held again, in front of anything
+        held meanwhile; any other error is taken for the new items' (a bug, not an outage): what
+        was held and not stored yet is kept, ``items`` are not, so an item that can never be
+        stored does not block its session; :class:`Unstorable` (the session itself cannot be
+        stored) keeps nothing. The error propagates."""
         with self.turn(session_id):  # the session's writes take turns
             generation = self._generation(session_id)
-            held = self.take(session_id)
-            batch = held + list(items)
-            if not batch:
-                return 0
-            try:
-                store(batch)
-            except refused:
-                self.hold(session_id, batch, generation)
-                raise
-            except Unstorable:
-                raise  # the session's id is the cause: nothing of it can ever be stored
-            except BaseException:
-                self.hold(session_id, held, generation)
-                raise
-            recorded = getattr(self._recording, "batches", None)
-            if recorded is not None:
-                recorded.append((session_id, batch, generation))
+            held = self._take(session_id)
+            runs = _runs(held)
+            if items:
+                now = said_now()
+                runs.append((now, [(now, item) for item in items]))
+            for i, (ts, run) in enumerate(runs):
+                try:
+                    if held:
+                        with said_at(ts):
+                            store([item for _, item in run])
+                    else:
+                        store(list(items))  # nothing held (a turn's usual case): said now
+                except refused:
+                    self._hold(session_id, [pair for _, r in runs[i:] for pair in r], generation)
+                    raise
+                except Unstorable:
+                    raise  # the session's id is the cause: nothing of it can ever be stored
+                except BaseException:
+                    self._hold(session_id, held[sum(len(r) for _, r in runs[:i]):], generation)
+                    raise
+                recorded = getattr(self._recording, "runs", None)
+                if recorded is not None:
+                    recorded.append((session_id, run, generation))
             return len(held)
 
     @contextlib.contextmanager
-    def recording(self) -> Iterator[list[tuple[str, list[T], int]]]:
-        """Within the block, what this thread's writes stored: ``(session_id, batch, generation)``
+    def recording(self) -> Iterator[list[tuple[str, list[Stamped[T]], int]]]:
+        """Within the block, what this thread's writes stored: ``(session_id, items, generation)``
         each, for :meth:`hold_again` should the transaction they joined not commit."""
-        batches: list[tuple[str, list[T], int]] = []
-        self._recording.batches = batches
+        runs: list[tuple[str, list[Stamped[T]], int]] = []
+        self._recording.runs = runs
         try:
-            yield batches
+            yield runs
         finally:
-            self._recording.batches = None
+            self._recording.runs = None
 
-    def hold_again(self, batches: Sequence[tuple[str, list[T], int]]) -> None:
-        """Hold what :meth:`recording` noted, in its order, in front of anything held since (not
-        for a session dropped meanwhile): the transaction it was stored in rolled back."""
-        for session_id, batch, generation in reversed(batches):
-            self.hold(session_id, batch, generation)
+    def hold_again(self, runs: Sequence[tuple[str, list[Stamped[T]], int]]) -> None:
+        """Hold what :meth:`recording` noted, in its order and with its times, in front of
+        anything held since (not for a session dropped meanwhile): the transaction it was stored
+        in rolled back."""
+        for session_id, run, generation in reversed(runs):
+            self._hold(session_id, run, generation)
+
+
+def _runs(stamped: list[Stamped[T]]) -> list[tuple[float, list[Stamped[T]]]]:
+    """``stamped`` cut where the time changes: one store call per update said at its own time."""
+    return [(ts, list(group)) for ts, group in itertools.groupby(stamped, key=lambda pair: pair[0])]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._core.clock import said_now
 from .._core.compat import AgentMessage, MessageRole
 from .._core.log import LogOnce
 from .._core.tokens import estimate_tokens
@@ -304,7 +305,7 @@ class RedisStore:
             tail_raw = self._tails.get(session_id)
         if tail_raw is None:
             tail_raw = self.io(lambda: self.client.lindex(keys.short, -1)) or ""
-        now = time.time()
+        now = said_now()  # a held update keeps the time it was said
         for _ in range(_APPEND_ATTEMPTS):
             tail = decode(tail_raw) if tail_raw else None
             pop, add = fold_into(tail.message if tail else None, messages)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
+from .._core.clock import said_now
 from .._core.compat import AgentMessage
 from .._core.log import LogOnce
 from .._core.owners import lease_owner
@@ -152,7 +153,7 @@ class RetrievalStore:
         def write(con: Any) -> list[Document]:
             question = self.window.append(session_id, messages, policy, con=con)
             if question is None and answer_first(messages):
-                question = self.docs.continued_question(con, session_id, time.time(), CONTINUATION_S)
+                question = self.docs.continued_question(con, session_id, said_now(), CONTINUATION_S)
             pairs = exchange_texts(question, messages)
             docs = [self.docs.add(con, session_id, format_exchange(q, a), {"question": q, "answer": a},
                                   indexed=not background) for q, a in pairs]
