@@ -128,6 +128,7 @@ class EntityMemory(LLMMemory):
     Config: ClassVar[type] = EntityConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-entity"
     export_parts: ClassVar[frozenset[str]] = frozenset({"facts"})
+    held_in_one_call: ClassVar[bool] = True  # each pending exchange carries the time it was said
 
     store_stem: ClassVar[str] = "entity_memory"
     offline_fallback: ClassVar[str] = "facts come from the offline rules"

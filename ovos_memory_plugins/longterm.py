@@ -106,6 +106,7 @@ class LongTermMemory(LLMMemory):
     Config: ClassVar[type] = LongTermConfig
     plugin_name: ClassVar[str] = "ovos-memory-plugin-longterm"
     export_parts: ClassVar[frozenset[str]] = frozenset({"window", "summary"})
+    held_in_one_call: ClassVar[bool] = True  # its record keeps only the time of the last update
 
     store_stem: ClassVar[str] = "longterm_memory"
     offline_fallback: ClassVar[str] = "old turns are summarised without the model"

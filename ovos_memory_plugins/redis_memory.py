@@ -376,17 +376,18 @@ class RedisMemory(ContextMemory):
                                     (StorageError,))
         except StorageError:
             self._store.forget_tail(session_id)
-            for batch, _ in written:  # held updates stored before Redis refused again
-                self._cache_append(session_id, batch)
             return False
+        finally:
+            # What reached Redis (held updates one call each, then this one), as one update of the
+            # RAM copy: it keeps a bounded number of updates, and a replay is one.
+            if written:
+                self._cache_append(session_id, [m for batch, _ in written for m in batch])
         if not written:
             return True  # nothing held, nothing given
         if held:
             LOG.info(f"{self.plugin_name}: wrote {held} message(s) of {session_id!r} held while Redis was down")
             self._log.clear("held")
-        for batch, _ in written:  # one store call per held update (each at its time), then this one
-            self._cache_append(session_id, batch)
-        tokens, rounds = written[-1][1]
+        tokens, rounds = written[-1][1]  # the list's totals after the last call
         self._compact_if_due(session_id, tokens, rounds)
         return True
 

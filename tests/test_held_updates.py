@@ -32,16 +32,19 @@ def test_held_items_go_first_in_order_and_a_refused_batch_is_held_whole():
     assert stored == [0, 1, 2] and "s" not in held and held.sessions() == []
 
 
-def test_an_error_that_is_not_a_refusal_keeps_what_was_held_but_not_the_new_items():
-    held = HeldWrites(limit=10)
+def test_an_error_that_is_not_a_refusal_drops_the_new_items_after_what_was_held_is_stored():
+    held, stored = HeldWrites(limit=10), []
     held.hold("s", ["old"])
+    held.hold("s", ["older"])  # refused again later: in front
 
     def broken(batch):
-        raise TypeError("a bug in the new item")
+        if "bad" in batch:
+            raise TypeError("a bug in the new item")
+        stored.extend(batch)
 
     with pytest.raises(TypeError):
         held.write("s", ["bad"], broken, (StorageError,))
-    assert held.peek("s") == ["old"]  # an item that can never be stored does not block the session
+    assert stored == ["older", "old"] and "s" not in held  # the item that can never be stored goes
 
 
 def test_held_items_are_bounded_per_session_keeping_the_newest_and_saying_so():
@@ -306,7 +309,7 @@ def test_a_store_refusing_halfway_through_the_held_updates_holds_the_rest_with_t
     assert calls == [(200.0, ["b"]), (300.0, ["c"])]
 
 
-@pytest.mark.parametrize("kind", ["lexical", "composite", "recency"])
+@pytest.mark.parametrize("kind", ["lexical", "composite", "recency", "recency-json"])
 def test_an_update_held_through_an_outage_keeps_the_time_it_was_said(kind, tmp_path, monkeypatch):
     from ovos_memory_plugins._core.clock import said_at
     from ovos_memory_plugins.composite import CompositeMemory
@@ -319,6 +322,7 @@ def test_an_update_held_through_an_outage_keeps_the_time_it_was_said(kind, tmp_p
                   {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "cl.db")}}]}),
               # a window keeping the last half hour: what was said an hour ago has expired
               "recency": lambda: RecencyMemory({"db_path": str(tmp_path / "r.db"), "max_age": 1800}),
+              "recency-json": lambda: RecencyMemory({"db_path": str(tmp_path / "r.json"), "max_age": 1800}),
               }[kind]()
     with memory:
         _refusing(memory, monkeypatch)
@@ -327,12 +331,143 @@ def test_an_update_held_through_an_outage_keeps_the_time_it_was_said(kind, tmp_p
         monkeypatch.undo()  # the store is back now
         _say(memory, "s", "Zqnewq")
         assert memory.flush(patience(30))
-        if kind == "recency":
+        if kind.startswith("recency"):
             window = " ".join(m.content for m in memory.get_history("s"))
             assert "Zqnewq" in window and "Zqoldq" not in window
+            on_disk = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+            assert b"Zqoldq" not in on_disk, "an update that expired while held was written anyway"
             return
         export = memory.export("s")
         documents = export["members"]["ovos-memory-plugin-lexical"]["documents"] if kind == "composite" \
             else export["documents"]
         times = {d["content"].split()[4].rstrip("."): d["ts"] for d in documents}
     assert abs(times["Zqoldq"] - hour_ago) < 1 and times["Zqnewq"] > hour_ago + 3000
+
+
+def test_a_held_update_that_raises_a_bug_is_dropped_and_does_not_block_its_session():
+    held, stored, down = HeldWrites(limit=10), [], [True]
+
+    def store(batch):
+        if down[0]:
+            raise StorageError("down")
+        if "poison" in batch:
+            raise ValueError("a bug this item triggers")
+        stored.extend(batch)
+
+    for item in ("ok1", "poison", "ok2"):
+        with pytest.raises(StorageError):
+            held.write("s", [item], store, (StorageError,))
+    down[0] = False
+    with pytest.raises(ValueError):
+        held.write("s", ["t1"], store, (StorageError,))  # ok1 stored; the poison dropped; ok2, t1 wait
+    assert stored == ["ok1"] and held.peek("s") == ["ok2", "t1"]
+    held.write("s", ["t2"], store, (StorageError,))
+    assert stored == ["ok1", "ok2", "t1", "t2"] and "s" not in held
+
+
+def test_in_one_call_what_is_held_goes_with_the_new_items_at_the_newest_time():
+    from ovos_memory_plugins._core.clock import said_at, said_now
+
+    held, calls = HeldWrites(limit=10, one_call=True), []
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    for ts, item in ((100.0, "a"), (200.0, "b")):
+        with said_at(ts), pytest.raises(StorageError):
+            held.write("s", [item], refuse, (StorageError,))
+    with said_at(300.0):
+        assert held.write("s", ["c"], lambda batch: calls.append((said_now(), batch)), (StorageError,)) == 2
+    assert calls == [(300.0, ["a", "b", "c"])]
+
+
+def test_in_one_call_a_bug_is_found_update_by_update_and_only_its_update_dropped():
+    held, stored = HeldWrites(limit=10, one_call=True), []
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    def store(batch):
+        if "poison" in batch or "bug" in batch:
+            raise ValueError("a bug this item triggers")
+        stored.append(batch)
+
+    for item in ("a", "poison", "b"):
+        with pytest.raises(StorageError):
+            held.write("s", [item], refuse, (StorageError,))
+    with pytest.raises(ValueError):
+        held.write("s", ["c"], store, (StorageError,))
+    assert stored == [["a"]] and held.peek("s") == ["b", "c"]  # the poison dropped, the rest wait
+    with pytest.raises(ValueError):
+        held.write("s", ["bug"], store, (StorageError,))  # the new item is the bug: it goes
+    assert stored == [["a"], ["b"], ["c"]] and "s" not in held
+
+
+def test_an_interrupted_replay_keeps_what_it_had_not_stored():
+    held, stored = HeldWrites(limit=10), []
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    for item in ("a", "b"):
+        with pytest.raises(StorageError):
+            held.write("s", [item], refuse, (StorageError,))
+
+    def interrupted(batch):
+        if batch == ["b"]:
+            raise KeyboardInterrupt
+        stored.extend(batch)
+
+    with pytest.raises(KeyboardInterrupt):
+        held.write("s", ["c"], interrupted, (StorageError,))
+    assert stored == ["a"] and held.peek("s") == ["b", "c"]
+
+
+def test_past_the_limit_an_update_is_dropped_whole_never_its_question_alone():
+    held = HeldWrites(limit=3)
+    held.hold("s", ["q1", "a1"])
+    held.hold("s", ["q0", "a0"])  # older, in front: the oldest update goes whole, not q0 alone
+    assert held.peek("s") == ["q1", "a1"]
+    held.hold("t", ["one", "big", "update", "alone"])  # bigger than the limit: its newest items
+    assert held.peek("t") == ["big", "update", "alone"]
+
+
+def test_the_items_of_one_update_stay_in_one_call_after_what_was_held():
+    # An update's messages are one exchange: split over two calls, another writer's exchange
+    # could land between its question and its answer.
+    held, calls = HeldWrites(limit=10), []
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    with pytest.raises(StorageError):
+        held.write("s", ["q0", "a0"], refuse, (StorageError,))
+    held.write("s", ["q1", "a1", "more of a1"], calls.append, (StorageError,))
+    assert calls == [["q0", "a0"], ["q1", "a1", "more of a1"]]
+
+
+@pytest.mark.parametrize("kind", ["recency", "lexical"])
+def test_forgetting_an_exchange_while_its_held_update_is_being_stored_waits_and_forgets_it(kind, tmp_path,
+                                                                                            monkeypatch):
+    import threading
+
+    with _memories(tmp_path)[kind]() as memory:
+        _refusing(memory, monkeypatch)
+        _say(memory, "s", "Zqsecretq")  # held
+        monkeypatch.undo()
+        real, storing = memory._store_batch, threading.Event()
+
+        def slow(session_id, batch):
+            if any("Zqsecretq" in m.content for m in batch):
+                storing.set()
+                time.sleep(0.3)  # the held update is on its way to the store
+            real(session_id, batch)
+
+        monkeypatch.setattr(memory, "_store_batch", slow)
+        later = threading.Thread(target=_say, args=(memory, "s", "Zqlaterq"))
+        later.start()
+        assert storing.wait(patience(10))
+        memory.forget_exchange("s", "Q: My name is Zqsecretq.\nA: noted")
+        later.join(patience(10))
+        text = json.dumps(memory.export("s"))
+    assert "Zqsecretq" not in text and "Zqlaterq" in text

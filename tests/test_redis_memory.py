@@ -879,3 +879,29 @@ def test_two_turns_of_a_session_keep_their_order_when_held_messages_are_refused_
     assert memory.flush(patience(10))
     said = [m.content for m in memory.get_history("s") if m.content.startswith("q")]
     assert said == ["q0", "q1", "q2", "q3"]
+
+
+def test_after_a_long_outage_the_ram_copy_holds_every_turn_stored_since(make, monkeypatch):
+    # More held updates than the RAM copy keeps one by one (each is stored at its own time, one
+    # call each): if Redis goes away again before the next read, turns still see all of them.
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from tests._timing import patience
+
+    memory = make()
+    for n in range(3):
+        exchange(memory, "s", f"q{n}", f"a{n}")
+    memory.get_history("s")  # the RAM copy: this read, then what is appended
+    store = memory._store
+    real_append = store.append
+
+    def down(*args, **kwargs):
+        raise StoreUnavailable("redis down")
+
+    monkeypatch.setattr(store, "append", down)
+    monkeypatch.setattr(store, "read", down)
+    for n in range(3, 73):  # held
+        exchange(memory, "s", f"q{n}", f"a{n}")
+    monkeypatch.setattr(store, "append", real_append)
+    assert memory.flush(patience(10))  # every held update stored, Redis then gone for reads
+    said = [m.content for m in memory.get_history("s") if m.content.startswith("q")]
+    assert said == [f"q{n}" for n in range(73)]

@@ -11,6 +11,11 @@ Each update is stored with the time it was said (:func:`~._core.clock.said_at`),
 store came back: an outage of an hour must not make an hour of conversation look said at once
 (``max_age``, the dates recalled exchanges carry). So the held updates go one store call each,
 oldest first, then the new items; a call refused stops there and holds the rest again, in order.
+An update's items share one time, so they stay in one call: split, another writer's exchange
+could land between a question and its answer.
+A store whose items carry their own time, or that keeps only the time of the last update, takes
+them all in one call instead (``one_call``), inside ``said_at`` the newest time: one rewrite of
+its record, not one per held update.
 
 A forget of the session drops what is held, after any write of it in flight (which the forget
 then deletes from the store), and a write refused since does not put its batch back: a
@@ -48,7 +53,8 @@ _STRIPES = 32  # locks shared by sessions (by hash): one per session would grow 
 class HeldWrites(Generic[T]):
     """Per session, the items a store refused, oldest first."""
 
-    def __init__(self, limit: int, on_overflow: Callable[[], None] | None = None):
+    def __init__(self, limit: int, on_overflow: Callable[[], None] | None = None, one_call: bool = False):
+        self._one_call = one_call  # all that is held and the new items in one store call
         self._items: dict[str, list[Stamped[T]]] = {}
         self._forgets: dict[str, int] = {}  # per session, how many times it was dropped
         self._lock = threading.Lock()
@@ -87,7 +93,7 @@ class HeldWrites(Generic[T]):
             if generation is not None and self._forgets.get(session_id, 0) != generation:
                 return  # forgotten meanwhile: these must never be written
             kept = list(items) + self._items.get(session_id, [])
-            dropped = max(0, len(kept) - self._limit)
+            dropped = _whole_updates(kept, max(0, len(kept) - self._limit))
             self._items[session_id] = kept[dropped:]
             self.dropped += dropped
         if dropped and self._on_overflow is not None:
@@ -123,38 +129,79 @@ class HeldWrites(Generic[T]):
               refused: tuple[type[BaseException], ...]) -> int:
         """``store`` what is held for the session, then ``items``, and return how many held items
         were stored. Each held update is its own call, inside ``said_at`` its time (``items``
-        go together, at the time of this call). If the store refuses a call (one of ``refused``:
-        it is down or full), that call's items and the rest are held again, in front of anything
-        held meanwhile; any other error is taken for the new items' (a bug, not an outage): what
-        was held and not stored yet is kept, ``items`` are not, so an item that can never be
-        stored does not block its session; :class:`Unstorable` (the session itself cannot be
-        stored) keeps nothing. The error propagates."""
+        go together, at the time of this call; with ``one_call``, everything goes in one call).
+        If the store refuses a call (one of ``refused``: it is down or full), or the write is
+        interrupted, that call's items and the rest are held again, in front of anything held
+        meanwhile. Any other error is a bug in the items of that call, not an outage: a held
+        update that raises one is dropped (the rest, the new items with them, are held for the
+        next write), so it cannot block its session for good; new items that raise one are
+        dropped. :class:`Unstorable` (the session itself cannot be stored) keeps nothing. The
+        error propagates."""
         with self.turn(session_id):  # the session's writes take turns
             generation = self._generation(session_id)
             held = self._take(session_id)
-            runs = _runs(held)
-            if items:
-                now = said_now()
-                runs.append((now, [(now, item) for item in items]))
-            for i, (ts, run) in enumerate(runs):
-                try:
-                    if held:
-                        with said_at(ts):
-                            store([item for _, item in run])
-                    else:
-                        store(list(items))  # nothing held (a turn's usual case): said now
-                except refused:
-                    self._hold(session_id, [pair for _, r in runs[i:] for pair in r], generation)
-                    raise
-                except Unstorable:
-                    raise  # the session's id is the cause: nothing of it can ever be stored
-                except BaseException:
-                    self._hold(session_id, held[sum(len(r) for _, r in runs[:i]):], generation)
-                    raise
-                recorded = getattr(self._recording, "runs", None)
-                if recorded is not None:
-                    recorded.append((session_id, run, generation))
+            now = said_now()  # one time for the whole update: its items must stay in one call
+            if not held:  # a turn's usual case: one call, said now
+                self._store_runs(session_id, [(now, [(now, item) for item in items])] if items else [], 0, store,
+                                 refused, generation, at_times=False)
+                return 0
+            runs = _runs(held + [(now, item) for item in items])
+            if self._one_call and self._stored_in_one_call(session_id, runs, store, refused, generation):
+                return len(held)
+            self._store_runs(session_id, runs, len(held), store, refused, generation)
             return len(held)
+
+    def _stored_in_one_call(self, session_id: str, runs: list[tuple[float, list[Stamped[T]]]],
+                            store: Callable[[list[T]], object], refused: tuple[type[BaseException], ...],
+                            generation: int) -> bool:
+        """Every run in one call at the newest time; False after a bug in it (the caller then
+        stores them one call each, which finds the culprit and drops only it)."""
+        merged = [pair for _, run in runs for pair in run]
+        try:
+            with said_at(runs[-1][0]):
+                store([item for _, item in merged])
+        except Unstorable:
+            raise
+        except refused:
+            self._hold(session_id, merged, generation)
+            raise
+        except Exception:  # noqa: BLE001 - a bug in one of them: found one call each
+            return False
+        except BaseException:
+            self._hold(session_id, merged, generation)
+            raise
+        self._record(session_id, merged, generation)
+        return True
+
+    def _store_runs(self, session_id: str, runs: list[tuple[float, list[Stamped[T]]]], held: int,
+                    store: Callable[[list[T]], object], refused: tuple[type[BaseException], ...],
+                    generation: int, at_times: bool = True) -> None:
+        """One call per run, oldest first (inside ``said_at`` its time unless not ``at_times``);
+        the first ``held`` items were held. See :meth:`write` for what an error keeps."""
+        for i, (ts, run) in enumerate(runs):
+            try:
+                if at_times:
+                    with said_at(ts):
+                        store([item for _, item in run])
+                else:
+                    store([item for _, item in run])
+            except Unstorable:
+                raise  # the session's id is the cause: nothing of it can ever be stored
+            except refused:
+                self._hold(session_id, [pair for _, later in runs[i:] for pair in later], generation)
+                raise
+            except Exception:
+                self._hold(session_id, _kept_after_bug(runs, i, held), generation)
+                raise
+            except BaseException:  # interrupted (KeyboardInterrupt, a cancelled task): nothing is lost
+                self._hold(session_id, [pair for _, later in runs[i:] for pair in later], generation)
+                raise
+            self._record(session_id, run, generation)
+
+    def _record(self, session_id: str, run: list[Stamped[T]], generation: int) -> None:
+        recorded = getattr(self._recording, "runs", None)
+        if recorded is not None:
+            recorded.append((session_id, run, generation))
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[list[tuple[str, list[Stamped[T]], int]]]:
@@ -173,6 +220,25 @@ class HeldWrites(Generic[T]):
         in rolled back."""
         for session_id, run, generation in reversed(runs):
             self._hold(session_id, run, generation)
+
+
+def _kept_after_bug(runs: list[tuple[float, list[Stamped[T]]]], failed: int, held: int) -> list[Stamped[T]]:
+    """What to hold after call ``failed`` raised an error that is not a refusal (the first
+    ``held`` items were held): a held update is the cause, and only it is dropped (the rest, new
+    items included, wait for the next write); a call with the new items in it drops them."""
+    done = sum(len(run) for _, run in runs[:failed])
+    if done + len(runs[failed][1]) <= held:
+        return [pair for _, run in runs[failed + 1:] for pair in run]
+    return [pair for _, run in runs for pair in run][done:held]
+
+
+def _whole_updates(kept: list[Stamped[T]], dropped: int) -> int:
+    """``dropped`` moved up to where an update starts (its items share a time): an answer kept
+    without its question would read as an answer to something else. Not past the last update."""
+    whole = dropped
+    while 0 < whole < len(kept) and kept[whole][0] == kept[whole - 1][0]:
+        whole += 1
+    return whole if whole < len(kept) else dropped
 
 
 def _runs(stamped: list[Stamped[T]]) -> list[tuple[float, list[Stamped[T]]]]:

@@ -72,6 +72,11 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
     #: The parts of an export this backend keeps ("window", "documents", "summary", "facts"): what
     #: it takes from another backend's export (see ``_memory/conversion.py``).
     export_parts: ClassVar[frozenset[str]] = frozenset()
+    #: Whether updates the store refused are given back in one ``_store_batch`` call, inside
+    #: ``said_at`` the newest one's time, rather than one call per update at its own time: for a
+    #: backend whose items carry their time, or that keeps only the last update's (see
+    #: ``_core/held.py``).
+    held_in_one_call: ClassVar[bool] = False
     #: Private methods whose ``session_id`` is mapped like a public method's (``session2history``
     #: reads and edits through them).
     keyed_private_methods: ClassVar[tuple[str, ...]] = ("_replace_window", "_stored_window")
@@ -103,7 +108,7 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
         self._adoption = threading.Lock()
         self._adoption_log = LogOnce()  # a move that cannot happen is said once, not on every call
         self._adopted = self._people is None
-        self._held: HeldWrites[Any] = HeldWrites(HELD_ITEMS, self._held_overflow)
+        self._held: HeldWrites[Any] = HeldWrites(HELD_ITEMS, self._held_overflow, self.held_in_one_call)
 
     def _people_of(self, settings: Any) -> People | None:
         """The person mapping of ``scope: person``; None in any other scope."""
@@ -349,8 +354,9 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
         """Store what is held for ``session_id`` (before an export, a flush); True when nothing
         is left held. Free when nothing is. What the store can never take for the session (held
         during an outage, refused for good once it ended) is dropped, and said once."""
-        if session_id not in self._held:
-            return True
+        with self._held.turn(session_id):  # a replay in flight has taken what it stores: after it
+            if session_id not in self._held:
+                return True
         try:
             return self._write_update(session_id, [])
         except Unstorable as exc:

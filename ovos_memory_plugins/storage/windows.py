@@ -51,7 +51,8 @@ def append_entries(entries: list[Entry], messages: list[AgentMessage], policy: W
     else:
         to_add = list(messages)
     entries.extend((now, msg) for msg in to_add)
-    return prune_entries(entries, policy, now)
+    # A held update is appended with the time it was said; what has expired since goes now.
+    return prune_entries(entries, policy, max(now, time.time()))
 
 
 class RecordWindowStore:
