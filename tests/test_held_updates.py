@@ -264,17 +264,24 @@ def test_an_overflow_is_said_again_in_a_later_outage(tmp_path, monkeypatch):
             assert len([w for w in warnings if "refused writes for too long" in w]) == outage + 1
 
 
+def _refused_at(held, *said):
+    """Write each ``(time, item)`` of session "s" while the store refuses: held, said then."""
+    from ovos_memory_plugins._core.clock import said_at
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    for ts, item in said:
+        with said_at(ts), pytest.raises(StorageError):
+            held.write("s", [item], refuse, (StorageError,))
+
+
 def test_each_held_update_is_stored_at_the_time_it_was_said():
     from ovos_memory_plugins._core.clock import said_at, said_now
 
     held, calls = HeldWrites(limit=10), []
 
-    def refuse(batch):
-        raise StorageError("down")
-
-    for ts, item in ((100.0, "a"), (200.0, "b")):
-        with said_at(ts), pytest.raises(StorageError):
-            held.write("s", [item], refuse, (StorageError,))
+    _refused_at(held, (100.0, "a"), (200.0, "b"))
     with said_at(300.0):
         assert held.write("s", ["c", "d"], lambda batch: calls.append((said_now(), batch)), (StorageError,)) == 2
     assert calls == [(100.0, ["a"]), (200.0, ["b"]), (300.0, ["c", "d"])]
@@ -285,12 +292,7 @@ def test_a_store_refusing_halfway_through_the_held_updates_holds_the_rest_with_t
 
     held, calls = HeldWrites(limit=10), []
 
-    def refuse(batch):
-        raise StorageError("down")
-
-    for ts, item in ((100.0, "a"), (200.0, "b")):
-        with said_at(ts), pytest.raises(StorageError):
-            held.write("s", [item], refuse, (StorageError,))
+    _refused_at(held, (100.0, "a"), (200.0, "b"))
 
     def down_after_one(batch):
         if calls:
@@ -370,12 +372,7 @@ def test_in_one_call_what_is_held_goes_with_the_new_items_at_the_newest_time():
 
     held, calls = HeldWrites(limit=10, one_call=True), []
 
-    def refuse(batch):
-        raise StorageError("down")
-
-    for ts, item in ((100.0, "a"), (200.0, "b")):
-        with said_at(ts), pytest.raises(StorageError):
-            held.write("s", [item], refuse, (StorageError,))
+    _refused_at(held, (100.0, "a"), (200.0, "b"))
     with said_at(300.0):
         assert held.write("s", ["c"], lambda batch: calls.append((said_now(), batch)), (StorageError,)) == 2
     assert calls == [(300.0, ["a", "b", "c"])]
