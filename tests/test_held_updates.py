@@ -468,3 +468,19 @@ def test_forgetting_an_exchange_while_its_held_update_is_being_stored_waits_and_
         later.join(patience(10))
         text = json.dumps(memory.export("s"))
     assert "Zqsecretq" not in text and "Zqlaterq" in text
+
+
+def test_an_update_that_expired_while_held_leaves_no_document(tmp_path, monkeypatch):
+    from ovos_memory_plugins._core.clock import said_at
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    with LexicalMemory({"db_path": str(tmp_path / "l.db"), "max_age": 1800}) as memory:
+        _say(memory, "s", "Zqfirstq")  # expiry runs at the first update, then every 100th: not after the outage
+        _refusing(memory, monkeypatch)
+        with said_at(time.time() - 3600):  # an hour ago, while the store was down
+            _say(memory, "s", "Zqoldq")
+        monkeypatch.undo()
+        _say(memory, "s", "Zqnewq")
+        assert memory.flush(patience(30))
+        text = json.dumps(memory.export("s"))
+        assert "Zqnewq" in text and "Zqoldq" not in text and not memory.search("Zqoldq", "s")
