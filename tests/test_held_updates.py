@@ -347,24 +347,25 @@ def test_an_update_held_through_an_outage_keeps_the_time_it_was_said(kind, tmp_p
 
 
 def test_a_held_update_that_raises_a_bug_is_dropped_and_does_not_block_its_session():
-    held, stored, down = HeldWrites(limit=10), [], [True]
+    told = []
+    held, stored, down = HeldWrites(limit=10, on_dropped=told.append), [], [True]
 
     def store(batch):
         if down[0]:
             raise StorageError("down")
-        if "poison" in batch:
+        if any(item.startswith("poison") for item in batch):
             raise ValueError("a bug this item triggers")
         stored.extend(batch)
 
-    for item in ("ok1", "poison", "ok2"):
+    for item in ("ok1", "poison1", "ok2", "poison2", "ok3"):
         with pytest.raises(StorageError):
             held.write("s", [item], store, (StorageError,))
     down[0] = False
-    with pytest.raises(ValueError):
-        held.write("s", ["t1"], store, (StorageError,))  # ok1 stored; the poison dropped; ok2, t1 wait
-    assert stored == ["ok1"] and held.peek("s") == ["ok2", "t1"]
-    held.write("s", ["t2"], store, (StorageError,))
-    assert stored == ["ok1", "ok2", "t1", "t2"] and "s" not in held
+    with pytest.raises(ValueError):  # the first bad one goes and the write goes on; the second waits
+        held.write("s", ["t1"], store, (StorageError,))
+    assert stored == ["ok1", "ok2"] and held.peek("s") == ["poison2", "ok3", "t1"] and len(told) == 1
+    held.write("s", ["t2"], store, (StorageError,))  # this write drops poison2: t2 is stored, nothing raised
+    assert stored == ["ok1", "ok2", "ok3", "t1", "t2"] and "s" not in held and len(told) == 2
 
 
 def test_in_one_call_what_is_held_goes_with_the_new_items_at_the_newest_time():
@@ -392,9 +393,8 @@ def test_in_one_call_a_bug_is_found_update_by_update_and_only_its_update_dropped
     for item in ("a", "poison", "b"):
         with pytest.raises(StorageError):
             held.write("s", [item], refuse, (StorageError,))
-    with pytest.raises(ValueError):
-        held.write("s", ["c"], store, (StorageError,))
-    assert stored == [["a"]] and held.peek("s") == ["b", "c"]  # the poison dropped, the rest wait
+    assert held.write("s", ["c"], store, (StorageError,)) == 3  # the poison dropped, the rest stored
+    assert stored == [["a"], ["b"], ["c"]] and "s" not in held
     with pytest.raises(ValueError):
         held.write("s", ["bug"], store, (StorageError,))  # the new item is the bug: it goes
     assert stored == [["a"], ["b"], ["c"]] and "s" not in held
@@ -484,3 +484,25 @@ def test_an_update_that_expired_while_held_leaves_no_document(tmp_path, monkeypa
         assert memory.flush(patience(30))
         text = json.dumps(memory.export("s"))
         assert "Zqnewq" in text and "Zqoldq" not in text and not memory.search("Zqoldq", "s")
+
+
+def test_a_backend_drops_a_held_update_its_store_cannot_take_says_so_once_and_stores_the_turn(tmp_path,
+                                                                                              monkeypatch):
+    errors = []
+    monkeypatch.setattr(_log.LOG, "error", lambda msg, *a: errors.append(str(msg) % a if a else str(msg)))
+    with _memories(tmp_path)["lexical"]() as memory:
+        real = memory._store_batch
+        _refusing(memory, monkeypatch)
+        _say(memory, "s", "Zqpoisonq")
+        _say(memory, "s", "Zqheldq")
+
+        def broken_for_poison(session_id, batch):
+            if any("Zqpoisonq" in m.content for m in batch):
+                raise ValueError("a bug this update triggers")
+            real(session_id, batch)
+
+        monkeypatch.setattr(memory, "_store_batch", broken_for_poison)
+        _say(memory, "s", "Zqnowq")  # answered and stored: the old update's bug is not this turn's
+        text = json.dumps(memory.export("s"))
+    assert "Zqheldq" in text and "Zqnowq" in text and "Zqpoisonq" not in text
+    assert len([e for e in errors if "dropped an update held" in e]) == 1

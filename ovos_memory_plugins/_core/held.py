@@ -53,8 +53,10 @@ _STRIPES = 32  # locks shared by sessions (by hash): one per session would grow 
 class HeldWrites(Generic[T]):
     """Per session, the items a store refused, oldest first."""
 
-    def __init__(self, limit: int, on_overflow: Callable[[], None] | None = None, one_call: bool = False):
+    def __init__(self, limit: int, on_overflow: Callable[[], None] | None = None, one_call: bool = False,
+                 on_dropped: Callable[[BaseException], None] | None = None):
         self._one_call = one_call  # all that is held and the new items in one store call
+        self._on_dropped = on_dropped  # told the error of a held update the store could not take
         self._items: dict[str, list[Stamped[T]]] = {}
         self._forgets: dict[str, int] = {}  # per session, how many times it was dropped
         self._lock = threading.Lock()
@@ -132,11 +134,11 @@ class HeldWrites(Generic[T]):
         go together, at the time of this call; with ``one_call``, everything goes in one call).
         If the store refuses a call (one of ``refused``: it is down or full), or the write is
         interrupted, that call's items and the rest are held again, in front of anything held
-        meanwhile. Any other error is a bug in the items of that call, not an outage: a held
-        update that raises one is dropped (the rest, the new items with them, are held for the
-        next write), so it cannot block its session for good; new items that raise one are
-        dropped. :class:`Unstorable` (the session itself cannot be stored) keeps nothing. The
-        error propagates."""
+        meanwhile, and the error propagates. Any other error is a bug in the items of that call,
+        not an outage: the first held update that raises one is dropped (``on_dropped`` is told)
+        and the write goes on, so it cannot block its session; a second waits, with the rest,
+        for the next write; new items that raise one are dropped. Those two propagate, and so
+        does :class:`Unstorable` (the session itself cannot be stored), which keeps nothing."""
         with self.turn(session_id):  # the session's writes take turns
             generation = self._generation(session_id)
             held = self._take(session_id)
@@ -178,6 +180,7 @@ class HeldWrites(Generic[T]):
                     generation: int, at_times: bool = True) -> None:
         """One call per run, oldest first (inside ``said_at`` its time unless not ``at_times``);
         the first ``held`` items were held. See :meth:`write` for what an error keeps."""
+        done, dropped = 0, False  # items of the runs before this one; whether a held update was dropped
         for i, (ts, run) in enumerate(runs):
             try:
                 if at_times:
@@ -190,12 +193,20 @@ class HeldWrites(Generic[T]):
             except refused:
                 self._hold(session_id, [pair for _, later in runs[i:] for pair in later], generation)
                 raise
-            except Exception:
-                self._hold(session_id, _kept_after_bug(runs, i, held), generation)
+            except Exception as exc:
+                rest = [pair for _, later in runs[i:] for pair in later]
+                if done + len(run) <= held and not dropped:  # a held update, the first: it alone goes
+                    dropped, done = True, done + len(run)
+                    if self._on_dropped is not None:
+                        self._on_dropped(exc)
+                    continue
+                # A second bad held update waits, with the rest; new items that raise one go.
+                self._hold(session_id, rest if done + len(run) <= held else rest[:max(0, held - done)], generation)
                 raise
             except BaseException:  # interrupted (KeyboardInterrupt, a cancelled task): nothing is lost
                 self._hold(session_id, [pair for _, later in runs[i:] for pair in later], generation)
                 raise
+            done += len(run)
             self._record(session_id, run, generation)
 
     def _record(self, session_id: str, run: list[Stamped[T]], generation: int) -> None:
@@ -220,16 +231,6 @@ class HeldWrites(Generic[T]):
         in rolled back."""
         for session_id, run, generation in reversed(runs):
             self._hold(session_id, run, generation)
-
-
-def _kept_after_bug(runs: list[tuple[float, list[Stamped[T]]]], failed: int, held: int) -> list[Stamped[T]]:
-    """What to hold after call ``failed`` raised an error that is not a refusal (the first
-    ``held`` items were held): a held update is the cause, and only it is dropped (the rest, new
-    items included, wait for the next write); a call with the new items in it drops them."""
-    done = sum(len(run) for _, run in runs[:failed])
-    if done + len(runs[failed][1]) <= held:
-        return [pair for _, run in runs[failed + 1:] for pair in run]
-    return [pair for _, run in runs for pair in run][done:held]
 
 
 def _whole_updates(kept: list[Stamped[T]], dropped: int) -> int:

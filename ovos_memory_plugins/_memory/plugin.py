@@ -108,7 +108,8 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
         self._adoption = threading.Lock()
         self._adoption_log = LogOnce()  # a move that cannot happen is said once, not on every call
         self._adopted = self._people is None
-        self._held: HeldWrites[Any] = HeldWrites(HELD_ITEMS, self._held_overflow, self.held_in_one_call)
+        self._held: HeldWrites[Any] = HeldWrites(HELD_ITEMS, self._held_overflow, self.held_in_one_call,
+                                                 self._held_dropped)
 
     def _people_of(self, settings: Any) -> People | None:
         """The person mapping of ``scope: person``; None in any other scope."""
@@ -381,6 +382,10 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
             dropped = f" ({self._held.dropped} older ones were dropped earlier)" if self._held.dropped else ""
             LOG.error(f"{self.plugin_name}: closing with {self._held.count()} item(s) the store refused; they "
                       f"are lost{dropped}")
+
+    def _held_dropped(self, exc: BaseException) -> None:
+        self._log.error("dropped", "%s: dropped an update held while the store refused writes, which the store "
+                                   "then could not take (%r); the updates after it are stored", self.plugin_name, exc)
 
     def _held_overflow(self) -> None:
         self._log.warning("held", "%s: the store has refused writes for too long; keeping only the newest %d "
