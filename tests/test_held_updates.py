@@ -393,7 +393,7 @@ def test_in_one_call_a_bug_is_found_update_by_update_and_only_its_update_dropped
     for item in ("a", "poison", "b"):
         with pytest.raises(StorageError):
             held.write("s", [item], refuse, (StorageError,))
-    assert held.write("s", ["c"], store, (StorageError,)) == 3  # the poison dropped, the rest stored
+    assert held.write("s", ["c"], store, (StorageError,)) == 2  # the poison dropped, the rest stored
     assert stored == [["a"], ["b"], ["c"]] and "s" not in held
     with pytest.raises(ValueError):
         held.write("s", ["bug"], store, (StorageError,))  # the new item is the bug: it goes
@@ -506,3 +506,36 @@ def test_a_backend_drops_a_held_update_its_store_cannot_take_says_so_once_and_st
         text = json.dumps(memory.export("s"))
     assert "Zqheldq" in text and "Zqnowq" in text and "Zqpoisonq" not in text
     assert len([e for e in errors if "dropped an update held" in e]) == 1
+
+
+def test_a_bad_held_update_said_at_the_same_time_as_the_turn_does_not_take_the_turn_with_it():
+    from ovos_memory_plugins._core.clock import said_at
+
+    told, stored = [], []
+    held = HeldWrites(limit=10, on_dropped=told.append)
+
+    def store(batch):
+        if "poison" in batch:
+            raise ValueError("a bug this item triggers")
+        stored.extend(batch)
+
+    with said_at(100.0):  # a coarse clock: the held update and the turn carry one time
+        _refused_at(held, (100.0, "poison"))
+        assert held.write("s", ["turn"], store, (StorageError,)) == 0  # none of what was held is stored
+    assert stored == ["turn"] and "s" not in held and len(told) == 1
+
+
+def test_telling_of_a_dropped_update_cannot_lose_the_updates_after_it():
+    def broken_log(exc):
+        raise RuntimeError("the log handler failed")
+
+    held, stored = HeldWrites(limit=10, on_dropped=broken_log), []
+    _refused_at(held, (1.0, "poison"), (2.0, "ok"))
+
+    def store(batch):
+        if "poison" in batch:
+            raise ValueError("a bug this item triggers")
+        stored.extend(batch)
+
+    assert held.write("s", ["new"], store, (StorageError,)) == 1
+    assert stored == ["ok", "new"] and "s" not in held

@@ -147,11 +147,11 @@ class HeldWrites(Generic[T]):
                 self._store_runs(session_id, [(now, [(now, item) for item in items])] if items else [], 0, store,
                                  refused, generation, at_times=False)
                 return 0
-            runs = _runs(held + [(now, item) for item in items])
+            # Never one run across the two: a bad held update must not take the new items with it.
+            runs = _runs(held) + ([(now, [(now, item) for item in items])] if items else [])
             if self._one_call and self._stored_in_one_call(session_id, runs, store, refused, generation):
                 return len(held)
-            self._store_runs(session_id, runs, len(held), store, refused, generation)
-            return len(held)
+            return len(held) - self._store_runs(session_id, runs, len(held), store, refused, generation)
 
     def _stored_in_one_call(self, session_id: str, runs: list[tuple[float, list[Stamped[T]]]],
                             store: Callable[[list[T]], object], refused: tuple[type[BaseException], ...],
@@ -177,10 +177,11 @@ class HeldWrites(Generic[T]):
 
     def _store_runs(self, session_id: str, runs: list[tuple[float, list[Stamped[T]]]], held: int,
                     store: Callable[[list[T]], object], refused: tuple[type[BaseException], ...],
-                    generation: int, at_times: bool = True) -> None:
+                    generation: int, at_times: bool = True) -> int:
         """One call per run, oldest first (inside ``said_at`` its time unless not ``at_times``);
-        the first ``held`` items were held. See :meth:`write` for what an error keeps."""
-        done, dropped = 0, False  # items of the runs before this one; whether a held update was dropped
+        the first ``held`` items were held. How many held items were dropped; see :meth:`write`
+        for what an error keeps."""
+        done, dropped = 0, 0  # items of the runs before this one; those of the held update dropped
         for i, (ts, run) in enumerate(runs):
             try:
                 if at_times:
@@ -196,9 +197,8 @@ class HeldWrites(Generic[T]):
             except Exception as exc:
                 rest = [pair for _, later in runs[i:] for pair in later]
                 if done + len(run) <= held and not dropped:  # a held update, the first: it alone goes
-                    dropped, done = True, done + len(run)
-                    if self._on_dropped is not None:
-                        self._on_dropped(exc)
+                    dropped, done = len(run), done + len(run)
+                    self._say_dropped(exc)
                     continue
                 # A second bad held update waits, with the rest; new items that raise one go.
                 self._hold(session_id, rest if done + len(run) <= held else rest[:max(0, held - done)], generation)
@@ -208,6 +208,14 @@ class HeldWrites(Generic[T]):
                 raise
             done += len(run)
             self._record(session_id, run, generation)
+        return dropped
+
+    def _say_dropped(self, exc: BaseException) -> None:
+        if self._on_dropped is not None:
+            try:
+                self._on_dropped(exc)
+            except Exception:  # noqa: BLE001, S110 - telling must not cost the updates after it
+                pass
 
     def _record(self, session_id: str, run: list[Stamped[T]], generation: int) -> None:
         recorded = getattr(self._recording, "runs", None)
