@@ -18,6 +18,12 @@ from tests._timing import patience
 U, A = MessageRole.USER, MessageRole.ASSISTANT
 
 
+def _hold(held, session_id, items):
+    """Hold ``items`` as one update said now, in front of what is held (a write refused again)."""
+    now = time.time()
+    held._hold(session_id, [(now, item) for item in items])
+
+
 def test_held_items_go_first_in_order_and_a_refused_batch_is_held_whole():
     held, stored = HeldWrites(limit=10), []
 
@@ -34,8 +40,8 @@ def test_held_items_go_first_in_order_and_a_refused_batch_is_held_whole():
 
 def test_an_error_that_is_not_a_refusal_drops_the_new_items_after_what_was_held_is_stored():
     held, stored = HeldWrites(limit=10), []
-    held.hold("s", ["old"])
-    held.hold("s", ["older"])  # refused again later: in front
+    _hold(held, "s", ["old"])
+    _hold(held, "s", ["older"])  # refused again later: in front
 
     def broken(batch):
         if "bad" in batch:
@@ -50,23 +56,23 @@ def test_an_error_that_is_not_a_refusal_drops_the_new_items_after_what_was_held_
 def test_held_items_are_bounded_per_session_keeping_the_newest_and_saying_so():
     told = []
     held = HeldWrites(limit=3, on_overflow=lambda: told.append(1))
-    held.hold("s", [1, 2])
-    held.hold("s", [0])  # older, refused again: in front
+    _hold(held, "s", [1, 2])
+    _hold(held, "s", [0])  # older, refused again: in front
     assert held.peek("s") == [0, 1, 2] and not told
-    held.hold("t", [1, 2, 3, 4])
+    _hold(held, "t", [1, 2, 3, 4])
     assert held.peek("t") == [2, 3, 4] and told
 
 
 def test_writes_whose_transaction_did_not_commit_are_held_again_in_order():
     held, stored = HeldWrites(limit=10), []
-    held.hold("s", ["old"])
+    _hold(held, "s", ["old"])
     with held.recording() as written:
         held.write("s", ["a"], stored.extend, (StorageError,))
         held.write("t", ["x"], stored.extend, (StorageError,))
         held.write("s", ["b"], stored.extend, (StorageError,))
     held.write("u", ["y"], stored.extend, (StorageError,))  # after the block: not noted
     assert stored == ["old", "a", "x", "b", "y"] and "s" not in held
-    held.hold("s", ["later"])  # held meanwhile: newer than what the transaction stored
+    _hold(held, "s", ["later"])  # held meanwhile: newer than what the transaction stored
     held.hold_again(written)
     assert held.peek("s") == ["old", "a", "b", "later"] and held.peek("t") == ["x"] and "u" not in held
 
@@ -82,7 +88,7 @@ def test_writes_of_a_session_forgotten_before_their_commit_failed_are_not_held_a
 
 def test_a_write_refused_while_its_session_is_forgotten_is_not_held_again():
     held = HeldWrites(limit=10)
-    held.hold("s", ["old"])
+    _hold(held, "s", ["old"])
 
     def forgotten_then_refused(batch):
         held.drop("s")  # forget() runs while the write waits for the store
@@ -97,7 +103,7 @@ def test_a_forget_waits_for_a_write_in_flight_so_the_store_forget_deletes_what_i
     import threading
 
     held, stored, events = HeldWrites(limit=10), [], []
-    held.hold("s", ["h"])
+    _hold(held, "s", ["h"])
     entered = threading.Event()
 
     def slow_success(batch):
@@ -119,7 +125,7 @@ def test_writes_of_one_session_take_turns_so_a_batch_held_again_stays_in_front()
     import threading
 
     held, stored = HeldWrites(limit=10), []
-    held.hold("s", ["h"])
+    _hold(held, "s", ["h"])
     entered = threading.Event()
 
     def slow_refusal(batch):
@@ -422,10 +428,10 @@ def test_an_interrupted_replay_keeps_what_it_had_not_stored():
 
 def test_past_the_limit_an_update_is_dropped_whole_never_its_question_alone():
     held = HeldWrites(limit=3)
-    held.hold("s", ["q1", "a1"])
-    held.hold("s", ["q0", "a0"])  # older, in front: the oldest update goes whole, not q0 alone
+    _hold(held, "s", ["q1", "a1"])
+    _hold(held, "s", ["q0", "a0"])  # older, in front: the oldest update goes whole, not q0 alone
     assert held.peek("s") == ["q1", "a1"]
-    held.hold("t", ["one", "big", "update", "alone"])  # bigger than the limit: its newest items
+    _hold(held, "t", ["one", "big", "update", "alone"])  # bigger than the limit: its newest items
     assert held.peek("t") == ["big", "update", "alone"]
 
 

@@ -81,11 +81,6 @@ class HeldWrites(Generic[T]):
         with self._lock:
             return self._items.pop(session_id, [])
 
-    def hold(self, session_id: str, items: Sequence[T]) -> None:
-        """Keep ``items``, said now, in front of what is held for the session (bounded)."""
-        now = said_now()
-        self._hold(session_id, [(now, item) for item in items])
-
     def _hold(self, session_id: str, items: Sequence[Stamped[T]], generation: int | None = None) -> None:
         """Keep ``items`` (older than anything held meanwhile) in front of it, bounded; not if the
         session was dropped since ``generation`` (read before the items were taken)."""
@@ -143,12 +138,11 @@ class HeldWrites(Generic[T]):
             generation = self._generation(session_id)
             held = self._take(session_id)
             now = said_now()  # one time for the whole update: its items must stay in one call
+            new = [(now, [(now, item) for item in items])] if items else []
             if not held:  # a turn's usual case: one call, said now
-                self._store_runs(session_id, [(now, [(now, item) for item in items])] if items else [], 0, store,
-                                 refused, generation, at_times=False)
+                self._store_runs(session_id, new, 0, store, refused, generation)
                 return 0
-            # Never one run across the two: a bad held update must not take the new items with it.
-            runs = _runs(held) + ([(now, [(now, item) for item in items])] if items else [])
+            runs = _runs(held) + new  # never one run across the two: a bad held update keeps to itself
             if self._one_call and self._stored_in_one_call(session_id, runs, store, refused, generation):
                 return len(held)
             return len(held) - self._store_runs(session_id, runs, len(held), store, refused, generation)
@@ -164,47 +158,40 @@ class HeldWrites(Generic[T]):
                 store([item for _, item in merged])
         except Unstorable:
             raise
-        except refused:
-            self._hold(session_id, merged, generation)
-            raise
-        except Exception:  # noqa: BLE001 - a bug in one of them: found one call each
-            return False
-        except BaseException:
-            self._hold(session_id, merged, generation)
+        except BaseException as exc:
+            if _is_bug(exc, refused):
+                return False  # in one of them: one call each finds which
+            self._hold(session_id, merged, generation)  # refused or interrupted: nothing is lost
             raise
         self._record(session_id, merged, generation)
         return True
 
     def _store_runs(self, session_id: str, runs: list[tuple[float, list[Stamped[T]]]], held: int,
                     store: Callable[[list[T]], object], refused: tuple[type[BaseException], ...],
-                    generation: int, at_times: bool = True) -> int:
-        """One call per run, oldest first (inside ``said_at`` its time unless not ``at_times``);
-        the first ``held`` items were held. How many held items were dropped; see :meth:`write`
-        for what an error keeps."""
+                    generation: int) -> int:
+        """One call per run, oldest first; the first ``held`` items were held, and only when
+        some were is a call made inside ``said_at`` its time (a turn's own call is said now).
+        Returns how many held items were dropped; see :meth:`write` for what an error keeps."""
         done, dropped = 0, 0  # items of the runs before this one; those of the held update dropped
         for i, (ts, run) in enumerate(runs):
             try:
-                if at_times:
+                if held:
                     with said_at(ts):
                         store([item for _, item in run])
-                else:
+                else:  # a turn's own call, nothing held: said now (no context to enter on the hot path)
                     store([item for _, item in run])
             except Unstorable:
                 raise  # the session's id is the cause: nothing of it can ever be stored
-            except refused:
-                self._hold(session_id, [pair for _, later in runs[i:] for pair in later], generation)
-                raise
-            except Exception as exc:
-                rest = [pair for _, later in runs[i:] for pair in later]
-                if done + len(run) <= held and not dropped:  # a held update, the first: it alone goes
+            except BaseException as exc:
+                bug = _is_bug(exc, refused)
+                if bug and done < held and not dropped:  # the first bad held update: it alone goes
                     dropped, done = len(run), done + len(run)
                     self._say_dropped(exc)
                     continue
-                # A second bad held update waits, with the rest; new items that raise one go.
-                self._hold(session_id, rest if done + len(run) <= held else rest[:max(0, held - done)], generation)
-                raise
-            except BaseException:  # interrupted (KeyboardInterrupt, a cancelled task): nothing is lost
-                self._hold(session_id, [pair for _, later in runs[i:] for pair in later], generation)
+                # Refused or interrupted: nothing is lost. A second bad held update waits with the
+                # rest; new items that raise a bug go (held updates never share their call).
+                if not bug or done < held:
+                    self._hold(session_id, [pair for _, later in runs[i:] for pair in later], generation)
                 raise
             done += len(run)
             self._record(session_id, run, generation)
@@ -239,6 +226,11 @@ class HeldWrites(Generic[T]):
         in rolled back."""
         for session_id, run, generation in reversed(runs):
             self._hold(session_id, run, generation)
+
+
+def _is_bug(exc: BaseException, refused: tuple[type[BaseException], ...]) -> bool:
+    """An error that is neither the store refusing (an outage) nor an interruption: the items'."""
+    return isinstance(exc, Exception) and not isinstance(exc, refused)
 
 
 def _whole_updates(kept: list[Stamped[T]], dropped: int) -> int:

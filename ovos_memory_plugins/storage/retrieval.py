@@ -152,11 +152,11 @@ class RetrievalStore:
 
         def write(con: Any) -> list[Document]:
             question = self.window.append(session_id, messages, policy, con=con)
+            said, cutoff = said_now(), policy.cutoff()
             if question is None and answer_first(messages):
-                question = self.docs.continued_question(con, session_id, said_now(), CONTINUATION_S)
-            cutoff = policy.cutoff()
+                question = self.docs.continued_question(con, session_id, said, CONTINUATION_S)
             # A held update said before max_age is already expired: no document (the window drops it too).
-            pairs = exchange_texts(question, messages) if cutoff is None or said_now() >= cutoff else []
+            pairs = exchange_texts(question, messages) if cutoff is None or said >= cutoff else []
             docs = [self.docs.add(con, session_id, format_exchange(q, a), {"question": q, "answer": a},
                                   indexed=not background) for q, a in pairs]
             if docs and not background:
