@@ -11,7 +11,7 @@ import pytest
 
 from ovos_memory_plugins._core import log as _log
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
-from ovos_memory_plugins._core.held import HeldWrites
+from ovos_memory_plugins._core.held import HeldWrites, stamp
 from ovos_memory_plugins.errors import StorageError
 from tests._timing import patience
 
@@ -20,8 +20,8 @@ U, A = MessageRole.USER, MessageRole.ASSISTANT
 
 def _hold(held, session_id, items):
     """Hold ``items`` as one update said now, in front of what is held (a write refused again)."""
-    now = time.time()
-    held._hold(session_id, [(now, item) for item in items])
+    said = stamp()
+    held._hold(session_id, [(said, item) for item in items])
 
 
 def test_held_items_go_first_in_order_and_a_refused_batch_is_held_whole():
@@ -545,3 +545,36 @@ def test_telling_of_a_dropped_update_cannot_lose_the_updates_after_it():
 
     assert held.write("s", ["new"], store, (StorageError,)) == 1
     assert stored == ["ok", "new"] and "s" not in held
+
+
+def test_two_updates_said_at_the_same_instant_are_still_two_updates():
+    from ovos_memory_plugins._core.clock import said_at, said_now
+
+    told, calls = [], []
+    held = HeldWrites(limit=10, on_dropped=told.append)
+
+    def store(batch):
+        if "poison" in batch:
+            raise ValueError("a bug this item triggers")
+        calls.append((said_now(), batch))
+
+    with said_at(100.0):  # one said_at, or a clock that coarse: both updates carry one time
+        _refused_at(held, (100.0, "poison"), (100.0, "ok"))
+    assert held.write("s", ["new"], store, (StorageError,)) == 1
+    # the bad update goes alone: the good one said at the same instant is stored, at its time
+    assert calls[0] == (100.0, ["ok"]) and calls[1][1] == ["new"] and len(told) == 1
+
+
+def test_past_the_limit_an_update_said_at_the_same_instant_as_the_next_is_dropped_alone():
+    from ovos_memory_plugins._core.clock import said_at
+
+    held = HeldWrites(limit=3)
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    with said_at(100.0):
+        for pair in (["q1", "a1"], ["q2", "a2"]):
+            with pytest.raises(StorageError):
+                held.write("s", pair, refuse, (StorageError,))
+    assert held.peek("s") == ["q2", "a2"] and held.dropped == 2  # the older update whole, not all

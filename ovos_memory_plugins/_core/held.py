@@ -11,8 +11,9 @@ Each update is stored with the time it was said (:func:`~._core.clock.said_at`),
 store came back: an outage of an hour must not make an hour of conversation look said at once
 (``max_age``, the dates recalled exchanges carry). So the held updates go one store call each,
 oldest first, then the new items; a call refused stops there and holds the rest again, in order.
-An update's items share one time, so they stay in one call: split, another writer's exchange
-could land between a question and its answer.
+An update's items share one stamp (its time and its number), so they stay in one call: split,
+another writer's exchange could land between a question and its answer. The number keeps two
+updates said at the same instant (one ``said_at``, a coarse clock) apart.
 A store whose items carry their own time, or that keeps only the time of the last update, takes
 them all in one call instead (``one_call``), inside ``said_at`` the newest time: one rewrite of
 its record, not one per held update.
@@ -34,19 +35,27 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from .clock import said_at, said_now
 
-__all__ = ["HeldWrites", "Unstorable"]
+__all__ = ["HeldWrites", "Said", "Unstorable", "stamp"]
 
 
 class Unstorable(ValueError):
     """What a store can never take for this session (PostgreSQL's index refuses its id): the
     batch is not held again, nor what was held with it, as no retry could store it."""
 
+class Said(NamedTuple):
+    """When an update was said, and its number: what its items share, and no other update does."""
+
+    at: float  # POSIX seconds
+    update: int
+
+
 T = TypeVar("T")
-Stamped = tuple[float, T]  # (when it was said, the item)
+Stamped = tuple[Said, T]  # (its update's stamp, the item)
+_updates = itertools.count()  # next() is atomic in CPython: numbers never repeat within a process
 _STRIPES = 32  # locks shared by sessions (by hash): one per session would grow without bound
 
 
@@ -137,7 +146,7 @@ class HeldWrites(Generic[T]):
         with self.turn(session_id):  # the session's writes take turns
             generation = self._generation(session_id)
             held = self._take(session_id)
-            now = said_now()  # one time for the whole update: its items must stay in one call
+            now = stamp()  # one stamp for the whole update: its items must stay in one call
             new = [(now, [(now, item) for item in items])] if items else []
             if not held:  # a turn's usual case: one call, said now
                 self._store_runs(session_id, new, 0, store, refused, generation)
@@ -147,14 +156,14 @@ class HeldWrites(Generic[T]):
                 return len(held)
             return len(held) - self._store_runs(session_id, runs, len(held), store, refused, generation)
 
-    def _stored_in_one_call(self, session_id: str, runs: list[tuple[float, list[Stamped[T]]]],
+    def _stored_in_one_call(self, session_id: str, runs: list[tuple[Said, list[Stamped[T]]]],
                             store: Callable[[list[T]], object], refused: tuple[type[BaseException], ...],
                             generation: int) -> bool:
         """Every run in one call at the newest time; False after a bug in it (the caller then
         stores them one call each, which finds the culprit and drops only it)."""
         merged = [pair for _, run in runs for pair in run]
         try:
-            with said_at(runs[-1][0]):
+            with said_at(runs[-1][0].at):
                 store([item for _, item in merged])
         except Unstorable:
             raise
@@ -166,17 +175,17 @@ class HeldWrites(Generic[T]):
         self._record(session_id, merged, generation)
         return True
 
-    def _store_runs(self, session_id: str, runs: list[tuple[float, list[Stamped[T]]]], held: int,
+    def _store_runs(self, session_id: str, runs: list[tuple[Said, list[Stamped[T]]]], held: int,
                     store: Callable[[list[T]], object], refused: tuple[type[BaseException], ...],
                     generation: int) -> int:
         """One call per run, oldest first; the first ``held`` items were held, and only when
         some were is a call made inside ``said_at`` its time (a turn's own call is said now).
         Returns how many held items were dropped; see :meth:`write` for what an error keeps."""
         done, dropped = 0, 0  # items of the runs before this one; those of the held update dropped
-        for i, (ts, run) in enumerate(runs):
+        for i, (said, run) in enumerate(runs):
             try:
                 if held:
-                    with said_at(ts):
+                    with said_at(said.at):
                         store([item for _, item in run])
                 else:  # a turn's own call, nothing held: said now (no context to enter on the hot path)
                     store([item for _, item in run])
@@ -233,8 +242,13 @@ def _is_bug(exc: BaseException, refused: tuple[type[BaseException], ...]) -> boo
     return isinstance(exc, Exception) and not isinstance(exc, refused)
 
 
+def stamp() -> Said:
+    """The stamp of an update given now."""
+    return Said(said_now(), next(_updates))
+
+
 def _whole_updates(kept: list[Stamped[T]], dropped: int) -> int:
-    """``dropped`` moved up to where an update starts (its items share a time): an answer kept
+    """``dropped`` moved up to where an update starts (its items share a stamp): an answer kept
     without its question would read as an answer to something else. Not past the last update."""
     whole = dropped
     while 0 < whole < len(kept) and kept[whole][0] == kept[whole - 1][0]:
@@ -242,6 +256,6 @@ def _whole_updates(kept: list[Stamped[T]], dropped: int) -> int:
     return whole if whole < len(kept) else dropped
 
 
-def _runs(stamped: list[Stamped[T]]) -> list[tuple[float, list[Stamped[T]]]]:
-    """``stamped`` cut where the time changes: one store call per update said at its own time."""
+def _runs(stamped: list[Stamped[T]]) -> list[tuple[Said, list[Stamped[T]]]]:
+    """``stamped`` cut where the update changes: one store call per update, at its own time."""
     return [(ts, list(group)) for ts, group in itertools.groupby(stamped, key=lambda pair: pair[0])]
