@@ -44,7 +44,7 @@ from ._memory.waiting import no_waiting
 from .common import MemoryHit
 from .config import option
 from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
-from .errors import ConfigError, MemoryPluginError, NotSupported, StoreUnavailable
+from .errors import ConfigError, MemoryPluginError, NotSupported, StorageError, StoreUnavailable
 from .fusion import FUSION_MODES, fuse, hit_key
 from .messages import check_session_id, check_utterance, clean_text, context_window, is_role
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
@@ -74,6 +74,12 @@ HYBRID_PRESET: tuple[dict[str, Any], ...] = (
     {"module": "ovos-memory-plugin-entity", "config": {"db_path": "hybrid_entity.json",
                                                        "context_facts": "relevant"}},
 )
+
+
+def member_name(module: str, earlier: Iterable[str]) -> str:
+    """A member's name: its module, with ``#2``, ``#3``... for a module already among ``earlier``."""
+    repeat = sum(1 for name in earlier if name.split("#", 1)[0] == module)
+    return module if not repeat else f"{module}#{repeat + 1}"
 
 
 #: The hybrid preset's recall header: short (the reference's costs 136 characters on every turn),
@@ -214,6 +220,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         #: What works less well than configured because of a member, by part (see degraded()):
         #: one that did not start, and one whose last call of an operation failed.
         self._member_faults: dict[str, str] = {}
+        self._failed: dict[str, str] = {}  # member name -> why it failed to start (for good)
         self._roster = threading.RLock()  # members joining late (see _memory/late_start.py)
         self._order: dict[str, int] = {}  # member name -> its place among the configured members
         self._late = LateStarts(self.plugin_name, self._roster, self._start_waiting, self._replay_late,
@@ -272,8 +279,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                                        self.plugin_name)
                 self._member_faults[module] = "the composite itself cannot be a member; skipped"
                 continue
-            repeat = sum(1 for name in self._order if name.split("#", 1)[0] == module)
-            name = module if not repeat else f"{module}#{repeat + 1}"
+            name = member_name(module, self._order)
             memory = self._build_member(Waiting(position, name, module, weight, config))
             if memory is not None and self._shares_a_store(module, memory, members):
                 memory.close()
@@ -360,6 +366,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         self._member_log.error(f"load:{spec.name}", "%s: member %r failed to start (%s); skipped",
                                self.plugin_name, spec.name, exc)
         self._member_faults[spec.name] = f"failed to start ({exc}); skipped"
+        self._failed[spec.name] = f"{type(exc).__name__}: {exc}"
 
     @staticmethod
     def _replay_late(memory: Any, session_id: str, batch: list[Any], ts: float) -> None:
@@ -376,6 +383,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         self.members = joined  # a new list: a turn in flight goes on with the one it read
         self.primary = self._choose_primary()
         self._member_faults.pop(spec.name, None)
+        self._failed.pop(spec.name, None)
         self._member_faults.pop(self.plugin_name, None)  # "no members loaded"
         self._member_log.clear(f"load:{spec.name}", f"{self.plugin_name}: member {spec.name!r} reached its store "
                                "and started")
@@ -387,6 +395,22 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             inner = getattr(m.memory, "waiting_members", None)
             names += [f"{m.name}/{name}" for name in inner()] if callable(inner) else []
         return names
+
+    def not_started(self) -> dict[str, str]:
+        """The members that are not running, and why: waiting for their store, or failed to start
+        (their stores may hold sessions that :meth:`sessions` cannot list)."""
+        out = {name: "waiting for its store" for name in self.waiting_members()}
+        out.update((name, f"failed to start ({why})") for name, why in self._failed.items())
+        return out
+
+    def _require_whole(self, what: str) -> None:
+        """Before a forget, an export or an import: every member running. One that failed to start
+        still holds its store, which a forget would leave behind and an export would miss."""
+        self._require_started(what)
+        if self._failed:
+            reasons = "; ".join(f"{name} failed to start ({why})" for name, why in self._failed.items())
+            raise StorageError(f"{self.plugin_name}: {reasons}; nothing was {what}: mend it (or take it out of "
+                               "'members') and try again")
 
     def _require_started(self, what: str) -> None:
         """Before a change of stored memory other than a turn: a member that waits for its store
@@ -682,7 +706,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         others, and its error is raised once they are done: a forget is never reported whole when
         it was not."""
         sid = check_session_id(session_id)
-        self._require_started("forgotten")
+        self._require_whole("forgotten")
         self._held.drop(sid)  # first: what the database refused is never stored now
         counts: dict[str, Any] = {}
         failed: tuple[str, Exception] | None = None  # the first member that could not forget
@@ -703,7 +727,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     def export(self, session_id: str) -> dict[str, Any]:
         sid = check_session_id(session_id)
-        self._require_started("exported")  # a backup, or a move, without it would lose its part
+        self._require_whole("exported")  # a backup, or a move, without it would lose its part
         self._write_held(sid)
         data: dict[str, Any] = {"plugin": self.plugin_name, "session_id": sid, "members": {}}
         for m in self.members:
@@ -713,7 +737,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         data, sid = session_export(data, session_id)
-        self._require_started("imported")
+        self._require_whole("imported")
         # Each member its own export, or the parts of another backend's it keeps (_memory/conversion.py).
         exported = member_imports(data, [(m.name, m.memory) for m in self.members
                                          if hasattr(m.memory, "import_session")], self.plugin_name)
@@ -729,7 +753,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         malformed."""
         sid = check_session_id(session_id)
         items = [e.as_dict() for e in past_exchanges(exchanges)]
-        self._require_started("imported")
+        self._require_whole("imported")
         for m in self.members:
             if callable(getattr(m.memory, "import_exchanges", None)):
                 self._call(m, "import", lambda m=m: m.memory.import_exchanges(sid, items), None)
@@ -783,7 +807,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         if unable:
             raise NotSupported(f"{self.plugin_name}: {', '.join(unable)} keep(s) session {session_id!r} but cannot "
                                "forget one exchange; nothing was forgotten: forget the whole session instead")
-        self._require_started("forgotten")
+        self._require_whole("forgotten")
         self._require_held_written(session_id)
         return self._fan_out("forget_exchange", session_id, content)
 
@@ -791,7 +815,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """Forget the fact ``text`` in every member that keeps facts (entity, a summary's facts);
         how many each deleted, by member. Failures as in :meth:`forget_exchange`."""
         session_id = check_session_id(session_id)
-        self._require_started("forgotten")
+        self._require_whole("forgotten")
         return self._fan_out("forget_fact", session_id, text)
 
     def index_backlog(self) -> int:

@@ -450,6 +450,28 @@ def test_check_config_checks_composite_members_too(tmp_path, capsys):
     assert "members[1] memory plugin 'ovos-memory-plugin-nope' is not installed" in err
 
 
+@pytest.mark.parametrize("block, ok", [
+    ({"primary": "ovos-memory-plugin-lexicall", "members": ["ovos-memory-plugin-recency",
+                                                           "ovos-memory-plugin-lexical"]}, False),
+    ({"primary": "ovos-memory-plugin-lexical#2", "members": ["ovos-memory-plugin-lexical"]}, False),
+    ({"primary": "ovos-memory-plugin-lexical", "members": ["ovos-memory-plugin-recency",
+                                                          "ovos-memory-plugin-lexical"]}, True),
+    ({"primary": "ovos-memory-plugin-lexical#2", "members": [
+        "ovos-memory-plugin-lexical", {"module": "ovos-memory-plugin-lexical", "config": {"db_path": "l2.db"}}]}, True),
+    ({"primary": "ovos-memory-plugin-recency", "preset": "hybrid"}, True),
+    ({"primary": "recency", "preset": "hybrid"}, False),
+])
+def test_check_config_names_a_primary_that_is_no_member(tmp_path, capsys, block, ok):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-composite",
+                                "ovos-memory-plugin-composite": block}))
+    assert main(["check-config", str(path)]) == (0 if ok else 2)
+    err = capsys.readouterr().err
+    assert ("names no member" in err) is not ok, err
+    if not ok:
+        assert repr(block["primary"]) in err and "the first member's window would be used" in err
+
+
 def test_check_config_accepts_a_valid_persona_and_notes_dropped_system_prompts(tmp_path, capsys):
     persona = write_persona(tmp_path / "p.json", "http://127.0.0.1:1/v1", "ovos-memory-plugin-lexical",
                             {"retrieval": {"max_num_results": 3}}, allow_system=False)
@@ -1084,3 +1106,20 @@ def test_a_command_on_a_db_path_that_is_no_store_is_a_config_error_that_names_it
     config = json.dumps({"db_path": str(notes)})
     assert main(["sessions", "--module", "ovos-memory-plugin-entity", "--config", config]) == 2
     assert "'db_path'" in capsys.readouterr().err and notes.read_text() == "my shopping list"
+
+
+def test_forget_and_sessions_name_a_composite_member_that_did_not_start(tmp_path, capsys):
+    from tests.test_composite import _with_entity_unable_to_start
+
+    config = _with_entity_unable_to_start(tmp_path)
+    (tmp_path / "r.db").unlink()  # only the member that cannot start still holds the session
+    target = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+    assert main(["forget", "s", *target]) == 1  # not "no session" (4): its store may hold it
+    err = capsys.readouterr().err
+    assert "ovos-memory-plugin-entity failed to start" in err and "not listed" in err
+    assert "Zorblax" in (tmp_path / "e.json").read_text()
+    assert main(["sessions", *target]) == 0  # read only, it needs no lock: listed whole
+    assert capsys.readouterr().out.split() == ["s"]
+    (tmp_path / "e.json").write_bytes(b"\x00" * 64)  # now unreadable even to a listing
+    assert main(["sessions", *target]) == 1  # the listing is incomplete, and says so
+    assert "ovos-memory-plugin-entity failed to start" in capsys.readouterr().err

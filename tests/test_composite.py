@@ -270,6 +270,40 @@ def test_a_forget_one_member_could_not_finish_says_what_was_forgotten_and_to_try
     assert memory.search("secret", "s") == []
 
 
+def _with_entity_unable_to_start(tmp_path):
+    """A composite whose entity member stored facts, then fails to start in a second run (its
+    lock file replaced by a folder): its store still holds them."""
+    config = {"members": [
+        {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}},
+        {"module": "ovos-memory-plugin-entity", "config": {"api_url": None, "db_path": str(tmp_path / "e.json")}}]}
+    first = CompositeMemory(config)
+    first.update_history([AgentMessage(U, "my name is Zorblax"), AgentMessage(A, "hello Zorblax")], "s")
+    assert first.flush(20)
+    first.close()
+    (tmp_path / "e.json.lock").unlink()
+    (tmp_path / "e.json.lock").mkdir()
+    return config
+
+
+def test_a_member_that_failed_to_start_blocks_forget_export_and_import_with_its_reason(tmp_path):
+    from ovos_memory_plugins.errors import StorageError
+
+    memory = CompositeMemory(_with_entity_unable_to_start(tmp_path))
+    try:
+        assert set(memory.not_started()) == {"ovos-memory-plugin-entity"}
+        for call, what in ((lambda: memory.forget("s"), "forgotten"), (lambda: memory.export("s"), "exported"),
+                           (lambda: memory.import_session({"plugin": "x", "session_id": "t", "messages": []}),
+                            "imported"), (lambda: memory.forget_fact("s", "User's name is Zorblax"), "forgotten")):
+            with pytest.raises(StorageError, match=f"ovos-memory-plugin-entity failed to start .*e.json.lock.*"
+                                                   f"nothing was {what}"):
+                call()
+        assert [m.content for m in memory.get_history("s")] == ["my name is Zorblax", "hello Zorblax"]
+        memory.update_history([AgentMessage(U, "still here"), AgentMessage(A, "yes")], "s")  # turns go on
+    finally:
+        memory.close()
+    assert "Zorblax" in (tmp_path / "e.json").read_text()  # left for a forget that can reach it
+
+
 def test_a_composite_can_be_a_member_of_a_composite(tmp_path):
     inner = {"module": "ovos-memory-plugin-composite", "config": {"members": [
         {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "inner.db")}}]}}

@@ -13,7 +13,7 @@ from ovos_memory_plugins import composite as composite_module
 from ovos_memory_plugins._core.log import LOG
 from ovos_memory_plugins._memory import late_start
 from ovos_memory_plugins.composite import CompositeMemory
-from ovos_memory_plugins.errors import ConfigError, StoreUnavailable
+from ovos_memory_plugins.errors import ConfigError, StorageError, StoreUnavailable
 from ovos_memory_plugins.lexical import LexicalMemory
 from ovos_memory_plugins.recency import RecencyMemory
 from tests._outage import refuse_unless_up
@@ -133,7 +133,12 @@ def test_a_member_that_fails_otherwise_on_a_retry_is_given_up_and_said(late, tmp
         time.sleep(0.2)
         assert DownAtFirst.attempts == attempts, "a bad config is tried again"
         assert memory.flush(0), "updates kept for a member that will never start"
-        memory.forget("s")  # nothing waits any more
+        # Its store may hold the session from an earlier run: a forget that skipped it would
+        # leave it there, so nothing is forgotten and the error says which member and why.
+        with pytest.raises(StorageError, match="test-down failed to start.*nothing was forgotten"):
+            memory.forget("s")
+        assert "s" in memory.sessions()
+        assert memory.not_started() == {"test-down": "failed to start (ConfigError: 'max_history' must be a number)"}
 
 
 def test_a_member_that_fails_for_another_reason_at_start_is_not_retried(late, tmp_path):

@@ -246,6 +246,8 @@ def config_problems(module: str, block: Mapping[str, Any], where: str = "") -> l
         return []  # a third-party plugin without a typed config: nothing to check against
     problems = [where + p for p in check_config(config_cls, block, module, getattr(cls, "extra_config_keys", ()),
                                                  getattr(cls, "check_settings", None))]
+    if module == "ovos-memory-plugin-composite":
+        problems += [where + p for p in _unknown_primary(block)]
     if module == "ovos-memory-plugin-composite" and isinstance(block.get("members"), list):
         problems += [where + p for p in _member_clashes(block["members"])]
         for i, spec in enumerate(block["members"]):
@@ -259,6 +261,28 @@ def config_problems(module: str, block: Mapping[str, Any], where: str = "") -> l
 
 #: The keys that decide which store (and which part of it) a member writes.
 _STORE_KEYS = ("db_path", "db_url", "backend", "table", "collection")
+
+
+def _unknown_primary(block: Mapping[str, Any]) -> list[str]:
+    """A ``primary`` naming no member (a typo): the composite would take the first member's window."""
+    from ..composite import HYBRID_PRESET, member_name
+
+    wanted, members = block.get("primary"), block.get("members")
+    if not isinstance(wanted, str) or not wanted:
+        return []  # a wrong type is the config check's
+    if not members and block.get("preset") == "hybrid":
+        members = list(HYBRID_PRESET)
+    if not isinstance(members, list) or not members:
+        return []
+    names: list[str] = []
+    for spec in members:
+        module = spec if isinstance(spec, str) else spec.get("module") if isinstance(spec, Mapping) else None
+        if isinstance(module, str):
+            names.append(member_name(module, names))
+    if wanted in names:
+        return []
+    return [f"'primary' is {wanted!r}, which names no member (members: {', '.join(names)}); the first member's "
+            "window would be used"]
 
 
 def _member_clashes(members: list[Any]) -> list[str]:

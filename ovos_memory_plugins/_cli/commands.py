@@ -110,8 +110,19 @@ def _stored_key(memory: Any, session_id: str) -> str:
     key = memory.memory_key(session_id) if callable(getattr(memory, "memory_key", None)) else session_id
     if known is not None and key not in known:
         name = getattr(memory, "plugin_name", type(memory).__name__)
+        missing = _not_running(memory)
+        if missing:  # its store may hold the session: "no session" would be a guess
+            raise CLIError(f"no session {session_id!r} in the running members of {name}; {missing}", EXIT_ERROR)
         raise CLIError(f"no session {session_id!r} in {name} (see 'ovos-memory sessions')", EXIT_NO_SESSION)
     return key
+
+
+def _not_running(memory: Any) -> str:
+    """The members of a composite that are not running and why ('' when all run), for a listing
+    that cannot include their sessions."""
+    fn = getattr(memory, "not_started", None)
+    members = fn() if callable(fn) else {}
+    return "; ".join(f"member {name} {why}: its sessions are not listed" for name, why in members.items())
 
 
 def _short(text: str, width: int = 160) -> str:
@@ -127,9 +138,12 @@ def cmd_sessions(args: argparse.Namespace, ui: UI) -> int:
             raise CLIError(f"{type(memory).__name__} cannot list its sessions", EXIT_ERROR)
         for sid in found:
             ui.write(sid + "\n")
-        if not found:
+        missing = _not_running(memory)
+        if missing:
+            ui.err.print(missing)
+        elif not found:
             ui.err.print("no sessions")
-    return 0
+    return 1 if missing else 0
 
 
 def cmd_show(args: argparse.Namespace, ui: UI) -> int:
