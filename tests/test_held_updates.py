@@ -578,3 +578,43 @@ def test_past_the_limit_an_update_said_at_the_same_instant_as_the_next_is_droppe
             with pytest.raises(StorageError):
                 held.write("s", pair, refuse, (StorageError,))
     assert held.peek("s") == ["q2", "a2"] and held.dropped == 2  # the older update whole, not all
+
+
+def test_past_the_total_limit_the_oldest_updates_of_any_session_go_whole():
+    from ovos_memory_plugins._core.clock import said_at
+
+    told = []
+    held = HeldWrites(limit=10, on_overflow=lambda: told.append(1), total_limit=7)
+
+    def refuse(batch):
+        raise StorageError("down")
+
+    said = [(10.0, "a", ["a1q", "a1a"]), (20.0, "b", ["b1q", "b1a"]), (30.0, "a", ["a2q", "a2a"]),
+            (40.0, "c", ["c1q", "c1a"])]
+    for ts, sid, update in said:
+        with said_at(ts), pytest.raises(StorageError):
+            held.write(sid, update, refuse, (StorageError,))
+    # 8 items past 7: the oldest update (a's first) goes whole, not half of it
+    assert held.peek("a") == ["a2q", "a2a"] and held.peek("b") == ["b1q", "b1a"] and held.peek("c") == ["c1q", "c1a"]
+    assert held.count() == 6 and held.dropped == 2 and told
+    with said_at(50.0), pytest.raises(StorageError):
+        held.write("c", ["c2q", "c2a"], refuse, (StorageError,))
+    # b's only update is older than c's first, but a session keeps its newest update: c's first goes
+    assert held.peek("b") == ["b1q", "b1a"] and held.peek("c") == ["c2q", "c2a"] and held.count() == 6
+    stored = []
+    assert held.write("a", [], stored.extend, (StorageError,)) == 2 and held.count() == 4
+    assert held.drop("b") == 2 and held.count() == 2
+
+
+def test_a_backend_bounds_what_it_holds_across_sessions(tmp_path, monkeypatch):
+    from ovos_memory_plugins._memory import plugin
+
+    monkeypatch.setattr(plugin, "HELD_TOTAL", 6)  # read when the memory is built
+    with _memories(tmp_path)["lexical"]() as memory, monkeypatch.context() as patch:
+        _refusing(memory, patch)
+        for sid, words in (("kitchen", "Zqoneq"), ("hall", "Zqtwoq"), ("kitchen", "Zqthreeq"),
+                           ("bedroom", "Zqfourq")):
+            _say(memory, sid, words)
+        held = json.dumps([memory._held.peek(sid) for sid in ("kitchen", "hall", "bedroom")], default=str)
+        assert memory._held.count() == 6
+    assert [w for w in ("Zqoneq", "Zqtwoq", "Zqthreeq", "Zqfourq") if w in held] == ["Zqtwoq", "Zqthreeq", "Zqfourq"]

@@ -23,7 +23,9 @@ then deletes from the store), and a write refused since does not put its batch b
 forgotten session is never written again. Writes of one session take turns here, so a batch
 held again never lands behind a later one.
 
-Bounded: past ``limit`` items a session keeps its newest, and says so.
+Bounded: past ``limit`` items a session keeps its newest, and past ``total_limit`` in all (a
+household's satellites through one long outage) the oldest updates of any session go; each time
+it says so.
 
 A store written inside a transaction it does not commit (a composite's members share one) can
 see a write succeed and the transaction fail after it: :meth:`HeldWrites.recording` notes what
@@ -63,7 +65,7 @@ class HeldWrites(Generic[T]):
     """Per session, the items a store refused, oldest first."""
 
     def __init__(self, limit: int, on_overflow: Callable[[], None] | None = None, one_call: bool = False,
-                 on_dropped: Callable[[BaseException], None] | None = None):
+                 on_dropped: Callable[[BaseException], None] | None = None, total_limit: int | None = None):
         self._one_call = one_call  # all that is held and the new items in one store call
         self._on_dropped = on_dropped  # told the error of a held update the store could not take
         self._items: dict[str, list[Stamped[T]]] = {}
@@ -71,6 +73,8 @@ class HeldWrites(Generic[T]):
         self._lock = threading.Lock()
         self._writing = [threading.RLock() for _ in range(_STRIPES)]
         self._limit = limit
+        self._total_limit = total_limit if total_limit is not None else limit
+        self._total = 0  # items held in all sessions
         self._on_overflow = on_overflow  # called each time items are dropped
         self.dropped = 0  # items dropped past the limit, since the start
         self._recording = threading.local()  # .runs: what this thread's writes stored (recording())
@@ -88,7 +92,9 @@ class HeldWrites(Generic[T]):
         if session_id not in self._items:
             return []
         with self._lock:
-            return self._items.pop(session_id, [])
+            taken = self._items.pop(session_id, [])
+            self._total -= len(taken)
+            return taken
 
     def _hold(self, session_id: str, items: Sequence[Stamped[T]], generation: int | None = None) -> None:
         """Keep ``items`` (older than anything held meanwhile) in front of it, bounded; not if the
@@ -100,10 +106,28 @@ class HeldWrites(Generic[T]):
                 return  # forgotten meanwhile: these must never be written
             kept = list(items) + self._items.get(session_id, [])
             dropped = _whole_updates(kept, max(0, len(kept) - self._limit))
+            self._total += len(kept) - dropped - len(self._items.get(session_id, []))
             self._items[session_id] = kept[dropped:]
+            dropped += self._drop_oldest_past_total()
             self.dropped += dropped
         if dropped and self._on_overflow is not None:
             self._on_overflow()
+
+    def _drop_oldest_past_total(self) -> int:
+        """Past ``total_limit`` items in all, the oldest update of any session goes, one by one
+        (never a session's last: each keeps its newest update); how many items went. Under the lock."""
+        dropped = 0
+        while self._total > self._total_limit:
+            oldest = min((sid for sid, items in self._items.items() if _first_update(items) < len(items)),
+                         key=lambda sid: self._items[sid][0][0], default=None)
+            if oldest is None:
+                break
+            items = self._items[oldest]
+            first = _first_update(items)
+            self._items[oldest] = items[first:]
+            self._total -= first
+            dropped += first
+        return dropped
 
     def peek(self, session_id: str) -> list[T]:
         """A copy of what is held for ``session_id``, oldest first."""
@@ -121,7 +145,9 @@ class HeldWrites(Generic[T]):
         stores is then there for the forget that follows to delete."""
         with self.turn(session_id), self._lock:
             self._forgets[session_id] = self._forgets.get(session_id, 0) + 1
-            return len(self._items.pop(session_id, []))
+            gone = len(self._items.pop(session_id, []))
+            self._total -= gone
+            return gone
 
     def sessions(self) -> list[str]:
         with self._lock:
@@ -129,7 +155,7 @@ class HeldWrites(Generic[T]):
 
     def count(self) -> int:
         with self._lock:
-            return sum(len(items) for items in self._items.values())
+            return self._total
 
     def write(self, session_id: str, items: Sequence[T], store: Callable[[list[T]], object],
               refused: tuple[type[BaseException], ...]) -> int:
@@ -254,6 +280,11 @@ def _whole_updates(kept: list[Stamped[T]], dropped: int) -> int:
     while 0 < whole < len(kept) and kept[whole][0] == kept[whole - 1][0]:
         whole += 1
     return whole if whole < len(kept) else dropped
+
+
+def _first_update(stamped: list[Stamped[T]]) -> int:
+    """How many items the first update of ``stamped`` has."""
+    return next((i for i, (said, _) in enumerate(stamped) if said != stamped[0][0]), len(stamped))
 
 
 def _runs(stamped: list[Stamped[T]]) -> list[tuple[Said, list[Stamped[T]]]]:

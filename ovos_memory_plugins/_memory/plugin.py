@@ -35,6 +35,8 @@ def store_path_problems(key: str, path: Any) -> list[str]:
 _MOVE_ROUNDS = 5
 #: Items (messages, or the exchanges entity keeps) held per session while the store refuses writes.
 HELD_ITEMS = 200
+#: ... and in all sessions: a household's satellites through one long outage stay bounded in RAM.
+HELD_TOTAL = 2_000
 #: What a store raises when it cannot take a write now (down, full, locked): the write is held.
 _REFUSED = (MemoryPluginError, OSError)
 
@@ -109,7 +111,7 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
         self._adoption_log = LogOnce()  # a move that cannot happen is said once, not on every call
         self._adopted = self._people is None
         self._held: HeldWrites[Any] = HeldWrites(HELD_ITEMS, self._held_overflow, self.held_in_one_call,
-                                                 self._held_dropped)
+                                                 self._held_dropped, HELD_TOTAL)
 
     def _people_of(self, settings: Any) -> People | None:
         """The person mapping of ``scope: person``; None in any other scope."""
@@ -389,7 +391,7 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
 
     def _held_overflow(self) -> None:
         self._log.warning("held", "%s: the store has refused writes for too long; keeping only the newest %d "
-                          "items per session", self.plugin_name, HELD_ITEMS)
+                          "items per session, %d in all", self.plugin_name, HELD_ITEMS, HELD_TOTAL)
 
     def _incoming(self, new_messages: Any, session_id: str) -> list[AgentMessage]:
         """What ``update_history`` is given, checked at the boundary: the session id, the memory
