@@ -403,14 +403,25 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         out.update((name, f"failed to start ({why})") for name, why in self._failed.items())
         return out
 
+    def _not_started_reasons(self) -> str:
+        return "; ".join(f"{name} failed to start ({why})" for name, why in self._failed.items())
+
     def _require_whole(self, what: str) -> None:
-        """Before a forget, an export or an import: every member running. One that failed to start
-        still holds its store, which a forget would leave behind and an export would miss."""
+        """Before an export or an import: every member running. One that failed to start still
+        holds its store, which an export would miss (a backup, or a move, without its part)."""
         self._require_started(what)
         if self._failed:
-            reasons = "; ".join(f"{name} failed to start ({why})" for name, why in self._failed.items())
-            raise StorageError(f"{self.plugin_name}: {reasons}; nothing was {what}: mend it (or take it out of "
-                               "'members') and try again")
+            raise StorageError(f"{self.plugin_name}: {self._not_started_reasons()}; nothing was {what}: mend it (or "
+                               "take it out of 'members') and try again")
+
+    def _say_unreached(self, counts: dict[str, Any]) -> dict[str, Any]:
+        """``counts`` of a forget every running member did; raised as a :class:`StorageError` if a
+        member failed to start: its store may still hold what was forgotten elsewhere."""
+        if self._failed:
+            done = ", ".join(counts) or "no member"
+            raise StorageError(f"{self.plugin_name}: forgotten by {done} but not by {self._not_started_reasons()}: "
+                               "its store may still hold it; mend it and forget again to finish")
+        return counts
 
     def _require_started(self, what: str) -> None:
         """Before a change of stored memory other than a turn: a member that waits for its store
@@ -706,7 +717,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         others, and its error is raised once they are done: a forget is never reported whole when
         it was not."""
         sid = check_session_id(session_id)
-        self._require_whole("forgotten")
+        self._require_started("forgotten")
         self._held.drop(sid)  # first: what the database refused is never stored now
         counts: dict[str, Any] = {}
         failed: tuple[str, Exception] | None = None  # the first member that could not forget
@@ -723,6 +734,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                 raise type(failure)(f"forgotten by {', '.join(counts)} but not by {name} ({failure}); "
                                     "forget it again to finish") from failure
             raise failure
+        self._say_unreached(counts)
         return counts
 
     def export(self, session_id: str) -> dict[str, Any]:
@@ -807,16 +819,16 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         if unable:
             raise NotSupported(f"{self.plugin_name}: {', '.join(unable)} keep(s) session {session_id!r} but cannot "
                                "forget one exchange; nothing was forgotten: forget the whole session instead")
-        self._require_whole("forgotten")
+        self._require_started("forgotten")
         self._require_held_written(session_id)
-        return self._fan_out("forget_exchange", session_id, content)
+        return self._say_unreached(self._fan_out("forget_exchange", session_id, content))
 
     def forget_fact(self, session_id: str, text: str) -> dict[str, Any]:
         """Forget the fact ``text`` in every member that keeps facts (entity, a summary's facts);
         how many each deleted, by member. Failures as in :meth:`forget_exchange`."""
         session_id = check_session_id(session_id)
-        self._require_whole("forgotten")
-        return self._fan_out("forget_fact", session_id, text)
+        self._require_started("forgotten")
+        return self._say_unreached(self._fan_out("forget_fact", session_id, text))
 
     def index_backlog(self) -> int:
         """The documents every member's index still waits for."""

@@ -285,20 +285,28 @@ def _with_entity_unable_to_start(tmp_path):
     return config
 
 
-def test_a_member_that_failed_to_start_blocks_forget_export_and_import_with_its_reason(tmp_path):
+def test_a_member_that_failed_to_start_blocks_export_and_import_and_a_forget_says_it_is_not_whole(tmp_path):
     from ovos_memory_plugins.errors import StorageError
 
     memory = CompositeMemory(_with_entity_unable_to_start(tmp_path))
     try:
         assert set(memory.not_started()) == {"ovos-memory-plugin-entity"}
-        for call, what in ((lambda: memory.forget("s"), "forgotten"), (lambda: memory.export("s"), "exported"),
+        for call, what in ((lambda: memory.export("s"), "exported"),
                            (lambda: memory.import_session({"plugin": "x", "session_id": "t", "messages": []}),
-                            "imported"), (lambda: memory.forget_fact("s", "User's name is Zorblax"), "forgotten")):
+                            "imported")):
             with pytest.raises(StorageError, match=f"ovos-memory-plugin-entity failed to start .*e.json.lock.*"
                                                    f"nothing was {what}"):
                 call()
         assert [m.content for m in memory.get_history("s")] == ["my name is Zorblax", "hello Zorblax"]
         memory.update_history([AgentMessage(U, "still here"), AgentMessage(A, "yes")], "s")  # turns go on
+        # A forget does what the running members can, and says it is not whole.
+        with pytest.raises(StorageError, match="forgotten by no member but not by "  # recency keeps no facts
+                                               "ovos-memory-plugin-entity failed to start .*forget again"):
+            memory.forget_fact("s", "User's name is Zorblax")
+        with pytest.raises(StorageError, match="forgotten by ovos-memory-plugin-recency but not by "
+                                               "ovos-memory-plugin-entity failed to start .*forget again"):
+            memory.forget("s")
+        assert memory.get_history("s") == []
     finally:
         memory.close()
     assert "Zorblax" in (tmp_path / "e.json").read_text()  # left for a forget that can reach it
