@@ -342,13 +342,17 @@ def fit_blocks(blocks: Sequence[AgentMessage], budget: int) -> list[AgentMessage
     """The system blocks (facts, a summary) that fit ``budget`` tokens, in order.
 
     A block that does not fit whole keeps its first lines that do: its header and the first
-    items of its list. One that would keep no item (a header alone, or a one-line block) goes.
+    items of its list. One that would keep no item (a header alone, or with a sub-heading such
+    as "Facts about the user:" and nothing under it, or a one-line block) goes.
 
         >>> from ovos_plugin_manager.templates.agents import MessageRole
         >>> facts = AgentMessage(MessageRole.SYSTEM, "Known facts:\\n- likes tea\\n- lives in Porto")
         >>> [m.content for m in fit_blocks([facts], 12)]
         ['Known facts:\\n- likes tea']
         >>> fit_blocks([facts], 6)
+        []
+        >>> summary = AgentMessage(MessageRole.SYSTEM, "[Summary]\\nFacts about the user:\\n- likes tea")
+        >>> fit_blocks([summary], 14)
         []
     """
     out: list[AgentMessage] = []
@@ -360,6 +364,8 @@ def fit_blocks(blocks: Sequence[AgentMessage], budget: int) -> list[AgentMessage
             kept = 0
             while kept < len(lines) and message_tokens("\n".join(lines[:kept + 1])) <= left:
                 kept += 1
+            while kept > 1 and lines[kept - 1].rstrip().endswith(":"):  # a sub-heading with nothing under it
+                kept -= 1
             text = "\n".join(lines[:kept]) if kept > 1 else ""
         if text:
             short = copy_message(block)

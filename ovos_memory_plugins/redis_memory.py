@@ -51,6 +51,7 @@ from .messages import (
     check_session_id,
     context_window,
     copy_message,
+    fit_window,
     fold_into,
     is_role,
     system_message,
@@ -113,6 +114,13 @@ def _exchange_pair(exchange: Any) -> tuple[str, str]:
         raise TypeError("an exchange is an Exchange(user, assistant), a {'user': str, 'assistant': str} dict "
                         f"or a (user, assistant) pair of str, not {exchange!r}"[:300])
     return pair[0], pair[1]
+
+
+def _within(history: list[AgentMessage], tokens: int) -> list[AgentMessage]:
+    """The newest messages within the compaction threshold, as a context window: while compaction
+    is behind (a slow model, an endpoint down) the list grows past it, and the prompt must not
+    grow with it. What is left out is being folded into the summary."""
+    return fit_window(history, tokens, True)[0]
 
 
 def _compaction_policy(s: RedisConfig, token_threshold_given: bool) -> CompactionPolicy:
@@ -207,8 +215,12 @@ class RedisMemory(ContextMemory):
         summary, history = self._read(session_id, newest + 1 if newest else 0)
         if newest:  # (the cached copy used while Redis is down may be longer)
             history = history[max(0, len(history) - _trailing_questions(history) - newest):]
+        threshold = self._policy.token_threshold
+        sent = _within(history, threshold) if threshold else history
         block = summary_block(summary) if blocks else ""
-        return ContextParts(context_window(history), [system_message(block)] if block else [], history)
+        # An answer whose question max_history (or the threshold) left out goes too: chat templates
+        # that want turns to alternate refuse a prompt opening with one.
+        return ContextParts(context_window(sent, True), [system_message(block)] if block else [], history)
 
     def context_blocks(self, session_id: str, utterance: str = "") -> list[AgentMessage]:
         """The system block this memory adds besides its prompt: the summary, if any (for composites)."""

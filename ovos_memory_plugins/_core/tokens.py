@@ -11,8 +11,10 @@ one. So the estimate is built from the pieces a BPE pre-tokenizer cuts text into
   the text does not read as English (how many of its words are common English words sets that
   share), plus a little per accented letter and per letter of long uncommon words and names;
 * each digit, each run of punctuation and each run of line breaks;
-* letters of other alphabets (Cyrillic, Greek, Arabic, Indic, ...) a fraction of a token each,
-  characters of scripts written without spaces (CJK, kana, hangul) a bit under one each.
+* letters of other alphabets (Cyrillic, Hebrew, Arabic, Thai) a fraction of a token each, Greek
+  and Indic letters nearly one each (the vocabularies hold few of their words), characters of
+  scripts written without spaces (CJK, kana, hangul) a bit under one each;
+* each symbol outside ASCII (°, curly quotes, dashes, arrows, stars, emoji) about one.
 
 The weights were fitted by least squares against the tokenizer of a current open model family
 (Qwen2.5, 151k byte-level BPE) on conversational text in eight languages, and checked on text
@@ -35,10 +37,16 @@ from typing import Any
 __all__ = ["PER_MESSAGE", "estimate_messages", "estimate_tokens", "truncate_to_tokens"]
 
 _WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+(?:'[A-Za-z]+)?")
-_OTHER_LETTER = re.compile(r"[\u0370-\u03ff\u0400-\u052f\u0590-\u06ff\u0900-\u0dff\u0e00-\u0eff]")
+_OTHER_LETTER = re.compile(r"[\u0400-\u052f\u0590-\u06ff\u0e00-\u0eff]")
+_GREEK_INDIC = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff\u0900-\u0dff]")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef\u3000-\u303f]")
+# Symbols outside ASCII (°, ±, curly quotes, dashes, arrows, stars, emoji): about a token each,
+# not one per run as ASCII punctuation is ("→→→" is three tokens, "!!!" one); emoji a bit more.
+_SYMBOLS = "\u00a1-\u00bf\u00d7\u00f7\u2010-\u2e7f\U0001f000-\U0001faff\ufe0f"
+_SYMBOL = re.compile(f"[{_SYMBOLS}]")
+_EMOJI = re.compile("[\U0001f000-\U0001faff]")
 _DIGIT = re.compile(r"\d")
-_PUNCT = re.compile(r"[^\w\s\u3000-\u303f\uff00-\uffef]+")
+_PUNCT = re.compile(f"[^\\w\\s\u3000-\u303f\uff00-\uffef{_SYMBOLS}]+")
 _NEWLINES = re.compile(r"\n+")
 _ACCENTED = re.compile(r"[\u00c0-\u024f]")
 # A capitalised word inside a sentence: a name, usually split into more pieces than a common word.
@@ -66,7 +74,10 @@ _W_FOREIGN = 0.16    # per letter beyond 3, weighted by how little the text read
 _W_ACCENT = 0.17     # per non-ASCII Latin letter
 _W_RARE = 0.08       # per letter beyond 5 of a word that is not a common English word
 _W_NAME = 0.08       # per letter beyond 4 of a capitalised word inside a sentence
-_W_OTHER = 0.39      # per Cyrillic, Greek, Hebrew, Arabic, Indic or Thai letter
+_W_OTHER = 0.39      # per Cyrillic, Hebrew, Arabic or Thai letter
+_W_GREEK_INDIC = 0.9  # per Greek or Indic letter
+_W_SYMBOL = 1.0      # per symbol outside ASCII
+_W_EMOJI = 0.3       # more per emoji
 _W_CJK = 0.68        # per CJK, kana or hangul character (and full-width punctuation)
 _W_DIGIT = 0.92      # per digit: numbers are split digit by digit
 _W_PUNCT = 0.98      # per run of punctuation
@@ -127,6 +138,8 @@ def _estimate(text: str, plain: bool) -> int:
              + _W_NAME * sum(max(0, len(m) - 4) for m in _NAME.findall(text))
              + (0.0 if plain else _W_ACCENT * len(_ACCENTED.findall(text)))
              + (0.0 if plain else _W_OTHER * len(_OTHER_LETTER.findall(text)))
+             + (0.0 if plain else _W_GREEK_INDIC * len(_GREEK_INDIC.findall(text)))
+             + (0.0 if plain else _W_SYMBOL * len(_SYMBOL.findall(text)) + _W_EMOJI * len(_EMOJI.findall(text)))
              + (0.0 if plain else _W_CJK * len(_CJK.findall(text)))
              + _W_DIGIT * len(_DIGIT.findall(text))
              + _W_PUNCT * len(_PUNCT.findall(text))

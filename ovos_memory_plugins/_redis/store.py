@@ -145,12 +145,13 @@ def _credentials_refused(exc: Exception) -> str | None:
     a wrong password as a ConnectionError, and a missing one by the command it refused): a
     mistake in the url, not an outage."""
     text = str(exc)
-    if type(exc).__name__ == "AuthenticationError" or "WRONGPASS" in text or "invalid password" in text:
-        return (f"refused the credentials in the url ({text}): check the password, "
-                "redis://[user]:PASSWORD@host:port/db")
+    # First: redis-py raises AuthenticationError for a missing password too (its HELLO refused).
     if "NOAUTH" in text or "must be called with the client already authenticated" in text \
             or "Authentication required" in text:
         return f"needs a password ({text}): put it in the url, redis://:PASSWORD@host:port/db"
+    if type(exc).__name__ == "AuthenticationError" or "WRONGPASS" in text or "invalid password" in text:
+        return (f"refused the credentials in the url ({text}): check the password, "
+                "redis://[user]:PASSWORD@host:port/db")
     return None
 
 
