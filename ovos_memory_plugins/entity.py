@@ -361,6 +361,9 @@ class EntityMemory(LLMMemory):
             mine = [f for f in record.get("facts") or [] if (meta.get(f) or {}).get("sid") == session_id]
             pending = [p for p in record.get("pending") or [] if p.get("sid") != session_id]
             history = [h for h in record.get("history") or [] if h.get("sid") != session_id]
+            # What it stated may be named where another session's old fact says what replaced it.
+            stated = set(mine) | {h.get("text") for h in record.get("history") or [] if h.get("sid") == session_id}
+            history = [{k: v for k, v in h.items() if not (k == "superseded_by" and v in stated)} for h in history]
             counts.update(facts=len(mine), pending=len(record.get("pending") or []) - len(pending),
                           superseded=len(record.get("history") or []) - len(history))
             record.update(facts=[f for f in record.get("facts") or [] if f not in mine], pending=pending,

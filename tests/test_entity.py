@@ -553,6 +553,20 @@ def test_forget_in_global_scope_removes_only_that_sessions_facts(make):
     assert memory.facts("anything") == ["User lives in Lisbon"]
 
 
+@pytest.mark.parametrize("db", ["entity.json", "entity.db"])
+def test_forget_in_global_scope_leaves_no_word_of_the_session_where_it_replaced_another_sessions_fact(
+        tmp_path, closing, db):
+    path = tmp_path / db
+    memory = closing(EntityMemory({"db_path": str(path), "api_url": None, "scope": "global"}))
+    say(memory, "I live in Berlin", sid="bedroom")
+    say(memory, "I live in Lisbonzz", sid="kitchen")  # replaces bedroom's fact, which now names it
+    memory.flush(patience(10))
+    memory.forget("kitchen")
+    assert "Lisbonzz" not in json.dumps(memory.export("bedroom"))
+    memory.close()
+    assert not any(b"Lisbonzz" in f.read_bytes() for f in tmp_path.iterdir() if f.is_file())
+
+
 def test_in_global_scope_a_sessions_export_holds_its_own_facts_only(make):
     memory = make(scope="global")
     say(memory, "My name is Ana", sid="kitchen")

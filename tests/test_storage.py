@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import re
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -595,6 +596,20 @@ def test_a_lock_file_that_is_not_a_regular_file_is_refused_and_left_as_it_is(tmp
         JsonRecordStore(str(path))
     assert not path.exists()
     assert target.read_text() == "not ours" if kind == "link to a file" else not target.exists()
+
+
+@pytest.mark.parametrize("suffix", ["-journal", "-wal", "-shm"])
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_an_sqlite_journal_that_is_not_a_regular_file_is_refused_and_left_as_it_is(tmp_path, suffix, kind):
+    from ovos_memory_plugins.errors import ConfigError
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    path = tmp_path / "lex.db"
+    companion = tmp_path / f"lex.db{suffix}"
+    os.mkfifo(companion) if kind == "fifo" else companion.mkdir()
+    with pytest.raises(ConfigError, match=f"lex.db{suffix}' beside it is a"):  # a FIFO hung here, or was deleted
+        LexicalMemory({"db_path": str(path)})
+    assert (stat.S_ISFIFO if kind == "fifo" else stat.S_ISDIR)(os.stat(companion).st_mode)
 
 
 def test_an_sqlite_database_of_something_else_is_refused_and_left_as_it_is(tmp_path):

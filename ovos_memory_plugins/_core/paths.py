@@ -200,6 +200,9 @@ def check_store_path(path: str) -> str:
     from ..errors import ConfigError
 
     real = os.path.realpath(path)
+    for companion in _COMPANIONS:  # SQLite would block on a FIFO there, or delete it
+        for base in {path, real}:
+            _check_companion(path, base + companion)
     try:
         mode = os.stat(real).st_mode
     except FileNotFoundError:
@@ -210,6 +213,22 @@ def check_store_path(path: str) -> str:
         raise ConfigError(f"store path {path!r} is a {_kind(mode)}, not a regular file; name a file (or leave "
                           "db_path out for the default, or use ':memory:' to keep nothing on disk)")
     return real
+
+
+#: The files SQLite keeps beside a database (the JSON stores check their lock file themselves).
+_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def _check_companion(path: str, companion: str) -> None:
+    from ..errors import ConfigError
+
+    try:
+        mode = os.stat(companion).st_mode
+    except OSError:
+        return  # none (or a dangling link, which SQLite refuses on its own): it is created
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"store path {path!r}: {companion!r} beside it is a {_kind(mode)}, not a regular file; "
+                          "the store keeps its own file there: remove it, or name another db_path")
 
 
 def is_regular_file(path: str) -> bool:
