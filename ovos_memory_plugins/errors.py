@@ -99,3 +99,11 @@ class EmbeddingsError(MemoryPluginError):
 class NotSupported(MemoryPluginError, NotImplementedError):
     """A memory cannot do what was asked, and did nothing (a composite member that keeps whole
     sessions only, asked to forget one exchange)."""
+
+
+def opening_error(message: str, cause: BaseException) -> MemoryPluginError:
+    """The error a backend raises when its file cannot be opened: :class:`StoreUnavailable`
+    when the store's own error was one (a full disk, a file locked: it passes, and a persona's
+    memory waits for it), else a :class:`ConfigError` (the path is wrong). A server that does not
+    answer stays a ``ConfigError`` raised from the ``StoreUnavailable``, as it always was."""
+    return StoreUnavailable(message) if isinstance(cause, StoreUnavailable) else ConfigError(message)

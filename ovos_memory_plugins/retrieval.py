@@ -42,7 +42,7 @@ from ._memory.session_view import SessionHistoryMixin
 from .common import MemoryHit
 from .config import option
 from .context import RecallConfig, RecallingMemory
-from .errors import ConfigError, MemoryPluginError
+from .errors import ConfigError, MemoryPluginError, opening_error
 from .fusion import hit_key
 from .messages import (
     check_session_id,
@@ -409,7 +409,7 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
         except ConfigError as exc:
             raise ConfigError(f"{self.plugin_name}: {exc}") from exc
         except MemoryPluginError as exc:  # a read-only or full disk: named as every backend names it
-            raise ConfigError(f"{self.plugin_name}: cannot open db_path {path!r}: {exc}") from exc
+            raise opening_error(f"{self.plugin_name}: cannot open db_path {path!r}: {exc}", exc) from exc
 
     def _default_db_location(self) -> str:
         """The file used when neither ``db_path`` nor ``db_url`` is set."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import re
 import stat
@@ -95,6 +96,20 @@ def make_private_dirs(folder: str) -> None:
         except FileExistsError:
             continue  # made meanwhile by another process (or not a folder: the next step says so)
         os.chmod(path, PRIVATE_DIR_MODE)  # mkdir's mode went through the umask
+
+
+#: A disk that is full or failing (errno): it passes (room is made), as an outage does.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+
+
+def cannot_create(path: str, exc: OSError) -> Exception:
+    """The error for a store file that could not be created: ``StoreUnavailable`` when its disk is
+    full or failing (the backend then waits for it, as for a server that is down), else a
+    ``ConfigError`` (a folder that cannot be made or written: /proc, a read-only mount)."""
+    from ..errors import ConfigError, StoreUnavailable
+
+    kind = StoreUnavailable if exc.errno in DISK_ERRNOS else ConfigError
+    return kind(f"cannot create the store file {path}: {exc.strerror or exc}")
 
 
 def create_private_file(path: str) -> bool:

@@ -13,7 +13,7 @@ from .._core.paths import default_path, is_memory_path, resolve_path
 from .._core.worker import BackgroundWorker
 from .._core.worklock import GaveUp, WorkLock
 from ..context import ContextMemory
-from ..errors import ConfigError, MemoryPluginError, StorageError
+from ..errors import ConfigError, MemoryPluginError, StorageError, opening_error
 from ..storage import after_commit, backend_for, open_record_store, store_claim, store_location
 from ..storage.readonly import is_read_only
 from ..storage.records import CheckedRecords
@@ -54,7 +54,7 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
             return open_sqlite(path), path, backend  # each backend keeps its own (reference) schema
         return open_record_store(path, backend), path, backend
     except (MemoryPluginError, OSError) as exc:
-        raise ConfigError(f"{owner}: cannot open db_path {path!r}: {exc}") from exc
+        raise opening_error(f"{owner}: cannot open db_path {path!r}: {exc}", exc) from exc
 
 
 def open_job_queue(store: Any, stem: str, request_timeout: float) -> Any:

@@ -11,7 +11,7 @@ from .._core.log import LogOnce
 from .._core.paths import resolve_path
 from ..config import option
 from ..context import ContextConfig, ContextMemory
-from ..errors import ConfigError, MemoryPluginError
+from ..errors import ConfigError, MemoryPluginError, opening_error
 from ..messages import (
     check_session_id,
     coerce_messages,
@@ -77,8 +77,9 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
         try:
             self._window = open_window_store(location, backend, table=table)
         except MemoryPluginError as exc:
-            raise ConfigError(f"{self.plugin_name}: cannot open {'db_url' if backend == 'postgres' else 'db_path'} "
-                              f"{_shown(location)!r}: {exc}") from exc
+            message = f"{self.plugin_name}: cannot open {'db_url' if backend == 'postgres' else 'db_path'} " \
+                      f"{_shown(location)!r}: {exc}"
+            raise (ConfigError(message) if backend == "postgres" else opening_error(message, exc)) from exc
         self._location = location if backend in ("postgres", "memory") or location is None else resolve_path(location)
         #: The part of a store this memory writes (a composite refuses two members writing one).
         self.store_claim = store_claim(self.db_path, backend_for(self._location, backend), table)

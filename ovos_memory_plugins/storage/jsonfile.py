@@ -29,7 +29,9 @@ from typing import Any
 
 from .._core.log import LOG
 from .._core.paths import (
+    DISK_ERRNOS,
     PRIVATE_FILE_MODE,
+    cannot_create,
     check_store_path,
     is_regular_file,
     make_private_dirs,
@@ -84,8 +86,8 @@ class JsonRecordStore:
                 self._remove_crash_leftovers()
                 if not os.path.exists(self.path):
                     self._write({})
-        except OSError as exc:  # a folder that cannot be made or written (/proc, a read-only mount)
-            raise ConfigError(f"cannot create the store file {self.path}: {exc.strerror or exc}") from exc
+        except OSError as exc:
+            raise cannot_create(self.path, exc) from exc
 
     def load(self, session_id: str) -> dict[str, Any]:
         return _copy(self._record(self._current(), session_id))
@@ -290,8 +292,9 @@ class JsonRecordStore:
         except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise StorageError(f"cannot write {self.path}: {exc}") from exc
+            if isinstance(exc, OSError):  # a full disk passes: unavailable for now, as a server that is down
+                kind = StoreUnavailable if exc.errno in DISK_ERRNOS else StorageError
+                raise kind(f"cannot write {self.path}: {exc}") from exc
             raise
         _fsync_dir(folder)
 

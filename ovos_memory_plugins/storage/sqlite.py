@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from .._core.paths import (
     MEMORY_PATH,
+    cannot_create,
     check_store_path,
     create_private_file,
     is_memory_path,
@@ -56,9 +57,20 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
+#: SQLite's result codes (the low byte of an extended one) for a disk that is full or failing.
+_SQLITE_IOERR, _SQLITE_FULL = 10, 13
+
+
+def _is_disk(exc: sqlite3.Error) -> bool:
+    """A full or failing disk: it passes (room is made, the disk comes back), as an outage does."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in (_SQLITE_IOERR, _SQLITE_FULL)
+
+
 def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
-    """The StorageError subclass for a sqlite3 error (StoreUnavailable when it is busy or locked)."""
-    if _is_busy(exc) or (isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc)):
+    """The StorageError subclass for a sqlite3 error (StoreUnavailable when it is busy or locked,
+    or its disk full or failing: the backend then waits for it, as for a server that is down)."""
+    if _is_busy(exc) or _is_disk(exc) or (isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc)):
         return StoreUnavailable(f"{what}: {exc}")
     return StorageError(f"{what}: {exc}")
 
@@ -87,8 +99,8 @@ def connect(path: str, synchronous: str = "NORMAL", reopen: bool = False) -> sql
         try:
             make_private_dirs(os.path.dirname(path) or ".")
             create_private_file(path)  # SQLite gives its -wal, -shm and -journal the same mode
-        except OSError as exc:  # a folder that cannot be made or written (/proc, a read-only mount)
-            raise ConfigError(f"cannot create the store file {path}: {exc.strerror or exc}") from exc
+        except OSError as exc:
+            raise cannot_create(path, exc) from exc
     with map_sqlite_errors(f"cannot open {path}"):
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")

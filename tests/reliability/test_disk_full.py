@@ -8,7 +8,8 @@ store must still read back every acknowledged turn; then the filler goes, and th
 turn and import must work, and that turn stores the refused ones first (they were held in
 memory). At the end the store is opened again: every turn is there exactly once, those the
 full disk refused included. ``forget()`` on the full disk finishes or raises, all or nothing,
-and costs no other session; a new store there is refused at once.
+and costs no other session; a new store there is refused at once to a command, and a persona's
+starts anyway, waits for room, then stores what was said meanwhile.
 
 Turns carry a few tens of kilobytes each, more than SQLite's WAL can take without growing, and
 each cycle starts with the WAL files truncated, so a write on the full disk really needs space
@@ -29,7 +30,8 @@ from typing import Any
 import pytest
 
 from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
-from ovos_memory_plugins.errors import MemoryPluginError
+from ovos_memory_plugins._memory.waiting import no_waiting
+from ovos_memory_plugins.errors import MemoryPluginError, StoreUnavailable
 from tests._timing import patience
 from tests.reliability._harness import (
     check_exactly_once,
@@ -191,13 +193,20 @@ def test_forget_and_a_new_store_on_a_full_disk_fail_loudly_or_finish_and_lose_no
                 forgotten = False
             assert _markers(memory, "keep") == kept, "forget() on a full disk cost another session"
             assert _markers(memory, "drop") == (set() if forgotten else dropped), "forget() half done"
-            with pytest.raises(MemoryPluginError):  # a new store cannot even be started: said so, at once
-                make_memory(entry_point, disk / "new", {**config, "db_path": str(disk / "new" / "store.db")}
-                            if "db_path" not in variant or variant["db_path"].endswith(".db") else
-                            {**config, "db_path": str(disk / "new" / "store.json")}, make_folder=False).close()
-            filler.unlink()
-            memory.forget("drop")  # space again: it finishes, and compacts
-            assert _markers(memory, "drop") == set() and _markers(memory, "keep") == kept
+            new_config = ({**config, "db_path": str(disk / "new" / "store.db")}
+                          if "db_path" not in variant or variant["db_path"].endswith(".db") else
+                          {**config, "db_path": str(disk / "new" / "store.json")})
+            with no_waiting(), pytest.raises(StoreUnavailable):  # a command on a new store is told at once
+                make_memory(entry_point, disk / "new", new_config, make_folder=False).close()
+            # A persona starting on the full disk starts anyway, and waits for room (as for a server).
+            with make_memory(entry_point, disk / "new", new_config, make_folder=False) as waiting:
+                assert any("store" in why for why in waiting.degraded().values())
+                waiting.update_history(turn(entry_point, "new", 0), "new")
+                filler.unlink()
+                memory.forget("drop")  # space again: it finishes, and compacts
+                assert _markers(memory, "drop") == set() and _markers(memory, "keep") == kept
+                assert waiting.flush(patience(30)), "the new store did not start once the disk had room"
+                assert marker("new", 0) in _markers(waiting, "new")
         left = [p.name for p in disk.rglob("*") if p.is_file() and b"zqdropn" in p.read_bytes()]
         assert not left, f"bytes of the forgotten session stay in {left}"
     record("disk-full", name, **{"forgets and new stores on a full disk": 2, "acknowledged lost": 0})
