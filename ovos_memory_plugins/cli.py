@@ -175,16 +175,16 @@ _PUBLIC_OUTPUT = ("docs-table", "plugins")
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # The command reports what matters itself (one line per problem); library warnings would
-    # repeat it, so only errors are logged unless asked for more.
-    level = "DEBUG" if args.debug else "INFO" if args.verbose else "ERROR"
     # A command's output may hold memory (sessions, ids, what was said): a file it is redirected
     # to (`> out.json`) is private, as every file holding a conversation is.
     if args.command not in _PUBLIC_OUTPUT:
         private_stdout()
     # A management command reports its failure in one line: what the library logged on the way
-    # is shown only if it succeeds (or with -v/--debug). Chat shows it as it happens.
+    # (a misspelt config key, say) is shown only if it succeeds (or with -v/--debug). Chat shows
+    # it as it happens, and reports what matters itself (one line per problem): library warnings
+    # would repeat it, so only errors are logged there unless asked for more.
     hold = args.command not in _LIVE_LOGS and not (args.debug or args.verbose)
+    level = "DEBUG" if args.debug else "INFO" if args.verbose else "WARNING" if hold else "ERROR"
     try:
         with logs_to_stderr(level, hold=hold):
             return int(args.func(args, UI()))

@@ -133,7 +133,7 @@ class CompositeConfig(RecallConfig):
         super().__post_init__()
         ScoreWeights.from_config(self.fusion_weights)  # a bad weight fails at construction
         if self.data_dir is not None:
-            folder = resolve_path(self.data_dir)
+            folder = resolve_path(self.data_dir, folder=True)
             if os.path.exists(folder) and not os.path.isdir(folder):
                 raise ConfigError(f"'data_dir' {self.data_dir!r} is not a folder ({folder} exists and is a file)")
         for i, spec in enumerate(self.members):

@@ -246,7 +246,7 @@ class LocalRAGMemory(BaseRetrievalMemory):
         vectors = self.settings.embeddings_db_config.get("path")
         if not isinstance(vectors, str) or not vectors.strip() or is_memory_path(vectors):
             return shared
-        own = resolve_path(vectors.rstrip("/" + os.sep)) + ".memory.db"
+        own = resolve_path(vectors.rstrip("/" + os.sep), folder=True) + ".memory.db"
         if not os.path.lexists(own) and _kept_in_shared(shared, own):
             LOG.warning(f"{self.plugin_name}: keeping the window and documents in {shared}, where an older "
                         f"version put them; set db_path to keep them apart from other personas' (for new ones: "

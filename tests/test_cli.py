@@ -1123,3 +1123,19 @@ def test_forget_and_sessions_name_a_composite_member_that_did_not_start(tmp_path
     (tmp_path / "e.json").write_bytes(b"\x00" * 64)  # now unreadable even to a listing
     assert main(["sessions", *target]) == 1  # the listing is incomplete, and says so
     assert "ovos-memory-plugin-entity failed to start" in capsys.readouterr().err
+
+
+def test_a_persona_file_given_as_config_is_refused_naming_persona(tmp_path, capsys):
+    path = tmp_path / "kitchen.json"
+    path.write_text(json.dumps({"name": "Kitchen", "memory_module": "ovos-memory-plugin-lexical",
+                                "ovos-memory-plugin-lexical": {"db_path": str(tmp_path / "k.db")}}))
+    code = main(["sessions", "--module", "ovos-memory-plugin-lexical", "--config", str(path)])
+    assert_one_line_error(code, capsys.readouterr().err, ["is a persona file", "--persona"])
+    assert code == 2 and not (tmp_path / "k.db").exists()
+
+
+def test_a_management_command_that_succeeds_shows_a_misspelt_key(tmp_path, capsys):
+    config = json.dumps({"db_path": str(tmp_path / "r.db"), "max_histroy": 3})
+    assert main(["sessions", "--module", "ovos-memory-plugin-recency", "--config", config]) == 0
+    err = capsys.readouterr().err
+    assert "unknown config key 'max_histroy'; did you mean 'max_history'?" in err

@@ -29,6 +29,10 @@ def data_home(tmp_path, monkeypatch):
     ("~ovos-no-such-user-here/mem.db", "there is no user '~ovos-no-such-user-here'"),
     ("mem.db\n", "control character"),
     ("me\tm.db", "control character"),
+    ("~/.local/share/ovos/", "ends with '/': it names a folder; name a file in it"),
+    ("mem.db/", "ends with '/'"),
+    (" ~/mem.db", "starts or ends with a space"),
+    ("mem.db ", "starts or ends with a space"),
 ])
 def test_a_path_that_cannot_mean_what_was_meant_is_a_config_error(path, problem, data_home):
     with pytest.raises(ConfigError, match=problem):
@@ -38,7 +42,8 @@ def test_a_path_that_cannot_mean_what_was_meant_is_a_config_error(path, problem,
         with pytest.raises(ConfigError, match=problem):
             make()
     made = [os.path.join(root, name) for root, dirs, files in os.walk(data_home) for name in dirs + files]
-    assert not [m for m in made if "OVOS_TEST" in m or "no-such-user" in m or "mem.db" in m]
+    assert not [m for m in made if "OVOS_TEST" in m or "no-such-user" in m or "mem.db" in m or m.endswith(" ~")]
+    assert not os.path.isfile(data_home / "home" / ".local" / "share" / "ovos")  # a file named as the folder
 
 
 def test_a_set_variable_and_the_home_folder_are_expanded(data_home, monkeypatch):

@@ -13,7 +13,7 @@ from typing import Any
 from .._memory.people import PERSON_PREFIX, inside, listed_as, listed_keys, move_sessions_of_people
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
-from .output import EXIT_ERROR, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape
+from .output import EXIT_ERROR, EXIT_INPUT, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape
 from .persona import load_persona, open_memory
 
 __all__ = ["cmd_docs_table", "cmd_export", "cmd_forget", "cmd_import", "cmd_index", "cmd_plugins", "cmd_search",
@@ -65,7 +65,13 @@ def _backend_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             raise CLIError(f"persona {persona.name!r} has no memory ('memory_module' is null)")
         return persona.memory_module, dict(persona.memory_config)
     if args.module:
-        return args.module, _config_arg(args.config)
+        config = _config_arg(args.config)
+        if "memory_module" in config or isinstance(config.get(args.module), dict):
+            # A persona file: its keys read as unknown keys of the memory, every setting ignored.
+            raise CLIError(f"--config {args.config!r} is a persona file (it has "
+                           f"{'memory_module' if 'memory_module' in config else repr(args.module)}), not a "
+                           "memory's config: give it as --persona FILE instead", EXIT_INPUT)
+        return args.module, config
     raise CLIError("say which memory: --persona FILE.json, or --module NAME [--config JSON]")
 
 

@@ -48,7 +48,7 @@ def data_dir() -> Path:
 def files_in(folder: str | None) -> Iterator[None]:
     """Stores built in the block put their default files, and anchor their relative paths, in
     ``folder`` (an absolute path; None: the usual data directory). A composite's ``data_dir``."""
-    token = _FOLDER.set(folder if folder is None else resolve_path(folder))
+    token = _FOLDER.set(folder if folder is None else resolve_path(folder, folder=True))
     try:
         yield
     finally:
@@ -156,11 +156,13 @@ def is_memory_path(path: str | None) -> bool:
     return path is None or path == MEMORY_PATH
 
 
-def resolve_path(path: str) -> str:
+def resolve_path(path: str, folder: bool = False) -> str:
     """Expand ``~`` and environment variables and make the path absolute.
 
     Relative paths are anchored to the data directory rather than the current working
-    directory, so a service started from another folder finds the same store.
+    directory, so a service started from another folder finds the same store. A file's path
+    (``folder`` False) ending in ``/`` names a folder: a ``ConfigError``, as it would otherwise
+    become a file named after the folder (the data folder itself, for ``~/.local/share/ovos/``).
     """
     if is_memory_path(path):
         return MEMORY_PATH
@@ -171,6 +173,11 @@ def resolve_path(path: str) -> str:
         raise ConfigError("a store path must not be empty (leave the key out for the default)")
     expanded = os.path.expandvars(os.path.expanduser(path))
     _check_expanded(path, expanded)
+    if not folder and expanded.endswith(("/", os.sep)):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"store path {path!r} ends with '/': it names a folder; name a file in it "
+                          f"({path.rstrip('/' + os.sep) + '/memory.db'!r}, say)")
     if not os.path.isabs(expanded):
         expanded = str(data_dir() / expanded)
     return os.path.abspath(expanded)
@@ -193,6 +200,8 @@ def _check_expanded(path: str, expanded: str) -> None:
         raise ConfigError(f"store path {path!r}: there is no user {expanded.split(os.sep, 1)[0]!r}")
     if any(ord(char) < 32 or ord(char) == 127 for char in path):
         raise ConfigError(f"store path {path!r} holds a control character (a newline or a tab?)")
+    if path != path.strip():  # pasted with a space: " ~/x.db" would make a folder named " ~"
+        raise ConfigError(f"store path {path!r} starts or ends with a space")
 
 
 def _kind(mode: int) -> str:
