@@ -46,7 +46,13 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ._core.loading import EMBEDDINGS_DB_GROUP, TEXT_EMBEDDINGS_GROUP, find_plugin_class, installed_plugins
+from ._core.loading import (
+    EMBEDDINGS_DB_GROUP,
+    TEXT_EMBEDDINGS_GROUP,
+    did_you_mean,
+    find_plugin_class,
+    installed_plugins,
+)
 from ._core.log import LOG, LogOnce
 from ._core.paths import is_memory_path, is_regular_file, resolve_path
 from ._index.neighbours import NeighbourVectors, neighbour_weight_option
@@ -160,6 +166,20 @@ def plugin_class(name: str, group: str) -> type:
         raise EmbeddingsError(f"no {group} plugin named {name!r} is installed (installed: "
                               f"{installed_plugins(group) or 'none'}); install it, or set the name of an installed one")
     return found
+
+
+def missing_plugins(block: Mapping[str, Any]) -> list[str]:
+    """The embeddings plugin and vector store ``block`` names that are not installed (nor stood in
+    for, as the reference's defaults are): at start each is an ERROR and recall by meaning is off,
+    so ``ovos-memory check-config`` names them first."""
+    problems = []
+    for key, group, default in (("embeddings_plugin", TEXT_EMBEDDINGS_GROUP, DEFAULT_EMBEDDER),
+                                ("embeddings_db_plugin", EMBEDDINGS_DB_GROUP, DEFAULT_DB)):
+        name = block.get(key, default)
+        if isinstance(name, str) and name not in REFERENCE_STACK and find_plugin_class(name, group) is None:
+            problems.append(f"'{key}': no {group} plugin {name!r} is installed, so recall by meaning would be "
+                            f"off{did_you_mean(name, group)}")
+    return problems
 
 
 def construct_db(cls: type, config: Mapping[str, Any]) -> Any:

@@ -1139,3 +1139,18 @@ def test_a_management_command_that_succeeds_shows_a_misspelt_key(tmp_path, capsy
     assert main(["sessions", "--module", "ovos-memory-plugin-recency", "--config", config]) == 0
     err = capsys.readouterr().err
     assert "unknown config key 'max_histroy'; did you mean 'max_history'?" in err
+
+
+@pytest.mark.parametrize("block, ok", [
+    ({"embeddings_plugin": "ovos-memory-e5-embedings-plugin"}, False),  # a typo: recall by meaning off
+    ({"embeddings_db_plugin": "ovos-no-such-embeddings-plugin"}, False),
+    ({"embeddings_plugin": "ovos-gguf-embeddings-plugin"}, True),  # the reference's: the built-in stands in
+    ({}, True),
+])
+def test_check_config_names_an_embeddings_plugin_that_is_not_installed(tmp_path, capsys, block, ok):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-local-rag",
+                                "ovos-memory-plugin-local-rag": block}))
+    assert main(["check-config", str(path)]) == (0 if ok else 2)
+    err = capsys.readouterr().err
+    assert ("recall by meaning would be off" in err) is not ok, err

@@ -248,6 +248,10 @@ def config_problems(module: str, block: Mapping[str, Any], where: str = "") -> l
                                                  getattr(cls, "check_settings", None))]
     if module == "ovos-memory-plugin-composite":
         problems += [where + p for p in _unknown_primary(block)]
+    if module == "ovos-memory-plugin-local-rag" and not problems:  # its plugins load off the turn: said here
+        from ..local_rag import missing_plugins
+
+        problems += [where + p for p in missing_plugins(block)]
     if module == "ovos-memory-plugin-composite" and isinstance(block.get("members"), list):
         problems += [where + p for p in _member_clashes(block["members"])]
         for i, spec in enumerate(block["members"]):
