@@ -86,13 +86,24 @@ def _stored_exchange(hit: MemoryHit) -> tuple[str, str | None] | None:
 
 
 def _flat_exchange(hit: MemoryHit) -> str:
-    """The hit's text, each side on one line when it is a stored exchange: neither side can
-    forge the lines after it (an answer, another recalled chunk)."""
+    """The hit's text, each side on one line when it is a stored exchange, and on one line when
+    it is anything else (a note, an imported document): none can forge the lines after it (an
+    answer, another recalled chunk with a source of its own)."""
     exchange = _stored_exchange(hit)
-    if exchange is None or not any(breaks_lines(side) for side in exchange if side):
+    if exchange is None:
+        return one_line(hit.content) if breaks_lines(hit.content) and not _one_exchange(hit.content) else hit.content
+    if not any(breaks_lines(side) for side in exchange if side):
         return hit.content
     question, answer = exchange
     return format_exchange(one_line(question), None if answer is None else one_line(answer))
+
+
+def _one_exchange(text: str) -> bool:
+    """Whether ``text`` is one exchange of one line a side (``Q: ...\nA: ...``, as another
+    retriever may return one): its shape stays, and it forges nothing."""
+    lines = text.split("\n")
+    return len(lines) == 2 and lines[0].startswith("Q: ") and lines[1].startswith("A: ") and not any(
+        breaks_lines(line) for line in lines)
 
 
 def render_hits(hits: Sequence[MemoryHit], style: ContextStyle, max_tokens: int | None = None,
