@@ -450,6 +450,15 @@ def test_check_config_checks_composite_members_too(tmp_path, capsys):
     assert "members[1] memory plugin 'ovos-memory-plugin-nope' is not installed" in err
 
 
+def _checked(tmp_path, capsys, module, block, ok):
+    """check-config of a persona with ``module`` configured by ``block``: exit 0 when ``ok``, else 2;
+    what it wrote to stderr."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"handlers": ["h"], "memory_module": module, module: block}))
+    assert main(["check-config", str(path)]) == (0 if ok else 2)
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize("block, ok", [
     ({"primary": "ovos-memory-plugin-lexicall", "members": ["ovos-memory-plugin-recency",
                                                            "ovos-memory-plugin-lexical"]}, False),
@@ -462,11 +471,7 @@ def test_check_config_checks_composite_members_too(tmp_path, capsys):
     ({"primary": "recency", "preset": "hybrid"}, False),
 ])
 def test_check_config_names_a_primary_that_is_no_member(tmp_path, capsys, block, ok):
-    path = tmp_path / "p.json"
-    path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-composite",
-                                "ovos-memory-plugin-composite": block}))
-    assert main(["check-config", str(path)]) == (0 if ok else 2)
-    err = capsys.readouterr().err
+    err = _checked(tmp_path, capsys, "ovos-memory-plugin-composite", block, ok)
     assert ("names no member" in err) is not ok, err
     if not ok:
         assert repr(block["primary"]) in err and "the first member's window would be used" in err
@@ -1148,9 +1153,5 @@ def test_a_management_command_that_succeeds_shows_a_misspelt_key(tmp_path, capsy
     ({}, True),
 ])
 def test_check_config_names_an_embeddings_plugin_that_is_not_installed(tmp_path, capsys, block, ok):
-    path = tmp_path / "p.json"
-    path.write_text(json.dumps({"handlers": ["h"], "memory_module": "ovos-memory-plugin-local-rag",
-                                "ovos-memory-plugin-local-rag": block}))
-    assert main(["check-config", str(path)]) == (0 if ok else 2)
-    err = capsys.readouterr().err
+    err = _checked(tmp_path, capsys, "ovos-memory-plugin-local-rag", block, ok)
     assert ("recall by meaning would be off" in err) is not ok, err
