@@ -400,11 +400,12 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         """The members that are not running, and why: waiting for their store, or failed to start
         (their stores may hold sessions that :meth:`sessions` cannot list)."""
         out = {name: "waiting for its store" for name in self.waiting_members()}
-        out.update((name, f"failed to start ({why})") for name, why in self._failed.items())
+        out.update((name, f"failed to start ({why})") for name, why in list(self._failed.items()))
         return out
 
     def _not_started_reasons(self) -> str:
-        return "; ".join(f"{name} failed to start ({why})" for name, why in self._failed.items())
+        # A copy: a member waiting for its store may give up meanwhile (the late-start thread).
+        return "; ".join(f"{name} failed to start ({why})" for name, why in list(self._failed.items()))
 
     def _require_whole(self, what: str) -> None:
         """Before an export or an import: every member running. One that failed to start still

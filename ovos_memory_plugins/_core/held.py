@@ -48,6 +48,7 @@ class Unstorable(ValueError):
     """What a store can never take for this session (PostgreSQL's index refuses its id): the
     batch is not held again, nor what was held with it, as no retry could store it."""
 
+
 class Said(NamedTuple):
     """When an update was said, and its number: what its items share, and no other update does."""
 
