@@ -631,6 +631,16 @@ def test_a_persona_names_a_missing_plugin_and_the_chat_goes_on_without_memory(tm
     assert result.stdout.splitlines() == ["I don't know your dog.", "I don't know your dog."]
 
 
+def test_chat_with_a_misspelt_memory_module_names_the_likely_one_and_says_memory_is_off(tmp_path):
+    with FakeLLMServer(reply=echo_context) as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recencey")
+        result = run_cli("chat", "--persona", str(persona), stdin="hello\n")
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "did you mean 'ovos-memory-plugin-recency'? chatting without memory" in said
+    assert "memory ovos-memory-plugin-recencey (off)" in said
+
+
 def test_chat_says_without_verbose_which_memory_keys_it_will_not_use(tmp_path):
     block = {"db_path": str(tmp_path / "window.db"), "max_histroy": 4}  # a typo the memory only logs
     with FakeLLMServer(reply=echo_context) as llm:

@@ -95,8 +95,13 @@ def cmd_chat(args: argparse.Namespace, ui: UI) -> int:
     interactive = sys.stdin.isatty()
     memory_note = persona.memory_module or "none"
     if slot.enabled and slot.memory is None:
-        ui.err.print(f"[yellow]warning:[/yellow] memory plugin '{escape(str(slot.module))}' not available; "
-                     "chatting without memory (it is adopted if it gets installed during the chat)")
+        from .._core.loading import did_you_mean
+
+        hint = did_you_mean(str(slot.module))  # "; did you mean 'X'?", or where to look
+        ui.err.print(f"[yellow]warning:[/yellow] memory plugin '{escape(str(slot.module))}' not available"
+                     f"{escape(hint)}{'' if hint.endswith('?') else ';'} chatting without memory (it is adopted if "
+                     "it gets installed during the chat)")
+        memory_note += " (off)"
     ui.err.print(f"persona [bold]{escape(persona.name)}[/bold], session [bold]{escape(args.session)}[/bold], memory "
                  f"{escape(memory_note)}, endpoint {escape(endpoint.api_url)}. Commands: /show /forget /quit")
     warned = [False]
