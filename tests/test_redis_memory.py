@@ -877,6 +877,14 @@ def test_a_missing_password_is_told_as_such(closing, logs):
         server.cleanup()
 
 
+def test_a_database_number_the_server_does_not_have_is_told_as_such(redis_server_url, closing, logs):  # noqa: F811
+    url = redis_server_url.rsplit("/", 1)[0] + "/99"
+    memory = closing(RedisMemory({"url": url, "prefix": _prefix(), "api_url": None}))
+    exchange(memory, "s", "hello", "hi")  # held, as while Redis is down: the turn goes on
+    said = [e for e in logs["error"] if "database" in e]
+    assert len(said) == 1 and "no database of the number in the url" in said[0], logs["error"]
+
+
 def test_two_turns_of_a_session_keep_their_order_when_held_messages_are_refused_again(make, monkeypatch):
     # Turn A takes the message held from an outage and is refused after a wait (a connect timeout
     # as Redis comes back); turn B, meanwhile, must not be stored before A's messages.

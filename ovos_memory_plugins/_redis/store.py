@@ -142,8 +142,8 @@ RETRY_MAX_S = 60.0
 
 def _credentials_refused(exc: Exception) -> str | None:
     """What to tell when ``exc`` is Redis refusing the connection's credentials (redis-py reports
-    a wrong password as a ConnectionError, and a missing one by the command it refused): a
-    mistake in the url, not an outage."""
+    a wrong password as a ConnectionError, and a missing one by the command it refused), or the
+    database number: a mistake in the url, not an outage."""
     text = str(exc)
     # First: redis-py raises AuthenticationError for a missing password too (its HELLO refused).
     if "NOAUTH" in text or "must be called with the client already authenticated" in text \
@@ -152,6 +152,9 @@ def _credentials_refused(exc: Exception) -> str | None:
     if type(exc).__name__ == "AuthenticationError" or "WRONGPASS" in text or "invalid password" in text:
         return (f"refused the credentials in the url ({text}): check the password, "
                 "redis://[user]:PASSWORD@host:port/db")
+    if "DB index is out of range" in text:  # /99 on a server of 16 databases
+        return (f"has no database of the number in the url ({text}): a server has 16 by default, "
+                "redis://host:port/0 to /15")
     return None
 
 
