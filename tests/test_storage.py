@@ -41,6 +41,17 @@ def test_an_existing_file_is_opened_by_its_content_not_its_name(tmp_path):
     assert backend_for(str(tmp_path / "new_file")) == "sqlite"
 
 
+@pytest.mark.parametrize("content", ["", "  \n"])
+def test_an_empty_json_file_is_an_empty_store_not_a_damaged_one(tmp_path, content):
+    path = tmp_path / "facts.json"
+    path.write_text(content)  # made with `touch`, or zero-length after a crash
+    store = JsonRecordStore(str(path))
+    assert store.sessions() == []
+    store.update("s", lambda r: {**r, "kept": True})
+    assert store.load("s") == {"kept": True}
+    assert [p.name for p in tmp_path.iterdir() if ".corrupt" in p.name] == []
+
+
 REFERENCE_RECENCY = {"s1": {"buffer": [{"ts": 1e10, "role": "user", "content": "hi"},
                                        {"ts": 1e10, "role": "assistant", "content": "hello"}]},
                      "s2": {"buffer": [{"ts": 1e10, "role": "user", "content": "bye"}]}}
