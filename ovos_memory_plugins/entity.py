@@ -131,6 +131,7 @@ class EntityMemory(LLMMemory):
     held_in_one_call: ClassVar[bool] = True  # each pending exchange carries the time it was said
 
     store_stem: ClassVar[str] = "entity_memory"
+    record_kind: ClassVar[str | None] = "facts"
     offline_fallback: ClassVar[str] = "facts come from the offline rules"
 
     def __init__(self, config: Mapping[str, Any] | None = None):

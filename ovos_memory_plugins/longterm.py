@@ -109,6 +109,7 @@ class LongTermMemory(LLMMemory):
     held_in_one_call: ClassVar[bool] = True  # its record keeps only the time of the last update
 
     store_stem: ClassVar[str] = "longterm_memory"
+    record_kind: ClassVar[str | None] = "a summary"
     offline_fallback: ClassVar[str] = "old turns are summarised without the model"
 
     def __init__(self, config: Mapping[str, Any] | None = None):

@@ -52,6 +52,26 @@ def test_an_empty_json_file_is_an_empty_store_not_a_damaged_one(tmp_path, conten
     assert [p.name for p in tmp_path.iterdir() if ".corrupt" in p.name] == []
 
 
+def test_a_json_file_of_another_memory_kind_is_refused_and_left_as_it_is(tmp_path):
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.longterm import LongTermMemory
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    path = tmp_path / "memory.json"
+    with EntityMemory({"db_path": str(path), "api_url": None}) as entity:
+        entity.update_history([AgentMessage(MessageRole.USER, "my name is Ana"),
+                               AgentMessage(MessageRole.ASSISTANT, "hi")], "kitchen")
+        assert entity.flush(10)
+    before = path.read_bytes()
+    for other in (lambda: RecencyMemory({"db_path": str(path)}),
+                  lambda: LongTermMemory({"db_path": str(path), "api_url": None})):
+        with pytest.raises(ConfigError, match="holds another memory's facts .*name a file of its own"):
+            other()  # its forget would have deleted the facts, its window read them as damaged
+    assert path.read_bytes() == before
+    with EntityMemory({"db_path": str(path), "api_url": None}) as entity:
+        assert entity.facts("kitchen") == ["User's name is Ana"]
+
+
 REFERENCE_RECENCY = {"s1": {"buffer": [{"ts": 1e10, "role": "user", "content": "hi"},
                                        {"ts": 1e10, "role": "assistant", "content": "hello"}]},
                      "s2": {"buffer": [{"ts": 1e10, "role": "user", "content": "bye"}]}}

@@ -24,7 +24,8 @@ __all__ = ["LLMMemory", "open_session_store"]
 
 
 def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
-                       open_sqlite: Callable[[str], Any], db_url: str | None = None) -> tuple[Any, str, str]:
+                       open_sqlite: Callable[[str], Any], db_url: str | None = None,
+                       records: str | None = None) -> tuple[Any, str, str]:
     """The record store for ``backend``, the path (or redacted URL) it uses, and the backend in force.
 
     Args:
@@ -33,6 +34,7 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
         db_path: the configured file, or None for ``$XDG_DATA_HOME/ovos/<stem>.json|.db``.
         open_sqlite: builds the SQLite store for a path (each backend keeps its own schema).
         db_url: a PostgreSQL URL; when set, the records are the table ``ovos_<stem>`` there.
+        records: what the records hold (``jsonfile.RECORD_KINDS``): a JSON file of another kind's is refused.
     """
     try:
         location, kind = store_location(db_path, db_url, backend)
@@ -52,7 +54,7 @@ def open_session_store(owner: str, backend: str, db_path: str | None, stem: str,
     try:
         if backend == "sqlite" and not is_memory_path(path):
             return open_sqlite(path), path, backend  # each backend keeps its own (reference) schema
-        return open_record_store(path, backend), path, backend
+        return open_record_store(path, backend, records=records), path, backend
     except (MemoryPluginError, OSError) as exc:
         raise opening_error(f"{owner}: cannot open db_path {path!r}: {exc}", exc) from exc
 
@@ -83,12 +85,15 @@ class LLMMemory(ContextMemory):
     """
 
     store_stem: ClassVar[str]
+    #: What its records hold (a key of ``storage.jsonfile.RECORD_KINDS``).
+    record_kind: ClassVar[str | None] = None
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         self.settings = s = with_endpoint(self.settings, config, self.plugin_name)
         store, self._db_path, backend = open_session_store(self.plugin_name, s.backend, s.db_path,
-                                                           self.store_stem, self._open_sqlite, s.db_url)
+                                                           self.store_stem, self._open_sqlite, s.db_url,
+                                                           self.record_kind)
         if backend != s.backend:  # the file's own kind won (an SQLite store named with backend json)
             self.settings = s = dataclasses.replace(s, backend=backend)
         self._store = CheckedRecords(store, self._record_problem)

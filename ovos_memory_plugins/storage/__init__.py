@@ -211,14 +211,17 @@ def open_window_store(path: str | None, backend: str | None = None, table: str =
     if kind == "json":
         from .jsonfile import MemoryJsonStore
         from .windows import RecordWindowStore
-        return RecordWindowStore(MemoryJsonStore(resolve_path(str(path))), owns_store=True)
+        return RecordWindowStore(MemoryJsonStore(resolve_path(str(path)), kind="a window"), owns_store=True)
     from .sqlite import open_database
     from .windows import SqliteWindowStore
     return _built_on(open_database(str(path)), lambda db: SqliteWindowStore(db, table, owns_db=True))
 
 
-def open_record_store(path: str | None, backend: str | None = None, table: str = "records") -> RecordStore:
-    """A record store at ``path`` (a file, ``":memory:"`` or a PostgreSQL URL: table ``ovos_<table>``)."""
+def open_record_store(path: str | None, backend: str | None = None, table: str = "records",
+                      records: str | None = None) -> RecordStore:
+    """A record store at ``path`` (a file, ``":memory:"`` or a PostgreSQL URL: table ``ovos_<table>``);
+    a JSON file holding another kind of records than ``records`` (see ``jsonfile.RECORD_KINDS``)
+    is refused."""
     kind = backend_for(path, backend)
     if kind == "postgres":
         from .postgres import open_pg_database
@@ -229,7 +232,7 @@ def open_record_store(path: str | None, backend: str | None = None, table: str =
         return MemoryRecordStore()
     if kind == "json":
         from .jsonfile import MemoryJsonStore
-        return MemoryJsonStore(resolve_path(str(path)))
+        return MemoryJsonStore(resolve_path(str(path)), kind=records)
     from .records import SqliteRecordStore
     from .sqlite import open_database
     return _built_on(open_database(str(path)), lambda db: SqliteRecordStore(db, table, owns_db=True))

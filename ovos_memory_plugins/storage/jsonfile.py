@@ -317,11 +317,43 @@ def _looks_like_a_record(value: Any, fields: frozenset[str] | None) -> bool:
     return isinstance(value, dict) and (not value or not fields.isdisjoint(value))
 
 
+#: Whose records a file holds, by the fields only that kind writes: two kinds in one file would
+#: read each other's records as damaged, and one's forget would delete the other's.
+RECORD_KINDS: dict[str, frozenset[str]] = {
+    "a window": frozenset({"buffer"}),
+    "facts": frozenset({"facts", "pending", "meta", "history"}),
+    "a summary": frozenset({"summary", "recent", "exchange_count", "summary_state"}),
+}
+
+
 class MemoryJsonStore(JsonRecordStore):
     """The JSON store of this package's memories: a file none of whose objects is a memory's
-    record (a configuration file such as mycroft.conf) is someone else's, and left alone."""
+    record (a configuration file such as mycroft.conf) is someone else's, and left alone; with
+    ``kind`` (a key of :data:`RECORD_KINDS`), so is a file holding another kind's records."""
 
     record_fields = RECORD_FIELDS
+
+    def __init__(self, path: str, kind: str | None = None):
+        super().__init__(path)
+        if kind is not None:
+            self._check_kind(kind)
+
+    def _check_kind(self, kind: str) -> None:
+        own = RECORD_KINDS[kind]
+        try:
+            data = self._read(quarantine=False)
+        except StorageError:
+            return  # damaged: the first write moves it aside, as for any store
+        for other, fields in RECORD_KINDS.items():
+            if other == kind:
+                continue
+            theirs = next((sid for sid, record in data.items()
+                           if isinstance(record, dict) and not fields.isdisjoint(record) and own.isdisjoint(record)),
+                          None)
+            if theirs is not None:
+                raise ConfigError(f"{self.path} holds another memory's {other} (session {theirs!r}), not {kind}: "
+                                  "two memories in one file would read, and forget, each other's; it was left as "
+                                  "it is: name a file of its own in db_path")
 
 
 def _keep_access(fd: int, path: str) -> None:
