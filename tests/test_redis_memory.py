@@ -885,6 +885,27 @@ def test_a_database_number_the_server_does_not_have_is_told_as_such(redis_server
     assert len(said) == 1 and "no database of the number in the url" in said[0], logs["error"]
 
 
+def test_an_append_whose_reply_was_lost_is_not_written_twice(make, monkeypatch):
+    from ovos_memory_plugins.errors import StorageError
+
+    memory = make(compact_token_threshold=0)
+    exchange(memory, "s", "q1", "a1")
+    real, lost = memory._store.io, []
+
+    def reply_lost_once(fn, *args, **kwargs):
+        result = real(fn, *args, **kwargs)
+        if kwargs.get("write") and not lost:  # Redis applied it; the reply never came back (a timeout)
+            lost.append(True)
+            raise StorageError("Timeout reading from socket")
+        return result
+
+    monkeypatch.setattr(memory._store, "io", reply_lost_once)
+    exchange(memory, "s", "q2", "a2")  # held: the memory cannot tell it was written
+    exchange(memory, "s", "q3", "a3")  # the held update goes first, and is found there
+    assert lost and contents(memory.get_history("s")) == ["q1", "a1", "q2", "a2", "q3", "a3"]
+    assert all("u" not in item for item in memory.export("s")["window"])  # the update's id stays in Redis
+
+
 def test_two_turns_of_a_session_keep_their_order_when_held_messages_are_refused_again(make, monkeypatch):
     # Turn A takes the message held from an outage and is refused after a wait (a connect timeout
     # as Redis comes back); turn B, meanwhile, must not be stored before A's messages.

@@ -34,14 +34,16 @@ each write of the block stored, and :meth:`HeldWrites.hold_again` holds it if th
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
+import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 from .clock import said_at, said_now
 
-__all__ = ["HeldWrites", "Said", "Unstorable", "stamp"]
+__all__ = ["HeldWrites", "Said", "Unstorable", "current_update", "stamp"]
 
 
 class Unstorable(ValueError):
@@ -59,6 +61,17 @@ class Said(NamedTuple):
 T = TypeVar("T")
 Stamped = tuple[Said, T]  # (its update's stamp, the item)
 _updates = itertools.count()  # next() is atomic in CPython: numbers never repeat within a process
+_PROCESS = secrets.token_hex(6)  # with an update's number, an id no other process's update has
+#: The update a store call in progress carries: its id, and whether it was tried before.
+_CALL: contextvars.ContextVar[tuple[Said, bool] | None] = contextvars.ContextVar("ovos_memory_update", default=None)
+
+
+def current_update() -> tuple[str, bool] | None:
+    """``(id, retried)`` of the update the store call in progress writes (None outside one): a
+    store whose reply can be lost after the write was done (Redis over a network) tags what it
+    writes with the id, and on a retry first looks whether it is already there."""
+    call = _CALL.get()
+    return None if call is None else (f"{_PROCESS}{call[0].update:x}", call[1])
 _STRIPES = 32  # locks shared by sessions (by hash): one per session would grow without bound
 
 
@@ -211,11 +224,15 @@ class HeldWrites(Generic[T]):
         done, dropped = 0, 0  # items of the runs before this one; those of the held update dropped
         for i, (said, run) in enumerate(runs):
             try:
-                if held:
-                    with said_at(said.at):
+                token = _CALL.set((said, done < held))  # a held update was tried before
+                try:
+                    if held:
+                        with said_at(said.at):
+                            store([item for _, item in run])
+                    else:  # a turn's own call, nothing held: said now
                         store([item for _, item in run])
-                else:  # a turn's own call, nothing held: said now (no context to enter on the hot path)
-                    store([item for _, item in run])
+                finally:
+                    _CALL.reset(token)
             except Unstorable:
                 raise  # the session's id is the cause: nothing of it can ever be stored
             except BaseException as exc:

@@ -90,13 +90,26 @@ end
 
 #: KEYS: short, meta, summary.
 #: ARGV: expected tail ('' = empty list), pop (1/0), popped tokens, popped is user (1/0),
-#:       short ttl ms, long ttl ms, meta ttl ms, then (json without its id, tokens, is user) per message.
-#: Returns {0, real tail} when the tail changed, else {1, new tail, tokens, rounds}.
+#:       short ttl ms, long ttl ms, meta ttl ms, the update's id ('' = none), look for it first (1/0),
+#:       then (json without its id, tokens, is user) per message.
+#: Returns {0, real tail} when the tail changed, {2, tail, tokens, rounds} when the update is
+#: already among the newest items (a retry of an append whose reply was lost), else
+#: {1, new tail, tokens, rounds}.
 APPEND = _REFRESH + """
 local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', short) == 0 then
   -- the list expired or was never written: its counters start again (seq keeps counting)
   redis.call('HSET', meta, 'tokens', 0, 'rounds', 0)
+end
+local mark = ''
+if ARGV[8] ~= '' then mark = '"u":"' .. ARGV[8] .. '",' end
+if ARGV[9] == '1' then
+  for _, item in ipairs(redis.call('LRANGE', short, -16, -1)) do
+    if string.find(item, mark, 1, true) then
+      return {2, redis.call('LINDEX', short, -1) or '', tonumber(redis.call('HGET', meta, 'tokens') or 0),
+              tonumber(redis.call('HGET', meta, 'rounds') or 0)}
+    end
+  end
 end
 local tail = redis.call('LINDEX', short, -1) or ''
 if tail ~= ARGV[1] then return {0, tail} end
@@ -107,9 +120,9 @@ if ARGV[2] == '1' then
   if ARGV[4] == '1' then rounds = rounds - 1 end
 end
 local items = {}
-for i = 8, #ARGV, 3 do
+for i = 10, #ARGV, 3 do
   local id = redis.call('HINCRBY', meta, 'seq', 1)
-  items[#items + 1] = '{"id":' .. id .. ',' .. string.sub(ARGV[i], 2)
+  items[#items + 1] = '{"id":' .. id .. ',' .. mark .. string.sub(ARGV[i], 2)
   tokens = tokens + tonumber(ARGV[i + 1])
   if ARGV[i + 2] == '1' then rounds = rounds + 1 end
 end

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from .._core.clock import said_now
 from .._core.compat import AgentMessage, MessageRole
+from .._core.held import current_update
 from .._core.log import LogOnce
 from .._core.tokens import estimate_tokens
 from ..errors import ConfigError, MissingDependencyError, StorageError, StoreUnavailable
@@ -129,6 +130,7 @@ def decode(raw: str) -> Item:
         data = json.loads(raw)
         tokens = int(data.pop("tok", 0))
         data.pop("id", None)
+        data.pop("u", None)  # the update it came with
         msg = from_dict(data)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         _unreadable(exc)
@@ -300,22 +302,26 @@ class RedisStore:
         """Normalise (``fold_into``) and append; returns the list's (tokens, exchanges) after."""
         result = (0, 0)
         for start in range(0, len(messages), _BATCH):
-            result = self._append_batch(session_id, list(messages[start:start + _BATCH]))
+            result = self._append_batch(session_id, list(messages[start:start + _BATCH]), start // _BATCH)
         return result
 
-    def _append_batch(self, session_id: str, messages: list[AgentMessage]) -> tuple[int, int]:
+    def _append_batch(self, session_id: str, messages: list[AgentMessage], part: int = 0) -> tuple[int, int]:
         keys = self.keys(session_id)
         with self._lock:
             tail_raw = self._tails.get(session_id)
         if tail_raw is None:
             tail_raw = self.io(lambda: self.client.lindex(keys.short, -1)) or ""
         now = said_now()  # a held update keeps the time it was said
+        # Each item names its update: a retry of an append whose reply was lost (a timeout, the
+        # connection cut after Redis applied it) finds it there, and does not append it twice.
+        update, retried = current_update() or ("", False)
+        update = f"{update}.{part}" if update else ""
         for _ in range(_APPEND_ATTEMPTS):
             tail = decode(tail_raw) if tail_raw else None
             pop, add = fold_into(tail.message if tail else None, messages)
             popped = tail if pop else None
             args: list[Any] = [tail_raw, int(pop), popped.tokens if popped else 0,
-                               int(bool(popped and popped.is_user)), *self._ttls]
+                               int(bool(popped and popped.is_user)), *self._ttls, update, int(retried)]
             for msg in add:
                 args.extend(encode(msg, now))
             ok, raw, *counts = self.io(self._call(self._append, [keys.short, keys.meta, keys.summary], args),
