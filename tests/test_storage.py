@@ -41,17 +41,6 @@ def test_an_existing_file_is_opened_by_its_content_not_its_name(tmp_path):
     assert backend_for(str(tmp_path / "new_file")) == "sqlite"
 
 
-@pytest.mark.parametrize("content", ["", "  \n"])
-def test_an_empty_json_file_is_an_empty_store_not_a_damaged_one(tmp_path, content):
-    path = tmp_path / "facts.json"
-    path.write_text(content)  # made with `touch`, or zero-length after a crash
-    store = JsonRecordStore(str(path))
-    assert store.sessions() == []
-    store.update("s", lambda r: {**r, "kept": True})
-    assert store.load("s") == {"kept": True}
-    assert [p.name for p in tmp_path.iterdir() if ".corrupt" in p.name] == []
-
-
 def test_a_json_file_of_another_memory_kind_is_refused_and_left_as_it_is(tmp_path):
     from ovos_memory_plugins.entity import EntityMemory
     from ovos_memory_plugins.longterm import LongTermMemory

@@ -241,10 +241,7 @@ class JsonRecordStore:
                 return cache[1]
             # Bytes that are not UTF-8 inside a string (bit rot) read as U+FFFD: a few flipped
             # bytes of text must not cost every session; broken structure still quarantines.
-            raw = f.read()
-            # An empty file (made with `touch`, or a file system's zero-length file after a
-            # crash) holds nothing to keep: an empty store, not a damaged one to move aside.
-            data = json.loads(raw.decode("utf-8", "replace")) if raw.strip() else {}
+            data = json.loads(f.read().decode("utf-8", "replace"))
         if not isinstance(data, dict):
             raise ValueError(f"top level is a {type(data).__name__}, not an object")
         self._cache = (signature, data)
