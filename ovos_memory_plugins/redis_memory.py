@@ -212,11 +212,13 @@ class RedisMemory(ContextMemory):
         newest = self.settings.max_history or 0
         # One more than max_history: a question waiting for its answer (appends keep at most one
         # at the end) does not take one of the places of the messages before it.
-        summary, history = self._read(session_id, newest + 1 if newest else 0)
+        summary, history, tokens = self._read(session_id, newest + 1 if newest else 0)
         if newest:  # (the cached copy used while Redis is down may be longer)
             history = history[max(0, len(history) - _trailing_questions(history) - newest):]
         threshold = self._policy.token_threshold
-        sent = _within(history, threshold) if threshold else history
+        # The list's count, kept by every append, says whether it is over (None: the RAM copy).
+        over = threshold and (tokens is None or tokens > threshold)
+        sent = _within(history, threshold) if over else history
         block = summary_block(summary) if blocks else ""
         # An answer whose question max_history (or the threshold) left out goes too: chat templates
         # that want turns to alternate refuse a prompt opening with one.
@@ -235,7 +237,7 @@ class RedisMemory(ContextMemory):
     # -- miso-agent's API --------------------------------------------------------------------
     def load(self, session_id: str) -> tuple[str, list[Exchange]]:
         """``(long-term summary, short-term exchanges)``, oldest first (``Load``)."""
-        summary, history = self._read(check_session_id(session_id))
+        summary, history, _ = self._read(check_session_id(session_id))
         return summary, _exchanges(history)
 
     def load_locked(self, session_id: str, timeout: float = 10.0) -> tuple[str, list[Exchange]]:
@@ -293,7 +295,7 @@ class RedisMemory(ContextMemory):
         copy would look complete and not be)."""
         sid = check_session_id(session_id)
         self._write_held(sid)
-        summary, blob = self._store.read(sid)
+        summary, blob, _ = self._store.read(sid)
         history = decode_array(blob)
         data = super().export(session_id)
         data.update(summary=summary, window=[to_dict(m) for m in history])
@@ -307,7 +309,7 @@ class RedisMemory(ContextMemory):
         messages = export_messages(data)
         if not isinstance(data.get("summary") or "", str):
             raise TypeError("the export's 'summary' must be a string")
-        stored_summary, blob = self._store.read(sid)
+        stored_summary, blob, _ = self._store.read(sid)
         summary = truncate_to_tokens(merged_summary(stored_summary, str(data.get("summary") or "")),
                                      self.settings.max_summary_tokens)
         new = unseen_messages(decode_array(blob), messages)
@@ -341,15 +343,16 @@ class RedisMemory(ContextMemory):
         super().close()
 
     # -- reads, and what is kept for when Redis is down --------------------------------------
-    def _read(self, session_id: str, newest: int = 0) -> tuple[str, list[AgentMessage]]:
-        """``(summary, newest messages or all)``; from the RAM cache (or empty) while Redis is down.
-        Messages held while it was down are written first, so they are in what is read."""
+    def _read(self, session_id: str, newest: int = 0) -> tuple[str, list[AgentMessage], int | None]:
+        """``(summary, newest messages or all, tokens of the whole list)``; from the RAM cache (or
+        empty, the tokens None) while Redis is down. Messages held while it was down are written
+        first, so they are in what is read."""
         try:
             if not self._write_held(session_id):
-                return self._cached(session_id)
-            summary, blob = self._store.read(session_id, newest)
+                return (*self._cached(session_id), None)
+            summary, blob, tokens = self._store.read(session_id, newest)
         except StorageError:
-            return self._cached(session_id)
+            return (*self._cached(session_id), None)
         with self._lock:
             # The reply's JSON text is an immutable snapshot: caching it costs nothing per turn.
             if len(blob) <= _CACHED_CHARS:
@@ -359,7 +362,7 @@ class RedisMemory(ContextMemory):
                     self._cache.popitem(last=False)
             else:
                 self._cache.pop(session_id, None)
-        return summary, decode_array(blob)
+        return summary, decode_array(blob), tokens
 
     def _cached(self, session_id: str) -> tuple[str, list[AgentMessage]]:
         """The last context read, plus what was appended since (stored or held), as copies."""

@@ -92,23 +92,22 @@ end
 #: ARGV: expected tail ('' = empty list), pop (1/0), popped tokens, popped is user (1/0),
 #:       short ttl ms, long ttl ms, meta ttl ms, the update's id ('' = none), look for it first (1/0),
 #:       then (json without its id, tokens, is user) per message.
-#: Returns {0, real tail} when the tail changed, {2, tail, tokens, rounds} when the update is
-#: already among the newest items (a retry of an append whose reply was lost), else
-#: {1, new tail, tokens, rounds}.
+#: Returns {0, real tail} when the tail changed, {2, tail, tokens, rounds} when the update was
+#: already appended (a retry of an append whose reply was lost), else {1, new tail, tokens, rounds}.
+#: The ids of the newest updates (about 30) are kept in the meta hash's 'updates', " id id ... ",
+#: not in the items: a read does not carry them.
 APPEND = _REFRESH + """
 local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', short) == 0 then
   -- the list expired or was never written: its counters start again (seq keeps counting)
   redis.call('HSET', meta, 'tokens', 0, 'rounds', 0)
 end
-local mark = ''
-if ARGV[8] ~= '' then mark = '"u":"' .. ARGV[8] .. '",' end
-if ARGV[9] == '1' then
-  for _, item in ipairs(redis.call('LRANGE', short, -16, -1)) do
-    if string.find(item, mark, 1, true) then
-      return {2, redis.call('LINDEX', short, -1) or '', tonumber(redis.call('HGET', meta, 'tokens') or 0),
-              tonumber(redis.call('HGET', meta, 'rounds') or 0)}
-    end
+local update = ARGV[8]
+if update ~= '' and ARGV[9] == '1' then
+  local seen = redis.call('HGET', meta, 'updates') or ''
+  if string.find(seen, ' ' .. update .. ' ', 1, true) then
+    return {2, redis.call('LINDEX', short, -1) or '', tonumber(redis.call('HGET', meta, 'tokens') or 0),
+            tonumber(redis.call('HGET', meta, 'rounds') or 0)}
   end
 end
 local tail = redis.call('LINDEX', short, -1) or ''
@@ -122,11 +121,16 @@ end
 local items = {}
 for i = 10, #ARGV, 3 do
   local id = redis.call('HINCRBY', meta, 'seq', 1)
-  items[#items + 1] = '{"id":' .. id .. ',' .. mark .. string.sub(ARGV[i], 2)
+  items[#items + 1] = '{"id":' .. id .. ',' .. string.sub(ARGV[i], 2)
   tokens = tokens + tonumber(ARGV[i + 1])
   if ARGV[i + 2] == '1' then rounds = rounds + 1 end
 end
 if #items > 0 then redis.call('RPUSH', short, unpack(items)) end
+if update ~= '' then
+  local seen = (redis.call('HGET', meta, 'updates') or ' ') .. update .. ' '
+  if #seen > 640 then seen = string.sub(seen, string.find(seen, ' ', #seen - 600, true)) end
+  redis.call('HSET', meta, 'updates', seen)
+end
 tokens = redis.call('HINCRBY', meta, 'tokens', tokens)
 rounds = redis.call('HINCRBY', meta, 'rounds', rounds)
 refresh(short, ARGV[5])
@@ -136,8 +140,9 @@ return {1, redis.call('LINDEX', short, -1) or '', tokens, rounds}
 """
 
 #: KEYS: short, meta, summary.  ARGV: short ttl ms, long ttl ms, meta ttl ms, newest n (0 = all).
-#: Returns {summary, "[item,item,...]"}: one JSON array, so the client parses one reply and one
-#: document instead of one per message. Reading is activity: every TTL is refreshed.
+#: Returns {summary, "[item,item,...]", the whole list's tokens}: one JSON array, so the client
+#: parses one reply and one document instead of one per message. Reading is activity: every TTL
+#: is refreshed.
 READ = _REFRESH + """
 local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
 local n = tonumber(ARGV[4])
@@ -147,7 +152,7 @@ local text = redis.call('GET', summary) or ''
 if #items > 0 then refresh(short, ARGV[1]) end
 if text ~= '' then refresh(summary, ARGV[2]) end
 if redis.call('EXISTS', meta) == 1 then refresh_meta(meta, short, summary, ARGV[1], ARGV[2], ARGV[3]) end
-return {text, '[' .. table.concat(items, ',') .. ']'}
+return {text, '[' .. table.concat(items, ',') .. ']', tonumber(redis.call('HGET', meta, 'tokens') or 0)}
 """
 
 #: KEYS: short, meta, summary, lock.

@@ -130,7 +130,6 @@ def decode(raw: str) -> Item:
         data = json.loads(raw)
         tokens = int(data.pop("tok", 0))
         data.pop("id", None)
-        data.pop("u", None)  # the update it came with
         msg = from_dict(data)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         _unreadable(exc)
@@ -312,8 +311,8 @@ class RedisStore:
         if tail_raw is None:
             tail_raw = self.io(lambda: self.client.lindex(keys.short, -1)) or ""
         now = said_now()  # a held update keeps the time it was said
-        # Each item names its update: a retry of an append whose reply was lost (a timeout, the
-        # connection cut after Redis applied it) finds it there, and does not append it twice.
+        # The script keeps the newest updates' ids: a retry of an append whose reply was lost (a
+        # timeout, the connection cut after Redis applied it) finds its id, and appends nothing.
         update, retried = current_update() or ("", False)
         update = f"{update}.{part}" if update else ""
         for _ in range(_APPEND_ATTEMPTS):
@@ -339,15 +338,17 @@ class RedisStore:
         with self._lock:
             self._tails.pop(session_id, None)
 
-    def read(self, session_id: str, newest: int = 0) -> tuple[str, str]:
-        """``(summary, JSON array of the newest items or all)``; refreshes both TTLs (reading is activity).
+    def read(self, session_id: str, newest: int = 0) -> tuple[str, str, int]:
+        """``(summary, JSON array of the newest items or all, tokens of the whole list)``;
+        refreshes both TTLs (reading is activity).
 
         The array stays a string until :func:`decode_array`: callers can keep it as an immutable
         snapshot for free.
         """
         keys = self.keys(session_id)
-        summary, blob = self.io(self._call(self._read, [keys.short, keys.meta, keys.summary], [*self._ttls, newest]))
-        return summary, blob
+        summary, blob, tokens = self.io(self._call(self._read, [keys.short, keys.meta, keys.summary],
+                                                   [*self._ttls, newest]))
+        return summary, blob, int(tokens)
 
     def summary(self, session_id: str) -> str:
         return self.io(lambda: self.client.get(self.keys(session_id).summary)) or ""
