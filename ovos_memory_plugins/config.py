@@ -340,11 +340,16 @@ def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[A
         allowed = ", ".join(repr(c) for c in meta["choices"] or ())
         return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {meta['read_as'][value]!r}", \
             meta["read_as"][value]
-    if meta["otherwise"] is not UNSET and meta["choices"] is not None and value not in meta["choices"]:
-        allowed = ", ".join(repr(c) for c in meta["choices"])
-        spelt = str(value).strip().lower()  # "SQLite" is sqlite: what was meant, and no typo
-        reading = spelt if spelt in meta["choices"] else meta["otherwise"]
-        return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {reading!r}", reading
+    choices = meta["choices"]
+    if choices is None or value in choices:
+        return None
+    allowed = ", ".join(repr(c) for c in choices)
+    spelt = value.strip().lower() if isinstance(value, str) else None
+    if spelt in choices:  # "SQLite" is sqlite: what was meant, and no typo
+        return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {spelt!r}", spelt
+    if meta["otherwise"] is not UNSET:
+        return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {meta['otherwise']!r}", \
+            meta["otherwise"]
     return None
 
 

@@ -48,6 +48,25 @@ def test_null_for_a_key_that_takes_none_is_its_default_with_a_warning_and_check_
     assert problems == ["x: 'max_history' is null; its default 10 is used"]
 
 
+def test_a_choice_spelt_in_another_case_is_read_as_meant_by_every_memory_with_a_warning(monkeypatch, tmp_path):
+    from ovos_memory_plugins._core.log import LOG
+    from ovos_memory_plugins.longterm import LongTermMemory
+
+    warned: list[str] = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    for cls in (RecencyMemory, BasicShortTermMemory, LongTermMemory):
+        memory = cls({"backend": " SQLite", "db_path": str(tmp_path / f"{cls.__name__}.db")})
+        try:
+            assert memory.settings.backend == "sqlite"
+        finally:
+            memory.close()
+    assert sum("'backend' is ' SQLite', not one of" in w and "read as 'sqlite'" in w for w in warned) == 3
+    assert parse_config(RetrievalConfig, {"query_mode": "Utterance"}, "x").query_mode == "utterance"
+    # a value that is no choice in any case is still refused where there is no fallback
+    with pytest.raises(ConfigError, match="allowed values are"):
+        RecencyMemory({"backend": "sqlite3"})
+
+
 def test_config_errors_are_value_errors_too():
     with pytest.raises(ValueError):
         RecencyMemory({"max_history": -1})
