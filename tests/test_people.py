@@ -351,6 +351,22 @@ def test_sessions_and_stats_show_people(people_cli, capsys):
     assert re.search(r"person:alice\s*│\s*alice\s*│", out) and re.search(r"guest-1\s*│\s*-\s*│", out), out
 
 
+def test_stats_counts_a_household_members_facts_in_the_households_row_only(tmp_path, capsys):
+    members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}},
+               {"module": "ovos-memory-plugin-entity", "config": {"db_path": str(tmp_path / "e.json"),
+                                                                  "household": True}}]
+    config = {"members": members, "api_url": None, **PERSON}
+    with CompositeMemory(config) as memory:
+        tell(memory, "kitchen", "I live in Paris")
+        tell(memory, "bob-phone", "My name is Bob")
+    assert main(["stats", "--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in out.splitlines() if line.count("│") > 3}
+    assert rows["household:"][-1] == "2" and rows["total"][-1] == "2", out
+    assert rows["person:alice"][-1] == rows["person:bob"][-1] == "0", out
+
+
 def test_export_and_forget_by_person(people_cli, capsys):
     assert main(["export", "--person", "alice", *people_cli]) == 0
     assert json.loads(capsys.readouterr().out)["window"][0]["content"] == "my dog is Rex"

@@ -7,7 +7,7 @@ import argparse
 import contextlib
 import datetime
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from .._memory.people import PERSON_PREFIX, inside, listed_as, listed_keys, move_sessions_of_people
@@ -507,7 +507,8 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
         with listed_keys():
             for sid in found[: args.limit]:
                 data = memory.export(sid) if callable(getattr(memory, "export", None)) else {}
-                rows.append((sid, {"window": len(memory.get_history(sid)), **_tally(data)}))
+                counts = _tally(data, elsewhere=set(found) - {sid})
+                rows.append((sid, {"window": len(memory.get_history(sid)), **counts}))
                 shared = shared or _shares_facts(data)
         columns = list(dict.fromkeys(["window", *(c for _, counts in rows for c in counts)]))  # what it keeps
         people = [sid for sid in found if _person_of(memory, sid)]
@@ -531,11 +532,15 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
     return 0
 
 
-def _tally(data: Mapping[str, Any], member: str = "") -> dict[str, int]:
+def _tally(data: Mapping[str, Any], member: str = "", elsewhere: Collection[str] = ()) -> dict[str, int]:
     """Documents, facts and summaries in an export. Each retriever of a composite stores every
-    exchange: its documents get a column of their own (added up, they would count each twice)."""
+    exchange: its documents get a column of their own (added up, they would count each twice).
+    A member's part kept under another listed key (a household's facts, in each person's export)
+    is counted in that key's row only."""
     out: dict[str, int] = {}
     for name, export in (data.get("members") or {}).items():
+        if isinstance(export, Mapping) and export.get("session_id") in elsewhere:
+            continue
         for key, count in _tally(export, str(name).replace("ovos-memory-plugin-", "")).items():
             out[key] = out.get(key, 0) + count
     if "documents" in data:
