@@ -588,7 +588,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         else:
             lists = [(member.name, member.weight, hits) for member, hits in found]
             fused = fuse(self.settings.fusion, lists, rrf_k=self.settings.rrf_k, dedup=self.settings.dedup)
-        return self._above_min_score(fused)[:k]
+        return _found_by(self._above_min_score(fused)[:k], found)
 
     def _gather(self, query: str, session_id: str | None, window: Sequence[AgentMessage],
                 fetch_k: int) -> list[tuple[Member, list[MemoryHit]]]:
@@ -885,6 +885,13 @@ def _replay(memory: Any, session_id: str, items: Sequence[Mapping[str, Any]]) ->
     for exchange in past_exchanges(items):
         memory.update_history(exchange.messages(), session_id)
 
+
+def _found_by(hits: list[MemoryHit], found: Sequence[tuple[Member, list[MemoryHit]]]) -> list[MemoryHit]:
+    """Each hit with ``metadata["retrievers"]``: every member that recalled its text, in member
+    order (``"retriever"`` names one of them, the copy kept)."""
+    keys = [(member.name, {hit_key(h) for h in member_hits}) for member, member_hits in found]
+    return [dataclasses.replace(h, metadata={**h.metadata, "retrievers": [n for n, ks in keys if hit_key(h) in ks]})
+            for h in hits]
 
 def _timestamp(hit: MemoryHit) -> float | None:
     ts = hit.metadata.get("ts")

@@ -900,6 +900,7 @@ def test_the_demo_runs_offline_on_the_embedded_defaults_and_recalls_every_answer
     assert result["members"] == ["recency", "lexical", "local-rag", "entity"]
     assert result["right"] == result["total"] == len(QUESTIONS), text
     assert "Biscuit" in text and "Kyoto" in text
+    assert "local-rag" in {name for r in result["results"] for name in r["by"]}, "semantic recall is never credited"
     name_panel = text.split("What's my name?", 1)[1].split("\u2570", 1)[0]
     assert "Maya" in name_panel and "Lena" not in name_panel, "a hit that answers nothing was shown"
     assert (tmp_path / "demo" / "hybrid_local_rag.db").exists()  # --data-dir keeps the files

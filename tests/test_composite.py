@@ -205,6 +205,7 @@ def test_recall_is_fused_deduplicated_against_the_window_and_tagged(tmp_path):
     assert [m.content for m in ctx[1:]] == ["what time is it", "noon", "what is my locker code"]
     hits = memory.search("locker code", "s")
     assert hits and hits[0].metadata["retriever"] == "ovos-memory-plugin-lexical"
+    assert hits[0].metadata["retrievers"] == ["ovos-memory-plugin-lexical"]
     assert "fusion_score" in hits[0].metadata
     window_only = memory.build_conversation_context("what time is it", "s")
     assert not any("Context:" in m.content for m in window_only), "the window's own exchange was recalled again"

@@ -162,13 +162,11 @@ def _ask(console: Any, memory: Any, question: Question, verbose: bool) -> dict[s
     table.add_column("score", justify="right", no_wrap=True)
     table.add_column("memory")
     for hit in hits:
-        who = str(hit.metadata.get("retriever", "")).replace("ovos-memory-plugin-", "")
         score = hit.metadata.get("fusion_score", hit.score)
-        table.add_row(who, f"{score:.3f}", Text(hit.content.replace("\n", "  ")))
+        table.add_row(" + ".join(_recalled_by(hit)), f"{score:.3f}", Text(hit.content.replace("\n", "  ")))
     facts = [m.content for m in injected if "Known facts" in m.content]
     needle = question.expected.lower()
-    by = {str(h.metadata.get("retriever", "")).replace("ovos-memory-plugin-", "") for h in hits
-          if needle in h.content.lower()}
+    by = {name for h in hits if needle in h.content.lower() for name in _recalled_by(h)}
     if any(needle in f.lower() for f in facts):
         by.add("entity")
     if facts:
@@ -185,6 +183,11 @@ def _ask(console: Any, memory: Any, question: Question, verbose: bool) -> dict[s
     return {"question": question.text, "expected": question.expected, "found": found, "by": sorted(by),
             "recalled": len(hits), "injected": len(injected)}
 
+
+def _recalled_by(hit: Any) -> list[str]:
+    """The short names of the members that recalled ``hit`` (both retrievers, when both did)."""
+    names = hit.metadata.get("retrievers") or [hit.metadata.get("retriever", "")]
+    return [str(n).replace("ovos-memory-plugin-", "") for n in names]
 
 def _summary(console: Any, results: list[dict[str, Any]], learned: float, total: float,
              members: list[str]) -> dict[str, Any]:
