@@ -5,6 +5,7 @@ Conversations are private: every store file the package creates is ``0600`` and 
 creates ``0700``. SQLite gives its ``-wal``, ``-shm`` and ``-journal`` files the mode of the
 database file, so creating that one private is enough. What already exists keeps its mode: a
 folder the user made (``~/.local/share``) is theirs to set, as is a store file they opened up.
+A store file another user made in a folder every user may write (``/tmp``) is refused.
 """
 from __future__ import annotations
 
@@ -236,7 +237,26 @@ def check_store_path(path: str) -> str:
     if not stat.S_ISREG(mode):
         raise ConfigError(f"store path {path!r} is a {_kind(mode)}, not a regular file; name a file (or leave "
                           "db_path out for the default, or use ':memory:' to keep nothing on disk)")
+    for name in (real, *(real + c for c in _COMPANIONS)):
+        _refuse_planted(path, name)
     return real
+
+
+def _refuse_planted(path: str, name: str) -> None:
+    """Refuse a file another user owns in a folder every user may write (``/tmp``): anyone can
+    make one there before the store starts, and would then read every conversation written to
+    it. A file of another user elsewhere (root running on a user's own folder) is theirs to share."""
+    from ..errors import ConfigError
+
+    try:
+        owner = os.stat(name).st_uid
+        folder = os.stat(os.path.dirname(name) or ".").st_mode
+    except OSError:
+        return
+    if owner != os.geteuid() and folder & stat.S_IWOTH:
+        raise ConfigError(f"store path {path!r}: {name!r} belongs to another user (uid {owner}) in a folder every "
+                          "user may write: they could read what is stored there; remove it, or name a db_path "
+                          "in a private folder")
 
 
 #: The files SQLite keeps beside a database (the JSON stores check their lock file themselves).

@@ -99,6 +99,36 @@ def test_a_store_path_that_is_not_a_regular_file_is_refused_and_left_alone(name,
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
 
 
+@pytest.mark.parametrize(("name", "entry_point", "overrides", "key"), NODE_CASES, ids=[c[0] for c in NODE_CASES])
+def test_a_store_file_another_user_planted_in_a_shared_folder_is_refused_and_left_alone(name, entry_point,
+                                                                                       overrides, key, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root; CI runs as root")
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp: every user may create files here
+    planted = shared / "memory.db"
+    planted.touch()
+    planted.chmod(0o666)
+    os.chown(planted, 65534, 65534)  # nobody's, made before the store starts
+    before = _tree(shared)
+    config = {**overrides, **_nested(key, str(planted))}
+    with pytest.raises(ConfigError, match="belongs to another user") as caught:
+        make_memory(entry_point, tmp_path / "store", config).close()
+    assert str(planted) in str(caught.value)
+    assert _tree(shared) == before, "the store wrote to the planted file, or beside it"
+    # Root running on a person's own folder (not writable by every user) uses their file.
+    own = tmp_path / "home"
+    own.mkdir()
+    config = {**overrides, **_nested(key, str(own / "memory.db"))}
+    make_memory(entry_point, tmp_path / "store2", config).close()
+    for entry in [own, *own.rglob("*")]:
+        os.chown(entry, 65534, 65534)
+    make_memory(entry_point, tmp_path / "store2", config).close()
+    record("misuse", (f"{key} is another user's file in a folder every user may write", name), tried=1, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
 def test_quarantine_never_moves_what_is_not_a_regular_file(tmp_path):
     from ovos_memory_plugins._core.paths import quarantine_file
     from ovos_memory_plugins.errors import StorageError
