@@ -601,7 +601,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                               lambda m=member: m.memory.search(query, session_id, top_k=fetch_k), [])
             if self.settings.dedup_history and window:
                 hits = drop_window_duplicates(hits, window)
-            tagged = [dataclasses.replace(h, metadata={**h.metadata, "retriever": member.name}) for h in hits]
+            tagged = [dataclasses.replace(h, metadata={**h.metadata, "retriever": member.module}) for h in hits]
             found.append((member, tagged))
         return found
 
@@ -887,11 +887,11 @@ def _replay(memory: Any, session_id: str, items: Sequence[Mapping[str, Any]]) ->
 
 
 def _found_by(hits: list[MemoryHit], found: Sequence[tuple[Member, list[MemoryHit]]]) -> list[MemoryHit]:
-    """Each hit with ``metadata["retrievers"]``: every member that recalled its text, in member
-    order (``"retriever"`` names one of them, the copy kept)."""
-    keys = [(member.name, {hit_key(h) for h in member_hits}) for member, member_hits in found]
-    return [dataclasses.replace(h, metadata={**h.metadata, "retrievers": [n for n, ks in keys if hit_key(h) in ks]})
-            for h in hits]
+    """Each hit with ``metadata["retrievers"]``: the module of every member that recalled its text,
+    in member order (``"retriever"`` names one of them, the copy kept)."""
+    keys = [(member.module, {hit_key(h) for h in member_hits}) for member, member_hits in found]
+    return [dataclasses.replace(h, metadata={**h.metadata, "retrievers": list(dict.fromkeys(
+        n for n, ks in keys if hit_key(h) in ks))}) for h in hits]
 
 def _timestamp(hit: MemoryHit) -> float | None:
     ts = hit.metadata.get("ts")

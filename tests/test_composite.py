@@ -211,6 +211,18 @@ def test_recall_is_fused_deduplicated_against_the_window_and_tagged(tmp_path):
     assert not any("Context:" in m.content for m in window_only), "the window's own exchange was recalled again"
 
 
+@pytest.mark.parametrize("fusion", ["rrf", "merge", "score"])
+def test_hits_name_the_module_that_recalled_them_even_when_a_module_is_listed_twice(tmp_path, fusion):
+    members = [{"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / f"{n}.db")}}
+               for n in ("a", "b")]
+    with CompositeMemory({"members": members, "fusion": fusion, "dedup": False}) as memory:
+        memory.update_history([AgentMessage(U, "the zebra code is 42"), AgentMessage(A, "ok")], "s")
+        hits = memory.search("zebra code", "s")
+        assert [m.name for m in memory.members] == ["ovos-memory-plugin-lexical", "ovos-memory-plugin-lexical#2"]
+    assert hits and {h.metadata["retriever"] for h in hits} == {"ovos-memory-plugin-lexical"}
+    assert all(h.metadata["retrievers"] == ["ovos-memory-plugin-lexical"] for h in hits)
+
+
 def test_min_score_applies_to_the_fused_score(tmp_path):
     memory = hybrid(tmp_path, min_score=None)
     memory.update_history([AgentMessage(U, "the spare key is under the mat"), AgentMessage(A, "ok")], "s")
