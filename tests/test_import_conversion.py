@@ -199,3 +199,29 @@ def test_metadata_that_is_not_json_is_refused_where_it_is_stored(build):
     with pytest.raises(ValueError, match="metadata must be JSON"):
         memory.store("a note", "kitchen", {"score": float("inf")})
     assert memory.sessions() == []
+
+
+def _exchange(memory, session_id, n, tag):
+    memory.update_history([AgentMessage(MessageRole.USER, f"{tag} question {n}"),
+                           AgentMessage(MessageRole.ASSISTANT, f"{tag} answer {n}")], session_id)
+
+
+@pytest.mark.parametrize("module", [RecencyMemory, LexicalMemory])
+def test_an_older_export_imported_into_a_window_that_moved_on_keeps_the_newer_turns(module, tmp_path):
+    with module({"db_path": str(tmp_path / "m.db"), "max_history": 10}) as memory:
+        for n in range(5):
+            _exchange(memory, "s", n, "old")
+        export = memory.export("s")
+        for n in range(3):
+            _exchange(memory, "s", n, "new")
+        before = [m.content for m in memory.get_history("s")]
+        assert "old question 0" not in before  # the window has moved on past the export's start
+        memory.import_session(export, "s")
+        assert [m.content for m in memory.get_history("s")] == before
+        # a newer export still brings what the window has not seen yet
+        _exchange(memory, "s", 9, "newest")
+        newer = memory.export("s")
+        memory.forget("s")
+        memory.import_session(export, "s")
+        memory.import_session(newer, "s")
+        assert [m.content for m in memory.get_history("s")][-2:] == ["newest question 9", "newest answer 9"]

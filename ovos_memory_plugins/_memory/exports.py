@@ -117,7 +117,9 @@ def unseen_messages(stored: Sequence[AgentMessage], imported: Sequence[AgentMess
 
     Nothing when ``imported`` already appears in ``stored`` as a run (the same export imported
     again, even after newer turns); else what follows the longest end of ``stored`` that
-    ``imported`` starts with (a newer export of the same session); else all of it.
+    ``imported`` starts with (a newer export of the same session); else nothing when its last
+    exchange is in ``stored`` (an older export of a window that has moved on since: appended,
+    what it held before would push the newer turns out); else all of it.
     """
     if not imported:
         return []
@@ -129,6 +131,9 @@ def unseen_messages(stored: Sequence[AgentMessage], imported: Sequence[AgentMess
     for overlap in range(min(len(have), n - 1), 0, -1):
         if have[-overlap:] == new[:overlap]:
             return list(imported[overlap:])
+    tail = new[-2:]  # the export's last question and its answer
+    if n >= 2 and any(have[i:i + 2] == tail for i in range(len(have) - 1)):
+        return []
     return list(imported)
 
 
