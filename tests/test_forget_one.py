@@ -177,6 +177,18 @@ def test_forgetting_a_fact_of_the_entity_memory_leaves_no_byte_of_it(tmp_path, c
     assert files_holding(tmp_path, "Lisbon") == []
 
 
+def test_forgetting_a_fact_replaced_twice_leaves_no_byte_of_it_in_what_it_replaced(tmp_path, closing):
+    memory = closing(entity(tmp_path))
+    for city in ("Lisbon", "Porto", "Braga"):
+        exchange(memory, "kitchen", f"I live in {city}", "ok")
+    assert memory.flush(patience(30))
+    assert memory.facts("kitchen") == ["User lives in Braga"]
+    assert memory.forget_fact("kitchen", "User lives in Porto") == 1  # the middle one, superseded itself
+    assert "Porto" not in str(memory.export("kitchen"))
+    assert files_holding(tmp_path, "Porto") == []
+    assert "Lisbon" in str(memory.export("kitchen"))  # the older fact stays
+
+
 def test_forgetting_an_unknown_fact_writes_nothing(tmp_path, closing):
     memory = closing(entity(tmp_path))
     assert memory.forget_fact("nobody", "User likes jazz") == 0

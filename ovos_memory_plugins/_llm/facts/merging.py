@@ -175,8 +175,12 @@ def without_fact(state: Mapping[str, Any], text: str, sid: str | None = None) ->
     meta = dict(state.get("meta") or {})
     history = [h for h in state.get("history") or [] if isinstance(h, Mapping)]
     active = text in facts and (sid is None or (meta.get(text) or {}).get("sid") == sid)
-    kept_history = [{k: v for k, v in h.items() if not (active and k == "superseded_by" and v == text)}
-                    for h in history if h.get("text") != text or (sid is not None and h.get("sid") != sid)]
-    kept = {**state, "facts": [f for f in facts if not (active and f == text)],
+    kept_facts = [f for f in facts if not (active and f == text)]
+    kept_history = [h for h in history if h.get("text") != text or (sid is not None and h.get("sid") != sid)]
+    if text not in kept_facts and all(h.get("text") != text for h in kept_history):
+        # gone everywhere: an older fact no longer names it as what replaced it
+        kept_history = [{k: v for k, v in h.items() if not (k == "superseded_by" and v == text)}
+                        for h in kept_history]
+    kept = {**state, "facts": kept_facts,
             "meta": {k: v for k, v in meta.items() if not (active and k == text)}, "history": kept_history}
     return kept, len(facts) - len(kept["facts"]) + len(history) - len(kept_history)
