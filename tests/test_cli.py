@@ -134,6 +134,20 @@ def lexical(tmp_path):
     return ["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)]
 
 
+def test_ids_and_texts_holding_terminal_controls_are_printed_escaped(tmp_path, capsys):
+    config = {"db_path": str(tmp_path / "lex.db"), "scope": "global"}
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        exchange(memory, "t\x1b]0;PWNED\x07x", "the code is \x1b[2Jbyte", "ok")
+        exchange(memory, "two\nlines", "plain byte words", "ok")
+    args = ["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)]
+    for command in (["sessions"], ["stats"], ["search", "byte"], ["show", "t\x1b]0;PWNED\x07x"]):
+        assert main([*command, *args]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\x07" not in out, (command, out)
+        if command == ["sessions"]:
+            assert out.splitlines() == ["t\\x1b]0;PWNED\\x07x", "two\\nlines"]
+
+
 def test_sessions_lists_every_session(lexical, capsys):
     assert main(["sessions", *lexical]) == 0
     assert capsys.readouterr().out.split() == ["car", "kitchen"]

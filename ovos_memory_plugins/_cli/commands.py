@@ -13,7 +13,7 @@ from typing import Any
 from .._memory.people import PERSON_PREFIX, inside, listed_as, listed_keys, move_sessions_of_people
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
-from .output import EXIT_ERROR, EXIT_INPUT, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape
+from .output import EXIT_ERROR, EXIT_INPUT, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, printable
 from .persona import load_persona, open_memory
 
 __all__ = ["cmd_docs_table", "cmd_export", "cmd_forget", "cmd_import", "cmd_index", "cmd_plugins", "cmd_search",
@@ -143,7 +143,7 @@ def cmd_sessions(args: argparse.Namespace, ui: UI) -> int:
         if found is None:
             raise CLIError(f"{type(memory).__name__} cannot list its sessions", EXIT_ERROR)
         for sid in found:
-            ui.write(sid + "\n")
+            ui.write(printable(sid, lines=False) + "\n")  # one line each, whatever the id holds
         missing = _not_running(memory)
         if missing:
             ui.err.print(missing)
@@ -203,7 +203,7 @@ def cmd_search(args: argparse.Namespace, ui: UI) -> int:
         for i, hit in enumerate(hits, 1):
             score = hit.metadata.get("fusion_score", hit.score)
             # 4 significant digits: a keyword score over a store of two documents is about 1e-6.
-            table.add_row(str(i), f"{score:.4g}", Text(str(hit.metadata.get("session_id", ""))),
+            table.add_row(str(i), f"{score:.4g}", Text(printable(str(hit.metadata.get("session_id", "")), lines=False)),
                           str(hit.metadata.get("retriever", "")).replace("ovos-memory-plugin-", ""),
                           Text(_shortened(hit.content)))
         ui.out.print(table)
@@ -518,8 +518,8 @@ def cmd_stats(args: argparse.Namespace, ui: UI) -> int:
         for col in ("session", *(["person"] if people else []), *columns):
             table.add_column(col, justify="left" if col in ("session", "person") else "right")
         for sid, counts in rows:
-            person = [Text(_person_of(memory, sid) or "-")] if people else []
-            table.add_row(Text(sid), *person, *(str(counts.get(c, 0)) for c in columns))
+            person = [Text(printable(_person_of(memory, sid) or "-", lines=False))] if people else []
+            table.add_row(Text(printable(sid, lines=False)), *person, *(str(counts.get(c, 0)) for c in columns))
         if rows:
             table.add_row("[bold]total[/bold]", *([""] if people else []),
                           *(f"[bold]{sum(r.get(c, 0) for _, r in rows)}[/bold]" for c in columns))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterator, Mapping
@@ -13,7 +14,7 @@ from .._core.log import LOG
 from .._core.paths import PRIVATE_FILE_MODE
 
 __all__ = ["EXIT_ENDPOINT", "EXIT_ERROR", "EXIT_INPUT", "EXIT_NO_SESSION", "UI", "CLIError", "Text", "count_items",
-           "escape", "logs_to_stderr", "private_stdout"]
+           "escape", "logs_to_stderr", "printable", "private_stdout"]
 
 EXIT_ERROR, EXIT_INPUT, EXIT_ENDPOINT, EXIT_NO_SESSION = 1, 2, 3, 4
 
@@ -27,17 +28,31 @@ class CLIError(Exception):
 
 
 # -- output ----------------------------------------------------------------------------------
+#: What a terminal reads as a command, not text: C0 and C1 controls (ESC starts colour, title and
+#: screen-clearing sequences) and the marks that reorder text on screen (bidirectional overrides).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_LINE_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, lines: bool = True) -> str:
+    """``text`` safe to print on a terminal: each control character written as its escape
+    (``\x1b``), as ``repr`` writes it; ``lines=False`` escapes line breaks and tabs too (an id on
+    a line of its own)."""
+    return (_CONTROLS if lines else _LINE_BREAKS).sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def escape(text: str) -> str:
-    """User text in rich markup (a message may contain "[bold]")."""
+    """User text in rich markup (a message may contain "[bold]"), safe to print."""
     from rich.markup import escape as _escape
 
-    return _escape(text)
+    return _escape(printable(text))
 
 
 def Text(text: str, style: str = "") -> Any:  # noqa: N802 - reads like rich's class
+    """User text for a rich table or panel, safe to print (see :func:`printable`)."""
     from rich.text import Text as _Text
 
-    return _Text(text, style=style)
+    return _Text(printable(text), style=style)
 
 
 class UI:
