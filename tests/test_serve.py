@@ -132,6 +132,20 @@ def test_a_path_spelling_its_api_part_percent_encoded_names_nothing(fresh):
     assert server.request("GET", "/api/sessions").body == {"sessions": [{"id": "ana-kitchen"}, {"id": "rui-car"}]}
 
 
+def test_a_session_whose_id_holds_a_line_break_can_be_opened_exported_and_forgotten(tmp_path):
+    config = {"db_path": str(tmp_path / "lex.db")}
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "my code is 4417"),
+                               AgentMessage(MessageRole.ASSISTANT, "noted")], "two\nlines")
+    with served(["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)], tmp_path) as running:
+        assert running.request("GET", "/api/sessions").body == {"sessions": [{"id": "two\nlines"}]}
+        view = running.request("GET", "/api/sessions/two%0Alines")
+        assert view.status == 200 and view.body["id"] == "two\nlines"
+        assert running.request("GET", "/api/sessions/two%0Alines/export").body["session_id"] == "two\nlines"
+        assert running.request("DELETE", "/api/sessions/two%0Alines").status == 200
+        assert running.request("GET", "/api/sessions").body == {"sessions": []}
+
+
 def test_without_a_person_scope_there_are_no_people(server):
     assert server.request("GET", "/api/people").body == {"supported": False, "people": []}
     reply = server.request("GET", "/api/people/ana")

@@ -328,10 +328,10 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
         Route("/api/info", info),
         Route("/api/status", status),
         Route("/api/sessions", sessions),
-        Route("/api/sessions/{rest:path}", session, methods=["GET", "DELETE", "POST"]),
+        _any_id(Route("/api/sessions/{rest:path}", session, methods=["GET", "DELETE", "POST"])),
         Route("/api/search", search),
         Route("/api/people", people),
-        Route("/api/people/{rest:path}", person, methods=["GET", "DELETE"]),
+        _any_id(Route("/api/people/{rest:path}", person, methods=["GET", "DELETE"])),
         Route("/api/import", start_import, methods=["POST"]),
         Route("/api/jobs/{job_id}", job),
         Mount("/static", StaticFiles(directory=STATIC)),
@@ -339,6 +339,13 @@ def create_app(memory: Any, token: str | None = None, host: str = "127.0.0.1") -
     app = Starlette(routes=routes)
     app.add_middleware(Guard, token=token, hosts=LOOPBACK_NAMES | {host.strip("[]").lower()})  # type: ignore[arg-type]
     return app
+
+
+def _any_id(route: Route) -> Route:
+    """``route`` matching a path that holds a line break too (a session id may: ``%0A``); the
+    ``path`` convertor's ``.*`` stops at one, and the id's session could not be opened or forgotten."""
+    route.path_regex = re.compile(route.path_regex.pattern, re.DOTALL)
+    return route
 
 
 def _path_ids(request: Request, collection: str) -> list[str]:
