@@ -183,6 +183,22 @@ def test_forget_reports_what_it_deleted_and_the_session_is_gone(lexical, capsys)
     assert "0 hit(s)" in capsys.readouterr().out
 
 
+def test_the_session_named_empty_can_be_exported_searched_and_forgotten(tmp_path, capsys):
+    config = {"db_path": str(tmp_path / "lex.db")}
+    with open_memory("ovos-memory-plugin-lexical", config) as memory:
+        exchange(memory, "", "my dog is called Biscuit", "Lovely name!")
+    args = ["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)]
+    assert main(["export", "", *args]) == 0
+    assert json.loads(capsys.readouterr().out)["session_id"] == ""
+    assert main(["search", "Biscuit", "--session", "", *args]) == 0
+    assert "Biscuit" in capsys.readouterr().out
+    assert main(["forget", "", *args]) == 0
+    capsys.readouterr()
+    assert main(["sessions", *args]) == 0 and capsys.readouterr().out == ""
+    assert main(["forget", *args]) == 2
+    assert capsys.readouterr().err.strip().endswith("forget needs a SESSION or --person")
+
+
 def test_export_then_forget_then_import_restores_the_session(lexical, tmp_path, capsys):
     assert main(["export", "kitchen", *lexical]) == 0
     dump = tmp_path / "kitchen.json"

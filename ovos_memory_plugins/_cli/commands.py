@@ -194,7 +194,7 @@ def cmd_search(args: argparse.Namespace, ui: UI) -> int:
         if not callable(getattr(memory, "search", None)):
             raise CLIError(f"{getattr(memory, 'plugin_name', type(memory).__name__)} does not search "
                            "(it is not a retriever); try lexical, local-rag or composite")
-        key = _stored_key(memory, args.session) if args.session else None
+        key = _stored_key(memory, args.session) if args.session is not None else None
         with listed_keys():
             hits = memory.search(args.query, key, top_k=args.k)
         table = Table(title=f"{len(hits)} hit(s) for {args.query!r}")
@@ -231,15 +231,15 @@ def _person_of(memory: Any, key: str) -> str:
 def _target(memory: Any, args: argparse.Namespace) -> tuple[str, str]:
     """``(session, what)`` the command acts on: ``--person NAME`` or a SESSION, checked."""
     if getattr(args, "person", None):
-        if args.session:
+        if args.session is not None:
             raise CLIError("give a SESSION or --person, not both")
         people = list(memory.people()) if callable(getattr(memory, "people", None)) else []
         if args.person not in people:
             raise CLIError(f"no person {args.person!r} in this memory's 'people' (known: {', '.join(people) or 'none'};"
                            " people exist with scope 'person')", EXIT_NO_SESSION)
         return memory.memory_key(PERSON_PREFIX + args.person), f"person {args.person!r}"
-    if not args.session:
-        raise CLIError(f"{args.command} needs a SESSION or --person (or --all)")
+    if args.session is None:  # "" is a session id too (the reference's default one)
+        raise CLIError(f"{args.command} needs a SESSION or --person" + (" (or --all)" if "all" in args else ""))
     key = _stored_key(memory, args.session)
     person = _person_of(memory, key)
     return key, f"session {args.session!r}" + (f" (person {person!r})" if person else "")
@@ -279,7 +279,7 @@ def _no_such_target(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace, ui: UI) -> int:
-    if args.all and args.session:
+    if args.all and args.session is not None:
         raise CLIError(f"export takes a SESSION or --all, not both (got --all and {args.session!r})")
     with _backend(args, read_only=True) as memory:
         if args.all:
@@ -362,7 +362,7 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
 
 
 def _import_exchanges(args: argparse.Namespace, ui: UI) -> int:
-    if not args.session or args.all:
+    if args.session is None or args.all:
         raise CLIError("import --exchanges needs --session (the session the exchanges belong to), not --all")
     items = _past_exchanges(args.file)
     with _backend(args) as memory:
@@ -385,10 +385,10 @@ def _import_exchanges(args: argparse.Namespace, ui: UI) -> int:
 def cmd_import(args: argparse.Namespace, ui: UI) -> int:
     if getattr(args, "exchanges", False):
         return _import_exchanges(args, ui)
-    if args.all and args.session:
+    if args.all and args.session is not None:
         raise CLIError("--session only applies to a file holding one session, not --all")
     items = _import_items(read_json(args.file, "export file"), args.file, args.all)
-    if args.session and len(items) != 1:
+    if args.session is not None and len(items) != 1:
         raise CLIError("--session only applies to a file holding one session")
     with _backend(args) as memory:
         name = getattr(memory, "plugin_name", "")
