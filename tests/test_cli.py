@@ -751,6 +751,17 @@ def test_ask_reads_memory_and_records_nothing(tmp_path, capsys):
         assert len(memory.get_history("s1")) == 2
 
 
+@pytest.mark.parametrize("command", ["ask", "chat"])
+def test_a_session_the_memory_would_refuse_is_an_input_error_before_anything_runs(tmp_path, capsys, command):
+    persona = write_persona(tmp_path / "p.json", closed_port_url(), "ovos-memory-plugin-recency",
+                            {"db_path": str(tmp_path / "w.db")})
+    extra = ["hi"] if command == "ask" else []
+    assert main([command, "--persona", str(persona), "--session", "person:bob", *extra]) == 2
+    captured = capsys.readouterr()
+    assert "--session: session_id 'person:bob' starts with a prefix reserved" in captured.err
+    assert captured.out == "" and not (tmp_path / "w.db").exists()
+
+
 class _StreamingLLM:
     """An OpenAI-compatible server that streams server-sent events and can stall mid-answer."""
 

@@ -13,8 +13,14 @@ __all__ = ["cmd_ask", "cmd_chat", "cmd_demo"]
 
 
 def _persona_parts(args: argparse.Namespace, ui: UI) -> tuple[Any, Any, MemorySlot]:
+    from .._memory.people import refuse_reserved
+    from ..messages import check_session_id
     from .engine import ChatEndpoint, find_endpoint
 
+    try:  # a session the memory would refuse at the first turn is said before anything runs
+        refuse_reserved(check_session_id(args.session))
+    except ValueError as exc:
+        raise CLIError(f"--session: {exc}") from None
     persona = load_persona(args.persona)
     found = find_endpoint(persona.handlers, persona.data)
     if found is None:
