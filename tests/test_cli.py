@@ -148,6 +148,14 @@ def test_ids_and_texts_holding_terminal_controls_are_printed_escaped(tmp_path, c
             assert out.splitlines() == ["t\\x1b]0;PWNED\\x07x", "two\\nlines"]
 
 
+@pytest.mark.parametrize("command", [["sessions"], ["stats"], ["show", "kitchen"], ["search", "jazz"],
+                                     ["export", "kitchen"]])
+def test_a_command_that_only_looks_logs_no_warning_on_a_sound_keyword_store(lexical, command):
+    result = run_cli(*command, *lexical)
+    assert result.returncode == 0, result.stderr
+    assert "WARNING" not in result.stderr and "ERROR" not in result.stderr, result.stderr
+
+
 def test_sessions_lists_every_session(lexical, capsys):
     assert main(["sessions", *lexical]) == 0
     assert capsys.readouterr().out.split() == ["car", "kitchen"]

@@ -355,7 +355,9 @@ class PostingsMirror:
     def _start_loading(self) -> None:
         if self._closed or self._unusable or (self._loader is not None and self._loader.is_alive()):
             return
-        if self._db.is_memory or self._db.read_only:  # no second connection: RAM, or a command that only looks
+        if self._db.read_only:  # a command that only looks: FTS5 answers its few searches (the
+            return              # RAM copy's word list is a temporary table, which it may not make)
+        if self._db.is_memory:  # no second connection to a database in RAM
             self._load(None)
             return
         self._loader = threading.Thread(target=self._load, args=(self._db.path,), daemon=True,
