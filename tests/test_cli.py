@@ -350,6 +350,7 @@ def test_import_exchanges_keeps_their_dates(lexical, tmp_path, capsys):
     ('[{"question": "q", "ts": "last tuesday"}]', ["history.json", "ISO 8601"]),
     ('[{"answer": 5}]', ["history.json", "answer", "nothing was imported"]),
     ("not json", ["history.json", "JSON lines"]),
+    ('{"question": "q", "answer": "a"}\n\n{oops\n', ["history.json", "line 3:", "column 2"]),
     ('[{"question": "q", "answer": "a", "ts": "0001-01-01T00:00:00"}]', ["history.json", "out of range"]),
 ])
 def test_bad_past_exchanges_are_one_line(lexical, tmp_path, capsys, content, words):

@@ -336,8 +336,7 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise CLIError(f"cannot read exchanges file {path!r}: {exc}") from None
     try:
-        items = json.loads(text) if text.lstrip().startswith("[") else [
-            json.loads(line) for line in text.splitlines() if line.strip()]
+        items = json.loads(text) if text.lstrip().startswith("[") else _json_lines(text)
     except ValueError as exc:
         raise CLIError(f"exchanges file {path!r} is neither a JSON list nor JSON lines: {exc}; nothing was "
                        "imported") from None
@@ -358,6 +357,19 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
                                "nothing was imported") from None
             item = {**item, "ts": seconds}
         out.append(item)
+    return out
+
+
+def _json_lines(text: str) -> list[Any]:
+    """One JSON value per non-blank line; an error names the line of the file (json's own message
+    counts within that line alone: "line 1")."""
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"line {number}: {exc.msg} (column {exc.colno})") from None
     return out
 
 
