@@ -305,10 +305,10 @@ def test_a_malformed_exchange_stores_nothing(tmp_path, bad, error):
 @pytest.mark.parametrize(("ts", "why"), [(-1e12, "before 1970"), (math.nan, "not a finite number"),
                                        (True, "a bool, not a number"), (1.7e12, "in the future")])
 def test_a_bad_time_of_a_past_exchange_is_named_for_what_is_wrong_with_it(tmp_path, ts, why):
-    with CompositeMemory({"members": [
-            {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}}]}) as memory:
-        with pytest.raises(ValueError, match=f"exchange 1: 'ts' must be .* got {ts!r}, {why}$"):
-            memory.import_exchanges("s", [{"question": "q", "ts": ts}])
+    member = {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}}
+    with CompositeMemory({"members": [member]}) as memory, \
+            pytest.raises(ValueError, match=f"exchange 1: 'ts' must be .* got {ts!r}, {why}$"):
+        memory.import_exchanges("s", [{"question": "q", "ts": ts}])
 
 
 # -- cross-lingual recall through the preset (the real E5 model) ------------------------------
