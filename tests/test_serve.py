@@ -373,9 +373,10 @@ def test_a_body_is_read_as_it_comes_and_refused_once_over_the_limit(monkeypatch)
         return {"type": "http.request", "body": b" " * 100, "more_body": True}
 
     request = Request({"type": "http", "method": "POST", "headers": []}, receive)
-    with pytest.raises(ValueError, match="larger than"):
+    with pytest.raises(ValueError, match="larger than") as caught:
         asyncio.run(app._json_body(request))
     assert len(sent) == 11  # stopped at the first chunk past the limit
+    assert next(code for kind, code in app._STATUS if isinstance(caught.value, kind)) == 413
 
     monkeypatch.setattr(app, "MAX_BODY", 1_000_000)
 

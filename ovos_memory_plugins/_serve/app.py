@@ -67,9 +67,13 @@ _SECURITY_HEADERS = {
 }
 #: What a failure is answered with. Any other (a store that failed: StorageError) is a 500 naming
 #: its type only, since its message may quote a path or what the store holds.
+class _TooLarge(ValueError):
+    """A request body over :data:`MAX_BODY` (413)."""
+
+
 # First match wins: a store's own errors (a malformed record is a ValueError too) are never a 400.
 _STATUS = ((StoreUnavailable, 503), (StorageError, 500), (views.NotFound, 404), (views.Unsupported, 400),
-           (NotSupported, 400), (CLIError, 400), (TypeError, 400), (ValueError, 400))
+           (NotSupported, 400), (CLIError, 400), (TypeError, 400), (_TooLarge, 413), (ValueError, 400))
 
 log = logging.getLogger(LOG_NAME)
 
@@ -377,12 +381,12 @@ async def _json_body(request: Request, kinds: tuple[type, ...] = (dict,)) -> Any
     too_large = f"the request body is larger than {MAX_BODY // (1024 * 1024)} MiB"
     size = request.headers.get("content-length")
     if size is not None and size.isdigit() and int(size) > MAX_BODY:
-        raise ValueError(too_large)
+        raise _TooLarge(too_large)
     chunks, received = [], 0
     async for chunk in request.stream():  # read as it comes: a chunked upload has no length to check first
         received += len(chunk)
         if received > MAX_BODY:
-            raise ValueError(too_large)
+            raise _TooLarge(too_large)
         chunks.append(chunk)
     try:
         data = json.loads(b"".join(chunks) or b"{}")
