@@ -156,6 +156,17 @@ def test_a_command_that_only_looks_logs_no_warning_on_a_sound_keyword_store(lexi
     assert "WARNING" not in result.stderr and "ERROR" not in result.stderr, result.stderr
 
 
+def test_a_persona_whose_memory_block_is_misspelt_is_refused_by_the_commands(tmp_path, capsys):
+    persona = tmp_path / "p.json"
+    persona.write_text(json.dumps({"name": "t", "handlers": ["ovos-chat-openai-plugin"],
+                                   "memory_module": "ovos-memory-plugin-recency",
+                                   "ovos-memory-plugin-recncy": {"db_path": str(tmp_path / "w.db")}}))
+    assert main(["sessions", "--persona", str(persona)]) == 2
+    err = capsys.readouterr().err
+    assert "'ovos-memory-plugin-recncy' block configures nothing" in err and "did you mean" in err
+    assert "default stores" in err
+
+
 def test_sessions_lists_every_session(lexical, capsys):
     assert main(["sessions", *lexical]) == 0
     assert capsys.readouterr().out.split() == ["car", "kitchen"]

@@ -42,7 +42,7 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
             notes.append(f"no OpenAI-compatible handler in {list(persona.handlers)}: 'ovos-memory chat' cannot use it")
         elif module and not found[1].get("allow_system_prompts"):
             notes.append(f"'{found[0]}' has allow_system_prompts off: memory injected as system messages is dropped")
-        unused = _unused_memory_blocks(data, module)
+        unused = unused_memory_blocks(data, module)
         notes += [why for why, installed in unused if installed]
         problems += [why for why, installed in unused if not installed] + _misspelt_memory_module(data)
     elif args.module:
@@ -326,7 +326,7 @@ def _store_value(key: str, value: Any) -> Any:
     return value
 
 
-def _unused_memory_blocks(data: Mapping[str, Any], module: str | None) -> list[tuple[str, bool]]:
+def unused_memory_blocks(data: Mapping[str, Any], module: str | None) -> list[tuple[str, bool]]:
     """``(why, installed)`` for each block named like a memory plugin that configures nothing. One
     for a plugin that is installed is a note (a block kept for another memory); one for no
     installed plugin is a misspelt block name, leaving the memory on its defaults without a word."""

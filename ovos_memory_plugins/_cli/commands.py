@@ -63,6 +63,14 @@ def _backend_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         persona = load_persona(args.persona)
         if persona.memory_module is None:
             raise CLIError(f"persona {persona.name!r} has no memory ('memory_module' is null)")
+        if persona.memory_module not in persona.data:  # a misspelt block: the defaults' stores, not its own
+            from .check import unused_memory_blocks
+
+            misspelt = [why for why, installed in unused_memory_blocks(persona.data, persona.memory_module)
+                        if not installed]
+            if misspelt:
+                raise CLIError(f"persona {persona.name!r}: {misspelt[0]}; the command would act on the memory's "
+                               "default stores instead of the persona's")
         return persona.memory_module, dict(persona.memory_config)
     if args.module:
         config = _config_arg(args.config)
