@@ -362,6 +362,8 @@ def test_import_exchanges_keeps_their_dates(lexical, tmp_path, capsys):
     ('[{"answer": 5}]', ["history.json", "answer", "nothing was imported"]),
     ("not json", ["history.json", "JSON lines"]),
     ('{"question": "q", "answer": "a"}\n\n{oops\n', ["history.json", "line 3:", "column 2"]),
+    ('{\n  "plugin": "ovos-memory-plugin-recency",\n  "session_id": "s",\n  "window": []\n}',
+     ["history.json", "is an export", "without --exchanges"]),
     ('[{"question": "q", "answer": "a", "ts": "0001-01-01T00:00:00"}]', ["history.json", "out of range"]),
 ])
 def test_bad_past_exchanges_are_one_line(lexical, tmp_path, capsys, content, words):

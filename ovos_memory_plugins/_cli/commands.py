@@ -343,6 +343,7 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
         raise CLIError(f"exchanges file {path!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CLIError(f"cannot read exchanges file {path!r}: {exc}") from None
+    _refuse_export(text, path)
     try:
         items = json.loads(text) if text.lstrip().startswith("[") else _json_lines(text)
     except ValueError as exc:
@@ -366,6 +367,19 @@ def _past_exchanges(path: str) -> list[dict[str, Any]]:
             item = {**item, "ts": seconds}
         out.append(item)
     return out
+
+
+def _refuse_export(text: str, path: str) -> None:
+    """An export given as past exchanges (one JSON object with a session's parts) is named as such."""
+    if not text.lstrip().startswith("{"):
+        return
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return  # JSON lines, or not JSON: said by the reading that follows
+    if isinstance(data, Mapping) and ({"plugin", "session_id", "sessions"} & set(data)):
+        raise CLIError(f"exchanges file {path!r} is an export (what 'ovos-memory export' writes): import it "
+                       "without --exchanges; nothing was imported")
 
 
 def _json_lines(text: str) -> list[Any]:
