@@ -124,6 +124,16 @@ def test_no_memory_named_is_a_usage_error(capsys):
 
 
 # -- management ------------------------------------------------------------------------------------
+def remembered(tmp_path, module, *said):
+    """``(session, question)`` pairs stored (answered "ok") in ``module`` on a file of ``tmp_path``;
+    the ``--module/--config`` arguments for it."""
+    config = {"db_path": str(tmp_path / "m.db")}
+    with open_memory(module, config) as memory:
+        for session_id, question in said:
+            exchange(memory, session_id, question, "ok")
+    return ["--module", module, "--config", json.dumps(config)]
+
+
 @pytest.fixture
 def lexical(tmp_path):
     config = {"db_path": str(tmp_path / "lex.db"), "scope": "global"}
@@ -135,11 +145,8 @@ def lexical(tmp_path):
 
 
 def test_ids_and_texts_holding_terminal_controls_are_printed_escaped(tmp_path, capsys):
-    config = {"db_path": str(tmp_path / "lex.db"), "scope": "global"}
-    with open_memory("ovos-memory-plugin-lexical", config) as memory:
-        exchange(memory, "t\x1b]0;PWNED\x07x", "the code is \x1b[2Jbyte", "ok")
-        exchange(memory, "two\nlines", "plain byte words", "ok")
-    args = ["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)]
+    args = remembered(tmp_path, "ovos-memory-plugin-lexical", ("t\x1b]0;PWNED\x07x", "the code is \x1b[2Jbyte"),
+                      ("two\nlines", "plain byte words"))
     for command in (["sessions"], ["stats"], ["search", "byte"], ["show", "t\x1b]0;PWNED\x07x"]):
         assert main([*command, *args]) == 0
         out = capsys.readouterr().out
@@ -203,10 +210,7 @@ def test_forget_reports_what_it_deleted_and_the_session_is_gone(lexical, capsys)
 
 
 def test_the_session_named_empty_can_be_exported_searched_and_forgotten(tmp_path, capsys):
-    config = {"db_path": str(tmp_path / "lex.db")}
-    with open_memory("ovos-memory-plugin-lexical", config) as memory:
-        exchange(memory, "", "my dog is called Biscuit", "Lovely name!")
-    args = ["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)]
+    args = remembered(tmp_path, "ovos-memory-plugin-lexical", ("", "my dog is called Biscuit"))
     assert main(["export", "", *args]) == 0
     assert json.loads(capsys.readouterr().out)["session_id"] == ""
     assert main(["search", "Biscuit", "--session", "", *args]) == 0
@@ -1020,10 +1024,7 @@ def test_persona_errors_are_value_errors_naming_the_file(tmp_path):
 
 
 def test_remembered_text_that_looks_like_markup_is_shown_as_is(tmp_path, capsys):
-    config = {"db_path": str(tmp_path / "w.db")}
-    with open_memory("ovos-memory-plugin-recency", config) as memory:
-        exchange(memory, "s[1]", "print [bold]x[/] and [/red]", "ok")
-    args = ["--module", "ovos-memory-plugin-recency", "--config", json.dumps(config)]
+    args = remembered(tmp_path, "ovos-memory-plugin-recency", ("s[1]", "print [bold]x[/] and [/red]"))
     assert main(["show", "s[1]", *args]) == 0
     assert "print [bold]x[/] and [/red]" in capsys.readouterr().out
     assert main(["stats", *args]) == 0
