@@ -329,7 +329,10 @@ def extract_facts(user_text: str) -> list[Fact]:
     """Facts from the user's clear first-person statements (no model); questions are skipped."""
     facts: dict[str, Fact] = {}
     # A spoken turn is short; a pasted document is not a list of statements about the user.
-    for sentence in _sentences(normalise((user_text or "")[:MAX_RULE_CHARS])):
+    # A line break ends a statement ("I live in Lisbon\nRemind me at 5"): split before normalise
+    # joins the lines (splitlines knows \r, \x85 and U+2028 too).
+    lines = (user_text or "")[:MAX_RULE_CHARS].splitlines()
+    for sentence in [s for line in lines for s in _sentences(normalise(line))]:
         sentence = sentence.strip()
         if not sentence or sentence.endswith("?") or re.match(r"(?i)(if|when|what if|suppose|se|si|wenn)\b",
                                                                sentence):
