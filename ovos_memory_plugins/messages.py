@@ -160,11 +160,13 @@ def coerce_messages(new_messages: Any) -> list[AgentMessage]:
         msg = from_dict(item) if isinstance(item, dict) else item
         if not hasattr(msg, "role") or not hasattr(msg, "content"):
             raise TypeError(f"new_messages[{i}] is a {type(item).__name__}, not an AgentMessage")
-        if not isinstance(msg.content, str):
+        calls = item.get("tool_calls") if isinstance(item, dict) else getattr(msg, "tool_calls", None)
+        text = _content_text(msg.content, calls=bool(calls))
+        if text is None:
             raise TypeError(f"new_messages[{i}].content must be a str, not {type(msg.content).__name__}")
         role_of(msg)
         msg = copy_message(msg)
-        msg.content = clean_text(msg.content)
+        msg.content = clean_text(text)
         if getattr(msg, "tool_calls", None) is not None:
             msg.tool_calls = tool_calls_of(msg.tool_calls)
         for key in ("tool_call_id", "name"):
@@ -173,6 +175,20 @@ def coerce_messages(new_messages: Any) -> list[AgentMessage]:
                 setattr(msg, key, str(value))
         out.append(msg)
     return out
+
+
+def _content_text(content: Any, calls: bool = False) -> str | None:
+    """A message's content as text: a str as it is; ``None`` beside tool ``calls`` as "" (the
+    OpenAI wire shape of a turn that only calls tools); a list of parts (its multimodal shape) as
+    its text parts, one per line. None for anything else."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return "" if calls else None
+    if isinstance(content, (list, tuple)) and all(isinstance(p, (str, Mapping)) for p in content):
+        texts = [p if isinstance(p, str) else p.get("text") for p in content]
+        return "\n".join(t for t in texts if isinstance(t, str) and t.strip())
+    return None
 
 
 def tool_calls_of(value: Any) -> list[Any] | None:
@@ -240,8 +256,9 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
     two USER turns in a row confuse chat models). With ``drop_leading_answers``, leading ASSISTANT
     messages are dropped too: an answer whose question was trimmed away (as ovos-persona does); a leading
     SYSTEM or DEVELOPER note stays, as in ovos-persona.
-    TOOL results left at the start by trimming are always dropped: without their tool call
-    they are invalid for every chat API.
+    TOOL results are sent only after the ASSISTANT message that made their calls: left at the
+    start by trimming, or stored by an OPM whose messages cannot hold the calls, they are invalid
+    for every chat API. An ASSISTANT message with neither text nor tool calls says nothing and goes too.
     """
     end = len(history)
     while end and is_role(history[end - 1], "user"):
@@ -251,7 +268,17 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
         is_role(history[start], "tool") or (drop_leading_answers and is_role(history[start], "assistant"))
     ):
         start += 1
-    return list(history[start:end])
+    out, calls_open = [], False
+    for msg in history[start:end]:
+        if is_role(msg, "tool"):
+            if calls_open:
+                out.append(msg)
+            continue
+        calls = bool(getattr(msg, "tool_calls", None))
+        calls_open = calls and is_role(msg, "assistant")
+        if msg.content or calls or not is_role(msg, "assistant"):
+            out.append(msg)
+    return out
 
 
 def user_message(utterance: str) -> AgentMessage:

@@ -83,6 +83,29 @@ def test_dicts_are_accepted_and_text_is_made_storable():
     assert len(out[1].content) == MAX_MESSAGE_CHARS
 
 
+def test_the_openai_shapes_of_a_tool_call_turn_and_of_content_parts_are_stored_as_text():
+    out = coerce_messages([
+        {"role": "user", "content": [{"type": "text", "text": "what is in"}, {"type": "image_url", "image_url": {}},
+                                     "this picture?"]},
+        {"role": "assistant", "content": None, "tool_calls": [WIRE_CALL]},
+    ])
+    assert out[0].content == "what is in\nthis picture?" and out[1].content == ""
+    with pytest.raises(TypeError, match=r"new_messages\[0\].content must be a str, not NoneType"):
+        coerce_messages([{"role": "user", "content": None}])  # no calls beside it: a mistake
+    with pytest.raises(TypeError, match="not dict"):
+        coerce_messages([{"role": "user", "content": {"text": "x"}}])
+
+
+def test_a_tool_result_goes_into_the_context_only_after_the_call_that_asked_for_it():
+    said = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": None, "tool_calls": [WIRE_CALL]},
+            {"role": "tool", "content": "sunny", "tool_call_id": WIRE_CALL["id"]},
+            {"role": "assistant", "content": "It's sunny"}]
+    window = [m.content for m in context_window(coerce_messages(said))]
+    # Where the message type holds tool calls, the call and its result stay together; where it
+    # cannot (the stable OPM), neither an empty answer nor an orphaned result reaches a prompt.
+    assert window == (["weather?", "", "sunny", "It's sunny"] if HAS_TOOLS else ["weather?", "It's sunny"])
+
+
 def test_a_message_over_the_limit_keeps_its_start_and_its_end_and_says_what_was_cut(caplog):
     from ovos_utils.log import LOG
 
