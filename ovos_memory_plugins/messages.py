@@ -268,8 +268,13 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
         is_role(history[start], "tool") or (drop_leading_answers and is_role(history[start], "assistant"))
     ):
         start += 1
+    window = history[start:end]
+    # The common window (no tool result, every message saying something) as it is: this runs on
+    # every turn. MessageRole is a str enum, so == "tool" reads either spelling of the role.
+    if all(m.content and m.role != "tool" for m in window):
+        return list(window)
     out, calls_open = [], False
-    for msg in history[start:end]:
+    for msg in window:
         if is_role(msg, "tool"):
             if calls_open:
                 out.append(msg)
