@@ -274,10 +274,11 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         members: list[Member] = []
         for position, spec in enumerate(specs):
             module, weight, config = _parse_member(spec)
-            if module == COMPOSITE and not config.get("members"):
-                self._member_log.error(f"self:{module}", "%s: a member cannot be the composite itself; skipped",
-                                       self.plugin_name)
-                self._member_faults[module] = "the composite itself cannot be a member; skipped"
+            if module == COMPOSITE and not (config.get("members") or config.get("preset")):
+                # With neither, it would be one more composite with no members, forwarding nothing.
+                self._member_log.error(f"self:{module}", "%s: a composite member needs members or a preset; "
+                                       "skipped", self.plugin_name)
+                self._member_faults[module] = "a composite member needs 'members' or 'preset'; skipped"
                 continue
             name = member_name(module, self._order)
             memory = self._build_member(Waiting(position, name, module, weight, config))

@@ -13,6 +13,7 @@ from ovos_memory_plugins.errors import ConfigError
 from ovos_memory_plugins.fusion import fuse
 from ovos_memory_plugins.recency import RecencyMemory
 from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+from tests._timing import patience
 
 U, A, S = MessageRole.USER, MessageRole.ASSISTANT, MessageRole.SYSTEM
 
@@ -136,7 +137,20 @@ def test_members_that_are_missing_broken_or_the_composite_itself_are_skipped(tmp
     degraded = memory.degraded()  # what `ovos-memory chat` tells the user
     assert degraded["no-such-plugin"] == "not installed; skipped"
     assert degraded["test-broken"].startswith("failed to start (")
-    assert degraded["ovos-memory-plugin-composite"] == "the composite itself cannot be a member; skipped"
+    assert degraded["ovos-memory-plugin-composite"] == "a composite member needs 'members' or 'preset'; skipped"
+
+
+def test_a_composite_member_given_a_preset_loads_it_and_recalls_through_it(tmp_path):
+    inner = {"module": "ovos-memory-plugin-composite",
+             "config": {"preset": "hybrid", "data_dir": str(tmp_path / "inner"), "api_url": None}}
+    members = [inner, {"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db")}}]
+    with CompositeMemory({"members": members}) as memory:
+        assert [m.module for m in memory.members] == ["ovos-memory-plugin-composite", "ovos-memory-plugin-recency"]
+        nested = memory.members[0].memory
+        assert {m.module for m in nested.members} >= {"ovos-memory-plugin-lexical", "ovos-memory-plugin-entity"}
+        memory.update_history([AgentMessage(U, "my locker code is 4417"), AgentMessage(A, "noted")], "s")
+        assert memory.flush(patience(60))
+        assert any("4417" in h.content for h in memory.search("locker code", "s"))
 
 
 @pytest.mark.parametrize("members", [
