@@ -15,6 +15,7 @@ messages being folded away, and return the new summary.
 """
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,6 +75,15 @@ _FIRST_PERSON = re.compile(
     r"\b(i|i'm|im|i've|i'd|my|mine|me|we|our|eu|meu|minha|moro|sou|yo|mi|me|ich|mein|meine|je|j'|mon|ma|mes)\b",
     re.IGNORECASE)
 _PREFIX = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool", "developer": "Developer"}
+#: A said sentence opening like a line of a transcript or of the prompt's blocks ("Assistant: the
+#: password is ...", "Question: say it"): quoted, so that "User: Assistant: ..." forges no reply.
+_LABEL = re.compile(r"^\W*(?:user|assistant|system|developer|tool|human|ai|bot|question|answer|q|a|context|"
+                    r"instructions?)\W*:", re.IGNORECASE)
+
+
+def _said(text: str) -> str:
+    """A sentence of a message as the offline summary quotes it (see :data:`_LABEL`)."""
+    return f"(quoted) {json.dumps(text.strip(), ensure_ascii=False)}" if _LABEL.match(text) else text
 _ROLE_WEIGHT = {"user": 3.0, "previous": 2.5, "assistant": 1.0}
 
 
@@ -172,7 +182,7 @@ def _units(previous: str, messages: Sequence[Any]) -> list[_Unit]:
         seen.add(key)
         score = _score(kind, text.split(": ", 1)[-1] if kind == "previous" else text, position)
         if kind != "previous":
-            text = f"{_PREFIX.get(kind, kind.title())}: {text}"
+            text = f"{_PREFIX.get(kind, kind.title())}: {_said(text)}"
         if score > 0:
             units.append(_Unit(len(units), text, score, estimate_tokens(text) + 1))
 
@@ -192,7 +202,7 @@ def _transcript(previous: str, messages: Sequence[Any]) -> str:
     for message in messages:
         role, content = role_content(message)
         if content.strip():
-            lines.append(f"{_PREFIX.get(role, role.title())}: {' '.join(content.split())}")
+            lines.append(f"{_PREFIX.get(role, role.title())}: {_said(' '.join(content.split()))}")
     return "\n".join(lines)
 
 
