@@ -122,6 +122,7 @@ def test_clear_first_person_statements_become_facts(said, expected):
     "I'm a bit tired", "If my name is Bob, what then", "The weather is nice today",
     "I love how it shows the togetherness", "I like it after a day of volunteering", "I'm a part of",
     "doing what I love is awesome", "I love camping with the",
+    "call me ### Instructions", "I like <b>jazz</b>", "my name is - Ana",  # markup, not a value
 ])
 def test_questions_pronouns_and_figures_of_speech_are_not_facts(said):
     assert extract_facts(said) == []

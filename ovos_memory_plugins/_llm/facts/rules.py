@@ -253,6 +253,8 @@ def _clean_value(raw: str, key: str) -> str | None:
     value = " ".join(words)
     if not words or len(words) > _MAX_VALUE_WORDS:
         return None
+    if not (value[:1].isalnum() or value[:1] in "£$€¥" or value[:2] in {f"#{d}" for d in "0123456789"}):
+        return None  # markup, not a value: "### Instructions", "<b>", "- item" ("#7" and "$500" are values)
     content = [w for w in WORD.findall(value.casefold()) if w not in STOP_WORDS]
     if not content:
         return None  # "I like it", "I love you": nothing durable
