@@ -554,7 +554,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             raise TypeError(f"query must be a str, not {type(query).__name__}")
         if session_id is not None:
             check_session_id(session_id)
-        return self._fused(clean_text(query), session_id, (), top_k)
+        return self._fused(clean_text(query), session_id, (), top_k, credit=True)
 
     def recall(self, query: str, session_id: str, window: Sequence[AgentMessage] = ()) -> list[MemoryHit]:
         """The fused hits for a turn, minus what is already verbatim in the window."""
@@ -579,7 +579,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         return next((i for i in ids if i), None)
 
     def _fused(self, query: str, session_id: str | None, window: Sequence[AgentMessage],
-               top_k: int | None = None) -> list[MemoryHit]:
+               top_k: int | None = None, credit: bool = False) -> list[MemoryHit]:
+        """The fused hits; with ``credit``, each naming every member that recalled it (for those
+        who read the hits, ``search``: a turn's context never shows it)."""
         k = self.k if top_k is None else int(top_k)
         if k <= 0 or not query.strip():
             return []
@@ -589,7 +591,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         else:
             lists = [(member.name, member.weight, hits) for member, hits in found]
             fused = fuse(self.settings.fusion, lists, rrf_k=self.settings.rrf_k, dedup=self.settings.dedup)
-        return _found_by(self._above_min_score(fused)[:k], found)
+        top = self._above_min_score(fused)[:k]
+        return _found_by(top, found) if credit else top
 
     def _gather(self, query: str, session_id: str | None, window: Sequence[AgentMessage],
                 fetch_k: int) -> list[tuple[Member, list[MemoryHit]]]:
@@ -893,6 +896,7 @@ def _found_by(hits: list[MemoryHit], found: Sequence[tuple[Member, list[MemoryHi
     keys = [(member.module, {hit_key(h) for h in member_hits}) for member, member_hits in found]
     return [dataclasses.replace(h, metadata={**h.metadata, "retrievers": list(dict.fromkeys(
         n for n, ks in keys if hit_key(h) in ks))}) for h in hits]
+
 
 def _timestamp(hit: MemoryHit) -> float | None:
     ts = hit.metadata.get("ts")

@@ -189,6 +189,7 @@ def _recalled_by(hit: Any) -> list[str]:
     names = hit.metadata.get("retrievers") or [hit.metadata.get("retriever", "")]
     return [str(n).replace("ovos-memory-plugin-", "") for n in names]
 
+
 def _summary(console: Any, results: list[dict[str, Any]], learned: float, total: float,
              members: list[str]) -> dict[str, Any]:
     from rich.table import Table

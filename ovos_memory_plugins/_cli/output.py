@@ -30,8 +30,9 @@ class CLIError(Exception):
 # -- output ----------------------------------------------------------------------------------
 #: What a terminal reads as a command, not text: C0 and C1 controls (ESC starts colour, title and
 #: screen-clearing sequences) and the marks that reorder text on screen (bidirectional overrides).
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_LINE_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL_CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_CONTROLS = re.compile(f"[{_CONTROL_CHARS}]")
+_LINE_BREAKS = re.compile(f"[\t\n{_CONTROL_CHARS}]")  # and the tab and newline a text may hold
 
 
 def printable(text: str, lines: bool = True) -> str:

@@ -72,6 +72,8 @@ def current_update() -> tuple[str, bool] | None:
     writes with the id, and on a retry first looks whether it is already there."""
     call = _CALL.get()
     return None if call is None else (f"{_PROCESS}{call[0].update:x}", call[1])
+
+
 _STRIPES = 32  # locks shared by sessions (by hash): one per session would grow without bound
 
 

@@ -237,26 +237,31 @@ def check_store_path(path: str) -> str:
     if not stat.S_ISREG(mode):
         raise ConfigError(f"store path {path!r} is a {_kind(mode)}, not a regular file; name a file (or leave "
                           "db_path out for the default, or use ':memory:' to keep nothing on disk)")
-    for name in (real, *(real + c for c in _COMPANIONS)):
-        _refuse_planted(path, name)
+    _refuse_planted(path, real)
     return real
 
 
-def _refuse_planted(path: str, name: str) -> None:
-    """Refuse a file another user owns in a folder every user may write (``/tmp``): anyone can
-    make one there before the store starts, and would then read every conversation written to
-    it. A file of another user elsewhere (root running on a user's own folder) is theirs to share."""
+def _refuse_planted(path: str, real: str) -> None:
+    """Refuse a store file (or a companion) another user owns in a folder every user may write
+    (``/tmp``): anyone can make one there before the store starts, and would then read every
+    conversation written to it. A file of another user elsewhere (root running on a user's own
+    folder) is theirs to share."""
     from ..errors import ConfigError
 
     try:
-        owner = os.stat(name).st_uid
-        folder = os.stat(os.path.dirname(name) or ".").st_mode
+        if not os.stat(os.path.dirname(real) or ".").st_mode & stat.S_IWOTH:
+            return
     except OSError:
         return
-    if owner != os.geteuid() and folder & stat.S_IWOTH:
-        raise ConfigError(f"store path {path!r}: {name!r} belongs to another user (uid {owner}) in a folder every "
-                          "user may write: they could read what is stored there; remove it, or name a db_path "
-                          "in a private folder")
+    for name in (real, *(real + c for c in _COMPANIONS)):
+        try:
+            owner = os.stat(name).st_uid
+        except OSError:
+            continue
+        if owner != os.geteuid():
+            raise ConfigError(f"store path {path!r}: {name!r} belongs to another user (uid {owner}) in a folder "
+                              "every user may write: they could read what is stored there; remove it, or name a "
+                              "db_path in a private folder")
 
 
 #: The files SQLite keeps beside a database (the JSON stores check their lock file themselves).

@@ -65,12 +65,12 @@ _SECURITY_HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",  # what a memory holds is never kept in a browser's or a proxy's cache
 }
-#: What a failure is answered with. Any other (a store that failed: StorageError) is a 500 naming
-#: its type only, since its message may quote a path or what the store holds.
 class _TooLarge(ValueError):
     """A request body over :data:`MAX_BODY` (413)."""
 
 
+#: What a failure is answered with. Any other (a store that failed: StorageError) is a 500 naming
+#: its type only, since its message may quote a path or what the store holds.
 # First match wins: a store's own errors (a malformed record is a ValueError too) are never a 400.
 _STATUS = ((StoreUnavailable, 503), (StorageError, 500), (views.NotFound, 404), (views.Unsupported, 400),
            (NotSupported, 400), (CLIError, 400), (TypeError, 400), (_TooLarge, 413), (ValueError, 400))

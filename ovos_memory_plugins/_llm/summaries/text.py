@@ -74,6 +74,7 @@ _WORDS = re.compile(r"[^\W_]+", re.UNICODE)
 _FIRST_PERSON = re.compile(
     r"\b(i|i'm|im|i've|i'd|my|mine|me|we|our|eu|meu|minha|moro|sou|yo|mi|me|ich|mein|meine|je|j'|mon|ma|mes)\b",
     re.IGNORECASE)
+_ROLE_WEIGHT = {"user": 3.0, "previous": 2.5, "assistant": 1.0}
 _PREFIX = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool", "developer": "Developer"}
 #: A said sentence opening like a line of a transcript or of the prompt's blocks ("Assistant: the
 #: password is ...", "Question: say it"): quoted, so that "User: Assistant: ..." forges no reply.
@@ -84,7 +85,6 @@ _LABEL = re.compile(r"^\W*(?:user|assistant|system|developer|tool|human|ai|bot|q
 def _said(text: str) -> str:
     """A sentence of a message as the offline summary quotes it (see :data:`_LABEL`)."""
     return f"(quoted) {json.dumps(text.strip(), ensure_ascii=False)}" if _LABEL.match(text) else text
-_ROLE_WEIGHT = {"user": 3.0, "previous": 2.5, "assistant": 1.0}
 
 
 def role_content(message: Any) -> tuple[str, str]:
