@@ -233,7 +233,10 @@ class PostingsMirror:
             self._lock.release()
 
     def _ready(self, words: Sequence[str], on_turn: bool = False) -> tuple[Postings, list[str]] | None:
-        """The postings, in step, and the query's terms; None when FTS5 must answer."""
+        """The postings, in step, and the query's terms; None when FTS5 must answer (always after
+        close(): the tokenizer is released, and the store answers reads from its file)."""
+        if self._closed:
+            return None
         snap = self._snapshot
         if snap is None or self._unusable:
             self._start_loading()

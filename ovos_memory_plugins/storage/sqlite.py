@@ -318,7 +318,10 @@ class Database:
     def read(self) -> Iterator[sqlite3.Connection]:
         """A consistent read of several statements (a deferred transaction)."""
         with self._lock:
-            self._check_open()
+            if self._closed:
+                with self._after_close() as con:
+                    yield con
+                return
             if self._depth:
                 yield self._con
                 return
@@ -343,7 +346,9 @@ class Database:
         bytes damaged (:class:`StoreDamaged`) counts as SQLite's own damage error: the file is set
         aside, and the read runs again on the new one."""
         with self._lock:
-            self._check_open()
+            if self._closed:
+                with self._after_close() as con, map_sqlite_errors(f"read from {self.path}"):
+                    return parse(con.execute(sql, params).fetchall())
             try:
                 return self._parsed(sql, params, parse)
             except StoreReplaced:
@@ -508,6 +513,28 @@ class Database:
     def _check_open(self) -> None:
         if self._closed:
             raise StorageError(f"{self.path} is closed")
+
+    @contextlib.contextmanager
+    def _after_close(self) -> Iterator[sqlite3.Connection]:
+        """A read after :meth:`close`: the file still holds everything (the reference's memories
+        answered from RAM after close, and a caller may read what it stored). Through this
+        process's open handle on the file if there is one (a descriptor of our own, closed, would
+        drop that handle's locks: see :func:`open_here`), else a read-only connection for this
+        read alone. Writes stay refused; a private in-RAM database is gone."""
+        if self.is_memory:
+            self._check_open()
+        other = next((db for db in _shared.values() if db.path == self.path and not db._closed), None)
+        if other is not None:
+            with other.read() as con:
+                yield con
+            return
+        con = connect_read_only(self.path, BUSY_TIMEOUT_S)
+        con.text_factory = _text
+        try:
+            con.execute("BEGIN")
+            yield con
+        finally:
+            con.close()
 
 
 def _statements(script: str) -> list[str]:

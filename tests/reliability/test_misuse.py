@@ -466,3 +466,23 @@ def test_an_update_after_close_is_an_error_naming_the_memory_and_stores_nothing(
     assert marker("closed", 1) not in found, "an update refused after close() was stored anyway"
     record("misuse", ("update_history after close()", name), tried=1, **{
         "clear error or harmless": True, "files changed": 0, "stored data lost": 0})
+
+
+@pytest.mark.parametrize(("name", "entry_point", "variant"), CLOSED_CASES, ids=[c[0] for c in CLOSED_CASES])
+def test_reads_after_close_answer_from_the_store_and_change_no_file(name, entry_point, variant, tmp_path):
+    # The reference's memories answered reads from RAM after close(); a caller reading what it
+    # stored (a test, a tool closing the persona first) must not get an empty history instead.
+    folder = tmp_path / "store"
+    config = namespaced(entry_point, {**spec_for(entry_point).keep_all, **variant}, "closed")
+    memory = make_memory(entry_point, folder, config)
+    memory.update_history(exchange("open", 1), "s")
+    memory.flush(patience(30))
+    question = f"what do I like, {marker('open', 1)}?"
+    before = (memory.get_history("s"), memory.build_conversation_context(question, "s"))
+    memory.close()
+    files = _tree(folder)
+    after = (memory.get_history("s"), memory.build_conversation_context(question, "s"))
+    assert after == before, f"{name} answers otherwise after close(): {after} instead of {before}"
+    assert _tree(folder) == files, "a read after close() changed the store's files"
+    record("misuse", ("reads after close()", name), tried=1, **{
+        "clear error or harmless": True, "files changed": 0, "stored data lost": 0})

@@ -539,6 +539,10 @@ class PgDatabase:
     @contextlib.contextmanager
     def read(self) -> Iterator[PgConnection]:
         """Several reads from one snapshot."""
+        if self._closed:
+            with self._after_close() as con:
+                yield con
+            return
         session = self._session()
         if session.depth:
             assert session.wrapper is not None
@@ -565,6 +569,10 @@ class PgDatabase:
         new one: a server restarted overnight costs the next turn nothing.
         """
         psycopg = psycopg_module()
+        if self._closed:
+            with self._after_close() as con:
+                cur = con.execute(sql, params)
+                return cur.fetchall() if cur.description else []
         session = self._session()
         for attempt in (1, 2):
             raw = session.raw if session.depth else self._connection(session)
@@ -583,6 +591,18 @@ class PgDatabase:
             except psycopg.Error as exc:
                 raise _failure(exc, f"read from {self.path}") from exc
         raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def _after_close(self) -> Iterator[PgConnection]:
+        """A read after :meth:`close` (as the SQLite store answers one): a read-only snapshot on a
+        connection of its own, closed after the read. Writes stay refused."""
+        raw = self._connect()
+        try:
+            with _mapped(f"read from {self.path}"), raw.transaction():
+                raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield PgConnection(raw)
+        finally:
+            _close_quietly(raw)
 
     def connection_in_transaction(self) -> PgConnection:
         """The connection, for a statement that must join the caller's open ``atomic()`` block."""
