@@ -195,7 +195,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
     Config: ClassVar[type] = CompositeConfig
     plugin_name: ClassVar[str] = COMPOSITE
     own_attributes: ClassVar[frozenset[str]] = frozenset({"members", "primary"})
-    live_settings: ClassVar[frozenset[str]] = RecallingMemory.live_settings | {
+    # Not its scope: the members were built with it (and with its people), and store and recall by
+    # their own; a composite saying "session" while its members still shared everything leaked.
+    live_settings: ClassVar[frozenset[str]] = (RecallingMemory.live_settings - {"scope"}) | {
         "fusion", "fusion_weights", "rrf_k", "top_k", "member_fetch_k", "dedup"}
     # The reference's retrieval base, which its composite is, sends the system prompt as configured.
     strips_system_prompt: ClassVar[bool] = False
@@ -924,7 +926,8 @@ def _refuse_own_mapping(i: int, spec: Mapping[str, Any], people: Any) -> None:
     ``scope: global``, a member that recalls from every session)."""
     config, where = spec.get("config") or {}, f"'members[{i}]' ({spec['module']})"
     scope = config.get("scope", "person")
-    if scope == "session":
+    # As the member reads it: null is its default (session), "Session " is session.
+    if scope is None or (isinstance(scope, str) and scope.strip().lower() == "session"):
         raise ConfigError(f"{where} has scope {scope!r}, but a composite in scope 'person' hands every member the "
                           "person's memory; give that member a persona of its own, or drop its 'scope'")
     if "people" in config and parse_people(config["people"]) != parse_people(people):

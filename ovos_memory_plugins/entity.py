@@ -342,8 +342,11 @@ class EntityMemory(LLMMemory):
         with self._lock:
             self._last_user.pop(session_id, None)
             self._last_question.pop(session_id, None)
+        stated = _texts_of(self._load(GLOBAL_KEY), session_id)
         if self.settings.scope == "global":
-            return self._forget_stated(session_id)
+            counts = self._forget_stated(session_id)
+            self._unname_gone(stated)
+            return counts
         record = self._load(session_id)
         self._delete(session_id)
         counts = {"facts": len(record.get("facts") or []), "pending": len(record.get("pending") or []),
@@ -351,7 +354,23 @@ class EntityMemory(LLMMemory):
         if session_id in self._global_sids():  # what it stated while the scope was global
             for name, value in self._forget_stated(session_id).items():
                 counts[name] = counts.get(name, 0) + value
+        self._unname_gone(stated | _texts_of(record))
         return counts
+
+    def _unname_gone(self, texts: set[str]) -> None:
+        """No record names a forgotten fact any more as what replaced an older one, once no record
+        holds that text. Another session's record may: a fact stated while the scope was global
+        replaced one another session stated, and that session's record (moved to a person's, or
+        its own after the scope changed) kept the name."""
+        records = {key: self._load(key) for key in dict.fromkeys([GLOBAL_KEY, *self._store.sessions()])}
+        gone = texts - {t for record in records.values() for t in _texts_of(record)}
+        changed = False
+        for key, record in records.items():
+            if any(h.get("superseded_by") in gone for h in _history(record)):
+                self._store.update(key, functools.partial(_unnamed, gone=gone))
+                changed = True
+        if changed:
+            self._store.compact()  # the records were rewritten: their old bytes must not stay
 
     def _forget_stated(self, session_id: str) -> dict[str, int]:
         """Drop what ``session_id`` stated from the shared record of ``scope: global``."""
@@ -441,6 +460,7 @@ class EntityMemory(LLMMemory):
             self._store.update(place, drop)
         if removed:
             self._store.compact()
+            self._unname_gone({text})
         return removed
 
     def forget_exchange(self, session_id: str, content: str) -> dict[str, int]:
@@ -469,6 +489,23 @@ class EntityMemory(LLMMemory):
                 self._store.update(place, drop)
         self._store.compact()
         return {"pending": dropped}
+
+
+def _history(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [h for h in record.get("history") or [] if isinstance(h, Mapping)]
+
+
+def _texts_of(record: Mapping[str, Any], sid: str | None = None) -> set[str]:
+    """The fact texts a record holds, active and superseded (with ``sid``: those it stated)."""
+    meta = record.get("meta") or {}
+    active = {str(f) for f in record.get("facts") or [] if sid is None or (meta.get(f) or {}).get("sid") == sid}
+    return active | {str(h.get("text")) for h in _history(record) if sid is None or h.get("sid") == sid}
+
+
+def _unnamed(record: dict[str, Any], gone: set[str]) -> dict[str, Any]:
+    record["history"] = [{k: v for k, v in h.items() if not (k == "superseded_by" and v in gone)}
+                         for h in _history(record)]
+    return record
 
 
 def _pending_holds(item: Mapping[str, Any], content: str) -> bool:

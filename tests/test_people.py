@@ -292,8 +292,9 @@ def test_a_member_that_keeps_its_own_per_person_in_a_household_composite_keeps_i
         assert "diary" in context_text(memory, "kitchen", "what is in the diary entry about cooking?")
 
 
-@pytest.mark.parametrize("own", [{"scope": "session"}, {"people": {"alice": ["alice-*"]}}],
-                         ids=["scope-session", "people"])
+@pytest.mark.parametrize("own", [{"scope": "session"}, {"scope": " Session"}, {"scope": None},
+                                 {"people": {"alice": ["alice-*"]}}],
+                         ids=["scope-session", "scope-spelt-otherwise", "scope-null", "people"])
 def test_a_members_own_scope_or_people_in_a_person_composite_is_refused_naming_it(tmp_path, own):
     # The composite hands every member the person's key: that member's own mapping would be ignored.
     members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / "r.db"), **own}}]
@@ -775,3 +776,49 @@ def test_a_json_store_given_the_file_of_a_sqlite_store_refuses_it_and_the_sqlite
         tell(memory, "s", "my cat is Tom")
     with RecencyMemory({"db_path": shared}) as memory:
         assert contents(memory, "s")[0] == "my bike is green"
+
+
+@pytest.mark.parametrize("backend", ["json", "sqlite"])
+def test_forgetting_a_guest_leaves_no_trace_in_a_persons_facts_it_once_replaced(tmp_path, backend):
+    # Said while the scope was global, the guest's fact replaced Alice's; in person scope Alice's
+    # record still named it as what replaced hers, after the guest was forgotten too.
+    path = tmp_path / f"entity.{backend}"
+    config = {"db_path": str(path), "backend": backend}
+    with entity(tmp_path, scope="global", **config) as memory:
+        tell(memory, "alice-phone", "My secret code is QUOKKA-9931.")
+        tell(memory, "guest", "My secret code is MANGO-77.")
+        memory.flush()
+    with entity(tmp_path, **PERSON, **config) as memory:
+        assert "MANGO" in json.dumps(memory.export("guest"))
+        memory.forget("guest")
+        assert "MANGO" not in json.dumps(memory.export("alice-phone"))
+        assert "QUOKKA" in json.dumps(memory.export("alice-phone")), "Alice's own fact was lost"
+    assert b"MANGO" not in path.read_bytes()
+
+
+def test_forgetting_a_fact_unnames_it_in_every_record_that_named_it(tmp_path):
+    with entity(tmp_path, scope="global") as memory:
+        tell(memory, "alice-phone", "My secret code is QUOKKA-9931.")
+        tell(memory, "guest", "My secret code is MANGO-77.")
+        memory.flush()
+    with entity(tmp_path, **PERSON) as memory:
+        memory.export("alice-phone")  # Alice's facts move to her record
+        assert memory.forget_fact("guest", "User's secret code is MANGO-77") == 1
+        assert "MANGO" not in json.dumps(memory.export("alice-phone"))
+    assert b"MANGO" not in (tmp_path / "entity.json").read_bytes()
+
+
+@pytest.mark.parametrize("preset", [{"preset": "hybrid"}, {}], ids=["preset", "members"])
+def test_a_composites_scope_cannot_be_assigned_its_members_keep_the_one_they_were_built_with(tmp_path, preset):
+    # The members store and recall by their own scope: a composite saying "session" over members
+    # still global shared one session's facts with every other.
+    members = {} if preset else {"members": [
+        {"module": "ovos-memory-plugin-lexical", "config": {"db_path": str(tmp_path / "l.db")}}]}
+    with CompositeMemory({**preset, **members, "data_dir": str(tmp_path / "c"), "api_url": None,
+                          "scope": "global"}) as memory:
+        with pytest.raises(AttributeError, match="'scope' is fixed at construction"):
+            memory.scope = "session"
+        assert memory.scope == "global"
+        assert {m.memory.scope for m in memory.members if hasattr(m.memory, "scope")} <= {"global", "session"}
+        memory.fusion = "rrf"  # the per-turn knobs still can be assigned
+        assert memory.fusion == "rrf"
