@@ -258,7 +258,9 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
     SYSTEM or DEVELOPER note stays, as in ovos-persona.
     TOOL results are sent only after the ASSISTANT message that made their calls: left at the
     start by trimming, or stored by an OPM whose messages cannot hold the calls, they are invalid
-    for every chat API. An ASSISTANT message with neither text nor tool calls says nothing and goes too.
+    for every chat API. An ASSISTANT message with neither text (whitespace is none) nor tool calls
+    says nothing and goes too; the USER messages it separated become one (joined by a line break),
+    as templates that require the roles to alternate refuse two in a row.
     """
     end = len(history)
     while end and is_role(history[end - 1], "user"):
@@ -271,9 +273,10 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
     window = history[start:end]
     # The common window (no tool result, every message saying something) as it is: this runs on
     # every turn. MessageRole is a str enum, so == "tool" reads either spelling of the role.
-    if all(m.content and m.role != "tool" for m in window):
+    if all(m.content and m.role != "tool" and not m.content.isspace() for m in window):
         return list(window)
-    out, calls_open = [], False
+    out: list[AgentMessage] = []
+    calls_open = False
     for msg in window:
         if is_role(msg, "tool"):
             if calls_open:
@@ -281,7 +284,11 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
             continue
         calls = bool(getattr(msg, "tool_calls", None))
         calls_open = calls and is_role(msg, "assistant")
-        if msg.content or calls or not is_role(msg, "assistant"):
+        if is_role(msg, "assistant") and not calls and not (msg.content or "").strip():
+            continue
+        if out and is_role(msg, "user") and is_role(out[-1], "user"):
+            out[-1] = make_message(out[-1].role, f"{out[-1].content}\n{msg.content}")
+        else:
             out.append(msg)
     return out
 

@@ -1231,3 +1231,14 @@ def test_a_management_command_that_succeeds_shows_a_misspelt_key(tmp_path):
 def test_check_config_names_an_embeddings_plugin_that_is_not_installed(tmp_path, capsys, block, ok):
     err = _checked(tmp_path, capsys, "ovos-memory-plugin-local-rag", block, ok)
     assert ("recall by meaning would be off" in err) is not ok, err
+
+
+def test_sessions_names_each_member_that_is_not_running_on_a_line_of_its_own(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # no wrapping: each line is what the command wrote
+    down = "postgresql://nobody@127.0.0.1:1/none"  # refused at once: nothing listens on port 1
+    config = {"members": [{"module": "ovos-memory-plugin-recency", "config": {"db_url": down}},
+                          {"module": "ovos-memory-plugin-lexical", "config": {"db_url": down}}]}
+    assert main(["sessions", "--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if "its sessions are not listed" in line]
+    assert [line.split()[:2] for line in lines] == [["member", "ovos-memory-plugin-recency"],
+                                                    ["member", "ovos-memory-plugin-lexical"]], lines

@@ -757,3 +757,14 @@ def test_degraded_says_the_facts_cannot_be_read_until_they_can(make, monkeypatch
     monkeypatch.undo()
     assert "Ana" in memory.build_conversation_context("hello", "s")[0].content
     assert memory.degraded() == {}
+
+
+def test_a_long_message_reaches_extraction_with_its_end(llm, make):
+    # Cut to its first 400 tokens, a long message lost what it closed with: the name and the city.
+    memory = make(api_url=llm.url)
+    said = "It was a long week at work and nothing went right. " * 120 + "Anyway, my name is Marta."
+    memory.update_history([AgentMessage(MessageRole.USER, said), AgentMessage(MessageRole.ASSISTANT, "Hi Marta.")],
+                          "s")
+    assert memory.flush(patience(30))
+    sent = [str(r.messages[-1]["content"]) for r in llm.chat_requests()]
+    assert any("my name is Marta." in content and "It was a long week" in content for content in sent), sent

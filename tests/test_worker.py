@@ -138,3 +138,20 @@ def test_wakeups_are_deferred_only_on_the_thread_that_asked():
         other.join()
         assert ran.wait(patience(5))
     worker.close()
+
+
+def test_close_drains_and_stops_within_one_timeout_not_two():
+    # It waited up to `timeout` for the queue, then up to `timeout` again for the thread: a
+    # longterm close() with a model request hanging took twice its documented bound.
+    release = threading.Event()
+    worker = BackgroundWorker("test", lambda: release.wait() and False)
+    worker.notify()
+    joins: list[float | None] = []
+    thread = worker._thread
+    assert thread is not None
+    real_join = thread.join
+    thread.join = lambda timeout=None: (joins.append(timeout), real_join(0))[1]  # type: ignore[method-assign]
+    assert worker.close(timeout=0.4) is False  # the step never finished: not drained
+    release.set()
+    real_join(patience(5))
+    assert joins and joins[0] is not None and joins[0] < 0.2, joins

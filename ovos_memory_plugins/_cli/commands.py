@@ -126,7 +126,7 @@ def _stored_key(memory: Any, session_id: str) -> str:
         name = getattr(memory, "plugin_name", type(memory).__name__)
         missing = _not_running(memory)
         if missing:  # its store may hold the session: "no session" would be a guess
-            raise CLIError(f"no session {session_id!r} in the running members of {name}; {missing}", EXIT_ERROR)
+            raise CLIError(f"no session {session_id!r} in the running members of {name}:\n{missing}", EXIT_ERROR)
         raise CLIError(f"no session {session_id!r} in {name} (see 'ovos-memory sessions')", EXIT_NO_SESSION)
     return key
 
@@ -136,7 +136,7 @@ def _not_running(memory: Any) -> str:
     that cannot include their sessions."""
     fn = getattr(memory, "not_started", None)
     members = fn() if callable(fn) else {}
-    return "; ".join(f"member {name} {why}: its sessions are not listed" for name, why in members.items())
+    return "\n".join(f"member {name} {why}: its sessions are not listed" for name, why in members.items())
 
 
 def _short(text: str, width: int = 160) -> str:

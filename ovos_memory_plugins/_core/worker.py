@@ -152,13 +152,15 @@ class BackgroundWorker:
             return self._settled >= target
 
     def close(self, timeout: float | None = 30.0) -> bool:
-        """Drain what is queued (up to ``timeout``), then stop the thread."""
+        """Drain what is queued, then stop the thread: both within ``timeout`` (a step still running
+        then is left to finish on its own; the thread is a daemon)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         drained = self.flush(timeout)
         with self._cond:
             self._stop = True
             self._cond.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return drained
 
     def _run(self) -> None:

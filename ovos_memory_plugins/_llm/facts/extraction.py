@@ -86,7 +86,7 @@ class Exchange:
         if not whole_reply and question_in(reply):
             reply = reply[:reply.rfind(question_in(reply))].strip()
         out = [f"Assistant: {_one_line(self.asked)}"] if self.asked else []
-        out.append(f"User: {_one_line(truncate_to_tokens(self.user, MAX_PART_TOKENS))}")
+        out.append(f"User: {_one_line(_ends(self.user, MAX_PART_TOKENS))}")
         if reply:
             out.append(f"Assistant: {_one_line(truncate_to_tokens(reply, MAX_REPLY_TOKENS))}")
         return "\n".join(out)
@@ -94,6 +94,18 @@ class Exchange:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def _ends(text: str, max_tokens: int) -> str:
+    """``text`` within ``max_tokens``: a longer one as its start and its end (a long message often
+    closes with what it was about: "... anyway, my name is Marta and I live in Porto")."""
+    if estimate_tokens(text) <= max_tokens:
+        return text
+    head = truncate_to_tokens(text, max_tokens // 2)
+    words = text[-len(head):].split()[1:]  # from a whole word on
+    while words and estimate_tokens(" ".join(words)) > max_tokens - estimate_tokens(head):
+        words = words[max(1, len(words) // 10):]
+    return f"{head} … {' '.join(words)}"
 
 
 _QUESTION = re.compile(r"[^.!?\n]*\?")

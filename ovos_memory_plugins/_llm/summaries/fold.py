@@ -57,7 +57,7 @@ from .checks import (
     user_statements,
     without_preamble,
 )
-from .text import extractive_summary, role_content, split_sentences
+from .text import extractive_summary, one_line_said, role_content, split_sentences
 
 if TYPE_CHECKING:
     from ..client import ChatClient
@@ -376,7 +376,7 @@ def _exchange_spans(messages: Sequence[Any]) -> list[tuple[int, int]]:
 
 def _spoken(messages: Sequence[Any], small_talk: bool = False) -> list[str]:
     """The narrative request's lines of ``messages``: both sides, small talk left out unless asked for."""
-    return [f"{role}: " + " ".join(text.split()) for role, text in map(role_content, messages)
+    return [f"{role}: " + one_line_said(text) for role, text in map(role_content, messages)
             if role in ("user", "assistant") and text.strip() and (small_talk or not is_small_talk(text))]
 
 
