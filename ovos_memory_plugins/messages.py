@@ -242,11 +242,16 @@ def fold_into(tail: AgentMessage | None, new: Sequence[AgentMessage]) -> tuple[b
             work.pop()
         elif last is not None and _mergeable(last, msg):
             work.pop()
-            msg = dataclasses.replace(copy_message(msg), content=last.content + "\n" + msg.content)
+            msg = _joined(last, msg)
         work.append(msg)
     if tail is not None and work and work[0] is tail:
         return False, work[1:]
     return tail is not None, work
+
+
+def _joined(first: AgentMessage, then: AgentMessage) -> AgentMessage:
+    """One message saying ``first`` then ``then`` (a copy of ``then``; neither is modified)."""
+    return dataclasses.replace(copy_message(then), content=f"{first.content}\n{then.content}")
 
 
 def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool = False) -> list[AgentMessage]:
@@ -260,7 +265,8 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
     start by trimming, or stored by an OPM whose messages cannot hold the calls, they are invalid
     for every chat API. An ASSISTANT message with neither text (whitespace is none) nor tool calls
     says nothing and goes too; the USER messages it separated become one (joined by a line break),
-    as templates that require the roles to alternate refuse two in a row.
+    as templates that require the roles to alternate refuse two in a row, and a USER message it
+    left last goes as any trailing one.
     """
     end = len(history)
     while end and is_role(history[end - 1], "user"):
@@ -276,7 +282,7 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
     if all(m.content and m.role != "tool" and not m.content.isspace() for m in window):
         return list(window)
     out: list[AgentMessage] = []
-    calls_open = False
+    calls_open = unanswered = False
     for msg in window:
         if is_role(msg, "tool"):
             if calls_open:
@@ -285,11 +291,15 @@ def context_window(history: Sequence[AgentMessage], drop_leading_answers: bool =
         calls = bool(getattr(msg, "tool_calls", None))
         calls_open = calls and is_role(msg, "assistant")
         if is_role(msg, "assistant") and not calls and not (msg.content or "").strip():
+            unanswered = bool(out) and is_role(out[-1], "user")
             continue
-        if out and is_role(msg, "user") and is_role(out[-1], "user"):
-            out[-1] = make_message(out[-1].role, f"{out[-1].content}\n{msg.content}")
+        if unanswered and is_role(msg, "user"):
+            out[-1] = _joined(out[-1], msg)
         else:
             out.append(msg)
+        unanswered = False
+    while out and is_role(out[-1], "user"):
+        out.pop()
     return out
 
 

@@ -19,6 +19,7 @@ from ovos_memory_plugins.messages import (
     fold_into,
     from_dict,
     is_role,
+    role_of,
     to_dict,
 )
 from tests._host_messages import WIRE_CALL, Said
@@ -182,3 +183,13 @@ def test_a_stored_message_with_malformed_tool_calls_reads_back():
 def test_one_message_instead_of_a_list_is_named_as_such(one):
     with pytest.raises(TypeError, match="must be a list of messages, not one .*wrap it in a list"):
         coerce_messages(one)
+
+
+def test_context_window_leaves_out_blank_answers_and_keeps_the_roles_alternating():
+    said = [("user", "my name is Ana"), ("assistant", ""), ("user", "I live in Lyon"), ("assistant", "  \n"),
+            ("user", "hi"), ("assistant", "hello"), ("user", "and my dog?"), ("assistant", " ")]
+    window = context_window([make_message(role, text) for role, text in said])
+    assert [(role_of(m), m.content) for m in window] == [("user", "my name is Ana\nI live in Lyon\nhi"),
+                                                         ("assistant", "hello")]
+    kept = [make_message("user", "a"), make_message("user", "b"), make_message("assistant", "ok")]
+    assert context_window(kept) == kept  # no answer left out: the window as stored

@@ -865,3 +865,26 @@ def test_a_store_keeps_its_sqlite_locks_so_another_process_never_takes_it_for_go
     finally:
         for m in opened:
             m.close()
+
+
+def test_a_closed_database_reads_through_this_processs_open_handle_on_the_file(tmp_path):
+    from ovos_memory_plugins.storage.sqlite import Database, open_database, release_database
+
+    path = str(tmp_path / "twin.db")
+    shared = open_database(path)
+    shared.migrate("twin-test", ["CREATE TABLE t (x INTEGER)"])
+    shared.transaction(lambda con: con.execute("INSERT INTO t VALUES (1)"))
+    closed = Database(path)
+    closed.close()
+    try:
+        assert closed.execute("SELECT x FROM t") == [(1,)]
+        with shared.read():  # a read of the closed one inside a read of the open one: no second BEGIN
+            assert closed.execute("SELECT count(*) FROM t") == [(1,)]
+        with closed.read() as con:
+            assert con.execute("SELECT x FROM t").fetchall() == [(1,)]
+    finally:
+        release_database(shared)
+    assert closed.execute("SELECT x FROM t") == [(1,)]  # no open handle left: a read-only connection
+    os.remove(path)
+    with pytest.raises(StorageError, match="closed, and its store deleted"):
+        closed.execute("SELECT x FROM t")

@@ -126,17 +126,18 @@ def _stored_key(memory: Any, session_id: str) -> str:
         name = getattr(memory, "plugin_name", type(memory).__name__)
         missing = _not_running(memory)
         if missing:  # its store may hold the session: "no session" would be a guess
-            raise CLIError(f"no session {session_id!r} in the running members of {name}:\n{missing}", EXIT_ERROR)
+            raise CLIError(f"no session {session_id!r} in the running members of {name}; {'; '.join(missing)}",
+                           EXIT_ERROR)
         raise CLIError(f"no session {session_id!r} in {name} (see 'ovos-memory sessions')", EXIT_NO_SESSION)
     return key
 
 
-def _not_running(memory: Any) -> str:
-    """The members of a composite that are not running and why ('' when all run), for a listing
-    that cannot include their sessions."""
+def _not_running(memory: Any) -> list[str]:
+    """The members of a composite that are not running and why (none when all run), for a
+    listing that cannot include their sessions."""
     fn = getattr(memory, "not_started", None)
     members = fn() if callable(fn) else {}
-    return "\n".join(f"member {name} {why}: its sessions are not listed" for name, why in members.items())
+    return [f"member {name} {why}: its sessions are not listed" for name, why in members.items()]
 
 
 def _short(text: str, width: int = 160) -> str:
@@ -153,9 +154,9 @@ def cmd_sessions(args: argparse.Namespace, ui: UI) -> int:
         for sid in found:
             ui.write(printable(sid, lines=False) + "\n")  # one line each, whatever the id holds
         missing = _not_running(memory)
-        if missing:
-            ui.err.print(missing)
-        elif not found:
+        for line in missing:  # one a line: a composite may have several
+            ui.err.print(line)
+        if not missing and not found:
             ui.err.print("no sessions")
     return 1 if missing else 0
 

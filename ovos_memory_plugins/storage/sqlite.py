@@ -317,11 +317,12 @@ class Database:
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A consistent read of several statements (a deferred transaction)."""
+        if self._closed:  # outside the lock: another store's lock is taken below (no lock-order knot)
+            with self._after_close() as con:
+                yield con
+            return
         with self._lock:
-            if self._closed:
-                with self._after_close() as con:
-                    yield con
-                return
+            self._check_open()
             if self._depth:
                 yield self._con
                 return
@@ -345,10 +346,14 @@ class Database:
         """``parse(rows)`` of one read statement, under the same lock. A parse that finds stored
         bytes damaged (:class:`StoreDamaged`) counts as SQLite's own damage error: the file is set
         aside, and the read runs again on the new one."""
+        if self._closed:
+            twin = self._open_twin()
+            if twin is not None:  # as a read of that store (inside one of its reads, too)
+                return twin.query(sql, params, parse)
+            with self._after_close() as con, map_sqlite_errors(f"read from {self.path}"):
+                return parse(con.execute(sql, params).fetchall())
         with self._lock:
-            if self._closed:
-                with self._after_close() as con, map_sqlite_errors(f"read from {self.path}"):
-                    return parse(con.execute(sql, params).fetchall())
+            self._check_open()
             try:
                 return self._parsed(sql, params, parse)
             except StoreReplaced:
@@ -518,16 +523,18 @@ class Database:
     def _after_close(self) -> Iterator[sqlite3.Connection]:
         """A read after :meth:`close`: the file still holds everything (the reference's memories
         answered from RAM after close, and a caller may read what it stored). Through this
-        process's open handle on the file if there is one (a descriptor of our own, closed, would
-        drop that handle's locks: see :func:`open_here`), else a read-only connection for this
-        read alone. Writes stay refused; a private in-RAM database is gone."""
+        process's open handle on the same file if there is one (it holds what this process wrote
+        and needs no new connection), else a read-only connection for this read alone. Writes stay
+        refused; a private in-RAM database is gone."""
         if self.is_memory:
             self._check_open()
-        other = next((db for db in _shared.values() if db.path == self.path and not db._closed), None)
-        if other is not None:
-            with other.read() as con:
+        twin = self._open_twin()
+        if twin is not None:
+            with twin.read() as con:
                 yield con
             return
+        if not os.path.exists(self.path):
+            raise StoreUnavailable(f"{self.path} is gone: this memory was closed, and its store deleted since")
         con = connect_read_only(self.path, BUSY_TIMEOUT_S)
         con.text_factory = _text
         try:
@@ -535,6 +542,12 @@ class Database:
             yield con
         finally:
             con.close()
+
+    def _open_twin(self) -> Database | None:
+        """This process's open handle on the same file, if any (see :meth:`_after_close`)."""
+        if self.is_memory:
+            return None
+        return next((db for db in _shared.values() if db.path == self.path and not db._closed), None)
 
 
 def _statements(script: str) -> list[str]:

@@ -102,10 +102,16 @@ def _ends(text: str, max_tokens: int) -> str:
     if estimate_tokens(text) <= max_tokens:
         return text
     head = truncate_to_tokens(text, max_tokens // 2)
-    words = text[-len(head):].split()[1:]  # from a whole word on
-    while words and estimate_tokens(" ".join(words)) > max_tokens - estimate_tokens(head):
-        words = words[max(1, len(words) // 10):]
-    return f"{head} … {' '.join(words)}"
+    words = text[len(head):].split()
+
+    def joined(n: int) -> str:
+        return f"{head} … {' '.join(words[len(words) - n:])}"
+
+    low, high = 0, len(words)  # the most trailing words that fit (a binary search)
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if estimate_tokens(joined(mid)) <= max_tokens else (low, mid - 1)
+    return joined(low)
 
 
 _QUESTION = re.compile(r"[^.!?\n]*\?")
