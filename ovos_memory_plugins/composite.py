@@ -42,7 +42,7 @@ from ._memory.plugin import HELD_ITEMS
 from ._memory.session_view import SessionHistoryMixin
 from ._memory.waiting import no_waiting
 from .common import MemoryHit
-from .config import option
+from .config import as_spelt, option
 from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
 from .errors import ConfigError, MemoryPluginError, NotSupported, StorageError, StoreUnavailable
 from .fusion import FUSION_MODES, fuse, hit_key
@@ -926,8 +926,7 @@ def _refuse_own_mapping(i: int, spec: Mapping[str, Any], people: Any) -> None:
     ``scope: global``, a member that recalls from every session)."""
     config, where = spec.get("config") or {}, f"'members[{i}]' ({spec['module']})"
     scope = config.get("scope", "person")
-    # As the member reads it: null is its default (session), "Session " is session.
-    if scope is None or (isinstance(scope, str) and scope.strip().lower() == "session"):
+    if scope is None or as_spelt(scope) == "session":  # as the member reads it: null is its default
         raise ConfigError(f"{where} has scope {scope!r}, but a composite in scope 'person' hands every member the "
                           "person's memory; give that member a persona of its own, or drop its 'scope'")
     if "people" in config and parse_people(config["people"]) != parse_people(people):

@@ -344,13 +344,19 @@ def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[A
     if choices is None or value in choices:
         return None
     allowed = ", ".join(repr(c) for c in choices)
-    spelt = value.strip().lower() if isinstance(value, str) else None
-    if spelt in choices:  # "SQLite" is sqlite: what was meant, and no typo
+    spelt = as_spelt(value)
+    if isinstance(spelt, str) and spelt in choices:  # "SQLite" is sqlite: what was meant, and no typo
         return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {spelt!r}", spelt
     if meta["otherwise"] is not UNSET:
         return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {meta['otherwise']!r}", \
             meta["otherwise"]
     return None
+
+
+def as_spelt(value: Any) -> Any:
+    """A choice as it is read: in another case, or with spaces around it, it is the same value
+    ("SQLite" is sqlite: what was meant, and no typo); anything but a str as it is."""
+    return value.strip().lower() if isinstance(value, str) else value
 
 
 def _build(cls: type[T], values: dict[str, Any], owner: str) -> T:

@@ -382,7 +382,7 @@ class EntityMemory(LLMMemory):
             pending = [p for p in record.get("pending") or [] if p.get("sid") != session_id]
             history = [h for h in record.get("history") or [] if h.get("sid") != session_id]
             # What it stated may be named where another session's old fact says what replaced it.
-            stated = set(mine) | {h.get("text") for h in record.get("history") or [] if h.get("sid") == session_id}
+            stated = _texts_of(record, session_id)
             history = [{k: v for k, v in h.items() if not (k == "superseded_by" and v in stated)} for h in history]
             counts.update(facts=len(mine), pending=len(record.get("pending") or []) - len(pending),
                           superseded=len(record.get("history") or []) - len(history))

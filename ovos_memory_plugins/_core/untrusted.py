@@ -37,7 +37,8 @@ import json
 import re
 import unicodedata
 
-__all__ = ["breaks_lines", "looks_like_instruction", "one_line", "quote_untrusted", "steers", "strip_control_tokens"]
+__all__ = ["breaks_lines", "looks_like_instruction", "one_line", "quote_untrusted", "quoted", "steers",
+           "strip_control_tokens"]
 
 # Every character ``str.splitlines`` breaks a line at (a model or a renderer may too), not only
 # "\n": a "System:" line after a carriage return or U+2028 is a line of its own.
@@ -245,10 +246,13 @@ def _joined_letters(match: re.Match[str]) -> str:
     return _RUN_TOGETHER.sub(lambda m: " ".join(g for g in m.groups() if g), " ".join(words))
 
 
+def quoted(text: str) -> str:
+    """``text`` as quoted data: what a prompt shows of a line that reads like an instruction."""
+    return f"(quoted) {json.dumps(text.strip(), ensure_ascii=False)}"
+
+
 def _quoted_line(line: str) -> str:
-    if _structured(line):
-        return f"(quoted) {json.dumps(line.strip(), ensure_ascii=False)}"
-    return line
+    return quoted(line) if _structured(line) else line
 
 
 def one_line(text: str) -> str:

@@ -545,9 +545,7 @@ class Database:
 
     def _open_twin(self) -> Database | None:
         """This process's open handle on the same file, if any (see :meth:`_after_close`)."""
-        if self.is_memory:
-            return None
-        return next((db for db in _shared.values() if db.path == self.path and not db._closed), None)
+        return None if self.is_memory else _open_handle(self.path)
 
 
 def _statements(script: str) -> list[str]:
@@ -574,7 +572,12 @@ def open_here(resolved: str) -> bool:
     POSIX lock the process holds on it, SQLite's included (SQLite keeps its own descriptors open
     for that reason, but cannot know of ours). Another process would then take this one for gone:
     delete the WAL this one still writes, or write at the same time."""
-    return any(db.path == resolved and not db._closed for db in _shared.values())
+    return _open_handle(resolved) is not None
+
+
+def _open_handle(path: str) -> Database | None:
+    """This process's open shared :class:`Database` on the file ``path``, if any."""
+    return next((db for db in _shared.values() if db.path == path and not db._closed), None)
 
 
 def open_database(path: str, synchronous: str = "NORMAL") -> Database:

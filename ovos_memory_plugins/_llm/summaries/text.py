@@ -15,14 +15,13 @@ messages being folded away, and return the new summary.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..._core.tokens import estimate_tokens, truncate_to_tokens
-from ..._core.untrusted import quote_untrusted
+from ..._core.untrusted import quote_untrusted, quoted
 from ...errors import LLMError
 
 if TYPE_CHECKING:
@@ -84,7 +83,7 @@ _LABEL = re.compile(r"^\W*(?:user|assistant|system|developer|tool|human|ai|bot|q
 
 def _said(text: str) -> str:
     """A sentence of a message as the offline summary quotes it (see :data:`_LABEL`)."""
-    return f"(quoted) {json.dumps(text.strip(), ensure_ascii=False)}" if _LABEL.match(text) else text
+    return quoted(text) if _LABEL.match(text) else text
 
 
 def one_line_said(text: str) -> str:
