@@ -47,6 +47,7 @@ from ._llm.facts.merging import add_history, fact_of, merge, withdraw_denied, wi
 from ._llm.facts.parsing import fact_strings
 from ._llm.facts.rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
 from ._llm.facts.safety import is_grounded, steers
+from ._llm.facts.secrets import holds_secret, secrets_given
 from ._llm.memory import LLMMemory
 from ._memory.exports import export_fact_list, session_export
 from .config import option
@@ -281,8 +282,9 @@ class EntityMemory(LLMMemory):
         reply = self.client.complete([{"role": "user", "content": prompt}], max_tokens=self.settings.max_extract_tokens)
         # Never a "fact": an instruction to the model ("ignore previous instructions", role tags)
         # or a pasted paragraph. No honest extraction looks like either.
+        secrets = secrets_given(exchange.user)
         proposed = [text for text in fact_strings(reply) if len(text) <= MAX_FACT_CHARS
-                    and not steers(text)]
+                    and not steers(text) and not holds_secret(text, secrets)]
         if self.settings.grounded_facts or not _holds_json(reply):  # prose: facts only where the user said them
             kept = [text for text in proposed if is_grounded(text, exchange.user, context=exchange.asked)]
             if len(kept) < len(proposed):

@@ -31,7 +31,7 @@ SECRET = "zanzibarquartz"
 HOUSEHOLD = (
     ("ana-kitchen", "my dog is called Biscuit", "Biscuit is a lovely name!"),
     ("ana-kitchen", "I live in Porto", "Porto is a beautiful city."),
-    ("ana-kitchen", f"my locker code is {SECRET}", "Noted, I will keep it."),
+    ("ana-kitchen", f"my locker is {SECRET}", "Noted, I will keep it."),
     ("ana-kitchen", "I am allergic to peanuts", "I will remember that you are allergic to peanuts."),
     ("rui-car", "play some jazz", "Playing jazz."),
     ("rui-car", "my name is Rui and I work at the hospital", "Nice to meet you, Rui."),

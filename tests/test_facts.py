@@ -100,7 +100,7 @@ def test_an_array_embedded_in_prose_is_found(prefix, facts, suffix):
     ("Me gusta cuando me llaman", {"pref:cuando me llaman": "User likes cuando me llaman"}),
     ("I'm 34 years old", {"age": "User is 34 years old"}),
     ("My favorite color is blue", {"favorite.color": "User's favorite color is blue"}),
-    ("my secret word is marmalade", {"secret word": "User's secret word is marmalade"}),
+    ("my favourite word is marmalade", {"favorite.word": "User's favorite word is marmalade"}),
     ("Meu nome é João e moro em Lisboa", {"name": "User's name is João", "lives_in": "User lives in Lisboa"}),
     ("Me llamo Pedro y vivo en Madrid", {"name": "User's name is Pedro", "lives_in": "User lives in Madrid"}),
     ("Ich heiße Klaus und wohne in Berlin", {"name": "User's name is Klaus", "lives_in": "User lives in Berlin"}),

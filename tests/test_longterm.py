@@ -550,7 +550,7 @@ def test_forget_removes_the_session_and_export_import_round_trip(make):
 def test_an_export_imported_again_keeps_the_summarys_superseded_facts(make):
     memory = make(api_url=None, summarize_every=2, recent_window=1)
     for i in range(12):
-        exchange(memory, i, user=f"my locker code is LK{i} number {i}")
+        exchange(memory, i, user=f"my locker is LK{i} number {i}")
     memory.flush(patience(10))
     exported = memory.export("s")
     assert len(exported["summary_history"]) >= 4
@@ -560,15 +560,15 @@ def test_an_export_imported_again_keeps_the_summarys_superseded_facts(make):
     memory.import_session(exported, "t")
     assert memory.export("t")["summary_history"] == exported["summary_history"]
     for i in range(12, 16):  # the next folds build on the imported state, its history included
-        exchange(memory, i, sid="t", user=f"my locker code is LK{i} number {i}")
+        exchange(memory, i, sid="t", user=f"my locker is LK{i} number {i}")
     memory.flush(patience(10))
     later = memory.export("t")["summary_history"]
     assert later[: len(exported["summary_history"])] == exported["summary_history"], "the next fold dropped it"
     assert len(later) > len(exported["summary_history"])
     # An export written before the state was exported: its facts are read back from the summary text.
     memory.import_session({k: v for k, v in exported.items() if k != "summary_state"}, "u")
-    exchange(memory, 16, sid="u", user="my locker code is LK16 number 16")
-    exchange(memory, 17, sid="u", user="my locker code is LK17 number 17")
+    exchange(memory, 16, sid="u", user="my locker is LK16 number 16")
+    exchange(memory, 17, sid="u", user="my locker is LK17 number 17")
     memory.flush(patience(10))
     assert memory.export("u")["summary_history"][: len(exported["summary_history"])] == exported["summary_history"]
 

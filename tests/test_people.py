@@ -785,8 +785,8 @@ def test_forgetting_a_guest_leaves_no_trace_in_a_persons_facts_it_once_replaced(
     path = tmp_path / f"entity.{backend}"
     config = {"db_path": str(path), "backend": backend}
     with entity(tmp_path, scope="global", **config) as memory:
-        tell(memory, "alice-phone", "My secret code is QUOKKA-9931.")
-        tell(memory, "guest", "My secret code is MANGO-77.")
+        tell(memory, "alice-phone", "My nickname is QUOKKA-9931.")
+        tell(memory, "guest", "My nickname is MANGO-77.")
         memory.flush()
     with entity(tmp_path, **PERSON, **config) as memory:
         assert "MANGO" in json.dumps(memory.export("guest"))
@@ -798,12 +798,12 @@ def test_forgetting_a_guest_leaves_no_trace_in_a_persons_facts_it_once_replaced(
 
 def test_forgetting_a_fact_unnames_it_in_every_record_that_named_it(tmp_path):
     with entity(tmp_path, scope="global") as memory:
-        tell(memory, "alice-phone", "My secret code is QUOKKA-9931.")
-        tell(memory, "guest", "My secret code is MANGO-77.")
+        tell(memory, "alice-phone", "My nickname is QUOKKA-9931.")
+        tell(memory, "guest", "My nickname is MANGO-77.")
         memory.flush()
     with entity(tmp_path, **PERSON) as memory:
         memory.export("alice-phone")  # Alice's facts move to her record
-        assert memory.forget_fact("guest", "User's secret code is MANGO-77") == 1
+        assert memory.forget_fact("guest", "User's nickname is MANGO-77") == 1
         assert "MANGO" not in json.dumps(memory.export("alice-phone"))
     assert b"MANGO" not in (tmp_path / "entity.json").read_bytes()
 

@@ -68,7 +68,7 @@ def test_a_session_shows_its_window_facts_and_stored_exchanges(server):
     facts = {f["text"]: f for f in view["facts"]}
     assert facts["User's dog is called Biscuit"]["member"] == "ovos-memory-plugin-entity"
     assert [d["content"].split("\n")[0] for d in view["documents"]] == [
-        "Q: my dog is called Biscuit", "Q: I live in Porto", f"Q: my locker code is {SECRET}",
+        "Q: my dog is called Biscuit", "Q: I live in Porto", f"Q: my locker is {SECRET}",
         "Q: I am allergic to peanuts"]
     assert all(d["doc_id"] and d["member"] for d in view["documents"])
 
@@ -179,7 +179,7 @@ def _people_memory(folder, people):
 def test_in_person_scope_the_page_opens_and_forgets_what_it_lists_and_never_a_whole_person_by_a_device(tmp_path):
     config = _people_memory(tmp_path, {"alice": ["alice-phone"]})
     with open_memory("ovos-memory-plugin-composite", config) as memory:
-        for sid, question in (("alice-phone", "my locker code is precious"), ("kitchen", "the oven is broken")):
+        for sid, question in (("alice-phone", "my locker is precious"), ("kitchen", "the oven is broken")):
             memory.update_history([AgentMessage(MessageRole.USER, question),
                                    AgentMessage(MessageRole.ASSISTANT, "noted")], sid)
         assert memory.flush(patience(120))
@@ -192,7 +192,7 @@ def test_in_person_scope_the_page_opens_and_forgets_what_it_lists_and_never_a_wh
         view = server.request("GET", "/api/sessions/person%3Aalice")
         assert view.status == 200, view.body
         assert {d["content"].split("\n")[0] for d in view.body["documents"]} == {
-            "Q: my locker code is precious", "Q: the oven is broken"}
+            "Q: my locker is precious", "Q: the oven is broken"}
         hits = server.request("GET", "/api/search?q=oven&mode=keyword&session=person%3Aalice")
         assert hits.status == 200 and "oven is broken" in hits.body["hits"][0]["content"]
         doc = next(d for d in view.body["documents"] if "oven" in d["content"])
@@ -579,7 +579,7 @@ def test_the_page_moves_sessions_that_became_a_persons_once_and_acts_on_a_listed
     old = {**config, "people": {"alice": ["alice-*"]}}
     new = {**config, "people": {"alice": ["alice-*", "kitchen", "*-kitchen"], "bob": ["bob-*"]}}
     with RecencyMemory(old) as persona:
-        say(persona, "alice-phone", "my locker code is 4242")
+        say(persona, "alice-phone", "my locker is 4242")
         say(persona, "kitchen", "the fridge hums")
     with RecencyMemory(new) as page, RecencyMemory(old) as persona:
         assert views.as_listed(page, views.session_ids, page) == ["person:alice"]  # moved, once
@@ -601,7 +601,7 @@ def test_the_page_moves_sessions_that_became_a_persons_once_and_acts_on_a_listed
         assert [m["content"] for m in view] == ["bob was here", "ok"]
         views.as_listed(page, views.forget_session, page, "bob-kitchen")  # its own memory, never alice's
         assert views.as_listed(page, views.session_ids, page) == ["person:alice"]
-        assert "my locker code is 4242" in [m.content for m in page.get_history("alice-phone")]
+        assert "my locker is 4242" in [m.content for m in page.get_history("alice-phone")]
 
 
 def test_a_fact_another_session_stated_cannot_be_forgotten_through_this_one_in_global_scope(tmp_path):

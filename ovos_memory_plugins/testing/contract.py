@@ -221,7 +221,7 @@ def check_forget_removes_the_session_only(factory: Factory) -> None:
         if not callable(getattr(memory, "forget", None)):
             return
         gone, kept = _sid(), _sid()
-        memory.update_history([AgentMessage(U, "my locker code is quillwort"), AgentMessage(A, "noted")], gone)
+        memory.update_history([AgentMessage(U, "my locker is quillwort"), AgentMessage(A, "noted")], gone)
         memory.update_history([AgentMessage(U, "my bike is called zephyrine"), AgentMessage(A, "noted")], kept)
         _flush(memory)
         kept_before = _mentions(memory, kept, "zephyrine")

@@ -46,6 +46,7 @@ from .kinds import ATTRIBUTES, about, is_single_valued, person_attribute, statem
 from .parsing import json_object, reply_items
 from .rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact, model_fact, normalise
 from .safety import is_grounded, snap_value, steers
+from .secrets import holds_secret, secrets_given
 
 if TYPE_CHECKING:
     from ..client import ChatClient
@@ -541,7 +542,8 @@ def clean(items: Iterable[Any], exchange: Exchange) -> list[Fact]:
             if all(f.text.casefold() != fact.text.casefold() for f in sentences):
                 sentences.append(fact)
     facts = [_fact(*found) for found in kept]
-    return [f for f in [*facts, *sentences] if len(f.text) <= MAX_FACT_CHARS]
+    secrets = secrets_given(exchange.user)
+    return [f for f in [*facts, *sentences] if len(f.text) <= MAX_FACT_CHARS and not holds_secret(f.text, secrets)]
 
 
 def _keep(kept: list[tuple[str, str, bool, str]], found: tuple[str, str, bool, str] | None) -> None:

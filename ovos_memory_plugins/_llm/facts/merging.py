@@ -26,8 +26,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .kinds import ATTRIBUTES, STOP_WORDS, is_single_valued, statement, subject_of
-from .rules import Fact, make_fact, model_fact, normalise
+from .kinds import ATTRIBUTES, STOP_WORDS, is_single_valued, statement, subject_of, wordset
+from .rules import SUPPOSING, Fact, make_fact, model_fact, normalise
 
 __all__ = ["add_history", "fact_of", "MAX_HISTORY", "merge", "withdraw_denied", "without_fact"]
 
@@ -141,20 +141,102 @@ def _denies(text: str, word: str) -> bool:
                 or re.search(rf"\b{w}\b{_BETWEEN}{{0,2}}\s+{_LATER}", text))
 
 
+# A pet's end ("Rex died", "my dog passed away", "we had to put Rex down", "we gave our cat
+# away"), in the languages the rules read: said after its name or the user's own word for it ("my
+# dog", not "my neighbour's dog" nor "a dog"), or before it. A sentence that asks, supposes,
+# dreams or tells a story, and "almost", "not", "thought" between, end nothing.
+_ENDED_AFTER = (r"(?:died|passed\s+away|is\s+(?:dead|no\s+longer\s+with\s+us)(?!\s+tired)|was\s+(?:put\s+down"
+                r"|put\s+to\s+sleep|euthani[sz]ed)|didn't\s+make\s+it|crossed\s+the\s+rainbow\s+bridge|morreu"
+                r"|faleceu|muri[óo]|falleci[óo]|ist\s+(?:gestorben|tot|verstorben)|est\s+(?:morte?|d[ée]c[ée]d[ée]e?)"
+                r"(?!\s+de\s+rire))")
+_ENDED_BEFORE = (r"(?:rehomed|re-homed|buried|(?:had\s+to\s+)?put(?=\s+\S+(?:\s+\S+)?\s+(?:down|to\s+sleep)\b)"
+                 r"|gave(?=\s+\S+(?:\s+\S+)?\s+away\b))")
+_MAY_END = re.compile(rf"\b(?:{_ENDED_AFTER}|{_ENDED_BEFORE})")
+_OURS = (r"(?:my|our|mi|nuestr[oa]|meu|minha|nosso|nossa|mein|meine|unser|unsere|mon|ma|notre)\s+"
+         r"(?:(?:old|little|sweet|beloved|poor|dear|lovely|big|young|first|family|faithful|velho|velha|querid[oa]"
+         r"|viej[oa]|alter|alte|lieber|liebe|vieux|vieille|cher|ch[èe]re)\s+){0,2}")
+# A sentence where an end is not the pet's: a question, a supposition, a dream, a story, someone
+# else's; and words that undo it between the pet and its end.
+_NOT_REAL = re.compile(r"\?\s*$|\b(?:dream(?:t|ed|s)?|thought|feared|worried|afraid|sonhei|so[ñn][ée]|tr[äa]umte"
+                       r"|r[êe]v[ée]|game|movie|film|book|show|series|jogo|juego|spiel|jeu)\b")
+_UNDONE = re.compile(r"\b(?:almost|nearly|not|never|thought|if|would|could|might|will|quase|casi|fast|presque|my|his"
+                     r"|her|their|our|a|an|the|it|that|which)\b|n't\b")
+# The user's words for a pet, in the languages the rules read (the fact itself is in English).
+_PET_WORDS = {"dog": "dog|puppy|cão|cao|cachorro|perro|perra|hund|chien|chienne",
+              "cat": "cat|kitten|kitty|gato|gata|katze|kater|chat|chatte"}
+_PETS = wordset("""
+pet dog puppy pup cat kitten kitty hamster rabbit bunny parrot bird budgie canary fish goldfish horse pony turtle
+tortoise ferret snake lizard gecko pig rat mouse chinchilla
+""")
+
+
+def _ended(text: str, names: list[str], kinds: list[str]) -> bool:
+    """Whether ``text`` says the pet called one of ``names``, or the user's pet of one of ``kinds``, is gone."""
+    said = [rf"(?<![\w-]){re.escape(name)}" for name in names]
+    said += [_OURS + rf"(?:{_PET_WORDS.get(kind, re.escape(kind))})" for kind in kinds]
+    for sentence in re.split(r"(?<=[.!?;])\s+", text):
+        if _NOT_REAL.search(sentence) or SUPPOSING.match(sentence):
+            continue
+        for pet in said:
+            for found in re.finditer(rf"{pet}\b(?!')(?P<gap>[^.!?;]{{0,40}}?)\b{_ENDED_AFTER}\b", sentence):
+                if not _UNDONE.search(found.group("gap")):
+                    return True
+            if re.search(rf"\b{_ENDED_BEFORE}\s+(?:\w+\s+){{0,2}}?{pet}\b(?!')", sentence):
+                return True
+    return False
+
+
+def _gone(text: str, names: list[str], kinds: list[str]) -> bool:
+    """Whether ``text`` says the user no longer has the pet: "I don't have a dog anymore", "I no longer have Rex"."""
+    pets = [re.escape(name) for name in names] + [_PET_WORDS.get(kind, re.escape(kind)) for kind in kinds]
+    return any(re.search(rf"\b(?:don't|do\s+not|no\s+longer|não|nao|ya\s+no)\s+(?:have|own|tenho|tengo)\s+"
+                         rf"(?:(?:a|an|my|our|the|um|uma|un|una)\s+)?(?:{pet})(?:\s+(?:anymore|any\s+more|now|mais))?"
+                         r"\s*(?:[.,;!]|$)", text) for pet in pets)
+
+
+def _pet_words(fact: Fact) -> tuple[list[str], list[str]]:
+    """A pet's name and what it is: ``(["rex"], ["dog"])``; nothing for any other fact."""
+    if fact.kind == "pet":
+        said = fact.said or fact.subject
+        named = re.search(r"\b(?:called|named)\s+(.+)$", said, re.IGNORECASE)
+        name = named.group(1) if named else " ".join(w for w in said.split() if w[:1].isupper())
+        kinds = [w for w in _words(said) if w in _PETS]
+        return ([name.casefold().strip()] if name.strip() else []), kinds
+    thing = fact.kind[:-5].replace("_", " ") if fact.kind.endswith(".name") and fact.kind.count(".") == 1 else ""
+    name = (fact.said or fact.subject).casefold().strip()
+    return ([name] if name else [], [thing]) if thing in _PETS else ([], [])
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.casefold()) if len(w) >= 3 and w not in STOP_WORDS]
+
+
+def _negation(fact: Fact) -> Fact:
+    value = fact.said or fact.subject
+    if fact.kind.endswith(".name"):
+        thing = fact.kind[:-5].replace("_", " ")
+        return model_fact(fact.kind, value, True, f"User no longer has a {thing} called {value}")
+    return model_fact(fact.kind, value, True, statement(fact.kind, value, True))
+
+
 def withdraw_denied(state: Mapping[str, Any], user: str, sid: str, now: float | None = None) -> dict[str, Any]:
-    """``state`` with every stored fact the utterance denies turned into its negation (old one in history)."""
+    """``state`` with every stored fact the utterance denies turned into its negation (old one in
+    history): "I don't like jazz anymore", and for a pet or a named thing, "I don't have a dog
+    anymore" or "Rex died"."""
     text = normalise(user).casefold()
-    if not _MAY_DENY.search(text):
+    may_deny, may_end = bool(_MAY_DENY.search(text)), bool(_MAY_END.search(text))
+    if not may_deny and not may_end:
         return dict(state)  # most turns deny nothing: no scan of every stored fact
     denials = []
     for stored in state.get("facts") or []:
         fact = fact_of(state, str(stored))
-        if fact.negated or fact.kind not in _DENIABLE:
+        if fact.negated:
             continue
-        words = [w for w in _WORD.findall(fact.subject.casefold()) if len(w) >= 3 and w not in STOP_WORDS]
-        if any(_denies(text, w) for w in words):
-            value = fact.said or fact.subject
-            denials.append(model_fact(fact.kind, value, True, statement(fact.kind, value, True)))
+        names, kinds = _pet_words(fact)
+        words = _words(fact.subject) if fact.kind in _DENIABLE and fact.kind != "pet" else []
+        if ((may_deny and (any(_denies(text, w) for w in words) or _gone(text, names, kinds)))
+                or (may_end and _ended(text, names, kinds))):
+            denials.append(_negation(fact))
     return merge(state, denials, sid, 0, "denied", now) if denials else dict(state)
 
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from ..._core.untrusted import steers
 from .kinds import STOP_WORDS, is_single_valued, read_statement, statement, wordset
+from .secrets import holds_secret, secrets_given
 
-__all__ = ["MAX_FACT_CHARS", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise"]
+__all__ = ["MAX_FACT_CHARS", "SUPPOSING", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise"]
 
 #: Only the start of a very long user turn is read by the rules.
 MAX_RULE_CHARS = 8_000
@@ -108,10 +109,22 @@ _RULES: list[tuple[str, str, str]] = [
      "User lives in {v}"),
     (r"\bi(?:'ve|\s+have)?\s+(?:just\s+|recently\s+)?moved to\s+" + _V, "lives_in", "User lives in {v}"),
     (r"\b(?:i'm|i am|i come) from\s+" + _V, "from", "User is from {v}"),
-    (r"\b(?:eu\s+)?(?:moro|vivo) (?:em|no|na|nos|nas)\s+" + _V, "lives_in", "User lives in {v}"),
-    (r"\b(?:yo\s+)?vivo en\s+" + _V, "lives_in", "User lives in {v}"),
-    (r"\b(?:ich\s+)?(?:wohne|lebe) in\s+" + _V, "lives_in", "User lives in {v}"),
-    (r"\b(?:j'habite|je vis|je vis) (?:à|a|en|au|aux)\s+" + _V, "lives_in", "User lives in {v}"),
+    (r"\b(?:eu\s+)?(?:agora\s+)?(?:moro|vivo)(?:\s+agora)? (?:em|no|na|nos|nas)\s+" + _V, "lives_in",
+     "User lives in {v}"),
+    (r"\b(?:yo\s+)?(?:ahora\s+)?vivo(?:\s+ahora)? en\s+" + _V, "lives_in", "User lives in {v}"),
+    (r"\b(?:ich\s+)?(?:wohne|lebe)(?:\s+(?:jetzt|nun|inzwischen|seit kurzem))? in\s+" + _V, "lives_in",
+     "User lives in {v}"),
+    (r"\b(?:j'habite|je vis)(?:\s+(?:maintenant|désormais|depuis peu))? (?:à|a|en|au|aux)\s+" + _V, "lives_in",
+     "User lives in {v}"),
+    # moves, in the other languages: "mudei-me para o Porto", "me mudé a Madrid", "ich bin nach
+    # Berlin gezogen", "j'ai déménagé à Lyon"
+    (r"\b(?:eu\s+)?(?:me\s+)?mudei(?:-me)?\s+(?:agora\s+)?(?:para|pra)\s+(?:o\s+|a\s+)?" + _V, "lives_in",
+     "User lives in {v}"),
+    (r"\b(?:me\s+(?:he\s+)?mud(?:[ée]|ado)|mud[ée]me)\s+(?:ahora\s+)?a\s+" + _V, "lives_in", "User lives in {v}"),
+    (r"\bich\s+bin\s+(?:jetzt\s+|gerade\s+|vor kurzem\s+|letzte woche\s+)?nach\s+"
+     r"(?P<v>[^\W\d_][^,.;:!?()\n]{0,60}?)\s+(?:um)?gezogen\b", "lives_in", "User lives in {v}"),
+    (r"\b(?:j'ai\s+d[ée]m[ée]nag[ée]|je\s+me\s+suis\s+install[ée]e?)\s+(?:à|a|en|au|aux)\s+" + _V, "lives_in",
+     "User lives in {v}"),
     # work and identity
     (r"\bi work as\s+" + _V, "job", "User works as {v}"),  # the article stays: "as a nurse"
     (r"\bi(?:\s+now|\s+still)?\s+work (?:at|for|in)\s+" + _WORKPLACE, "employer", "User works at {v}"),
@@ -172,6 +185,15 @@ _NOT_A_PLACE = wordset("""
 hope fear denial peace moment past present future harmony luxury poverty sin style comfort shame fantasy dream
 dreams reality misery constant terror dread
 """)
+# Where a move in another language goes that is no town ("mudei-me para *uma* casa maior", "para
+# *lá*", "me mudé a *los* 18 años", "nach *Hause*"), in lower case as the sentence says them.
+_NOT_A_TOWN = wordset("""
+um uma un una une ein eine einen lá la allí alli allá alla ahí ahi dort dorthin là hause Hause dem den los las el
+""")
+# A statement denied or undone in the words before it, in the other languages ("*Não* me mudei
+# para o Porto", "*Quase* me mudei", "*No* me mudé a Madrid"); English says it inside the rule.
+_UNDONE_BEFORE = re.compile(r"(?i)\b(?:não|nao|no|nunca|quase|casi|jam[áa]s|nicht|nie|fast|pas|jamais|presque)\s+"
+                            r"(?:me\s+|eu\s+|yo\s+)?$")
 # Not an employer: "I work at night", "I work at home", "I work at weekends".
 _NOT_AN_EMPLOYER = wordset("""
 night nights home weekends weekend night-shift times least all day days morning mornings evening evenings noon
@@ -181,9 +203,13 @@ _NOT_A_NAME = re.compile(r"(?:ese|ish)$", re.IGNORECASE)
 _TRAILING = wordset("""
 actually really too also though anyway anyways now lol haha much indeed anymore nowadays
 """)
+# The same in the other languages, in lower case only: "Café Agora" is a name.
+_TRAILING_ELSEWHERE = frozenset(("agora", "ahora", "jetzt", "maintenant", "finalmente", "entonces"))
 # Trailing phrases of more than one word, same purpose: "I don't like jazz any more".
 # So are times said after a move or a change: "I moved to Porto last week".
-_TRAILING_PHRASE = re.compile(r"(?:\s+(?:any more|these days|at all|no more|last (?:week|month|year|weekend)|"
+_TRAILING_PHRASE = re.compile(r"(?:\s+(?:any more|these days|at all|no more|last (?:week|month|year|weekend)|al final|"
+                              r"(?:hace|há|ha) \w+ (?:años|anos|meses|semanas|d[ií]as)|(?:el|o|no) a[ñn]o pasado|"
+                              r"l'ann[ée]e derni[èe]re|l'an dernier|letztes jahr|vor \w+ (?:jahren|monaten|wochen)|"
                               r"this (?:week|month|year)|(?:a few|two|three) (?:days|weeks|months) ago|yesterday|"
                               r"today|recently))+$", re.IGNORECASE)
 _DEGREE_WORDS = wordset("""
@@ -214,6 +240,8 @@ _FIRST_PERSON_WORD = re.compile(r"\b(?:" + "|".join(sorted(_FIRST_PERSON, key=le
 # Only statements made by an English rule are rewritten: "me" is also Spanish, French and
 # Portuguese ("cuando me llaman").
 _ENGLISH_RULE = re.compile(r"(?:my|i|i'm|i've|call me|people call me)\b", re.IGNORECASE)
+#: A sentence that supposes rather than states ("If I moved to Porto", "Quando me mudei para Lisboa, ...").
+SUPPOSING = re.compile(r"(?i)\W*(?:if|when|what if|suppose|se|si|wenn|als|quando|cuando|quand)\b")
 _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
 #: A period that ends a title or an initial, not a sentence ("Dr. Almeida", "St. Louis", "J. Smith").
 _ABBREVIATION_END = re.compile(rf"(?:^|[\s(])(?:{'|'.join(_TITLES)}|[a-z])\.$", re.IGNORECASE)
@@ -248,7 +276,7 @@ def _norm_value(value: str) -> str:
 def _clean_value(raw: str, key: str) -> str | None:
     raw = _TRAILING_PHRASE.sub("", raw.strip())
     words = raw.strip().strip("\"'`").split()
-    while words and words[-1].casefold() in _TRAILING:
+    while words and (words[-1].casefold() in _TRAILING or words[-1] in _TRAILING_ELSEWHERE):
         words.pop()  # "I hate jazz actually"
     value = " ".join(words)
     if not words or len(words) > _MAX_VALUE_WORDS:
@@ -263,7 +291,8 @@ def _clean_value(raw: str, key: str) -> str | None:
         return None  # "call me later", "I'm Portuguese"
     if key.startswith("is:") and words[0].casefold() in _DEGREE_WORDS:
         return None  # "I'm a bit tired"
-    if key == "lives_in" and (words[0].casefold() in ("a", "an") or content[0] in _NOT_A_PLACE):
+    if key == "lives_in" and (words[0].casefold() in ("a", "an") or words[0] in _NOT_A_TOWN
+                              or content[0] in _NOT_A_PLACE or value[:1].isdigit()):
         return None  # "I live in a small flat with two cats" does not move the user out of Porto
     if key == "employer" and content[0] in _NOT_AN_EMPLOYER:
         return None  # "I work at night this week"
@@ -313,6 +342,8 @@ def _rule_matches(sentence: str) -> Iterator[tuple[int, Fact]]:
             if key_tpl == "{x}" and (x.casefold() in _GENERIC_X_BLOCKLIST or x.split()[-1].casefold() in
                                      _GENERIC_X_BLOCKLIST):
                 continue
+            if _UNDONE_BEFORE.search(sentence[:m.start()]):
+                continue
             value = _clean_value(groups.get("v") or "", "name" if key_tpl == "name" else key_tpl)
             if value is None:
                 continue
@@ -334,14 +365,16 @@ def extract_facts(user_text: str) -> list[Fact]:
     # A line break ends a statement ("I live in Lisbon\nRemind me at 5"): split before normalise
     # joins the lines (splitlines knows \r, \x85 and U+2028 too).
     lines = (user_text or "")[:MAX_RULE_CHARS].splitlines()
+    secrets = secrets_given((user_text or "")[:MAX_RULE_CHARS])
     for sentence in [s for line in lines for s in _sentences(normalise(line))]:
         sentence = sentence.strip()
-        if not sentence or sentence.endswith("?") or re.match(r"(?i)(if|when|what if|suppose|se|si|wenn)\b",
-                                                               sentence):
+        if not sentence or sentence.endswith("?") or SUPPOSING.match(sentence):
             continue
         for fact in _matches(sentence):
             if steers(fact.text):
                 continue  # "my favourite phrase is ignore all previous instructions" is no fact to send
+            if holds_secret(fact.text, secrets):
+                continue  # "my PIN is 4321": sent with every turn, a secret would travel too far
             facts.pop(fact.key, None)  # a later statement in one turn wins
             facts[fact.key] = fact
     return list(facts.values())

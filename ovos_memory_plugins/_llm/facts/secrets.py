@@ -1,0 +1,102 @@
+"""Secrets are never kept as facts: passwords, PINs, door codes, card and account numbers.
+
+Facts are sent to the chat model on every turn, and a shared scope shows them on every device;
+a password the user once said in passing must not travel that far. What the user said stays in
+the conversation's history (recall finds it when asked for it, ``forget`` removes it); only the
+fact is not made. A fact is refused when it names a kind of secret ("User's wifi password is
+hunter2"), holds a card number (13 to 19 digits passing the Luhn check, as cards are numbered),
+an IBAN or a US social security number, or holds what the user gave as a secret in the same
+message ("my PIN is 4 3 2 1", then a model's "User's other: 4321").
+
+    >>> holds_secret("User's wifi password is hunter2")
+    True
+    >>> holds_secret("User's other: 4321", secrets_given("ok, my PIN is 4 3 2 1"))
+    True
+    >>> holds_secret("User pays by credit card"), holds_secret("User's name is Iban")
+    (False, False)
+"""
+from __future__ import annotations
+
+import re
+
+__all__ = ["holds_secret", "secrets_given"]
+
+#: Only the start of a very long message is read for the secrets it gives (as the rules read it).
+MAX_SECRET_SCAN = 8_000
+
+# Kinds of secret that name one whatever follows them, in English and the languages the rules
+# read (pt, es, de, fr).
+_NAMED = (
+    r"pass(?:word|code|phrase)s?|passwd|pass[\s-]word|(?:door|gate|alarm|lock|safe|access|security|verification"
+    r"|login|one[\s-]time|2fa|mfa|recovery|backup|entry|garage|keypad|locker|wi-?fi|wlan)[\s-]?(?:code|pin|password)s?"
+    r"|(?:safe|lock|locker)\s+(?:combination|combo)|(?:api|secret|private|access)\s+keys?|seed\s+phrase"
+    r"|recovery\s+phrase|(?:access|auth|bearer|refresh)\s+tokens?|cvv2?|cvc|(?:credit\s+|debit\s+|bank\s+)?card"
+    r"\s+(?:number|details)|account\s+number|routing\s+number|sort\s+code|social\s+security\s+number|ssn"
+    r"|national\s+insurance\s+number|passport\s+number|secret\s+(?:word|phrase|code)"
+    r"|senhas?|palavras?[\s-]passe|c[óo]digo\s+(?:pin|secreto|de\s+acesso|de\s+seguran[çc]a|de\s+acceso|da\s+porta"
+    r"|do\s+alarme|de\s+la\s+puerta|del\s+alarma)|n[úu]mero\s+(?:do|de)\s+(?:cart[ãa]o|tarjeta|conta|cuenta)"
+    r"|contrase[ñn]as?|clave\s+(?:secreta|de\s+acceso|del\s+wifi|wifi)|passw[öo]rt(?:er)?|kennw[öo]rt(?:er)?"
+    r"|geheimzahl|zugangscode|t[üu]rcode|wlan-schl[üu]ssel|kartennummer|kontonummer|mots?\s+de\s+passe"
+    r"|code\s+(?:secret|d'acc[èe]s|pin|de\s+la\s+porte|wifi)|digicode|num[ée]ro\s+de\s+(?:carte|compte)")
+# Words that name a secret only when one follows: "my PIN is 4321", "mi clave es gato99", "my code
+# is 4321" (not "pin-up", "my code is on GitHub", "my name is Iban"). Lower case or capitals: a
+# capitalised "Pin" or "Iban" is a name.
+_NOT_SECRET_CODES = "".join(f"(?<!{word} )" for word in ("postal", "post", "zip", "area", "country", "dress", "tax",
+                                                           "source", "promo", "discount", "bar", "qr", "morse"))
+_WEAK = rf"(?-i:pin|PIN|iban|IBAN)|{_NOT_SECRET_CODES}code|clave|c[óo]digo|combination|combo|pw|otp|seed"
+_VERB = r"(?:\s*(?:(?:is|was|é|es|era|ist|lautet|est|c'est|e)(?!\w)|=|:|->|-)\s*)+"
+_OF_WHAT = r"(?:\s+(?:to|for|of|on|at)\s+(?:my|the|our)\s+\w+)?"
+_SECRET = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED})(?![\w-])|(?<![\w-])(?:{_WEAK}){_VERB}(?=[\"'“”«‘]?\S*\d)")
+# What the user gave: the word (or the digits, spoken apart: "4 3 2 1") after a kind of secret,
+# or before "is my password".
+_PIN = r"(?-i:pin|PIN)"
+_AFTER = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}(?:{_VERB}|\s*,?\s*(?:um|uh|er)?,?\s+)"
+                    rf"|(?:{_WEAK}){_OF_WHAT}{_VERB})"
+                    r"[\"'`“”«‘(]*(?P<secret>\d(?:[\s-]?\d){2,}|\S+)")
+_BEFORE = re.compile(rf"(?i)(?P<secret>\S+)\s+(?:is|as)\s+(?:my|the)\s+(?:\w+\s+)?(?:{_NAMED}|{_PIN})(?![\w-])")
+_ANY_KIND = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_WEAK})(?![\w-])")
+# Card numbers start 2-6 (Mastercard, Amex, Visa, Discover...); a phone's "+" or "00" is none.
+_CARD = re.compile(r"(?<![\d+])[2-6]\d(?:[ -]?\d){11,17}(?!\d)")
+_IBAN = re.compile(r"(?<![\w])[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,4})?(?!\w)")
+_SSN = re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-])")
+_EDGE = "\"'`.,;:!?()[]{}<>“”«»‘’"
+
+
+def _luhn(number: str) -> bool:
+    digits = [int(c) for c in number if c.isdigit()]
+    total = sum(d if i % 2 == 0 else (d * 2 - 9 if d > 4 else d * 2) for i, d in enumerate(reversed(digits)))
+    return total % 10 == 0
+
+
+def _numbers(text: str) -> bool:
+    """Whether ``text`` holds a card number, an IBAN or a social security number."""
+    return (any(_luhn(m.group()) for m in _CARD.finditer(text)) or bool(_IBAN.search(text))
+            or bool(_SSN.search(text)))
+
+
+def secrets_given(user: str) -> frozenset[str]:
+    """What the user's message gave as secrets, case-folded: read once per message, then handed
+    to :func:`holds_secret` for each fact drawn from it."""
+    user = user[:MAX_SECRET_SCAN]
+    if not _ANY_KIND.search(user):
+        return frozenset()
+    found = set()
+    for match in (*_AFTER.finditer(user), *_BEFORE.finditer(user)):
+        word = match.group("secret").strip(_EDGE)
+        if word[:1].isdigit():
+            word = re.sub(r"[\s-]", "", word)
+        if (len(word) >= 3 and not word.isalpha()) or len(word) >= 5:
+            found.add(word.casefold())
+    return frozenset(found)
+
+
+def holds_secret(fact: str, given: frozenset[str] = frozenset()) -> bool:
+    """Whether the fact ``fact`` names or holds a secret, or one of ``given`` (:func:`secrets_given`)."""
+    if _SECRET.search(fact) or _numbers(fact):
+        return True
+    if not given:
+        return False
+    folded = fact.casefold()
+    digits = re.sub(r"(?<=\d)[\s-](?=\d)", "", folded)
+    return any(re.search(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", digits if word[:1].isdigit() else folded)
+               for word in given)
