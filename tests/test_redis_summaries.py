@@ -107,6 +107,15 @@ def test_a_model_summary_keeps_the_facts_and_the_change(make):
         assert "Lisbon" not in summary and "Nova" not in summary and "Max" not in summary
 
 
+def test_a_secret_said_in_passing_stays_out_of_the_compacted_summary(make):
+    memory = make(api_url=None, compact_threshold=3, compact_token_threshold=0, keep_recent=1)
+    say(memory, [("I'm Marta. My wifi password is Bolacha2024.", "Noted: Bolacha2024."),
+                 *TURNS[1:3], ("Thanks!", "You're welcome!")])
+    assert memory.flush(patience(20))
+    summary = memory.load("s")[0]
+    assert "Marta" in summary and "Bolacha2024" not in summary, summary
+
+
 @pytest.mark.llm
 @pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
 def test_a_real_model_compacts_and_the_summary_names_the_users_current_city(make, real_llm_url):

@@ -46,6 +46,7 @@ from ...errors import LLMContextOverflow, LLMError
 from ..facts.extraction import exchanges_of, extract, is_small_talk
 from ..facts.merging import fact_of, merge, withdraw_denied
 from ..facts.rules import Fact, extract_facts, normalise
+from ..facts.secrets import holds_secret, secrets_given
 from .checks import (
     check_piece,
     check_summary,
@@ -255,6 +256,7 @@ class Summarizer:
         """
         base = dict(state) if state and render_summary(state, self.max_tokens) == (previous or "").strip() \
             else parse_summary(previous)
+        messages = without_secrets(messages)
         use_model = self.client is not None and self.client.available
         part, piece, narrated = list(messages), "", False
         if use_model:
@@ -362,6 +364,22 @@ class Summarizer:
                 if not exc.limit:
                     raise
         raise LLMError("the narrative request did not fit the model's context")
+
+
+def without_secrets(messages: Sequence[Any]) -> list[dict[str, str]]:
+    """``messages`` without the sentences that name or hold a secret the user gave ("My wifi
+    password is hunter2.", the assistant's "Your PIN 4321 is noted."): a summary is sent with
+    every turn, as facts are, so it keeps none (see :mod:`~ovos_memory_plugins._llm.facts.secrets`);
+    nor does a model asked to write one receive them."""
+    pairs = [role_content(m) for m in messages]
+    given = secrets_given("\n".join(content for role, content in pairs if role == "user"))
+    out = []
+    for role, content in pairs:
+        if holds_secret(content, given):
+            content = "\n".join(" ".join(s for s in split_sentences(line) if not holds_secret(s, given))
+                                for line in content.splitlines())
+        out.append({"role": role, "content": content})
+    return out
 
 
 def _exchange_spans(messages: Sequence[Any]) -> list[tuple[int, int]]:
