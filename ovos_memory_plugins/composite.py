@@ -113,7 +113,7 @@ class CompositeConfig(RecallConfig):
                          choices=COMPOSITE_FUSIONS)
     fusion_weights: dict[str, Any] = option({}, "score fusion weights (keyword, semantic, date, length) over "
                                             "the fitted defaults")
-    rrf_k: int = option(60, "rrf constant k", minimum=1)
+    rrf_k: int = option(60, "rrf constant k (0: 1/rank)", minimum=0)
     top_k: int | None = option(None, "recalled items (top level; falls back to retrieval.max_num_results)",
                                key="max_num_results", kind=int, minimum=1)
     member_fetch_k: int | None = option(None, "hits asked of each retriever; null: 2 x max_num_results",

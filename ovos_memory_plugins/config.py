@@ -66,7 +66,7 @@ def option(
     nullable: bool = False,
     aliases: tuple[str, ...] = (),
     otherwise: Any = UNSET,
-    read_as: Mapping[str, Any] | None = None,
+    read_as: Mapping[Any, Any] | None = None,
 ) -> Any:
     """Declare one config key as a dataclass field.
 
@@ -83,9 +83,9 @@ def option(
         otherwise: the value read, with a warning, for one outside ``choices`` (one of them
             spelt in other case is that one), where the reference package read any other value
             so: a persona written for it keeps loading.
-        read_as: values outside ``choices`` read, with a warning, as another (``{"global":
-            "session"}``): the ones a persona written for the reference may hold; any other
-            value is still refused.
+        read_as: values outside ``choices`` (or below ``minimum``) read, with a warning, as
+            another (``{"global": "session"}``, ``{0: 1}``): the ones a persona written for the
+            reference may hold; any other value is still refused.
     """
     if kind is None:
         kind = type(default) if default is not None else object
@@ -336,10 +336,12 @@ def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[A
     if value is None and not meta["nullable"]:
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc,operator]
         return f"{owner}: '{key}' is null; its default {default!r} is used", UNSET
-    if isinstance(value, str) and value in meta["read_as"]:
-        allowed = ", ".join(repr(c) for c in meta["choices"] or ())
-        return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {meta['read_as'][value]!r}", \
-            meta["read_as"][value]
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and value in meta["read_as"]:
+        read = meta["read_as"][value]
+        if meta["choices"] is None:  # a number the reference read some way (summarize_every 0 is every exchange)
+            return f"{owner}: '{key}' is {value!r}; read as {read!r}, as the reference package read it", read
+        allowed = ", ".join(repr(c) for c in meta["choices"])
+        return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {read!r}", read
     choices = meta["choices"]
     if choices is None or value in choices:
         return None

@@ -71,7 +71,9 @@ MAX_REJECTIONS = 3
 
 @dataclasses.dataclass(frozen=True)
 class LongTermConfig(EndpointConfig, ContextConfig):
-    summarize_every: int = option(6, "exchanges between two summaries", minimum=1)
+    # The reference summarised when the count reached summarize_every: 0 was every exchange.
+    summarize_every: int = option(6, "exchanges between two summaries; 0 is read as 1 (the reference's reading)",
+                                  minimum=1, read_as={0: 1})
     max_summary_tokens: int = option(256, "max_tokens of a summary; also bounds the offline summary", minimum=1)
     recent_window: int = option(4, "exchanges kept verbatim after a summary; 0 keeps none", minimum=0)
     backend: str = option("json", "store: json, sqlite, memory (RAM only) or postgres (with db_url)",

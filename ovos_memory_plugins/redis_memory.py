@@ -116,11 +116,19 @@ def _exchange_pair(exchange: Any) -> tuple[str, str]:
     return pair[0], pair[1]
 
 
-def _within(history: list[AgentMessage], tokens: int) -> list[AgentMessage]:
+def _within(history: list[AgentMessage], tokens: int, keep: int) -> list[AgentMessage]:
     """The newest messages within the compaction threshold, as a context window: while compaction
     is behind (a slow model, an endpoint down) the list grows past it, and the prompt must not
-    grow with it. What is left out is being folded into the summary."""
-    return fit_window(history, tokens, True)[0]
+    grow with it. What is left out is being folded into the summary; so the newest ``keep``
+    exchanges, which compaction never folds, go whatever their size (a long answer the user asks
+    about next would be in neither)."""
+    fitted = fit_window(history, tokens, True)[0]
+    users = [i for i, m in enumerate(history) if is_role(m, "user")]
+    waiting = 1 if history and is_role(history[-1], "user") else 0  # a question not answered yet
+    count = keep + waiting
+    start = users[-count] if count and len(users) >= count else 0
+    newest = history[start:] if count else []
+    return fitted if len(fitted) >= len(newest) else context_window(newest, True)
 
 
 def _compaction_policy(s: RedisConfig, token_threshold_given: bool) -> CompactionPolicy:
@@ -218,7 +226,7 @@ class RedisMemory(ContextMemory):
         threshold = self._policy.token_threshold
         # The list's count, kept by every append, says whether it is over (None: the RAM copy).
         over = threshold and (tokens is None or tokens > threshold)
-        sent = _within(history, threshold) if over else history
+        sent = _within(history, threshold, self._policy.keep_recent) if over else history
         block = summary_block(summary) if blocks else ""
         # An answer whose question max_history (or the threshold) left out goes too: chat templates
         # that want turns to alternate refuse a prompt opening with one.

@@ -799,7 +799,7 @@ def test_a_long_message_reaches_extraction_with_its_end(llm, make):
     "My password is hunter2.", "My wifi password is Lisbon2024.", "My PIN is 4321.", "My door code is 1234.",
     "My credit card number is 4111 1111 1111 1111.", "A minha senha é gato123.", "Mi contraseña es perro99.",
     "Mein Passwort ist Sonne77.", "Mon mot de passe est soleil42.", "my pw is hunter2", "my code is 4321",
-    "My secret word is swordfish", "my OTP is 123456", "my safe combo is 12-34-56",
+    "my OTP is 123456", "my safe combo is 12-34-56",
     "My social security number is 123-45-6789", "The code to my door is 4321", "mi pin es 4321",
     "Meine PIN lautet 4321", "mi clave es gato99", "hunter2 is my password", "I use hunter2 as my password",
 ])

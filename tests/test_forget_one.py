@@ -32,7 +32,7 @@ def files_holding(folder: Path, word: str) -> list[str]:
 
 def fill(memory, sid="kitchen"):
     exchange(memory, sid, "my dog is called Biscuit", "Lovely name!")
-    exchange(memory, sid, f"my locker code is {SECRET}", "Noted.")
+    exchange(memory, sid, f"my locker is {SECRET}", "Noted.")
     exchange(memory, sid, "I live in Porto", "Nice city.")
     exchange(memory, "car", "play some jazz", "Playing jazz.")
 
@@ -100,7 +100,7 @@ def test_a_composite_forgets_an_exchange_in_every_member_and_its_window(tmp_path
     fill(memory)
     assert memory.flush(patience(30))
     doc_id = secret_doc_id(memory.members[1].memory)
-    assert memory.document("kitchen", doc_id)["content"] == f"Q: my locker code is {SECRET}\nA: Noted."
+    assert memory.document("kitchen", doc_id)["content"] == f"Q: my locker is {SECRET}\nA: Noted."
     counts = memory.forget_document("kitchen", doc_id)
     assert counts == {"ovos-memory-plugin-recency": {"messages": 2},
                       "ovos-memory-plugin-lexical": {"messages": 2, "documents": 1},
@@ -137,7 +137,7 @@ def test_a_window_forgets_the_messages_of_an_exchange_and_keeps_the_others_times
     memory = closing(RecencyMemory({"db_path": str(tmp_path / f"window{suffix}")}))
     fill(memory)
     before = memory.export("kitchen")["window"]
-    assert memory.forget_exchange("kitchen", f"Q: my locker code is {SECRET}\nA: Noted.") == {"messages": 2}
+    assert memory.forget_exchange("kitchen", f"Q: my locker is {SECRET}\nA: Noted.") == {"messages": 2}
     after = memory.export("kitchen")["window"]
     assert after == [m for m in before if SECRET not in m["content"] and m["content"] != "Noted."]
     assert files_holding(tmp_path, SECRET) == []
@@ -260,7 +260,7 @@ def test_forgetting_an_exchange_drops_a_summary_narrative_that_quotes_it(tmp_pat
     fill(memory)
     assert memory.flush(patience(30))
     assert "Noted." in memory.export("kitchen")["summary"]  # the offline narrative quotes the turns
-    assert memory.forget_exchange("kitchen", f"Q: my locker code is {SECRET}\nA: Noted.") == {
+    assert memory.forget_exchange("kitchen", f"Q: my locker is {SECRET}\nA: Noted.") == {
         "messages": 0, "summaries": 1}
     summary = memory.export("kitchen")["summary"]
     assert "Conversation so far" not in summary and "User lives in Porto" in summary  # the facts stay
@@ -291,7 +291,7 @@ def test_a_composite_refuses_to_forget_one_exchange_a_member_would_keep(tmp_path
     memory = closing(CompositeMemory({"members": [lexical]}))
     fill(memory)
     memory.members.append(memory.members[0]._replace(name="whole-sessions", memory=WholeSessionsOnly()))
-    content = f"Q: my locker code is {SECRET}\nA: Noted."
+    content = f"Q: my locker is {SECRET}\nA: Noted."
     with pytest.raises(NotSupported, match="whole-sessions"):
         memory.forget_exchange("kitchen", content)
     assert [h.content for h in memory.search(SECRET, "kitchen")] == [content]  # nothing was forgotten

@@ -166,9 +166,24 @@ def test_an_unknown_store_backend_is_json_as_in_the_reference_and_said(backend, 
 
 def test_bad_numbers_are_config_errors():
     with pytest.raises(ConfigError):
-        LongTermMemory({"summarize_every": 0})
+        LongTermMemory({"summarize_every": -1})
     with pytest.raises(ConfigError):
         LongTermMemory({"recent_window": "4"})
+
+
+def test_summarize_every_0_is_read_as_the_reference_read_it_every_exchange(make, monkeypatch):
+    # The reference summarised once the count reached summarize_every: a persona written with 0
+    # got a summary after every exchange, and must keep loading (a ConfigError drops the persona).
+    from ovos_memory_plugins._core.log import LOG
+
+    warned = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    memory = make(api_url=None, summarize_every=0, recent_window=0)
+    assert memory.settings.summarize_every == 1
+    assert any("'summarize_every' is 0; read as 1" in w for w in warned), warned
+    exchange(memory, 0, user="My name is Ana and I live in Lisbon.")
+    assert memory.flush(patience(10))
+    assert "Ana" in memory.export("s")["summary"]
 
 
 # -- summaries -----------------------------------------------------------------------------
@@ -683,5 +698,16 @@ def test_a_secret_said_in_passing_stays_out_of_the_summary_and_of_the_request(ma
     summary = memory.export("s")["summary"]
     assert model or ("Marta" in summary and "Porto" in summary), summary
     assert "Bolacha2024" not in summary and "8642" not in summary, summary
+    # The narrative's request leaves them out too (fact extraction reads the turn whole, and drops
+    # a fact holding one).
     assert not any("Bolacha2024" in json.dumps(r.messages) or "8642" in json.dumps(r.messages)
-                   for r in llm.chat_requests())
+                   for r in narratives(llm))
+
+
+def test_a_name_said_beside_a_secret_is_still_a_fact_of_the_summary(make):
+    memory = make(api_url=None, summarize_every=1, recent_window=0)
+    exchange(memory, 0, user="My name is Marta, the password is Bolacha2024.")
+    exchange(memory, 1)
+    assert memory.flush(30)
+    summary = memory.export("s")["summary"]
+    assert "User's name is Marta" in summary and "Bolacha2024" not in summary, summary

@@ -967,3 +967,18 @@ def test_after_a_long_outage_the_ram_copy_holds_every_turn_stored_since(make, mo
     assert memory.flush(patience(10))  # every held update stored, Redis then gone for reads
     said = [m.content for m in memory.get_history("s") if m.content.startswith("q")]
     assert said == [f"q{n}" for n in range(73)]
+
+
+@pytest.mark.parametrize("before", [0, 3])
+def test_an_exchange_longer_than_the_threshold_is_still_sent_while_it_is_the_newest(make, before):
+    # Compaction never folds the newest exchange, so a window cut to the threshold left it in
+    # neither the summary nor the prompt: "what was step 3?" after a long recipe got nothing.
+    memory = make(compact_token_threshold=200)
+    for i in range(before):
+        memory.update_history([AgentMessage(U, f"question {i}"), AgentMessage(A, f"answer {i}")], "s")
+    recipe = " ".join(f"Step {i}: stir the sauce for {i} minutes and add a pinch of salt." for i in range(1, 40))
+    memory.update_history([AgentMessage(U, "give me the recipe"), AgentMessage(A, recipe)], "s")
+    assert memory.flush(patience(20))
+    ctx = memory.build_conversation_context("what was step 3?", "s")
+    assert [(m.role, m.content) for m in ctx[-3:]] == [(U, "give me the recipe"), (A, recipe),
+                                                        (U, "what was step 3?")]

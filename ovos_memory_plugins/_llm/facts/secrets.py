@@ -32,7 +32,7 @@ _NAMED = (
     r"|(?:safe|lock|locker)\s+(?:combination|combo)|(?:api|secret|private|access)\s+keys?|seed\s+phrase"
     r"|recovery\s+phrase|(?:access|auth|bearer|refresh)\s+tokens?|cvv2?|cvc|(?:credit\s+|debit\s+|bank\s+)?card"
     r"\s+(?:number|details)|account\s+number|routing\s+number|sort\s+code|social\s+security\s+number|ssn"
-    r"|national\s+insurance\s+number|passport\s+number|secret\s+(?:word|phrase|code)"
+    r"|national\s+insurance\s+number|passport\s+number"
     r"|senhas?|palavras?[\s-]passe|c[óo]digo\s+(?:pin|secreto|de\s+acesso|de\s+seguran[çc]a|de\s+acceso|da\s+porta"
     r"|do\s+alarme|de\s+la\s+puerta|del\s+alarma)|n[úu]mero\s+(?:do|de)\s+(?:cart[ãa]o|tarjeta|conta|cuenta)"
     r"|contrase[ñn]as?|clave\s+(?:secreta|de\s+acceso|del\s+wifi|wifi)|passw[öo]rt(?:er)?|kennw[öo]rt(?:er)?"

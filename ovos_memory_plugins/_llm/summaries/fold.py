@@ -256,7 +256,9 @@ class Summarizer:
         """
         base = dict(state) if state and render_summary(state, self.max_tokens) == (previous or "").strip() \
             else parse_summary(previous)
-        messages = without_secrets(messages)
+        # The narrative reads the turns without the secrets in them; the facts read them whole (a
+        # fact holding a secret is dropped there), so "I'm Marta, my PIN is 4321" keeps the name.
+        said, messages = list(messages), without_secrets(messages)
         use_model = self.client is not None and self.client.available
         part, piece, narrated = list(messages), "", False
         if use_model:
@@ -266,7 +268,7 @@ class Summarizer:
             except LLMError:
                 use_model = False  # the client logged it once
                 part = list(messages)
-        updated, use_model = self._facts(base, part, use_model)
+        updated, use_model = self._facts(base, said[:len(part)], use_model)
         if not (use_model and narrated):
             budget = self._narrative_budget(updated)
             narrative = extractive_summary(str(base.get("narrative") or ""), part, budget)
@@ -370,7 +372,7 @@ def without_secrets(messages: Sequence[Any]) -> list[dict[str, str]]:
     """``messages`` without the sentences that name or hold a secret the user gave ("My wifi
     password is hunter2.", the assistant's "Your PIN 4321 is noted."): a summary is sent with
     every turn, as facts are, so it keeps none (see :mod:`~ovos_memory_plugins._llm.facts.secrets`);
-    nor does a model asked to write one receive them."""
+    nor does the model asked to write its narrative receive them."""
     pairs = [role_content(m) for m in messages]
     given = secrets_given("\n".join(content for role, content in pairs if role == "user"))
     out = []
