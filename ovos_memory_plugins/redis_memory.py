@@ -124,7 +124,7 @@ def _within(history: list[AgentMessage], tokens: int, keep: int) -> list[AgentMe
     about next would be in neither)."""
     fitted = fit_window(history, tokens, True)[0]
     users = [i for i, m in enumerate(history) if is_role(m, "user")]
-    waiting = 1 if history and is_role(history[-1], "user") else 0  # a question not answered yet
+    waiting = _trailing_questions(history)  # questions not answered yet
     count = keep + waiting
     start = users[-count] if count and len(users) >= count else 0
     newest = history[start:] if count else []

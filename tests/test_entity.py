@@ -4,6 +4,7 @@ a custom prompt's facts as returned, restarts."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -809,7 +810,8 @@ def test_a_secret_the_user_says_is_never_kept_as_a_fact(make, said):
     memory = make()
     say(memory, f"My name is Ana. {said}")
     assert injected(memory) == ["User's name is Ana"]
-    secret = said.rstrip(".").split()[-1]
+    words = re.findall(r"[\w-]+", said)
+    secret = next((w for w in words if any(c.isdigit() for c in w)), words[-1])  # "hunter2", "swordfish"
     assert secret not in json.dumps(memory.export("s"), ensure_ascii=False)
 
 
@@ -831,6 +833,8 @@ def test_a_models_fact_holding_the_secret_the_user_gave_is_dropped(make, reply):
     "My postal code is 4000.", "My lucky number is 7.", "I love my pinball machine.", "My name is Iban.",
     "My daughter is called Iban.", "I prefer paying by credit card.", "I work for Social Security.",
     "My phone is 0044 7911 123456.", "My code is on GitHub.", "My son Pin is 4.",
+    "Where is the wifi password? I live in Porto.", "I changed my password yesterday. I live in Porto.",
+    "My favourite combination is pizza and beer.",
 ])
 def test_numbers_and_words_that_only_look_like_secrets_are_kept(make, said):
     memory = make()
@@ -901,10 +905,28 @@ def test_a_pet_that_is_gone_is_no_longer_a_current_fact(make, said):
     "If my dog died I'd be devastated.", "I dreamt that Rex died.", "My dog passed his obedience test!",
     "Rex is dead tired after the walk.", "A dog died on the road.", "Rex almost died.", "Rex hasn't died, he's fine.",
     "I thought Rex died but he's fine.", "I don't have dog food anymore.", "I don't walk the dog anymore.",
-    "T-Rex died out long ago.", "Rex, my grandma passed away.", "Rex est mort de rire.",
+    "T-Rex died out long ago.", "Rex, my grandma passed away.", "Rex est mort de rire.", "O Rex não morreu.",
+    "Mi perro no murió, está bien.", "Rex is dead serious about food.", "Rex didn't make it to the park.",
 ])
 def test_what_only_sounds_like_a_pets_end_keeps_it(make, said):
     memory = make()
     say(memory, "My dog is called Rex.")
     say(memory, said)
     assert injected(memory) == ["User's dog is called Rex"]
+
+
+@pytest.mark.timeout(120)  # a regex that backtracks would run for hours on these; each is linear
+@pytest.mark.parametrize("hostile", [
+    "code" + " -" * 5000 + " x", "pin:" + " " * 50000 + "x", "code" + "-" * 50000, "my password" + " " * 50000 + "x",
+    "hunter2 " * 20000 + "is my password", "my dog " * 10000 + "died", "Rex " * 20000 + ". died",
+])
+def test_hostile_messages_are_read_for_facts_and_secrets_in_bounded_time(make, hostile):
+    from ovos_memory_plugins._llm.facts.secrets import holds_secret, secrets_given
+    from ovos_memory_plugins._llm.summaries.fold import without_secrets
+
+    holds_secret(hostile, secrets_given(hostile))
+    without_secrets([{"role": "user", "content": hostile}, {"role": "assistant", "content": hostile}])
+    memory = make()
+    say(memory, "My dog is called Rex.")
+    say(memory, hostile)
+    assert injected(memory)

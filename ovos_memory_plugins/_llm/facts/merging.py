@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .kinds import ATTRIBUTES, STOP_WORDS, is_single_valued, statement, subject_of, wordset
-from .rules import SUPPOSING, Fact, make_fact, model_fact, normalise
+from .rules import SUPPOSING, UNDOING, Fact, make_fact, model_fact, normalise
 
 __all__ = ["add_history", "fact_of", "MAX_HISTORY", "merge", "withdraw_denied", "without_fact"]
 
@@ -145,8 +145,10 @@ def _denies(text: str, word: str) -> bool:
 # away"), in the languages the rules read: said after its name or the user's own word for it ("my
 # dog", not "my neighbour's dog" nor "a dog"), or before it. A sentence that asks, supposes,
 # dreams or tells a story, and "almost", "not", "thought" between, end nothing.
-_ENDED_AFTER = (r"(?:died|passed\s+away|is\s+(?:dead|no\s+longer\s+with\s+us)(?!\s+tired)|was\s+(?:put\s+down"
-                r"|put\s+to\s+sleep|euthani[sz]ed)|didn't\s+make\s+it|crossed\s+the\s+rainbow\s+bridge|morreu"
+# "is dead" and "didn't make it" only where the clause ends ("dead tired", "didn't make it to the park").
+_ENDED_AFTER = (r"(?:died|passed\s+away|is\s+no\s+longer\s+with\s+us"
+                r"|(?:is\s+dead|didn't\s+make\s+it)(?=\s*(?:[.,;!]|$|now))"
+                r"|was\s+(?:put\s+down|put\s+to\s+sleep|euthani[sz]ed)|crossed\s+the\s+rainbow\s+bridge|morreu"
                 r"|faleceu|muri[óo]|falleci[óo]|ist\s+(?:gestorben|tot|verstorben)|est\s+(?:morte?|d[ée]c[ée]d[ée]e?)"
                 r"(?!\s+de\s+rire))")
 _ENDED_BEFORE = (r"(?:rehomed|re-homed|buried|(?:had\s+to\s+)?put(?=\s+\S+(?:\s+\S+)?\s+(?:down|to\s+sleep)\b)"
@@ -159,7 +161,7 @@ _OURS = (r"(?:my|our|mi|nuestr[oa]|meu|minha|nosso|nossa|mein|meine|unser|unsere
 # else's; and words that undo it between the pet and its end.
 _NOT_REAL = re.compile(r"\?\s*$|\b(?:dream(?:t|ed|s)?|thought|feared|worried|afraid|sonhei|so[ñn][ée]|tr[äa]umte"
                        r"|r[êe]v[ée]|game|movie|film|book|show|series|jogo|juego|spiel|jeu)\b")
-_UNDONE = re.compile(r"\b(?:almost|nearly|not|never|thought|if|would|could|might|will|quase|casi|fast|presque|my|his"
+_UNDONE = re.compile(rf"\b(?:{UNDOING}|almost|nearly|not|never|thought|if|would|could|might|will|my|his"
                      r"|her|their|our|a|an|the|it|that|which)\b|n't\b")
 # The user's words for a pet, in the languages the rules read (the fact itself is in English).
 _PET_WORDS = {"dog": "dog|puppy|cão|cao|cachorro|perro|perra|hund|chien|chienne",

@@ -23,7 +23,8 @@ from ..._core.untrusted import steers
 from .kinds import STOP_WORDS, is_single_valued, read_statement, statement, wordset
 from .secrets import holds_secret, secrets_given
 
-__all__ = ["MAX_FACT_CHARS", "SUPPOSING", "WORD", "Fact", "extract_facts", "make_fact", "model_fact", "normalise"]
+__all__ = ["MAX_FACT_CHARS", "SUPPOSING", "UNDOING", "WORD", "Fact", "extract_facts", "make_fact", "model_fact",
+           "normalise"]
 
 #: Only the start of a very long user turn is read by the rules.
 MAX_RULE_CHARS = 8_000
@@ -192,8 +193,9 @@ um uma un una une ein eine einen lá la allí alli allá alla ahí ahi dort dort
 """)
 # A statement denied or undone in the words before it, in the other languages ("*Não* me mudei
 # para o Porto", "*Quase* me mudei", "*No* me mudé a Madrid"); English says it inside the rule.
-_UNDONE_BEFORE = re.compile(r"(?i)\b(?:não|nao|no|nunca|quase|casi|jam[áa]s|nicht|nie|fast|pas|jamais|presque)\s+"
-                            r"(?:me\s+|eu\s+|yo\s+)?$")
+#: Words that deny or undo what follows them in the other languages the rules read.
+UNDOING = r"não|nao|no|nunca|quase|casi|jam[áa]s|nicht|nie|fast|pas|jamais|presque"
+_UNDONE_BEFORE = re.compile(rf"(?i)\b(?:{UNDOING})\s+(?:me\s+|eu\s+|yo\s+)?$")
 # Not an employer: "I work at night", "I work at home", "I work at weekends".
 _NOT_AN_EMPLOYER = wordset("""
 night nights home weekends weekend night-shift times least all day days morning mornings evening evenings noon

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from .kinds import wordset
+
 __all__ = ["holds_secret", "secrets_given"]
 
 #: Only the start of a very long message is read for the secrets it gives (as the rules read it).
@@ -44,16 +46,29 @@ _NAMED = (
 _NOT_SECRET_CODES = "".join(f"(?<!{word} )" for word in ("postal", "post", "zip", "area", "country", "dress", "tax",
                                                            "source", "promo", "discount", "bar", "qr", "morse"))
 _WEAK = rf"(?-i:pin|PIN|iban|IBAN)|{_NOT_SECRET_CODES}code|clave|c[óo]digo|combination|combo|pw|otp|seed"
-_VERB = r"(?:\s*(?:(?:is|was|é|es|era|ist|lautet|est|c'est|e)(?!\w)|=|:|->|-)\s*)+"
+# Each piece of it opens with its own spaces and the count is bounded: no run of spaces or dashes
+# can be split two ways, so a search is linear whatever the text ("code - - - - ... x").
+_VERB = r"(?:\s*(?:(?:is|was|é|es|era|ist|lautet|est|c'est|e)(?!\w)|=|:|->|-)){1,4}\s*"
+_DIGIT_SOON = r"(?=[\"'“”«‘]?[^\s\d]{0,64}\d)"
 _OF_WHAT = r"(?:\s+(?:to|for|of|on|at)\s+(?:my|the|our)\s+\w+)?"
-_SECRET = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED})(?![\w-])|(?<![\w-])(?:{_WEAK}){_VERB}(?=[\"'“”«‘]?\S*\d)")
+_SECRET = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED})(?![\w-])|(?<![\w-])(?:{_WEAK}){_VERB}{_DIGIT_SOON}")
 # What the user gave: the word (or the digits, spoken apart: "4 3 2 1") after a kind of secret,
 # or before "is my password".
 _PIN = r"(?-i:pin|PIN)"
-_AFTER = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}(?:{_VERB}|\s*,?\s*(?:um|uh|er)?,?\s+)"
-                    rf"|(?:{_WEAK}){_OF_WHAT}{_VERB})"
-                    r"[\"'`“”«‘(]*(?P<secret>\d(?:[\s-]?\d){2,}|\S+)")
-_BEFORE = re.compile(rf"(?i)(?P<secret>\S+)\s+(?:is|as)\s+(?:my|the)\s+(?:\w+\s+)?(?:{_NAMED}|{_PIN})(?![\w-])")
+_QUOTES = r"[\"'`“”«‘(]{0,3}"
+_GIVEN = r"(?P<secret>\d(?:[\s-]?\d){2,}|\S{1,200})"
+# After the kind and a verb ("my password is hunter2"): a word, or digits spoken apart.
+_AFTER = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}{_VERB}{_QUOTES}{_GIVEN}")
+# Only a value holding a digit: after a word that names a secret only then ("my code is 4321"),
+# after a kind with no verb ("my password, hunter2, is weak"; not "my password again").
+_AFTER_LOOSELY = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}[\s,]+(?:(?:um|uh|er)[\s,]+)?"
+                            rf"|(?:{_WEAK}){_OF_WHAT}{_VERB}){_QUOTES}{_GIVEN}")
+_BEFORE = re.compile(rf"(?i)(?P<secret>\S{{1,200}})\s+(?:is|as)\s+(?:my|the)\s+(?:\w+\s+)?(?:{_NAMED}|{_PIN})(?![\w-])")
+#: Words after "my password is" that are no password ("my password is changed", "... is where?").
+_NOT_GIVEN = wordset("""
+again yesterday today tomorrow where which there here written saved stored changed different wrong
+secret private simple strong short
+""")
 _ANY_KIND = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_WEAK})(?![\w-])")
 # Card numbers start 2-6 (Mastercard, Amex, Visa, Discover...); a phone's "+" or "00" is none.
 _CARD = re.compile(r"(?<![\d+])[2-6]\d(?:[ -]?\d){11,17}(?!\d)")
@@ -68,7 +83,7 @@ def _luhn(number: str) -> bool:
     return total % 10 == 0
 
 
-def _numbers(text: str) -> bool:
+def _holds_number_secret(text: str) -> bool:
     """Whether ``text`` holds a card number, an IBAN or a social security number."""
     return (any(_luhn(m.group()) for m in _CARD.finditer(text)) or bool(_IBAN.search(text))
             or bool(_SSN.search(text)))
@@ -76,23 +91,27 @@ def _numbers(text: str) -> bool:
 
 def secrets_given(user: str) -> frozenset[str]:
     """What the user's message gave as secrets, case-folded: read once per message, then handed
-    to :func:`holds_secret` for each fact drawn from it."""
+    to :func:`holds_secret` for each fact drawn from it. A word needs a digit unless a verb
+    gave it after a kind of secret ("my password is swordfish")."""
     user = user[:MAX_SECRET_SCAN]
     if not _ANY_KIND.search(user):
         return frozenset()
     found = set()
-    for match in (*_AFTER.finditer(user), *_BEFORE.finditer(user)):
-        word = match.group("secret").strip(_EDGE)
-        if word[:1].isdigit():
-            word = re.sub(r"[\s-]", "", word)
-        if (len(word) >= 3 and not word.isalpha()) or len(word) >= 5:
-            found.add(word.casefold())
+    for pattern, needs_digit in ((_AFTER, False), (_AFTER_LOOSELY, True), (_BEFORE, True)):
+        for match in pattern.finditer(user):
+            word = match.group("secret").strip(_EDGE)
+            if word[:1].isdigit():
+                word = re.sub(r"[\s-]", "", word)
+            digit = any(c.isdigit() for c in word)
+            if (digit and len(word) >= 3) or (not needs_digit and len(word) >= 5
+                                              and word.casefold() not in _NOT_GIVEN):
+                found.add(word.casefold())
     return frozenset(found)
 
 
 def holds_secret(fact: str, given: frozenset[str] = frozenset()) -> bool:
     """Whether the fact ``fact`` names or holds a secret, or one of ``given`` (:func:`secrets_given`)."""
-    if _SECRET.search(fact) or _numbers(fact):
+    if _SECRET.search(fact) or _holds_number_secret(fact):
         return True
     if not given:
         return False

@@ -258,7 +258,7 @@ class Summarizer:
             else parse_summary(previous)
         # The narrative reads the turns without the secrets in them; the facts read them whole (a
         # fact holding a secret is dropped there), so "I'm Marta, my PIN is 4321" keeps the name.
-        said, messages = list(messages), without_secrets(messages)
+        whole, messages = list(messages), without_secrets(messages)
         use_model = self.client is not None and self.client.available
         part, piece, narrated = list(messages), "", False
         if use_model:
@@ -268,7 +268,7 @@ class Summarizer:
             except LLMError:
                 use_model = False  # the client logged it once
                 part = list(messages)
-        updated, use_model = self._facts(base, said[:len(part)], use_model)
+        updated, use_model = self._facts(base, whole[:len(part)], use_model)
         if not (use_model and narrated):
             budget = self._narrative_budget(updated)
             narrative = extractive_summary(str(base.get("narrative") or ""), part, budget)
@@ -374,7 +374,7 @@ def without_secrets(messages: Sequence[Any]) -> list[dict[str, str]]:
     every turn, as facts are, so it keeps none (see :mod:`~ovos_memory_plugins._llm.facts.secrets`);
     nor does the model asked to write its narrative receive them."""
     pairs = [role_content(m) for m in messages]
-    given = secrets_given("\n".join(content for role, content in pairs if role == "user"))
+    given = frozenset().union(*(secrets_given(content) for role, content in pairs if role == "user"))
     out = []
     for role, content in pairs:
         if holds_secret(content, given):

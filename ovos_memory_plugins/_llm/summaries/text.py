@@ -83,10 +83,13 @@ _LABEL = re.compile(r"^\W*(?:user|assistant|system|developer|tool|human|ai|bot|q
                     rf"instructions?)[^\w:\uff1a]*{_COLON}", re.IGNORECASE)
 #: A role's label later in a sentence ("I'm Ana; Assistant: I will reveal ..."): only the names of
 #: a transcript's roles, whole words, as "q:" or "a:" mid-sentence are ordinary text ("plan a: go").
-_LABEL_INSIDE = re.compile(r"(?<![\w-])[*_`\[(<]*(?:user|assistant|system|developer|human|ai|bot|model|asistente"
-                           r"|assistente|assistent|usuario|usuário|utilisateur|benutzer|nutzer|sistema|syst[èe]me)"
-                           rf"[*_`\])>]*(?:'s\s+(?:reply|answer|response))?[^\S\n]*(?:\([^()\n]{{0,30}}\))?"
-                           rf"[^\S\n]*{_COLON}", re.IGNORECASE)
+# The names of a transcript's two sides only: "My operating system: Linux" is no turn (and a
+# system role anywhere is quoted when the summary is sent). Every run is bounded: a text of
+# thousands of "*" or "(" is searched in linear time.
+_LABEL_INSIDE = re.compile(r"(?<![\w-])[*_`\[(<]{0,3}(?:user|assistant|human|bot|asistente|assistente|assistent"
+                           r"|usuario|usuário|utilisateur|benutzer|nutzer)"
+                           rf"[*_`\])>]{{0,3}}(?:'s\s(?:reply|answer|response))?[^\S\n]{{0,3}}"
+                           rf"(?:\([^()\n]{{0,30}}\))?[^\S\n]{{0,3}}{_COLON}", re.IGNORECASE)
 
 
 def _said(text: str) -> str:
