@@ -190,6 +190,7 @@ class RedisMemory(ContextMemory):
         self._policy = _compaction_policy(s, token_threshold_given="compact_token_threshold" in self.config)
         if s.compact_token_threshold and not self._policy.token_threshold:  # rounds alone replaced it
             self.settings = s = dataclasses.replace(s, compact_token_threshold=None)
+        self.settings = s = dataclasses.replace(s, keep_recent=self._policy.keep_recent)  # what is in force
         self._summarizer: Callable[[str, list[dict], int], str] | None = self.config.get("_summarizer")
         self._client = chat_client(s, owner=self.plugin_name)
         self._folder = Summarizer(self._client, s.max_summary_tokens)

@@ -823,6 +823,8 @@ def test_a_models_fact_holding_the_secret_the_user_gave_is_dropped(make, reply):
         memory = make(api_url=server.url)
         say(memory, "ok, my PIN is 4321")
         assert injected(memory) == []
+        say(memory, "My wifi password? It's 4321.", sid="asked")
+        assert injected(memory, "asked") == []
     with FakeLLMServer(reply=json.dumps(["User's PIN is 4321", "User lives in Porto"]), model="m") as server:
         memory = make(api_url=server.url, extraction_prompt=CUSTOM_PROMPT, db_path=None, backend="memory")
         say(memory, "ok, my PIN is 4321 and I live in Porto", sid="t")

@@ -704,6 +704,18 @@ def test_a_secret_said_in_passing_stays_out_of_the_summary_and_of_the_request(ma
                    for r in narratives(llm))
 
 
+@pytest.mark.parametrize("said", ["My wifi password? It's Bolacha2024.", "The door code? It is 8 6 4 2.",
+                                  "My PIN? 8642", "Minha senha? É Bolacha2024."])
+def test_a_secret_asked_and_answered_stays_out_of_the_summary(make, said):
+    memory = make(api_url=None, summarize_every=1, recent_window=0)
+    exchange(memory, 0, user=f"I live in Porto. {said} I love fado.")
+    exchange(memory, 1)
+    assert memory.flush(30)
+    summary = memory.export("s")["summary"]
+    assert "Porto" in summary and "Bolacha2024" not in summary and "8642" not in summary, summary
+    assert "8 6 4 2" not in summary, summary
+
+
 def test_a_name_said_beside_a_secret_is_still_a_fact_of_the_summary(make):
     memory = make(api_url=None, summarize_every=1, recent_window=0)
     exchange(memory, 0, user="My name is Marta, the password is Bolacha2024.")

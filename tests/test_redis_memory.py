@@ -274,6 +274,12 @@ def test_compact_threshold_alone_replaces_the_default_token_threshold(make):
     assert memory.compact_token_threshold is None and memory.compact_threshold == 100  # what is in force
 
 
+@pytest.mark.parametrize(("config", "kept"), [({}, 1), ({"compact_threshold": 5}, 2), ({"keep_recent": 3}, 3),
+                                               ({"compact_threshold": 5, "keep_recent": 0}, 0)])
+def test_keep_recent_reads_as_the_value_in_force(make, config, kept):
+    assert make(**config).keep_recent == kept
+
+
 def test_the_token_threshold_takes_precedence_when_both_are_set(make):
     memory = make(compact_threshold=3, compact_token_threshold=4000, keep_recent=1)
     assert memory.compact_token_threshold == 4000

@@ -6,7 +6,8 @@ the conversation's history (recall finds it when asked for it, ``forget`` remove
 fact is not made. A fact is refused when it names a kind of secret ("User's wifi password is
 hunter2"), holds a card number (13 to 19 digits passing the Luhn check, as cards are numbered),
 an IBAN or a US social security number, or holds what the user gave as a secret in the same
-message ("my PIN is 4 3 2 1", then a model's "User's other: 4321").
+message ("my PIN is 4 3 2 1", then a model's "User's other: 4321"; or asked and answered,
+"My wifi password? It's hunter22").
 
     >>> holds_secret("User's wifi password is hunter2")
     True
@@ -61,13 +62,16 @@ _GIVEN = r"(?P<secret>\d(?:[\s-]?\d){2,}|\S{1,200})"
 _AFTER = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}{_VERB}{_QUOTES}{_GIVEN}")
 # Only a value holding a digit: after a word that names a secret only then ("my code is 4321"),
 # after a kind with no verb ("my password, hunter2, is weak"; not "my password again").
-_AFTER_LOOSELY = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}[\s,]+(?:(?:um|uh|er)[\s,]+)?"
+_AFTER_LOOSELY = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}[\s,?]+(?:(?:um|uh|er)[\s,]+)?"
                             rf"|(?:{_WEAK}){_OF_WHAT}{_VERB}){_QUOTES}{_GIVEN}")
+# Asked and answered: "My wifi password? It's hunter22." (a word needs the answer's verb, as above).
+_ANSWERED = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}\s*[?:]\s*(?:(?:it|that)(?:'s|’s|\s+is|\s+was)"
+                       rf"|(?:é|es|ist|c'est))\s+{_QUOTES}{_GIVEN}")
 _BEFORE = re.compile(rf"(?i)(?P<secret>\S{{1,200}})\s+(?:is|as)\s+(?:my|the)\s+(?:\w+\s+)?(?:{_NAMED}|{_PIN})(?![\w-])")
 #: Words after "my password is" that are no password ("my password is changed", "... is where?").
 _NOT_GIVEN = wordset("""
 again yesterday today tomorrow where which there here written saved stored changed different wrong
-secret private simple strong short
+secret private simple strong short somewhere something nothing complicated forgotten unknown
 """)
 _ANY_KIND = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_WEAK})(?![\w-])")
 # Card numbers start 2-6 (Mastercard, Amex, Visa, Discover...); a phone's "+" or "00" is none.
@@ -97,7 +101,7 @@ def secrets_given(user: str) -> frozenset[str]:
     if not _ANY_KIND.search(user):
         return frozenset()
     found = set()
-    for pattern, needs_digit in ((_AFTER, False), (_AFTER_LOOSELY, True), (_BEFORE, True)):
+    for pattern, needs_digit in ((_AFTER, False), (_ANSWERED, False), (_AFTER_LOOSELY, True), (_BEFORE, True)):
         for match in pattern.finditer(user):
             word = match.group("secret").strip(_EDGE)
             if word[:1].isdigit():
