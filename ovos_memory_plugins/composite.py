@@ -45,7 +45,7 @@ from .common import MemoryHit
 from .config import as_spelt, option
 from .context import ContextMemory, ContextParts, RecallConfig, RecallingMemory
 from .errors import ConfigError, MemoryPluginError, NotSupported, StorageError, StoreUnavailable
-from .fusion import FUSION_MODES, fuse, hit_key
+from .fusion import FUSION_MODES, fuse, highest_fused_score, hit_key
 from .messages import check_session_id, check_utterance, clean_text, context_window, is_role
 from .retrieval import BaseRetrievalMemory, drop_window_duplicates
 from .score_fusion import KINDS, ScoreWeights, Signal, carries_signal, features, fused_scores
@@ -113,11 +113,11 @@ class CompositeConfig(RecallConfig):
                          choices=COMPOSITE_FUSIONS)
     fusion_weights: dict[str, Any] = option({}, "score fusion weights (keyword, semantic, date, length) over "
                                             "the fitted defaults")
-    rrf_k: int = option(60, "rrf constant k (0: 1/rank)", minimum=0)
+    rrf_k: float = option(60, "rrf constant k (0: 1/rank)", kind=float, minimum=0)
     top_k: int | None = option(None, "recalled items (top level; falls back to retrieval.max_num_results)",
                                key="max_num_results", kind=int, minimum=1)
-    member_fetch_k: int | None = option(None, "hits asked of each retriever; null: 2 x max_num_results",
-                                        kind=int, minimum=1)
+    member_fetch_k: int | None = option(None, "hits asked of each retriever; 0 or null: 2 x max_num_results",
+                                        kind=int, minimum=0)
     dedup: bool = option(True, "fuse identical texts from several retrievers into one")
     max_added_tokens: int | None = option(None, "token budget for what is added besides the window: the plain "
                                           "members' blocks (facts, summary), then recall; null: unbounded; "
@@ -229,7 +229,19 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                                 self._join_late, self._late_gave_up, self._write_all_held, HELD_ITEMS)
         self.members: list[Member] = self._load_members()
         self.primary: Member | None = self._choose_primary()
+        self._warn_unreachable_min_score()
         self._late.start()
+
+    def _warn_unreachable_min_score(self) -> None:
+        """A ``min_score`` copied from a member's scale (local-rag's 0..1 cosine) keeps no fused
+        hit: rrf scores stay near 1/61 a member. Said once, as the turn would say nothing."""
+        s = self.settings
+        weights = [float(w) for _, w, _ in (_parse_member(spec) for spec in s.members)]
+        ceiling = highest_fused_score(s.fusion, weights, s.rrf_k) if weights else None
+        if s.min_score is not None and ceiling is not None and s.min_score > ceiling:
+            LOG.warning(f"{self.plugin_name}: 'retrieval.min_score' {s.min_score} applies to the fused {s.fusion} "
+                        f"score, which is at most {ceiling:.3g} here: nothing will be recalled (set a member's "
+                        "own min_score to filter on its scale)")
 
     def _settings_changed(self) -> None:
         super()._settings_changed()

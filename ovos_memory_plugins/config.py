@@ -129,6 +129,7 @@ def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> A
     kind = meta["kind"]
     # bool is an int in Python; a boolean where a number is expected is a mistake.
     kinds = kind if isinstance(kind, tuple) else (kind,)
+    value = _as_written_elsewhere(value, kinds)
     bad_bool = isinstance(value, bool) and bool not in kinds
     if kind is not object and (bad_bool or not isinstance(value, kind)):
         raise ConfigError(f"{owner}: '{key}' must be {_type_name(kind)}, got {type(value).__name__} {value!r}")
@@ -139,6 +140,16 @@ def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> A
         _check_number(owner, key, value, meta)
     if isinstance(value, (list, dict)):
         value = type(value)(value)  # never share the caller's containers
+    return value
+
+
+def _as_written_elsewhere(value: Any, kinds: tuple[Any, ...]) -> Any:
+    """A whole number written as a float (``5.0``, as some editors and YAML write it) for an int
+    key, and ``0``/``1`` for a bool key, read as meant: the reference computed with both."""
+    if isinstance(value, float) and int in kinds and float not in kinds and value.is_integer():
+        return int(value)
+    if bool in kinds and int not in kinds and type(value) is int and value in (0, 1):
+        return bool(value)
     return value
 
 

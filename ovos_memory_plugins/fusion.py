@@ -35,6 +35,7 @@ __all__ = [
     "fuse_rrf",
     "fuse_weighted",
     "FUSION_MODES",
+    "highest_fused_score",
     "hit_key",
     "interleave",
     "merge",
@@ -80,10 +81,22 @@ def _fuse_scores(lists: Ranked, contribution: dict[int, list[float]]) -> list[Me
     return [_with_score(best[k], totals[k]) for k in order]
 
 
-def fuse_rrf(lists: Ranked, k: int = 60) -> list[MemoryHit]:
+def fuse_rrf(lists: Ranked, k: float = 60) -> list[MemoryHit]:
     """Reciprocal-rank fusion: score = Σ weight / (k + rank), rank from 1."""
     contribution = {i: [w / (k + r + 1) for r in range(len(hits))] for i, (_, w, hits) in enumerate(lists)}
     return _fuse_scores(lists, contribution)
+
+
+def highest_fused_score(mode: str, weights: Sequence[float], rrf_k: float = 60) -> float | None:
+    """The best score ``mode`` can give a hit found first by every list of ``weights`` (None
+    where the mode keeps the members' own scores), so a ``min_score`` above it keeps nothing.
+
+        >>> round(highest_fused_score("rrf", [1.0, 1.0]), 4), highest_fused_score("merge", [1.0])
+        (0.0328, None)
+    """
+    if mode == "rrf":
+        return sum(weights) / (rrf_k + 1)
+    return float(sum(weights)) if mode == "weighted" else None
 
 
 def fuse_weighted(lists: Ranked) -> list[MemoryHit]:
@@ -132,7 +145,7 @@ def fuse_interleave(lists: Ranked, dedup: bool = True) -> list[MemoryHit]:
     return out
 
 
-def fuse(mode: str, lists: Ranked, *, rrf_k: int = 60, dedup: bool = True) -> list[MemoryHit]:
+def fuse(mode: str, lists: Ranked, *, rrf_k: float = 60, dedup: bool = True) -> list[MemoryHit]:
     """Dispatch on ``mode`` (one of :data:`FUSION_MODES`); an unknown mode is a ValueError."""
     if mode == "rrf":
         return fuse_rrf(lists, rrf_k)

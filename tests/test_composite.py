@@ -245,6 +245,16 @@ def test_min_score_applies_to_the_fused_score(tmp_path):
     assert strict.search("spare key", "s") == []
 
 
+@pytest.mark.parametrize(("min_score", "fusion", "warned"), [(0.3, "rrf", True), (0.02, "rrf", False),
+                                                            (0.3, "weighted", False), (2.5, "weighted", True),
+                                                            (9.0, "merge", False)])
+def test_a_min_score_no_fused_hit_can_reach_is_warned_at_start(tmp_path, caplog, min_score, fusion, warned):
+    # 0.3, copied from a local-rag block, keeps nothing of rrf's ~1/61 a member: the turn says nothing.
+    hybrid(tmp_path, retrieval={"min_score": min_score}, fusion=fusion)
+    assert "unknown config key" not in caplog.text
+    assert ("nothing will be recalled" in caplog.text) is warned, caplog.text
+
+
 def test_max_num_results_is_a_top_level_key(tmp_path):
     memory = hybrid(tmp_path, max_num_results=2)
     for i in range(6):

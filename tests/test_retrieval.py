@@ -580,3 +580,22 @@ def test_a_turn_recalls_each_text_once_and_fills_its_slots_with_others(dedup_his
         block = memory.build_conversation_context("wifi password", "s")[0].content
     assert block.count("It is hunter2") == 1
     assert "melon" in block and "in the hall" in block
+
+
+@pytest.mark.parametrize("backend", ["lexical", "local-rag"])
+def test_a_stored_note_stays_in_the_session_named_in_the_call(tmp_path, backend):
+    # The reference let metadata["session_id"] override the call's: a note would be recalled in
+    # a session nobody named, and not in the one that stored it.
+    from ovos_memory_plugins.local_rag import LocalRAGMemory
+    from ovos_memory_plugins.testing.embeddings import FakeEmbedder
+
+    memory = (lexical(tmp_path) if backend == "lexical" else
+              LocalRAGMemory({"db_path": str(tmp_path / "rag.db"), "_embedder": FakeEmbedder()}))
+    try:
+        memory.store("the spare key is under the zebra mat", "mine", {"session_id": "theirs", "tag": "note"})
+        memory.flush()
+        hits = memory.search("spare key zebra mat", "mine")
+        assert hits and hits[0].metadata["session_id"] == "mine" and hits[0].metadata["tag"] == "note"
+        assert memory.search("spare key zebra mat", "theirs") == []
+    finally:
+        memory.close()
