@@ -165,6 +165,19 @@ def test_an_endpoint_url_with_http_or_none_is_accepted(url, tmp_path):
         assert memory.settings.api_url == url
 
 
+@pytest.mark.parametrize("route", ["/chat/completions", "/chat/completions/", "/models"])
+def test_an_endpoint_url_naming_the_chat_route_is_read_as_its_base_with_a_warning(route, tmp_path, monkeypatch):
+    # A common paste; requests would have gone to .../v1/chat/completions/chat/completions.
+    from ovos_memory_plugins._core.log import LOG
+    from ovos_memory_plugins.entity import EntityMemory
+
+    warned: list[str] = []
+    monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
+    with EntityMemory({"api_url": f"http://localhost:8080/v1{route}", "db_path": str(tmp_path / "e.json")}) as memory:
+        assert memory.settings.api_url == "http://localhost:8080/v1"
+    assert any("names the chat route" in w for w in warned), warned
+
+
 def test_a_key_given_under_two_names_must_agree_and_an_error_names_the_key_as_written():
     import dataclasses
 

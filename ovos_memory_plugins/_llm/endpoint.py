@@ -9,6 +9,7 @@ log which one it uses.
 from __future__ import annotations
 
 import dataclasses
+import re
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -74,6 +75,11 @@ def with_endpoint(settings: Any, config: Mapping[str, Any] | None, owner: str) -
         source = f"the persona's chat handler '{persona.get('handler') or '?'}'"
     else:
         source = "api_url" if "api_url" in config else "the default: set api_url to your model server"
+    base = _without_route(settings.api_url)
+    if base != settings.api_url:
+        LOG.warning(f"{owner}: 'api_url' {settings.api_url!r} names the chat route; using its base {base!r} "
+                    "(requests go to <api_url>/chat/completions)")
+        settings = dataclasses.replace(settings, api_url=base)
     said = (f"{owner}: LLM endpoint {settings.api_url} ({source})" if settings.api_url
             else f"{owner}: no LLM endpoint (api_url is empty): offline fallback only")
     if said not in _SAID:  # once per process: a member tried again while its store is down is built often
@@ -83,3 +89,14 @@ def with_endpoint(settings: Any, config: Mapping[str, Any] | None, owner: str) -
 
 
 _SAID: set[str] = set()
+# A common paste: the full route of the chat call, where the base URL is meant.
+_ROUTE = re.compile(r"/(?:chat/completions|completions|models)/*$", re.IGNORECASE)
+
+
+def _without_route(url: str | None) -> str | None:
+    """``url`` without a trailing ``/chat/completions`` (or ``/completions``, ``/models``).
+
+        >>> _without_route("http://localhost:8080/v1/chat/completions")
+        'http://localhost:8080/v1'
+    """
+    return _ROUTE.sub("", url.strip()) if url and _ROUTE.search(url.strip()) else url
