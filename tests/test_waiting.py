@@ -3,6 +3,7 @@ every update, and catches up once the store answers (the logic, with a backend w
 switched off; the real PostgreSQL case is in test_postgres.py)."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -362,3 +363,36 @@ def test_a_store_that_goes_away_during_the_replay_loses_nothing_and_stores_nothi
         say(memory, "s", "after")
         assert memory.flush(patience(10))
         assert users_words(memory.memory) == [*said, "after"], "lost or stored twice"
+
+
+@pytest.mark.parametrize("error", ["EROFS", "ENOSPC"])
+@pytest.mark.parametrize("backend", ["recency", "longterm", "entity"])
+def test_a_json_store_on_a_read_only_or_full_file_system_waits_for_it_and_catches_up(tmp_path, monkeypatch,
+                                                                                    backend, error):
+    # A remount or a cleanup fixes it without a change of config: the persona must load.
+    import errno
+    import os
+
+    from ovos_memory_plugins._core import paths
+    from ovos_memory_plugins.entity import EntityMemory
+    from ovos_memory_plugins.longterm import LongTermMemory
+
+    cls = {"recency": RecencyMemory, "longterm": LongTermMemory, "entity": EntityMemory}[backend]
+    config = {"db_path": str(tmp_path / "m.json")} | ({} if backend == "recency" else {"api_url": None})
+    real_open, down = os.open, [True]
+
+    def fs_open(path, flags, *args, **kwargs):
+        if down[0] and str(path).endswith(".lock"):
+            raise OSError(getattr(errno, error), os.strerror(getattr(errno, error)), path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(paths.os, "open", fs_open)
+    with cls(config) as memory:
+        assert isinstance(memory, StartingMemory) and memory.memory is None
+        memory.update_history([AgentMessage(U, "My name is Ana."), AgentMessage(A, "Hello Ana.")], "s")
+        assert memory.build_conversation_context("hi", "s")[-1].content == "hi"
+        down[0] = False
+        wait_for(lambda: memory.memory is not None)
+        assert memory.flush(patience(10))
+    with no_waiting(), cls(config) as reopened:
+        assert "Ana" in json.dumps(reopened.export("s"), default=str), "what was said while it waited was lost"

@@ -130,6 +130,10 @@ def create_private_file(path: str) -> bool:
     return True
 
 
+#: Errors of a file system that may pass without a change of config.
+_PASSING = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN})
+
+
 def open_lock_file(path: str) -> int:
     """A descriptor of the lock file ``path``, created empty and ``0600`` if absent.
 
@@ -137,15 +141,17 @@ def open_lock_file(path: str) -> int:
     FIFO or a device (opening one may block, or touch what is not ours): anything but a regular
     file at ``path`` is a :class:`StorageError`, and is left as it is.
     """
-    from ..errors import StorageError
+    from ..errors import StorageError, StoreUnavailable
 
-    create_private_file(path)
     try:
+        create_private_file(path)
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         kind = "symbolic link" if os.path.islink(path) else None
-        raise StorageError(f"cannot open the lock file {path}: "
-                           f"{f'it is a {kind}, not a file this store made' if kind else exc}") from exc
+        # A read-only or full file system passes (a remount, a cleanup): the memory waits for it.
+        error = StoreUnavailable if exc.errno in _PASSING and not kind else StorageError
+        raise error(f"cannot open the lock file {path}: "
+                    f"{f'it is a {kind}, not a file this store made' if kind else exc}") from exc
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
