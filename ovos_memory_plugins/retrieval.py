@@ -214,9 +214,9 @@ class BaseRetrievalMemory(SessionHistoryMixin, RecallingMemory, abc.ABC):
             history = self._store.window.load(session_id, self.policy)
         except MemoryPluginError as exc:
             self._log.error("history", "%s: cannot read the window: %s", self.plugin_name, exc)
-            return []
+            return self._with_held(session_id, [], self.policy)
         self._log.clear("history", f"{self.plugin_name}: reading the window works again")
-        return history
+        return self._with_held(session_id, history, self.policy)
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         """Append to the window and store each exchange as a document, in one transaction."""

@@ -618,3 +618,35 @@ def test_a_backend_bounds_what_it_holds_across_sessions(tmp_path, monkeypatch):
         held = json.dumps([memory._held.peek(sid) for sid in ("kitchen", "hall", "bedroom")], default=str)
         assert memory._held.count() == 6
     assert [w for w in ("Zqoneq", "Zqtwoq", "Zqthreeq", "Zqfourq") if w in held] == ["Zqtwoq", "Zqthreeq", "Zqfourq"]
+
+
+@pytest.mark.parametrize("backend", ["recency", "short-term", "lexical"])
+def test_turns_the_store_refused_are_in_the_next_turns_window(tmp_path, backend, monkeypatch):
+    # A file locked by another process, a full disk: "and tomorrow?" still needs the question before it.
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.recency import RecencyMemory
+    from ovos_memory_plugins.short_term import BasicShortTermMemory
+
+    cls = {"recency": RecencyMemory, "short-term": BasicShortTermMemory, "lexical": LexicalMemory}[backend]
+    memory = cls({"db_path": str(tmp_path / "m.db"), "max_history": 4})
+    try:
+        memory.update_history([AgentMessage(MessageRole.USER, "stored 0"), AgentMessage(MessageRole.ASSISTANT, "ok")],
+                              "s")
+        real = memory._store_batch
+
+        def refuse(*args):
+            raise StoreUnavailable("database is locked")
+
+        monkeypatch.setattr(memory, "_store_batch", refuse)
+        for i in range(2):
+            memory.update_history([AgentMessage(MessageRole.USER, f"held {i}"),
+                                   AgentMessage(MessageRole.ASSISTANT, f"answer {i}")], "s")
+        said = [m.content for m in memory.build_conversation_context("and tomorrow?", "s") if m.role != "system"]
+        held = ["held 0", "answer 0", "held 1", "answer 1"]  # max_history 4: the window's own rules
+        assert said == [*held, "and tomorrow?"], said
+        monkeypatch.setattr(memory, "_store_batch", real)
+        assert memory.flush(10)
+        assert [m.content for m in memory.get_history("s")] == held
+    finally:
+        memory.close()

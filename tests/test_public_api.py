@@ -58,7 +58,7 @@ PUBLIC = {
     ],
     "fusion": [
         "fuse", "fuse_interleave", "fuse_merge", "fuse_priority", "fuse_rrf", "fuse_weighted", "FUSION_MODES",
-        "hit_key", "interleave", "merge", "priority", "RankedLists", "rrf", "weighted"
+        "highest_fused_score", "hit_key", "interleave", "merge", "priority", "RankedLists", "rrf", "weighted"
     ],
     "inject": ["assemble_context", "check_inject_mode", "INJECT_MODES", "Injection"],
     "lexical": ["LexicalConfig", "LexicalMemory", "match_expression", "MAX_QUERY_TERMS", "query_words"],

@@ -390,6 +390,44 @@ def test_a_json_read_does_not_wait_for_a_writer_holding_the_lock(tmp_path):
     assert store.load_field("s", "facts") == ["likes coffee"]  # a change on disk is read again
 
 
+def test_once_a_lock_was_kept_past_the_whole_wait_writes_try_briefly_until_one_gets_it(tmp_path, monkeypatch):
+    # A sqlite shell or a backup holding the file: each turn's write is held and stored later, so
+    # waiting the whole busy timeout again at every turn would stall every turn for nothing.
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from ovos_memory_plugins.storage import sqlite as sqlite_store
+
+    con = sqlite3.connect(str(tmp_path / "b.db"), isolation_level=None, check_same_thread=False)
+    con.execute("PRAGMA busy_timeout = 50")  # the whole wait, short for the test
+    db = Database(str(tmp_path / "b.db"), connection=con)
+    db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
+    waits: list[float] = []
+    real = Database._begin_within
+    monkeypatch.setattr(Database, "_begin_within", lambda self, wait: (waits.append(wait), real(self, wait))[1])
+    other = sqlite3.connect(str(tmp_path / "b.db"), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        for _ in range(3):
+            with pytest.raises(StoreUnavailable), db.atomic():
+                pass
+        with pytest.raises(StoreUnavailable), db.atomic(busy_wait=0.01):  # optional work's own wait
+            pass
+    finally:
+        other.execute("ROLLBACK")
+    assert waits == [sqlite_store.LOCKED_RETRY_S, sqlite_store.LOCKED_RETRY_S, 0.01]  # the first waited fully
+    with db.atomic() as c:  # the lock is free: this write gets it, and the whole wait is back after it
+        c.execute("INSERT INTO t VALUES (1)")
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable), db.atomic():
+            pass
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    # The write that got the lock tried briefly too; the failure after it waited fully (unrecorded).
+    assert waits == [sqlite_store.LOCKED_RETRY_S, sqlite_store.LOCKED_RETRY_S, 0.01, sqlite_store.LOCKED_RETRY_S]
+    assert db.execute("SELECT COUNT(*) FROM t")[0][0] == 1
+
+
 def test_a_short_busy_wait_gives_up_on_a_locked_file_and_keeps_the_connection_timeout(tmp_path):
     import time
 

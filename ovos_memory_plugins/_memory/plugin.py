@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import inspect
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -336,6 +337,18 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
         if written:
             LOG.info(f"{self.plugin_name}: stored {written} held item(s) of {session_id!r}")
         return True
+
+    def _with_held(self, session_id: str, history: list[AgentMessage], policy: Any) -> list[AgentMessage]:
+        """``history`` as read from the store, with the messages it refused since appended under
+        the window's rules: while a file is locked or a disk full, the turns said meanwhile are
+        still the conversation ("and tomorrow?" needs the question before it)."""
+        held = self._held.peek(session_id)
+        if not held:
+            return history
+        from ..storage.windows import append_entries  # the storage layer, loaded only when needed
+
+        now = time.time()
+        return [m for _, m in append_entries([(now, m) for m in history], held, policy, now)]
 
     def _say_held(self, session_id: str, exc: BaseException) -> None:
         self._log.error("write", "%s: could not store an update of %r (%s); it is kept in memory and stored "

@@ -97,9 +97,9 @@ class WindowMemory(SessionHistoryMixin, ContextMemory):
             history = self._window.load(session_id, self.policy)
         except MemoryPluginError as exc:
             self._log.error("read", "%s: cannot read the history (%s); answering without it", self.plugin_name, exc)
-            return []
+            return self._with_held(session_id, [], self.policy)
         self._log.clear("read", f"{self.plugin_name}: reading the history works again")
-        return history
+        return self._with_held(session_id, history, self.policy)
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         messages = self._incoming(new_messages, session_id)

@@ -43,6 +43,8 @@ T = TypeVar("T")
 
 #: How long a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
+#: How long a writer waits once a lock was kept past BUSY_TIMEOUT_S, until a write gets it again.
+LOCKED_RETRY_S = 0.25
 
 _MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS ovos_memory_migrations (
@@ -230,6 +232,7 @@ class Database:
             self._con = connection if connection is not None else _connect_checked(self.path, synchronous)
         self._lock = threading.RLock()
         self._depth = 0
+        self._locked_elsewhere = False  # a write waited BUSY_TIMEOUT_S in vain (see _begin)
         self._closed = False
         self._migrations: list[tuple[str, Sequence[str]]] = []
         self._replacing = False
@@ -304,9 +307,23 @@ class Database:
                 return fn(con)
 
     def _begin(self, busy_wait: float | None) -> None:
-        if busy_wait is None:
-            self._con.execute("BEGIN IMMEDIATE")
-            return
+        # Once another process kept the lock past the whole wait (a sqlite shell, a backup), the
+        # next writes try briefly: each refused write is held and stored later, and a turn must
+        # not stall BUSY_TIMEOUT_S every time. The first write that gets the lock ends it.
+        waited_fully = busy_wait is None
+        if waited_fully and self._locked_elsewhere:
+            busy_wait = LOCKED_RETRY_S
+        try:
+            if busy_wait is None:
+                self._con.execute("BEGIN IMMEDIATE")
+            else:
+                self._begin_within(busy_wait)
+        except sqlite3.OperationalError as exc:
+            self._locked_elsewhere = self._locked_elsewhere or (waited_fully and _is_busy(exc))
+            raise
+        self._locked_elsewhere = False
+
+    def _begin_within(self, busy_wait: float) -> None:
         usual = int(self._con.execute("PRAGMA busy_timeout").fetchone()[0])  # an injected connection's own
         self._con.execute(f"PRAGMA busy_timeout = {int(busy_wait * 1000)}")
         try:
