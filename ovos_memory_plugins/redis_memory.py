@@ -43,7 +43,7 @@ from ._llm.summaries.text import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
 from ._redis.compaction import CompactionPolicy, RoundOutcome
 from ._redis.lease import Lease
-from ._redis.store import CommitStatus, RedisStore, decode_array, url_problem
+from ._redis.store import REPLAYED_ROLES, CommitStatus, RedisStore, decode_array, url_problem
 from .config import option
 from .context import ContextConfig, ContextMemory, ContextParts
 from .errors import StorageError
@@ -54,6 +54,7 @@ from .messages import (
     fit_window,
     fold_into,
     is_role,
+    role_of,
     system_message,
     to_dict,
 )
@@ -113,7 +114,24 @@ def _exchange_pair(exchange: Any) -> tuple[str, str]:
     if pair is None or not all(isinstance(text, str) for text in pair):
         raise TypeError("an exchange is an Exchange(user, assistant), a {'user': str, 'assistant': str} dict "
                         f"or a (user, assistant) pair of str, not {exchange!r}"[:300])
+    if not any(text.strip() for text in pair):
+        # Stored, it read back as "User: \nAssistant: " in load_formatted and took a kept place.
+        raise ValueError("an exchange needs a user or an assistant text: both are empty")
     return pair[0], pair[1]
+
+
+_dropped_log = LogOnce()
+
+
+def _conversation(messages: list[AgentMessage], owner: str) -> list[AgentMessage]:
+    """``messages`` without system and developer ones, said once. The list is replayed to the
+    model as the conversation: only its turns are kept there, and an item of another role is
+    read as one written by hand (left out), so that none reaches the model as an instruction."""
+    kept = [m for m in messages if role_of(m) in REPLAYED_ROLES]
+    if len(kept) < len(messages):
+        _dropped_log.warning("roles", "%s: system and developer messages given to update_history or an import are "
+                             "not stored (the list keeps the conversation's user, assistant and tool messages)", owner)
+    return kept
 
 
 def _within(history: list[AgentMessage], tokens: int, keep: int) -> list[AgentMessage]:
@@ -207,7 +225,9 @@ class RedisMemory(ContextMemory):
         return self._read(check_session_id(session_id))[1]
 
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
-        messages = self._incoming(new_messages, session_id)
+        """Append the messages; a system or developer message is not stored (said once): see
+        :func:`_conversation`."""
+        messages = _conversation(self._incoming(new_messages, session_id), self.plugin_name)
         if not messages:
             return
         self._append(session_id, messages)
@@ -274,7 +294,8 @@ class RedisMemory(ContextMemory):
 
     def append(self, session_id: str, exchange: Exchange | Mapping[str, str] | tuple[str, str]) -> None:
         """Store one exchange (``Append``): an ``Exchange``, a ``{"user", "assistant"}`` dict
-        or a ``(user, assistant)`` pair."""
+        or a ``(user, assistant)`` pair. Anything else is a ``TypeError``; an exchange whose two
+        texts are both empty (or only whitespace) is a ``ValueError``."""
         check_session_id(session_id)
         user, assistant = _exchange_pair(exchange)
         self.update_history([AgentMessage(MessageRole.USER, user), AgentMessage(MessageRole.ASSISTANT, assistant)],
@@ -315,7 +336,7 @@ class RedisMemory(ContextMemory):
         the window's new messages are appended (importing the same export again changes nothing). Checked whole
         first; unlike a turn it raises while Redis is down: nothing is held for an import."""
         data, sid = session_export(data, session_id, self)
-        messages = export_messages(data)
+        messages = _conversation(export_messages(data), self.plugin_name)
         if not isinstance(data.get("summary") or "", str):
             raise TypeError("the export's 'summary' must be a string")
         stored_summary, blob, _ = self._store.read(sid)
@@ -462,7 +483,8 @@ class RedisMemory(ContextMemory):
 
     def _compact_once(self, session_id: str, lease: Lease) -> RoundOutcome:
         """One read-summarise-commit round."""
-        summary, items = self._store.snapshot(session_id)
+        read = self._store.snapshot(session_id)
+        summary, items = read.summary, read.items
         cut = self._policy.cut(items)  # queued over a threshold: down to about half of it
         if not cut:
             return RoundOutcome.DONE
@@ -472,7 +494,7 @@ class RedisMemory(ContextMemory):
         if fold.rejected:
             return RoundOutcome.DONE  # the old summary stays; the next append over the threshold tries again
         head = head[:fold.folded]  # what the fold read; the rest waits for the next round
-        status, tokens, rounds = self._store.commit(session_id, lease, summary, fold.summary, head)
+        status, tokens, rounds = self._store.commit(session_id, lease, read, fold.summary, head)
         if status is CommitStatus.LEASE_LOST:
             LOG.warning(f"{self.plugin_name}: lost the compaction lease of {session_id!r}; summary not written")
             return RoundOutcome.DONE

@@ -57,7 +57,7 @@ class CompactionPolicy:
         so, it goes on while more than :meth:`_left_after` is left (``due(started=True)``).
 
             >>> from ovos_memory_plugins._redis.store import Item
-            >>> def item(user, tokens): return Item("", None, tokens, user)
+            >>> def item(user, tokens): return Item(b"", None, tokens, user)
             >>> items = [item(True, 10), item(False, 10)] * 4                 # 4 exchanges, 80 tokens
             >>> CompactionPolicy(token_threshold=80, keep_recent=1).cut(items)  # the oldest ~40 tokens
             4

@@ -4,7 +4,8 @@ A Lua script runs atomically on the server, so two satellites writing the same s
 never interleave half-updates. The scripts stay dumb on purpose: the message normalisation
 (``messages.fold_into``) runs in Python, and the append script only applies it if the list's
 tail is still the one Python folded against (compare-and-set). On a mismatch it returns the
-real tail and the client folds again. Nothing here parses JSON on the server.
+real tail and the client folds again. Items are compared as the bytes Redis holds, never parsed,
+except to count the counters again when they are missing or damaged (``check_counters``).
 
 Keys of one session (``{sid}`` is a hash tag: on a Redis Cluster all keys of a session share a
 slot, which multi-key scripts need)::
@@ -86,18 +87,49 @@ local function refresh_meta(meta, short, summary, short_ms, long_ms, meta_ms)
   if not any then ms = math.max(short_ms, long_ms) end
   if forever or ms == 0 then redis.call('PERSIST', meta) else redis.call('PEXPIRE', meta, ms) end
 end
+-- Counters that are missing beside a list (the meta hash evicted or deleted) or are not whole
+-- numbers (edited by hand) are counted again from the list: HINCRBY refuses a value that is not
+-- a whole number (every append failed), and counters started again from 0 beside a full list
+-- stayed behind it for good (compaction started late). The items are parsed only then. Counted
+-- as the client reads them: the tokens and user turns of user, assistant and tool items, the
+-- highest id. Returns 1 when it counted again, else 0.
+local function whole(value) return value and string.match(value, '^%-?%d+$') ~= nil end
+local function check_counters(short, meta)
+  local got = redis.call('HMGET', meta, 'tokens', 'rounds', 'seq', 'compacted')
+  if got[4] and not whole(got[4]) then redis.call('HDEL', meta, 'compacted') end
+  if redis.call('EXISTS', short) == 0 then
+    if got[3] and not whole(got[3]) then redis.call('HDEL', meta, 'seq') end
+    return 0
+  end
+  if whole(got[1]) and whole(got[2]) and whole(got[3]) then return 0 end
+  local tokens, rounds, seq = 0, 0, math.floor(tonumber(got[3]) or 0)
+  for _, raw in ipairs(redis.call('LRANGE', short, 0, -1)) do
+    local ok, item = pcall(cjson.decode, raw)
+    if ok and type(item) == 'table' then
+      if item.role == 'user' or item.role == 'assistant' or item.role == 'tool' then
+        tokens = tokens + math.floor(tonumber(item.tok) or 0)
+        if item.role == 'user' then rounds = rounds + 1 end
+      end
+      seq = math.max(seq, math.floor(tonumber(item.id) or 0))
+    end
+  end
+  redis.call('HSET', meta, 'tokens', tokens, 'rounds', rounds, 'seq', seq)
+  return 1
+end
 """
 
 #: KEYS: short, meta, summary.
 #: ARGV: expected tail ('' = empty list), pop (1/0), popped tokens, popped is user (1/0),
 #:       short ttl ms, long ttl ms, meta ttl ms, the update's id ('' = none), look for it first (1/0),
 #:       then (json without its id, tokens, is user) per message.
-#: Returns {0, real tail} when the tail changed, {2, tail, tokens, rounds} when the update was
-#: already appended (a retry of an append whose reply was lost), else {1, new tail, tokens, rounds}.
+#: Returns {0, real tail, 0, 0, recounted} when the tail changed, {2, tail, tokens, rounds, recounted}
+#: when the update was already appended (a retry of an append whose reply was lost), else
+#: {1, new tail, tokens, rounds, recounted}; recounted is check_counters' answer.
 #: The ids of the newest updates (about 30) are kept in the meta hash's 'updates', " id id ... ",
 #: not in the items: a read does not carry them.
 APPEND = _REFRESH + """
 local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
+local recounted = check_counters(short, meta)
 if redis.call('EXISTS', short) == 0 then
   -- the list expired or was never written: its counters start again (seq keeps counting)
   redis.call('HSET', meta, 'tokens', 0, 'rounds', 0)
@@ -107,11 +139,11 @@ if update ~= '' and ARGV[9] == '1' then
   local seen = redis.call('HGET', meta, 'updates') or ''
   if string.find(seen, ' ' .. update .. ' ', 1, true) then
     return {2, redis.call('LINDEX', short, -1) or '', tonumber(redis.call('HGET', meta, 'tokens') or 0),
-            tonumber(redis.call('HGET', meta, 'rounds') or 0)}
+            tonumber(redis.call('HGET', meta, 'rounds') or 0), recounted}
   end
 end
 local tail = redis.call('LINDEX', short, -1) or ''
-if tail ~= ARGV[1] then return {0, tail} end
+if tail ~= ARGV[1] then return {0, tail, 0, 0, recounted} end
 local tokens, rounds = 0, 0
 if ARGV[2] == '1' then
   redis.call('RPOP', short)
@@ -136,15 +168,16 @@ rounds = redis.call('HINCRBY', meta, 'rounds', rounds)
 refresh(short, ARGV[5])
 refresh(summary, ARGV[6])
 refresh_meta(meta, short, summary, ARGV[5], ARGV[6], ARGV[7])
-return {1, redis.call('LINDEX', short, -1) or '', tokens, rounds}
+return {1, redis.call('LINDEX', short, -1) or '', tokens, rounds, recounted}
 """
 
 #: KEYS: short, meta, summary.  ARGV: short ttl ms, long ttl ms, meta ttl ms, newest n (0 = all).
-#: Returns {summary, "[item,item,...]", the whole list's tokens}: one JSON array, so the client
+#: Returns {summary, "[item,item,...]", the whole list's tokens, recounted}: one JSON array, so the client
 #: parses one reply and one document instead of one per message. Reading is activity: every TTL
 #: is refreshed.
 READ = _REFRESH + """
 local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
+local recounted = check_counters(short, meta)
 local n = tonumber(ARGV[4])
 local items
 if n > 0 then items = redis.call('LRANGE', short, -n, -1) else items = redis.call('LRANGE', short, 0, -1) end
@@ -152,7 +185,7 @@ local text = redis.call('GET', summary) or ''
 if #items > 0 then refresh(short, ARGV[1]) end
 if text ~= '' then refresh(summary, ARGV[2]) end
 if redis.call('EXISTS', meta) == 1 then refresh_meta(meta, short, summary, ARGV[1], ARGV[2], ARGV[3]) end
-return {text, '[' .. table.concat(items, ',') .. ']', tonumber(redis.call('HGET', meta, 'tokens') or 0)}
+return {text, '[' .. table.concat(items, ',') .. ']', tonumber(redis.call('HGET', meta, 'tokens')) or 0, recounted}
 """
 
 #: KEYS: short, meta, summary, lock.
@@ -160,7 +193,7 @@ return {text, '[' .. table.concat(items, ',') .. ']', tonumber(redis.call('HGET'
 #:       short ttl ms, long ttl ms, meta ttl ms, then the n raw items that were read.
 #: Folds the first n items into the summary only if the lease is still ours, the summary is
 #: unchanged and the list still starts with exactly those n items (the optimistic check).
-#: Returns {1, tokens left, rounds left}, or {-1} lease lost, {-2} summary changed, {-3} list changed.
+#: Returns {1, tokens left, rounds left, recounted}, or {-1} lease lost, {-2} summary changed, {-3} list changed.
 COMMIT = _REFRESH + """
 local short, meta, summary, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('GET', lock) ~= ARGV[1] then return {-1} end
@@ -171,6 +204,7 @@ if #head ~= n then return {-3} end
 for i = 1, n do
   if head[i] ~= ARGV[9 + i] then return {-3} end
 end
+local recounted = check_counters(short, meta)
 redis.call('LTRIM', short, n, -1)
 local tokens = redis.call('HINCRBY', meta, 'tokens', -tonumber(ARGV[5]))
 local rounds = redis.call('HINCRBY', meta, 'rounds', -tonumber(ARGV[6]))
@@ -183,7 +217,7 @@ else
 end
 if redis.call('EXISTS', short) == 1 then refresh(short, ARGV[7]) end
 refresh_meta(meta, short, summary, ARGV[7], ARGV[8], ARGV[9])
-return {1, tokens, rounds}
+return {1, tokens, rounds, recounted}
 """
 
 #: KEYS: lock.  ARGV: token, lease ms.  Extends the lease only if it is still ours.

@@ -27,7 +27,8 @@ from ..messages import fold_into, from_dict, is_role, to_dict
 from . import scripts as scripts
 from .lease import Lease
 
-__all__ = ["CommitStatus", "Item", "RedisStore", "decode", "decode_array", "encode", "message_of", "url_problem"]
+__all__ = ["REPLAYED_ROLES", "CommitStatus", "Item", "RedisStore", "Snapshot", "decode", "decode_array", "encode",
+           "message_of", "url_problem"]
 
 _INSTALL = "pip install 'ovos-memory-plugins[redis]'"
 _APPEND_ATTEMPTS = 64  # compare-and-set retries when other writers keep moving the tail
@@ -48,7 +49,7 @@ class CommitStatus(enum.Enum):
 class Item:
     """A decoded list item: the message plus what the counters need."""
 
-    raw: str
+    raw: bytes  # as Redis holds it: the scripts compare items byte for byte (a damaged one too)
     message: AgentMessage
     tokens: int
     is_user: bool
@@ -71,10 +72,15 @@ def encode(msg: AgentMessage, now: float) -> tuple[str, int, int]:
 
 _ROLES = {r.value: r for r in MessageRole}
 _TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
+#: The roles of the items replayed. The memory stores no others (see RedisMemory.update_history):
+#: a system item in the list was written by hand, and would reach the model as an instruction.
+REPLAYED_ROLES = ("user", "assistant", "tool")
 
 
 def message_of(data: dict[str, Any]) -> AgentMessage:
     """The message of a decoded item (ids, token counts and timestamps are ignored)."""
+    if data["role"] not in REPLAYED_ROLES:
+        raise ValueError(f"its role {data['role']!r} is none of {', '.join(REPLAYED_ROLES)}")
     if any(k in data for k in _TOOL_KEYS):
         return from_dict(data)
     return AgentMessage(_ROLES.get(data["role"], data["role"]), data["content"])
@@ -123,18 +129,38 @@ def _unreadable(exc: Exception) -> None:
                           "left out of the window and of summaries", exc)
 
 
-def decode(raw: str) -> Item:
+def decode(raw: bytes) -> Item:
     """The item stored as ``raw``; one that is not ours reads as an empty system message that
     no window shows and no summary folds (see :func:`decode_array`)."""
     try:
-        data = json.loads(raw)
+        # Bytes that are not UTF-8 (damaged) read as U+FFFD, as the read script's reply does.
+        data = json.loads(raw.decode("utf-8", "replace"))
         tokens = int(data.pop("tok", 0))
         data.pop("id", None)
-        msg = from_dict(data)
+        msg = message_of(data)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         _unreadable(exc)
         return Item(raw, AgentMessage(MessageRole.SYSTEM, ""), 0, False)
     return Item(raw, msg, tokens, is_role(msg, "user"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """A session as compaction reads it: the summary (as text, and as Redis holds it, for the
+    commit's check) and every item."""
+
+    summary: str
+    summary_raw: bytes
+    items: list[Item]
+
+
+_recounted_log = LogOnce()
+
+
+def _recounted(owner: str, session_id: str) -> None:
+    _recounted_log.warning("recounted", "%s: the Redis counters of session %r were missing or damaged (its meta "
+                           "hash evicted, deleted or edited); they were counted again from its list", owner,
+                           session_id)
 
 
 #: The longest wait between two attempts to reach a Redis that does not answer.
@@ -230,10 +256,15 @@ class RedisStore:
         self._errors = redis.RedisError
         self._down_errors = (redis.ConnectionError, redis.TimeoutError)
         try:
-            # No I/O here: the pool connects on first use. No client-side retries: see the module doc.
-            self.client = redis.Redis.from_url(
-                url, decode_responses=True, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
-                retry=Retry(NoBackoff(), 0))
+            # No I/O here: the pools connect on first use. No client-side retries: see the module doc.
+            options: dict[str, Any] = dict(socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
+                                           retry=Retry(NoBackoff(), 0))
+            # Bytes that are not UTF-8 (an item or a summary damaged, or written by hand) read as
+            # U+FFFD: strict decoding raised on every read of the session.
+            self.client = redis.Redis.from_url(url, decode_responses=True, encoding_errors="replace", **options)
+            # Replies of the items the scripts compare with what was read (the tail an append folds
+            # against, the head a compaction folds): as bytes, so a damaged item still matches.
+            self._raw = redis.Redis.from_url(url, **options)
         except ValueError as exc:
             raise ConfigError(f"{owner}: 'url' {self.where!r} is not a Redis URL: {exc}") from exc
         register = self.client.register_script
@@ -248,7 +279,7 @@ class RedisStore:
         self._pause = retry_after  # the wait before the next attempt once it fails; doubles while it does
         self._failed_at = 0.0  # when the last failure that lengthened the pause came (monotonic)
         self._lock = threading.Lock()
-        self._tails: dict[str, str] = {}
+        self._tails: dict[str, bytes] = {}
 
     def keys(self, session_id: str) -> scripts.SessionKeys:
         return scripts.SessionKeys.of(self.prefix, session_id)
@@ -293,8 +324,12 @@ class RedisStore:
         return self._log.failing(self._owner)
 
     @staticmethod
-    def _call(script: Any, keys: list[str], args: list[Any]) -> Callable[[], Any]:
-        return lambda: script(keys=keys, args=args)
+    def _call(script: Any, keys: list[str], args: list[Any], client: Any = None) -> Callable[[], Any]:
+        return lambda: script(keys=keys, args=args, client=client)
+
+    def _counted(self, session_id: str, recounted: Any) -> None:
+        if recounted:
+            _recounted(self._owner, session_id)
 
     # -- operations ----------------------------------------------------------------------
     def append(self, session_id: str, messages: Sequence[AgentMessage]) -> tuple[int, int]:
@@ -309,7 +344,7 @@ class RedisStore:
         with self._lock:
             tail_raw = self._tails.get(session_id)
         if tail_raw is None:
-            tail_raw = self.io(lambda: self.client.lindex(keys.short, -1)) or ""
+            tail_raw = self.io(lambda: self._raw.lindex(keys.short, -1)) or b""
         now = said_now()  # a held update keeps the time it was said
         # The script keeps the newest updates' ids: a retry of an append whose reply was lost (a
         # timeout, the connection cut after Redis applied it) finds its id, and appends nothing.
@@ -323,14 +358,15 @@ class RedisStore:
                                int(bool(popped and popped.is_user)), *self._ttls, update, int(retried)]
             for msg in add:
                 args.extend(encode(msg, now))
-            ok, raw, *counts = self.io(self._call(self._append, [keys.short, keys.meta, keys.summary], args),
-                                       write=True)
+            ok, raw, tokens, rounds, recounted = self.io(
+                self._call(self._append, [keys.short, keys.meta, keys.summary], args, self._raw), write=True)
+            self._counted(session_id, recounted)
             if ok:
                 with self._lock:
                     if len(self._tails) >= _TAILS:
                         self._tails.clear()
                     self._tails[session_id] = raw
-                return int(counts[0]), int(counts[1])
+                return int(tokens), int(rounds)
             tail_raw = raw  # another writer moved the tail: fold against the real one
         raise StorageError(f"could not append to {session_id!r}: the tail kept changing")
 
@@ -346,37 +382,42 @@ class RedisStore:
         snapshot for free.
         """
         keys = self.keys(session_id)
-        summary, blob, tokens = self.io(self._call(self._read, [keys.short, keys.meta, keys.summary],
-                                                   [*self._ttls, newest]))
+        summary, blob, tokens, recounted = self.io(self._call(self._read, [keys.short, keys.meta, keys.summary],
+                                                              [*self._ttls, newest]))
+        self._counted(session_id, recounted)
         return summary, blob, int(tokens)
 
     def summary(self, session_id: str) -> str:
         return self.io(lambda: self.client.get(self.keys(session_id).summary)) or ""
 
-    def snapshot(self, session_id: str) -> tuple[str, list[Item]]:
-        """``(summary, every item)`` read atomically, without refreshing TTLs (for compaction)."""
+    def snapshot(self, session_id: str) -> Snapshot:
+        """The summary and every item, read atomically, without refreshing TTLs (for compaction)."""
         keys = self.keys(session_id)
 
         def read() -> list[Any]:
-            pipe = self.client.pipeline(transaction=True)
+            pipe = self._raw.pipeline(transaction=True)
             pipe.get(keys.summary)
             pipe.lrange(keys.short, 0, -1)
             return pipe.execute()
 
         summary, raws = self.io(read)
-        return summary or "", [decode(raw) for raw in raws]
+        summary = summary or b""
+        return Snapshot(summary.decode("utf-8", "replace"), summary, [decode(raw) for raw in raws])
 
-    def commit(self, session_id: str, lease: Lease, summary: str, new_summary: str,
+    def commit(self, session_id: str, lease: Lease, read: Snapshot, new_summary: str,
                head: Sequence[Item]) -> tuple[CommitStatus, int, int]:
-        """Fold ``head`` into the summary if nothing changed; ``(status, tokens, exchanges)`` left
-        (the counters are 0 unless the status is ``COMMITTED``). See ``scripts.COMMIT``."""
+        """Fold ``head`` into the summary if nothing changed since ``read``; ``(status, tokens,
+        exchanges)`` left (the counters are 0 unless the status is ``COMMITTED``). See ``scripts.COMMIT``."""
         keys = self.keys(session_id)
-        args: list[Any] = [lease.token, summary, new_summary, len(head), sum(i.tokens for i in head),
+        args: list[Any] = [lease.token, read.summary_raw, new_summary, len(head), sum(i.tokens for i in head),
                            sum(i.is_user for i in head), *self._ttls, *(i.raw for i in head)]
-        status, *left = self.io(self._call(self._commit, [keys.short, keys.meta, keys.summary, keys.lock], args),
-                                write=True)
+        status, *left = self.io(self._call(self._commit, [keys.short, keys.meta, keys.summary, keys.lock], args,
+                                           self._raw), write=True)
         outcome = CommitStatus(int(status))
-        return (outcome, int(left[0]), int(left[1])) if outcome is CommitStatus.COMMITTED else (outcome, 0, 0)
+        if outcome is not CommitStatus.COMMITTED:
+            return outcome, 0, 0
+        self._counted(session_id, left[2])
+        return outcome, int(left[0]), int(left[1])
 
     def lease(self, session_id: str, seconds: float) -> Lease:
         return Lease(self.client, self.keys(session_id).lock, seconds, self._renew, self._release)
@@ -429,3 +470,4 @@ class RedisStore:
 
     def close(self) -> None:
         self.client.close()
+        self._raw.close()
