@@ -1095,3 +1095,23 @@ def test_an_exchange_longer_than_the_threshold_is_still_sent_while_it_is_the_new
     ctx = memory.build_conversation_context("what was step 3?", "s")
     assert [(m.role, m.content) for m in ctx[-3:]] == [(U, "give me the recipe"), (A, recipe),
                                                         (U, "what was step 3?")]
+
+
+def test_check_config_reaches_the_redis_server_and_says_what_it_found(redis_server_url, tmp_path, capsys):  # noqa: F811
+    # A server that refuses the url (no such database) is an error: no retry will fix it. One that
+    # does not answer now is a warning: it may be starting. Both said "OK" before.
+    from ovos_memory_plugins.cli import main
+
+    def check(url: str) -> tuple[int, str]:
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps({"memory_module": "ovos-memory-plugin-composite", "ovos-memory-plugin-composite": {
+            "members": [{"module": "ovos-memory-plugin-redis", "config": {"url": url, "api_url": None}}]}}))
+        code = main(["check-config", str(path)])
+        return code, capsys.readouterr().err
+
+    code, err = check(redis_server_url)
+    assert code == 0 and "warning" not in err and "error" not in err, err
+    code, err = check(redis_server_url.rsplit("/", 1)[0] + "/99")
+    assert code == 2 and "no database of the number" in err, err
+    code, err = check(f"redis://127.0.0.1:{free_port()}/0")
+    assert code == 0 and "does not answer" in err and "warning" in err, err

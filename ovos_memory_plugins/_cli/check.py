@@ -175,18 +175,37 @@ def _database_checks(module: str, block: Mapping[str, Any]) -> tuple[list[str], 
     once: one the server refuses (no such database or user, a password refused, a setting it does
     not know) is a problem, as no retry fixes it; one that cannot be reached now is a warning (a
     server still starting: the memory waits for it)."""
+    from .._redis.store import probe as probe_redis
+
     problems, warnings = [], []
-    for url in dict.fromkeys(_db_urls(module, block)):
+    servers = [(url, probe) for url in dict.fromkeys(_db_urls(module, block))]
+    servers += [(url, probe_redis) for url in dict.fromkeys(_redis_urls(module, block))]
+    for url, probe_server in servers:
         try:
-            probe(url, PROBE_TIMEOUT_S)
+            probe_server(url, PROBE_TIMEOUT_S)
         except StoreUnavailable as exc:
             warnings.append(f"{exc} (now: the persona's memory would answer from what is said after it starts, and "
                             "catch up once the server answers)")
         except MissingDependencyError as exc:
-            problems.append(f"db_url {redact(url)}: {exc}")
+            problems.append(f"db_url {redact(url)}: {exc}" if probe_server is probe else str(exc))
         except (ConfigError, StorageError) as exc:
             problems.append(str(exc))
     return problems, warnings
+
+
+def _redis_urls(module: str, block: Mapping[str, Any]) -> list[str]:
+    """The Redis servers a memory's config names (its members' included; the default server
+    when a redis memory names none)."""
+    if module == "ovos-memory-plugin-redis":
+        from ..redis_memory import RedisConfig
+
+        return [str(block.get("url") or block.get("redis_url") or RedisConfig.url)]
+    out: list[str] = []
+    if module == "ovos-memory-plugin-composite":
+        for spec in block.get("members") or []:
+            if isinstance(spec, Mapping):
+                out += _redis_urls(str(spec.get("module", "")), dict(spec.get("config") or {}))
+    return out
 
 
 def _db_urls(module: str, block: Mapping[str, Any]) -> list[str]:

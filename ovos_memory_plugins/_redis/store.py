@@ -28,7 +28,7 @@ from . import scripts as scripts
 from .lease import Lease
 
 __all__ = ["REPLAYED_ROLES", "CommitStatus", "Item", "RedisStore", "Snapshot", "decode", "decode_array", "encode",
-           "message_of", "url_problem"]
+           "message_of", "probe", "url_problem"]
 
 _INSTALL = "pip install 'ovos-memory-plugins[redis]'"
 _APPEND_ATTEMPTS = 64  # compare-and-set retries when other writers keep moving the tail
@@ -236,6 +236,26 @@ def safe_url(url: str) -> str:
     if not parts.netloc and parts.scheme not in URL_SCHEMES:  # no URL ("", "localhost:6379"): shown as given
         return url.split("?")[0] if "@" not in url else "<url with credentials>"
     return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
+
+
+def probe(url: str, timeout: float) -> None:
+    """Connect to ``url`` once and ping it (``ovos-memory check-config``): a
+    :class:`StoreUnavailable` when nothing answers (a server still starting: the memory waits
+    for it), a :class:`ConfigError` when the server refuses the url (a password, a database number)."""
+    try:
+        import redis
+    except ImportError as exc:
+        raise MissingDependencyError(f"the redis memory needs the redis client: {_INSTALL}") from exc
+    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        refused = _credentials_refused(exc)
+        if refused:
+            raise ConfigError(f"Redis at {safe_url(url)} {refused}") from exc
+        raise StoreUnavailable(f"Redis at {safe_url(url)} does not answer ({exc})") from exc
+    finally:
+        client.close()
 
 
 class RedisStore:
