@@ -182,6 +182,17 @@ def missing_plugins(block: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def stood_in_plugins(block: Mapping[str, Any]) -> list[str]:
+    """The reference's plugins ``block`` names that are not installed, each with what stands in
+    for it: it works, but the persona's file does not say what it gets."""
+    said = []
+    for key, group in (("embeddings_plugin", TEXT_EMBEDDINGS_GROUP), ("embeddings_db_plugin", EMBEDDINGS_DB_GROUP)):
+        name = block.get(key)
+        if isinstance(name, str) and name in REFERENCE_STACK and find_plugin_class(name, group) is None:
+            said.append(f"'{key}': {name!r} is not installed; the built-in {REFERENCE_STACK[name]!r} stands in for it")
+    return said
+
+
 def construct_db(cls: type, config: Mapping[str, Any]) -> Any:
     """Build a vector store as OVOS callers do: ``cls(config=...)``, else ``cls(path=...)``, else ``cls()``."""
     try:

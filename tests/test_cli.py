@@ -457,6 +457,19 @@ def test_check_config_reports_unknown_keys_and_bad_values_as_errors(tmp_path, ca
     assert "'inject_mode' is 'bogus'" in err
 
 
+def test_check_config_says_which_built_in_plugin_stands_in_for_the_references(tmp_path, capsys):
+    # The tour's local-rag block names the reference's plugins: it works, with ours in their place.
+    rag = {"embeddings_plugin": "ovos-gguf-embeddings-plugin",
+           "embeddings_db_plugin": "ovos-chromadb-embeddings-plugin"}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"memory_module": "ovos-memory-plugin-composite", "ovos-memory-plugin-composite": {
+        "members": [{"module": "ovos-memory-plugin-local-rag", "config": rag}]}}))
+    assert main(["check-config", str(path)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "members[0] 'embeddings_plugin': 'ovos-gguf-embeddings-plugin' is not installed; the built-in" in err
+    assert "'embeddings_db_plugin': 'ovos-chromadb-embeddings-plugin' is not installed" in err
+
+
 def test_check_config_reports_values_read_as_the_reference_reads_them(tmp_path, capsys):
     # The persona loads with them (a ConfigError would drop it), but check-config is strict.
     path = tmp_path / "p.json"

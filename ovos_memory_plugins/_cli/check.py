@@ -64,7 +64,8 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return EXIT_INPUT
-    warnings = _mismatched_keys(module, block) + _silent_endpoints(module, block, chat_endpoint) + databases[1]
+    warnings = (_mismatched_keys(module, block) + _silent_endpoints(module, block, chat_endpoint) + databases[1]
+                + _stood_in(module, block))
     for warning in warnings:
         ui.err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if warnings:
@@ -178,7 +179,8 @@ def _database_checks(module: str, block: Mapping[str, Any]) -> tuple[list[str], 
     from .._redis.store import probe as probe_redis
 
     problems, warnings = [], []
-    servers = [(url, probe) for url in dict.fromkeys(_db_urls(module, block))]
+    servers: list[tuple[str, Callable[[str, float], None]]] = [
+        (url, probe) for url in dict.fromkeys(_db_urls(module, block))]
     servers += [(url, probe_redis) for url in dict.fromkeys(_redis_urls(module, block))]
     for url, probe_server in servers:
         try:
@@ -191,6 +193,21 @@ def _database_checks(module: str, block: Mapping[str, Any]) -> tuple[list[str], 
         except (ConfigError, StorageError) as exc:
             problems.append(str(exc))
     return problems, warnings
+
+
+def _stood_in(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
+    """The reference's local-rag plugins named and not installed (its members' included): the
+    built-in ones stand in, which the persona's file does not say."""
+    if module == "ovos-memory-plugin-local-rag":
+        from ..local_rag import stood_in_plugins
+
+        return [where + said for said in stood_in_plugins(block)]
+    out: list[str] = []
+    if module == "ovos-memory-plugin-composite":
+        for i, spec in enumerate(block.get("members") or []):
+            if isinstance(spec, Mapping):
+                out += _stood_in(str(spec.get("module", "")), dict(spec.get("config") or {}), f"members[{i}] ")
+    return out
 
 
 def _redis_urls(module: str, block: Mapping[str, Any]) -> list[str]:
