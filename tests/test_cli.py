@@ -457,6 +457,16 @@ def test_check_config_reports_unknown_keys_and_bad_values_as_errors(tmp_path, ca
     assert "'inject_mode' is 'bogus'" in err
 
 
+def test_check_config_checks_a_memory_block_given_alone_as_that_block(tmp_path, capsys):
+    # As documentation shows one: {"ovos-memory-plugin-composite": {...}}, no persona around it.
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"ovos-memory-plugin-recency": {"max_histroy": 3}}))
+    assert main(["check-config", str(path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "checked as the block of 'ovos-memory-plugin-recency' only" in err
+    assert "unknown config key 'max_histroy'; did you mean 'max_history'?" in err and "handler" not in err
+
+
 def test_check_config_says_which_built_in_plugin_stands_in_for_the_references(tmp_path, capsys):
     # The tour's local-rag block names the reference's plugins: it works, with ours in their place.
     rag = {"embeddings_plugin": "ovos-gguf-embeddings-plugin",

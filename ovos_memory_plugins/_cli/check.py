@@ -30,7 +30,12 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
                 for key in dict.fromkeys(twice)]
     notes: list[str] = []
     chat_endpoint = None
-    if isinstance(data, Mapping) and not args.module:
+    module: str | None
+    block_alone = None if args.module else _memory_block_alone(data)
+    if block_alone:
+        module, block = block_alone, dict(data[block_alone])
+        notes.append(f"no 'memory_module': checked as the block of '{block_alone}' only")
+    elif isinstance(data, Mapping) and not args.module:
         fragment = _memory_part_only(data)
         persona = parse_persona({**data, "handlers": ["-"]} if fragment else data, path=args.file)
         module, block = persona.memory_module, dict(persona.memory_config)
@@ -86,6 +91,15 @@ def _given_config(text: str, hook: Callable[[list[tuple[str, Any]]], dict[str, A
         except RecursionError:
             raise CLIError("the config given inline is nested too deeply to read") from None
     return read_json(text, "config file", hook)
+
+
+def _memory_block_alone(data: Any) -> str | None:
+    """The memory plugin whose block ``data`` is alone (``{"ovos-memory-plugin-composite": {...}}``,
+    as documentation shows a block), or None: checked as that block, not as a persona."""
+    if not isinstance(data, Mapping) or len(data) != 1:
+        return None
+    name, block = next(iter(data.items()))
+    return name if name.startswith("ovos-memory-plugin-") and isinstance(block, Mapping) else None
 
 
 def _memory_part_only(data: Mapping[str, Any]) -> bool:
