@@ -917,10 +917,38 @@ def test_what_only_sounds_like_a_pets_end_keeps_it(make, said):
     assert injected(memory) == ["User's dog is called Rex"]
 
 
+@pytest.mark.parametrize(("first", "said", "gone"), [
+    ("My car is called Betty.", "I sold my car last week.", "User no longer has a car called Betty"),
+    ("My car is called Betty.", "We sold our old car.", "User no longer has a car called Betty"),
+    ("My car is called Betty.", "I sold Betty to my neighbour.", "User no longer has a car called Betty"),
+    ("My bike is called Zippy.", "I got rid of my bike.", "User no longer has a bike called Zippy"),
+    ("My guinea pig is called Bo.", "My guinea pig died yesterday.", "User no longer has a guinea pig called Bo"),
+    ("My dog is called Rex.", "We had to give Rex away.", "User no longer has a dog called Rex"),
+])
+def test_a_named_thing_sold_or_a_pet_of_two_words_gone_is_no_longer_current(make, first, said, gone):
+    memory = make()
+    say(memory, first)
+    say(memory, said)
+    assert injected(memory) == [gone]
+
+
+@pytest.mark.parametrize("said", [
+    "My brother sold his car.", "I almost sold my car.", "Should I sell my car?", "I didn't sell my car.",
+    "I won't sell my car.", "I want to sell my car.", "I'm going to sell my car next week.", "I've never sold my car.",
+    "If I sold my car I would buy a bike.", "I sold my car's old tyres.", "I nearly got rid of my car.",
+])
+def test_what_only_sounds_like_selling_a_named_thing_keeps_it(make, said):
+    memory = make()
+    say(memory, "My car is called Betty.")
+    say(memory, said)
+    assert injected(memory) == ["User's car is called Betty"]
+
+
 @pytest.mark.timeout(120)  # a regex that backtracks would run for hours on these; each is linear
 @pytest.mark.parametrize("hostile", [
     "code" + " -" * 5000 + " x", "pin:" + " " * 50000 + "x", "code" + "-" * 50000, "my password" + " " * 50000 + "x",
     "hunter2 " * 20000 + "is my password", "my dog " * 10000 + "died", "Rex " * 20000 + ". died",
+    "sold " * 20000 + "my dog", "I " + "almost " * 20000 + "gave Rex away", "gave " * 20000 + "Rex away",
 ])
 def test_hostile_messages_are_read_for_facts_and_secrets_in_bounded_time(make, hostile):
     from ovos_memory_plugins._llm.facts.secrets import holds_secret, secrets_given

@@ -152,7 +152,11 @@ _ENDED_AFTER = (r"(?:died|passed\s+away|is\s+no\s+longer\s+with\s+us"
                 r"|faleceu|muri[óo]|falleci[óo]|ist\s+(?:gestorben|tot|verstorben)|est\s+(?:morte?|d[ée]c[ée]d[ée]e?)"
                 r"(?!\s+de\s+rire))")
 _ENDED_BEFORE = (r"(?:rehomed|re-homed|buried|(?:had\s+to\s+)?put(?=\s+\S+(?:\s+\S+)?\s+(?:down|to\s+sleep)\b)"
-                 r"|gave(?=\s+\S+(?:\s+\S+)?\s+away\b))")
+                 r"|g[ai]ve(?=\s+\S+(?:\s+\S+)?\s+away\b)|sold|got\s+rid\s+of|scrapped|traded\s+in)")
+# Words just before such a verb that keep it from happening: "I almost sold my car", "I won't
+# sell", "I want to give Rex away" (not "we had to give Rex away").
+_NOT_DONE = re.compile(r"(?:\b(?:almost|nearly|not|never|(?<!had\s)to|will|would|should|could|might|may)|n't)"
+                       r"\s+(?:\w+\s+)?$")
 _MAY_END = re.compile(rf"\b(?:{_ENDED_AFTER}|{_ENDED_BEFORE})")
 _OURS = (r"(?:my|our|mi|nuestr[oa]|meu|minha|nosso|nossa|mein|meine|unser|unsere|mon|ma|notre)\s+"
          r"(?:(?:old|little|sweet|beloved|poor|dear|lovely|big|young|first|family|faithful|velho|velha|querid[oa]"
@@ -165,11 +169,14 @@ _UNDONE = re.compile(rf"\b(?:{UNDOING}|almost|nearly|not|never|thought|if|would|
                      r"|her|their|our|a|an|the|it|that|which)\b|n't\b")
 # The user's words for a pet, in the languages the rules read (the fact itself is in English).
 _PET_WORDS = {"dog": "dog|puppy|cão|cao|cachorro|perro|perra|hund|chien|chienne",
-              "cat": "cat|kitten|kitty|gato|gata|katze|kater|chat|chatte"}
+              "cat": "cat|kitten|kitty|gato|gata|katze|kater|chat|chatte",
+              "car": "car|carro|coche|auto|voiture", "bike": "bike|bicycle"}
 _PETS = wordset("""
 pet dog puppy pup cat kitten kitty hamster rabbit bunny parrot bird budgie canary fish goldfish horse pony turtle
 tortoise ferret snake lizard gecko pig rat mouse chinchilla
 """)
+# Named things the user owns that can be sold or given away as a pet can ("I sold my car").
+_OWNED = wordset("car bike bicycle motorbike motorcycle scooter boat van truck camper caravan")
 
 
 def _ended(text: str, names: list[str], kinds: list[str]) -> bool:
@@ -183,8 +190,9 @@ def _ended(text: str, names: list[str], kinds: list[str]) -> bool:
             for found in re.finditer(rf"{pet}\b(?!')(?P<gap>[^.!?;]{{0,40}}?)\b{_ENDED_AFTER}\b", sentence):
                 if not _UNDONE.search(found.group("gap")):
                     return True
-            if re.search(rf"\b{_ENDED_BEFORE}\s+(?:\w+\s+){{0,2}}?{pet}\b(?!')", sentence):
-                return True
+            for found in re.finditer(rf"\b{_ENDED_BEFORE}\s+(?:\w+\s+){{0,2}}?{pet}\b(?!')", sentence):
+                if not _NOT_DONE.search(sentence[:found.start()]):
+                    return True
     return False
 
 
@@ -206,7 +214,8 @@ def _pet_words(fact: Fact) -> tuple[list[str], list[str]]:
         return ([name.casefold().strip()] if name.strip() else []), kinds
     thing = fact.kind[:-5].replace("_", " ") if fact.kind.endswith(".name") and fact.kind.count(".") == 1 else ""
     name = (fact.said or fact.subject).casefold().strip()
-    return ([name] if name else [], [thing]) if thing in _PETS else ([], [])
+    # The last word says what it is: "guinea pig", "sports car".
+    return ([name] if name else [], [thing]) if thing.split()[-1:] and thing.split()[-1] in _PETS | _OWNED else ([], [])
 
 
 def _words(text: str) -> list[str]:
