@@ -10,13 +10,16 @@ Drop-in with the reference (``db_path``, ``table``, score = -bm25, every base ke
 * user text never reaches ``MATCH`` raw: each term is quoted, so ``NEAR``, ``OR``, ``*``,
   quotes and hyphens in an utterance are plain words;
 * words are stemmed and diacritics folded (``dogs`` finds ``dog``, ``café`` finds ``cafe``);
-* ids never repeat across restarts.
+* ids never repeat across restarts;
+* the FTS5 index is derived from the document log: found damaged (while the window and the log
+  read fine), it is built again from the log, and the file is kept (see ``_rebuild_index``).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -29,8 +32,10 @@ from .common import MemoryHit
 from .config import option
 from .errors import ConfigError
 from .retrieval import BaseRetrievalMemory, RetrievalConfig
+from .storage import after_commit
 from .storage.documents import Document
-from .storage.sqlite import Database
+from .storage.integrity import IndexDamaged, index_statements
+from .storage.sqlite import Database, StoreReplaced
 from .storage.windows import safe_table_name
 
 __all__ = ["LexicalConfig", "LexicalMemory", "match_expression", "MAX_QUERY_TERMS", "query_words"]
@@ -58,6 +63,8 @@ _FTS_MIGRATIONS = (
     ALTER TABLE {t}_v3 RENAME TO {t};
     """,
 )
+#: The index as the last migration leaves it (built again in this shape when found damaged).
+_FTS_TABLE = "CREATE VIRTUAL TABLE {schema}{t} USING fts5(content, session_id UNINDEXED, ctx, tokenize = '{tokenizer}')"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +164,11 @@ class LexicalMemory(BaseRetrievalMemory):
     # a failing batch is a WARNING; the cause (a full disk) fails update_history too, the ERROR.
     index_failure_level: ClassVar[str] = "warning"
     score_kind: ClassVar[str | None] = "keyword"
+    #: The keyword index was found damaged and waits to be built again (by the indexer's thread).
+    _rebuild_due: bool = False
+    _damage: str = ""
+    #: When (``time.monotonic()``) the index was last rebuilt here.
+    _rebuilt_at: float = float("-inf")
 
     @classmethod
     def check_settings(cls, settings: Any) -> list[str]:
@@ -170,6 +182,8 @@ class LexicalMemory(BaseRetrievalMemory):
         self._pg = self._open_pg_index() if self._db.engine == "postgres" else None
         self._fts = self._create_fts() if self._pg is None else None
         self._mirror = self._open_mirror() if s.ram_index and self._fts is not None else None
+        if self._rebuild_due and self._worker is not None:  # found damaged while opening it
+            self._worker.notify()
 
     def _table_prefix(self, db: Database) -> str:
         return self.settings.table
@@ -210,7 +224,13 @@ class LexicalMemory(BaseRetrievalMemory):
         becomes a document (new ids: the reference's repeat after a restart), the old table is
         dropped, and the index is built again from the log, with this package's tokenizer.
         """
-        columns = [r[1] for r in self._db.execute(f"PRAGMA table_info({table})")]
+        try:
+            with self._db.read() as con, index_statements(f"keyword index {table} in {self._db.path}"):
+                columns = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+        except IndexDamaged as exc:  # FTS5 cannot open it: ours (rebuilt once the memory is ready)
+            if not self._db.read_only:
+                self._rebuild_due, self._damage = True, str(exc)
+            return
         if "doc_id" not in columns:
             return
         with self._db.atomic() as con:
@@ -228,7 +248,7 @@ class LexicalMemory(BaseRetrievalMemory):
         if tokenizer is None:
             return None
         return PostingsMirror(self._db, self._fts, self._docs.table, f"{self._fts}_deleted", tokenizer,
-                              self.settings.neighbour_weight)
+                              self.settings.neighbour_weight, on_damage=self._index_damaged)
 
     # -- hooks -----------------------------------------------------------------------------
     def _store_documents(self, docs: Sequence[Document]) -> None:
@@ -254,12 +274,13 @@ class LexicalMemory(BaseRetrievalMemory):
         spec = self._tokenizer
         rows = [(rowid, fts_safe(text, spec), sid, fts_safe(ctx, spec) if ctx else ctx)
                 for rowid, text, sid, ctx in rows]
-        try:
-            con.executemany(f"INSERT {sql}", rows)
-        except sqlite3.IntegrityError:
-            # A document indexed before (an import re-run): replace it. Rare, so the common insert
-            # skips REPLACE's lookup and delete of an old row.
-            con.executemany(f"INSERT OR REPLACE {sql}", rows)
+        with self._index_statements():
+            try:
+                con.executemany(f"INSERT {sql}", rows)
+            except sqlite3.IntegrityError:
+                # A document indexed before (an import re-run): replace it. Rare, so the common insert
+                # skips REPLACE's lookup and delete of an old row.
+                con.executemany(f"INSERT OR REPLACE {sql}", rows)
 
     def _refresh_context(self, con: Any, rowid: int, session_id: str) -> None:
         """Rebuild a document's neighbour column from the log (emptied when the option is off)."""
@@ -268,8 +289,9 @@ class LexicalMemory(BaseRetrievalMemory):
         if self._pg is not None:
             self._pg.refresh(con, rowid, session_id, text)
             return
-        con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?",
-                    (fts_safe(text, self._tokenizer) if text else text, rowid))
+        with self._index_statements():
+            con.execute(f"UPDATE {self._fts} SET ctx = ? WHERE rowid = ?",
+                        (fts_safe(text, self._tokenizer) if text else text, rowid))
 
     def _query_backend(self, query: str, top_k: int, session_id: str | None = None) -> list[MemoryHit]:
         words = self._stop.query_words(query)
@@ -281,26 +303,28 @@ class LexicalMemory(BaseRetrievalMemory):
         ranked = self._mirror.search(words, top_k, session_id) if self._mirror is not None else None
         if ranked is not None:
             return self._hits(ranked)  # the RAM postings hold the pending documents too
-        return merge_pending(self._fts_hits(words, top_k, session_id),
-                             self._pending_hits(words, top_k, session_id), top_k)
+        indexed: list[MemoryHit] = []
+        if not self._rebuild_due:  # else the index is damaged: the pending documents' words answer
+            began = time.monotonic()
+            try:
+                indexed = self._fts_hits(words, top_k, session_id)
+            except IndexDamaged as exc:
+                self._index_damaged(exc, began)
+        return merge_pending(indexed, self._pending_hits(words, top_k, session_id), top_k)
 
     def _fts_hits(self, words: list[str], top_k: int, session_id: str | None) -> list[MemoryHit]:
-        """FTS5's ranking of the indexed documents."""
-        t, docs = self._fts, self._docs.table
+        """FTS5's ranking of the indexed documents (IndexDamaged: the index is damaged)."""
+        t = self._fts
         if session_id is not None and self._docs.holds_only(session_id):
             # Filtering on the UNINDEXED session column reads every matching row's content: 40%
             # of a 10k-exchange query. A store holding one session (one persona, one user) skips it.
             session_id = None
         where = "AND session_id = ?" if session_id is not None else ""
         params: list[Any] = [self._match(words), *([session_id] if session_id is not None else []), top_k]
-        rows = self._db.execute(
-            f"SELECT d.doc_id, d.content, d.metadata, -f.rank FROM "
-            f"(SELECT rowid, {self._rank()} AS rank FROM {t} "
-            f"WHERE {t} MATCH ? {where} ORDER BY rank LIMIT ?) AS f "
-            f"JOIN {docs} AS d ON d.id = f.rowid ORDER BY f.rank",
-            params,
-        )
-        return [MemoryHit(content, doc_id, score, json.loads(meta)) for doc_id, content, meta, score in rows]
+        # The index alone first (its damage is its own, not the file's), then the documents.
+        ranked = self._read_index(f"SELECT rowid, -{self._rank()} AS score FROM {t} WHERE {t} MATCH ? {where} "
+                                  "ORDER BY score DESC LIMIT ?", params)
+        return self._hits([(rowid, float(score)) for rowid, score in ranked])
 
     def _score_documents(self, query: str, docs: Sequence[tuple[int, str]],
                          session_id: str | None) -> dict[int, float]:
@@ -322,9 +346,16 @@ class LexicalMemory(BaseRetrievalMemory):
         if scored is not None:
             return scored
         t = self._fts
-        found = dict(self._db.execute(
-            f"SELECT rowid, -{self._rank()} FROM {t} WHERE {t} MATCH ? AND rowid IN ({','.join('?' * len(rowids))})",
-            [self._match(words), *rowids]))
+        if self._rebuild_due:
+            return {}  # the index is damaged: it cannot score them now
+        began = time.monotonic()
+        try:
+            marks = ",".join("?" * len(rowids))
+            found = dict(self._read_index(f"SELECT rowid, -{self._rank()} FROM {t} WHERE {t} MATCH ? AND rowid IN "
+                                          f"({marks})", [self._match(words), *rowids]))
+        except IndexDamaged as exc:
+            self._index_damaged(exc, began)
+            return {}
         return {r: float(found.get(r, 0.0)) for r in rowids}
 
     def _match(self, words: list[str]) -> str:
@@ -350,19 +381,110 @@ class LexicalMemory(BaseRetrievalMemory):
             return
         if self._fts is None or not docs:
             return
+        rebuilt = None
         with self._db.atomic() as con:
-            con.executemany(f"DELETE FROM {self._fts} WHERE rowid = ?", [(d.rowid,) for d in docs])
-            for rowid, session_id in survivors(con, self._docs.table, docs):
-                # A deleted exchange must not live on as a neighbour's context (forget means forget).
-                row = con.execute(f"SELECT ctx FROM {self._fts} WHERE rowid = ?", (rowid,)).fetchone()
-                if row is not None and row[0]:
-                    self._refresh_context(con, rowid, session_id)
+            try:
+                with self._db.atomic():  # a savepoint: a damaged index is dropped whole instead
+                    self._delete_from_index(con, docs)
+            except IndexDamaged as exc:
+                # Dropped, the index keeps no entry of the deleted exchanges (forget means forget);
+                # the others are queued for the new one.
+                rebuilt = (exc, self._reset_index(con))
             con.executemany(f"INSERT INTO {self._fts}_deleted (doc) VALUES (?)", [(d.rowid,) for d in docs])
             con.execute(f"DELETE FROM {self._fts}_deleted WHERE seq <= "
                         f"(SELECT MAX(seq) FROM {self._fts}_deleted) - ?", (DELETION_LOG_KEEP,))
+        if rebuilt is not None:
+            self._rebuilt(*rebuilt)
+
+    def _delete_from_index(self, con: Any, docs: Sequence[Document]) -> None:
+        with self._index_statements():
+            con.executemany(f"DELETE FROM {self._fts} WHERE rowid = ?", [(d.rowid,) for d in docs])
+        for rowid, session_id in survivors(con, self._docs.table, docs):
+            # A deleted exchange must not live on as a neighbour's context (forget means forget).
+            with self._index_statements():
+                row = con.execute(f"SELECT ctx FROM {self._fts} WHERE rowid = ?", (rowid,)).fetchone()
+            if row is not None and row[0]:
+                self._refresh_context(con, rowid, session_id)
+        with self._index_statements():
             # FTS5 records a delete as a marker in a new segment; the terms stay in the old one
             # until a merge. 'optimize' rewrites the index without them (forget means forget).
             con.execute(f"INSERT INTO {self._fts}({self._fts}) VALUES ('optimize')")
+
+    # -- a damaged keyword index -----------------------------------------------------------------
+    def _index_statements(self) -> Any:
+        """Around statements on the FTS5 table alone: its damage is IndexDamaged, not the file's."""
+        return index_statements(f"keyword index {self._fts} in {self._db.path}")
+
+    def _read_index(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of a read of the FTS5 table alone (IndexDamaged: the index is damaged)."""
+        with self._db.read() as con, self._index_statements():
+            return con.execute(sql, params).fetchall()
+
+    def _index_damaged(self, exc: BaseException, since: float | None = None) -> None:
+        """The keyword index was found damaged (by a read that began at ``since``, a
+        ``time.monotonic()``, when not just now): the indexer builds it again from the document log
+        (:meth:`_rebuild_index`); meanwhile turns do not read it."""
+        if self._rebuild_due or self._fts is None or self._db.read_only:
+            return  # a command that only looks writes nothing: it searches without the index
+        if since is not None and since <= self._rebuilt_at:
+            return  # that read saw the index as it was before it was rebuilt
+        self._rebuild_due, self._damage = True, str(exc)
+        worker = self._worker
+        if worker is not None and not worker.stopping:
+            worker.notify()
+
+    def _index_step(self, busy_wait: float | None = None) -> bool:
+        if self._rebuild_due:
+            self._rebuild_index(busy_wait)
+            return True  # every document is queued for the new index
+        try:
+            return super()._index_step(busy_wait)
+        except IndexDamaged as exc:  # writing the entries met the damage: rebuild, then index
+            self._index_damaged(exc)
+            return True
+
+    def _rebuild_index(self, busy_wait: float | None = None) -> None:
+        """Build the damaged keyword index again: in one transaction it is dropped, created empty
+        and every document of the log queued for it; the indexer then writes the entries as for
+        any new document, in its small batches (crash-safe: the queue is the log's own marks).
+        The window and the documents stay as they are."""
+        try:
+            with self._db.atomic(busy_wait) as con:
+                queued = self._reset_index(con)
+        except StoreReplaced:
+            # Reading the log met damage too: the file was set aside for a new one (its own index)
+            self._rebuild_due = False
+            raise
+        self._rebuilt(self._damage, queued)
+
+    def _reset_index(self, con: Any) -> int:
+        """Drop the FTS5 table and create it empty (its tokenizer kept), inside ``con``'s transaction,
+        and queue every indexed document of the log again; the number queued."""
+        t = self._fts
+        assert t is not None
+        try:
+            con.execute(f"DROP TABLE {t}")
+        except sqlite3.Error:
+            # FTS5 cannot open what it would drop (its structure or configuration row is damaged):
+            # those rows become a new empty index's, then it drops as any other.
+            blank = f"{t}_blank"
+            con.execute(_FTS_TABLE.format(schema="temp.", t=blank, tokenizer=self._tokenizer))
+            for shadow in ("data", "config"):
+                con.execute(f"DELETE FROM main.{t}_{shadow}")
+                con.execute(f"INSERT INTO main.{t}_{shadow} SELECT * FROM temp.{blank}_{shadow}")
+            con.execute(f"DROP TABLE temp.{blank}")
+            con.execute(f"DROP TABLE {t}")
+        con.execute(_FTS_TABLE.format(schema="", t=t, tokenizer=self._tokenizer))
+        return int(con.execute(f"UPDATE {self._docs.table} SET indexed = 0 WHERE indexed = 1").rowcount)
+
+    def _rebuilt(self, damage: object, queued: int) -> None:
+        """Say so (one WARNING), and have the indexer fill the new index."""
+        self._rebuild_due, self._rebuilt_at = False, time.monotonic()
+        LOG.warning(f"{self.plugin_name}: {damage}; it was rebuilt from the stored exchanges ({queued} queued "
+                    "for indexing in the background); the window and the stored exchanges were kept")
+        worker = self._worker
+        if worker is not None and queued:
+            after_commit(self._db, worker.notify)
 
     def _delete_pg_documents(self, docs: Sequence[Document]) -> None:
         assert self._pg is not None

@@ -35,11 +35,12 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._core.log import LogOnce
 from .._core.worker import run_as_background
+from ..storage.integrity import IndexDamaged, index_statements
 from ..storage.sqlite import Database
 from .bm25 import Postings
 
@@ -187,8 +188,11 @@ class PostingsMirror:
     turn_sync_chars = 20_000
 
     def __init__(self, db: Database, fts_table: str, docs_table: str, deleted_table: str, tokenizer: str,
-                 neighbour_weight: float = 0.0):
+                 neighbour_weight: float = 0.0, on_damage: Callable[[IndexDamaged, float], None] | None = None):
+        """``on_damage``: told when loading finds the FTS5 index damaged, with the ``time.monotonic()``
+        the load began at (its owner rebuilds the index unless it did since; a later search loads again)."""
         self._db = db
+        self._on_damage = on_damage
         self._fts, self._docs, self._deleted = fts_table, docs_table, deleted_table
         self.tokenizer = Tokenizer(tokenizer)
         self.neighbour_weight = float(neighbour_weight)
@@ -368,6 +372,7 @@ class PostingsMirror:
         self._loader.start()
 
     def _load(self, path: str | None) -> None:
+        began = time.monotonic()
         try:
             snap = self._read_snapshot(path)
             self._log.clear("load", f"keyword index {self._fts}: RAM postings loaded")
@@ -375,6 +380,9 @@ class PostingsMirror:
             self._retire(str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - FTS5 keeps answering; a later search retries
+            if isinstance(exc, IndexDamaged) and self._on_damage is not None:
+                self._on_damage(exc, began)  # its owner rebuilds it and says so; a later search loads again
+                return
             self._log.warning("load", "keyword index %s: RAM postings not loaded (%s); FTS5 answers", self._fts, exc)
             return
         if snap is None or self._has_context():
@@ -417,21 +425,22 @@ class PostingsMirror:
             (pos_of if indexed else pending_pos)[rowid] = snap.append_document(rowid, session_id)
         lengths = [0] * len(docs)
         vocab = f"{self._fts}_mirror_vocab"
-        con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{vocab} USING fts5vocab(main, {self._fts}, instance)")
         term, entry = None, None
-        # The exchanges' own words only: neighbour context is linked, not copied (postings.py).
-        for raw, doc, tf in con.execute(f"SELECT CAST(term AS BLOB), doc, count(*) FROM temp.{vocab} "
-                                        "WHERE col = 'content' GROUP BY term, doc"):
-            at = pos_of.get(doc)
-            if at is None:
-                continue
-            t = vocab_text(raw)
-            if t != term:
-                term = t
-                entry = snap.postings[t] = (array.array("i"), array.array("i"))
-            entry[0].append(at)  # type: ignore[index]
-            entry[1].append(tf)  # type: ignore[index]
-            lengths[at] += tf
+        with self._index_statements():
+            con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{vocab} USING fts5vocab(main, {self._fts}, instance)")
+            # The exchanges' own words only: neighbour context is linked, not copied (postings.py).
+            for raw, doc, tf in con.execute(f"SELECT CAST(term AS BLOB), doc, count(*) FROM temp.{vocab} "
+                                            "WHERE col = 'content' GROUP BY term, doc"):
+                at = pos_of.get(doc)
+                if at is None:
+                    continue
+                t = vocab_text(raw)
+                if t != term:
+                    term = t
+                    entry = snap.postings[t] = (array.array("i"), array.array("i"))
+                entry[0].append(at)  # type: ignore[index]
+                entry[1].append(tf)  # type: ignore[index]
+                lengths[at] += tf
         if pending_pos:  # not in FTS5 yet (the indexer batches): their terms come from their text
             cursor = con.execute(f"SELECT id, content FROM {self._docs} WHERE indexed = 0 ORDER BY id")
             while rows := cursor.fetchmany(SLICE):
@@ -441,10 +450,15 @@ class PostingsMirror:
                         lengths[at] = snap.add_postings(at, counts)
         snap.finish_load(lengths)
         if snap.weight:
-            self._check_context(con, snap, pos_of)
+            with self._index_statements():
+                self._check_context(con, snap, pos_of)
         recent = con.execute(f"SELECT content FROM {self._docs} ORDER BY id DESC LIMIT ?", (WARM_DOCUMENTS,))
         self.tokenizer.warm([r[0] for r in recent])
         return snap
+
+    def _index_statements(self) -> Any:
+        """Around reads of the FTS5 table alone: its damage is IndexDamaged (the owner rebuilds it)."""
+        return index_statements(f"keyword index {self._fts} in {self._db.path}")
 
     def _check_context(self, con: Any, snap: Postings, indexed: dict[int, int]) -> None:
         """Raise :class:`_ContextDiffers` unless FTS5's context column holds, for every indexed
