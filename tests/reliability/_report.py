@@ -41,7 +41,9 @@ SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "`<file>.corrupt` (`<file>.corrupt-<time>` when an earlier copy holds that name) byte for byte (SQLite: with "
         "its journal), one ERROR names both paths, and the backend goes on with a fresh file; every turn is answered "
         "and every update made after the damage is in the store. Damage that leaves the file readable (three "
-        "flipped bytes of text, one malformed record of another session) costs no session but the damaged one.",
+        "flipped bytes of text, one malformed record of another session) costs no session but the damaged one. "
+        "Damage to lexical's keyword index alone, in a file otherwise sound, costs nothing stored: the index is "
+        "built again from the stored exchanges in the background, with one WARNING (tests/test_lexical_damage.py).",
         ("store", "damages", "quarantined", "errors logged", "keeps working", "updates after the damage",
          "updates lost"),
     ),
