@@ -901,20 +901,24 @@ def test_a_pet_that_is_gone_is_no_longer_a_current_fact(make, said):
     assert "User's dog is called Max" in injected(memory)
 
 
-@pytest.mark.parametrize("said", [
+@pytest.mark.parametrize(("first", "said"), [("My dog is called Rex.", said) for said in (
     "My neighbour's dog died.", "my neighbours dog died", "I gave Rex a bath.", "I put Rex in the garden.",
     "I lost Rex's leash.", "The dog died in the movie.", "Rex died in the game.", "Has Rex died?",
     "If my dog died I'd be devastated.", "I dreamt that Rex died.", "My dog passed his obedience test!",
     "Rex is dead tired after the walk.", "A dog died on the road.", "Rex almost died.", "Rex hasn't died, he's fine.",
     "I thought Rex died but he's fine.", "I don't have dog food anymore.", "I don't walk the dog anymore.",
     "T-Rex died out long ago.", "Rex, my grandma passed away.", "Rex est mort de rire.", "O Rex não morreu.",
-    "Mi perro no murió, está bien.", "Rex is dead serious about food.", "Rex didn't make it to the park.",
-])
-def test_what_only_sounds_like_a_pets_end_keeps_it(make, said):
+    "Mi perro no murió, está bien.", "Rex is dead serious about food.", "Rex didn't make it to the park."
+)] + [("My car is called Betty.", said) for said in (
+    "My brother sold his car.", "I almost sold my car.", "Should I sell my car?", "I didn't sell my car.",
+    "I won't sell my car.", "I want to sell my car.", "I'm going to sell my car next week.", "I've never sold my car.",
+    "If I sold my car I would buy a bike.", "I sold my car's old tyres.", "I nearly got rid of my car."
+)])
+def test_what_only_sounds_like_an_end_keeps_the_fact(make, first, said):
     memory = make()
-    say(memory, "My dog is called Rex.")
+    say(memory, first)
     say(memory, said)
-    assert injected(memory) == ["User's dog is called Rex"]
+    assert injected(memory) == [first.rstrip(".").replace("My ", "User's ", 1)]
 
 
 @pytest.mark.parametrize(("first", "said", "gone"), [
@@ -930,18 +934,6 @@ def test_a_named_thing_sold_or_a_pet_of_two_words_gone_is_no_longer_current(make
     say(memory, first)
     say(memory, said)
     assert injected(memory) == [gone]
-
-
-@pytest.mark.parametrize("said", [
-    "My brother sold his car.", "I almost sold my car.", "Should I sell my car?", "I didn't sell my car.",
-    "I won't sell my car.", "I want to sell my car.", "I'm going to sell my car next week.", "I've never sold my car.",
-    "If I sold my car I would buy a bike.", "I sold my car's old tyres.", "I nearly got rid of my car.",
-])
-def test_what_only_sounds_like_selling_a_named_thing_keeps_it(make, said):
-    memory = make()
-    say(memory, "My car is called Betty.")
-    say(memory, said)
-    assert injected(memory) == ["User's car is called Betty"]
 
 
 @pytest.mark.timeout(120)  # a regex that backtracks would run for hours on these; each is linear
