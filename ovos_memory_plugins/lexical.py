@@ -64,6 +64,9 @@ _FTS_MIGRATIONS = (
     """,
 )
 #: The index as the last migration leaves it (built again in this shape when found damaged).
+#: Seconds after a rebuild within which the index found damaged again is not rebuilt again: the
+#: damage is elsewhere in the file, and rebuilding in a loop would only rewrite it.
+REBUILD_AGAIN_S = 60.0
 _FTS_TABLE = "CREATE VIRTUAL TABLE {schema}{t} USING fts5(content, session_id UNINDEXED, ctx, tokenize = '{tokenizer}')"
 
 
@@ -424,8 +427,12 @@ class LexicalMemory(BaseRetrievalMemory):
         """The keyword index was found damaged (by a read that began at ``since``, a
         ``time.monotonic()``, when not just now): the indexer builds it again from the document log
         (:meth:`_rebuild_index`); meanwhile turns do not read it."""
-        if self._rebuild_due or self._fts is None or self._db.read_only:
-            return  # a command that only looks writes nothing: it searches without the index
+        if self._db.read_only:  # a command that only looks writes nothing: it searches without the index
+            self._log.warning("index-damaged", "%s: %s; searching without it (a memory that writes rebuilds it)",
+                              self.plugin_name, exc)
+            return
+        if self._rebuild_due or self._fts is None:
+            return
         if since is not None and since <= self._rebuilt_at:
             return  # that read saw the index as it was before it was rebuilt
         self._rebuild_due, self._damage = True, str(exc)
@@ -440,6 +447,8 @@ class LexicalMemory(BaseRetrievalMemory):
         try:
             return super()._index_step(busy_wait)
         except IndexDamaged as exc:  # writing the entries met the damage: rebuild, then index
+            if time.monotonic() - self._rebuilt_at < REBUILD_AGAIN_S:
+                raise  # damaged again at once: not the index's own (the worker retries later, and says so)
             self._index_damaged(exc)
             return True
 

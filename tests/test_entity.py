@@ -912,7 +912,11 @@ def test_a_pet_that_is_gone_is_no_longer_a_current_fact(make, said):
 )] + [("My car is called Betty.", said) for said in (
     "My brother sold his car.", "I almost sold my car.", "Should I sell my car?", "I didn't sell my car.",
     "I won't sell my car.", "I want to sell my car.", "I'm going to sell my car next week.", "I've never sold my car.",
-    "If I sold my car I would buy a bike.", "I sold my car's old tyres.", "I nearly got rid of my car."
+    "If I sold my car I would buy a bike.", "I sold my car's old tyres.", "I nearly got rid of my car.",
+    "My brother sold me my first car.", "The dealer sold us our car in May.", "I sold my car seat on ebay.",
+    "I got rid of my car insurance.", "I scrapped my car plans."
+)] + [("My dog is called Rex.", said) for said in (
+    "The breeder sold me my dog when he was a puppy.", "I got rid of my dog bed."
 )])
 def test_what_only_sounds_like_an_end_keeps_the_fact(make, first, said):
     memory = make()
@@ -928,6 +932,8 @@ def test_what_only_sounds_like_an_end_keeps_the_fact(make, first, said):
     ("My bike is called Zippy.", "I got rid of my bike.", "User no longer has a bike called Zippy"),
     ("My guinea pig is called Bo.", "My guinea pig died yesterday.", "User no longer has a guinea pig called Bo"),
     ("My dog is called Rex.", "We had to give Rex away.", "User no longer has a dog called Rex"),
+    ("My dog is called Rex.", "I rehomed my dog last month.", "User no longer has a dog called Rex"),
+    ("My car is called Betty.", "I sold my car, sadly.", "User no longer has a car called Betty"),
 ])
 def test_a_named_thing_sold_or_a_pet_of_two_words_gone_is_no_longer_current(make, first, said, gone):
     memory = make()

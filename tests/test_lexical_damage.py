@@ -153,3 +153,46 @@ def test_a_damaged_document_log_is_still_set_aside(tmp_path, monkeypatch):
         assert [h.content.split("\n")[0] for h in memory.search("zqsafter", "s")] == ["Q: after zqsafter"]
     assert list(tmp_path.glob("lex.db.corrupt")), sorted(p.name for p in tmp_path.iterdir())
     assert [e for e in logs.errors if "damaged" in e]
+
+
+def test_damage_met_again_right_after_a_rebuild_is_not_rebuilt_in_a_loop(tmp_path, monkeypatch):
+    # Damage elsewhere in the file (met each time the index is written) would otherwise drop and
+    # queue the whole index again and again, a warning each time.
+    from ovos_memory_plugins.retrieval import BaseRetrievalMemory
+    from ovos_memory_plugins.storage.integrity import IndexDamaged
+
+    path = tmp_path / "lex.db"
+    _filled(path)
+
+    def damaged(self, busy_wait=None):
+        raise IndexDamaged("keyword index lexical_memory: database disk image is malformed")
+
+    with recording_logs(monkeypatch) as logs:
+        memory = LexicalMemory({"db_path": str(path)})
+        try:
+            monkeypatch.setattr(BaseRetrievalMemory, "_index_step", damaged)
+            for i in range(3):
+                memory.update_history([AgentMessage(U, f"new {i}"), AgentMessage(A, "ok")], "s")
+            memory.flush(1.0)  # the indexer keeps failing: it cannot finish
+            assert [m.content for m in memory.get_history("s")][-2:] == ["new 2", "ok"]
+        finally:
+            monkeypatch.undo()
+            memory.close()
+    assert len(_rebuilt(logs)) == 1, _rebuilt(logs)
+
+
+def test_a_command_that_only_looks_says_it_searched_without_a_damaged_index(tmp_path, monkeypatch):
+    # It writes nothing, so it cannot rebuild: it must not look as if nothing was ever said.
+    from ovos_memory_plugins.storage.readonly import read_only
+
+    path = tmp_path / "lex.db"
+    _filled(path)
+    _damage(path)
+    with recording_logs(monkeypatch) as logs, read_only():
+        memory = LexicalMemory({"db_path": str(path), "ram_index": False})
+        try:
+            memory.search("zqstopic5", "s")
+        finally:
+            memory.close()
+    assert any("searching without it" in w for w in logs.lines["warning"]), logs.lines
+    assert not (tmp_path / "lex.db.corrupt").exists()

@@ -345,9 +345,11 @@ class PostingsMirror:
         same file while this one runs is not detected until the next load: meanwhile this copy
         ranks as its own setting says (document lengths then differ slightly from FTS5's).
         """
-        if not self.neighbour_weight and self._db.execute(
-                f"SELECT 1 FROM {self._fts} WHERE ctx IS NOT NULL AND ctx != '' LIMIT 1"):
-            self._retire("holds neighbour context (retrieval.neighbour_weight)")
+        if not self.neighbour_weight:
+            with self._db.read() as con, self._index_statements():
+                found = con.execute(f"SELECT 1 FROM {self._fts} WHERE ctx IS NOT NULL AND ctx != '' LIMIT 1").fetchone()
+            if found:
+                self._retire("holds neighbour context (retrieval.neighbour_weight)")
         return self._unusable
 
     def _retire(self, why: str) -> None:
@@ -376,6 +378,8 @@ class PostingsMirror:
         try:
             snap = self._read_snapshot(path)
             self._log.clear("load", f"keyword index {self._fts}: RAM postings loaded")
+            if snap is None or self._has_context():
+                return
         except _ContextDiffers as exc:
             self._retire(str(exc))
             return
@@ -384,8 +388,6 @@ class PostingsMirror:
                 self._on_damage(exc, began)  # its owner rebuilds it and says so; a later search loads again
                 return
             self._log.warning("load", "keyword index %s: RAM postings not loaded (%s); FTS5 answers", self._fts, exc)
-            return
-        if snap is None or self._has_context():
             return
         with self._lock:
             if not self._closed:

@@ -77,10 +77,14 @@ _TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
 REPLAYED_ROLES = ("user", "assistant", "tool")
 
 
+class _NotReplayed(ValueError):
+    """An item of a role the list does not replay (its role is the argument)."""
+
+
 def message_of(data: dict[str, Any]) -> AgentMessage:
     """The message of a decoded item (ids, token counts and timestamps are ignored)."""
     if data["role"] not in REPLAYED_ROLES:
-        raise ValueError(f"its role {data['role']!r} is none of {', '.join(REPLAYED_ROLES)}")
+        raise _NotReplayed(data["role"])
     if any(k in data for k in _TOOL_KEYS):
         return from_dict(data)
     return AgentMessage(_ROLES.get(data["role"], data["role"]), data["content"])
@@ -125,6 +129,10 @@ _unreadable_log = LogOnce()
 
 
 def _unreadable(exc: Exception) -> None:
+    if isinstance(exc, _NotReplayed):  # stored by an earlier version (which kept them), or by hand: no damage
+        _unreadable_log.warning("role", "a Redis short-term item of the %s role is left out of the window and of "
+                                "summaries (a system message stored by an earlier version, or written by hand)", exc)
+        return
     _unreadable_log.error("unreadable", "a Redis short-term item is not a message this package wrote (%s); it is "
                           "left out of the window and of summaries", exc)
 

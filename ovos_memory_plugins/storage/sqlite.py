@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from .._core.held import current_update
 from .._core.paths import (
     MEMORY_PATH,
     cannot_create,
@@ -308,10 +309,11 @@ class Database:
 
     def _begin(self, busy_wait: float | None) -> None:
         # Once another process kept the lock past the whole wait (a sqlite shell, a backup), the
-        # next writes try briefly: each refused write is held and stored later, and a turn must
-        # not stall BUSY_TIMEOUT_S every time. The first write that gets the lock ends it.
+        # next updates try briefly: a refused update is held and stored later, and a turn must
+        # not stall BUSY_TIMEOUT_S every time. Writes nothing holds (a forget, an import, a
+        # migration) still wait fully. The first write that gets the lock ends it.
         waited_fully = busy_wait is None
-        if waited_fully and self._locked_elsewhere:
+        if waited_fully and self._locked_elsewhere and current_update() is not None:
             busy_wait = LOCKED_RETRY_S
         try:
             if busy_wait is None:

@@ -155,6 +155,13 @@ _ENDED_BEFORE = (r"(?:rehomed|re-homed|buried|(?:had\s+to\s+)?put(?=\s+\S+(?:\s+
                  r"|g[ai]ve(?=\s+\S+(?:\s+\S+)?\s+away\b)|sold|got\s+rid\s+of|scrapped|traded\s+in)")
 # Words just before such a verb that keep it from happening: "I almost sold my car", "I won't
 # sell", "I want to give Rex away" (not "we had to give Rex away").
+# The thing itself, not "my car seat", "my dog's bed", "my car insurance": the clause ends, or
+# what follows says when, to whom or how.
+_THE_THING_ITSELF = (r"\b(?!')(?=\s*(?:[.,;:!?)]|$)|\s+(?:to|for|on|at|in|last|yesterday|today|this|that|and|but"
+                     r"|because|after|before|when|since|back|off|away|down|already|finally|recently|earlier|ago"
+                     r"|online|too|as|with|a|an|the|some|\d+)\b)")
+# "sold me my first car": the user got it.
+_TO_SOMEONE = re.compile(r"\b(?:me|us|him|her|them)\b")
 _NOT_DONE = re.compile(r"(?:\b(?:almost|nearly|not|never|(?<!had\s)to|will|would|should|could|might|may)|n't)"
                        r"\s+(?:\w+\s+)?$")
 _MAY_END = re.compile(rf"\b(?:{_ENDED_AFTER}|{_ENDED_BEFORE})")
@@ -190,8 +197,9 @@ def _ended(text: str, names: list[str], kinds: list[str]) -> bool:
             for found in re.finditer(rf"{pet}\b(?!')(?P<gap>[^.!?;]{{0,40}}?)\b{_ENDED_AFTER}\b", sentence):
                 if not _UNDONE.search(found.group("gap")):
                     return True
-            for found in re.finditer(rf"\b{_ENDED_BEFORE}\s+(?:\w+\s+){{0,2}}?{pet}\b(?!')", sentence):
-                if not _NOT_DONE.search(sentence[:found.start()]):
+            for found in re.finditer(rf"\b{_ENDED_BEFORE}\s+(?P<gap>(?:\w+\s+){{0,2}}?){pet}{_THE_THING_ITSELF}",
+                                     sentence):
+                if not _NOT_DONE.search(sentence[:found.start()]) and not _TO_SOMEONE.search(found.group("gap")):
                     return True
     return False
 

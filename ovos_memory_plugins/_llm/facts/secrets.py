@@ -71,7 +71,8 @@ _BEFORE = re.compile(rf"(?i)(?P<secret>\S{{1,200}})\s+(?:is|as)\s+(?:my|the)\s+(
 #: Words after "my password is" that are no password ("my password is changed", "... is where?").
 _NOT_GIVEN = wordset("""
 again yesterday today tomorrow where which there here written saved stored changed different wrong
-secret private simple strong short somewhere something nothing complicated forgotten unknown
+secret private simple strong short somewhere something nothing complicated forgotten unknown probably
+expired reset
 """)
 _ANY_KIND = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_WEAK})(?![\w-])")
 # Card numbers start 2-6 (Mastercard, Amex, Visa, Discover...); a phone's "+" or "00" is none.
