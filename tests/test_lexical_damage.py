@@ -196,3 +196,14 @@ def test_a_command_that_only_looks_says_it_searched_without_a_damaged_index(tmp_
             memory.close()
     assert any("searching without it" in w for w in logs.lines["warning"]), logs.lines
     assert not (tmp_path / "lex.db.corrupt").exists()
+
+
+def test_sqlite_running_out_of_memory_on_the_index_alone_is_damage_to_the_index():
+    # FTS5 reading a random structure record may ask SQLite for gigabytes: Python sees a
+    # MemoryError (seen on "every block" damage above, now and then), which set the file aside.
+    from ovos_memory_plugins.storage.integrity import IndexDamaged, index_statements
+
+    with pytest.raises(IndexDamaged, match="keyword index t is damaged"), index_statements("keyword index t", True):
+        raise MemoryError
+    with pytest.raises(MemoryError), index_statements("keyword index t"):  # a block that is not SQL alone
+        raise MemoryError

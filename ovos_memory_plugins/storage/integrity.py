@@ -51,29 +51,44 @@ _DAMAGE_TEXTS = ("database disk image is malformed", "malformed database schema"
                  "file is encrypted")
 
 
+def _raised_from(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from: a sqlite3 error may be wrapped in a StorageError,
+    itself wrapped once more."""
+    for _ in range(4):
+        if exc is None:
+            return
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def damage_of(exc: BaseException | None) -> str | None:
     """SQLite's message if ``exc`` (or what it was raised from) says the file is damaged, else None."""
-    for _ in range(4):  # the sqlite3 error may be wrapped in a StorageError, itself wrapped once more
-        if exc is None or isinstance(exc, IndexDamaged):
+    for cause in _raised_from(exc):
+        if isinstance(cause, IndexDamaged):
             return None
-        if isinstance(exc, StoreDamaged):
-            return str(exc)
-        if isinstance(exc, sqlite3.DatabaseError):
-            code = getattr(exc, "sqlite_errorcode", None)
-            if (code is not None and code & 0xFF in _DAMAGE_CODES) or any(t in str(exc) for t in _DAMAGE_TEXTS):
-                return str(exc)
+        if isinstance(cause, StoreDamaged):
+            return str(cause)
+        if isinstance(cause, sqlite3.DatabaseError):
+            code = getattr(cause, "sqlite_errorcode", None)
+            if (code is not None and code & 0xFF in _DAMAGE_CODES) or any(t in str(cause) for t in _DAMAGE_TEXTS):
+                return str(cause)
             return None
-        exc = exc.__cause__ or exc.__context__
     return None
 
 
 @contextlib.contextmanager
-def index_statements(what: str) -> Iterator[None]:
+def index_statements(what: str, sql_only: bool = False) -> Iterator[None]:
     """Around statements that read or write a derived index alone (``what``: its name): damage
     met there (also FTS5's own complaints about its tables) is raised as :class:`IndexDamaged`,
-    which :func:`damage_of` does not count as the file's."""
+    which :func:`damage_of` does not count as the file's. ``sql_only``: the block runs SQL and
+    little else, so a MemoryError there is SQLite's (FTS5 reading a damaged structure record
+    may ask for gigabytes) and counts as damage too."""
     try:
         yield
+    except MemoryError as exc:
+        if not sql_only:
+            raise
+        raise IndexDamaged(f"{what} is damaged (SQLite ran out of memory reading it)") from exc
     except (sqlite3.DatabaseError, StorageError) as exc:
         if isinstance(exc, IndexDamaged):
             raise
@@ -84,13 +99,9 @@ def index_statements(what: str) -> Iterator[None]:
 
 
 def _index_complaint(exc: BaseException | None) -> str | None:
-    for _ in range(4):
-        if exc is None:
-            return None
-        if isinstance(exc, sqlite3.Error):
-            return str(exc) if any(t in str(exc) for t in _INDEX_DAMAGE_TEXTS) else None
-        exc = exc.__cause__ or exc.__context__
-    return None
+    """FTS5's own complaint about its tables in ``exc`` (or what it was raised from), else None."""
+    error = next((cause for cause in _raised_from(exc) if isinstance(cause, sqlite3.Error)), None)
+    return str(error) if error is not None and any(t in str(error) for t in _INDEX_DAMAGE_TEXTS) else None
 
 
 def quick_check(con: sqlite3.Connection) -> str | None:
