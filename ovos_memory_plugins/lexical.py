@@ -20,8 +20,8 @@ import dataclasses
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 from ._core.log import LOG
 from ._index.neighbours import adjacent, context_text, neighbour_weight_option, survivors
@@ -63,10 +63,12 @@ _FTS_MIGRATIONS = (
     ALTER TABLE {t}_v3 RENAME TO {t};
     """,
 )
-#: The index as the last migration leaves it (built again in this shape when found damaged).
+T = TypeVar("T")
+
 #: Seconds after a rebuild within which the index found damaged again is not rebuilt again: the
 #: damage is elsewhere in the file, and rebuilding in a loop would only rewrite it.
 REBUILD_AGAIN_S = 60.0
+#: The index as the last migration leaves it (built again in this shape when found damaged).
 _FTS_TABLE = "CREATE VIRTUAL TABLE {schema}{t} USING fts5(content, session_id UNINDEXED, ctx, tokenize = '{tokenizer}')"
 
 
@@ -228,7 +230,7 @@ class LexicalMemory(BaseRetrievalMemory):
         dropped, and the index is built again from the log, with this package's tokenizer.
         """
         try:
-            with self._db.read() as con, index_statements(f"keyword index {table} in {self._db.path}"):
+            with self._db.read() as con, index_statements(f"keyword index {table} in {self._db.path}", True):
                 columns = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
         except IndexDamaged as exc:  # FTS5 cannot open it: ours (rebuilt once the memory is ready)
             if not self._db.read_only:
@@ -306,13 +308,8 @@ class LexicalMemory(BaseRetrievalMemory):
         ranked = self._mirror.search(words, top_k, session_id) if self._mirror is not None else None
         if ranked is not None:
             return self._hits(ranked)  # the RAM postings hold the pending documents too
-        indexed: list[MemoryHit] = []
-        if not self._rebuild_due:  # else the index is damaged: the pending documents' words answer
-            began = time.monotonic()
-            try:
-                indexed = self._fts_hits(words, top_k, session_id)
-            except IndexDamaged as exc:
-                self._index_damaged(exc, began)
+        # A damaged index answers nothing: the pending documents' words answer meanwhile.
+        indexed: list[MemoryHit] = self._from_index(lambda: self._fts_hits(words, top_k, session_id), [])
         return merge_pending(indexed, self._pending_hits(words, top_k, session_id), top_k)
 
     def _fts_hits(self, words: list[str], top_k: int, session_id: str | None) -> list[MemoryHit]:
@@ -349,16 +346,13 @@ class LexicalMemory(BaseRetrievalMemory):
         if scored is not None:
             return scored
         t = self._fts
-        if self._rebuild_due:
+        marks = ",".join("?" * len(rowids))
+        rows: list[Any] | None = self._from_index(lambda: self._read_index(
+            f"SELECT rowid, -{self._rank()} FROM {t} WHERE {t} MATCH ? AND rowid IN ({marks})",
+            [self._match(words), *rowids]), None)
+        if rows is None:
             return {}  # the index is damaged: it cannot score them now
-        began = time.monotonic()
-        try:
-            marks = ",".join("?" * len(rowids))
-            found = dict(self._read_index(f"SELECT rowid, -{self._rank()} FROM {t} WHERE {t} MATCH ? AND rowid IN "
-                                          f"({marks})", [self._match(words), *rowids]))
-        except IndexDamaged as exc:
-            self._index_damaged(exc, began)
-            return {}
+        found = dict(rows)
         return {r: float(found.get(r, 0.0)) for r in rowids}
 
     def _match(self, words: list[str]) -> str:
@@ -416,12 +410,24 @@ class LexicalMemory(BaseRetrievalMemory):
     # -- a damaged keyword index -----------------------------------------------------------------
     def _index_statements(self) -> Any:
         """Around statements on the FTS5 table alone: its damage is IndexDamaged, not the file's."""
-        return index_statements(f"keyword index {self._fts} in {self._db.path}")
+        return index_statements(f"keyword index {self._fts} in {self._db.path}", sql_only=True)
 
     def _read_index(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """The rows of a read of the FTS5 table alone (IndexDamaged: the index is damaged)."""
         with self._db.read() as con, self._index_statements():
             return con.execute(sql, params).fetchall()
+
+    def _from_index(self, read: Callable[[], T], otherwise: T) -> T:
+        """``read()``, a read of the keyword index; ``otherwise`` while the index is damaged (found
+        so now, or waiting to be rebuilt)."""
+        if self._rebuild_due:
+            return otherwise
+        began = time.monotonic()
+        try:
+            return read()
+        except IndexDamaged as exc:
+            self._index_damaged(exc, began)
+            return otherwise
 
     def _index_damaged(self, exc: BaseException, since: float | None = None) -> None:
         """The keyword index was found damaged (by a read that began at ``since``, a

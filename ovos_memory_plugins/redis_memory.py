@@ -125,8 +125,8 @@ _dropped_log = LogOnce()
 
 def _conversation(messages: list[AgentMessage], owner: str) -> list[AgentMessage]:
     """``messages`` without system and developer ones, said once. The list is replayed to the
-    model as the conversation: only its turns are kept there, and an item of another role is
-    read as one written by hand (left out), so that none reaches the model as an instruction."""
+    model as the conversation: only its turns are kept there, and an item of another role found
+    there is left out (decode_array), so that none reaches the model as an instruction."""
     kept = [m for m in messages if role_of(m) in REPLAYED_ROLES]
     if len(kept) < len(messages):
         _dropped_log.warning("roles", "%s: system and developer messages given to update_history or an import are "

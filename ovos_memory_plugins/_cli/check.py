@@ -6,7 +6,7 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .._core.loading import did_you_mean
@@ -145,7 +145,7 @@ def _silent_endpoints(module: str, block: Mapping[str, Any], chat_endpoint: Mapp
     return out
 
 
-def _foreign_files(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
+def _foreign_files(module: str, block: Mapping[str, Any]) -> list[str]:
     """A ``db_path`` naming a file that holds neither an SQLite database nor JSON (a note, a
     model, a log): the store would refuse it at start, and a composite would run without it.
     The file is judged as a store judges it, read-only: nothing is created or set aside."""
@@ -153,18 +153,26 @@ def _foreign_files(module: str, block: Mapping[str, Any], where: str = "") -> li
     from ..storage.readonly import read_only
 
     out = []
-    path = block.get("db_path")
-    if isinstance(path, str) and path.strip():
-        try:
-            with read_only():
-                backend_for(path, None)
-        except ConfigError as exc:
-            out.append(f"{where}{exc}")
-    if module == "ovos-memory-plugin-composite":
-        for i, spec in enumerate(block.get("members") or []):
-            if isinstance(spec, Mapping) and isinstance(spec.get("config") or {}, Mapping):
-                out += _foreign_files(str(spec.get("module", "")), spec.get("config") or {}, f"{where}members[{i}] ")
+    for _, config, where in _blocks(module, block):
+        path = config.get("db_path")
+        if isinstance(path, str) and path.strip():
+            try:
+                with read_only():
+                    backend_for(path, None)
+            except ConfigError as exc:
+                out.append(f"{where}{exc}")
     return out
+
+
+def _blocks(module: str, block: Mapping[str, Any], where: str = "") -> Iterator[tuple[str, Mapping[str, Any], str]]:
+    """``(module, config, where)`` of a memory's block and, for a composite, of each member's
+    (``where``: "members[1] ", to name it), nested composites included."""
+    yield module, block, where
+    if module != "ovos-memory-plugin-composite":
+        return
+    for i, spec in enumerate(block.get("members") or []):
+        if isinstance(spec, Mapping) and isinstance(spec.get("config") or {}, Mapping):
+            yield from _blocks(str(spec.get("module", "")), spec.get("config") or {}, f"{where}members[{i}] ")
 
 
 def _mismatched_keys(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
@@ -209,45 +217,31 @@ def _database_checks(module: str, block: Mapping[str, Any]) -> tuple[list[str], 
     return problems, warnings
 
 
-def _stood_in(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
+def _stood_in(module: str, block: Mapping[str, Any]) -> list[str]:
     """The reference's local-rag plugins named and not installed (its members' included): the
     built-in ones stand in, which the persona's file does not say."""
-    if module == "ovos-memory-plugin-local-rag":
-        from ..local_rag import stood_in_plugins
+    from ..local_rag import stood_in_plugins
 
-        return [where + said for said in stood_in_plugins(block)]
-    out: list[str] = []
-    if module == "ovos-memory-plugin-composite":
-        for i, spec in enumerate(block.get("members") or []):
-            if isinstance(spec, Mapping):
-                out += _stood_in(str(spec.get("module", "")), dict(spec.get("config") or {}), f"members[{i}] ")
-    return out
+    return [where + said for name, config, where in _blocks(module, block)
+            if name == "ovos-memory-plugin-local-rag" for said in stood_in_plugins(config)]
 
 
 def _redis_urls(module: str, block: Mapping[str, Any]) -> list[str]:
     """The Redis servers a memory's config names (its members' included; the default server
     when a redis memory names none)."""
-    if module == "ovos-memory-plugin-redis":
-        from ..redis_memory import RedisConfig
+    configs = [config for name, config, _ in _blocks(module, block) if name == "ovos-memory-plugin-redis"]
+    if not configs:
+        return []
+    from ..redis_memory import RedisConfig
 
-        return [str(block.get("url") or block.get("redis_url") or RedisConfig.url)]
-    out: list[str] = []
-    if module == "ovos-memory-plugin-composite":
-        for spec in block.get("members") or []:
-            if isinstance(spec, Mapping):
-                out += _redis_urls(str(spec.get("module", "")), dict(spec.get("config") or {}))
-    return out
+    return [str(config.get("url") or config.get("redis_url") or RedisConfig.url) for config in configs]
 
 
 def _db_urls(module: str, block: Mapping[str, Any]) -> list[str]:
     """The PostgreSQL URLs a memory's config names (``db_url``, or a ``db_path`` holding one), its
     members' included."""
-    out = [str(v) for v in (block.get("db_url"), block.get("db_path")) if is_postgres_url(v)]
-    if module == "ovos-memory-plugin-composite":
-        for spec in block.get("members") or []:
-            if isinstance(spec, Mapping):
-                out += _db_urls(str(spec.get("module", "")), dict(spec.get("config") or {}))
-    return out
+    return [str(v) for _, config, _ in _blocks(module, block)
+            for v in (config.get("db_url"), config.get("db_path")) if is_postgres_url(v)]
 
 
 def _llm_members(module: str, block: Mapping[str, Any], inherited: Mapping[str, Any],

@@ -342,6 +342,8 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
         """``history`` as read from the store, with the messages it refused since appended under
         the window's rules: while a file is locked or a disk full, the turns said meanwhile are
         still the conversation ("and tomorrow?" needs the question before it)."""
+        if session_id not in self._held:  # the turn's fast path: a dict lookup, no lock
+            return history
         held = self._held.peek(session_id)
         if not held:
             return history

@@ -153,8 +153,6 @@ _ENDED_AFTER = (r"(?:died|passed\s+away|is\s+no\s+longer\s+with\s+us"
                 r"(?!\s+de\s+rire))")
 _ENDED_BEFORE = (r"(?:rehomed|re-homed|buried|(?:had\s+to\s+)?put(?=\s+\S+(?:\s+\S+)?\s+(?:down|to\s+sleep)\b)"
                  r"|g[ai]ve(?=\s+\S+(?:\s+\S+)?\s+away\b)|sold|got\s+rid\s+of|scrapped|traded\s+in)")
-# Words just before such a verb that keep it from happening: "I almost sold my car", "I won't
-# sell", "I want to give Rex away" (not "we had to give Rex away").
 # The thing itself, not "my car seat", "my dog's bed", "my car insurance": the clause ends, or
 # what follows says when, to whom or how.
 _THE_THING_ITSELF = (r"\b(?!')(?=\s*(?:[.,;:!?)]|$)|\s+(?:to|for|on|at|in|last|yesterday|today|this|that|and|but"
@@ -162,6 +160,8 @@ _THE_THING_ITSELF = (r"\b(?!')(?=\s*(?:[.,;:!?)]|$)|\s+(?:to|for|on|at|in|last|y
                      r"|online|too|as|with|a|an|the|some|\d+)\b)")
 # "sold me my first car": the user got it.
 _TO_SOMEONE = re.compile(r"\b(?:me|us|him|her|them)\b")
+# Words just before such a verb that keep it from happening: "I almost sold my car", "I won't
+# sell", "I want to give Rex away" (not "we had to give Rex away").
 _NOT_DONE = re.compile(r"(?:\b(?:almost|nearly|not|never|(?<!had\s)to|will|would|should|could|might|may)|n't)"
                        r"\s+(?:\w+\s+)?$")
 _MAY_END = re.compile(rf"\b(?:{_ENDED_AFTER}|{_ENDED_BEFORE})")
