@@ -342,6 +342,8 @@ def render(results: dict[str, Any], images: list[str]) -> str:
               "make bench-quick  # python benchmarks/run.py --quick (CI smoke run, < 2 minutes)",
               "python benchmarks/locomo.py --backend lexical|local-rag|composite-hybrid [--embedder e5|minilm]",
               "python benchmarks/fit_fusion.py        # score-fusion weights, leave one conversation out",
+              "python benchmarks/follow_ups.py --fold-weights F --write-docs  # follow-up turns, live "
+              "(F: fit_fusion.py --folds F)",
               "python benchmarks/bench_lexical.py      # lexical at 1k/10k/100k against raw FTS5",
               "python benchmarks/bench_composite.py    # hybrid turn vs the sum of its members'",
               "python benchmarks/llm_eval.py --api-url URL --write-docs  # LLM memories with a real model",

@@ -431,7 +431,8 @@ def backend_config(backend: str, folder: Path, embedder: str = "e5") -> tuple[st
             {"module": member + "entity", "config": {"db_path": str(folder / "entity.json"),
                                                      "context_facts": "relevant"}}],
             "fusion": "score", "max_added_tokens": 442,
-            "context": {"show_dates": "older", "header": "Recalled earlier exchanges (the facts above are newer):"}}),
+            "context": {"show_dates": "older", "header": "Recalled earlier exchanges (the facts above are newer):"},
+            "retrieval": {"query_mode": "follow-up"}}),
         # The preset's two retrievers and score fusion, nothing else.
         "composite-fusion": (member + "composite", {"members": [
             {"module": member + "lexical", "config": {**lexical, **neighbours}},

@@ -95,6 +95,9 @@ PRESET_SETTINGS: dict[str, Any] = {"fusion": "score", "max_added_tokens": PRESET
 #: The preset's ``context`` keys (a key the config's ``context`` sets wins): a recalled exchange
 #: from an earlier day shows that day, so the model can tell it from newer facts.
 PRESET_CONTEXT: dict[str, Any] = {"show_dates": "older", "header": PRESET_HEADER}
+#: The preset's ``retrieval`` keys (a key the config's ``retrieval`` sets wins): a follow-up
+#: ("and where does she live?") is searched with the user's turn it leans on.
+PRESET_RETRIEVAL: dict[str, Any] = {"query_mode": "follow-up"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,8 +216,9 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                         "(leave 'members' out for the preset's)")
         if self._preset_applies():  # the preset's defaults, under what the config sets
             preset = {k: v for k, v in PRESET_SETTINGS.items() if k not in self.config}
-            context = self.config.get("context") if isinstance(self.config.get("context"), Mapping) else {}
-            preset.update({k: v for k, v in PRESET_CONTEXT.items() if k not in context})
+            for block, defaults in (("context", PRESET_CONTEXT), ("retrieval", PRESET_RETRIEVAL)):
+                given = self.config.get(block) if isinstance(self.config.get(block), Mapping) else {}
+                preset.update({k: v for k, v in defaults.items() if k not in given})
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, **preset))
             self._settings_changed()
         self._member_log = LogOnce()

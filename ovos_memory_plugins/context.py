@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from ._core.compat import AgentMessage
 from ._core.tokens import estimate_tokens
+from ._index.follow_up import is_follow_up
 from ._memory.people import parse_people
 from ._memory.plugin import MemoryPlugin
 from .common import MemoryHit
@@ -66,7 +67,9 @@ __all__ = [
 SCOPES = ("session", "global", "person")
 #: The scopes of a memory that keeps no shared pool (a window, a summary).
 PRIVATE_SCOPES = ("session", "person")
-QUERY_MODES = ("utterance", "history")
+QUERY_MODES = ("utterance", "history", "follow-up")
+#: What of each earlier user turn a follow-up's query folds in (query_mode: follow-up).
+_LEANED_ON_CHARS = 1000
 #: Tokens the recalled block spends besides its chunks ("Context:", separators).
 _BLOCK_OVERHEAD_TOKENS = 8
 
@@ -116,7 +119,7 @@ class ContextParts:
         window: the verbatim messages sent before the utterance (a valid context window: no
             trailing USER turn, no orphaned tool result).
         blocks: system blocks (a summary, facts), in the order they are sent.
-        history: the stored messages a ``query_mode: history`` query folds user turns from
+        history: the stored messages a ``query_mode`` of history or follow-up folds user turns from
             (the window's source, before trimming); defaults to ``window``.
     """
 
@@ -257,9 +260,13 @@ class RecallConfig(ContextConfig):
     max_num_results: int = option(5, "top-k recalled items", key="retrieval.max_num_results", minimum=1)
     min_score: float | None = option(None, "drop hits scoring below this (backend scale); null keeps all",
                                      key="retrieval.min_score", kind=float)
-    query_mode: str = option("utterance", "utterance: search the turn; history: fold in earlier user turns "
-                             "(any other value acts like utterance)", key="retrieval.query_mode")
-    query_history_turns: int = option(3, "user turns folded into the query in history mode",
+    query_mode: str = option("utterance", "utterance: search the turn; history: fold in earlier user turns; "
+                             "follow-up: fold them in when the turn leans on them ('and tomorrow?', 'where does "
+                             "she live?'); any other value acts like utterance", key="retrieval.query_mode",
+                             choices=QUERY_MODES, otherwise="utterance",
+                             read_as={"follow_up": "follow-up", "followup": "follow-up"})
+    query_history_turns: int = option(3, "user turns folded into the query in history mode (in follow-up mode, "
+                                      "at most)",
                                       key="retrieval.query_history_turns", minimum=0)
     chunk_prefix: str = option("- ", "text before each chunk", key="context.chunk_prefix")
     chunk_separator: str = option("\n\n", "text between chunks", key="context.chunk_separator")
@@ -270,6 +277,18 @@ class RecallConfig(ContextConfig):
                                  key="context.dedup_history")
     scope: str = option("session", "recall from this session only, from all (global), or from this person's "
                         "sessions (person, with 'people')", choices=SCOPES)
+
+
+def _leaned_on(users: Sequence[str]) -> list[str]:
+    """The user turns a follow-up leans on, newest first: the latest, and the ones before it
+    while each is itself a follow-up ("my sister?", "and where does she live?", "and her job?");
+    each cut to :data:`_LEANED_ON_CHARS` (a pasted page adds nothing a question leans on)."""
+    kept: list[str] = []
+    for text in reversed(users):
+        kept.append(text[:_LEANED_ON_CHARS])
+        if not is_follow_up(text):
+            break
+    return kept
 
 
 class RecallingMemory(ContextMemory):
@@ -286,10 +305,6 @@ class RecallingMemory(ContextMemory):
     def _settings_changed(self) -> None:
         super()._settings_changed()
         s = self.settings
-        if s.query_mode not in QUERY_MODES:  # the reference's rule: a persona with a typo still loads
-            from ._core.log import LOG
-
-            LOG.warning(f"{self.plugin_name}: unknown retrieval.query_mode {s.query_mode!r} acts like 'utterance'")
         self.style = ContextStyle(s.chunk_prefix, s.chunk_separator, s.include_sources, s.show_dates)
 
     def recall(self, query: str, session_id: str, window: Sequence[AgentMessage] = ()) -> list[MemoryHit]:
@@ -309,12 +324,19 @@ class RecallingMemory(ContextMemory):
         read (code written for the reference package calls ``build_query(utterance)``, or passes
         the session id); None folds none."""
         utterance = clean_text(utterance)  # bounded, and storable: the query may be logged or embedded
-        if self.settings.query_mode != "history" or not self.settings.query_history_turns or history is None:
+        mode, turns = self.settings.query_mode, self.settings.query_history_turns
+        if mode not in ("history", "follow-up") or not turns or history is None:
+            return utterance
+        if mode == "follow-up" and not is_follow_up(utterance):
             return utterance
         if isinstance(history, str):
             history = self.get_history(history)
         messages: Sequence[AgentMessage] = history
-        users = [m.content for m in messages if is_role(m, "user")][-self.settings.query_history_turns:]
+        users = [m.content for m in messages if is_role(m, "user")][-turns:]
+        if mode == "follow-up":
+            # The utterance first: keyword recall reads a query's first words (MAX_QUERY_TERMS)
+            # and an embedder its first tokens, and a long earlier turn must not push it out.
+            return " ".join([utterance, *_leaned_on(users)]).strip()
         return " ".join([*users, utterance]).strip()
 
     def _recalled(self, utterance: str, session_id: str, parts: ContextParts, window: list[AgentMessage],

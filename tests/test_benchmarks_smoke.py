@@ -232,7 +232,7 @@ def test_dated_exchanges_are_what_update_history_stores_with_their_session_dates
 
 
 def test_the_composite_hybrid_backend_is_the_hybrid_preset():
-    from ovos_memory_plugins.composite import HYBRID_PRESET, PRESET_CONTEXT, PRESET_SETTINGS
+    from ovos_memory_plugins.composite import HYBRID_PRESET, PRESET_CONTEXT, PRESET_RETRIEVAL, PRESET_SETTINGS
 
     _, config = locomo.backend_config("composite-hybrid", Path("/f"))
     assert [m["module"] for m in config["members"]] == [m["module"] for m in HYBRID_PRESET]
@@ -241,6 +241,7 @@ def test_the_composite_hybrid_backend_is_the_hybrid_preset():
         assert ours["config"].get("context_facts") == preset["config"].get("context_facts")
     assert {k: config[k] for k in PRESET_SETTINGS} == PRESET_SETTINGS
     assert config["context"] == PRESET_CONTEXT
+    assert config["retrieval"] == PRESET_RETRIEVAL
 
 
 def test_a_backend_that_is_not_installed_fails_with_a_clear_message():
@@ -490,3 +491,27 @@ def test_a_generated_docs_section_rewritten_leaves_the_page_as_it_was(tmp_path):
     once = page.read_text(encoding="utf-8")
     report.replace_section(page, start, section, before="## Plots")
     assert page.read_text(encoding="utf-8") == once and "numbers" in once
+
+
+def test_the_follow_up_benchmark_asks_each_question_then_a_follow_up_in_both_modes(tmp_path):
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    follow_ups = _load("follow_ups")
+
+    def factory(hint):
+        return LexicalMemory({"db_path": str(tmp_path / f"{hint}.db"), "max_history": 2})
+
+    rows = follow_ups.conversation_rows(CONVERSATION, factory)
+    assert len(rows) == 3  # the three questions of categories 1-4
+    # Asked alone, the cat's name is recalled; "When was that?" alone names nothing; folded into
+    # the question it leans on, it recalls what the question did.
+    cat = rows[0]
+    assert (cat["question"], cat["utterance"], cat["follow-up"]) == (True, False, True)
+    # Each asked exchange is forgotten: the store holds only the conversation again.
+    memory = factory("locomo-tiny")
+    try:
+        assert not [h for h in memory.search("Let me think", "locomo-tiny", top_k=20) if "Let me think" in h.content]
+    finally:
+        memory.close()
+    table = follow_ups.report(rows)
+    assert "| the follow-up, `query_mode: follow-up` |" in table and "tiny" in table

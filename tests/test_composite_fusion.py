@@ -376,6 +376,13 @@ def test_an_exchange_the_current_facts_contradict_is_not_sent_before_the_others(
     assert recall.index("big park") < recall.index("(8 May 2023) Q: I live in Lyon.")
 
 
+def test_the_preset_searches_a_follow_up_with_the_turn_it_leans_on_unless_told_otherwise():
+    assert CompositeMemory({"preset": "hybrid"}).settings.query_mode == "follow-up"
+    told = CompositeMemory({"preset": "hybrid", "retrieval": {"query_mode": "utterance", "max_num_results": 3}})
+    assert (told.settings.query_mode, told.settings.max_num_results) == ("utterance", 3)
+    assert CompositeMemory({}).settings.query_mode == "utterance"  # the reference's default, without the preset
+
+
 def test_the_preset_shows_older_dates_unless_the_context_says_otherwise():
     assert CompositeMemory({"preset": "hybrid"}).settings.show_dates == "older"
     assert CompositeMemory({"preset": "hybrid", "context": {"show_dates": "never"}}).settings.show_dates == "never"

@@ -93,7 +93,10 @@ def test_an_unknown_query_mode_acts_like_utterance(tmp_path, monkeypatch):
     warned = []
     monkeypatch.setattr(LOG, "warning", lambda msg, *a, **k: warned.append(str(msg)))
     m = lexical(tmp_path, retrieval={"query_mode": "psychic"})
-    assert any("psychic" in w for w in warned)
+    assert any("'psychic'" in w and "read as 'utterance'" in w for w in warned)
+    # One of the modes in other case, with spaces, or with an underscore is that mode.
+    for spelt, read in (("History", "history"), (" follow-up ", "follow-up"), ("follow_up", "follow-up")):
+        assert lexical(tmp_path / read, retrieval={"query_mode": spelt}).settings.query_mode == read
     history = [AgentMessage(U, "tell me about zebras"), AgentMessage(A, "striped")]
     assert m.build_query("and lions?", history) == "and lions?"
 
@@ -412,6 +415,45 @@ def test_history_query_mode_folds_earlier_user_turns(tmp_path):
     assert m.build_query("four", "another") == "four"
 
 
+def test_follow_up_query_mode_folds_the_turn_a_follow_up_leans_on(tmp_path):
+    m = lexical(tmp_path, retrieval={"query_mode": "follow-up"})
+    history = [AgentMessage(U, "I like jazz"), AgentMessage(A, "x"), AgentMessage(U, "What's my sister's name?"),
+               AgentMessage(A, "Lena")]
+    assert m.build_query("Where does she live?", history) == "Where does she live? What's my sister's name?"
+    assert m.build_query("And tomorrow?", history) == "And tomorrow? What's my sister's name?"
+    # A question that says what it is about is searched as it is.
+    assert m.build_query("What did I do that weekend?", history) == "What did I do that weekend?"
+    assert m.build_query("What is my name?", history) == "What is my name?"
+    # A chain of follow-ups reaches back to the turn that named the topic, at most query_history_turns.
+    chain = [AgentMessage(U, "Tell me about my sister"), AgentMessage(A, "x"), AgentMessage(U, "Where does she live?"),
+             AgentMessage(A, "y")]
+    assert m.build_query("And her job?", chain) == "And her job? Where does she live? Tell me about my sister"
+    one = lexical(tmp_path / "one", retrieval={"query_mode": "follow-up", "query_history_turns": 1})
+    assert one.build_query("And her job?", chain) == "And her job? Where does she live?"
+    # A pasted page before the follow-up: its start only, after the utterance's own words.
+    pasted = [AgentMessage(U, "word " * 5000), AgentMessage(A, "ok")]
+    query = m.build_query("What about it?", pasted)
+    assert query.startswith("What about it? word") and len(query) < 1100
+    assert lexical(tmp_path / "plain").build_query("Where does she live?", history) == "Where does she live?"
+
+
+def test_a_follow_up_recalls_what_the_turn_it_leans_on_is_about(tmp_path):
+    def recalled(mode):
+        m = lexical(tmp_path / mode, max_history=2, retrieval={"query_mode": mode, "max_num_results": 1})
+        said = [("My sister Lena lives in Porto, by the river.", "Lovely."),
+                *[(f"Penguins live in the south, colony {i}.", "Cold.") for i in range(5)],
+                ("What's my sister's name?", "Your sister is Lena.")]
+        for question, answer in said:
+            m.update_history([AgentMessage(U, question), AgentMessage(A, answer)], "s")
+        m.flush()  # indexed: recall reads the index, not the words of exchanges still waiting for it
+        ctx = m.build_conversation_context("Where does she live?", "s")
+        return " ".join(x.content for x in ctx if x.role == S)
+
+    assert "Porto" in recalled("follow-up")
+    searched_as_said = recalled("utterance")
+    assert "Penguins" in searched_as_said and "Porto" not in searched_as_said
+
+
 def test_window_and_recall_survive_a_restart_with_unique_ids(tmp_path):
     m = lexical(tmp_path, max_history=4)
     m.update_history([AgentMessage(U, "I parked on level three"), AgentMessage(A, "noted")], "s")
@@ -429,6 +471,25 @@ def test_a_hanging_question_is_still_stored(tmp_path):
     m.update_history([AgentMessage(U, "what time is it"), AgentMessage(A, "noon")], "s")
     assert any("blue umbrella" in h.content for h in m.search("umbrella", "s"))
     assert [x.content for x in m.get_history("s")] == ["what time is it", "noon"]
+
+
+def test_a_question_whose_answer_had_no_text_is_stored_as_one_left_hanging(tmp_path):
+    m = lexical(tmp_path)
+    m.update_history([AgentMessage(U, "remember the blue umbrella"), AgentMessage(A, "  ")], "s")
+    m.update_history([AgentMessage(U, "what time is it"), AgentMessage(A, "noon")], "s")
+    assert [h.content for h in m.search("umbrella", "s")] == ["Q: remember the blue umbrella"]
+    # An answer that came later, in the next update, still pairs with it, once.
+    m.update_history([AgentMessage(U, "my bike is green"), AgentMessage(A, "")], "s")
+    m.update_history([AgentMessage(A, "Green suits it.")], "s")
+    assert [h.content for h in m.search("bike", "s")] == ["Q: my bike is green\nA: Green suits it."]
+    # Stored once the next question comes, even in an update of its own.
+    m.update_history([AgentMessage(U, "tell me a joke"), AgentMessage(A, "")], "s")
+    m.update_history([AgentMessage(U, "what about the weather")], "s")
+    assert [h.content for h in m.search("joke", "s")] == ["Q: tell me a joke"]
+    # Asked again after an answer with no text: stored once, with the answer it got.
+    m.update_history([AgentMessage(U, "what is my locker code"), AgentMessage(A, "")], "s")
+    m.update_history([AgentMessage(U, "what is my locker code"), AgentMessage(A, "4417")], "s")
+    assert [h.content for h in m.search("locker code", "s")] == ["Q: what is my locker code\nA: 4417"]
 
 
 def test_forget_removes_window_and_documents_of_one_session_only(tmp_path):

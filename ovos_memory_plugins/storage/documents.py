@@ -113,7 +113,8 @@ def exchange_texts(question: str | AgentMessage | None,
     question in the same update pairs with it too, as in the reference; the answer after a
     tool's result pairs with the question before the tool call). A USER followed by another USER
     is still stored, as a question alone: what the user said matters even when the answer was
-    cut off (a stopped stream). A question still waiting for its answer is not stored yet.
+    cut off (a stopped stream); not when the next one asks it again. A question still waiting
+    for its answer is not stored yet.
 
         >>> from ovos_memory_plugins._core.compat import AgentMessage, MessageRole
         >>> U, A = MessageRole.USER, MessageRole.ASSISTANT
@@ -131,7 +132,8 @@ def exchange_texts(question: str | AgentMessage | None,
     out: list[tuple[str | None, str | None]] = []
     for msg in messages:
         if is_role(msg, "user"):
-            if question is not None and question.strip() and not answered:
+            # Asked again unanswered ("what is my pin", "what is my pin"): stored once, with the answer.
+            if question is not None and question.strip() and not answered and question.strip() != msg.content.strip():
                 out.append((question, None))
             question, answered = msg.content, False
         elif is_role(msg, "assistant") and msg.content.strip():

@@ -224,14 +224,16 @@ class SqliteWindowStore:
 
     def _question_before(self, con: Any, session_id: str, tail: AgentMessage | None,
                          messages: Sequence[AgentMessage]) -> str | None:
-        """The question the new messages' first answer pairs with: the window's last message if
-        it is a question, or the latest question when only tool calls and results followed it
-        (the answer after a tool's result). A question some text already answered pairs with
-        nothing more here: an answer on its own may open another day's talk (the retrieval store
-        pairs the next part of an answer, said at once, with that answer's question)."""
+        """The question still waiting for its answer as the new messages come: the window's last
+        message if it is a question, or the latest question when nothing answered it since (only
+        tool calls and results, or an answer with no text, followed it): the new messages' first
+        answer pairs with it, or a new question stores it alone. A question some text already
+        answered pairs with nothing more here: an answer on its own may open another day's talk
+        (the retrieval store pairs the next part of an answer, said at once, with that answer's
+        question)."""
         if tail is None or is_role(tail, "user"):
             return tail.content if tail is not None else None
-        if not answer_first(messages):
+        if _is_answer(tail):
             return None
         t = self.table
         asked = con.execute(f"SELECT id, content FROM {t} WHERE session_id = ? AND role = 'user' "
