@@ -425,7 +425,8 @@ def test_once_a_lock_was_kept_past_the_whole_wait_updates_try_briefly_until_one_
             update({"busy_wait": 0.01})  # optional work's own wait
     finally:
         other.execute("ROLLBACK")
-    assert waits == [sqlite_store.LOCKED_RETRY_S, sqlite_store.LOCKED_RETRY_S, 0.01]  # the first waited fully
+    # The first waited the connection's whole wait (50 ms here; at most UPDATE_WAIT_S), the next briefly.
+    assert waits == [0.05, sqlite_store.LOCKED_RETRY_S, sqlite_store.LOCKED_RETRY_S, 0.01]
     update({})  # the lock is free: this update gets it (trying briefly), and the whole wait is back after it
     other.execute("BEGIN IMMEDIATE")
     try:
@@ -434,8 +435,42 @@ def test_once_a_lock_was_kept_past_the_whole_wait_updates_try_briefly_until_one_
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert waits == [sqlite_store.LOCKED_RETRY_S, sqlite_store.LOCKED_RETRY_S, 0.01, sqlite_store.LOCKED_RETRY_S]
+    assert waits == [0.05, sqlite_store.LOCKED_RETRY_S, sqlite_store.LOCKED_RETRY_S, 0.01, sqlite_store.LOCKED_RETRY_S,
+                     0.05]
 
+
+def test_an_update_waits_update_wait_s_for_another_process_not_the_whole_busy_timeout(tmp_path, monkeypatch):
+    # A turn's update is held when the file stays locked, so it need not wait BUSY_TIMEOUT_S (30 s)
+    # behind a sqlite shell; a forget, which nothing holds, still does.
+    from ovos_memory_plugins._core import held
+    from ovos_memory_plugins.errors import StoreUnavailable
+    from ovos_memory_plugins.storage import sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "UPDATE_WAIT_S", 0.1)
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_S", 0.3)  # the connection's own wait, made here
+    db = Database(str(tmp_path / "u.db"))
+    db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
+    waits: list[float] = []
+    real = Database._begin_within
+    monkeypatch.setattr(Database, "_begin_within", lambda self, wait: (waits.append(wait), real(self, wait))[1])
+    other = sqlite3.connect(str(tmp_path / "u.db"), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        token = held._CALL.set((held.stamp(), False))
+        try:
+            with pytest.raises(StoreUnavailable), db.atomic():
+                pass
+        finally:
+            held._CALL.reset(token)
+        assert waits == [0.1]
+        with pytest.raises(StoreUnavailable), db.atomic():  # a forget: the connection's whole wait
+            pass
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        db.close()
+    assert waits == [0.1]
+    assert db._connection_wait_s == 0.3
 
 def test_a_short_busy_wait_gives_up_on_a_locked_file_and_keeps_the_connection_timeout(tmp_path):
     import time

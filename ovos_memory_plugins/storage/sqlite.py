@@ -44,7 +44,10 @@ T = TypeVar("T")
 
 #: How long a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
-#: How long a writer waits once a lock was kept past BUSY_TIMEOUT_S, until a write gets it again.
+#: How long an update waits for another process's write lock before it is held (kept, and stored
+#: with a later update): a turn must not stall BUSY_TIMEOUT_S behind a sqlite shell or a backup.
+UPDATE_WAIT_S = 5.0
+#: How long an update waits once a lock was kept past its wait, until a write gets it again.
 LOCKED_RETRY_S = 0.25
 
 _MIGRATIONS_TABLE = """
@@ -233,7 +236,9 @@ class Database:
             self._con = connection if connection is not None else _connect_checked(self.path, synchronous)
         self._lock = threading.RLock()
         self._depth = 0
-        self._locked_elsewhere = False  # a write waited BUSY_TIMEOUT_S in vain (see _begin)
+        self._locked_elsewhere = False  # a write waited its whole wait in vain (see _begin)
+        #: The connection's own wait for a lock, in seconds (an injected connection's may be shorter).
+        self._connection_wait_s = int(self._con.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000
         self._closed = False
         self._migrations: list[tuple[str, Sequence[str]]] = []
         self._replacing = False
@@ -308,13 +313,13 @@ class Database:
                 return fn(con)
 
     def _begin(self, busy_wait: float | None) -> None:
-        # Once another process kept the lock past the whole wait (a sqlite shell, a backup), the
-        # next updates try briefly: a refused update is held and stored later, and a turn must
-        # not stall BUSY_TIMEOUT_S every time. Writes nothing holds (a forget, an import, a
-        # migration) still wait fully. The first write that gets the lock ends it.
+        # A refused update is held and stored with a later one, so an update waits UPDATE_WAIT_S
+        # for another process's lock (a sqlite shell, a backup), not the whole BUSY_TIMEOUT_S; once
+        # a lock was kept past a whole wait, the next updates try briefly, until a write gets it.
+        # Writes nothing holds (a forget, an import, a migration) wait fully.
         waited_fully = busy_wait is None
-        if waited_fully and self._locked_elsewhere and current_update() is not None:
-            busy_wait = LOCKED_RETRY_S
+        if waited_fully and current_update() is not None:
+            busy_wait = LOCKED_RETRY_S if self._locked_elsewhere else min(UPDATE_WAIT_S, self._connection_wait_s)
         try:
             if busy_wait is None:
                 self._con.execute("BEGIN IMMEDIATE")
