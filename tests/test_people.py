@@ -72,6 +72,18 @@ def test_a_session_claimed_by_two_people_is_refused_at_construction_naming_it_an
     assert "'kitchen'" in str(caught.value) and "'alice'" in str(caught.value) and "'bob'" in str(caught.value)
 
 
+@pytest.mark.parametrize("people", [
+    {"alice": ["x-*"], "bob": ["x-*"]},
+    {"alice": ["*"], "bob": ["bob-*"]},
+    {"bob": ["bob-?"], "alice": ["alice-*", "b*"]},
+])
+def test_patterns_of_two_people_that_claim_the_same_sessions_are_refused_at_construction(people):
+    # They were accepted, and every session of the shared kind refused once it came.
+    with pytest.raises(ConfigError, match="claim the same sessions") as caught:
+        RecencyMemory({"scope": "person", "people": people})
+    assert "'alice'" in str(caught.value) and "'bob'" in str(caught.value)
+
+
 def test_a_session_two_patterns_claim_is_refused_when_it_comes(tmp_path):
     # Two patterns may overlap on ids nobody can list in advance: the first such id is refused.
     with RecencyMemory({"scope": "person", "people": {"alice": ["*-kitchen"], "bob": ["bob-*"]}}) as memory:

@@ -956,6 +956,85 @@ def test_counters_lost_with_the_meta_hash_are_counted_again_from_the_list(make, 
     assert len([w for w in said_once["warning"] if "counted again" in w]) == 1
 
 
+@pytest.mark.parametrize("damage", ["compacted", "tokens", "rounds", "seq", "item tok"])
+def test_a_counter_too_big_for_redis_loses_nothing_at_compaction(make, r, said_once, damage):
+    # A counter of digits only passed the whole-number check but not HINCRBY (a signed 64-bit
+    # integer); the commit script had already trimmed the list: the folded exchange was in
+    # neither the list nor the summary. An item's "tok" of 1e300 did the same through the recount.
+    config = {"compact_token_threshold": 0, "compact_threshold": 3, "keep_recent": 1}
+    memory = make(**config)
+    exchange(memory, "s", "My name is Ana.", "Noted.")
+    exchange(memory, "s", "I live in Lisbon.", "Noted.")
+    keys = keys_of(memory, "s")
+    if damage == "item tok":
+        first = json.loads(r.lindex(keys.short, 0))
+        r.lset(keys.short, 0, json.dumps({**first, "tok": 1e300}))
+        r.delete(keys.meta)
+    else:
+        r.hset(keys.meta, damage, "99999999999999999999")
+    memory = make(prefix=memory.settings.prefix, **config)
+    exchange(memory, "s", "I work at the hospital.", "Noted.")  # over the threshold: compacts
+    assert memory.flush(patience(10)) and memory.degraded() == {}
+    summary, exchanges = memory.load("s")
+    assert "Ana" in summary and exchanges == [Exchange("I work at the hospital.", "Noted.")]
+    assert said_once["error"] == []
+
+
+@pytest.mark.parametrize("kind", ["short", "meta", "summary"])
+def test_a_key_of_the_wrong_type_is_set_aside_and_the_session_goes_on(make, r, said_once, kind):
+    # A string where the list is (or a list where the summary is) failed every command of the
+    # session: turns were held as if Redis were down, and lost at close.
+    memory = make(max_history=0)
+    exchange(memory, "s", "my dog is Rex", "noted")
+    keys = keys_of(memory, "s")
+    key = getattr(keys, kind)
+    r.delete(key)
+    if kind == "summary":
+        r.rpush(key, "not a summary")
+    else:
+        r.set(key, "hand-written junk")
+    memory = make(prefix=memory.settings.prefix, max_history=0)
+    exchange(memory, "s", "my cat is Tom", "noted too")
+    expected = ["my cat is Tom", "noted too"] if kind == "short" else ["my dog is Rex", "noted", "my cat is Tom",
+                                                                        "noted too"]
+    assert contents(memory.get_history("s")) == expected
+    assert contents(memory.build_conversation_context("hi", "s")) == [*expected, "hi"]
+    assert memory.degraded() == {} and said_once["error"] == []
+    assert len([w for w in said_once["warning"] if "had the wrong type" in w]) == 1
+    assert r.exists(key + ":damaged")  # kept, to be read
+    assert memory.forget("s") == {"messages": len(expected), "summaries": 0}
+    assert not list(r.scan_iter(match=memory.settings.prefix + ":*"))  # the set-aside key too
+
+
+def test_forget_with_a_key_of_the_wrong_type_deletes_and_says_so(make, r):
+    # The count failed inside the transaction, the delete after it still ran: forget raised,
+    # though the session was gone, and close() then wrote its held messages back.
+    memory = make()
+    exchange(memory, "s", "another secret", "ok")
+    keys = keys_of(memory, "s")
+    r.delete(keys.short)
+    r.set(keys.short, "junk")
+    assert memory.forget("s") == {"messages": 0, "summaries": 0}
+    memory.close()
+    assert not list(r.scan_iter(match=memory.settings.prefix + ":*"))
+
+
+def test_a_lock_without_an_expiry_stops_compaction_for_one_lease_only(make, r):
+    # Every lease is set with an expiry; a lock key without one (written by hand, restored
+    # without its TTL) stopped compaction for good, silently.
+    config = {"compact_token_threshold": 0, "compact_threshold": 2, "keep_recent": 1, "lock_timeout": 1}
+    memory = make(**config)
+    keys = keys_of(memory, "s")
+    r.set(keys.lock, "stale")
+    exchange(memory, "s", "my dog is Rex", "noted")
+    exchange(memory, "s", "my cat is Tom", "noted too")
+    deadline = time.monotonic() + patience(30)
+    while r.llen(keys.short) > 2 and time.monotonic() < deadline:
+        exchange(memory, "s", "and the weather?", "sunny")
+        time.sleep(0.2)
+    assert "Rex" in memory.load("s")[0]
+
+
 @pytest.mark.parametrize("empty", [("", ""), (" ", "\n"), {"user": "", "assistant": ""}])
 def test_append_refuses_an_exchange_whose_two_texts_are_empty(make, empty):
     # It was stored, and load_formatted showed "User: \nAssistant: ".

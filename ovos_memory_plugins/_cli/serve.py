@@ -20,7 +20,7 @@ from typing import Any
 from .commands import _backend
 from .output import EXIT_ERROR, UI, CLIError, escape
 
-__all__ = ["DEFAULT_PORT", "TOKEN_ENV", "check_exposure", "cmd_serve", "is_loopback"]
+__all__ = ["DEFAULT_PORT", "TOKEN_ENV", "check_exposure", "cmd_serve", "is_loopback", "page_address"]
 
 DEFAULT_PORT = 8765
 #: Where the token may be given instead of ``--token`` (a command line is visible to every user of the machine).
@@ -63,9 +63,8 @@ def cmd_serve(args: argparse.Namespace, ui: UI) -> int:
     with sock, _request_lines(), _stop_on_sigterm(), _backend(args) as memory:
         app = create_app(memory, token, args.host)
         port = sock.getsockname()[1]
-        shown = f"[{args.host}]" if ":" in args.host else args.host
         name = getattr(memory, "plugin_name", type(memory).__name__)
-        ui.err.print(f"serving {escape(name)} on http://{shown}:{port}/ "
+        ui.err.print(f"serving {escape(name)} on {page_address(args.host, port)} "
                      f"({'every request needs the token' if token else 'no token: only this computer can open it'}"
                      "; Ctrl-C stops)", soft_wrap=True)
         server = uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning", server_header=False,
@@ -75,6 +74,16 @@ def cmd_serve(args: argparse.Namespace, ui: UI) -> int:
         except KeyboardInterrupt:
             pass  # stopped by Ctrl-C or SIGTERM: the memory is closed on the way out
     return 0
+
+
+def page_address(host: str, port: int) -> str:
+    """The page's address as a browser takes it (an IPv6 host in brackets, once).
+
+    >>> [page_address(h, 8765) for h in ("127.0.0.1", "::1", "[::1]")]
+    ['http://127.0.0.1:8765/', 'http://[::1]:8765/', 'http://[::1]:8765/']
+    """
+    bare = host.strip("[]")
+    return f"http://[{bare}]:{port}/" if ":" in bare else f"http://{bare}:{port}/"
 
 
 def _listen(host: str, port: int) -> socket.socket:

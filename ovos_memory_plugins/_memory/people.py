@@ -153,6 +153,15 @@ def _refuse_shared_ids(owners: Mapping[str, tuple[str, ...]]) -> None:
             if other != name:
                 first, second = sorted((name, other))
                 raise ConfigError(f"session {session_id!r} is claimed by both {first!r} and {second!r} in 'people'")
+    # Two people's patterns: when one, read as a session id, matches the other ("x-*" and "x-*",
+    # "bob-*" and "*"), that id is claimed twice, and so is every id like it. Other overlaps
+    # ("a*" and "*b") show only when a session comes, which is refused then.
+    for i, (name, pattern) in enumerate(globs):
+        for other, theirs in globs[i + 1:]:
+            if other != name and (fnmatch.fnmatchcase(pattern, theirs) or fnmatch.fnmatchcase(theirs, pattern)):
+                (a, a_pattern), (b, b_pattern) = sorted(((name, pattern), (other, theirs)))
+                raise ConfigError(f"the patterns {a_pattern!r} of {a!r} and {b_pattern!r} of {b!r} in 'people' "
+                                  "claim the same sessions; give each person patterns of their own")
 
 
 # -- the boundary ------------------------------------------------------------------------------

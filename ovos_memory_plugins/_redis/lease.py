@@ -39,6 +39,10 @@ class Lease:
         """Take the lease, polling up to ``wait`` seconds; True if it is ours."""
         deadline = time.monotonic() + wait
         while not self._client.set(self.key, self.token, nx=True, px=self._ms):
+            # Every lease is set with an expiry: a lock key without one (written by hand, or
+            # restored without its TTL) would stop compaction for good. It expires in one lease.
+            if self._client.pttl(self.key) == -1:
+                self._client.pexpire(self.key, self._ms)
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)

@@ -15,6 +15,9 @@ slot, which multi-key scripts need)::
                               compacted (messages folded into the summary so far)
     <prefix>:{<sid>}:summary  the long-term summary (a string)
     <prefix>:{<sid>}:lock     the compaction lease (a random token, with an expiry)
+
+A key of another type than these (written by hand) is renamed to ``<key>:damaged`` by the first
+script that meets it, so that the session works again.
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ __all__ = [
 ]
 
 KINDS = ("short", "meta", "summary", "lock")
+#: The suffix of a key set aside for its wrong type.
+DAMAGED = ":damaged"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +54,10 @@ class SessionKeys:
 
     def all(self) -> tuple[str, ...]:
         return (self.short, self.meta, self.summary, self.lock)
+
+    def set_aside(self) -> tuple[str, ...]:
+        """Where the scripts rename a key of the wrong type (``set_aside``): forget deletes them too."""
+        return tuple(f"{key}{DAMAGED}" for key in (self.short, self.meta, self.summary))
 
 
 def glob_escape(text: str) -> str:
@@ -93,7 +102,27 @@ end
 -- stayed behind it for good (compaction started late). The items are parsed only then. Counted
 -- as the client reads them: the tokens and user turns of user, assistant and tool items, the
 -- highest id. Returns 1 when it counted again, else 0.
-local function whole(value) return value and string.match(value, '^%-?%d+$') ~= nil end
+-- A counter is a whole number of at most 15 digits, never negative: a longer one passes a digit
+-- check but not HINCRBY (a signed 64-bit integer), which failed after the script's first write.
+local function whole(value) return value and #value <= 15 and string.match(value, '^%d+$') ~= nil end
+-- A number read from an item, kept within what a counter can hold ("tok":1e300 written by hand).
+local function count(value)
+  local n = math.floor(tonumber(value) or 0)
+  if n ~= n or n < 0 or n > 1e12 then return 0 end
+  return n
+end
+-- A key of the wrong type (written by hand, or by another program under this prefix) fails every
+-- command of the session: it is renamed aside, beside the session's keys, so the session works
+-- again and the key can still be read. Returns 2 when it did (the scripts' "set aside" flag).
+local function set_aside(key, want)
+  local kind = redis.call('TYPE', key).ok
+  if kind == 'none' or kind == want then return 0 end
+  redis.call('RENAME', key, key .. ':damaged')
+  return 2
+end
+local function set_aside_all(short, meta, summary)
+  return math.max(set_aside(short, 'list'), set_aside(meta, 'hash'), set_aside(summary, 'string'))
+end
 local function check_counters(short, meta)
   local got = redis.call('HMGET', meta, 'tokens', 'rounds', 'seq', 'compacted')
   if got[4] and not whole(got[4]) then redis.call('HDEL', meta, 'compacted') end
@@ -102,15 +131,15 @@ local function check_counters(short, meta)
     return 0
   end
   if whole(got[1]) and whole(got[2]) and whole(got[3]) then return 0 end
-  local tokens, rounds, seq = 0, 0, math.floor(tonumber(got[3]) or 0)
+  local tokens, rounds, seq = 0, 0, (whole(got[3]) and tonumber(got[3])) or 0
   for _, raw in ipairs(redis.call('LRANGE', short, 0, -1)) do
     local ok, item = pcall(cjson.decode, raw)
     if ok and type(item) == 'table' then
       if item.role == 'user' or item.role == 'assistant' or item.role == 'tool' then
-        tokens = tokens + math.floor(tonumber(item.tok) or 0)
+        tokens = tokens + count(item.tok)
         if item.role == 'user' then rounds = rounds + 1 end
       end
-      seq = math.max(seq, math.floor(tonumber(item.id) or 0))
+      seq = math.max(seq, count(item.id))
     end
   end
   redis.call('HSET', meta, 'tokens', tokens, 'rounds', rounds, 'seq', seq)
@@ -124,12 +153,14 @@ end
 #:       then (json without its id, tokens, is user) per message.
 #: Returns {0, real tail, 0, 0, recounted} when the tail changed, {2, tail, tokens, rounds, recounted}
 #: when the update was already appended (a retry of an append whose reply was lost), else
-#: {1, new tail, tokens, rounds, recounted}; recounted is check_counters' answer.
+#: {1, new tail, tokens, rounds, recounted}; recounted is 0, 1 when check_counters counted again,
+#: 2 when a key of the wrong type was set aside (see set_aside).
 #: The ids of the newest updates (about 30) are kept in the meta hash's 'updates', " id id ... ",
 #: not in the items: a read does not carry them.
 APPEND = _REFRESH + """
 local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
-local recounted = check_counters(short, meta)
+local aside = set_aside_all(short, meta, summary)
+local recounted = math.max(aside, check_counters(short, meta))
 if redis.call('EXISTS', short) == 0 then
   -- the list expired or was never written: its counters start again (seq keeps counting)
   redis.call('HSET', meta, 'tokens', 0, 'rounds', 0)
@@ -157,14 +188,15 @@ for i = 10, #ARGV, 3 do
   tokens = tokens + tonumber(ARGV[i + 1])
   if ARGV[i + 2] == '1' then rounds = rounds + 1 end
 end
+-- The counters first: should one fail, the list has not changed.
+tokens = redis.call('HINCRBY', meta, 'tokens', tokens)
+rounds = redis.call('HINCRBY', meta, 'rounds', rounds)
 if #items > 0 then redis.call('RPUSH', short, unpack(items)) end
 if update ~= '' then
   local seen = (redis.call('HGET', meta, 'updates') or ' ') .. update .. ' '
   if #seen > 640 then seen = string.sub(seen, string.find(seen, ' ', #seen - 600, true)) end
   redis.call('HSET', meta, 'updates', seen)
 end
-tokens = redis.call('HINCRBY', meta, 'tokens', tokens)
-rounds = redis.call('HINCRBY', meta, 'rounds', rounds)
 refresh(short, ARGV[5])
 refresh(summary, ARGV[6])
 refresh_meta(meta, short, summary, ARGV[5], ARGV[6], ARGV[7])
@@ -177,7 +209,8 @@ return {1, redis.call('LINDEX', short, -1) or '', tokens, rounds, recounted}
 #: is refreshed.
 READ = _REFRESH + """
 local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
-local recounted = check_counters(short, meta)
+local aside = set_aside_all(short, meta, summary)
+local recounted = math.max(aside, check_counters(short, meta))
 local n = tonumber(ARGV[4])
 local items
 if n > 0 then items = redis.call('LRANGE', short, -n, -1) else items = redis.call('LRANGE', short, 0, -1) end
@@ -197,15 +230,16 @@ return {text, '[' .. table.concat(items, ',') .. ']', tonumber(redis.call('HGET'
 COMMIT = _REFRESH + """
 local short, meta, summary, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('GET', lock) ~= ARGV[1] then return {-1} end
-if (redis.call('GET', summary) or '') ~= ARGV[2] then return {-2} end
+if set_aside(summary, 'string') > 0 or (redis.call('GET', summary) or '') ~= ARGV[2] then return {-2} end
 local n = tonumber(ARGV[4])
 local head = redis.call('LRANGE', short, 0, n - 1)
 if #head ~= n then return {-3} end
 for i = 1, n do
   if head[i] ~= ARGV[9 + i] then return {-3} end
 end
-local recounted = check_counters(short, meta)
-redis.call('LTRIM', short, n, -1)
+local recounted = math.max(set_aside(meta, 'hash'), check_counters(short, meta))
+-- The counters, then the summary, then the trim: Redis keeps a script's writes made before a
+-- command that fails, and the folded items must never leave the list before the summary holds them.
 local tokens = redis.call('HINCRBY', meta, 'tokens', -tonumber(ARGV[5]))
 local rounds = redis.call('HINCRBY', meta, 'rounds', -tonumber(ARGV[6]))
 redis.call('HINCRBY', meta, 'compacted', n)
@@ -215,6 +249,7 @@ else
   redis.call('SET', summary, ARGV[3])
   refresh(summary, ARGV[8])
 end
+redis.call('LTRIM', short, n, -1)
 if redis.call('EXISTS', short) == 1 then refresh(short, ARGV[7]) end
 refresh_meta(meta, short, summary, ARGV[7], ARGV[8], ARGV[9])
 return {1, tokens, rounds, recounted}

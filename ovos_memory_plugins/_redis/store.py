@@ -137,13 +137,27 @@ def _unreadable(exc: Exception) -> None:
                           "left out of the window and of summaries", exc)
 
 
+#: The largest token count an item may carry (the scripts read the same: counters stay 64-bit).
+MAX_ITEM_TOKENS = 10**12
+
+
+def _stored_count(value: Any) -> int:
+    """An item's token count as the scripts read it: a whole number from 0 to
+    :data:`MAX_ITEM_TOKENS`, else 0 (``"tok": 1e300`` written by hand must not reach HINCRBY)."""
+    try:
+        count = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return count if 0 <= count <= MAX_ITEM_TOKENS else 0
+
+
 def decode(raw: bytes) -> Item:
     """The item stored as ``raw``; one that is not ours reads as an empty system message that
     no window shows and no summary folds (see :func:`decode_array`)."""
     try:
         # Bytes that are not UTF-8 (damaged) read as U+FFFD, as the read script's reply does.
         data = json.loads(raw.decode("utf-8", "replace"))
-        tokens = int(data.pop("tok", 0))
+        tokens = _stored_count(data.pop("tok", 0))
         data.pop("id", None)
         msg = message_of(data)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -165,7 +179,12 @@ class Snapshot:
 _recounted_log = LogOnce()
 
 
-def _recounted(owner: str, session_id: str) -> None:
+def _recounted(owner: str, session_id: str, how: int) -> None:
+    if how == 2:
+        _recounted_log.warning("set aside", "%s: a Redis key of session %r had the wrong type (written by hand?); "
+                               "it was renamed to '<key>:damaged' and the session goes on without it", owner,
+                               session_id)
+        return
     _recounted_log.warning("recounted", "%s: the Redis counters of session %r were missing or damaged (its meta "
                            "hash evicted, deleted or edited); they were counted again from its list", owner,
                            session_id)
@@ -357,7 +376,20 @@ class RedisStore:
 
     def _counted(self, session_id: str, recounted: Any) -> None:
         if recounted:
-            _recounted(self._owner, session_id)
+            _recounted(self._owner, session_id, int(recounted))
+
+    def _tail(self, short: str) -> bytes:
+        """The list's last item as Redis holds it (b"": none). A key of the wrong type reads as
+        an empty list: the append script sets it aside (``scripts.set_aside``) and appends."""
+        from redis import ResponseError
+
+        try:
+            tail = self._raw.lindex(short, -1)  # the raw client: bytes
+        except ResponseError as exc:
+            if str(exc).startswith("WRONGTYPE"):
+                return b""
+            raise
+        return tail if isinstance(tail, bytes) else b""
 
     # -- operations ----------------------------------------------------------------------
     def append(self, session_id: str, messages: Sequence[AgentMessage]) -> tuple[int, int]:
@@ -372,7 +404,7 @@ class RedisStore:
         with self._lock:
             tail_raw = self._tails.get(session_id)
         if tail_raw is None:
-            tail_raw = self.io(lambda: self._raw.lindex(keys.short, -1)) or b""
+            tail_raw = self.io(lambda: self._tail(keys.short))
         now = said_now()  # a held update keeps the time it was said
         # The script keeps the newest updates' ids: a retry of an append whose reply was lost (a
         # timeout, the connection cut after Redis applied it) finds its id, and appends nothing.
@@ -475,11 +507,15 @@ class RedisStore:
             pipe = self.client.pipeline(transaction=True)
             pipe.llen(keys.short)
             pipe.exists(keys.summary)
-            pipe.delete(*keys.all())
-            return pipe.execute()
+            pipe.delete(*keys.all(), *keys.set_aside())
+            # A key of the wrong type fails its count, not the delete that runs after it: the
+            # session is gone, and so said.
+            return pipe.execute(raise_on_error=False)
 
-        messages, summaries, _ = self.io(delete, write=True)
-        return int(messages), int(summaries)
+        messages, summaries, deleted = self.io(delete, write=True)
+        if isinstance(deleted, Exception):
+            raise deleted
+        return (messages if isinstance(messages, int) else 0), (summaries if isinstance(summaries, int) else 0)
 
     def sessions(self) -> list[str]:
         pattern = scripts.glob_escape(self.prefix) + ":{*}:meta"
