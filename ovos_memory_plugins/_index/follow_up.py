@@ -36,7 +36,7 @@ MAX_NAMED = 2
 #: The first words of a follow-up, per language, compared in lower case with their accents:
 #: Portuguese "É possível...?" and Italian "È aperto...?" ("is") are not "e" ("and").
 _OPENERS = {
-    "en": ("and", "what about", "how about", "also", "what else"),
+    "en": ("and", "what about", "how about", "also"),
     "pt": ("e", "também"),
     "es": ("y", "también"),
     "fr": ("et", "aussi"),
@@ -51,7 +51,7 @@ _PERSONS = {
     "pt": "ele ela eles elas dele dela deles delas",
     "es": "ella ellos ellas",  # not "él": without its accent, "el" is the article
     "fr": "elle ils elles lui leur leurs",  # not "il": "quelle heure est-il ?" points at nothing
-    "de": "er sie ihm ihn ihr ihre ihnen sein seine seinen seinem seiner",
+    "de": "er sie ihm ihn ihr ihre ihnen seine seinen seinem seiner",  # not "sein": also "to be"
     "it": "lui lei loro",
     "nl": "hij zij ze hem haar hun",
     "ca": "ell ella ells elles",
@@ -59,7 +59,7 @@ _PERSONS = {
 #: Words that point back only as the turn's last word: "what about it?", "what did I do there?",
 #: "when was that?"; not "is it raining?", "is there milk?", "did you know that I ...".
 _LAST_POINTERS = {
-    "en": "it there that this those these",
+    "en": "it there that those",  # not "this": "what song is this?" asks about now
     "pt": "ali isso isto aquilo",
     "es": "allí allá ahí eso esto aquello",
     "fr": "ça cela ceci",
@@ -68,6 +68,9 @@ _LAST_POINTERS = {
     "nl": "daar dat dit",
     "ca": "allà això allò",
 }
+
+#: German's polite "you", capitalised wherever it stands.
+_POLITE = frozenset({"Sie", "Ihr", "Ihre", "Ihnen", "Ihrem", "Ihren", "Ihrer"})
 
 _STOP = StopWords()
 
@@ -92,6 +95,8 @@ def is_follow_up(utterance: str) -> bool:
     [False, False, False]
     >>> [is_follow_up(t) for t in ("What time is it?", "Is there any milk?", "É possível?", "Können Sie helfen?")]
     [False, False, False, False]
+    >>> [is_follow_up(t) for t in ("Wie ist Ihr Name?", "Kann das sein?", "What song is this?")]
+    [False, False, False]
     >>> [is_follow_up(t) for t in ("When was it?", "What did I do there?", "Tell me more about that.")]
     [True, True, True]
     >>> [is_follow_up(t) for t in ("E-mail my boss", "Also, when is it?", "Und morgen?", "Wann hat er Geburtstag?")]
@@ -117,8 +122,8 @@ def is_follow_up(utterance: str) -> bool:
     named = {w for w in words if w not in stop and w not in persons and w not in last}
     if len(named) > MAX_NAMED:
         return False
-    # German "Sie" inside a sentence is the polite "you", not "she" or "they".
-    if any(t in persons and not (w == "Sie" and i) for i, (w, t) in enumerate(zip(raw, words))):
+    # German "Sie", "Ihr", "Ihnen"... capitalised inside a sentence are the polite "you".
+    if any(t in persons and not (i and w in _POLITE) for i, (w, t) in enumerate(zip(raw, words))):
         return True
     # "What time is it?", "what day was it": "it" after "is" names nothing when the turn names
     # what it asks; "when was it?" names nothing else, and leans on the turn before.

@@ -158,10 +158,16 @@ def _refuse_shared_ids(owners: Mapping[str, tuple[str, ...]]) -> None:
     # ("a*" and "*b") show only when a session comes, which is refused then.
     for i, (name, pattern) in enumerate(globs):
         for other, theirs in globs[i + 1:]:
-            if other != name and (fnmatch.fnmatchcase(pattern, theirs) or fnmatch.fnmatchcase(theirs, pattern)):
+            if other != name and (_takes_in(theirs, pattern) or _takes_in(pattern, theirs)):
                 (a, a_pattern), (b, b_pattern) = sorted(((name, pattern), (other, theirs)))
                 raise ConfigError(f"the patterns {a_pattern!r} of {a!r} and {b_pattern!r} of {b!r} in 'people' "
                                   "claim the same sessions; give each person patterns of their own")
+
+
+def _takes_in(pattern: str, other: str) -> bool:
+    """Whether ``other``, read as a session id, is one ``pattern`` claims: then both claim it.
+    Not tried for an ``other`` holding ``[``: read as text, its set reads as other characters."""
+    return "[" not in other and fnmatch.fnmatchcase(other, pattern)
 
 
 # -- the boundary ------------------------------------------------------------------------------

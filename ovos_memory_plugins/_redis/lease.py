@@ -15,6 +15,10 @@ from typing import Any
 
 __all__ = ["Lease"]
 
+#: A lock key without an expiry is given one, in one step (a lease taken meanwhile keeps its own).
+_EXPIRE_IF_NONE = ("if redis.call('PTTL', KEYS[1]) == -1 then return redis.call('PEXPIRE', KEYS[1], ARGV[1]) end "
+                   "return 0")
+
 
 class Lease:
     def __init__(self, client: Any, key: str, seconds: float, renew: Any, release: Any):
@@ -41,8 +45,7 @@ class Lease:
         while not self._client.set(self.key, self.token, nx=True, px=self._ms):
             # Every lease is set with an expiry: a lock key without one (written by hand, or
             # restored without its TTL) would stop compaction for good. It expires in one lease.
-            if self._client.pttl(self.key) == -1:
-                self._client.pexpire(self.key, self._ms)
+            self._client.eval(_EXPIRE_IF_NONE, 1, self.key, self._ms)
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)

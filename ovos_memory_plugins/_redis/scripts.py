@@ -113,15 +113,17 @@ local function count(value)
 end
 -- A key of the wrong type (written by hand, or by another program under this prefix) fails every
 -- command of the session: it is renamed aside, beside the session's keys, so the session works
--- again and the key can still be read. Returns 2 when it did (the scripts' "set aside" flag).
-local function set_aside(key, want)
+-- again and the key can still be read, for as long as a summary is kept (ms; 0: no expiry). The
+-- latest one set aside is kept. Returns 2 when it did (the scripts' "set aside" flag).
+local function set_aside(key, want, ms)
   local kind = redis.call('TYPE', key).ok
   if kind == 'none' or kind == want then return 0 end
   redis.call('RENAME', key, key .. ':damaged')
+  if tonumber(ms) > 0 then redis.call('PEXPIRE', key .. ':damaged', ms) end
   return 2
 end
-local function set_aside_all(short, meta, summary)
-  return math.max(set_aside(short, 'list'), set_aside(meta, 'hash'), set_aside(summary, 'string'))
+local function set_aside_all(short, meta, summary, ms)
+  return math.max(set_aside(short, 'list', ms), set_aside(meta, 'hash', ms), set_aside(summary, 'string', ms))
 end
 local function check_counters(short, meta)
   local got = redis.call('HMGET', meta, 'tokens', 'rounds', 'seq', 'compacted')
@@ -142,7 +144,7 @@ local function check_counters(short, meta)
       seq = math.max(seq, count(item.id))
     end
   end
-  redis.call('HSET', meta, 'tokens', tokens, 'rounds', rounds, 'seq', seq)
+  redis.call('HSET', meta, 'tokens', math.min(tokens, 99999999999999), 'rounds', rounds, 'seq', seq)
   return 1
 end
 """
@@ -159,7 +161,7 @@ end
 #: not in the items: a read does not carry them.
 APPEND = _REFRESH + """
 local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
-local aside = set_aside_all(short, meta, summary)
+local aside = set_aside_all(short, meta, summary, ARGV[6])
 local recounted = math.max(aside, check_counters(short, meta))
 if redis.call('EXISTS', short) == 0 then
   -- the list expired or was never written: its counters start again (seq keeps counting)
@@ -209,7 +211,7 @@ return {1, redis.call('LINDEX', short, -1) or '', tokens, rounds, recounted}
 #: is refreshed.
 READ = _REFRESH + """
 local short, meta, summary = KEYS[1], KEYS[2], KEYS[3]
-local aside = set_aside_all(short, meta, summary)
+local aside = set_aside_all(short, meta, summary, ARGV[2])
 local recounted = math.max(aside, check_counters(short, meta))
 local n = tonumber(ARGV[4])
 local items
@@ -230,16 +232,19 @@ return {text, '[' .. table.concat(items, ',') .. ']', tonumber(redis.call('HGET'
 COMMIT = _REFRESH + """
 local short, meta, summary, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('GET', lock) ~= ARGV[1] then return {-1} end
-if set_aside(summary, 'string') > 0 or (redis.call('GET', summary) or '') ~= ARGV[2] then return {-2} end
+if set_aside(summary, 'string', ARGV[8]) > 0 or (redis.call('GET', summary) or '') ~= ARGV[2] then return {-2} end
 local n = tonumber(ARGV[4])
 local head = redis.call('LRANGE', short, 0, n - 1)
 if #head ~= n then return {-3} end
 for i = 1, n do
   if head[i] ~= ARGV[9 + i] then return {-3} end
 end
-local recounted = math.max(set_aside(meta, 'hash'), check_counters(short, meta))
+local recounted = math.max(set_aside(meta, 'hash', ARGV[8]), check_counters(short, meta))
 -- The counters, then the summary, then the trim: Redis keeps a script's writes made before a
 -- command that fails, and the folded items must never leave the list before the summary holds them.
+-- The list's expiry first: a write Redis takes when its memory is full (a compaction frees memory),
+-- after which it lets the script's other writes run.
+refresh(short, ARGV[7])
 local tokens = redis.call('HINCRBY', meta, 'tokens', -tonumber(ARGV[5]))
 local rounds = redis.call('HINCRBY', meta, 'rounds', -tonumber(ARGV[6]))
 redis.call('HINCRBY', meta, 'compacted', n)
@@ -250,7 +255,6 @@ else
   refresh(summary, ARGV[8])
 end
 redis.call('LTRIM', short, n, -1)
-if redis.call('EXISTS', short) == 1 then refresh(short, ARGV[7]) end
 refresh_meta(meta, short, summary, ARGV[7], ARGV[8], ARGV[9])
 return {1, tokens, rounds, recounted}
 """
