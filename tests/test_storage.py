@@ -390,48 +390,57 @@ def test_a_json_read_does_not_wait_for_a_writer_holding_the_lock(tmp_path):
     assert store.load_field("s", "facts") == ["likes coffee"]  # a change on disk is read again
 
 
+def _recorded_waits(monkeypatch) -> list[float]:
+    """The short waits for the write lock each write asks for (a whole wait is not recorded)."""
+    waits: list[float] = []
+    real = Database._begin_within
+    monkeypatch.setattr(Database, "_begin_within", lambda self, wait: (waits.append(wait), real(self, wait))[1])
+    return waits
+
+
+def _as_update(db, **block) -> None:
+    """A write transaction of ``db`` as the held-writes machinery runs an update's store call."""
+    from ovos_memory_plugins._core import held
+
+    token = held._CALL.set((held.stamp(), False))
+    try:
+        with db.atomic(**block):
+            pass
+    finally:
+        held._CALL.reset(token)
+
+
 def test_once_a_lock_was_kept_past_the_whole_wait_updates_try_briefly_until_one_gets_it(tmp_path, monkeypatch):
     # A sqlite shell or a backup holding the file: each turn's update is held and stored later, so
     # waiting the whole busy timeout again at every turn would stall every turn for nothing. A
     # write nothing holds (a forget, an import) still waits fully.
-    from ovos_memory_plugins._core import held
     from ovos_memory_plugins.errors import StoreUnavailable
     from ovos_memory_plugins.storage import sqlite as sqlite_store
-
-    def update(block):  # as the held-writes machinery runs a store call of an update
-        token = held._CALL.set((held.stamp(), False))
-        try:
-            with db.atomic(**block) as con:
-                return con
-        finally:
-            held._CALL.reset(token)
 
     con = sqlite3.connect(str(tmp_path / "b.db"), isolation_level=None, check_same_thread=False)
     con.execute("PRAGMA busy_timeout = 50")  # the whole wait, short for the test
     db = Database(str(tmp_path / "b.db"), connection=con)
     db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
-    waits: list[float] = []
-    real = Database._begin_within
-    monkeypatch.setattr(Database, "_begin_within", lambda self, wait: (waits.append(wait), real(self, wait))[1])
+    waits = _recorded_waits(monkeypatch)
     other = sqlite3.connect(str(tmp_path / "b.db"), isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
         for _ in range(3):
             with pytest.raises(StoreUnavailable):
-                update({})
+                _as_update(db)
         with pytest.raises(StoreUnavailable), db.atomic():  # a forget: the whole wait (unrecorded)
             pass
         with pytest.raises(StoreUnavailable):
-            update({"busy_wait": 0.01})  # optional work's own wait
+            _as_update(db, busy_wait=0.01)  # optional work's own wait
     finally:
         other.execute("ROLLBACK")
     # The first waited the connection's whole wait (50 ms here; at most UPDATE_WAIT_S), the next briefly.
     assert waits == [0.05, sqlite_store.LOCKED_RETRY_S, sqlite_store.LOCKED_RETRY_S, 0.01]
-    update({})  # the lock is free: this update gets it (trying briefly), and the whole wait is back after it
+    _as_update(db)  # the lock is free: this update gets it (trying briefly), and the whole wait is back after it
     other.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreUnavailable):
-            update({})
+            _as_update(db)
     finally:
         other.execute("ROLLBACK")
         other.close()
@@ -442,7 +451,6 @@ def test_once_a_lock_was_kept_past_the_whole_wait_updates_try_briefly_until_one_
 def test_an_update_waits_update_wait_s_for_another_process_not_the_whole_busy_timeout(tmp_path, monkeypatch):
     # A turn's update is held when the file stays locked, so it need not wait BUSY_TIMEOUT_S (30 s)
     # behind a sqlite shell; a forget, which nothing holds, still does.
-    from ovos_memory_plugins._core import held
     from ovos_memory_plugins.errors import StoreUnavailable
     from ovos_memory_plugins.storage import sqlite as sqlite_store
 
@@ -450,18 +458,12 @@ def test_an_update_waits_update_wait_s_for_another_process_not_the_whole_busy_ti
     monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_S", 0.3)  # the connection's own wait, made here
     db = Database(str(tmp_path / "u.db"))
     db.migrate("t", ["CREATE TABLE t (x INTEGER)"])
-    waits: list[float] = []
-    real = Database._begin_within
-    monkeypatch.setattr(Database, "_begin_within", lambda self, wait: (waits.append(wait), real(self, wait))[1])
+    waits = _recorded_waits(monkeypatch)
     other = sqlite3.connect(str(tmp_path / "u.db"), isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
-        token = held._CALL.set((held.stamp(), False))
-        try:
-            with pytest.raises(StoreUnavailable), db.atomic():
-                pass
-        finally:
-            held._CALL.reset(token)
+        with pytest.raises(StoreUnavailable):
+            _as_update(db)
         assert waits == [0.1]
         with pytest.raises(StoreUnavailable), db.atomic():  # a forget: the connection's whole wait
             pass

@@ -116,7 +116,7 @@ def is_follow_up(utterance: str) -> bool:
     # A name after the first word says whom the pronouns are about: "What does Jon tell Gina he
     # won't do?" leans on nothing. German capitalises every noun, and a lower-case transcript
     # none: there the words are counted alone.
-    reads_german = len(set(words) & german) >= 2 and stop == _STOP.for_text(" ".join(german))
+    reads_german = stop == german  # the list of the language the turn reads as
     if not reads_german and any(w[0].isupper() and t not in stop for w, t in zip(raw[1:], words[1:])):
         return False
     named = {w for w in words if w not in stop and w not in persons and w not in last}

@@ -15,19 +15,16 @@ from typing import Any
 
 __all__ = ["Lease"]
 
-#: A lock key without an expiry is given one, in one step (a lease taken meanwhile keeps its own).
-_EXPIRE_IF_NONE = ("if redis.call('PTTL', KEYS[1]) == -1 then return redis.call('PEXPIRE', KEYS[1], ARGV[1]) end "
-                   "return 0")
-
 
 class Lease:
-    def __init__(self, client: Any, key: str, seconds: float, renew: Any, release: Any):
+    def __init__(self, client: Any, key: str, seconds: float, renew: Any, release: Any, expire_if_none: Any):
         """
         Args:
             client: a ``redis.Redis``.
             key: the lock key.
             seconds: the lease length; renewed every ``seconds / 3`` while held.
-            renew, release: the registered ``RENEW`` and ``RELEASE`` scripts.
+            renew, release, expire_if_none: the registered ``RENEW``, ``RELEASE`` and
+                ``EXPIRE_IF_NONE`` scripts.
         """
         self.key = key
         self.token = uuid.uuid4().hex
@@ -35,6 +32,7 @@ class Lease:
         self._ms = max(1, int(seconds * 1000))
         self._renew = renew
         self._release = release
+        self._expire_if_none = expire_if_none
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost = False
@@ -45,7 +43,7 @@ class Lease:
         while not self._client.set(self.key, self.token, nx=True, px=self._ms):
             # Every lease is set with an expiry: a lock key without one (written by hand, or
             # restored without its TTL) would stop compaction for good. It expires in one lease.
-            self._client.eval(_EXPIRE_IF_NONE, 1, self.key, self._ms)
+            self._expire_if_none(keys=[self.key], args=[self._ms])
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)

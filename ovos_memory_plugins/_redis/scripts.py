@@ -27,6 +27,7 @@ import re
 __all__ = [
     "APPEND",
     "COMMIT",
+    "EXPIRE_IF_NONE",
     "KINDS",
     "READ",
     "RELEASE",
@@ -118,8 +119,9 @@ end
 local function set_aside(key, want, ms)
   local kind = redis.call('TYPE', key).ok
   if kind == 'none' or kind == want then return 0 end
-  redis.call('RENAME', key, key .. ':damaged')
-  if tonumber(ms) > 0 then redis.call('PEXPIRE', key .. ':damaged', ms) end
+  local aside = key .. '""" + DAMAGED + """'
+  redis.call('RENAME', key, aside)
+  if tonumber(ms) > 0 then redis.call('PEXPIRE', aside, ms) end
   return 2
 end
 local function set_aside_all(short, meta, summary, ms)
@@ -262,6 +264,13 @@ return {1, tokens, rounds, recounted}
 #: KEYS: lock.  ARGV: token, lease ms.  Extends the lease only if it is still ours.
 RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+#: KEYS: lock.  ARGV: lease ms.  Gives a lock key without an expiry one, in one step (every lease
+#: is set with one; a key without is stale, and a lease taken meanwhile keeps its own).
+EXPIRE_IF_NONE = """
+if redis.call('PTTL', KEYS[1]) == -1 then return redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return 0
 """
 

@@ -318,6 +318,7 @@ class RedisStore:
         self._append, self._read, self._commit = register(scripts.APPEND), register(scripts.READ), register(
             scripts.COMMIT)
         self._renew, self._release = register(scripts.RENEW), register(scripts.RELEASE)
+        self._expire_if_none = register(scripts.EXPIRE_IF_NONE)
         # short, long, meta: the counters must outlive both the list and the summary.
         self._ttls = [_ms(short_ttl), _ms(long_ttl), max(_ms(short_ttl), _ms(long_ttl))
                       if short_ttl and long_ttl else 0]
@@ -480,7 +481,8 @@ class RedisStore:
         return outcome, int(left[0]), int(left[1])
 
     def lease(self, session_id: str, seconds: float) -> Lease:
-        return Lease(self.client, self.keys(session_id).lock, seconds, self._renew, self._release)
+        return Lease(self.client, self.keys(session_id).lock, seconds, self._renew, self._release,
+                     self._expire_if_none)
 
     def set_summary(self, session_id: str, text: str) -> None:
         """Replace the summary (import); also creates the counters so the session is listed."""
