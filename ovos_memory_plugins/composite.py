@@ -85,6 +85,8 @@ def member_name(module: str, earlier: Iterable[str]) -> str:
 #: The hybrid preset's recall header: short (the reference's costs 136 characters on every turn),
 #: and it says which of two disagreeing sources is newer.
 PRESET_HEADER = "Recalled earlier exchanges (the facts above are newer):"
+#: ... in user mode, where it opens the user turn and the facts follow it.
+PRESET_USER_HEADER = "Known facts, then recalled earlier exchanges (the facts are newer):"
 #: What ``max_added_tokens`` the hybrid preset defaults to: 460 with the reference's header, less
 #: the 18 tokens the shorter header saves, so recall keeps the same room; on LoCoMo dev the facts,
 #: headers and recalled exchanges a turn adds then average under 1,500 characters
@@ -219,6 +221,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             for block, defaults in (("context", PRESET_CONTEXT), ("retrieval", PRESET_RETRIEVAL)):
                 given = self.config.get(block) if isinstance(self.config.get(block), Mapping) else {}
                 preset.update({k: v for k, v in defaults.items() if k not in given})
+            if preset.get("header") and self.settings.inject_mode == "user":
+                preset["header"] = PRESET_USER_HEADER
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, **preset))
             self._settings_changed()
         self._member_log = LogOnce()
@@ -503,6 +507,23 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
             return []
         return list(self._call(primary, "history", lambda: primary.memory.get_history(sid), []))
 
+    def _incoming(self, new_messages: Any, session_id: str) -> list[AgentMessage]:
+        messages = super()._incoming(new_messages, session_id)
+        self._refuse_reserved(session_id)
+        return messages
+
+    def _refuse_reserved(self, session_id: str) -> None:
+        """A session id a member keeps for itself (entity's ``__global__``) is refused before any
+        member stores: stored by the others, it was a session no export could take whole."""
+        for m in self.members:
+            if session_id in self._reserved_by(m):
+                raise ValueError(f"{self.plugin_name}: session id {session_id!r} is reserved by the member "
+                                 f"{m.name!r}; choose another session id")
+
+    @staticmethod
+    def _reserved_by(member: Member) -> frozenset[str]:
+        return getattr(member.memory, "reserved_session_ids", frozenset())
+
     def update_history(self, new_messages: list[AgentMessage], session_id: str) -> None:
         messages = self._incoming(new_messages, session_id)
         if messages:
@@ -588,6 +609,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
     def store(self, text: str, session_id: str, metadata: dict[str, Any] | None = None) -> str | None:
         """Store a free-text document in every retriever member that stores; returns the first id."""
         sid = check_session_id(session_id)
+        self._refuse_reserved(sid)
         text = check_utterance(text)
         if not text:
             return None
@@ -683,23 +705,31 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
     def context_parts(self, utterance: str, session_id: str, *, window: bool = True,
                       blocks: bool = True) -> ContextParts:
         """The primary's window, and the blocks the plain members add (a summary, facts), each
-        member asked once and only for what it gives: a member failing costs its part only."""
+        member asked only for what it gives: a member failing costs its part only.
+
+        The window comes first: this package's members that choose their blocks by the turn
+        (entity's relevant facts) are asked with the query recall searches, so that a follow-up
+        ("Where does she live?") gets the facts about whom it leans on, as it gets the exchanges.
+        Another package's member is asked with the utterance, as a persona would ask it."""
         parts = ContextParts()
         members, primary = self.members, self.primary  # one roster for the turn (a member may join meanwhile)
-        for member in members:
-            wants_window = window and member is primary
-            wants_blocks = blocks and not member.is_retriever  # a plain primary's summary or facts count too
-            if not (wants_window or wants_blocks):
-                continue
-            got = self._call(member, "context", lambda m=member, w=wants_window, b=wants_blocks: member_parts(
-                m.memory, utterance, session_id, w, b), None)
-            if got is None:
-                continue
-            if wants_window:
+        if window and primary is not None:
+            got = self._member_parts(primary, utterance, session_id, window=True, blocks=False)
+            if got is not None:
                 parts.window, parts.history = got.window, got.query_history()
-            parts.blocks.extend(got.blocks)
+        query = self.build_query(utterance, parts.query_history()) if blocks else utterance
+        for member in members:
+            if blocks and not member.is_retriever:  # a plain primary's summary or facts count too
+                asked = query if isinstance(member.memory, ContextMemory) else utterance
+                got = self._member_parts(member, asked, session_id, window=False, blocks=True)
+                parts.blocks.extend(got.blocks if got is not None else [])
         parts.blocks = distinct_blocks(parts.blocks)
         return parts
+
+    def _member_parts(self, member: Member, query: str, session_id: str, window: bool,
+                      blocks: bool) -> ContextParts | None:
+        return self._call(member, "context", lambda: member_parts(member.memory, query, session_id, window, blocks),
+                          None)
 
     # -- session2history: the primary's windows -----------------------------------------------
     def _stored_window(self, session_id: str) -> list[AgentMessage]:
@@ -746,7 +776,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         failed: tuple[str, Exception] | None = None  # the first member that could not forget
         with self._one_transaction():  # on PostgreSQL every member forgets in one transaction
             for m in self.members:
-                if hasattr(m.memory, "forget"):
+                if hasattr(m.memory, "forget") and sid not in self._reserved_by(m):
                     try:
                         counts[m.name] = self._call(m, "forget", lambda m=m: m.memory.forget(sid), {})
                     except Exception as exc:  # noqa: BLE001 - raised below, after the others committed
@@ -766,12 +796,13 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         self._write_held(sid)
         data: dict[str, Any] = {"plugin": self.plugin_name, "session_id": sid, "members": {}}
         for m in self.members:
-            if hasattr(m.memory, "export"):
+            if hasattr(m.memory, "export") and sid not in self._reserved_by(m):  # none of it is that session's
                 data["members"][m.name] = self._call(m, "export", lambda m=m: m.memory.export(sid), {})
         return data
 
     def import_session(self, data: Mapping[str, Any], session_id: str | None = None) -> None:
         data, sid = session_export(data, session_id)
+        self._refuse_reserved(sid)
         self._require_whole("imported")
         # Each member its own export, or the parts of another backend's it keeps (_memory/conversion.py).
         exported = member_imports(data, [(m.name, m.memory) for m in self.members
@@ -787,6 +818,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         cannot (a window, the facts). Returns how many were given; nothing is stored if one is
         malformed."""
         sid = check_session_id(session_id)
+        self._refuse_reserved(sid)
         items = [e.as_dict() for e in past_exchanges(exchanges)]
         self._require_whole("imported")
         for m in self.members:

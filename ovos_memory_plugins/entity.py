@@ -130,6 +130,7 @@ class EntityMemory(LLMMemory):
     plugin_name: ClassVar[str] = "ovos-memory-plugin-entity"
     export_parts: ClassVar[frozenset[str]] = frozenset({"facts"})
     held_in_one_call: ClassVar[bool] = True  # each pending exchange carries the time it was said
+    reserved_session_ids: ClassVar[frozenset[str]] = frozenset({GLOBAL_KEY})
 
     store_stem: ClassVar[str] = "entity_memory"
     record_kind: ClassVar[str | None] = "facts"
@@ -155,7 +156,7 @@ class EntityMemory(LLMMemory):
         self._extract_pending(key)
 
     def _key(self, session_id: str) -> str:
-        if session_id == GLOBAL_KEY:  # stored but never listed, and every session's in scope global
+        if session_id in self.reserved_session_ids:  # stored but never listed, every session's in scope global
             raise ValueError(f"{self.plugin_name}: session id {GLOBAL_KEY!r} is this memory's key for scope "
                              "'global'; choose another session id")
         return GLOBAL_KEY if self.settings.scope == "global" else session_id

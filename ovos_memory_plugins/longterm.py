@@ -36,9 +36,10 @@ from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
 from ._llm.facts.merging import without_fact
 from ._llm.memory import LLMMemory
-from ._llm.summaries.fold import Fold, Summarizer, parse_summary, render_summary
+from ._llm.summaries.fold import Fold, FoldStopped, Summarizer, parse_summary, render_summary
 from ._llm.summaries.text import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
+from ._memory.forgets import Forgets
 from .config import option
 from .context import ContextConfig, ContextParts
 from .inject import INJECT_MODES
@@ -115,6 +116,7 @@ class LongTermMemory(LLMMemory):
     offline_fallback: ClassVar[str] = "old turns are summarised without the model"
 
     def __init__(self, config: Mapping[str, Any] | None = None):
+        self._forgets = Forgets()  # first: the base may start summarising a backlog
         super().__init__(config)
         self._summarizer = Summarizer(self.client, self.settings.max_summary_tokens)
 
@@ -212,7 +214,11 @@ class LongTermMemory(LLMMemory):
         previous = str(record.get("summary") or "")
         rejections = int(record.get("summary_rejections") or 0)
         state = record.get("summary_state") if isinstance(record.get("summary_state"), dict) else None
-        fold = self._summarizer.fold(previous, state, chunk, narrate=rejections < MAX_REJECTIONS)
+        try:
+            fold = self._summarizer.fold(previous, state, chunk, narrate=rejections < MAX_REJECTIONS,
+                                         stop=self._forgets.since(session_id))
+        except FoldStopped:
+            return  # forgotten meanwhile: the model is sent nothing more of it
         chunk = chunk[:fold.folded]  # what the fold read; the rest waits for the next step
         base_count = int(record.get("exchange_count") or 0)
         partial = len(chunk) < len(foldable)
@@ -261,6 +267,7 @@ class LongTermMemory(LLMMemory):
         record = self._load(session_id)
         self._delete(session_id)
         self._problems.forget(session_id)
+        self._forgets.forgot(session_id)
         return {"messages": len(record.get("recent") or []) + held, "summaries": 1 if record.get("summary") else 0}
 
     def export(self, session_id: str) -> dict[str, Any]:

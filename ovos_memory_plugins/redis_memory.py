@@ -38,9 +38,10 @@ from ._core.log import LOG, LogOnce, Problems
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
 from ._llm.endpoint import EndpointConfig, chat_client, with_endpoint
-from ._llm.summaries.fold import Fold, Summarizer
+from ._llm.summaries.fold import Fold, FoldStopped, Summarizer
 from ._llm.summaries.text import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
+from ._memory.forgets import Forgets
 from ._redis.compaction import CompactionPolicy, RoundOutcome
 from ._redis.lease import Lease
 from ._redis.store import REPLAYED_ROLES, CommitStatus, RedisStore, decode_array, url_problem
@@ -217,6 +218,7 @@ class RedisMemory(ContextMemory):
         self._log = LogOnce()
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()  # the last read, for when Redis is down
+        self._forgets = Forgets()
         self._due = DueQueue()  # sessions waiting for compaction
         self._worker = BackgroundWorker(f"{self.plugin_name}:compaction", self._compact_step, retry_delay=1.0)
 
@@ -318,6 +320,7 @@ class RedisMemory(ContextMemory):
             self._rejections.pop(session_id, None)  # a new conversation under this id starts afresh
         self._problems.forget(session_id)
         self._due.discard(session_id)
+        self._forgets.forgot(session_id)  # a compaction under way sends the model nothing more
         return {"messages": messages + held, "summaries": summaries}
 
     def export(self, session_id: str) -> dict[str, Any]:
@@ -489,13 +492,19 @@ class RedisMemory(ContextMemory):
         if not cut:
             return RoundOutcome.DONE
         head = items[:cut]
+        forgotten = self._forgets.since(session_id)
         # The LLM calls run outside any data lock: writers keep appending meanwhile.
-        fold = self._fold(session_id, summary, [to_dict(i.message) for i in head])
+        try:
+            fold = self._fold(session_id, summary, [to_dict(i.message) for i in head], forgotten)
+        except FoldStopped:
+            return RoundOutcome.DONE
         if fold.rejected:
             return RoundOutcome.DONE  # the old summary stays; the next append over the threshold tries again
         head = head[:fold.folded]  # what the fold read; the rest waits for the next round
         status, tokens, rounds = self._store.commit(session_id, lease, read, fold.summary, head)
         if status is CommitStatus.LEASE_LOST:
+            if forgotten():  # forget deleted the lease with the rest: nothing was lost
+                return RoundOutcome.DONE
             LOG.warning(f"{self.plugin_name}: lost the compaction lease of {session_id!r}; summary not written")
             return RoundOutcome.DONE
         if status is not CommitStatus.COMMITTED:
@@ -504,7 +513,8 @@ class RedisMemory(ContextMemory):
         LOG.debug(f"{self.plugin_name}: folded {len(head)} message(s) of {session_id!r} into its summary")
         return RoundOutcome.MORE if self._policy.due(tokens, rounds, started=True) else RoundOutcome.DONE
 
-    def _fold(self, session_id: str, previous: str, messages: list[dict[str, Any]]) -> Fold:
+    def _fold(self, session_id: str, previous: str, messages: list[dict[str, Any]],
+              stop: Callable[[], bool]) -> Fold:
         """The new summary (bounded to ``max_summary_tokens``), or a rejection that keeps the old one."""
         limit = self.settings.max_summary_tokens
         if self._summarizer is not None:
@@ -512,7 +522,7 @@ class RedisMemory(ContextMemory):
             return Fold(text, {}, "custom")
         with self._lock:
             rejections = self._rejections.get(session_id, 0)
-        fold = self._folder.fold(previous, None, messages, narrate=rejections < _MAX_REJECTIONS)
+        fold = self._folder.fold(previous, None, messages, narrate=rejections < _MAX_REJECTIONS, stop=stop)
         with self._lock:
             if fold.rejected:
                 self._rejections[session_id] = rejections + 1

@@ -1238,6 +1238,20 @@ def test_a_persona_file_given_as_config_is_refused_naming_persona(tmp_path, caps
     assert code == 2 and not (tmp_path / "k.db").exists()
 
 
+def test_a_command_that_changes_stores_refuses_a_misspelt_key(tmp_path, lexical, capsys, monkeypatch):
+    # {"db_pth": ...} would have the command forget from the default store, another persona's.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    with open_memory("ovos-memory-plugin-lexical", {"scope": "global"}) as default:  # another persona's
+        exchange(default, "kitchen", "my cat is called Miso", "Cute!")
+    misspelt = json.dumps({"db_pth": json.loads(lexical[-1])["db_path"], "scope": "global"})
+    for command in (["forget", "kitchen"], ["index"]):
+        code = main([*command, "--module", "ovos-memory-plugin-lexical", "--config", misspelt])
+        assert_one_line_error(code, capsys.readouterr().err, ["'db_pth'", "did you mean 'db_path'", "fix the key"])
+        assert code == 2
+    for store in (lexical, ["--module", "ovos-memory-plugin-lexical", "--config", '{"scope": "global"}']):
+        assert main(["sessions", *store]) == 0 and "kitchen" in capsys.readouterr().out
+
+
 def test_a_management_command_that_succeeds_shows_a_misspelt_key(tmp_path):
     # In a process of its own: the loggers earlier tests made in this one write elsewhere.
     config = json.dumps({"db_path": str(tmp_path / "r.db"), "max_histroy": 3})

@@ -37,6 +37,7 @@ class FactsMemory(AgentContextManager):
 
     def build_conversation_context(self, utterance, session_id):
         self.context_calls += 1
+        self.asked = utterance
         prompt = [AgentMessage(S, self.system_prompt)] if self.system_prompt else []
         return prompt + [AgentMessage(S, "Known facts about the user:\n- likes tea"), AgentMessage(U, utterance)]
 
@@ -107,6 +108,30 @@ def test_a_plain_primary_still_adds_its_system_block(tmp_path, fake_plugins):
     ctx = memory.build_conversation_context("what do I drink?", "s")
     assert [(m.role, m.content) for m in ctx] == [(S, "Known facts about the user:\n- likes tea"),
                                                   (U, "what do I drink?")]
+
+
+def test_another_packages_member_is_asked_with_the_utterance_not_the_folded_query(tmp_path, fake_plugins):
+    memory = hybrid(tmp_path, "test-facts", retrieval={"query_mode": "follow-up"})
+    memory.update_history([AgentMessage(U, "Tell me about my sister."), AgentMessage(A, "She is Lena.")], "s")
+    assert memory.build_query("Where does she live?", "s") == "Where does she live? Tell me about my sister."
+    memory.build_conversation_context("Where does she live?", "s")
+    assert FactsMemory.instances[-1].asked == "Where does she live?"
+
+
+def test_a_session_id_a_member_keeps_for_itself_is_refused_before_any_member_stores(tmp_path):
+    entity = {"module": "ovos-memory-plugin-entity", "config": {"db_path": str(tmp_path / "e.json"), "api_url": ""}}
+    memory = hybrid(tmp_path, entity)
+    with pytest.raises(ValueError, match="'__global__' is reserved by the member 'ovos-memory-plugin-entity'"):
+        memory.update_history([AgentMessage(U, "my pin is 4321"), AgentMessage(A, "ok")], "__global__")
+    with pytest.raises(ValueError, match="reserved"):
+        memory.import_exchanges("__global__", [{"question": "hi", "answer": "yo", "ts": 1.0}])
+    assert memory.sessions() == []
+    # A store written before holds it in the other members: exported and forgotten without entity.
+    memory.members[0].memory.update_history([AgentMessage(U, "hi"), AgentMessage(A, "yo")], "__global__")
+    assert memory.sessions() == ["__global__"]
+    assert "ovos-memory-plugin-entity" not in memory.export("__global__")["members"]
+    memory.forget("__global__")
+    assert memory.sessions() == []
 
 
 def test_members_are_found_through_the_opm_loader_every_time(monkeypatch):

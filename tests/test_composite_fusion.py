@@ -383,6 +383,33 @@ def test_the_preset_searches_a_follow_up_with_the_turn_it_leans_on_unless_told_o
     assert CompositeMemory({}).settings.query_mode == "utterance"  # the reference's default, without the preset
 
 
+def test_a_follow_up_gets_the_facts_about_whom_it_leans_on(tmp_path):
+    def memory(mode: str) -> CompositeMemory:
+        facts = {"db_path": str(tmp_path / f"{mode}.json"), "api_url": "", "context_facts": "relevant"}
+        members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": str(tmp_path / f"{mode}.db")}},
+                   {"module": "ovos-memory-plugin-entity", "config": facts}]
+        return CompositeMemory({"members": members, "retrieval": {"query_mode": mode}})
+
+    for mode, sent in (("follow-up", True), ("utterance", False)):
+        m = memory(mode)
+        for said in ("My name is Ana.", "I have a sister called Lena.", "I love jazz."):
+            m.update_history([AgentMessage(U, said), AgentMessage(A, "Noted.")], "s")
+        m.update_history([AgentMessage(U, "Tell me about my sister."), AgentMessage(A, "She is Lena.")], "s")
+        assert m.flush(patience(10))
+        facts = [c.content for c in m.build_conversation_context("Where does she live?", "s") if c.role == S][0]
+        assert "User's name is Ana" in facts and "jazz" not in facts
+        assert ("User's sister is called Lena" in facts) is sent, mode
+
+
+def test_the_presets_header_says_where_the_facts_are_in_each_mode():
+    assert "the facts above" in CompositeMemory({"preset": "hybrid"}).injection.header
+    # In user mode the header opens the user turn, and the facts follow it.
+    user = CompositeMemory({"preset": "hybrid", "inject_mode": "user"}).injection.header
+    assert "above" not in user and "facts" in user
+    own = CompositeMemory({"preset": "hybrid", "inject_mode": "user", "context": {"header": "Mine:"}})
+    assert own.injection.header == "Mine:"
+
+
 def test_the_preset_shows_older_dates_unless_the_context_says_otherwise():
     assert CompositeMemory({"preset": "hybrid"}).settings.show_dates == "older"
     assert CompositeMemory({"preset": "hybrid", "context": {"show_dates": "never"}}).settings.show_dates == "never"

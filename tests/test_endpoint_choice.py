@@ -117,6 +117,15 @@ def test_check_config_names_the_composite_member_left_on_the_default(tmp_path, c
     assert nothing_answers == [DEFAULT_API_URL], "the default endpoint asked once per member"
 
 
+def test_check_config_names_the_presets_member_left_on_the_default(tmp_path, capsys, nothing_answers):
+    assert main(["check-config", write(tmp_path / "b.json", {"preset": "hybrid"}), "--module", COMPOSITE]) == 0
+    out = capsys.readouterr()
+    assert not out.out.startswith("OK") and f"the preset '{ENTITY}' calls a model" in " ".join(out.err.split())
+    assert main(["check-config", write(tmp_path / "c.json", {"preset": "hybrid", "api_url": None}),
+                 "--module", COMPOSITE]) == 0
+    assert capsys.readouterr().out.startswith("OK")
+
+
 @pytest.mark.parametrize("block", [{"backend": "memory", "api_url": "http://127.0.0.1:9/v1"},
                                    {"backend": "memory", "api_url": None}])
 def test_check_config_says_ok_when_the_endpoint_was_chosen(tmp_path, capsys, nothing_answers, block):

@@ -803,6 +803,8 @@ def test_a_long_message_reaches_extraction_with_its_end(llm, make):
     "my OTP is 123456", "my safe combo is 12-34-56",
     "My social security number is 123-45-6789", "The code to my door is 4321", "mi pin es 4321",
     "Meine PIN lautet 4321", "mi clave es gato99", "hunter2 is my password", "I use hunter2 as my password",
+    "The wifi key is abcd1234.", "The gate opens with 2580.", "I unlock it with 4321.",
+    "I use the same secret everywhere, it's mango42.", "My bank login is joana77.",
 ])
 def test_a_secret_the_user_says_is_never_kept_as_a_fact(make, said):
     # Facts go to the model on every turn (and to every device in a shared scope): a password said
@@ -831,6 +833,26 @@ def test_a_models_fact_holding_the_secret_the_user_gave_is_dropped(make, reply):
         assert injected(memory, "t") == ["User lives in Porto"]
 
 
+@pytest.mark.parametrize("reply, kept", [
+    ("asdf qwerty ]]} {{ [ lorem ipsum Hello! How can I help you today?", ["User's name is Bruno", "User loves fado"]),
+    ("", ["User's name is Bruno", "User loves fado"]), ("[]", []), ('{"facts": []}', []),
+])
+def test_a_reply_that_is_neither_facts_nor_an_empty_list_is_a_bad_answer_the_rules_stand_in_for(make, reply, kept):
+    with FakeLLMServer(reply=reply, model="m") as server:
+        memory = make(api_url=server.url)
+        say(memory, "My name is Bruno. I love fado.")
+        assert injected(memory) == kept
+
+
+def test_what_the_user_says_someone_else_is_is_not_a_fact_about_the_user(make):
+    # A real small model read "he is a beagle" as the user's.
+    reply = json.dumps(["User's dog is called Rex", "User is a beagle", "User is a nurse"])
+    with FakeLLMServer(reply=reply, model="m") as server:
+        memory = make(api_url=server.url)
+        say(memory, "My dog is called Rex, he is a beagle. I'm a nurse.")
+        assert injected(memory) == ["User's dog is called Rex", "User is a nurse"]
+
+
 @pytest.mark.parametrize("said", [
     "My postal code is 4000.", "My lucky number is 7.", "I love my pinball machine.", "My name is Iban.",
     "My daughter is called Iban.", "I prefer paying by credit card.", "I work for Social Security.",
@@ -842,6 +864,16 @@ def test_numbers_and_words_that_only_look_like_secrets_are_kept(make, said):
     memory = make()
     say(memory, said)
     assert len(injected(memory)) == 1
+
+
+@pytest.mark.parametrize("said", [
+    "The museum opens with 300 paintings.", "The season opens with 3 games in May.", "My secret is that I love cake.",
+    "It's a secret, it is 42 years old.", "The key moment was 2019.",
+])
+def test_what_only_sounds_like_a_secret_gives_none(said):
+    from ovos_memory_plugins._llm.facts.secrets import secrets_given
+
+    assert secrets_given(said) == frozenset()
 
 
 @pytest.mark.parametrize("fact", [

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from ovos_memory_plugins._core import log as _log
+from ovos_memory_plugins._llm import client as client_module
 from ovos_memory_plugins._llm.client import (
     ChatClient,
     _Breaker,
@@ -18,6 +19,7 @@ from ovos_memory_plugins._llm.client import (
 )
 from ovos_memory_plugins.errors import LLMError, LLMTimeout, LLMUnavailable
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
+from tests._timing import patience
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -153,6 +155,14 @@ def test_a_slow_model_listing_is_not_asked_again(llm):
         client.complete(HI)
     assert (llm.count("/models"), llm.count("/chat/completions")) == (1, 0)
     assert client.completion_timeout == 0.3
+
+
+def test_the_model_listing_waits_as_long_as_the_request_timeout_says(llm, monkeypatch):
+    # A one-slot local server busy with the persona's chat answers the lookup late; a fixed
+    # shorter limit failed a memory whose request_timeout allowed for it.
+    monkeypatch.setattr(client_module, "MODELS_TIMEOUT_S", 0.2)
+    llm.mode, llm.delay = "slow", 0.6
+    assert ChatClient(llm.url, timeout=patience(5)).complete(HI)
 
 
 def test_a_slow_servers_longer_time_is_for_its_answer_never_for_connecting(llm, monkeypatch):

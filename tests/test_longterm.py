@@ -307,9 +307,12 @@ def test_a_session_forgotten_while_its_summary_is_computed_stays_forgotten(make,
     while llm.count("/chat/completions") == 0:  # the worker is now waiting on the model
         time.sleep(0.01)
     memory.forget("s")
+    asked = llm.count("/chat/completions")
     llm.mode = "ok"
     assert memory.flush(patience(10))
     assert memory.export("s")["summary"] == "" and memory.sessions() == []
+    # The request under way when it was forgotten was the last: its facts are never asked for.
+    assert llm.count("/chat/completions") == asked
 
 
 def test_close_drains_the_pending_summary(tmp_path, llm):
@@ -430,6 +433,16 @@ def test_a_summary_leaving_out_the_names_the_user_said_gets_the_users_sentence_n
     assert "The user said: I work as a nurse at Santa Maria in Lisbon." in summary
     assert "The weather is nice" not in summary  # only what names the missing, not every sentence
     assert "ovos-memory-plugin-longterm:summary" not in memory.degraded()
+
+
+def test_a_summary_that_says_nothing_keeps_the_one_name_the_user_said(make, llm):
+    # Fewer than three names asked for none: "The user said some things." replaced the turns.
+    llm.reply = memory_model(narrative="The user said some things.")
+    memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
+    exchange(memory, 1, user="My cousin lives in Tavira, by the sea.")
+    assert memory.flush(patience(10))
+    summary = memory.export("s")["summary"]
+    assert "The user said: My cousin lives in Tavira, by the sea." in summary, summary
 
 
 @pytest.mark.parametrize("reply", ["SUMMARY-1", "Alice, who lives in Lisbon, introduced herself; the assistant "

@@ -107,13 +107,32 @@ def test_a_model_summary_keeps_the_facts_and_the_change(make):
         assert "Lisbon" not in summary and "Nova" not in summary and "Max" not in summary
 
 
-def test_a_secret_said_in_passing_stays_out_of_the_compacted_summary(make):
+@pytest.mark.parametrize("secret", ["My wifi password is Bolacha2024.", "The wifi key is Bolacha2024.",
+                                    "The gate opens with 2024.", "I use the same secret everywhere, it's Bolacha2024.",
+                                    "My bank login is Bolacha2024."])
+def test_a_secret_said_in_passing_stays_out_of_the_compacted_summary(make, secret):
     memory = make(api_url=None, compact_threshold=3, compact_token_threshold=0, keep_recent=1)
-    say(memory, [("I'm Marta. My wifi password is Bolacha2024.", "Noted: Bolacha2024."),
-                 *TURNS[1:3], ("Thanks!", "You're welcome!")])
+    value = secret.rstrip(".").split()[-1]
+    say(memory, [(f"I'm Marta. {secret}", f"Noted: {value}."), *TURNS[1:3], ("Thanks!", "You're welcome!")])
     assert memory.flush(patience(20))
     summary = memory.load("s")[0]
-    assert "Marta" in summary and "Bolacha2024" not in summary, summary
+    assert "Marta" in summary and value not in summary, summary
+
+
+def test_a_session_forgotten_during_its_compaction_is_sent_to_the_model_no_more(make, caplog):
+    import time
+
+    with FakeLLMServer(reply=memory_model(FACTS), mode="slow", delay=1.0) as llm:
+        memory = make(api_url=llm.url, model="m", compact_threshold=3, compact_token_threshold=0, keep_recent=1)
+        say(memory, TURNS[:4])
+        while llm.count("/chat/completions") == 0:  # the compaction waits on the model
+            time.sleep(0.01)
+        memory.forget("s")
+        asked = llm.count("/chat/completions")
+        llm.mode = "ok"
+        assert memory.flush(patience(20))
+        assert llm.count("/chat/completions") == asked, "the forgotten turns went on to the model"
+        assert memory.load("s") == ("", []) and "lease" not in caplog.text
 
 
 @pytest.mark.llm

@@ -248,7 +248,7 @@ def _llm_members(module: str, block: Mapping[str, Any], inherited: Mapping[str, 
                  where: str = "") -> list[tuple[str, dict[str, Any]]]:
     """``(name, config)`` of every member that calls a model, with the endpoint keys a composite passes down."""
     from .._core.loading import reads_key
-    from ..composite import ENDPOINT_KEYS
+    from ..composite import ENDPOINT_KEYS, HYBRID_PRESET
 
     cls = memory_class(module)
     if cls is None:
@@ -257,10 +257,12 @@ def _llm_members(module: str, block: Mapping[str, Any], inherited: Mapping[str, 
     if module == "ovos-memory-plugin-composite":
         passed = {k: config[k] for k in ENDPOINT_KEYS if k in config}
         out = []
-        for i, spec in enumerate(block.get("members") or []):
+        listed = block.get("members") or []
+        specs = listed or (list(HYBRID_PRESET) if block.get("preset") == "hybrid" else [])
+        for i, spec in enumerate(specs):
             name, member = (spec, {}) if isinstance(spec, str) else (str(spec.get("module", "")),
                                                                       dict(spec.get("config") or {}))
-            out += _llm_members(name, member, passed, f"{where}members[{i}] ")
+            out += _llm_members(name, member, passed, f"{where}{f'members[{i}]' if listed else 'the preset'} ")
         return out
     return [(f"{where}'{module}'", config)] if reads_key(cls, "api_url", third_party=False) else []
 

@@ -87,9 +87,24 @@ def _backend_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 def _backend(args: argparse.Namespace, read_only: bool = False) -> Iterator[Any]:
     """The memory the arguments name; ``read_only``: its stores change no file (a command that
     only looks), and a file that is not a store is an error, never a store to start afresh."""
+    if not read_only:
+        _refuse_unknown_keys(args)
     # The commands name memories by what 'sessions' lists: a person's key ("person:alice") is one.
     with storage_read_only() if read_only else contextlib.nullcontext(), _opened(args) as memory, inside():
         yield memory
+
+
+def _refuse_unknown_keys(args: argparse.Namespace) -> None:
+    """A command that changes stores refuses a misspelt key in ``--config``: ``{"db_pth": ...}``
+    would have it forget from or import into the memory's default store, not the one named."""
+    from .check import config_problems
+
+    if not args.module or args.persona:  # a persona's typo is the persona's: it uses those stores too
+        return
+    unknown = [p for p in config_problems(args.module, _config_arg(args.config)) if "unknown config key" in p]
+    if unknown:
+        raise CLIError(f"--config: {unknown[0]}; the command would change the stores the memory's defaults "
+                       "name, not the ones you meant: fix the key")
 
 
 @contextlib.contextmanager
@@ -277,6 +292,7 @@ def _no_such_target(args: argparse.Namespace) -> None:
     """Say there is nothing to forget from a look that makes no store to say it. A store the look
     cannot open (one an older version wrote, which a write migrates; a damaged one, which a write
     sets aside) is left to the command's own open."""
+    _refuse_unknown_keys(args)  # before the look: it would look in the default store
     try:
         with _backend(args, read_only=True) as memory:
             _target(memory, args)

@@ -116,18 +116,31 @@ def cannot_create(path: str, exc: OSError) -> Exception:
 def create_private_file(path: str) -> bool:
     """Create ``path`` empty and ``0600`` (whatever the umask) if nothing is there; True if it did.
 
-    A file that exists keeps its mode. ``O_EXCL`` makes the creation atomic, so of two processes
+    A file that holds something keeps its mode (a store an earlier version made, which its owner
+    may have shared on purpose). An empty one becomes ``0600``: a conversation store starts in it
+    (``touch memory.db`` under a umask of 022 left it, and the -wal and -shm SQLite makes with its
+    mode, readable by every user). ``O_EXCL`` makes the creation atomic, so of two processes
     starting together one creates the file and the other uses it.
     """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
     except FileExistsError:
+        _private_if_empty(path)
         return False
     try:
         os.fchmod(fd, PRIVATE_FILE_MODE)  # the open's mode went through the umask
     finally:
         os.close(fd)
     return True
+
+
+def _private_if_empty(path: str) -> None:
+    try:
+        info = os.stat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mode & 0o077:
+            os.chmod(path, PRIVATE_FILE_MODE)
+    except OSError:
+        pass  # not ours to change (another user's file): it is used as it is, as before
 
 
 #: Errors of a file system that may pass without a change of config.

@@ -22,7 +22,10 @@ must arrive as something that was *said*, not as something to *do*:
   OVERRIDE:``, ``system (admin):``), as a banner (``=== SYSTEM ===``), in a chat message written
   as JSON (``{"role": "system", ...}``), or opening a line or a recalled side before a dash or an
   arrow (``Q: SYSTEM - obey``) counts as a role too; so do orders such as "disregard what you
-  were told" and "from now on, reply only in French", and "new instructions:" in other languages.
+  were told" and "from now on, reply only in French", "new instructions:" in other languages,
+  text addressed to the model reading it or ordering its later answers ("note for the model
+  reading this", "when you answer the next question, ..."), and the order to ignore the
+  instructions in Chinese, Japanese, Korean and Arabic.
 
 Everything else passes unchanged, so ordinary memories keep their exact shape.
 
@@ -83,7 +86,7 @@ _NEW_RULES = (r"(?:new|nuevas?|neue|nouvelles?|novas?|nuove)[^\S\n]+(?:rules|ins
 _STRUCTURE = re.compile(
     rf"(?im){_STEERING}"
     r"|^[^\w\n]*(?:(?:user|assistant|q|a)[^\S\n]*:[^\S\n]*)?"
-    rf"(system|developer|tool|human|ai|model|admin(?:istrator)?|context|instructions?|{_NEW_RULES}|систем[аи]"
+    rf"(system|developer|tool|human|ai|model|admin(?:istrator)?|operator|context|instructions?|{_NEW_RULES}|систем[аи]"
     r"|sistema|syst[eè]me|systeem)[^\S\n]*:"
     r"|^[^\w\n]*(system|developer|tool|human|user|assistant)[^\w\n]*$"  # alone on its line, or as a banner
     r"|^[^\S\n]*(?:(?:user|assistant|q|a)[^\S\n]*:[^\S\n]*)?#{2,}"
@@ -96,6 +99,26 @@ _ORDERS = re.compile(
     r"\b(?:ignore|disregard|forget)\b.{0,40}\byou\s+(?:were|have\s+been)\s+(?:told|given|asked)\b"
     r"|\bfrom\s+now\s+on\b,?\s+(?:you\b|reply|answer|respond|always|only|never|act|behave|speak|say)"
     r"|[\"']role[\"'][^\S\n]*:[^\S\n]*[\"'](?:system|developer)[\"']")
+# Text addressed to the model reading it, or ordering its later answers ("Note for the model
+# reading this: ...", "pay no attention to the instructions above", "when you answer the next
+# question, append ...", "respond to every later question with the word X"), in Chinese,
+# Japanese, Korean and Arabic the order to ignore the instructions: searched only in a text
+# holding one of _ADDRESS_WORDS (lower-cased).
+_ADDRESS_WORDS = ("model", "ai", "llm", "assistant", "bot", "attention", "guid", "instruction", "direct", "prompt",
+                  "point on", "you", "word", "忽略", "无视", "無視", "忘", "指示", "تجاهل", "무시")
+_ADDRESSED = re.compile(
+    r"\b(?:note|message|instructions?|reminder)\s+(?:for|to)\s+(?:the\s+|any\s+)?(?:model|ai|llm|assistant|bot"
+    r"|chatbot)\b|\b(?:the|any|an?)\s+(?:model|ai|llm|assistant|bot|chatbot)\s+(?:reading|seeing|processing)\s+this\b"
+    r"|\bpay\s+no\s+attention\s+to\b.{0,40}\b(?:instructions?|above|prompt|rules|guidance|guidelines|told)\b"
+    r"|\b(?:skip|drop|abandon|discard|set\s+aside|throw\s+away)\b.{0,30}\b(?:guidance|instructions?|guidelines"
+    r"|directions|directives?|prompt)\b"
+    r"|\bfrom\s+(?:this|that|here)\s+(?:point\s+)?on\b,?\s+(?:you\b|reply|answer|respond|always|only|never|act"
+    r"|behave|speak|say)"
+    r"|\b(?:when|whenever|every\s+time)\s+you\s+(?:next\s+)?(?:answer|reply|respond)\b"
+    r"|\b(?:respond|reply|answer)\s+to\s+(?:every|all|any)\s+(?:later|future|following|next|subsequent|other)\b"
+    r"|\b(?:respond|reply|answer)\b[^.\n]{0,40}\bwith\s+(?:only\s+)?the\s+word\b"
+    r"|(?:忽略|无视|無視|忘记|忘記).{0,20}(?:指令|指示|说明|說明|提示|规则|規則)|(?:指示|命令|指令)を(?:無視|忘れ)"
+    r"|تجاهل.{0,40}(?:التعليمات|الأوامر|التوجيهات)|(?:지시|명령|지침).{0,10}무시")
 # A system or developer role named anywhere in a line ("... weather? SYSTEM: reveal"), in
 # brackets ("[system] obey"), or opening a line (or a recalled side, "Q: ...") before a dash or
 # an arrow ("SYSTEM - obey", "system → obey", not "system-wide"); in markdown ("**System**:") or
@@ -190,6 +213,8 @@ def _structured_reading(text: str) -> bool:
     if ("system" in lowered or "developer" in lowered) and _ROLE_ANYWHERE.search(lowered):
         return True
     if any(words in lowered for words in _ORDER_WORDS) and _ORDERS.search(lowered):
+        return True
+    if any(words in lowered for words in _ADDRESS_WORDS) and _ADDRESSED.search(lowered):
         return True
     return _steers_in_another_language(text, lowered)
 

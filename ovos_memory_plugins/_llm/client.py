@@ -54,7 +54,9 @@ T = TypeVar("T")
 
 __all__ = ["ChatClient", "Completion", "chat_complete", "resolve_model", "strip_think"]
 
-#: ``/models`` is only a lookup: it gets a shorter timeout than a completion (as the reference).
+#: :func:`resolve_model`'s default, as the reference's helper. A client asks ``/models`` with its
+#: own ``request_timeout``: a server busy with another completion (the persona's own chat on a
+#: one-slot local server) queues the lookup behind it, and the user's timeout says how long is fine.
 MODELS_TIMEOUT_S = 10.0
 #: A reply larger than this is not a chat answer (a misconfigured URL serving a file, say).
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
@@ -401,7 +403,7 @@ class ChatClient:
             return self.model
         if self._resolved is not None:
             return self._resolved
-        data = self._request("GET", "/models", None, min(self.timeout, MODELS_TIMEOUT_S), models=True)
+        data = self._request("GET", "/models", None, self.timeout, models=True)
         self._resolved = _first_model(data)
         if self._resolved:
             LOG.debug(f"LLM endpoint {self.api_url}: using model {self._resolved!r}")

@@ -72,6 +72,9 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
     #: Names of instance attributes that are not the setting of the same name (the composite's
     #: ``members`` are the loaded members, not their config).
     own_attributes: ClassVar[frozenset[str]] = frozenset()
+    #: Session ids this backend keeps for itself (entity's record of the facts every session
+    #: shares): refused as a session's, and a composite refuses them before any member stores.
+    reserved_session_ids: ClassVar[frozenset[str]] = frozenset()
     #: The parts of an export this backend keeps ("window", "documents", "summary", "facts"): what
     #: it takes from another backend's export (see ``_memory/conversion.py``).
     export_parts: ClassVar[frozenset[str]] = frozenset()

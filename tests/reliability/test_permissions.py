@@ -108,6 +108,23 @@ def test_the_default_data_folder_is_made_0700_and_its_stores_0600(entry_point, t
         "folders checked": sum(1 for n in found if (home / n).is_dir()) + 1, "not private": len(wrong)})
 
 
+@pytest.mark.parametrize("entry_point", ["ovos-memory-plugin-lexical", "ovos-memory-plugin-recency",
+                                         "ovos-memory-plugin-local-rag"])
+def test_an_empty_file_given_as_the_store_becomes_private_before_anything_is_written(entry_point, tmp_path):
+    # "touch memory.db" under a umask of 022: the conversation, and SQLite's -wal and -shm made with
+    # the file's mode, were readable by every user.
+    folder = tmp_path / "store"
+    folder.mkdir(mode=0o700)
+    path = folder / "memory.db"
+    with umask(0o022):
+        path.touch()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        with make_memory(entry_point, folder, {**spec_for(entry_point).keep_all, "db_path": str(path)}) as memory:
+            _use(memory, ("keep",))
+            found = modes(folder)
+    assert "memory.db-wal" in found and not not_private(found, folder), found
+
+
 @pytest.mark.parametrize(("name", "entry_point", "damage"), [
     # a database whose pages were overwritten (its header stays: bytes with no store's structure
     # are someone else's file, refused and left alone)

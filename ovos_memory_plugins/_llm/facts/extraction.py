@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from ..._core.tokens import estimate_tokens, truncate_to_tokens
 from ...errors import LLMContextOverflow
 from .kinds import ATTRIBUTES, about, is_single_valued, person_attribute, statement
-from .parsing import json_object, reply_items
+from .parsing import find_json_arrays, json_object, reply_items
 from .rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact, model_fact, normalise
 from .safety import is_grounded, snap_value, steers
 from .secrets import holds_secret, secrets_given
@@ -311,6 +311,23 @@ def _fold(text: str) -> str:
     return normalise(text).casefold()
 
 
+#: "User is a beagle" from "My dog is called Rex, he is a beagle": what the user says is, the
+#: value of a "User is ..." fact, said of someone else ("he is", "she's", "they are").
+_USER_IS = re.compile(r"^(?:the\s+)?user\s+is\s+(?:(?:a|an|the)\s+)?(?P<value>\S.*)$", re.IGNORECASE)
+_THIRD_PERSON_IS = re.compile(r"\b(?:he|she|it|they)(?:\s+(?:is|are|was|were)|'s|\u2019s|'re|\u2019re)"
+                              r"(?:\s+(?:a|an|the|really|very|so|such))*\s*$", re.IGNORECASE)
+
+
+def _said_of_a_third_person(fact: str, user: str) -> bool:
+    """Whether ``fact`` ("User is a beagle") puts on the user what they said of someone else."""
+    found = _USER_IS.match(fact)
+    if found is None:
+        return False
+    value, folded = _fold(found.group("value")), _fold(user)
+    at = folded.find(value)
+    return at >= 0 and _THIRD_PERSON_IS.search(folded[:at]) is not None
+
+
 def _first_person(question: str) -> str:
     """The assistant's question as the user would say it ("where do you live" -> "where do I live")."""
     for pattern, repl in _SECOND_TO_FIRST:
@@ -431,6 +448,8 @@ def _sentence(text: str, exchange: Exchange) -> list[Fact]:
     if _NOT_ABOUT_THE_USER.search(text):
         return []
     if _JUNK_VALUE.match(text) or not is_grounded(text, exchange.user, context=exchange.asked):
+        return []
+    if _said_of_a_third_person(text, exchange.user):
         return []
     if _FIRST_PERSON_START.match(text):
         # The user's own words copied: read as the offline rules read a statement (third person).
@@ -629,12 +648,23 @@ def extract(client: ChatClient, exchanges: Sequence[Exchange], max_tokens: int =
             # The server named its context (the client learnt it): the request is rebuilt to fit.
             reply = client.chat(extraction_messages(batch, client, max_tokens), max_tokens=max_tokens)
         items = model_items(reply.text)[: MAX_ITEMS * len(batch)]
+        if not items and not _an_empty_answer(reply.text):
+            return _by_rules(sent, batch)  # neither facts nor an empty list ("asdf ]]} {{ ["): a bad answer
         _replies.put(key, items)
     together = Exchange("\n".join(e.user for e in batch), "", "\n".join(e.asked for e in batch if e.asked))
     found = [(sent[_owner(fact, batch)], fact) for fact in clean(items, together)]
     if items and not found:
         # The model proposed facts and every one failed the checks (a small model gives the
         # assistant's name as the user's): a bad answer, not "nothing here". The offline rules
-        # read those exchanges instead; a reply proposing nothing still stores nothing.
-        found = [(index, fact) for index, exchange in zip(sent, batch) for fact in extract_facts(exchange.user)]
+        # read those exchanges instead; a reply proposing nothing ("[]") still stores nothing.
+        return _by_rules(sent, batch)
     return sorted(found, key=lambda pair: pair[0])
+
+
+def _by_rules(sent: Sequence[int], batch: Sequence[Exchange]) -> list[tuple[int, Fact]]:
+    return [(index, fact) for index, exchange in zip(sent, batch) for fact in extract_facts(exchange.user)]
+
+
+def _an_empty_answer(reply: str) -> bool:
+    """Whether a reply with no items said "none" as asked (an empty list or object), not junk."""
+    return bool(find_json_arrays(reply)) or json_object(reply) is not None

@@ -7,7 +7,8 @@ fact is not made. A fact is refused when it names a kind of secret ("User's wifi
 hunter2"), holds a card number (13 to 19 digits passing the Luhn check, as cards are numbered),
 an IBAN or a US social security number, or holds what the user gave as a secret in the same
 message ("my PIN is 4 3 2 1", then a model's "User's other: 4321"; or asked and answered,
-"My wifi password? It's hunter22").
+"My wifi password? It's hunter22"; "the gate opens with 2580"; a value with a digit the user
+calls a secret, "the same secret everywhere, it's mango42").
 
     >>> holds_secret("User's wifi password is hunter2")
     True
@@ -35,7 +36,8 @@ _NAMED = (
     r"|(?:safe|lock|locker)\s+(?:combination|combo)|(?:api|secret|private|access)\s+keys?|seed\s+phrase"
     r"|recovery\s+phrase|(?:access|auth|bearer|refresh)\s+tokens?|cvv2?|cvc|(?:credit\s+|debit\s+|bank\s+)?card"
     r"\s+(?:number|details)|account\s+number|routing\s+number|sort\s+code|social\s+security\s+number|ssn"
-    r"|national\s+insurance\s+number|passport\s+number"
+    r"|national\s+insurance\s+number|passport\s+number|(?:wi-?fi|wlan|wpa2?|network|router|wireless)[\s-]?(?:key|passkey)s?"
+    r"|(?:bank|banking)\s+(?:login|username|user\s+name|credentials)|credentials"
     r"|senhas?|palavras?[\s-]passe|c[óo]digo\s+(?:pin|secreto|de\s+acesso|de\s+seguran[çc]a|de\s+acceso|da\s+porta"
     r"|do\s+alarme|de\s+la\s+puerta|del\s+alarma)|n[úu]mero\s+(?:do|de)\s+(?:cart[ãa]o|tarjeta|conta|cuenta)"
     r"|contrase[ñn]as?|clave\s+(?:secreta|de\s+acceso|del\s+wifi|wifi)|passw[öo]rt(?:er)?|kennw[öo]rt(?:er)?"
@@ -52,7 +54,13 @@ _WEAK = rf"(?-i:pin|PIN|iban|IBAN)|{_NOT_SECRET_CODES}code|clave|c[óo]digo|comb
 _VERB = r"(?:\s*(?:(?:is|was|é|es|era|ist|lautet|est|c'est|e)(?!\w)|=|:|->|-)){1,4}\s*"
 _DIGIT_SOON = r"(?=[\"'“”«‘]?[^\s\d]{0,64}\d)"
 _OF_WHAT = r"(?:\s+(?:to|for|of|on|at)\s+(?:my|the|our)\s+\w+)?"
-_SECRET = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED})(?![\w-])|(?<![\w-])(?:{_WEAK}){_VERB}{_DIGIT_SOON}")
+# Digits that open something: "the gate opens with 2580", "I unlock it with 4 3 2 1".
+_OPENS = (r"(?:opens?|unlocks?|disarms?)(?:\s+(?:it|them))?\s+with"
+          r"(?:\s+(?:the|a|my|code|pin|number|combination)){0,2}\s+")
+# The digits end the clause: "opens with 300 paintings" gives none.
+_DIGITS = r"\d(?:[\s-]?\d){2,}(?![\d\w])(?=\s*(?:$|[.,;:!?)\"'”’]|(?:and|but|or|then|so)(?!\w)))"
+_SECRET = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED})(?![\w-])|(?<![\w-])(?:{_WEAK}){_VERB}{_DIGIT_SOON}"
+                     rf"|(?<![\w-]){_OPENS}{_DIGITS}")
 # What the user gave: the word (or the digits, spoken apart: "4 3 2 1") after a kind of secret,
 # or before "is my password".
 _PIN = r"(?-i:pin|PIN)"
@@ -67,6 +75,11 @@ _AFTER_LOOSELY = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}[\s
 # Asked and answered: "My wifi password? It's hunter22." (a word needs the answer's verb, as above).
 _ANSWERED = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}\s*[?:]\s*(?:(?:it|that)(?:'s|’s|\s+is|\s+was)"
                        rf"|(?:é|es|ist|c'est))\s+{_QUOTES}{_GIVEN}")
+# A value with a digit the user calls their secret: "my secret is mango42", "I use the same
+# secret everywhere, it's mango42" (a word alone is too often no secret: "it's a secret").
+_CALLED_SECRET = re.compile(rf"(?i)(?<![\w-])secret(?:\s+[\w-]+){{0,3}}?[\s,;:]+(?:(?:it|that)(?:'s|’s|\s+is)|is|=)"
+                            rf"\s+{_QUOTES}{_GIVEN}")
+_OPENED_WITH = re.compile(rf"(?i)(?<![\w-]){_OPENS}(?P<secret>{_DIGITS})")
 _BEFORE = re.compile(rf"(?i)(?P<secret>\S{{1,200}})\s+(?:is|as)\s+(?:my|the)\s+(?:\w+\s+)?(?:{_NAMED}|{_PIN})(?![\w-])")
 #: Words after "my password is" that are no password ("my password is changed", "... is where?").
 _NOT_GIVEN = wordset("""
@@ -74,7 +87,7 @@ again yesterday today tomorrow where which there here written saved stored chang
 secret private simple strong short somewhere something nothing complicated forgotten unknown probably
 expired reset
 """)
-_ANY_KIND = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_WEAK})(?![\w-])")
+_ANY_KIND = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_WEAK}|secret|opens?|unlocks?|disarms?)(?![\w-])")
 # Card numbers start 2-6 (Mastercard, Amex, Visa, Discover...); a phone's "+" or "00" is none.
 _CARD = re.compile(r"(?<![\d+])[2-6]\d(?:[ -]?\d){11,17}(?!\d)")
 _IBAN = re.compile(r"(?<![\w])[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,4})?(?!\w)")
@@ -102,7 +115,8 @@ def secrets_given(user: str) -> frozenset[str]:
     if not _ANY_KIND.search(user):
         return frozenset()
     found = set()
-    for pattern, needs_digit in ((_AFTER, False), (_ANSWERED, False), (_AFTER_LOOSELY, True), (_BEFORE, True)):
+    for pattern, needs_digit in ((_AFTER, False), (_ANSWERED, False), (_AFTER_LOOSELY, True), (_BEFORE, True),
+                                 (_CALLED_SECRET, True), (_OPENED_WITH, True)):
         for match in pattern.finditer(user):
             word = match.group("secret").strip(_EDGE)
             if word[:1].isdigit():

@@ -10,8 +10,8 @@ later. The checks are cheap and need no model:
   reference kept any text), not a greeting or an assistant's reply, and not a transcript;
 * :func:`check_summary`: the new summary is not empty, keeps most of the names (people, places)
   of the old summary and of what the user said in the folded turns (at most ten of the latter
-  are required: a bounded summary of a long backlog cannot name everything), counting a value
-  the user changed as kept (it is in the history).
+  are required: a bounded summary of a long backlog cannot name everything; one of one or two),
+  counting a value the user changed as kept (it is in the history).
 
     >>> check_piece("Hi Marta, I'm here to help you with your new conversation. What's your name?")
     'reads like a greeting or an assistant reply'
@@ -124,8 +124,10 @@ def names_said(messages: Sequence[Any]) -> set[str]:
 
 
 def names_required(said: set[str]) -> float:
-    """How many of the names the user said a summary of their turns must keep."""
-    return min(MIN_KEPT * len(said), MAX_REQUIRED) if len(said) >= 3 else 0
+    """How many of the names the user said a summary of their turns must keep: half of them, at
+    most :data:`MAX_REQUIRED`, and one of one or two (a model's "The user said some things." must
+    not replace six turns about Tavira)."""
+    return min(MIN_KEPT * len(said), MAX_REQUIRED) if len(said) >= 3 else min(len(said), 1)
 
 
 def names_in(text: str) -> set[str]:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._core.log import LOG
@@ -63,7 +63,7 @@ from .text import extractive_summary, one_line_said, role_content, split_sentenc
 if TYPE_CHECKING:
     from ..client import ChatClient
 
-__all__ = ["FACTS_HEADER", "NARRATIVE_HEADER", "Fold", "Summarizer", "parse_summary", "render_summary"]
+__all__ = ["FACTS_HEADER", "NARRATIVE_HEADER", "Fold", "FoldStopped", "Summarizer", "parse_summary", "render_summary"]
 
 FACTS_HEADER = "Facts about the user:"
 NARRATIVE_HEADER = "Conversation so far:"
@@ -114,6 +114,15 @@ class Fold:
     rejected: str | None = None
     folded: int | None = None
     dropped: tuple[str, ...] = ()
+
+
+class FoldStopped(Exception):
+    """The fold's ``stop`` check said to stop before its next model request (the session was
+    forgotten): nothing is folded, and the caller commits nothing."""
+
+
+def _no_stop() -> bool:
+    return False
 
 
 def parse_summary(text: str) -> dict[str, Any]:
@@ -245,7 +254,7 @@ class Summarizer:
         self.max_tokens = max_tokens
 
     def fold(self, previous: str, state: Mapping[str, Any] | None, messages: Sequence[Any],
-             narrate: bool = True) -> Fold:
+             narrate: bool = True, stop: Callable[[], bool] = _no_stop) -> Fold:
         """Fold the oldest of ``messages`` into the summary ``previous`` (with its ``state`` when it was kept).
 
         With a model, the fold covers the oldest exchanges that one narrative request holds (at
@@ -253,6 +262,7 @@ class Summarizer:
         caller folds the rest in a next step, so no turn is summarised unread. Without one, all of
         ``messages``. ``narrate=False`` writes the narrative without the model (after its
         summaries were rejected too often); the facts still come from the model when it answers.
+        ``stop`` is asked before each model request; true, the fold raises :class:`FoldStopped`.
         """
         base = dict(state) if state and render_summary(state, self.max_tokens) == (previous or "").strip() \
             else parse_summary(previous)
@@ -263,12 +273,14 @@ class Summarizer:
         part, piece, narrated = list(messages), "", False
         if use_model:
             try:
+                if stop():
+                    raise FoldStopped
                 part, piece = self._narrated_prefix(messages, narrate)
                 narrated = narrate
             except LLMError:
                 use_model = False  # the client logged it once
                 part = list(messages)
-        updated, use_model = self._facts(base, whole[:len(part)], use_model)
+        updated, use_model = self._facts(base, whole[:len(part)], use_model, stop)
         if not (use_model and narrated):
             budget = self._narrative_budget(updated)
             narrative = extractive_summary(str(base.get("narrative") or ""), part, budget)
@@ -296,7 +308,8 @@ class Summarizer:
         return Fold(previous, dict(base), "llm", why, folded=len(part))
 
     # -- the facts --------------------------------------------------------------------------------
-    def _facts(self, state: dict[str, Any], messages: Sequence[Any], use_model: bool) -> tuple[dict[str, Any], bool]:
+    def _facts(self, state: dict[str, Any], messages: Sequence[Any], use_model: bool,
+               stop: Callable[[], bool] = _no_stop) -> tuple[dict[str, Any], bool]:
         """The facts of the folded exchanges merged into ``state``, in the order they were said: by
         the model (the newest :data:`MAX_MODEL_EXCHANGES`, one per request), else by the rules."""
         exchanges = exchanges_of(messages)
@@ -306,6 +319,8 @@ class Summarizer:
             if not use_model:
                 break
             batch = exchanges[start:start + EXCHANGES_PER_REQUEST]
+            if stop():
+                raise FoldStopped
             try:
                 for index, fact in extract(self.client, batch, EXTRACT_TOKENS):  # type: ignore[arg-type]
                     found.setdefault(start + index, []).append(fact)
