@@ -168,9 +168,9 @@ class FoldLog:
     def watch(self, name: str, summarizer: Summarizer) -> None:
         real = summarizer.fold
 
-        def fold(previous: str, state: Any, messages: Any, narrate: bool = True) -> Any:
+        def fold(previous: str, state: Any, messages: Any, narrate: bool = True, **options: Any) -> Any:
             started = time.monotonic()
-            result = real(previous, state, messages, narrate)
+            result = real(previous, state, messages, narrate, **options)
             changed = [str(h.get("said") or h.get("text") or "") for h in result.state.get("history") or []]
             read = messages[:result.folded]  # a backlog is folded in several steps
             failed = None if result.rejected else check_summary(result.summary, previous, read,

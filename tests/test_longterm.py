@@ -421,28 +421,25 @@ def test_a_line_announcing_the_summary_is_left_out_and_the_summary_committed(mak
     assert "ovos-memory-plugin-longterm:summary" not in memory.degraded()
 
 
-def test_a_summary_leaving_out_the_names_the_user_said_gets_the_users_sentence_naming_them(make, llm):
+@pytest.mark.parametrize("narrative, said, added", [
     # A small model asked for a few sentences about many exchanges names few of the places and
     # people; refusing its summary left the turns unfolded fold after fold.
-    llm.reply = memory_model(narrative="The user enjoys the weather and talked about the sea.")
+    ("The user enjoys the weather and talked about the sea.",
+     "I work as a nurse at Santa Maria in Lisbon. The weather is nice.",
+     "I work as a nurse at Santa Maria in Lisbon."),
+    # Fewer than three names asked for none: "The user said some things." replaced the turns.
+    ("The user said some things.", "My cousin lives in Tavira, by the sea.", "My cousin lives in Tavira, by the sea."),
+])
+def test_a_summary_leaving_out_the_names_the_user_said_gets_the_users_sentence_naming_them(
+        make, llm, narrative, said, added):
+    llm.reply = memory_model(narrative=narrative)
     memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
-    exchange(memory, 1, user="I work as a nurse at Santa Maria in Lisbon. The weather is nice.")
+    exchange(memory, 1, user=said)
     assert memory.flush(patience(10))
     summary = memory.export("s")["summary"]
-    assert "The user enjoys the weather and talked about the sea." in summary
-    assert "The user said: I work as a nurse at Santa Maria in Lisbon." in summary
+    assert narrative in summary and f"The user said: {added}" in summary, summary
     assert "The weather is nice" not in summary  # only what names the missing, not every sentence
     assert "ovos-memory-plugin-longterm:summary" not in memory.degraded()
-
-
-def test_a_summary_that_says_nothing_keeps_the_one_name_the_user_said(make, llm):
-    # Fewer than three names asked for none: "The user said some things." replaced the turns.
-    llm.reply = memory_model(narrative="The user said some things.")
-    memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
-    exchange(memory, 1, user="My cousin lives in Tavira, by the sea.")
-    assert memory.flush(patience(10))
-    summary = memory.export("s")["summary"]
-    assert "The user said: My cousin lives in Tavira, by the sea." in summary, summary
 
 
 @pytest.mark.parametrize("reply", ["SUMMARY-1", "Alice, who lives in Lisbon, introduced herself; the assistant "
