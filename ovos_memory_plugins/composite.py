@@ -713,16 +713,22 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         Another package's member is asked with the utterance, as a persona would ask it."""
         parts = ContextParts()
         members, primary = self.members, self.primary  # one roster for the turn (a member may join meanwhile)
+        own = None  # the primary's window, and its blocks for the utterance: one call, as most turns need
         if window and primary is not None:
-            got = self._member_parts(primary, utterance, session_id, window=True, blocks=False)
-            if got is not None:
-                parts.window, parts.history = got.window, got.query_history()
-        query = self.build_query(utterance, parts.query_history()) if blocks else utterance
+            own = self._member_parts(primary, utterance, session_id, window=True,
+                                     blocks=blocks and not primary.is_retriever)
+            if own is not None:
+                parts.window, parts.history = own.window, own.query_history()
+        parts.query = self.build_query(utterance, parts.query_history())  # recall searches it too
         for member in members:
-            if blocks and not member.is_retriever:  # a plain primary's summary or facts count too
-                asked = query if isinstance(member.memory, ContextMemory) else utterance
+            if not blocks or member.is_retriever:  # a plain primary's summary or facts count too
+                continue
+            asked = parts.query if isinstance(member.memory, ContextMemory) else utterance
+            if member is primary and window and asked == utterance:
+                got = own
+            else:
                 got = self._member_parts(member, asked, session_id, window=False, blocks=True)
-                parts.blocks.extend(got.blocks if got is not None else [])
+            parts.blocks.extend(got.blocks if got is not None else [])
         parts.blocks = distinct_blocks(parts.blocks)
         return parts
 

@@ -121,11 +121,14 @@ class ContextParts:
         blocks: system blocks (a summary, facts), in the order they are sent.
         history: the stored messages a ``query_mode`` of history or follow-up folds user turns from
             (the window's source, before trimming); defaults to ``window``.
+        query: the search query, when the memory built it already (a composite, choosing its
+            members' blocks by it); None: recall builds it.
     """
 
     window: list[AgentMessage] = dataclasses.field(default_factory=list)
     blocks: list[AgentMessage] = dataclasses.field(default_factory=list)
     history: list[AgentMessage] | None = None
+    query: str | None = None
 
     def query_history(self) -> list[AgentMessage]:
         return self.window if self.history is None else self.history
@@ -343,7 +346,8 @@ class RecallingMemory(ContextMemory):
                   max_tokens: int | None) -> str:
         if not utterance:
             return ""
-        hits = self.turn_recall(self.build_query(utterance, parts.query_history()), session_id, window, parts.blocks)
+        query = parts.query if parts.query is not None else self.build_query(utterance, parts.query_history())
+        hits = self.turn_recall(query, session_id, window, parts.blocks)
         budget = None if max_tokens is None else max(
             0, max_tokens - estimate_tokens(self.injection.header) - _BLOCK_OVERHEAD_TOKENS)
         return render_hits(hits, self.style, budget, utterance)
