@@ -308,6 +308,7 @@ def test_an_export_the_memory_keeps_nothing_of_is_one_line_and_nothing_is_import
     assert code == 2 and "imported" not in out
     assert_one_line_error(code, err, ["kitchen.json", "ovos-memory-plugin-entity holds facts",
                                       "ovos-memory-plugin-recency keeps a window", "nothing in it can be imported"])
+    assert not (tmp_path / "r.db").exists(), "a refused import creates no store"
     assert main(["sessions", *target]) == 0
     assert capsys.readouterr().out.split() == []
 

@@ -441,6 +441,7 @@ def cmd_import(args: argparse.Namespace, ui: UI) -> int:
     items = _import_items(read_json(args.file, "export file"), args.file, args.all)
     if args.session is not None and len(items) != 1:
         raise CLIError("--session only applies to a file holding one session")
+    _refuse_what_it_keeps_none_of(args, items)
     with _backend(args) as memory:
         name = getattr(memory, "plugin_name", "")
         with _progress(ui) as progress:
@@ -532,6 +533,25 @@ def cmd_index(args: argparse.Namespace, ui: UI) -> int:
                            "memory runs)", EXIT_ERROR)
         ui.out.print(f"the index of {name} is up to date ({waiting} document(s) indexed now)", soft_wrap=True)
     return 0
+
+
+def _refuse_what_it_keeps_none_of(args: argparse.Namespace, items: list[Mapping[str, Any]]) -> None:
+    """An export the memory keeps nothing of (entity's facts into recency) is refused before its
+    stores are opened: a refused import creates no store. A composite, or another package's
+    memory, is asked once open."""
+    from .._memory.conversion import converted
+    from .persona import memory_class
+
+    cls = memory_class(_backend_spec(args)[0])
+    if cls is None or not getattr(cls, "export_parts", None):
+        return
+    for index, item in enumerate(items):
+        try:
+            converted(item, cls)
+        except ValueError as exc:
+            before = f" ({index} session(s) before it in the file would be imported)" if index else ""
+            raise CLIError(f"{args.file!r}: cannot import session {item.get('session_id')!r}: {exc}{before}; "
+                           "nothing was imported") from None
 
 
 def _import_one(memory: Any, item: Mapping[str, Any], args: argparse.Namespace, index: int) -> None:
