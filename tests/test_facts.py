@@ -89,6 +89,10 @@ def test_an_array_embedded_in_prose_is_found(prefix, facts, suffix):
     ("I love jazz but I hate country music", {"pref:jazz": "User loves jazz",
                                                "pref:country music": "User dislikes country music"}),
     ("I like hiking", {"pref:hiking": "User likes hiking"}),
+    # how much is no part of the value ("User likes jazz very")
+    ("I like jazz very much indeed", {"pref:jazz": "User likes jazz"}),
+    ("I enjoy cooking very, very much", {"pref:cooking": "User likes cooking"}),
+    ("I like tea a lot", {"pref:tea": "User likes tea"}),
     ("I don't like olives", {"pref:olives": "User does not like olives"}),
     ("I am a teacher.", {"is:teacher": "User is a teacher"}),
     ("I work as a nurse", {"job": "User works as a nurse"}),

@@ -203,13 +203,15 @@ night nights home weekends weekend night-shift times least all day days morning 
 # Nationalities and languages the list above does not hold ("Portuguese", "Polish", "Danish").
 _NOT_A_NAME = re.compile(r"(?:ese|ish)$", re.IGNORECASE)
 _TRAILING = wordset("""
-actually really too also though anyway anyways now lol haha much indeed anymore nowadays
+actually really too also though anyway anyways now lol haha much indeed anymore nowadays very
 """)
 # The same in the other languages, in lower case only: "Café Agora" is a name.
 _TRAILING_ELSEWHERE = frozenset(("agora", "ahora", "jetzt", "maintenant", "finalmente", "entonces"))
-# Trailing phrases of more than one word, same purpose: "I don't like jazz any more".
+# Trailing phrases of more than one word, same purpose: "I don't like jazz any more", "I like
+# jazz very much".
 # So are times said after a move or a change: "I moved to Porto last week".
 _TRAILING_PHRASE = re.compile(r"(?:\s+(?:any more|these days|at all|no more|last (?:week|month|year|weekend)|al final|"
+                              r"(?:(?:very|so|really|quite),?\s+)*much(?:\s+indeed)?|a lot|a great deal|"
                               r"(?:hace|há|ha) \w+ (?:años|anos|meses|semanas|d[ií]as)|(?:el|o|no) a[ñn]o pasado|"
                               r"l'ann[ée]e derni[èe]re|l'an dernier|letztes jahr|vor \w+ (?:jahren|monaten|wochen)|"
                               r"this (?:week|month|year)|(?:a few|two|three) (?:days|weeks|months) ago|yesterday|"
