@@ -39,7 +39,6 @@ from ._llm.memory import LLMMemory
 from ._llm.summaries.fold import Fold, FoldStopped, Summarizer, parse_summary, render_summary
 from ._llm.summaries.text import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
-from ._memory.forgets import Forgets
 from .config import option
 from .context import ContextConfig, ContextParts
 from .inject import INJECT_MODES
@@ -116,7 +115,6 @@ class LongTermMemory(LLMMemory):
     offline_fallback: ClassVar[str] = "old turns are summarised without the model"
 
     def __init__(self, config: Mapping[str, Any] | None = None):
-        self._forgets = Forgets()  # first: the base may start summarising a backlog
         super().__init__(config)
         self._summarizer = Summarizer(self.client, self.settings.max_summary_tokens)
 
@@ -216,7 +214,7 @@ class LongTermMemory(LLMMemory):
         state = record.get("summary_state") if isinstance(record.get("summary_state"), dict) else None
         try:
             fold = self._summarizer.fold(previous, state, chunk, narrate=rejections < MAX_REJECTIONS,
-                                         stop=self._forgets.since(session_id))
+                                         stop=self._held.dropped_since(session_id))
         except FoldStopped:
             return  # forgotten meanwhile: the model is sent nothing more of it
         chunk = chunk[:fold.folded]  # what the fold read; the rest waits for the next step
@@ -267,7 +265,6 @@ class LongTermMemory(LLMMemory):
         record = self._load(session_id)
         self._delete(session_id)
         self._problems.forget(session_id)
-        self._forgets.forgot(session_id)
         return {"messages": len(record.get("recent") or []) + held, "summaries": 1 if record.get("summary") else 0}
 
     def export(self, session_id: str) -> dict[str, Any]:

@@ -41,7 +41,6 @@ from ._llm.endpoint import EndpointConfig, chat_client, with_endpoint
 from ._llm.summaries.fold import Fold, FoldStopped, Summarizer
 from ._llm.summaries.text import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
-from ._memory.forgets import Forgets
 from ._redis.compaction import CompactionPolicy, RoundOutcome
 from ._redis.lease import Lease
 from ._redis.store import REPLAYED_ROLES, CommitStatus, RedisStore, decode_array, url_problem
@@ -218,7 +217,6 @@ class RedisMemory(ContextMemory):
         self._log = LogOnce()
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()  # the last read, for when Redis is down
-        self._forgets = Forgets()
         self._due = DueQueue()  # sessions waiting for compaction
         self._worker = BackgroundWorker(f"{self.plugin_name}:compaction", self._compact_step, retry_delay=1.0)
 
@@ -320,7 +318,6 @@ class RedisMemory(ContextMemory):
             self._rejections.pop(session_id, None)  # a new conversation under this id starts afresh
         self._problems.forget(session_id)
         self._due.discard(session_id)
-        self._forgets.forgot(session_id)  # a compaction under way sends the model nothing more
         return {"messages": messages + held, "summaries": summaries}
 
     def export(self, session_id: str) -> dict[str, Any]:
@@ -492,7 +489,7 @@ class RedisMemory(ContextMemory):
         if not cut:
             return RoundOutcome.DONE
         head = items[:cut]
-        forgotten = self._forgets.since(session_id)
+        forgotten = self._held.dropped_since(session_id)  # forget drops what is held
         # The LLM calls run outside any data lock: writers keep appending meanwhile.
         try:
             fold = self._fold(session_id, summary, [to_dict(i.message) for i in head], forgotten)

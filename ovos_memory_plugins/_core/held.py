@@ -103,6 +103,12 @@ class HeldWrites(Generic[T]):
         with self._lock:
             return self._forgets.get(session_id, 0)
 
+    def dropped_since(self, session_id: str) -> Callable[[], bool]:
+        """A check: was ``session_id`` dropped (forgotten) after this call? Background work on
+        the session (a summary's model requests) asks it before each step and stops."""
+        start = self._generation(session_id)
+        return lambda: self._forgets.get(session_id, 0) != start
+
     def _take(self, session_id: str) -> list[Stamped[T]]:
         """Remove and return what is held for ``session_id`` (``[]``: nothing)."""
         if session_id not in self._items:

@@ -103,9 +103,13 @@ _ORDERS = re.compile(
 # reading this: ...", "pay no attention to the instructions above", "when you answer the next
 # question, append ...", "respond to every later question with the word X"), in Chinese,
 # Japanese, Korean and Arabic the order to ignore the instructions: searched only in a text
-# holding one of _ADDRESS_WORDS (lower-cased).
-_ADDRESS_WORDS = ("model", "ai", "llm", "assistant", "bot", "attention", "guid", "instruction", "direct", "prompt",
-                  "point on", "you", "word", "忽略", "无视", "無視", "忘", "指示", "تجاهل", "무시")
+# holding one of _ADDRESS_WORDS (lower-cased, its spaces squeezed), each alternative needing one,
+# as every recalled exchange of every turn is checked.
+_ADDRESS_WORDS = ("note for", "note to", "message for", "message to", "instruction", "reminder for", "reminder to",
+                  "reading this", "seeing this", "processing this", "attention", "guid", "direction", "directive",
+                  "prompt", "point on", "this on", "that on", "here on", "you answer", "you reply", "you respond",
+                  "you next", "to every", "to all", "to any", "the word", "忽略", "无视", "無視", "忘", "指示", "命令",
+                  "指令", "تجاهل", "무시")
 _ADDRESSED = re.compile(
     r"\b(?:note|message|instructions?|reminder)\s+(?:for|to)\s+(?:the\s+|any\s+)?(?:model|ai|llm|assistant|bot"
     r"|chatbot)\b|\b(?:the|any|an?)\s+(?:model|ai|llm|assistant|bot|chatbot)\s+(?:reading|seeing|processing)\s+this\b"
@@ -214,9 +218,14 @@ def _structured_reading(text: str) -> bool:
         return True
     if any(words in lowered for words in _ORDER_WORDS) and _ORDERS.search(lowered):
         return True
-    if any(words in lowered for words in _ADDRESS_WORDS) and _ADDRESSED.search(lowered):
+    if _addressed(lowered):
         return True
     return _steers_in_another_language(text, lowered)
+
+
+def _addressed(lowered: str) -> bool:
+    squeezed = " ".join(lowered.split())
+    return any(words in squeezed for words in _ADDRESS_WORDS) and bool(_ADDRESSED.search(lowered))
 
 
 def steers(text: str) -> bool:
