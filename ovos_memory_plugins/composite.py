@@ -121,7 +121,8 @@ class CompositeConfig(RecallConfig):
     rrf_k: float = option(60, "rrf constant k (0: 1/rank)", kind=float, minimum=0)
     top_k: int | None = option(None, "recalled items (top level; falls back to retrieval.max_num_results)",
                                key="max_num_results", kind=int, minimum=1)
-    member_fetch_k: int | None = option(None, "hits asked of each retriever; 0 or null: 2 x max_num_results",
+    member_fetch_k: int | None = option(None, "hits asked of each retriever (never fewer than "
+                                        "max_num_results); 0 or null: 2 x max_num_results",
                                         kind=int, minimum=0)
     dedup: bool = option(True, "fuse identical texts from several retrievers into one")
     max_added_tokens: int | None = option(None, "token budget for what is added besides the window: the plain "
@@ -255,7 +256,8 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
         super()._settings_changed()
         s = self.settings
         self.k = s.top_k or s.max_num_results
-        self.fetch_k = s.member_fetch_k or max(2 * self.k, self.k)
+        # Never fewer hits asked of a member than are recalled: max(member_fetch_k, max_num_results).
+        self.fetch_k = max(s.member_fetch_k or 2 * self.k, self.k)
         self.score_weights = ScoreWeights.from_config(s.fusion_weights, f"{self.plugin_name}: fusion_weights")
 
     def _preset_applies(self) -> bool:
@@ -603,7 +605,7 @@ class CompositeMemory(SessionHistoryMixin, RecallingMemory):
                     blocks: Sequence[AgentMessage]) -> list[MemoryHit]:
         """:meth:`recall`, with the exchanges the facts sent in ``blocks`` contradict moved behind
         the others (_index/current.py): ranked from the wider pool, so others take their place."""
-        hits = self._fused(query, session_id, window, max(self.fetch_k, self.k))
+        hits = self._fused(query, session_id, window, self.fetch_k)
         return put_contradicted_last(hits, [b.content for b in blocks])[:self.k]
 
     def store(self, text: str, session_id: str, metadata: dict[str, Any] | None = None) -> str | None:

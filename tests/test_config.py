@@ -49,6 +49,9 @@ def test_a_whole_number_written_as_a_float_and_0_or_1_for_a_switch_are_read_as_m
         LexicalMemory({"db_path": str(tmp_path / "l.db"), "context": {"include_sources": 2}})
     composite = CompositeMemory({"members": ["ovos-memory-plugin-recency"], "rrf_k": 60.5, "member_fetch_k": 0})
     assert composite.rrf_k == 60.5 and composite.member_fetch_k == 10  # 0: the default, 2 x max_num_results
+    # Fewer hits asked of a member than are recalled would leave the fused list short.
+    composite = CompositeMemory({"members": ["ovos-memory-plugin-recency"], "max_num_results": 7, "member_fetch_k": 3})
+    assert composite.member_fetch_k == 7
 
 
 def test_null_for_a_key_that_takes_none_is_its_default_with_a_warning_and_check_config_reports_it(monkeypatch):
