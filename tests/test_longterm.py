@@ -357,6 +357,18 @@ def test_offline_the_window_stays_bounded_and_an_extractive_summary_remembers(ma
     assert memory.client.attempts == 1, "a dead endpoint is tried once per back-off period"
 
 
+def test_offline_a_statement_the_user_changed_leaves_the_summary_with_the_reply_to_it(make):
+    memory = make(summarize_every=2, recent_window=1)
+    for user, answer in [("My name is Joana.", "Hello Joana."), ("I live in Porto.", "Noted, a lovely city."),
+                         ("I moved to Lisbon.", "Welcome to Lisbon."), ("What's the weather like?", "Sunny.")]:
+        memory.update_history([AgentMessage(U, user), AgentMessage(A, answer)], "s")
+    assert memory.flush(patience(10))
+    summary = memory.export("s")["summary"]
+    assert "User lives in Lisbon" in summary and "Welcome to Lisbon." in summary and "Hello Joana." in summary
+    # the old city's line is gone, and so is the reply that answered it (it said nothing but that)
+    assert "Porto" not in summary and "lovely city" not in summary, summary
+
+
 def test_a_failing_endpoint_costs_one_request_per_back_off_period_not_two_per_turn(make, llm):
     llm.mode = "error"
     memory = make(api_url=llm.url, model="m", summarize_every=1, recent_window=0)
