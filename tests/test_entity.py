@@ -817,6 +817,27 @@ def test_a_secret_the_user_says_is_never_kept_as_a_fact(make, said):
     assert secret not in json.dumps(memory.export("s"), ensure_ascii=False)
 
 
+@pytest.mark.parametrize("said, secret", [
+    ("My PIN is four three two one.", "four three two one"), ("my pin is Four, Three, Two, One", "Four, Three"),
+    ("my code is one two three four", "one two three four"), ("The gate opens with two five eight zero.", "two five"),
+    ("Meine PIN ist vier drei zwei eins.", "vier drei"), ("Mi pin es cuatro tres dos uno.", "cuatro tres"),
+])
+def test_a_secret_spoken_as_words_is_never_kept_as_a_fact(make, said, secret):
+    # A voice assistant hears digits as speech to text writes them: often as words.
+    memory = make()
+    say(memory, f"My name is Ana. {said}")
+    assert injected(memory) == ["User's name is Ana"]
+    assert secret.casefold() not in json.dumps(memory.export("s"), ensure_ascii=False).casefold()
+
+
+def test_digit_words_outside_a_secret_are_left_as_they_are():
+    from ovos_memory_plugins._llm.facts.secrets import holds_secret, secrets_given
+
+    assert secrets_given("I have two cats and three dogs. One of them is old.") == frozenset()
+    assert not holds_secret("User's lucky numbers are one two three")
+    assert secrets_given("my code is one two three four") == {"1234"}
+
+
 @pytest.mark.parametrize("reply", [
     items(("other", "4321")), items(("other", "PIN 4321")), json.dumps(["User's PIN is 4321"]),
 ])

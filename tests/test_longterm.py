@@ -727,7 +727,8 @@ def test_a_secret_said_in_passing_stays_out_of_the_summary_and_of_the_request(ma
 
 
 @pytest.mark.parametrize("said", ["My wifi password? It's Bolacha2024.", "The door code? It is 8 6 4 2.",
-                                  "My PIN? 8642", "Minha senha? É Bolacha2024."])
+                                  "My PIN? 8642", "Minha senha? É Bolacha2024.",
+                                  "My PIN is four three two one.", "The alarm code? It's eight, six, four, two."])
 def test_a_secret_asked_and_answered_stays_out_of_the_summary(make, said):
     memory = make(api_url=None, summarize_every=1, recent_window=0)
     exchange(memory, 0, user=f"I live in Porto. {said} I love fado.")
@@ -735,7 +736,7 @@ def test_a_secret_asked_and_answered_stays_out_of_the_summary(make, said):
     assert memory.flush(30)
     summary = memory.export("s")["summary"]
     assert "Porto" in summary and "Bolacha2024" not in summary and "8642" not in summary, summary
-    assert "8 6 4 2" not in summary, summary
+    assert not any(spoken in summary for spoken in ("8 6 4 2", "six, four", "three two")), summary
 
 
 def test_a_name_said_beside_a_secret_is_still_a_fact_of_the_summary(make):

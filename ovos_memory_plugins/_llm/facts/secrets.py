@@ -8,7 +8,8 @@ hunter2"), holds a card number (13 to 19 digits passing the Luhn check, as cards
 an IBAN or a US social security number, or holds what the user gave as a secret in the same
 message ("my PIN is 4 3 2 1", then a model's "User's other: 4321"; or asked and answered,
 "My wifi password? It's hunter22"; "the gate opens with 2580"; a value with a digit the user
-calls a secret, "the same secret everywhere, it's mango42").
+calls a secret, "the same secret everywhere, it's mango42"). Digits spoken as words are digits
+("my PIN is four three two one": speech to text writes them so as often as not).
 
     >>> holds_secret("User's wifi password is hunter2")
     True
@@ -52,7 +53,17 @@ _WEAK = rf"(?-i:pin|PIN|iban|IBAN)|{_NOT_SECRET_CODES}code|clave|c[óo]digo|comb
 # Each piece of it opens with its own spaces and the count is bounded: no run of spaces or dashes
 # can be split two ways, so a search is linear whatever the text ("code - - - - ... x").
 _VERB = r"(?:\s*(?:(?:is|was|é|es|era|ist|lautet|est|c'est|e)(?!\w)|=|:|->|-)){1,4}\s*"
-_DIGIT_SOON = r"(?=[\"'“”«‘]?[^\s\d]{0,64}\d)"
+# Digits as a voice assistant hears them: speech to text writes "my PIN is four three two one" as
+# often as "4321". A run of three or more digit words reads as the digits it spells (English and
+# the languages the rules read); fewer are left as words ("one of them", "dois cafés").
+_DIGIT_WORDS = {word: str(digit) for digit, words in enumerate([
+    "zero oh cero null zéro", "one um uno eins un", "two dois dos zwei deux", "three três tres drei trois",
+    "four quatro cuatro vier quatre", "five cinco fünf fuenf cinq", "six seis sechs", "seven sete siete sieben sept",
+    "eight oito ocho acht huit", "nine nove nueve neun neuf"]) for word in words.split()}
+_DIGIT_WORD = "(?:" + "|".join(sorted(map(re.escape, _DIGIT_WORDS), key=len, reverse=True)) + ")"
+_SPOKEN_DIGITS = re.compile(rf"(?i)(?<![\w-]){_DIGIT_WORD}(?:[\s,-]+{_DIGIT_WORD}){{2,}}(?![\w-])")
+# A digit in the next word, or a digit word ("my pin is Four, Three..." cut to "User's pin is Four").
+_DIGIT_SOON = rf"(?=[\"'“”«‘]?(?:[^\s\d]{{0,64}}\d|{_DIGIT_WORD}(?![\w-])))"
 _OF_WHAT = r"(?:\s+(?:to|for|of|on|at)\s+(?:my|the|our)\s+\w+)?"
 # Digits that open something: "the gate opens with 2580", "I unlock it with 4 3 2 1".
 _OPENS = (r"(?:opens?|unlocks?|disarms?)(?:\s+(?:it|them))?\s+with"
@@ -95,6 +106,15 @@ _SSN = re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-])")
 _EDGE = "\"'`.,;:!?()[]{}<>“”«»‘’"
 
 
+def _as_digits(text: str) -> str:
+    """``text`` with each run of three or more spoken digits written as digits ("four three two
+    one" -> "4321"); the rest unchanged."""
+    if not _SPOKEN_DIGITS.search(text):
+        return text
+    return _SPOKEN_DIGITS.sub(lambda m: "".join(_DIGIT_WORDS[w.casefold()] for w in re.findall(r"[^\s,-]+", m.group())),
+                              text)
+
+
 def _luhn(number: str) -> bool:
     digits = [int(c) for c in number if c.isdigit()]
     total = sum(d if i % 2 == 0 else (d * 2 - 9 if d > 4 else d * 2) for i, d in enumerate(reversed(digits)))
@@ -111,7 +131,7 @@ def secrets_given(user: str) -> frozenset[str]:
     """What the user's message gave as secrets, case-folded: read once per message, then handed
     to :func:`holds_secret` for each fact drawn from it. A word needs a digit unless a verb
     gave it after a kind of secret ("my password is swordfish")."""
-    user = user[:MAX_SECRET_SCAN]
+    user = _as_digits(user[:MAX_SECRET_SCAN])
     if not _ANY_KIND.search(user):
         return frozenset()
     found = set()
@@ -130,6 +150,7 @@ def secrets_given(user: str) -> frozenset[str]:
 
 def holds_secret(fact: str, given: frozenset[str] = frozenset()) -> bool:
     """Whether the fact ``fact`` names or holds a secret, or one of ``given`` (:func:`secrets_given`)."""
+    fact = _as_digits(fact)
     if _SECRET.search(fact) or _holds_number_secret(fact):
         return True
     if not given:
