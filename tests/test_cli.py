@@ -146,13 +146,14 @@ def lexical(tmp_path):
 
 def test_ids_and_texts_holding_terminal_controls_are_printed_escaped(tmp_path, capsys):
     args = remembered(tmp_path, "ovos-memory-plugin-lexical", ("t\x1b]0;PWNED\x07x", "the code is \x1b[2Jbyte"),
-                      ("two\nlines", "plain byte words"))
+                      ("two\nlines", "plain byte words"), ("person\u200b:alice", "byte of a look-alike"))
     for command in (["sessions"], ["stats"], ["search", "byte"], ["show", "t\x1b]0;PWNED\x07x"]):
         assert main([*command, *args]) == 0
         out = capsys.readouterr().out
         assert "\x1b" not in out and "\x07" not in out, (command, out)
         if command == ["sessions"]:
-            assert out.splitlines() == ["t\\x1b]0;PWNED\\x07x", "two\\nlines"]
+            # an id printing as nothing where it differs from another ("person:alice") shows how
+            assert out.splitlines() == ["person\\u200b:alice", "t\\x1b]0;PWNED\\x07x", "two\\nlines"]
 
 
 @pytest.mark.parametrize("command", [["sessions"], ["stats"], ["show", "kitchen"], ["search", "jazz"],

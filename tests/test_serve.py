@@ -238,7 +238,8 @@ def test_forgetting_an_exchange_a_fact_and_a_session_reaches_the_store(fresh):
     assert server.request("DELETE", "/api/sessions/ana-kitchen/facts", body={"text": fact}).body == {"forgotten": 1}
     assert SECRET not in json.dumps(server.request("GET", "/api/sessions/ana-kitchen/export").body)
     assert files_holding(folder, SECRET) == []  # no byte of it in any file, journals included
-    assert server.request("DELETE", "/api/sessions/rui-car").body["forgotten"] > 0
+    gone = server.request("DELETE", "/api/sessions/rui-car").body
+    assert gone["forgotten"] > 0 and gone["left_behind"] == []
     with open_memory("ovos-memory-plugin-composite", household_config(folder)) as memory:  # the store, reopened
         assert memory.sessions() == ["ana-kitchen"]
         assert len(memory.export("ana-kitchen")["members"]["ovos-memory-plugin-lexical"]["documents"]) == 3
@@ -254,6 +255,10 @@ def test_a_store_found_damaged_while_serving_is_told_in_the_servers_output(fresh
         time.sleep(0.1)
     assert f"{facts} is corrupt" in server.log
     assert SECRET not in server.log  # the error names the file, nothing it held
+    # A forget cannot reach the copy set aside: the answer says so, for the page to tell its user.
+    gone = server.request("DELETE", "/api/sessions/ana-kitchen")
+    assert gone.status == 200 and gone.body["left_behind"] == [f"{facts}.corrupt"], gone.body
+    assert (folder / "facts.json.corrupt").exists()
 
 
 def _asgi(app, method, path, headers=()):

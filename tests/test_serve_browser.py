@@ -83,6 +83,35 @@ def test_the_page_fits_a_phone_and_forgets_a_whole_session(tmp_path):
         assert server.request("GET", "/api/sessions").body == {"sessions": [{"id": "ana-kitchen"}]}
 
 
+def test_forgetting_a_session_says_which_damaged_copy_may_still_hold_it(tmp_path):
+    args = remember_household(tmp_path)
+    facts = tmp_path / "facts.json"
+    facts.write_bytes(facts.read_bytes()[: facts.stat().st_size // 2])  # set aside when the server reads it
+    with served(args, tmp_path) as server, chromium() as driver:
+        driver.get(server.url + "/#session=rui-car")
+        assert "play some jazz" in visible(driver, "window").text
+        driver.find_element(By.ID, "forget-session").click()
+        wait(driver, seen.alert_is_present()).accept()
+        wait(driver, lambda d: "damaged copy" in d.find_element(By.ID, "banner").text)
+        assert f"{facts}.corrupt" in driver.find_element(By.ID, "banner").text
+        assert "rui-car" not in driver.find_element(By.ID, "sessions").text
+
+
+def test_a_session_id_holding_what_prints_as_nothing_is_shown_with_its_escape(tmp_path):
+    config = household_config(tmp_path)
+    with open_memory("ovos-memory-plugin-composite", config) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "a look-alike's words"),
+                               AgentMessage(MessageRole.ASSISTANT, "ok")], "ana\u200b-kitchen")
+        assert memory.flush(patience(120))
+    args = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+    with served(args, tmp_path) as server, chromium() as driver:
+        driver.get(server.url + "/")
+        link = wait(driver, seen.element_to_be_clickable((By.LINK_TEXT, "ana\\u200b-kitchen")))
+        link.click()  # and it still opens that session
+        wait(driver, lambda d: "a look-alike's words" in d.find_element(By.ID, "window").text)
+        assert driver.find_element(By.ID, "session-title").text == "Session ana\\u200b-kitchen"
+
+
 def test_a_session_file_is_imported_through_the_page(tmp_path):
     args = remember_household(tmp_path)
     with served(args, tmp_path) as server, chromium() as driver:
@@ -134,6 +163,9 @@ def test_a_session_named_dot_or_dot_dot_is_refused_by_the_page_not_taken_for_ano
             wait(driver, lambda d: "use the ovos-memory command" in d.find_element(By.ID, "banner").text)
             assert not driver.find_element(By.ID, "session").is_displayed()  # nothing of "" left on show
             assert sessions[""] not in driver.find_element(By.TAG_NAME, "body").text
+        driver.find_element(By.CSS_SELECTOR, '#sessions a[data-session=""]').click()  # another view: the error goes
+        wait(driver, lambda d: sessions[""] in d.find_element(By.ID, "window").text)
+        assert not driver.find_element(By.ID, "banner").is_displayed()
         driver.get(server.url + "/")  # no session open: the search looks in every session
         search = visible(driver, "search-input")  # a hit of session "." found by search: forgetting it
         search.send_keys("secret of dot")

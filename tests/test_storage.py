@@ -211,7 +211,9 @@ def test_a_corrupt_sqlite_file_is_quarantined_with_its_journal_never_over_an_ear
 
 
 @pytest.mark.parametrize(("module", "name"), [("lexical", "store.db"), ("entity", "store.json")])
-def test_a_forget_names_the_damaged_copies_it_cannot_reach_and_keeps_them(tmp_path, monkeypatch, module, name):
+@pytest.mark.parametrize("forgotten", ["s1", "s0"])  # s0: only the damaged copy holds it
+def test_a_forget_names_the_damaged_copies_it_cannot_reach_and_keeps_them(tmp_path, monkeypatch, module, name,
+                                                                          forgotten):
     from ovos_memory_plugins._core import paths
     from ovos_memory_plugins._core.log import LOG
     from ovos_memory_plugins.entity import EntityMemory
@@ -228,9 +230,11 @@ def test_a_forget_names_the_damaged_copies_it_cannot_reach_and_keeps_them(tmp_pa
     memory.flush()
     warned: list[str] = []
     monkeypatch.setattr(LOG, "error", lambda msg, *a, **k: warned.append(str(msg)))
-    memory.forget("s1")
+    monkeypatch.setattr(paths, "_set_aside_warned", {})
+    with paths.set_aside_reported() as reported:  # what the web page answers with
+        memory.forget(forgotten)
     copy = str(tmp_path / (name + ".corrupt"))
-    assert paths.set_aside_copies(str(path)) == [copy]
+    assert paths.set_aside_copies(str(path)) == [copy] and reported == [copy]
     assert len(warned) == 1 and copy in warned[0] and "may still hold" in warned[0]
     assert (tmp_path / (name + ".corrupt")).read_bytes() == damage  # the user's to recover
     memory.close()

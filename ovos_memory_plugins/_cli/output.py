@@ -32,14 +32,19 @@ class CLIError(Exception):
 #: screen-clearing sequences) and the marks that reorder text on screen (bidirectional overrides).
 _CONTROL_CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _CONTROLS = re.compile(f"[{_CONTROL_CHARS}]")
-_LINE_BREAKS = re.compile(f"[\t\n{_CONTROL_CHARS}]")  # and the tab and newline a text may hold
+# In an id, also what prints as nothing (zero-width spaces and joiners, direction marks, a soft
+# hyphen): "person\u200b:alice" must not look like Alice's "person:alice". Text keeps them (an
+# emoji's joiner).
+_INVISIBLE = "\u00ad\u061c\u180e\u200b-\u200f\u2060-\u2064\ufeff"
+_LINE_BREAKS = re.compile(f"[\t\n{_CONTROL_CHARS}{_INVISIBLE}]")  # and the tab and newline a text may hold
 
 
 def printable(text: str, lines: bool = True) -> str:
     """``text`` safe to print on a terminal: each control character written as its escape
-    (``\x1b``), as ``repr`` writes it; ``lines=False`` escapes line breaks and tabs too (an id on
-    a line of its own)."""
-    return (_CONTROLS if lines else _LINE_BREAKS).sub(lambda m: repr(m.group())[1:-1], text)
+    (``\x1b``), as ``repr`` writes it; ``lines=False`` escapes line breaks, tabs and characters
+    that print as nothing too (an id on a line of its own)."""
+    return (_CONTROLS if lines else _LINE_BREAKS).sub(lambda m: m.group().encode("unicode_escape").decode("ascii"),
+                                                      text)
 
 
 def escape(text: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 __all__ = [
     "MEMORY_PATH", "PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "check_store_path", "create_private_file", "data_dir",
     "default_name", "default_path", "files_in", "is_memory_path", "is_regular_file", "make_private_dirs",
-    "quarantine_file", "resolve_path", "set_aside_copies", "warn_set_aside_copies",
+    "quarantine_file", "resolve_path", "set_aside_copies", "set_aside_reported", "warn_set_aside_copies",
 ]
 
 #: The special path meaning "keep it in RAM" (as SQLite spells it).
@@ -499,6 +499,19 @@ def set_aside_copies(path: str) -> list[str]:
 
 
 _set_aside_warned: dict[str, float] = {}
+_set_aside_sink: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("set_aside_sink", default=None)
+
+
+@contextlib.contextmanager
+def set_aside_reported() -> Iterator[list[str]]:
+    """Collect the damaged copies the forgets inside the block cannot reach (in this thread): for a
+    caller that answers someone who never sees the log (the web page)."""
+    copies: list[str] = []
+    token = _set_aside_sink.set(copies)
+    try:
+        yield copies
+    finally:
+        _set_aside_sink.reset(token)
 
 
 def warn_set_aside_copies(path: str) -> None:
@@ -509,6 +522,9 @@ def warn_set_aside_copies(path: str) -> None:
     every other session in it) but must not let them think no byte is left.
     """
     copies = set_aside_copies(path)
+    sink = _set_aside_sink.get()
+    if sink is not None:
+        sink.extend(c for c in copies if c not in sink)
     now = time.monotonic()
     if copies and now - _set_aside_warned.get(path, -60.0) >= 10.0:  # once for the members sharing a file
         _set_aside_warned[path] = now

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._cli.output import count_items
+from .._core.paths import set_aside_reported
 from .._llm.summaries.fold import parse_summary
 from .._memory.people import PERSON_PREFIX, listed_as, listed_keys, move_sessions_of_people
 from ..messages import role_of
@@ -142,10 +143,17 @@ def export_session(memory: Any, session_id: str) -> dict[str, Any]:
     return dict(memory.export(session_id))
 
 
+def _forgotten(forget: Callable[[], Any]) -> dict[str, Any]:
+    """What ``forget()`` deleted, and the damaged copies set aside earlier that it could not reach
+    (``left_behind``: the server's log names them too, but the page's user never sees it)."""
+    with set_aside_reported() as copies:
+        counts = forget() or {}
+    return {"forgotten": count_items(counts), "counts": counts, "left_behind": copies}
+
+
 def forget_session(memory: Any, session_id: str) -> dict[str, Any]:
     _require_session(memory, session_id)
-    counts = memory.forget(session_id) or {}
-    return {"forgotten": count_items(counts), "counts": counts}
+    return _forgotten(lambda: memory.forget(session_id))
 
 
 def forget_fact(memory: Any, session_id: str, text: Any) -> dict[str, Any]:
@@ -185,8 +193,7 @@ def forget_exchange(memory: Any, session_id: str, doc_id: str, member: str | Non
     doc = find(session_id, doc_id)
     if doc is None:
         raise NotFound("no such exchange in this session")
-    counts = memory.forget_exchange(session_id, doc["content"])
-    return {"forgotten": count_items(counts), "counts": counts}
+    return _forgotten(lambda: memory.forget_exchange(session_id, doc["content"]))
 
 
 # -- search ------------------------------------------------------------------------------------
@@ -250,8 +257,7 @@ def person_view(memory: Any, name: str) -> dict[str, Any]:
 
 def forget_person(memory: Any, name: str) -> dict[str, Any]:
     _person(memory, name)
-    counts = memory.forget_person(name) or {}
-    return {"forgotten": count_items(counts), "counts": counts}
+    return _forgotten(lambda: memory.forget_person(name))
 
 
 def export_person(memory: Any, name: str) -> dict[str, Any]:

@@ -116,12 +116,14 @@ class JsonRecordStore:
             self._remove_crash_leftovers()  # a forget leaves no copy of the session behind
             data = dict(self._read())
             self._still_a_store(data)
-            if session_id not in data:
-                return False
-            del data[session_id]
-            self._write(data)
-        warn_set_aside_copies(self.path)  # only a forget deletes
-        return True
+            found = session_id in data
+            if found:
+                del data[session_id]
+                self._write(data)
+        # Only a forget deletes; also when the session is not in the file (any more): a copy set
+        # aside when the file was found damaged may be all that holds it.
+        warn_set_aside_copies(self.path)
+        return found
 
     def compact(self) -> bool:
         """Every write is a new file, the old one's bytes leave with it; what a crashed write left

@@ -39,6 +39,10 @@ function seg(id) {
   return encodeURIComponent(text);
 }
 const short = (name) => String(name || "").replace(/^ovos-memory-plugin-/, "");
+// An id as text, with what prints as nothing or turns text around written as its escape:
+// "person\u200b:alice" must not pass for Alice's "person:alice".
+const shownId = (id) => String(id).replace(/[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g,
+  (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
@@ -87,7 +91,7 @@ async function loadSessions() {
   const { sessions } = await api("/api/sessions");
   const list = $("sessions");
   list.replaceChildren(...sessions.map(({ id }) => el("li", {}, el("a", {
-    href: `#session=${enc(id)}`, text: id || "(unnamed)", "data-session": id,
+    href: `#session=${enc(id)}`, text: shownId(id) || "(unnamed)", "data-session": id,
     "aria-current": String(id === state.session),
   }))));
   $("no-sessions").hidden = sessions.length > 0;
@@ -115,7 +119,7 @@ async function openSession(id) {
   state.session = id;
   state.person = null;
   const view = await api(path);
-  $("session-title").textContent = `Session ${id}`;
+  $("session-title").textContent = `Session ${shownId(id)}`;
   $("summaries").replaceChildren(...view.summaries.map((s) => el("div", { class: "summary", text: s.text })));
   if (!view.summaries.length) $("summaries").replaceChildren(el("p", { class: "muted", text: "No summary." }));
   const facts = view.facts.map((fact) => item(fact.text, fact.kind === "superseded" ? "no longer true" : short(fact.member),
@@ -139,9 +143,9 @@ async function openPerson(name) {
   $("person-title").textContent = name;
   // The person's memory is listed under its key; their session ids and patterns only say which
   // devices are theirs, and open nothing of their own.
-  const stored = person.stored.map((id) => el("li", {}, el("a", { href: `#session=${enc(id)}`, text: id })));
+  const stored = person.stored.map((id) => el("li", {}, el("a", { href: `#session=${enc(id)}`, text: shownId(id) })));
   $("person-memory").replaceChildren(...(stored.length ? stored : [el("li", { class: "muted", text: "Nothing yet." })]));
-  $("person-sessions").replaceChildren(...person.sessions.map((id) => el("li", { text: id })));
+  $("person-sessions").replaceChildren(...person.sessions.map((id) => el("li", { text: shownId(id) })));
   showOnly("person");
 }
 
@@ -159,8 +163,14 @@ async function forget(question, where, options, after) {
   if (!window.confirm(question)) return;
   try {
     const result = await api(path, { method: "DELETE", ...options });
-    say(`Forgotten (${result.forgotten} item${result.forgotten === 1 ? "" : "s"} deleted).`, true);
     await after();
+    const done = `Forgotten (${result.forgotten} item${result.forgotten === 1 ? "" : "s"} deleted)`;
+    const left = result.left_behind || [];
+    // A damaged copy set aside earlier still holds what it held: only its owner can decide to delete it.
+    if (left.length) say(`${done}, but ${left.length === 1 ? "a damaged copy" : "damaged copies"} of the store, set aside ` +
+      `earlier, may still hold it: ${left.join(", ")}. Recover what you need from ${left.length === 1 ? "it" : "them"}, ` +
+      "then delete them on the server.");
+    else say(`${done}.`, true);
   } catch (error) { failed(error); }
 }
 
@@ -179,7 +189,7 @@ $("forget-session").addEventListener("click", () => forget(
   `Forget everything of session "${state.session}"? This cannot be undone.`,
   () => `/api/sessions/${seg(state.session)}`, {}, async () => {
     state.session = null;
-    location.hash = "";
+    history.replaceState(null, "", location.pathname + location.search);
     showOnly("empty-hint");
     await loadSessions();
   }));
@@ -188,7 +198,7 @@ $("forget-person").addEventListener("click", () => forget(
   `Forget everything about ${state.person}? This cannot be undone.`,
   () => `/api/people/${seg(state.person)}`, {}, async () => {
     state.person = null;
-    location.hash = "";
+    history.replaceState(null, "", location.pathname + location.search);
     showOnly("empty-hint");
     await Promise.all([loadSessions(), loadPeople()]);
   }));
@@ -216,7 +226,7 @@ $("search-form").addEventListener("submit", async (event) => {
   if ($("search-this-session").checked && state.session !== null) params.set("session", state.session);
   try {
     const { hits } = await api(`/api/search?${params}`);
-    const items = hits.map((h) => item(h.content, `${h.session_id ?? ""} · ${short(h.member)} · score ${h.score.toFixed(3)}`,
+    const items = hits.map((h) => item(h.content, `${shownId(h.session_id ?? "")} · ${short(h.member)} · score ${h.score.toFixed(3)}`,
       state.info.forget_exchange && h.session_id != null &&
         (() => forgetExchange(h.session_id, h.doc_id, h.member))));
     $("hits").replaceChildren(...(items.length ? items : [el("li", { class: "muted", text: "Nothing found." })]));
@@ -277,7 +287,8 @@ async function refresh() {
   if (!$("search-results").hidden) $("search-form").requestSubmit();
 }
 
-window.addEventListener("hashchange", () => refresh().catch(failed));
+// A new view: what the banner said was about the last one (an error there must not stay up).
+window.addEventListener("hashchange", () => { say(""); refresh().catch(failed); });
 
 async function start() {
   try {
