@@ -166,7 +166,7 @@ def test_people_are_listed_and_forgotten_through_the_memorys_person_scope():
 
     memory = WithPeople()
     assert views.people(memory) == [{"name": "ana", "sessions": ["ana-car", "ana-kitchen"]}]
-    assert views.forget_person(memory, "ana") == {"forgotten": 2, "counts": {"sessions": 2}}
+    assert views.forget_person(memory, "ana") == {"forgotten": 2, "counts": {"sessions": 2}, "left_behind": []}
     with pytest.raises(views.NotFound):
         views.person_view(memory, "rui")
 
