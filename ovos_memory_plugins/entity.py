@@ -90,7 +90,8 @@ class EntityConfig(EndpointConfig, ContextConfig):
                                     "prompt (it must contain {exchange}) is sent as is and its sentences kept")
     facts_header: str = option("Known facts about the user:", "first line of the injected facts block")
     context_facts: str = option("all", "which facts a turn sends: all, or relevant (the name and home city, "
-                                "then those sharing a word with the utterance, at most max_context_facts)",
+                                "then those sharing a word with the utterance or asked for by kind, at most "
+                                "max_context_facts)",
                                 choices=("all", "relevant"))
     max_context_facts: int = option(6, "with context_facts relevant: facts sent besides the name and home city",
                                     minimum=0)

@@ -262,6 +262,36 @@ def test_small_talk_and_questions_are_not_sent_to_the_model(make, llm):
     assert injected(memory) == [] and llm.count("/chat/completions") == 0
 
 
+@pytest.mark.parametrize("asked, sent", [
+    ("What's my job?", "User works as a nurse"), ("What do I do for a living?", "User works as a nurse"),
+    ("Do I have any pets?", "User's cat is called Biscuit"), ("Qual é a minha profissão?", "User works as a nurse"),
+])
+def test_relevant_facts_include_the_one_the_turn_asks_for_by_kind(make, asked, sent):
+    # None of these shares a word with the fact: the relevant facts sent only the name and city.
+    memory = make(api_url=None, context_facts="relevant")
+    for said in ("My name is Marta.", "I live in Lisbon.", "I work as a nurse.", "I have a cat called Biscuit."):
+        say(memory, said)
+    assert memory.flush(patience(10))
+    block = memory.build_conversation_context(asked, "s")[0].content
+    assert sent in block and "Marta" in block and "Lisbon" in block, block
+    assert "nurse" not in memory.build_conversation_context("How is the weather?", "s")[0].content
+
+
+def test_questions_and_orders_as_speech_to_text_writes_them_are_not_sent_to_the_model(make, llm):
+    # No "?" from speech to text: a real small model made "User explains what a black hole is"
+    # and "User walks every day" of these.
+    llm.reply = json.dumps(["User explains what a black hole is"])
+    memory = make(api_url=llm.url)
+    for text in ("Explain what a black hole is.", "what are the benefits of walking every day",
+                 "set a timer for ten minutes", "can you recommend a book", "tell me a joke"):
+        say(memory, text, "Sure.")
+    assert injected(memory) == [] and llm.count("/chat/completions") == 0
+    # Asked with something of the user in it, or "call me ...", it is read.
+    llm.reply = json.dumps(["User's son likes dinosaurs"])
+    say(memory, "can you recommend a book for my son, he likes dinosaurs", "Try 'Dinosaurs Before Dark'.")
+    assert injected(memory) == ["User's son likes dinosaurs"] and llm.count("/chat/completions") == 1
+
+
 def test_the_prompts_examples_are_never_stored(make, llm):
     # What a weak model does: it copies the few-shot examples instead of reading the message.
     llm.reply = items(("name", "Tomás"), ("home_city", "Oslo"), ("workplace", "Keller Bakery"), ("pet", "parrot Kiwi"))

@@ -7,18 +7,24 @@ fits. So a turn gets
 * the *core* facts (the user's name and home city), whatever was asked: a persona needs them
   to address the user at all;
 * then the facts sharing a content word with the utterance, most shared words first (ties: the
-  newer fact first), at most ``limit`` of them.
+  newer fact first), at most ``limit`` of them. A fact also shares the words that ask for its
+  kind: "User works as a nurse" answers "what's my job?" and "what do I do for a living?",
+  "User's dog is called Rex" answers "do I have pets?".
 
-    >>> facts = ["User's name is Ana", "User likes jazz", "User's pet: cat called Miso"]
+    >>> facts = ["User's name is Ana", "User likes jazz", "User's pet: cat called Miso", "User works as a nurse"]
     >>> choose_facts(facts, "what music do I like? jazz?", limit=3)
     ["User's name is Ana", 'User likes jazz']
+    >>> choose_facts(facts, "What do I do for a living?", limit=3)
+    ["User's name is Ana", 'User works as a nurse']
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from ..._index.stopwords import StopWords, content_words
-from .kinds import read_statement, singular, statement
+from .kinds import read_statement, singular, statement, wordset
+from .rules import make_fact
 
 __all__ = ["CORE_ATTRIBUTES", "choose_facts", "is_core_fact"]
 
@@ -42,6 +48,45 @@ def _words(text: str, ignore: frozenset[str]) -> frozenset[str]:
     return frozenset(singular(w) for w in content_words(text, ignore))
 
 
+# The words a question about a kind of fact uses, though the fact may hold none of them (English
+# and the four other languages the rules read; singular, as _words makes them).
+_ASKED_BY = {kind: frozenset(map(singular, words.split())) for kind, words in {
+    "job": "job jobs work working living occupation profession career trabalho emprego profissão trabajo empleo "
+           "profesión oficio beruf arbeit job travail métier profession",
+    "workplace": "work working job employer company office workplace trabalho empresa trabajo arbeit firma travail",
+    "home_city": "live living city town home cidade casa ciudad stadt wohnort ville",
+    "age": "age old idade edad alter âge",
+    "birthday": "birthday born birth aniversário cumpleaños geburtstag anniversaire",
+    "partner": "partner wife husband girlfriend boyfriend spouse married",
+    "friend": "friend friends amigo amiga freund freundin ami amie",
+    "family": "family mother mom mum father dad parent sister brother sibling son sons daughter kid kids child "
+              "children família familia familie famille",
+    "pet": "pet pets animal animais animales haustier tier animaux",
+    "food": "food eat eating diet meal dish cook cooking",
+    "allergy": "allergy allergies allergic eat food",
+    "music": "music song band listen",
+    "hobby": "hobby hobbies free time fun",
+    "trip": "trip travel travelling traveling holiday vacation",
+    "language": "language speak",
+    "health": "health medical medication condition",
+    "pref": "like love favourite favorite prefer enjoy",
+}.items()}
+# Who a fact about someone in the user's life names ("sister.name"): the kind they belong to.
+_PERSON_KIND = {**dict.fromkeys(wordset("cat dog puppy kitten hamster parrot rabbit fish horse bird"), "pet"),
+                **dict.fromkeys(wordset("wife husband girlfriend boyfriend partner spouse"), "partner"),
+                **dict.fromkeys(wordset("mother mom mum father dad sister brother son daughter kid child parent "
+                                        "grandmother grandfather aunt uncle cousin"), "family")}
+
+
+@functools.lru_cache(maxsize=4096)
+def _asked_by(fact: str) -> frozenset[str]:
+    """The words a question about ``fact``'s kind uses (its text read once: facts repeat every turn)."""
+    kind = make_fact(fact).kind
+    who, _, attribute = kind.partition(".")
+    return (_ASKED_BY.get(kind, frozenset()) | _ASKED_BY.get(_PERSON_KIND.get(who, ""), frozenset())
+            | _ASKED_BY.get(attribute, frozenset()) | ({singular(who)} if attribute else frozenset()))
+
+
 def choose_facts(facts: Sequence[str], utterance: str, limit: int) -> list[str]:
     """The core facts, then up to ``limit`` others sharing a content word with ``utterance``
     (most shared first, the newer first on a tie), in the order they are stored."""
@@ -49,7 +94,7 @@ def choose_facts(facts: Sequence[str], utterance: str, limit: int) -> list[str]:
     ignore = StopWords().for_text(utterance) | _FACT_WORDS
     asked = _words(utterance, ignore)
     core = {i for i, fact in enumerate(facts) if is_core_fact(fact)}
-    shared = {i: len(asked & _words(fact, ignore)) for i, fact in enumerate(facts) if i not in core}
+    shared = {i: len(asked & (_words(fact, ignore) | _asked_by(fact))) for i, fact in enumerate(facts) if i not in core}
     ranked = sorted((i for i, n in shared.items() if n > 0), key=lambda i: (-shared[i], -i))
     chosen = core | set(ranked[:limit])
     return [fact for i, fact in enumerate(facts) if i in chosen]

@@ -168,15 +168,38 @@ def is_small_talk(text: str) -> bool:
     return bool(_SMALL_TALK.match(" ".join(text.split())))
 
 
+# A sentence that asks or orders by its form, as speech to text writes it (no "?"): "what are the
+# benefits of walking", "explain what a black hole is", "set a timer". A small model made facts
+# of these ("User explains what a black hole is"). English and the languages the rules read.
+_ASKS = re.compile(
+    r"^\W*(?:(?:please|ok|okay|so|and|hey|now)\W+)*(?:what|what's|whats|who|who's|where|where's|when|why|how|which|whose"
+    r"|is|are|was|were|do|does|did|can|could|would|will|should|shall|may|might"
+    r"|tell|explain|give|show|play|set|remind|find|search|look|write|describe|list|turn|open|close|call|text|send"
+    r"|read|translate|define|summari[sz]e|calculate|convert|recommend|suggest|help|start|stop|pause|resume|add"
+    r"|remove|create|make|check|repeat|say|sing|spell|o\s+que|qual|quem|onde|quando|porque|como|explica|diz|conta"
+    r"|toca|qu[ée]|cu[áa]l|qui[ée]n|d[óo]nde|cu[áa]ndo|c[óo]mo|dime|cu[ée]ntame|pon|was|wer|wo|wann|warum|wie|welche"
+    r"|erkl[äa]re?|sag|spiel|quel|quelle|qui|o[ùu]|quand|pourquoi|comment|explique|dis|joue)\b", re.IGNORECASE)
+# What makes it say something of the user all the same: "can you recommend a book for my son".
+# "Call me Bob" orders, and names the user.
+_SAYS_OF_ME = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|my|mine|myself|we|we're|our|ours|eu|meu|minha|meus|minhas"
+                         r"|yo|mis?|ich|mein|meine|meinen|meinem|je|j'|mon|ma|mes|nous|notre|nos|call\s+me"
+                         r"|chama-me|ll[áa]mame|nenn\s+mich|appelle[sz]?-moi)\b", re.IGNORECASE)
+
+
+def _asks_only(sentence: str) -> bool:
+    """Whether ``sentence`` is a question or an order to the assistant that says nothing of the user."""
+    return sentence.rstrip().endswith("?") or (bool(_ASKS.match(sentence)) and not _SAYS_OF_ME.search(sentence))
+
+
 def worth_reading(exchange: Exchange) -> bool:
-    """False only for small talk, and for bare questions that answer nothing: an answer to the
-    assistant's question is read, and so is a statement with or without "I"."""
+    """False only for small talk, and for bare questions and orders that answer nothing: an answer
+    to the assistant's question is read, and so is a statement with or without "I"."""
     text = _one_line(exchange.user)
     if not text or is_small_talk(text):
         return False
     if exchange.asked:
         return True
-    return any(s.strip() and not s.rstrip().endswith("?") for s in _SENTENCE.split(text))
+    return any(s.strip() and not _asks_only(s) for s in _SENTENCE.split(text))
 
 
 def exchanges_of(messages: Iterable[Any]) -> list[Exchange]:
