@@ -210,11 +210,18 @@ def test_a_fact_sentence_keeps_the_models_words_unless_the_rules_change_its_mean
     assert injected(memory) == ["The user's name is Bob", "User lives in Porto"], "the current value alone"
 
 
-def test_the_rules_are_not_added_to_what_the_model_found(make, llm):
+def test_only_the_name_and_city_of_the_rules_are_added_to_what_the_model_found(make, llm):
+    # A real small model kept the city of "I'm Tomas and I live in Ghent" and dropped the name.
     llm.reply = items(("hobby", "cello"))
     memory = make(api_url=llm.url)
-    say(memory, "My name is Ana and I play the cello")
-    assert injected(memory) == ["User's hobby: cello"]
+    say(memory, "My name is Ana and I play the cello. I love jazz.")
+    assert injected(memory) == ["User's name is Ana", "User's hobby: cello"]  # not the rules' jazz
+    llm.reply = json.dumps(["User lives in Ghent"])
+    say(memory, "I'm Tomas and I live in Ghent.", sid="t")
+    assert injected(memory, "t") == ["User's name is Tomas", "User lives in Ghent"]
+    llm.reply = json.dumps(["The user's name is Tomas"])  # the model's own fact of it stands, alone
+    say(memory, "I'm Tomas.", sid="u")
+    assert injected(memory, "u") == ["The user's name is Tomas"]
 
 
 def test_model_facts_are_deduplicated_against_the_stored_ones_and_capped(make, llm):

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._core.tokens import estimate_tokens, truncate_to_tokens
 from ...errors import LLMContextOverflow
+from .choice import CORE_ATTRIBUTES
 from .kinds import ATTRIBUTES, about, is_single_valued, person_attribute, statement
 from .parsing import find_json_arrays, json_object, reply_items
 from .rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact, model_fact, normalise
@@ -681,11 +682,26 @@ def extract(client: ChatClient, exchanges: Sequence[Exchange], max_tokens: int =
         # assistant's name as the user's): a bad answer, not "nothing here". The offline rules
         # read those exchanges instead; a reply proposing nothing ("[]") still stores nothing.
         return _by_rules(sent, batch)
-    return sorted(found, key=lambda pair: pair[0])
+    # Who the user is first, as the rules find them (a stable sort keeps that within an exchange).
+    return sorted([*(_core_left_out(sent, batch, found) if found else []), *found], key=lambda pair: pair[0])
 
 
 def _by_rules(sent: Sequence[int], batch: Sequence[Exchange]) -> list[tuple[int, Fact]]:
     return [(index, fact) for index, exchange in zip(sent, batch) for fact in extract_facts(exchange.user)]
+
+
+def _core_left_out(sent: Sequence[int], batch: Sequence[Exchange],
+                   found: Sequence[tuple[int, Fact]]) -> list[tuple[int, Fact]]:
+    """The rules' name and home city of an exchange whose facts from the model hold neither: a
+    real small model kept "User lives in Ghent" of "I'm Tomas and I live in Ghent" and dropped
+    the name, which every turn needs. The rules' other facts are not added: the model's reading
+    stands, and so does its "[]"."""
+    out = []
+    for index, exchange in zip(sent, batch):
+        kinds = {fact.kind for i, fact in found if i == index}
+        out += [(index, fact) for fact in extract_facts(exchange.user)
+                if fact.kind in CORE_ATTRIBUTES and fact.kind not in kinds and not fact.negated]
+    return out
 
 
 def _an_empty_answer(reply: str) -> bool:
