@@ -97,13 +97,19 @@ def test_forgetting_a_session_says_which_damaged_copy_may_still_hold_it(tmp_path
         assert "rui-car" not in driver.find_element(By.ID, "sessions").text
 
 
-def test_a_session_id_holding_what_prints_as_nothing_is_shown_with_its_escape(tmp_path):
-    config = household_config(tmp_path)
+def remembered(config, said):
+    """Each ``session: text`` of ``said`` stored (answered "noted") in the composite of ``config``;
+    the ``--module/--config`` arguments for it."""
     with open_memory("ovos-memory-plugin-composite", config) as memory:
-        memory.update_history([AgentMessage(MessageRole.USER, "a look-alike's words"),
-                               AgentMessage(MessageRole.ASSISTANT, "ok")], "ana\u200b-kitchen")
+        for sid, text in said.items():
+            memory.update_history([AgentMessage(MessageRole.USER, text), AgentMessage(MessageRole.ASSISTANT, "noted")],
+                                  sid)
         assert memory.flush(patience(120))
-    args = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+    return ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+
+
+def test_a_session_id_holding_what_prints_as_nothing_is_shown_with_its_escape(tmp_path):
+    args = remembered(household_config(tmp_path), {"ana\u200b-kitchen": "a look-alike's words"})
     with served(args, tmp_path) as server, chromium() as driver:
         driver.get(server.url + "/")
         link = wait(driver, seen.element_to_be_clickable((By.LINK_TEXT, "ana\\u200b-kitchen")))
@@ -130,11 +136,7 @@ def test_a_session_file_is_imported_through_the_page(tmp_path):
 
 def test_a_persons_page_opens_their_memory_and_shows_their_patterns_as_text(tmp_path):
     config = {**household_config(tmp_path), "scope": "person", "people": {"ana": ["ana-*"]}}
-    with open_memory("ovos-memory-plugin-composite", config) as memory:
-        memory.update_history([AgentMessage(MessageRole.USER, "my dog is called Biscuit"),
-                               AgentMessage(MessageRole.ASSISTANT, "noted")], "ana-kitchen")
-        assert memory.flush(patience(120))
-    args = ["--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]
+    args = remembered(config, {"ana-kitchen": "my dog is called Biscuit"})
     with served(args, tmp_path) as server, chromium() as driver:
         driver.get(server.url + "/#person=ana")
         wait(driver, lambda d: "ana-*" in d.find_element(By.ID, "person-sessions").text)
