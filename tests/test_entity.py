@@ -222,6 +222,9 @@ def test_only_the_name_and_city_of_the_rules_are_added_to_what_the_model_found(m
     llm.reply = json.dumps(["The user's name is Tomas"])  # the model's own fact of it stands, alone
     say(memory, "I'm Tomas.", sid="u")
     assert injected(memory, "u") == ["The user's name is Tomas"]
+    llm.reply = json.dumps(["User's first name is Tomas", "User lives in Ghent"])  # named in its own words
+    say(memory, "Hi! I'm Tomas and I live in Ghent.", sid="v")  # (another message: replies are cached)
+    assert injected(memory, "v") == ["User's first name is Tomas", "User lives in Ghent"]  # the name once
 
 
 def test_model_facts_are_deduplicated_against_the_stored_ones_and_capped(make, llm):
@@ -282,6 +285,18 @@ def test_relevant_facts_include_the_one_the_turn_asks_for_by_kind(make, asked, s
     block = memory.build_conversation_context(asked, "s")[0].content
     assert sent in block and "Marta" in block and "Lisbon" in block, block
     assert "nurse" not in memory.build_conversation_context("How is the weather?", "s")[0].content
+
+
+@pytest.mark.parametrize("said", [
+    "Como carne todos os dias", "Porque sou alérgico a nozes", "Cuando tengo tiempo, me gusta leer",
+    "Donde vivo hace mucho frío", "Quand j’étais petit, j’habitais à Lyon", "Wo wir wohnen ist es kalt",
+    "Can’t eat gluten, celiac", "Was born in Lisbon in 1985", "Was a teacher for thirty years",
+    "Read a lot of science fiction", "Play tennis every Sunday with Paulo", "call me Bob",
+])
+def test_statements_that_open_like_a_question_or_an_order_are_read(said):
+    from ovos_memory_plugins._llm.facts.extraction import Exchange, worth_reading
+
+    assert worth_reading(Exchange(said, "ok"))
 
 
 def test_questions_and_orders_as_speech_to_text_writes_them_are_not_sent_to_the_model(make, llm):
@@ -873,6 +888,20 @@ def test_digit_words_outside_a_secret_are_left_as_they_are():
     assert secrets_given("I have two cats and three dogs. One of them is old.") == frozenset()
     assert not holds_secret("User's lucky numbers are one two three")
     assert secrets_given("my code is one two three four") == {"1234"}
+    assert secrets_given("my PIN is um four three two one") == {"4321"}  # a hesitation, not a digit
+    for said in ("my code is one of the best", "O código é um pouco confuso", "Mon code est un peu long",
+                 "my pin is oh so rusty"):
+        assert not holds_secret(said), said
+    # Matched without case, "NİNE" is "nine"; its casefold is not: read as said, never a crash
+    # (which stalled the session's extraction and summaries for good).
+    assert secrets_given("I counted FİVE SİX NİNE sheep, my PIN is 4321") == {"4321"}
+
+
+def test_a_models_fact_holding_a_spoken_secret_is_dropped(make, llm):
+    llm.reply = items(("other", "4321"), ("name", "Ana"))
+    memory = make(api_url=llm.url)
+    say(memory, "I'm Ana, my PIN is four three two one")
+    assert injected(memory) == ["User's name is Ana"]
 
 
 @pytest.mark.parametrize("reply", [

@@ -367,6 +367,14 @@ def test_offline_a_statement_the_user_changed_leaves_the_summary_with_the_reply_
     assert "User lives in Lisbon" in summary and "Welcome to Lisbon." in summary and "Hello Joana." in summary
     # the old city's line is gone, and so is the reply that answered it (it said nothing but that)
     assert "Porto" not in summary and "lovely city" not in summary, summary
+    # The summary leaves small talk out: the reply after the next "ok" answers another turn, and stays.
+    for user, answer in [("I live in Porto.", "Noted."), ("ok", "I can also remind you of your dentist appointment "
+                                                                "with Dr Silva on Friday if you want."),
+                         ("I moved to Lisbon.", "Welcome to Lisbon."), ("What's the weather like?", "Sunny.")]:
+        memory.update_history([AgentMessage(U, user), AgentMessage(A, answer)], "t")
+    assert memory.flush(patience(10))
+    summary = memory.export("t")["summary"]
+    assert "Dr Silva" in summary and "Noted." not in summary, summary
 
 
 def test_a_failing_endpoint_costs_one_request_per_back_off_period_not_two_per_turn(make, llm):

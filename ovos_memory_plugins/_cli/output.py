@@ -35,7 +35,8 @@ _CONTROLS = re.compile(f"[{_CONTROL_CHARS}]")
 # In an id, also what prints as nothing (zero-width spaces and joiners, direction marks, a soft
 # hyphen): "person\u200b:alice" must not look like Alice's "person:alice". Text keeps them (an
 # emoji's joiner).
-_INVISIBLE = "\u00ad\u061c\u180e\u200b-\u200f\u2060-\u2064\ufeff"
+_INVISIBLE = ("\u00ad\u034f\u061c\u115f\u1160\u180e\u200b-\u200f\u2060-\u2064\u3164\ufe00-\ufe0f\ufeff\uffa0"
+              "\U000e0000-\U000e007f")
 _LINE_BREAKS = re.compile(f"[\t\n{_CONTROL_CHARS}{_INVISIBLE}]")  # and the tab and newline a text may hold
 
 

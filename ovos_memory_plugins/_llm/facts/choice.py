@@ -48,14 +48,14 @@ def _words(text: str, ignore: frozenset[str]) -> frozenset[str]:
     return frozenset(singular(w) for w in content_words(text, ignore))
 
 
-# The words a question about a kind of fact uses, though the fact may hold none of them (English
-# and the four other languages the rules read; singular, as _words makes them).
+# The words a question about a kind of fact uses, though the fact may hold none of them (English;
+# for the kinds the rules read, the four other languages too; singular, as _words makes them).
 _ASKED_BY = {kind: frozenset(map(singular, words.split())) for kind, words in {
     "job": "job jobs work working living occupation profession career trabalho emprego profissão trabajo empleo "
            "profesión oficio beruf arbeit job travail métier profession",
     "workplace": "work working job employer company office workplace trabalho empresa trabajo arbeit firma travail",
     "home_city": "live living city town home cidade casa ciudad stadt wohnort ville",
-    "age": "age old idade edad alter âge",
+    "age": "age old idade edad alter alt âge",
     "birthday": "birthday born birth aniversário cumpleaños geburtstag anniversaire",
     "partner": "partner wife husband girlfriend boyfriend spouse married",
     "friend": "friend friends amigo amiga freund freundin ami amie",
@@ -65,7 +65,7 @@ _ASKED_BY = {kind: frozenset(map(singular, words.split())) for kind, words in {
     "food": "food eat eating diet meal dish cook cooking",
     "allergy": "allergy allergies allergic eat food",
     "music": "music song band listen",
-    "hobby": "hobby hobbies free time fun",
+    "hobby": "hobby hobbies pastime",
     "trip": "trip travel travelling traveling holiday vacation",
     "language": "language speak",
     "health": "health medical medication condition",

@@ -170,25 +170,34 @@ def is_small_talk(text: str) -> bool:
 
 
 # A sentence that asks or orders by its form, as speech to text writes it (no "?"): "what are the
-# benefits of walking", "explain what a black hole is", "set a timer". A small model made facts
-# of these ("User explains what a black hole is"). English and the languages the rules read.
+# benefits of walking", "can you recommend a book", "explain what a black hole is", "set a timer".
+# A small model made facts of these ("User explains what a black hole is"). Only unmistakable
+# openings: a statement without its subject ("Was born in Lisbon", "Read a lot of sci-fi") and the
+# words that also mean "I eat", "because" or "when" in Portuguese and Spanish are read as said.
+_END = r"(?![\w'])"
 _ASKS = re.compile(
-    r"^\W*(?:(?:please|ok|okay|so|and|hey|now)\W+)*(?:what|what's|whats|who|who's|where|where's|when|why|how|which|whose"
-    r"|is|are|was|were|do|does|did|can|could|would|will|should|shall|may|might"
-    r"|tell|explain|give|show|play|set|remind|find|search|look|write|describe|list|turn|open|close|call|text|send"
-    r"|read|translate|define|summari[sz]e|calculate|convert|recommend|suggest|help|start|stop|pause|resume|add"
-    r"|remove|create|make|check|repeat|say|sing|spell|o\s+que|qual|quem|onde|quando|porque|como|explica|diz|conta"
-    r"|toca|qu[ée]|cu[áa]l|qui[ée]n|d[óo]nde|cu[áa]ndo|c[óo]mo|dime|cu[ée]ntame|pon|was|wer|wo|wann|warum|wie|welche"
-    r"|erkl[äa]re?|sag|spiel|quel|quelle|qui|o[ùu]|quand|pourquoi|comment|explique|dis|joue)\b", re.IGNORECASE)
-# What makes it say something of the user all the same: "can you recommend a book for my son".
-# "Call me Bob" orders, and names the user.
-_SAYS_OF_ME = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|my|mine|myself|we|we're|our|ours|eu|meu|minha|meus|minhas"
-                         r"|yo|mis?|ich|mein|meine|meinen|meinem|je|j'|mon|ma|mes|nous|notre|nos|call\s+me"
-                         r"|chama-me|ll[áa]mame|nenn\s+mich|appelle[sz]?-moi)\b", re.IGNORECASE)
+    r"^\W*(?:(?:please|ok|okay|so|and|hey|now)\W+)*(?:"
+    rf"(?:what|what's|whats|who|who's|where|where's|when|why|how|which|whose){_END}"
+    r"|(?:is|are|was|were|do|does|did|can|could|would|will|should|shall|may|might|have|has)\s+"
+    rf"(?:you|it|there|this|that|he|she|they){_END}"
+    r"|(?:tell|give|show|send|remind|let)\s+(?:me|us)\b"
+    r"|(?:explain|describe|define|translate|summari[sz]e|calculate|convert|spell|repeat|recommend|suggest|list|find"
+    r"|search|look\s+up|play|set|turn|open|close|write|sing|say)\s+(?:what|how|why|who|where|when|which|a|an|the"
+    rf"|me|us|some|something|it|this|that|your|to|for|on|off|up|one){_END}"
+    r"|o\s+que|qual|quais|quem|qu[ée]\s+é|diz-me|conta-me|explica|toca|p[õo]e|qué|cuál(?:es)?|quién(?:es)?|dónde"
+    r"|cuándo|cómo|por\s+qué|dime|cuéntame|pon|wer|wo|wann|warum|welche[rsnm]?|erkl[äa]re?|sag\s+mir|spiel"
+    rf"|qu'est-ce|quel(?:le)?s?|o[ùu]|pourquoi|explique|dis-moi|joue){_END}", re.IGNORECASE)
+# What makes it say something of the user all the same: "can you recommend a book for my son",
+# "call me Bob" (an order naming the user); in the other languages, their pronouns.
+_SAYS_OF_ME = re.compile(
+    r"(?<![\w'])(?:i|i'm|im|i've|i'd|i'll|my|mine|myself|we|we're|our|ours|call\s+me|eu|meu|minha|meus|minhas|n[óo]s"
+    r"|noss[oa]s?|chama-me|yo|mis?|nosotros|nuestr[oa]s?|ll[áa]mame|ich|mir|mich|mein\w*|wir|uns|unser\w*"
+    r"|nenn\s+mich|je|j'|m'|moi|mon|ma|mes|nous|notre|nos|appelle[sz]?-moi)(?![\w'])", re.IGNORECASE)
 
 
 def _asks_only(sentence: str) -> bool:
     """Whether ``sentence`` is a question or an order to the assistant that says nothing of the user."""
+    sentence = sentence.replace("\u2019", "'")  # "j’étais", "can’t": the apostrophe a keyboard types
     return sentence.rstrip().endswith("?") or (bool(_ASKS.match(sentence)) and not _SAYS_OF_ME.search(sentence))
 
 
@@ -692,15 +701,18 @@ def _by_rules(sent: Sequence[int], batch: Sequence[Exchange]) -> list[tuple[int,
 
 def _core_left_out(sent: Sequence[int], batch: Sequence[Exchange],
                    found: Sequence[tuple[int, Fact]]) -> list[tuple[int, Fact]]:
-    """The rules' name and home city of an exchange whose facts from the model hold neither: a
-    real small model kept "User lives in Ghent" of "I'm Tomas and I live in Ghent" and dropped
-    the name, which every turn needs. The rules' other facts are not added: the model's reading
-    stands, and so does its "[]"."""
+    """The rules' name or home city of an exchange, each where the model's facts of it leave it
+    out: a real small model kept "User lives in Ghent" of "I'm Tomas and I live in Ghent" and
+    dropped the name, which every turn needs. Left out means no fact of that kind and none naming
+    the value ("User's first name is Tomas"). The rules' other facts are not added: the model's
+    reading stands, and so does its "[]"."""
     out = []
     for index, exchange in zip(sent, batch):
-        kinds = {fact.kind for i, fact in found if i == index}
+        mine = [fact for i, fact in found if i == index]
+        kinds, said = {fact.kind for fact in mine}, _fold(" ".join(fact.text for fact in mine))
         out += [(index, fact) for fact in extract_facts(exchange.user)
-                if fact.kind in CORE_ATTRIBUTES and fact.kind not in kinds and not fact.negated]
+                if fact.kind in CORE_ATTRIBUTES and fact.kind not in kinds and not fact.negated
+                and _fold(fact.value) not in said]
     return out
 
 

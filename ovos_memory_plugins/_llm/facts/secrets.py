@@ -32,7 +32,7 @@ MAX_SECRET_SCAN = 8_000
 # Kinds of secret that name one whatever follows them, in English and the languages the rules
 # read (pt, es, de, fr).
 _NAMED = (
-    r"pass(?:word|code|phrase)s?|passwd|pass[\s-]word|(?:door|gate|alarm|lock|safe|access|security|verification"
+    r"pass(?:word|code|phrase)s?|passwd|pass[\s-]word|pin[\s-](?:number|code)s?|(?:door|gate|alarm|lock|safe|access|security|verification"
     r"|login|one[\s-]time|2fa|mfa|recovery|backup|entry|garage|keypad|locker|wi-?fi|wlan)[\s-]?(?:code|pin|password)s?"
     r"|(?:safe|lock|locker)\s+(?:combination|combo)|(?:api|secret|private|access)\s+keys?|seed\s+phrase"
     r"|recovery\s+phrase|(?:access|auth|bearer|refresh)\s+tokens?|cvv2?|cvc|(?:credit\s+|debit\s+|bank\s+)?card"
@@ -63,7 +63,10 @@ _DIGIT_WORDS = {word: str(digit) for digit, words in enumerate([
 _DIGIT_WORD = "(?:" + "|".join(sorted(map(re.escape, _DIGIT_WORDS), key=len, reverse=True)) + ")"
 _SPOKEN_DIGITS = re.compile(rf"(?i)(?<![\w-]){_DIGIT_WORD}(?:[\s,-]+{_DIGIT_WORD}){{2,}}(?![\w-])")
 # A digit in the next word, or a digit word ("my pin is Four, Three..." cut to "User's pin is Four").
-_DIGIT_SOON = rf"(?=[\"'“”«‘]?(?:[^\s\d]{{0,64}}\d|{_DIGIT_WORD}(?![\w-])))"
+# A lone digit word only where the clause ends with it: "my code is one of the best", "o código é
+# um pouco confuso" ("um" is also "a") name no secret.
+_DIGIT_SOON = (rf"(?=[\"'“”«‘]?(?:[^\s\d]{{0,64}}\d|{_DIGIT_WORD}(?:[\s,-]+{_DIGIT_WORD}(?![\w-])"
+               rf"|\s*(?:$|[.,;:!?)\"'”’]))))")
 _OF_WHAT = r"(?:\s+(?:to|for|of|on|at)\s+(?:my|the|our)\s+\w+)?"
 # Digits that open something: "the gate opens with 2580", "I unlock it with 4 3 2 1".
 _OPENS = (r"(?:opens?|unlocks?|disarms?)(?:\s+(?:it|them))?\s+with"
@@ -78,11 +81,13 @@ _PIN = r"(?-i:pin|PIN)"
 _QUOTES = r"[\"'`“”«‘(]{0,3}"
 _GIVEN = r"(?P<secret>\d(?:[\s-]?\d){2,}|\S{1,200})"
 # After the kind and a verb ("my password is hunter2"): a word, or digits spoken apart.
-_AFTER = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}{_VERB}{_QUOTES}{_GIVEN}")
+# A hesitation before the value: "my PIN is, um, 4321".
+_FILLER = r"(?:[\s,]*(?:um|uh|er|erm|oh)[\s,]+)?"
+_AFTER = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}{_VERB}{_QUOTES}{_FILLER}{_GIVEN}")
 # Only a value holding a digit: after a word that names a secret only then ("my code is 4321"),
 # after a kind with no verb ("my password, hunter2, is weak"; not "my password again").
-_AFTER_LOOSELY = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}[\s,?]+(?:(?:um|uh|er)[\s,]+)?"
-                            rf"|(?:{_WEAK}){_OF_WHAT}{_VERB}){_QUOTES}{_GIVEN}")
+_AFTER_LOOSELY = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}[\s,?]+{_FILLER}"
+                            rf"|(?:{_WEAK}){_OF_WHAT}{_VERB}{_FILLER}){_QUOTES}{_GIVEN}")
 # Asked and answered: "My wifi password? It's hunter22." (a word needs the answer's verb, as above).
 _ANSWERED = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}\s*[?:]\s*(?:(?:it|that)(?:'s|’s|\s+is|\s+was)"
                        rf"|(?:é|es|ist|c'est))\s+{_QUOTES}{_GIVEN}")
@@ -106,13 +111,26 @@ _SSN = re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-])")
 _EDGE = "\"'`.,;:!?()[]{}<>“”«»‘’"
 
 
+#: Digit words that are also a hesitation ("my PIN is um, four three two one"): not a digit
+#: where a run starts with them.
+_FILLERS = frozenset({"um", "oh"})
+
+
+def _spelled(run: str) -> str:
+    words = re.findall(r"[^\s,-]+", run)
+    digits = [_DIGIT_WORDS.get(w.casefold()) for w in words]
+    if None in digits:  # case-insensitive matching reads "NİNE" as "nine"; its casefold is not: as said
+        return run
+    lead = 1 if words[0].casefold() in _FILLERS and len(words) > 3 else 0
+    return " ".join(words[:lead] + ["".join(d for d in digits[lead:] if d)])
+
+
 def _as_digits(text: str) -> str:
     """``text`` with each run of three or more spoken digits written as digits ("four three two
     one" -> "4321"); the rest unchanged."""
     if not _SPOKEN_DIGITS.search(text):
         return text
-    return _SPOKEN_DIGITS.sub(lambda m: "".join(_DIGIT_WORDS[w.casefold()] for w in re.findall(r"[^\s,-]+", m.group())),
-                              text)
+    return _SPOKEN_DIGITS.sub(lambda m: _spelled(m.group()), text)
 
 
 def _luhn(number: str) -> bool:

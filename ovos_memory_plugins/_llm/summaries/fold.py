@@ -177,7 +177,7 @@ def roll_narrative(old: str, piece: str, state: Mapping[str, Any], max_tokens: i
         if fact.negated:
             stale.update({p: fact.kind for p in _value_parts(fact.said or fact.subject) if p not in now})
     kept: list[str] = []
-    answering_stale = False  # the assistant's reply to a dropped "User: ..." line goes with it
+    answering_stale = False  # the assistant's acknowledgement of a dropped "User: ..." line goes with it
     for sentence in [*split_sentences(old), *split_sentences(piece)]:
         low = normalise(sentence).casefold()
         hits = [a for v, a in stale.items() if re.search(r"\b" + re.escape(v) + r"\b", low)]
@@ -185,10 +185,12 @@ def roll_narrative(old: str, piece: str, state: Mapping[str, Any], max_tokens: i
         if hits and not _PAST.search(sentence) and not all(any(c in low for c in current.get(a, ())) for a in hits):
             answering_stale = answering_stale or sentence.startswith("User: ")
             continue
-        if sentence.startswith("User: ") or not sentence.startswith("Assistant: "):
+        if answering_stale:
             answering_stale = False
-        elif answering_stale:
-            continue  # "Assistant: noted" under no question, or "Porto it is" once the user left Porto
+            # Only a short reply right after it: its acknowledgement ("Assistant: Noted, a lovely
+            # city."). The summary leaves small talk out, so what follows may answer another turn.
+            if sentence.startswith("Assistant: ") and len(sentence.split()) <= 12:
+                continue
         if sentence and sentence not in kept:
             kept.append(sentence)
     while len(kept) > 1 and estimate_tokens(_join(kept)) > max_tokens:

@@ -41,8 +41,10 @@ function seg(id) {
 const short = (name) => String(name || "").replace(/^ovos-memory-plugin-/, "");
 // An id as text, with what prints as nothing or turns text around written as its escape:
 // "person\u200b:alice" must not pass for Alice's "person:alice".
-const shownId = (id) => String(id).replace(/[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g,
-  (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+const shownId = (id) => String(id).replace(
+  /[\u0000-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\u3164\ufe00-\ufe0f\ufeff\uffa0\u{e0000}-\u{e007f}]/gu,
+  (c) => { const code = c.codePointAt(0); const hex = code.toString(16);
+    return code > 0xffff ? `\\U${hex.padStart(8, "0")}` : `\\u${hex.padStart(4, "0")}`; });
 
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
@@ -140,7 +142,7 @@ async function openPerson(name) {
   state.person = name;
   state.session = null;
   const person = await api(path);
-  $("person-title").textContent = name;
+  $("person-title").textContent = shownId(name);
   // The person's memory is listed under its key; their session ids and patterns only say which
   // devices are theirs, and open nothing of their own.
   const stored = person.stored.map((id) => el("li", {}, el("a", { href: `#session=${enc(id)}`, text: shownId(id) })));
@@ -186,21 +188,23 @@ function forgetFact(id, text) {
 }
 
 $("forget-session").addEventListener("click", () => forget(
-  `Forget everything of session "${state.session}"? This cannot be undone.`,
+  `Forget everything of session "${shownId(state.session)}"? This cannot be undone.`,
   () => `/api/sessions/${seg(state.session)}`, {}, async () => {
     state.session = null;
     history.replaceState(null, "", location.pathname + location.search);
     showOnly("empty-hint");
     await loadSessions();
+    if (!$("search-results").hidden) $("search-form").requestSubmit();  // no hit of it stays on show
   }));
 
 $("forget-person").addEventListener("click", () => forget(
-  `Forget everything about ${state.person}? This cannot be undone.`,
+  `Forget everything about ${shownId(state.person)}? This cannot be undone.`,
   () => `/api/people/${seg(state.person)}`, {}, async () => {
     state.person = null;
     history.replaceState(null, "", location.pathname + location.search);
     showOnly("empty-hint");
     await Promise.all([loadSessions(), loadPeople()]);
+    if (!$("search-results").hidden) $("search-form").requestSubmit();
   }));
 
 // -- export ---------------------------------------------------------------------------------------
