@@ -42,7 +42,7 @@ _LINE_BREAKS = re.compile(f"[\t\n{_CONTROL_CHARS}{_INVISIBLE}]")  # and the tab 
 
 def printable(text: str, lines: bool = True) -> str:
     """``text`` safe to print on a terminal: each control character written as its escape
-    (``\x1b``), as ``repr`` writes it; ``lines=False`` escapes line breaks, tabs and characters
+    (``\x1b``), as Python writes it; ``lines=False`` escapes line breaks, tabs and characters
     that print as nothing too (an id on a line of its own)."""
     return (_CONTROLS if lines else _LINE_BREAKS).sub(lambda m: m.group().encode("unicode_escape").decode("ascii"),
                                                       text)

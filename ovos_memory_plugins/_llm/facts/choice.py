@@ -52,7 +52,7 @@ def _words(text: str, ignore: frozenset[str]) -> frozenset[str]:
 # for the kinds the rules read, the four other languages too; singular, as _words makes them).
 _ASKED_BY = {kind: frozenset(map(singular, words.split())) for kind, words in {
     "job": "job jobs work working living occupation profession career trabalho emprego profissão trabajo empleo "
-           "profesión oficio beruf arbeit job travail métier profession",
+           "profesión oficio beruf arbeit travail métier",
     "workplace": "work working job employer company office workplace trabalho empresa trabajo arbeit firma travail",
     "home_city": "live living city town home cidade casa ciudad stadt wohnort ville",
     "age": "age old idade edad alter alt âge",

@@ -706,14 +706,10 @@ def _core_left_out(sent: Sequence[int], batch: Sequence[Exchange],
     dropped the name, which every turn needs. Left out means no fact of that kind and none naming
     the value ("User's first name is Tomas"). The rules' other facts are not added: the model's
     reading stands, and so does its "[]"."""
-    out = []
-    for index, exchange in zip(sent, batch):
-        mine = [fact for i, fact in found if i == index]
-        kinds, said = {fact.kind for fact in mine}, _fold(" ".join(fact.text for fact in mine))
-        out += [(index, fact) for fact in extract_facts(exchange.user)
-                if fact.kind in CORE_ATTRIBUTES and fact.kind not in kinds and not fact.negated
-                and _fold(fact.value) not in said]
-    return out
+    kinds = {(i, fact.kind) for i, fact in found}
+    said = {i: _fold(" ".join(fact.text for j, fact in found if j == i)) for i in sent}
+    return [(i, fact) for i, fact in _by_rules(sent, batch) if fact.kind in CORE_ATTRIBUTES and not fact.negated
+            and (i, fact.kind) not in kinds and _fold(fact.value) not in said[i]]
 
 
 def _an_empty_answer(reply: str) -> bool:

@@ -32,8 +32,8 @@ MAX_SECRET_SCAN = 8_000
 # Kinds of secret that name one whatever follows them, in English and the languages the rules
 # read (pt, es, de, fr).
 _NAMED = (
-    r"pass(?:word|code|phrase)s?|passwd|pass[\s-]word|pin[\s-](?:number|code)s?|(?:door|gate|alarm|lock|safe|access|security|verification"
-    r"|login|one[\s-]time|2fa|mfa|recovery|backup|entry|garage|keypad|locker|wi-?fi|wlan)[\s-]?(?:code|pin|password)s?"
+    r"pass(?:word|code|phrase)s?|passwd|pass[\s-]word|pin[\s-](?:number|code)s?"
+    r"|(?:door|gate|alarm|lock|safe|access|security|verification|login|one[\s-]time|2fa|mfa|recovery|backup|entry|garage|keypad|locker|wi-?fi|wlan)[\s-]?(?:code|pin|password)s?"
     r"|(?:safe|lock|locker)\s+(?:combination|combo)|(?:api|secret|private|access)\s+keys?|seed\s+phrase"
     r"|recovery\s+phrase|(?:access|auth|bearer|refresh)\s+tokens?|cvv2?|cvc|(?:credit\s+|debit\s+|bank\s+)?card"
     r"\s+(?:number|details)|account\s+number|routing\s+number|sort\s+code|social\s+security\s+number|ssn"
@@ -118,11 +118,11 @@ _FILLERS = frozenset({"um", "oh"})
 
 def _spelled(run: str) -> str:
     words = re.findall(r"[^\s,-]+", run)
-    digits = [_DIGIT_WORDS.get(w.casefold()) for w in words]
-    if None in digits:  # case-insensitive matching reads "NİNE" as "nine"; its casefold is not: as said
+    digits = [d for d in (_DIGIT_WORDS.get(w.casefold()) for w in words) if d is not None]
+    if len(digits) < len(words):  # case-insensitive matching reads "NİNE" as "nine"; its casefold is not: as said
         return run
     lead = 1 if words[0].casefold() in _FILLERS and len(words) > 3 else 0
-    return " ".join(words[:lead] + ["".join(d for d in digits[lead:] if d)])
+    return " ".join(words[:lead] + ["".join(digits[lead:])])
 
 
 def _as_digits(text: str) -> str:

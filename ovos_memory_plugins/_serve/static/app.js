@@ -187,24 +187,27 @@ function forgetFact(id, text) {
   }, () => refresh());
 }
 
+// Off the view of what was just forgotten, without a hashchange (it would clear the banner that
+// says what the forget did); the lists and any search results read again, so no hit of it stays.
+async function leaveForgotten(...loads) {
+  history.replaceState(null, "", location.pathname + location.search);
+  showOnly("empty-hint");
+  await Promise.all(loads.map((load) => load()));
+  if (!$("search-results").hidden) $("search-form").requestSubmit();
+}
+
 $("forget-session").addEventListener("click", () => forget(
   `Forget everything of session "${shownId(state.session)}"? This cannot be undone.`,
-  () => `/api/sessions/${seg(state.session)}`, {}, async () => {
+  () => `/api/sessions/${seg(state.session)}`, {}, () => {
     state.session = null;
-    history.replaceState(null, "", location.pathname + location.search);
-    showOnly("empty-hint");
-    await loadSessions();
-    if (!$("search-results").hidden) $("search-form").requestSubmit();  // no hit of it stays on show
+    return leaveForgotten(loadSessions);
   }));
 
 $("forget-person").addEventListener("click", () => forget(
   `Forget everything about ${shownId(state.person)}? This cannot be undone.`,
-  () => `/api/people/${seg(state.person)}`, {}, async () => {
+  () => `/api/people/${seg(state.person)}`, {}, () => {
     state.person = null;
-    history.replaceState(null, "", location.pathname + location.search);
-    showOnly("empty-hint");
-    await Promise.all([loadSessions(), loadPeople()]);
-    if (!$("search-results").hidden) $("search-form").requestSubmit();
+    return leaveForgotten(loadSessions, loadPeople);
   }));
 
 // -- export ---------------------------------------------------------------------------------------
