@@ -873,6 +873,9 @@ def test_a_secret_the_user_says_is_never_kept_as_a_fact(make, said):
     ("My PIN is four three two one.", "four three two one"), ("my pin is Four, Three, Two, One", "Four, Three"),
     ("my code is one two three four", "one two three four"), ("The gate opens with two five eight zero.", "two five"),
     ("Meine PIN ist vier drei zwei eins.", "vier drei"), ("Mi pin es cuatro tres dos uno.", "cuatro tres"),
+    ("My PIN is forty two seventeen.", "forty two"), ("my code is nineteen eighty four", "nineteen eighty"),
+    ("my pin is fifty", "fifty"), ("Meine PIN ist zweiundvierzig siebzehn.", "zweiundvierzig"),
+    ("O meu pin é quarenta e dois dezassete.", "quarenta e dois"), ("Mon code est quarante-deux dix-sept.", "quarante"),
 ])
 def test_a_secret_spoken_as_words_is_never_kept_as_a_fact(make, said, secret):
     # A voice assistant hears digits as speech to text writes them: often as words.
@@ -890,8 +893,14 @@ def test_digit_words_outside_a_secret_are_left_as_they_are():
     assert secrets_given("my code is one two three four") == {"1234"}
     assert secrets_given("my PIN is um four three two one") == {"4321"}  # a hesitation, not a digit
     for said in ("my code is one of the best", "O código é um pouco confuso", "Mon code est un peu long",
-                 "my pin is oh so rusty"):
+                 "my pin is oh so rusty", "my code is twenty lines long", "User's code is eleven years old",
+                 "The code was ten times faster", "O código é mil vezes melhor"):
         assert not holds_secret(said), said
+    # Numbers said as numbers: a fact or summary line holding one is a secret with no given value.
+    for said in ("User's pin is forty two seventeen", "User's PIN is nineteen eighty four", "User's code is fifty",
+                 "Meine PIN ist zweiundvierzig siebzehn", "Mon code est quarante-deux dix-sept",
+                 "O pin é quarenta e dois dezassete", "o código é novecentos e dez", "Su clave es mil novecientos"):
+        assert holds_secret(said), said
     # Matched without case, "NİNE" is "nine"; its casefold is not: read as said, never a crash
     # (which stalled the session's extraction and summaries for good).
     assert secrets_given("I counted FİVE SİX NİNE sheep, my PIN is 4321") == {"4321"}

@@ -747,6 +747,19 @@ def test_a_secret_asked_and_answered_stays_out_of_the_summary(make, said):
     assert not any(spoken in summary for spoken in ("8 6 4 2", "six, four", "three two")), summary
 
 
+@pytest.mark.parametrize("said", ["My PIN is forty two seventeen.", "My code is nineteen eighty four."])
+def test_a_secret_said_alone_leaves_no_reply_answering_nothing_in_the_summary(make, said):
+    # The message held the secret and nothing else: the assistant's "Noted." goes with it.
+    memory = make(api_url=None, summarize_every=1, recent_window=0)
+    for user, assistant in (("I live in Porto.", "Porto is lovely."), (said, "Noted."),
+                            ("I love fado.", "Fado is beautiful, a lovely choice of music.")):
+        memory.update_history([AgentMessage(U, user), AgentMessage(A, assistant)], "s")
+    assert memory.flush(30)
+    summary = memory.export("s")["summary"]
+    assert "Porto" in summary and "Fado is beautiful" in summary, summary
+    assert not any(w in summary for w in ("forty", "nineteen", "Noted")), summary
+
+
 def test_a_name_said_beside_a_secret_is_still_a_fact_of_the_summary(make):
     memory = make(api_url=None, summarize_every=1, recent_window=0)
     exchange(memory, 0, user="My name is Marta, the password is Bolacha2024.")

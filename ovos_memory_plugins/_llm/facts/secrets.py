@@ -9,7 +9,8 @@ an IBAN or a US social security number, or holds what the user gave as a secret 
 message ("my PIN is 4 3 2 1", then a model's "User's other: 4321"; or asked and answered,
 "My wifi password? It's hunter22"; "the gate opens with 2580"; a value with a digit the user
 calls a secret, "the same secret everywhere, it's mango42"). Digits spoken as words are digits
-("my PIN is four three two one": speech to text writes them so as often as not).
+("my PIN is four three two one": speech to text writes them so as often as not), and a number
+said as one after a word such as "PIN" or "code" is a secret too ("my PIN is forty two seventeen").
 
     >>> holds_secret("User's wifi password is hunter2")
     True
@@ -62,10 +63,24 @@ _DIGIT_WORDS = {word: str(digit) for digit, words in enumerate([
     "eight oito ocho acht huit", "nine nove nueve neun neuf"]) for word in words.split()}
 _DIGIT_WORD = "(?:" + "|".join(sorted(map(re.escape, _DIGIT_WORDS), key=len, reverse=True)) + ")"
 _SPOKEN_DIGITS = re.compile(rf"(?i)(?<![\w-]){_DIGIT_WORD}(?:[\s,-]+{_DIGIT_WORD}){{2,}}(?![\w-])")
+# Numbers said as numbers, not digit by digit ("my PIN is forty two seventeen", "nineteen eighty
+# four"): teens, tens, hundreds and thousands in the same languages, German compounds included.
+_NUMBER_WORD = (
+    r"(?:(?:ten|eleven|twelve|(?:thir|four|fif|six|seven|eigh|nine)teen|(?:twen|thir|for|fif|six|seven|eigh|nine)ty"
+    r"|hundred|thousand|dez|onze|doze|treze|(?:c|qu)atorze|quinze|deza?sseis|deza?ssete|dezoito|deza?nove|vinte"
+    r"|trinta|quarenta|cinquenta|sessenta|setenta|oitenta|noventa|cem|cento|mil|diez|once|doce|trece|catorce"
+    r"|diecis[ée]is|diecisiete|dieciocho|diecinueve|veinte|veinti\w+|treinta|cuarenta|cincuenta|sesenta|ochenta"
+    r"|cien|ciento|(?:dos|tres|cuatro|seis|sete|ocho|nove)cientos|quinientos|(?:duz|trez|quatroc|quinh|seisc|setec"
+    r"|oitoc|novec)entos|zehn|elf|zw[öo]lf|(?:drei|vier|f[üu]nf|sech|sieb|acht|neun)zehn|(?:\w+und)?(?:zwanzig|drei(?:ß|ss)ig"
+    r"|vierzig|f[üu]nfzig|sechzig|siebzig|achtzig|neunzig)|hundert|tausend|dix|douze|treize|quatorze|seize|vingt"
+    r"|trente|quarante|cinquante|soixante|cent|mille)(?![\w]))")
+_NUMBER_JOIN = r"(?:[\s,-]+(?:(?:and|y|e|et|und)\s+)?)"
 # A digit in the next word, or a digit word ("my pin is Four, Three..." cut to "User's pin is Four").
 # A lone digit word only where the clause ends with it: "my code is one of the best", "o código é
-# um pouco confuso" ("um" is also "a") name no secret.
+# um pouco confuso" ("um" is also "a") name no secret. A number word, before another number or
+# digit word or where the clause ends ("my code is fifty"; not "my code is twenty lines long").
 _DIGIT_SOON = (rf"(?=[\"'“”«‘]?(?:[^\s\d]{{0,64}}\d|{_DIGIT_WORD}(?:[\s,-]+{_DIGIT_WORD}(?![\w-])"
+               rf"|\s*(?:$|[.,;:!?)\"'”’]))|{_NUMBER_WORD}(?:{_NUMBER_JOIN}(?:{_NUMBER_WORD}|{_DIGIT_WORD}(?![\w-]))"
                rf"|\s*(?:$|[.,;:!?)\"'”’]))))")
 _OF_WHAT = r"(?:\s+(?:to|for|of|on|at)\s+(?:my|the|our)\s+\w+)?"
 # Digits that open something: "the gate opens with 2580", "I unlock it with 4 3 2 1".

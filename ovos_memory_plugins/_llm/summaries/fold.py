@@ -395,14 +395,20 @@ def without_secrets(messages: Sequence[Any]) -> list[dict[str, str]]:
     """``messages`` without the sentences that name or hold a secret the user gave ("My wifi
     password is hunter2.", the assistant's "Your PIN 4321 is noted."): a summary is sent with
     every turn, as facts are, so it keeps none (see :mod:`~ovos_memory_plugins._llm.facts.secrets`);
-    nor does the model asked to write its narrative receive them."""
+    nor does the model asked to write its narrative receive them. A short reply to a message
+    that held nothing else goes with it ("Noted." would answer nothing)."""
     pairs = [role_content(m) for m in messages]
     given = frozenset().union(*(secrets_given(content) for role, content in pairs if role == "user"))
     out = []
+    emptied = False  # the last message was the user's, and it held nothing but secrets
     for role, content in pairs:
-        if holds_secret(content, given):
+        secret = holds_secret(content, given)
+        if secret:
             content = "\n".join(" ".join(s for s in split_sentences(line) if not holds_secret(s, given))
                                 for line in content.splitlines())
+        elif emptied and role == "assistant" and len(content.split()) <= 12:
+            content = ""
+        emptied = secret and role == "user" and not content.strip()
         out.append({"role": role, "content": content})
     return out
 
