@@ -305,13 +305,16 @@ def test_questions_and_orders_as_speech_to_text_writes_them_are_not_sent_to_the_
     llm.reply = json.dumps(["User explains what a black hole is"])
     memory = make(api_url=llm.url)
     for text in ("Explain what a black hole is.", "what are the benefits of walking every day",
-                 "set a timer for ten minutes", "can you recommend a book", "tell me a joke"):
+                 "set a timer for ten minutes", "can you recommend a book", "tell me a joke",
+                 "sag mir einen Witz", "dis-moi une blague", "diz-me uma piada"):
         say(memory, text, "Sure.")
     assert injected(memory) == [] and llm.count("/chat/completions") == 0
     # Asked with something of the user in it, or "call me ...", it is read.
     llm.reply = json.dumps(["User's son likes dinosaurs"])
     say(memory, "can you recommend a book for my son, he likes dinosaurs", "Try 'Dinosaurs Before Dark'.")
     assert injected(memory) == ["User's son likes dinosaurs"] and llm.count("/chat/completions") == 1
+    say(memory, "sag mir, was mein Sohn mag", "Dinosaurier.")  # "mir" is the order's; "mein" the user's
+    assert memory.flush(patience(10)) and llm.count("/chat/completions") == 2
 
 
 def test_the_prompts_examples_are_never_stored(make, llm):

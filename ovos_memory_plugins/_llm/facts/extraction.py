@@ -198,7 +198,11 @@ _SAYS_OF_ME = re.compile(
 def _asks_only(sentence: str) -> bool:
     """Whether ``sentence`` is a question or an order to the assistant that says nothing of the user."""
     sentence = sentence.replace("\u2019", "'")  # "j’étais", "can’t": the apostrophe a keyboard types
-    return sentence.rstrip().endswith("?") or (bool(_ASKS.match(sentence)) and not _SAYS_OF_ME.search(sentence))
+    if sentence.rstrip().endswith("?"):
+        return True
+    opening = _ASKS.match(sentence)
+    # After the opening: its own pronoun ("sag mir", "dis-moi") is the order's, not the user's.
+    return opening is not None and not _SAYS_OF_ME.search(sentence, opening.end())
 
 
 def worth_reading(exchange: Exchange) -> bool:
