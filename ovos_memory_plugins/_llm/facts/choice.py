@@ -48,8 +48,8 @@ def _words(text: str, ignore: frozenset[str]) -> frozenset[str]:
     return frozenset(singular(w) for w in content_words(text, ignore))
 
 
-# The words a question about a kind of fact uses, though the fact may hold none of them (English;
-# for the kinds the rules read, the four other languages too; singular, as _words makes them).
+# The words a question about a kind of fact uses, though the fact may hold none of them (English
+# and the four other languages the rules read; singular, as _words makes them).
 _ASKED_BY = {kind: frozenset(map(singular, words.split())) for kind, words in {
     "job": "job jobs work working living occupation profession career trabalho emprego profissão trabajo empleo "
            "profesión oficio beruf arbeit travail métier",
@@ -57,19 +57,27 @@ _ASKED_BY = {kind: frozenset(map(singular, words.split())) for kind, words in {
     "home_city": "live living city town home cidade casa ciudad stadt wohnort ville",
     "age": "age old idade edad alter alt âge",
     "birthday": "birthday born birth aniversário cumpleaños geburtstag anniversaire",
-    "partner": "partner wife husband girlfriend boyfriend spouse married",
+    "partner": "partner wife husband girlfriend boyfriend spouse married esposa marido namorada namorado parceiro "
+               "parceira casado casada esposo novia novio pareja ehefrau ehemann partnerin verheiratet femme mari "
+               "copine copain conjoint marié mariée",
     "friend": "friend friends amigo amiga freund freundin ami amie",
     "family": "family mother mom mum father dad parent sister brother sibling son sons daughter kid kids child "
               "children família familia familie famille",
     "pet": "pet pets animal animais animales haustier tier animaux",
-    "food": "food eat eating diet meal dish cook cooking",
-    "allergy": "allergy allergies allergic eat food",
-    "music": "music song band listen",
-    "hobby": "hobby hobbies pastime",
-    "trip": "trip travel travelling traveling holiday vacation",
-    "language": "language speak",
-    "health": "health medical medication condition",
-    "pref": "like love favourite favorite prefer enjoy",
+    "food": "food eat eating diet meal dish cook cooking comida comer dieta prato cozinhar plato cocinar essen "
+            "gericht kochen ernährung nourriture manger repas plat cuisine cuisiner",
+    "allergy": "allergy allergies allergic eat food alergia alergias alérgico alérgica allergie allergien "
+               "allergisch allergique",
+    "music": "music song band listen música canção banda ouvir canción escuchar musik hören musique chanson "
+             "groupe écouter",
+    "hobby": "hobby hobbies pastime passatempo passatempos pasatiempo afición freizeit loisir loisirs",
+    "trip": "trip travel travelling traveling holiday vacation viagem viajar férias viaje vacaciones reise reisen "
+            "urlaub voyage voyager vacances",
+    "language": "language speak língua idioma falar hablar lengua sprache sprechen langue parler",
+    "health": "health medical medication condition saúde medicação salud medicamento gesundheit medikament "
+              "santé médicament",
+    "pref": "like love favourite favorite prefer enjoy gosto gosta gostas favorito favorita preferido preferida "
+            "gusta gustan encanta mag magst lieblings aime adore préféré préférée",
 }.items()}
 # Who a fact about someone in the user's life names ("sister.name"): the kind they belong to.
 _PERSON_KIND = {**dict.fromkeys(wordset("cat dog puppy kitten hamster parrot rabbit fish horse bird"), "pet"),
