@@ -276,13 +276,15 @@ def test_small_talk_and_questions_are_not_sent_to_the_model(make, llm):
     ("What's my job?", "User works as a nurse"), ("What do I do for a living?", "User works as a nurse"),
     ("Do I have any pets?", "User's cat is called Biscuit"), ("Qual é a minha profissão?", "User works as a nurse"),
     ("Tenho alguma alergia?", "User is allergic to peanuts"), ("¿Qué pasatiempo tengo?", "User's hobby is knitting"),
-    ("Welche Musik mag ich?", "User loves jazz music"), ("Comment s'appelle mon mari ?", "User's husband is called Rui"),
+    ("Welche Musik mag ich?", "User loves jazz music"),
+    ("Comment s'appelle mon mari ?", "User's husband is called Rui"),
 ])
 def test_relevant_facts_include_the_one_the_turn_asks_for_by_kind(make, asked, sent):
     # None of these shares a word with the fact: the relevant facts sent only the name and city.
     memory = make(api_url=None, context_facts="relevant")
     for said in ("My name is Marta.", "I live in Lisbon.", "I work as a nurse.", "I have a cat called Biscuit.",
-                 "I'm allergic to peanuts.", "My hobby is knitting.", "I love jazz music.", "My husband is called Rui."):
+                 "I'm allergic to peanuts.", "My hobby is knitting.", "I love jazz music.",
+                 "My husband is called Rui."):
         say(memory, said)
     assert memory.flush(patience(10))
     block = memory.build_conversation_context(asked, "s")[0].content

@@ -61,6 +61,16 @@ def test_a_json_file_of_another_memory_kind_is_refused_and_left_as_it_is(tmp_pat
         assert entity.facts("kitchen") == ["User's name is Ana"]
 
 
+def test_a_json_file_of_another_memory_is_refused_before_a_lock_file_is_made_beside_it(tmp_path):
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps({"s": {"facts": ["User likes tea"], "meta": {}}}))
+    with pytest.raises(ConfigError, match="holds another memory's facts"):
+        RecencyMemory({"db_path": str(path)})
+    assert sorted(os.listdir(tmp_path)) == ["facts.json"]
+
+
 REFERENCE_RECENCY = {"s1": {"buffer": [{"ts": 1e10, "role": "user", "content": "hi"},
                                        {"ts": 1e10, "role": "assistant", "content": "hello"}]},
                      "s2": {"buffer": [{"ts": 1e10, "role": "user", "content": "bye"}]}}
@@ -294,10 +304,22 @@ def _crashed_write(tmp_path, name="s.json", random="k3y9qz1x"):
     return leftover
 
 
-def test_a_crashed_writes_temp_file_goes_at_the_next_open(tmp_path):
-    leftover = _crashed_write(tmp_path)
+@pytest.mark.parametrize("random", ["ovos-write-k3y9qz1x", "k3y9qz1x"], ids=["named so", "as 1.3.0 named it"])
+def test_a_crashed_writes_temp_file_goes_at_the_next_open(tmp_path, random):
+    leftover = _crashed_write(tmp_path, random=random)
     JsonRecordStore(str(tmp_path / "s.json"))
     assert not leftover.exists()
+
+
+def test_a_users_file_named_like_a_temp_file_of_1_3_0_stays(tmp_path):
+    # Taken for a crashed write by its name alone, a draft beside the store was deleted.
+    drafts = [tmp_path / "s.json.draft001.tmp", tmp_path / "s.json.draft002.tmp"]
+    drafts[0].write_text("my notes")
+    drafts[1].write_text(json.dumps({"title": "notes", "tags": []}))
+    store = JsonRecordStore(str(tmp_path / "s.json"))
+    store.save("s", {"buffer": []})
+    store.compact()
+    assert [p.read_text() for p in drafts] == ["my notes", json.dumps({"title": "notes", "tags": []})]
 
 
 def test_a_forget_removes_what_a_crashed_write_of_another_process_left(tmp_path):
@@ -331,6 +353,7 @@ def test_only_this_stores_own_temp_files_are_removed(tmp_path):
     ({"volume": 3, "name": "kitchen"}, "holds no memory record"),
     ({"default": None}, "holds no memory record"),
     ({"theme": "dark"}, "holds no memory record"),
+    ({"editor.fontSize": 14, "files.exclude": {}}, "holds no memory record"),  # an empty object is no record
 ])
 def test_a_json_file_that_is_not_a_store_is_refused_and_left_as_it_is(tmp_path, content, why):
     path = tmp_path / "mine.json"
@@ -682,7 +705,7 @@ def test_an_undecodable_stored_value_sets_the_file_aside_and_the_update_is_writt
     store.close()
 
 
-@pytest.mark.parametrize("content", [{"default": None, "s": {}}, {"default": "oops", "s": {"facts": ["x"]}},
+@pytest.mark.parametrize("content", [{"s": {}, "t": []}, {"default": "oops", "s": {"facts": ["x"]}},
                                      {"count": 3, "name": "Ana", "s": {"buffer": []}}])
 def test_a_store_whose_records_were_damaged_by_hand_still_opens(tmp_path, content):
     path = tmp_path / "s.json"
@@ -691,33 +714,57 @@ def test_a_store_whose_records_were_damaged_by_hand_still_opens(tmp_path, conten
     assert store.sessions() == sorted(content)
 
 
-@pytest.mark.parametrize("kind", ["fifo", "dangling link", "link to a file"])
+@pytest.mark.parametrize("kind", ["fifo", "dangling link", "link to a file", "link to an empty file"])
 def test_a_lock_file_that_is_not_a_regular_file_is_refused_and_left_as_it_is(tmp_path, kind):
     path, lock, target = tmp_path / "s.json", tmp_path / "s.json.lock", tmp_path / "elsewhere"
     if kind == "fifo":
         os.mkfifo(lock)
     else:
-        if kind == "link to a file":
-            target.write_text("not ours")
+        if kind.startswith("link to"):
+            target.write_text("" if "empty" in kind else "not ours")
+            os.chmod(target, 0o644)
         lock.symlink_to(target)
     with pytest.raises(StorageError, match="lock file"):  # a FIFO hung here, a link's target was made
         JsonRecordStore(str(path))
     assert not path.exists()
-    assert target.read_text() == "not ours" if kind == "link to a file" else not target.exists()
+    if kind.startswith("link to"):  # its content and its mode (an empty one's was made private)
+        assert target.read_text() == ("" if "empty" in kind else "not ours") and target.stat().st_mode & 0o777 == 0o644
+    else:
+        assert not target.exists()
 
 
 @pytest.mark.parametrize("suffix", ["-journal", "-wal", "-shm"])
-@pytest.mark.parametrize("kind", ["fifo", "directory"])
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symbolic link"])
 def test_an_sqlite_journal_that_is_not_a_regular_file_is_refused_and_left_as_it_is(tmp_path, suffix, kind):
     from ovos_memory_plugins.errors import ConfigError
     from ovos_memory_plugins.lexical import LexicalMemory
 
     path = tmp_path / "lex.db"
     companion = tmp_path / f"lex.db{suffix}"
-    os.mkfifo(companion) if kind == "fifo" else companion.mkdir()
-    with pytest.raises(ConfigError, match=f"lex.db{suffix}' beside it is a"):  # a FIFO hung here, or was deleted
+    target = tmp_path / "notes.txt"
+    target.write_text("precious")
+    {"fifo": lambda: os.mkfifo(companion), "directory": companion.mkdir,
+     "symbolic link": lambda: companion.symlink_to(target)}[kind]()
+    # a FIFO hung here, a directory or a link was deleted
+    with pytest.raises(ConfigError, match=f"(?i)lex.db{suffix}' beside it is a {kind}"):
         LexicalMemory({"db_path": str(path)})
-    assert (stat.S_ISFIFO if kind == "fifo" else stat.S_ISDIR)(os.stat(companion).st_mode)
+    check = {"fifo": stat.S_ISFIFO, "directory": stat.S_ISDIR, "symbolic link": stat.S_ISLNK}[kind]
+    assert check(os.lstat(companion).st_mode) and target.read_text() == "precious"
+
+
+def test_an_sqlite_database_of_something_else_with_no_table_yet_is_refused_and_left_as_it_is(tmp_path):
+    from ovos_memory_plugins.errors import ConfigError
+    from ovos_memory_plugins.lexical import LexicalMemory
+
+    path = tmp_path / "app.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA application_id = 12345")
+    con.execute("PRAGMA user_version = 7")
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match="application_id 12345"):
+        LexicalMemory({"db_path": str(path)})
+    assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["app.sqlite"]
 
 
 def test_an_sqlite_database_of_something_else_is_refused_and_left_as_it_is(tmp_path):
@@ -865,6 +912,9 @@ def test_someone_elses_binary_file_is_refused_and_left_where_it_is(tmp_path, nam
     '{"lang": "en-us", "listener": {"sample_rate": 16000}, "websocket": {"host": "0.0.0.0", "port": 8181}}',
     '{"listener": {"sample_rate": 16000}, "skills": {"blacklisted_skills": []}}',  # sections only
     '// my settings\n{"lang": "en-us",\n  // the microphone\n  "listener": {"sample_rate": 16000}}',  # with comments
+    # comments at the ends of lines, commas before a closing bracket, single quotes: not JSON, nor damage
+    '{\n  "lang": "en-us",  // my language\n  "volume": 3\n}\n', '{\n  "editor.fontSize": 14,\n  "a": [1, 2,],\n}\n',
+    '{ /* settings */ "volume": 3 }', "{'volume': 3, 'url': 'http://x/y'}",
 ])
 def test_a_configuration_file_named_as_a_json_store_is_refused_and_left_as_it_is(tmp_path, text):
     from ovos_memory_plugins.recency import RecencyMemory
@@ -876,6 +926,22 @@ def test_a_configuration_file_named_as_a_json_store_is_refused_and_left_as_it_is
         RecencyMemory({"db_path": str(path)})
     assert path.read_text() == text and os.stat(path).st_mode == before.st_mode
     assert sorted(os.listdir(tmp_path)) == ["mycroft.conf"]
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.99])
+def test_a_damaged_store_is_still_set_aside_not_taken_for_a_configuration_file(tmp_path, cut):
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    path = tmp_path / "recency.json"
+    with RecencyMemory({"db_path": str(path)}) as memory:
+        for i in range(5):
+            memory.update_history([AgentMessage(MessageRole.USER, f"q {i} // not a comment, "),
+                                   AgentMessage(MessageRole.ASSISTANT, "a /* nor this */")], "s")
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * cut)])  # a cut file
+    with RecencyMemory({"db_path": str(path)}) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "new"), AgentMessage(MessageRole.ASSISTANT, "ok")], "s")
+    assert (tmp_path / "recency.json.corrupt").exists()
 
 
 def test_the_general_json_store_still_takes_records_of_any_shape(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import errno
+import json
 import os
 import re
 import stat
@@ -136,7 +137,7 @@ def create_private_file(path: str) -> bool:
 
 def _private_if_empty(path: str) -> None:
     try:
-        info = os.stat(path)
+        info = os.lstat(path)  # a link is not ours: its target keeps its mode (the link is refused)
         if stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mode & 0o077:
             os.chmod(path, PRIVATE_FILE_MODE)
     except OSError:
@@ -225,7 +226,7 @@ def _check_expanded(path: str, expanded: str) -> None:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
+    for test, name in ((stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
                        (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket")):
         if test(mode):
             return name
@@ -291,10 +292,10 @@ def _check_companion(path: str, companion: str) -> None:
     from ..errors import ConfigError
 
     try:
-        mode = os.stat(companion).st_mode
+        mode = os.lstat(companion).st_mode
     except OSError:
-        return  # none (or a dangling link, which SQLite refuses on its own): it is created
-    if not stat.S_ISREG(mode):
+        return  # none: it is created
+    if not stat.S_ISREG(mode):  # a link too: SQLite would remove it, or write where it points
         raise ConfigError(f"store path {path!r}: {companion!r} beside it is a {_kind(mode)}, not a regular file; "
                           "the store keeps its own file there: remove it, or name another db_path")
 
@@ -394,8 +395,46 @@ def foreign_content(path: str, json_store: bool = False) -> str | None:
     if json_store and shown[:1] == b"[":  # a store is one object: a list (a data export, say) never was one
         return "it holds a JSON list, not the JSON object a store is"
     if json_store and shown[:1] == b"{":
-        return "it holds JSON with comments, as a configuration file does" if _COMMENT_LINE.search(head) else None
+        relaxed = _COMMENT_LINE.search(head) or _relaxed_json(path)
+        return "it holds JSON with comments or trailing commas, as a configuration file does" if relaxed else None
     return "it holds text that is not a JSON object" if json_store else "it holds text, which no SQLite store does"
+
+
+#: The most of a file read to tell a configuration file (JSON with comments) from a damaged store.
+_RELAXED_MAX_BYTES = 1 << 20
+#: A string (double or single quoted), a comment, or a comma before a closing bracket.
+_RELAXED_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/|,(?=\s*[}\]])', re.DOTALL)
+
+
+def _relaxed_json(path: str) -> bool:
+    """Whether the file at ``path`` is not JSON, but is once comments, commas before a closing bracket and
+    single quotes are allowed (JSON5, VS Code's settings, mycroft.conf): a configuration file.
+    The package writes strict JSON, and damage (a cut, flipped bytes) does not make its text
+    valid in that looser form, so a store that fails to load but reads so was never one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(_RELAXED_MAX_BYTES + 1)
+    except (OSError, UnicodeDecodeError):
+        return False
+    if len(text) > _RELAXED_MAX_BYTES or text.count("/*") > 1000:  # each unclosed one is read to the end
+        return False
+    try:
+        json.loads(text)
+        return False  # strict JSON: a store, or refused for what it holds
+    except ValueError:
+        pass
+
+    def strict(match: re.Match[str]) -> str:
+        token = match.group()
+        if token[0] == "'":
+            return json.dumps(token[1:-1].replace("\\'", "'"))
+        return token if token[0] == '"' else ""
+
+    try:
+        data = json.loads(_RELAXED_TOKEN.sub(strict, text))
+    except ValueError:
+        return False
+    return isinstance(data, dict)
 
 
 #: The first byte of a b-tree page only.

@@ -55,6 +55,9 @@ __all__ = ["JsonRecordStore", "MemoryJsonStore"]
 PERSONA_KEYS = ("memory_module", "solvers", "handlers")
 #: The random part of the temp file names ``tempfile.mkstemp`` makes.
 _TEMP_RANDOM = 8
+#: Between the store's name and that random part: ``memory.json.ovos-write-k3y9qz1x.tmp``. A name
+#: of our own, so that a user's ``notes.json.draft001.tmp`` is never taken for a crashed write.
+_TEMP_TAG = ".ovos-write-"
 #: How long a writer waits for another process holding the store's lock before giving up (as
 #: SQLite's busy timeout): a stuck process must not hang every caller for ever.
 LOCK_TIMEOUT_S = 30.0
@@ -74,7 +77,7 @@ class JsonRecordStore:
         if os.path.exists(self.path):  # before any lock file is made: a file that is no store stays as it is
             refuse_foreign_file(self.path, json_store=True)
             try:
-                self._check_is_store(self._read(quarantine=False), self.record_fields)
+                self._check_at_open(self._read(quarantine=False))
             except StorageError:
                 if self.read_only:
                     raise  # damaged: a read-only command reports it, the next writer quarantines it
@@ -140,22 +143,38 @@ class JsonRecordStore:
         named as ``_write`` names them."""
         if fcntl is None or self.read_only:  # without the lock another process may be writing one
             return
-        folder, prefix = os.path.dirname(self.path) or ".", os.path.basename(self.path) + "."
+        folder, base = os.path.dirname(self.path) or ".", os.path.basename(self.path)
         try:
-            names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")
-                     and len(n) == len(prefix) + _TEMP_RANDOM + 4]
+            names = [n for n in os.listdir(folder) if n.endswith(".tmp") and _crashed_write_name(base, n)]
         except OSError:
             return
         for name in names:
             path = os.path.join(folder, name)
             with contextlib.suppress(OSError):
                 st = os.lstat(path)
-                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and \
+                        (name.startswith(base + _TEMP_TAG) or self._holds_records(path)):
                     os.unlink(path)
                     LOG.info(f"memory store {self.path}: removed {name}, left by a write that never finished")
 
+    def _holds_records(self, path: str) -> bool:
+        """Whether the file at ``path`` is a copy of a store (version 1.3.0 named its temp files
+        without :data:`_TEMP_TAG`: one of those is taken only when it holds a store's records)."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            self._check_is_store(data)
+        except (OSError, ValueError, ConfigError):
+            return False
+        return isinstance(data, dict) and bool(data)
+
     def close(self) -> None:
         pass
+
+    def _check_at_open(self, data: dict[str, Any]) -> None:
+        """A ConfigError if the file (its ``data``) is not a store this one may use: checked before
+        anything, a lock file included, is made beside it."""
+        self._check_is_store(data, self.record_fields)
 
     def _check_is_store(self, data: dict[str, Any], fields: frozenset[str] | None = None) -> None:
         """A JSON file that is not a store, given by mistake, is refused, never used, rewritten or
@@ -169,11 +188,11 @@ class JsonRecordStore:
         if persona:
             raise ConfigError(f"{self.path} is a persona file (its {persona[0]!r}), not a memory store; it was "
                               "left as it is: name a file of its own in db_path")
-        if data and not any(_looks_like_a_record(value, fields) for value in data.values()):
+        if data and not _holds_a_record(data, fields):
             # Settings ({"volume": 3}, mycroft.conf's sections): a store's values are records, and
             # every record names a field a memory writes; one damaged by hand costs its session,
             # but a file with no record at all was never a store, and is not rewritten.
-            key = next(iter(data))
+            key = next((k for k, v in data.items() if not isinstance(v, (dict, list))), next(iter(data)))
             raise ConfigError(f"{self.path} holds no memory record (its {key!r} is not one): it is not a memory "
                               "store; it was left as it is: name a file of its own in db_path")
 
@@ -281,7 +300,7 @@ class JsonRecordStore:
         if os.path.lexists(self.path) and not is_regular_file(self.path):  # replaced by something else since
             raise StorageError(f"{self.path} is no longer a regular file; it is not replaced")
         folder = os.path.dirname(self.path) or "."
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + _TEMP_TAG, suffix=".tmp")
         try:
             _keep_access(fd, self.path)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -306,6 +325,25 @@ RECORD_FIELDS = frozenset({
     "buffer", "facts", "meta", "history", "pending", "summary", "recent", "exchange_count", "summary_state",
     "summary_rejections", "summary_source", "due_since", "updated_at",
 })
+
+
+def _crashed_write_name(base: str, name: str) -> bool:
+    """Whether ``name`` is named as a write of the store ``base`` names its temp file (or as
+    version 1.3.0 named it: ``base.<random>.tmp``)."""
+    for prefix in (base + _TEMP_TAG, base + "."):
+        if name.startswith(prefix) and len(name) == len(prefix) + _TEMP_RANDOM + 4:
+            return True
+    return False
+
+
+def _holds_a_record(data: dict[str, Any], fields: frozenset[str] | None) -> bool:
+    """Whether ``data`` holds a session's record: one naming a field, or only emptied ones (a
+    store whose records were all emptied). An empty object beside settings is a setting
+    (``{"editor.fontSize": 14, "files.exclude": {}}``)."""
+    values = list(data.values())
+    if any(_looks_like_a_record(value, fields) and value for value in values):
+        return True
+    return all(isinstance(value, (dict, list)) and not value for value in values)
 
 
 def _looks_like_a_record(value: Any, fields: frozenset[str] | None) -> bool:
@@ -333,16 +371,16 @@ class MemoryJsonStore(JsonRecordStore):
     record_fields = RECORD_FIELDS
 
     def __init__(self, path: str, kind: str | None = None):
+        self._kind = kind
         super().__init__(path)
-        if kind is not None:
-            self._check_kind(kind)
 
-    def _check_kind(self, kind: str) -> None:
+    def _check_at_open(self, data: dict[str, Any]) -> None:
+        super()._check_at_open(data)
+        if self._kind is not None:
+            self._check_kind(self._kind, data)
+
+    def _check_kind(self, kind: str, data: dict[str, Any]) -> None:
         own = RECORD_KINDS[kind]
-        try:
-            data = self._read(quarantine=False)
-        except StorageError:
-            return  # damaged: the first write moves it aside, as for any store
         for other, fields in RECORD_KINDS.items():
             if other == kind:
                 continue

@@ -131,7 +131,17 @@ def _refuse_foreign(con: sqlite3.Connection, path: str) -> None:
     rows = con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' "
                        "AND name NOT LIKE 'sqlite_%'").fetchall()
     names = {name for name, _ in rows}
-    if not rows or "ovos_memory_migrations" in names or any(_reference_table(con, name, sql) for name, sql in rows):
+    if not rows:
+        # No table yet: a new file, unless its maker stamped it (neither this package nor the
+        # reference sets these): another application's database, before its first table.
+        stamped = [f"{pragma} {value}" for pragma in ("application_id", "user_version")
+                   if (value := con.execute(f"PRAGMA {pragma}").fetchone()[0])]
+        if not stamped:
+            return
+        con.close()
+        raise ConfigError(f"{path} is a database of something else (its {stamped[0]}), not a memory store; it "
+                          "was left as it is: name a file of its own in db_path")
+    if "ovos_memory_migrations" in names or any(_reference_table(con, name, sql) for name, sql in rows):
         return
     con.close()
     raise ConfigError(f"{path} is a database of something else (tables: {', '.join(sorted(names)[:5])}), not a "
@@ -222,6 +232,8 @@ class Database:
 
     #: Which engine (a PostgreSQL store's ``PgDatabase`` says "postgres").
     engine = "sqlite"
+    #: After a compact that could not run (a full disk), the seconds before a later write tries again.
+    COMPACT_RETRY_S = 60.0
 
     def __init__(self, path: str, synchronous: str = "NORMAL", connection: sqlite3.Connection | None = None):
         self.path = MEMORY_PATH if is_memory_path(path) else path
@@ -245,6 +257,8 @@ class Database:
         self._identity = None if self.is_memory else _identity(self.path)
         #: Replacements of the file so far (a damaged file set aside, or another process's doing).
         self.generation = 0
+        #: When a compact last failed (time.monotonic()), while one is owed: a forget's bytes remain.
+        self._compact_owed: float | None = None
 
     @property
     def is_memory(self) -> bool:
@@ -267,6 +281,9 @@ class Database:
                 if outermost:
                     self._replace_if_damaged(exc)
                 raise
+            if outermost and self._compact_owed is not None and \
+                    time.monotonic() - self._compact_owed >= self.COMPACT_RETRY_S:
+                self.compact()  # a forget's bytes stayed (a full disk): writes go through again
 
     @contextlib.contextmanager
     def _atomic(self, busy_wait: float | None) -> Iterator[sqlite3.Connection]:
@@ -502,7 +519,8 @@ class Database:
         Costs a rewrite of the whole file (1.1 s for a 100,000-exchange keyword store,
         ``benchmarks/bench_forget.py``) and as much free disk as the file, so only forget() calls
         it. False (logged) if it could not run: the rows are deleted all the same, but their bytes
-        may stay in the file until a later compact().
+        may stay in the file (and the WAL); the first write
+        ``COMPACT_RETRY_S`` later tries again (and again, silently, until one succeeds).
         """
         if self.is_memory:
             return True
@@ -513,18 +531,23 @@ class Database:
             warn_set_aside_copies(self.path)
             if self._depth:
                 raise RuntimeError(f"{self.path}: compact() inside a transaction")
+            from .._core.log import LOG
+
             try:
                 with map_sqlite_errors(f"compact {self.path}"):
                     self._con.execute("VACUUM")
             except StorageError as exc:
-                from .._core.log import LOG
-
-                LOG.error(f"memory store {self.path}: the deleted rows are gone, but their bytes may stay in the "
-                          f"file until the next forget, as it could not be compacted ({exc})")
+                if self._compact_owed is None:  # said once; the retries stay quiet until one succeeds
+                    LOG.error(f"memory store {self.path}: the deleted rows are gone, but their bytes may stay in "
+                              f"the file until it can be compacted ({exc}); a later write tries again")
+                self._compact_owed = time.monotonic()
+                self.checkpoint()  # the WAL's older copies at least, where the file has room for them
                 return False
+            if self._compact_owed is not None:
+                self._compact_owed = None
+                LOG.info(f"memory store {self.path}: compacted now; the deleted rows left no bytes behind")
             if self.checkpoint():
                 return True
-            from .._core.log import LOG
 
             # The rewritten pages wait in the WAL while another process reads the old ones; SQLite
             # copies them over at its next checkpoint (at the latest when the last connection closes).

@@ -89,7 +89,10 @@ SECTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "the full disk refused included. Each cycle starts with the WAL files truncated, so a write really needs "
         "space. Also on the full disk: `forget()` of one session "
         "(it finishes or raises, all or nothing, and no other session is touched; once space is back it leaves no "
-        "byte of the session) and a new store (refused at once with the package's error).",
+        "byte of the session) and a new store (a command is refused at once with the package's error; a "
+        "persona's starts anyway, waits for room, then stores what was said meanwhile). With room to delete but "
+        "not to compact the file, `forget()` returns and says so once in the log; the first write once there is "
+        "room compacts it, and no byte of the session is left.",
         ("store", "cycles", "turns refused, stored after", "imports refused, with an error",
          "errors logged for failed turns", "forgets and new stores on a full disk", "acknowledged lost",
          "works after space is freed"),

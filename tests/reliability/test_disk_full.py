@@ -210,3 +210,34 @@ def test_forget_and_a_new_store_on_a_full_disk_fail_loudly_or_finish_and_lose_no
         left = [p.name for p in disk.rglob("*") if p.is_file() and b"zqdropn" in p.read_bytes()]
         assert not left, f"bytes of the forgotten session stay in {left}"
     record("disk-full", name, **{"forgets and new stores on a full disk": 2, "acknowledged lost": 0})
+
+
+def test_a_forget_that_could_not_compact_on_a_nearly_full_disk_leaves_no_byte_once_there_is_room(tmp_path,
+                                                                                               monkeypatch):
+    # Room to delete the rows, not to rewrite the file: forget() returns, its bytes stay for now,
+    # and the first write once there is room compacts.
+    from ovos_memory_plugins.lexical import LexicalMemory
+    from ovos_memory_plugins.storage.sqlite import Database
+
+    monkeypatch.setattr(Database, "COMPACT_RETRY_S", 0.0)
+    pad = " lorem ipsum dolor" * 40
+    with small_disk(tmp_path / "disk") as disk, recording_logs(monkeypatch) as logs:
+        path = disk / "s.db"
+        with LexicalMemory({"db_path": str(path), "max_history": 0}) as memory:
+            for i in range(150):
+                memory.update_history([AgentMessage(U, f"zqdropword {i}{pad}"), AgentMessage(A, "ok")], "drop")
+                memory.update_history([AgentMessage(U, f"zqkeepword {i}{pad}"), AgentMessage(A, "ok")], "keep")
+            assert memory.flush(patience(30))
+            filler = fill(disk)
+            os.truncate(filler, filler.stat().st_size - 150_000)
+            assert memory.forget("drop")["documents"] == 150  # room enough to delete
+            assert len([e for e in logs.errors if "compacted" in e]) == 1, logs.errors
+            held = [p.name for p in disk.rglob("*") if p.is_file() and b"zqdropword" in p.read_bytes()]
+            assert held, "the disk had room to compact: this test needs one that has not"
+            memory.update_history([AgentMessage(U, "still no room"), AgentMessage(A, "ok")], "keep")
+            assert len([e for e in logs.errors if "compacted" in e]) == 1, "a retry that failed said so again"
+            filler.unlink()
+            memory.update_history([AgentMessage(U, "room again"), AgentMessage(A, "ok")], "keep")
+            left = [p.name for p in disk.rglob("*") if p.is_file() and b"zqdropword" in p.read_bytes()]
+            assert not left, f"bytes of the forgotten session stay in {left}"
+            assert len(memory.export("keep")["documents"]) == 152  # the other session is whole
