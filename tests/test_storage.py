@@ -752,35 +752,24 @@ def test_an_sqlite_journal_that_is_not_a_regular_file_is_refused_and_left_as_it_
     assert check(os.lstat(companion).st_mode) and target.read_text() == "precious"
 
 
-def test_an_sqlite_database_of_something_else_with_no_table_yet_is_refused_and_left_as_it_is(tmp_path):
-    from ovos_memory_plugins.errors import ConfigError
-    from ovos_memory_plugins.lexical import LexicalMemory
-
-    path = tmp_path / "app.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("PRAGMA application_id = 12345")
-    con.execute("PRAGMA user_version = 7")
-    con.close()
-    before = path.read_bytes()
-    with pytest.raises(ConfigError, match="application_id 12345"):
-        LexicalMemory({"db_path": str(path)})
-    assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["app.sqlite"]
-
-
-def test_an_sqlite_database_of_something_else_is_refused_and_left_as_it_is(tmp_path):
+@pytest.mark.parametrize(("schema", "why"), [
+    ("CREATE TABLE bookmarks (id INTEGER PRIMARY KEY, url TEXT); INSERT INTO bookmarks (url) VALUES ('https://x.org')",
+     r"\(tables: bookmarks\)"),
+    ("PRAGMA application_id = 12345; PRAGMA user_version = 7", r"\(its application_id 12345\)"),  # no table yet
+], ids=["tables", "stamped, no table yet"])
+def test_an_sqlite_database_of_something_else_is_refused_and_left_as_it_is(tmp_path, schema, why):
     from ovos_memory_plugins.lexical import LexicalMemory
     from ovos_memory_plugins.recency import RecencyMemory
 
     path = tmp_path / "app.sqlite"
     con = sqlite3.connect(path)
-    con.execute("CREATE TABLE bookmarks (id INTEGER PRIMARY KEY, url TEXT)")
-    con.execute("INSERT INTO bookmarks (url) VALUES ('https://example.org')")
+    con.executescript(schema)
     con.commit()
     con.close()
     os.chmod(path, 0o644)
     before = path.read_bytes()
     for cls in (RecencyMemory, LexicalMemory):
-        with pytest.raises(ConfigError, match=r"is a database of something else \(tables: bookmarks\)"):
+        with pytest.raises(ConfigError, match=f"is a database of something else {why}"):
             cls({"db_path": str(path)})
     assert path.read_bytes() == before and os.stat(path).st_mode & 0o777 == 0o644
     assert sorted(os.listdir(tmp_path)) == ["app.sqlite"]
