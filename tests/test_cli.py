@@ -1153,6 +1153,68 @@ def test_check_config_takes_inline_json_and_a_personas_memory_part(tmp_path, cap
     assert main(["check-config", str(part)]) == 2
 
 
+def test_check_config_warns_of_a_composite_that_remembers_nothing_and_of_a_model_that_does_not_answer(capsys):
+    assert main(["check-config", "--module", "ovos-memory-plugin-composite", "{}"]) == 0
+    assert "has no members and no preset: it passes each turn through" in capsys.readouterr().err
+    dead = closed_port_url()
+    assert main(["check-config", "--module", "ovos-memory-plugin-entity", json.dumps({"api_url": dead})]) == 0
+    assert f"calls a model at {dead}, which does not answer now" in " ".join(capsys.readouterr().err.split())
+    with FakeLLMServer(reply="[]") as llm:
+        assert main(["check-config", "--module", "ovos-memory-plugin-entity", json.dumps({"api_url": llm.url})]) == 0
+        assert "warning" not in capsys.readouterr().err
+
+
+def test_check_config_names_the_v1_a_model_servers_address_lacks(capsys):
+    import http.server
+    import threading
+
+    class Server(http.server.BaseHTTPRequestHandler):  # as llama.cpp's: its API under /v1 only
+        def do_GET(self):
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.end_headers()
+            self.wfile.write(b'{"data": []}')
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        root = f"http://127.0.0.1:{server.server_port}"  # the server's own address, as a user copies it
+        assert main(["check-config", "--module", "ovos-memory-plugin-entity", json.dumps({"api_url": root})]) == 0
+        assert f"but the server answers at {root}/v1" in " ".join(capsys.readouterr().err.split())
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.tmpfs
+def test_check_config_refuses_a_store_on_a_read_only_file_system(tmp_path, capsys):
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    try:
+        for module, config in (("ovos-memory-plugin-lexical", {"db_path": f"{folder}/sub/x.db"}),
+                               ("ovos-memory-plugin-composite", {"preset": "hybrid", "data_dir": f"{folder}/k"})):
+            assert main(["check-config", "--module", module, json.dumps(config)]) == 2
+            assert f"nothing can be written in {folder}" in " ".join(capsys.readouterr().err.split())
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_an_empty_listing_says_where_it_looked(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("COLUMNS", "1000")  # one line, however long the path
+    assert main(["sessions", "--module", "ovos-memory-plugin-lexical", "--config",
+                 json.dumps({"db_path": "demo-data/lexical.db"})]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tmp_path}/data/ovos/demo-data/lexical.db does not exist" in err
+    assert f"a relative db_path is read under {tmp_path}/data/ovos" in err
+
+
 def test_a_bad_exchange_is_counted_from_one(lexical, tmp_path, capsys):
     log = tmp_path / "history.jsonl"
     log.write_text('{"question": "q", "answer": "a"}\n{"question": "q", "ts": "yesterday"}\n')

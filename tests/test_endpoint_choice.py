@@ -32,7 +32,7 @@ def persona_file(tmp_path, block, module=ENTITY, chat_url=CHAT_URL):
 @pytest.fixture
 def nothing_answers(monkeypatch):
     probes = []
-    monkeypatch.setattr(check, "_answers", lambda url: probes.append(url) or False)
+    monkeypatch.setattr(check, "_listing_status", lambda url: probes.append(url) or None)
     return probes
 
 
@@ -126,12 +126,18 @@ def test_check_config_names_the_presets_member_left_on_the_default(tmp_path, cap
     assert capsys.readouterr().out.startswith("OK")
 
 
-@pytest.mark.parametrize("block", [{"backend": "memory", "api_url": "http://127.0.0.1:9/v1"},
-                                   {"backend": "memory", "api_url": None}])
-def test_check_config_says_ok_when_the_endpoint_was_chosen(tmp_path, capsys, nothing_answers, block):
-    path = write(tmp_path / "b.json", block)
+def test_check_config_says_ok_when_the_model_was_turned_off(tmp_path, capsys, nothing_answers):
+    path = write(tmp_path / "b.json", {"backend": "memory", "api_url": None})
     assert main(["check-config", path, "--module", ENTITY]) == 0
     assert capsys.readouterr().out.startswith("OK") and nothing_answers == []
+
+
+def test_check_config_warns_when_the_chosen_endpoint_does_not_answer(tmp_path, capsys, nothing_answers):
+    path = write(tmp_path / "b.json", {"backend": "memory", "api_url": "http://127.0.0.1:9/v1"})
+    assert main(["check-config", path, "--module", ENTITY]) == 0  # a warning: the server may start later
+    out = capsys.readouterr()
+    assert not out.out.startswith("OK") and nothing_answers == ["http://127.0.0.1:9/v1"]
+    assert "calls a model at http://127.0.0.1:9/v1, which does not answer now" in " ".join(out.err.split())
 
 
 def test_check_config_warns_that_ovos_persona_does_not_lend_its_chat_endpoint(tmp_path, capsys, nothing_answers):

@@ -18,7 +18,7 @@ from .commands import read_json
 from .output import EXIT_INPUT, UI, CLIError, Text, escape
 from .persona import memory_class, parse_persona, persona_endpoint
 
-__all__ = ["cmd_check_config", "config_problems"]
+__all__ = ["cmd_check_config", "config_blocks", "config_problems", "store_files"]
 
 
 def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
@@ -60,7 +60,7 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
         ui.out.print("memory is disabled (memory_module is null): nothing to check")
         return 0
     problems += config_problems(module, block)
-    problems += _foreign_files(module, block) if not problems else []
+    problems += _foreign_files(module, block) + _unwritable_files(module, block) if not problems else []
     databases = _database_checks(module, block) if not problems else ([], [])
     problems += databases[0]
     for note in notes:
@@ -69,8 +69,9 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return EXIT_INPUT
-    warnings = (_mismatched_keys(module, block) + _silent_endpoints(module, block, chat_endpoint) + databases[1]
-                + _stood_in(module, block))
+    warnings = (_mismatched_keys(module, block) + _silent_endpoints(module, block, chat_endpoint)
+                + _unanswered_endpoints(module, block) + databases[1] + _stood_in(module, block)
+                + _remembers_nothing(module, block))
     for warning in warnings:
         ui.err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if warnings:
@@ -145,6 +146,68 @@ def _silent_endpoints(module: str, block: Mapping[str, Any], chat_endpoint: Mapp
     return out
 
 
+def _unanswered_endpoints(module: str, block: Mapping[str, Any]) -> list[str]:
+    """A warning for each ``api_url`` a member names where nothing answers now (or where the
+    server answers under ``/v1`` only): it would work without the model until one does."""
+    from .._llm.endpoint import DEFAULT_API_URL
+
+    named: dict[str, list[str]] = {}
+    for name, config in _llm_members(module, block, {}):
+        url = config.get("api_url")
+        if isinstance(url, str) and url.strip() and url != DEFAULT_API_URL:
+            named.setdefault(url, []).append(name)
+    out = []
+    for url, names in named.items():
+        status = _listing_status(url)
+        who = ", ".join(names)
+        if status is None:
+            out.append(f"{who} calls a model at {url}, which does not answer now: it works without the model "
+                       "(offline rules and summaries) until it does")
+        elif status == 404 and not url.rstrip("/").endswith("/v1") and _listing_status(url.rstrip("/") + "/v1") == 200:
+            out.append(f"{who} calls a model at {url}, but the server answers at {url.rstrip('/')}/v1: "
+                       "an OpenAI-compatible api_url ends with /v1")
+    return out
+
+
+def _remembers_nothing(module: str, block: Mapping[str, Any]) -> list[str]:
+    """A composite with no member: it passes the turn through and remembers nothing."""
+    if module != "ovos-memory-plugin-composite" or block.get("preset") or block.get("members"):
+        return []
+    return ["the composite has no members and no preset: it passes each turn through and remembers nothing; "
+            "add \"preset\": \"hybrid\", or list its members"]
+
+
+def store_files(module: str, block: Mapping[str, Any]) -> list[str]:
+    """The files a memory's config names as its stores (``db_path``, members' included), as the
+    memory resolves them (a relative path is under the data folder)."""
+    out = []
+    for _, config, _where in config_blocks(module, block):
+        path = config.get("db_path")
+        if isinstance(path, str) and path.strip() and not is_memory_path(path) and "://" not in path:
+            try:
+                out.append(resolve_path(path))
+            except ConfigError:
+                continue
+    return list(dict.fromkeys(out))
+
+
+def _unwritable_files(module: str, block: Mapping[str, Any]) -> list[str]:
+    """A store file, or ``data_dir``, in a folder nothing can be written to (a read-only mount,
+    another user's folder): the memory would fail to start, or a composite run without it."""
+    folders = [os.path.dirname(path) for path in store_files(module, block)]
+    folders += [resolve_path(str(config["data_dir"]), folder=True) for _, config, _ in config_blocks(module, block)
+                if isinstance(config.get("data_dir"), str) and config["data_dir"].strip()]
+    out = []
+    for folder in dict.fromkeys(folders):
+        existing = folder
+        while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)  # the folders still to be made are made in the first that is
+        if not os.access(existing, os.W_OK | os.X_OK):
+            out.append(f"{folder}: nothing can be written in {existing} (a read-only file system, or not your "
+                       "folder): the memory cannot keep its store there; name a writable folder")
+    return out
+
+
 def _foreign_files(module: str, block: Mapping[str, Any]) -> list[str]:
     """A ``db_path`` naming a file that holds neither an SQLite database nor JSON (a note, a
     model, a log): the store would refuse it at start, and a composite would run without it.
@@ -153,7 +216,7 @@ def _foreign_files(module: str, block: Mapping[str, Any]) -> list[str]:
     from ..storage.readonly import read_only
 
     out = []
-    for _, config, where in _blocks(module, block):
+    for _, config, where in config_blocks(module, block):
         path = config.get("db_path")
         if isinstance(path, str) and path.strip():
             try:
@@ -164,7 +227,8 @@ def _foreign_files(module: str, block: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _blocks(module: str, block: Mapping[str, Any], where: str = "") -> Iterator[tuple[str, Mapping[str, Any], str]]:
+def config_blocks(module: str, block: Mapping[str, Any],
+                  where: str = "") -> Iterator[tuple[str, Mapping[str, Any], str]]:
     """``(module, config, where)`` of a memory's block and, for a composite, of each member's
     (``where``: "members[1] ", to name it), nested composites included."""
     yield module, block, where
@@ -172,7 +236,7 @@ def _blocks(module: str, block: Mapping[str, Any], where: str = "") -> Iterator[
         return
     for i, spec in enumerate(block.get("members") or []):
         if isinstance(spec, Mapping) and isinstance(spec.get("config") or {}, Mapping):
-            yield from _blocks(str(spec.get("module", "")), spec.get("config") or {}, f"{where}members[{i}] ")
+            yield from config_blocks(str(spec.get("module", "")), spec.get("config") or {}, f"{where}members[{i}] ")
 
 
 def _mismatched_keys(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:
@@ -222,14 +286,14 @@ def _stood_in(module: str, block: Mapping[str, Any]) -> list[str]:
     built-in ones stand in, which the persona's file does not say."""
     from ..local_rag import stood_in_plugins
 
-    return [where + said for name, config, where in _blocks(module, block)
+    return [where + said for name, config, where in config_blocks(module, block)
             if name == "ovos-memory-plugin-local-rag" for said in stood_in_plugins(config)]
 
 
 def _redis_urls(module: str, block: Mapping[str, Any]) -> list[str]:
     """The Redis servers a memory's config names (its members' included; the default server
     when a redis memory names none)."""
-    configs = [config for name, config, _ in _blocks(module, block) if name == "ovos-memory-plugin-redis"]
+    configs = [config for name, config, _ in config_blocks(module, block) if name == "ovos-memory-plugin-redis"]
     if not configs:
         return []
     from ..redis_memory import RedisConfig
@@ -240,7 +304,7 @@ def _redis_urls(module: str, block: Mapping[str, Any]) -> list[str]:
 def _db_urls(module: str, block: Mapping[str, Any]) -> list[str]:
     """The PostgreSQL URLs a memory's config names (``db_url``, or a ``db_path`` holding one), its
     members' included."""
-    return [str(v) for _, config, _ in _blocks(module, block)
+    return [str(v) for _, config, _ in config_blocks(module, block)
             for v in (config.get("db_url"), config.get("db_path")) if is_postgres_url(v)]
 
 
@@ -268,16 +332,21 @@ def _llm_members(module: str, block: Mapping[str, Any], inherited: Mapping[str, 
 
 
 def _answers(api_url: str) -> bool:
+    return _listing_status(api_url) is not None  # any answer: the model listing is optional
+
+
+def _listing_status(api_url: str) -> int | None:
+    """The HTTP status of ``api_url``'s model listing, or None when nothing answers there."""
     import urllib.error
     import urllib.request
 
     try:
-        with urllib.request.urlopen(api_url.rstrip("/") + "/models", timeout=PROBE_TIMEOUT_S):
-            return True
-    except urllib.error.HTTPError:
-        return True  # something answers there (the listing is optional)
+        with urllib.request.urlopen(api_url.rstrip("/") + "/models", timeout=PROBE_TIMEOUT_S) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
     except (OSError, ValueError):
-        return False
+        return None
 
 
 def config_problems(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:

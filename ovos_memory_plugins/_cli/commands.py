@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import os
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
@@ -172,8 +173,26 @@ def cmd_sessions(args: argparse.Namespace, ui: UI) -> int:
         for line in missing:  # one a line: a composite may have several
             ui.err.print(line)
         if not missing and not found:
-            ui.err.print("no sessions")
+            ui.err.print(escape(f"no sessions{_where_looked(args)}"))
     return 1 if missing else 0
+
+
+def _where_looked(args: argparse.Namespace) -> str:
+    """Where an empty listing looked, as the memory resolved the files its config names: a
+    relative ``db_path`` is read under the data folder, not the current one."""
+    from .._core.paths import data_dir
+    from .check import config_blocks, store_files
+
+    module, config = _backend_spec(args)
+    files = store_files(module, config)
+    if not files:
+        return ""
+    absent = [f for f in files if not os.path.exists(f)]
+    said = f": {', '.join(absent)} {'does' if len(absent) == 1 else 'do'} not exist" if absent else \
+        f" in {', '.join(files)}"
+    relative = any(isinstance(c.get("db_path"), str) and not os.path.isabs(os.path.expanduser(c["db_path"]))
+                   for _, c, _ in config_blocks(module, config))
+    return said + (f"; a relative db_path is read under {data_dir()}" if relative else "")
 
 
 def cmd_show(args: argparse.Namespace, ui: UI) -> int:
