@@ -272,7 +272,9 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
             data = again
         with unmapped():
             self.forget(session_id)
-        LOG.info(f"{self.plugin_name}: session {session_id!r} now belongs to a person; its memory moved to {key!r}")
+        # A warning: another persona's memory on the same files would be taken so (people: {"me": ["*"]}).
+        LOG.warning(f"{self.plugin_name}: session {session_id!r} belongs to {key!r} by the people config; its memory "
+                    f"was moved there (give each persona files of its own if {session_id!r} was another's)")
 
     # -- data ownership ------------------------------------------------------------------
     def sessions(self) -> list[str]:
