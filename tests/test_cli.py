@@ -363,6 +363,18 @@ def test_import_exchanges_keeps_their_dates(lexical, tmp_path, capsys):
         assert [d.ts for d in memory._docs.for_session("garage")] == [1683554160.0, 1686000000.0]
 
 
+def test_import_and_forget_name_the_persons_memory_a_device_writes_to(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")
+    config = {"db_path": str(tmp_path / "lex.db"), "scope": "person", "people": {"me": ["kitchen"]}}
+    spec = ["--module", "ovos-memory-plugin-lexical", "--config", json.dumps(config)]
+    log = tmp_path / "history.jsonl"
+    log.write_text('{"question": "I bought a red bike", "answer": "Nice!"}\n')
+    assert main(["import", str(log), "--exchanges", "--session", "kitchen", *spec]) == 0
+    assert "into the memory of 'person:me' (session 'kitchen' is theirs)" in capsys.readouterr().out
+    assert main(["import", str(log), "--exchanges", "--session", "garage", *spec]) == 0
+    assert "into session 'garage'" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("content", "words"), [
     ('[{"question": "q", "ts": "last tuesday"}]', ["history.json", "ISO 8601"]),
     ('[{"answer": 5}]', ["history.json", "answer", "nothing was imported"]),
@@ -786,6 +798,16 @@ def test_chat_forget_and_show_commands(tmp_path):
     assert "remember 42" in result.stdout and "forgot 2 item(s)" in result.stdout
     with open_memory("ovos-memory-plugin-recency", block) as memory:
         assert memory.sessions() == []
+
+
+def test_chat_forget_names_the_persons_memory_it_forgot(tmp_path):
+    block = {"db_path": str(tmp_path / "w.db"), "scope": "person", "people": {"me": ["*"]}}
+    with FakeLLMServer(reply="noted") as llm:
+        persona = write_persona(tmp_path / "p.json", llm.url, "ovos-memory-plugin-recency", block)
+        result = run_cli("chat", "--persona", str(persona), "--session", "kitchen", stdin="remember 42\n/forget\n")
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stdout.split())
+    assert "forgot 2 item(s) of the memory of 'person:me' (session 'kitchen' is theirs)" in said
 
 
 def test_ask_reads_memory_and_records_nothing(tmp_path, capsys):

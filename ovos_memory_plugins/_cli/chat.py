@@ -217,7 +217,10 @@ def _chat_command(text: str, session_id: str, slot: MemorySlot, ui: UI) -> bool:
         if memory is None or not callable(getattr(memory, "forget", None)):
             ui.err.print("this memory cannot forget")
         else:
-            ui.out.print(Text(f"forgot {count_items(memory.forget(session_id))} item(s) of session {session_id!r}"))
+            from .commands import memory_named
+
+            named = memory_named(memory, session_id)
+            ui.out.print(Text(f"forgot {count_items(memory.forget(session_id))} item(s) of {named}"))
     else:
         ui.err.print("commands: /show (what is remembered), /forget (this session), /quit")
     return False

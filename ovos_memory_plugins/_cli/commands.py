@@ -130,6 +130,14 @@ def _sessions(memory: Any) -> list[str] | None:
     return list(fn()) if callable(fn) else None
 
 
+def memory_named(memory: Any, session_id: str) -> str:
+    """What a message calls the memory ``session_id`` writes to: "session 'kitchen'", or with
+    ``scope: person`` "the memory of 'person:me' (session 'kitchen' is theirs)"."""
+    key = memory.memory_key(session_id) if callable(getattr(memory, "memory_key", None)) else session_id
+    return f"session {session_id!r}" if key == session_id else \
+        f"the memory of {key!r} (session {session_id!r} is theirs)"
+
+
 def _stored_key(memory: Any, session_id: str) -> str:
     """The key the stores hold ``session_id``'s memory under (use it inside ``listed_keys()``): the id
     itself when ``sessions`` lists it (a session stored under its own id is its own, even once its
@@ -446,7 +454,7 @@ def _import_exchanges(args: argparse.Namespace, ui: UI) -> int:
         except RecursionError:
             raise CLIError(f"{args.file!r}: an exchange is nested too deeply to store; nothing was imported") from None
         settled = wait_for_index(memory, ui, 600)
-        ui.out.print(f"imported {count} exchange(s) into session {escape(repr(args.session))}")
+        ui.out.print(f"imported {count} exchange(s) into {escape(memory_named(memory, args.session))}")
         if not settled:
             _not_settled(ui)
     return 0
