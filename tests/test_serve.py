@@ -129,6 +129,9 @@ def test_a_path_spelling_its_api_part_percent_encoded_names_nothing(fresh):
     assert server.request("DELETE", "/api%2Fsessions/nobody/rui-car").status == 404
     assert server.request("GET", "/api/sessions%2Fana-kitchen").status == 404
     assert server.request("DELETE", "/api%2Fpeople/nobody/ana").status == 404
+    for path in ("/api%2Fsessions", "/api%2Finfo", "/api/%73essions", "/api%2Fsearch?q=dog", "/%61pi/status"):
+        assert server.request("GET", path).status == 404, path  # a path is read as sent, not decoded first
+    assert server.request("GET", "/api/sessions/ana%2Dkitchen").status == 200  # an id may be encoded
     assert server.request("GET", "/api/sessions").body == {"sessions": [{"id": "ana-kitchen"}, {"id": "rui-car"}]}
 
 

@@ -169,6 +169,11 @@ class Guard:
             # A page elsewhere cannot read the answer, but a search's timing says something, and in
             # person scope reading a session moves it: the API is the page's own.
             return _error(403, "the API answers the page it serves, not another site's")
+        raw = scope.get("raw_path") or b""
+        if b"%" in raw and not raw.startswith(_ID_PATHS):
+            # Routed on the decoded path, "/api%2Fsessions" would answer as "/api/sessions": a path
+            # is read as sent, and only an id (after /api/sessions/ or /api/people/) is encoded.
+            return _error(404, "no such resource (spell the path without percent-encoding; only an id may hold it)")
         if scope["method"] not in ("GET", "HEAD"):
             if headers.get(CSRF_HEADER) != CSRF_VALUE:
                 return _error(403, f"a request that changes the memory must carry '{CSRF_HEADER}: {CSRF_VALUE}'")
@@ -178,6 +183,10 @@ class Guard:
                     headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
                 return _error(403, "a request from another site may not change the memory")
         return None
+
+
+#: The paths whose rest is ids, percent-encoded as any id may need.
+_ID_PATHS = (b"/api/sessions/", b"/api/people/")
 
 
 def _error(code: int, message: str, headers: dict[str, str] | None = None) -> Response:
