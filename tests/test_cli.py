@@ -1173,6 +1173,12 @@ def test_check_config_takes_inline_json_and_a_personas_memory_part(tmp_path, cap
     part.write_text(json.dumps({"memory_module": "ovos-memory-plugin-recency",
                                 "ovos-memory-plugin-recency": {"max_history": "four"}}))
     assert main(["check-config", str(part)]) == 2
+    capsys.readouterr()
+    # As documentation prints it: the keys without their braces.
+    part.write_text('"memory_module": "ovos-memory-plugin-recency",\n"ovos-memory-plugin-recency": {}\n')
+    for given in (str(part), part.read_text()):
+        assert main(["check-config", given]) == 2
+        assert "wrap it in { }" in capsys.readouterr().err
 
 
 def test_check_config_warns_of_a_composite_that_remembers_nothing_and_of_a_model_that_does_not_answer(capsys):
@@ -1225,6 +1231,16 @@ def test_check_config_refuses_a_store_on_a_read_only_file_system(tmp_path, capsy
             assert f"nothing can be written in {folder}" in " ".join(capsys.readouterr().err.split())
     finally:
         subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_a_command_that_only_looks_at_another_memorys_store_says_so_as_bad_input(tmp_path, capsys):
+    with open_memory("ovos-memory-plugin-recency", {"db_path": str(tmp_path / "recency.db")}) as memory:
+        exchange(memory, "kitchen", "hello", "hi")
+    code = main(["sessions", "--module", "ovos-memory-plugin-lexical", "--config",
+                 json.dumps({"db_path": str(tmp_path / "recency.db")})])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "it is the store of another memory; name this memory's own file" in err, err
+    assert "command that writes" not in err  # which would add lexical's tables to recency's file
 
 
 def test_an_empty_listing_says_where_it_looked(tmp_path, capsys, monkeypatch):

@@ -14,7 +14,7 @@ from .._core.paths import is_memory_path, resolve_path
 from ..errors import ConfigError, MissingDependencyError, StorageError, StoreUnavailable
 from ..storage.postgres import is_postgres_url, probe, redact
 from ..storage.windows import safe_table_name
-from .commands import read_json
+from .commands import fragment_hint, read_json
 from .output import EXIT_INPUT, UI, CLIError, Text, escape
 from .persona import memory_class, parse_persona, persona_endpoint
 
@@ -84,11 +84,11 @@ def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
 def _given_config(text: str, hook: Callable[[list[tuple[str, Any]]], dict[str, Any]]) -> Any:
     """The JSON of FILE.json: a file's, or the text itself when it is inline JSON (as ``--config``
     takes it) and names no file."""
-    if text.lstrip().startswith(("{", "[")) and not os.path.exists(text):
+    if text.lstrip().startswith(("{", "[", '"')) and not os.path.exists(text):
         try:
             return json.loads(text, object_pairs_hook=hook)
         except ValueError as exc:
-            raise CLIError(f"the config given inline is not valid JSON: {exc}") from None
+            raise CLIError(f"the config given inline is not valid JSON: {exc}{fragment_hint(exc)}") from None
         except RecursionError:
             raise CLIError("the config given inline is nested too deeply to read") from None
     return read_json(text, "config file", hook)

@@ -32,9 +32,17 @@ def read_json(path: str, what: str, pairs: Callable[[list[tuple[str, Any]]], Any
     except (OSError, UnicodeDecodeError) as exc:
         raise CLIError(f"cannot read {what} {path!r}: {exc}") from None
     except ValueError as exc:
-        raise CLIError(f"{what} {path!r} is not valid JSON: {exc}") from None
+        raise CLIError(f"{what} {path!r} is not valid JSON: {exc}{fragment_hint(exc)}") from None
     except RecursionError:
         raise CLIError(f"{what} {path!r} is nested too deeply to read") from None
+
+
+def fragment_hint(exc: ValueError) -> str:
+    """A hint for JSON that is an object's keys without its braces, as documentation shows a
+    persona's memory part (``"memory_module": "...", "...": {...}``)."""
+    doc = getattr(exc, "doc", "")
+    return "; it reads as keys without their braces: wrap it in { }" if doc.lstrip().startswith('"') and \
+        ":" in doc else ""
 
 
 def _config_arg(text: str | None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 
 from .._core.paths import check_store_path
-from ..errors import StorageError, StoreUnavailable
+from ..errors import ConfigError, StorageError, StoreUnavailable
 
 __all__ = ["check_migrated", "connect_read_only", "is_read_only", "read_only", "StoreReadOnly"]
 
@@ -70,7 +70,11 @@ def check_migrated(con: sqlite3.Connection, path: str, component: str, migration
                           (component,)).fetchone()
     except sqlite3.DatabaseError as exc:
         raise StorageError(f"{path} is not a memory store of this kind ({exc}); it was left as it is") from exc
+    if not row[0]:  # another memory's store: opening it to write would add this one's tables to it
+        others = sorted({str(r[0]).split(":")[-1] for r in con.execute("SELECT component FROM ovos_memory_migrations")})
+        held = f" but {', '.join(map(repr, others))}" if others else ""
+        raise ConfigError(f"{path} holds no {component.split(':')[-1]!r} table{held}: it is the store of another "
+                          "memory; name this memory's own file; it was left as it is")
     if row[0] < len(migrations):
-        what = "holds no" if not row[0] else "has an older version of its"
-        raise StorageError(f"{path} {what} {component.split(':')[0]} table (open it once with a command that "
-                           "writes, or name the right file); it was left as it is")
+        raise StorageError(f"{path} has an older version of its {component.split(':')[0]} table (open it once with "
+                           "a command that writes, which upgrades it); it was left as it is")
