@@ -983,7 +983,8 @@ def _refuse_own_mapping(i: int, spec: Mapping[str, Any], people: Any) -> None:
     config, where = spec.get("config") or {}, f"'members[{i}]' ({spec['module']})"
     scope = config.get("scope", "person")
     if scope is None or as_spelt(scope) == "session":  # as the member reads it: null is its default
-        raise ConfigError(f"{where} has scope {scope!r}, but a composite in scope 'person' hands every member the "
+        given = "null" if scope is None else repr(scope)  # as the persona file writes it
+        raise ConfigError(f"{where} has scope {given}, but a composite in scope 'person' hands every member the "
                           "person's memory; give that member a persona of its own, or drop its 'scope'")
     if "people" in config and parse_people(config["people"]) != parse_people(people):
         raise ConfigError(f"{where} has its own 'people', but a composite in scope 'person' maps every session with "

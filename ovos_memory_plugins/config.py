@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import string
 import types
@@ -116,9 +117,24 @@ def _lookup(raw: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
+#: A value's type as a persona file (JSON) writes it: its author need not know Python's names.
+_JSON_KINDS = {dict: "an object {...}", list: "a list [...]", str: "a string", int: "a whole number",
+               float: "a number", bool: "true or false", type(None): "null"}
+
+
 def _type_name(kind: Any) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(k.__name__ for k in kinds)
+    kinds = set(kind if isinstance(kind, tuple) else (kind,))
+    if {int, float} <= kinds:  # a number, whole or not
+        kinds -= {int}
+    return " or ".join(_JSON_KINDS.get(k, k.__name__) for k in sorted(kinds, key=lambda k: k.__name__))
+
+
+def _given(value: Any) -> str:
+    """``value`` as a message names what was given: "a string '30'"."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)  # null, true, false
+    name = _JSON_KINDS.get(type(value), type(value).__name__).removesuffix(" {...}").removesuffix(" [...]")
+    return f"{name} {value!r}"
 
 
 def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> Any:
@@ -132,7 +148,7 @@ def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> A
     value = _as_written_elsewhere(value, kinds)
     bad_bool = isinstance(value, bool) and bool not in kinds
     if kind is not object and (bad_bool or not isinstance(value, kind)):
-        raise ConfigError(f"{owner}: '{key}' must be {_type_name(kind)}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{owner}: '{key}' must be {_type_name(kind)}, got {_given(value)}")
     if meta["choices"] is not None and value not in meta["choices"]:
         allowed = ", ".join(repr(c) for c in meta["choices"])
         raise ConfigError(f"{owner}: '{key}' is {value!r}; allowed values are {allowed}")
@@ -194,7 +210,7 @@ def _check_items(owner: str, key: str, value: Any, kind: type | None) -> None:
         return
     for i, item in enumerate(value):
         if not isinstance(item, kind) or (isinstance(item, bool) and kind is not bool):
-            raise ConfigError(f"{owner}: '{key}'[{i}] must be {kind.__name__}, got {type(item).__name__} {item!r}")
+            raise ConfigError(f"{owner}: '{key}'[{i}] must be {_type_name(kind)}, got {_given(item)}")
 
 
 def check_template(owner: str, key: str, template: str, fields: tuple[str, ...]) -> None:

@@ -583,7 +583,7 @@ def test_check_config_of_a_bare_block_with_module(tmp_path, capsys):
     block = tmp_path / "b.json"
     block.write_text(json.dumps({"max_history": "ten"}))
     assert main(["check-config", str(block), "--module", "ovos-memory-plugin-recency"]) == 2
-    assert "'max_history' must be int" in capsys.readouterr().err
+    assert "'max_history' must be a whole number" in capsys.readouterr().err
 
 
 def test_check_config_finds_what_construction_would_refuse_and_a_misspelt_block_or_memory_module(tmp_path, capsys):

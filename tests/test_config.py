@@ -22,9 +22,9 @@ def test_defaults_follow_the_reference():
 
 
 @pytest.mark.parametrize("raw, needle", [
-    ({"max_history": "ten"}, "'max_history' must be int"),
-    ({"max_history": True}, "'max_history' must be int"),
-    ({"max_history": 5.5}, "'max_history' must be int, got float 5.5"),
+    ({"max_history": "ten"}, "'max_history' must be a whole number, got a string 'ten'"),
+    ({"max_history": True}, "'max_history' must be a whole number, got true"),
+    ({"max_history": 5.5}, "'max_history' must be a whole number, got a number 5.5"),
     ({"max_history": -2}, "'max_history' is -2; it must be >= 0"),
     ({"max_age": "soon"}, "'max_age'"),
     ({"backend": "mongodb"}, "allowed values are 'sqlite', 'json', 'memory', 'postgres'"),
@@ -45,7 +45,7 @@ def test_a_whole_number_written_as_a_float_and_0_or_1_for_a_switch_are_read_as_m
                             "retrieval": {"max_num_results": 3.0}, "context": {"include_sources": 1}})
     assert (memory.max_history, memory.max_num_results, memory.include_sources) == (5, 3, True)
     assert type(memory.max_history) is int and memory.include_sources is True
-    with pytest.raises(ConfigError, match="'context.include_sources' must be bool, got int 2"):
+    with pytest.raises(ConfigError, match="'context.include_sources' must be true or false, got a whole number 2"):
         LexicalMemory({"db_path": str(tmp_path / "l.db"), "context": {"include_sources": 2}})
     composite = CompositeMemory({"members": ["ovos-memory-plugin-recency"], "rrf_k": 60.5, "member_fetch_k": 0})
     assert composite.rrf_k == 60.5 and composite.member_fetch_k == 10  # 0: the default, 2 x max_num_results
