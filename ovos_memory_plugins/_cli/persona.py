@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .._core.compat import AgentMessage, MessageRole
-from .._core.loading import load_memory_class
+from .._core.loading import MEMORY_GROUP, installed_plugins, load_memory_class
 from .._core.log import LOG
 from ..errors import ConfigError, MemoryPluginError
 
@@ -141,6 +141,9 @@ def parse_persona(data: Any, default_name: str = "persona", path: str = "") -> P
 
 def memory_class(module: str, loader: Callable[[str], type | None] = load_memory_class) -> type | None:
     """The class for ``module``; ovos-persona's default name falls back to our short-term memory."""
+    if module == PERSONA_DEFAULT_MEMORY and loader is load_memory_class and \
+            module not in installed_plugins(MEMORY_GROUP):
+        return loader(OUR_SHORT_TERM)  # not asked of the plugin manager, which would warn of it each time
     cls = loader(module)
     if cls is None and module == PERSONA_DEFAULT_MEMORY:
         cls = loader(OUR_SHORT_TERM)
