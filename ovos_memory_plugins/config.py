@@ -377,8 +377,11 @@ def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[A
     if isinstance(spelt, str) and spelt in choices:  # "SQLite" is sqlite: what was meant, and no typo
         return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {spelt!r}", spelt
     if meta["otherwise"] is not UNSET:
-        return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {meta['otherwise']!r}", \
-            meta["otherwise"]
+        read = meta["otherwise"]
+        close = difflib.get_close_matches(str(value).lower(), [str(c) for c in choices], n=1, cutoff=0.6)
+        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        lost = ", kept in RAM only: lost at every restart" if key == "backend" and read == "memory" else ""
+        return f"{owner}: '{key}' is {value!r}{meant}, not one of {allowed}; read as {read!r}{lost}", read
     return None
 
 

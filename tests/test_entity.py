@@ -154,7 +154,9 @@ def test_an_unknown_store_backend_is_ram_only_as_in_the_reference_said_and_write
         memory.flush()
         assert "Ana" in memory.build_conversation_context("who am I?", "s")[0].content
     assert list(tmp_path.iterdir()) == []
-    assert any("'backend' is" in w and "read as 'memory'" in w for w in warned)
+    assert any("'backend' is" in w and "read as 'memory', kept in RAM only: lost at every restart" in w
+               for w in warned)
+    assert any("did you mean 'sqlite'?" in w for w in warned) == (backend == "sqllite")
 
 
 @pytest.mark.parametrize("backend, name", [("json", "e.json"), ("sqlite", "e.db")])

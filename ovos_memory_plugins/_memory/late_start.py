@@ -159,8 +159,8 @@ class LateStarts:
             waiting, self._waiting = self._waiting, []
         lost = sum(w.count() for w in waiting)
         if lost:
-            LOG.error(f"{self._owner}: closing before {', '.join(w.name for w in waiting)} could start; the {lost} "
-                      "update(s) kept for them are lost to them")
+            LOG.error(f"{self._owner}: closing before {', '.join(w.name for w in waiting)} could start (its store "
+                      f"never answered): the {lost} update(s) said meanwhile were never stored there")
 
     # -- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
