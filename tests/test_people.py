@@ -48,7 +48,7 @@ def entity(tmp_path, **config):
 
 # -- config ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("people", "words"), [
-    (["alice"], ["'people'", "dict"]),
+    (["alice"], ["'people'", "an object"]),
     ({"alice": "kitchen"}, ["'people'['alice']", "list"]),
     ({"alice": []}, ["'people'['alice']", "non-empty"]),
     ({"alice": ["kitchen", 3]}, ["'people'['alice']", "3"]),

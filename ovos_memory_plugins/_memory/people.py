@@ -23,6 +23,7 @@ import dataclasses
 import fnmatch
 import functools
 import inspect
+import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -121,7 +122,8 @@ def parse_people(people: Any) -> dict[str, tuple[str, ...]]:
     """``people`` checked: names to non-empty lists of session ids or patterns; an id two people
     claim (listed by both, or listed by one and matched by the other's pattern) is refused."""
     if not isinstance(people, Mapping):
-        raise ConfigError(f"'people' must be a dict of person name to session ids, not {type(people).__name__}")
+        raise ConfigError("'people' must be an object of person name to session ids ({\"alice\": [\"kitchen\"]}), "
+                          f"not {json.dumps(people) if isinstance(people, (list, str)) else type(people).__name__}")
     owners: dict[str, tuple[str, ...]] = {}
     for name, sessions in people.items():
         if not isinstance(name, str) or not name.strip():
