@@ -134,7 +134,8 @@ def _given(value: Any) -> str:
     if value is None or isinstance(value, bool):
         return json.dumps(value)  # null, true, false
     name = _JSON_KINDS.get(type(value), type(value).__name__).removesuffix(" {...}").removesuffix(" [...]")
-    return f"{name} {value!r}"
+    shown = json.dumps(value, ensure_ascii=False, default=repr) if isinstance(value, (dict, list)) else repr(value)
+    return f"{name} {shown if len(shown) <= 80 else shown[:79] + '…'}"
 
 
 def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> Any:

@@ -1255,6 +1255,17 @@ def test_a_command_that_only_looks_at_another_memorys_store_says_so_as_bad_input
     assert "command that writes" not in err  # which would add lexical's tables to recency's file
 
 
+def test_a_command_that_only_looks_at_its_own_store_before_an_option_added_a_table_says_so(tmp_path, capsys):
+    # Its first table is there: it is this memory's store, written before the option needed another.
+    config = {"db_path": str(tmp_path / "rag.db")}
+    with open_memory("ovos-memory-plugin-local-rag", config) as memory:
+        exchange(memory, "kitchen", "hello", "hi")
+    with_neighbours = {**config, "retrieval": {"neighbour_weight": 0.5}}  # their vectors: a table of its own
+    code = main(["sessions", "--module", "ovos-memory-plugin-local-rag", "--config", json.dumps(with_neighbours)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and "open it once with a command that writes" in err and "another memory" not in err, err
+
+
 def test_an_empty_listing_says_where_it_looked(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("COLUMNS", "1000")  # one line, however long the path
@@ -1262,7 +1273,16 @@ def test_an_empty_listing_says_where_it_looked(tmp_path, capsys, monkeypatch):
                  json.dumps({"db_path": "demo-data/lexical.db"})]) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert f"{tmp_path}/data/ovos/demo-data/lexical.db does not exist" in err
-    assert f"a relative db_path is read under {tmp_path}/data/ovos" in err
+    assert "a relative db_path is read under the memory's data folder, not the current one" in err
+    # A composite's members, under its data_dir; ':memory:' and an absolute path are no relative path.
+    members = [{"module": "ovos-memory-plugin-recency", "config": {"db_path": "r.json"}},
+               {"module": "ovos-memory-plugin-lexical", "config": {"db_path": ":memory:"}}]
+    for config, said in (({"data_dir": str(tmp_path / "dd"), "members": members}, f"{tmp_path}/dd/r.json does not"),
+                         ({"members": [{"module": "ovos-memory-plugin-recency",
+                                        "config": {"db_path": str(tmp_path / "abs.json")}}]}, "abs.json does not")):
+        assert main(["sessions", "--module", "ovos-memory-plugin-composite", "--config", json.dumps(config)]) == 0
+        err = " ".join(capsys.readouterr().err.split())
+        assert said in err and ("relative" in err) == ("data_dir" in config), err
 
 
 def test_a_bad_exchange_is_counted_from_one(lexical, tmp_path, capsys):

@@ -314,7 +314,8 @@ def test_questions_and_orders_as_speech_to_text_writes_them_are_not_sent_to_the_
     memory = make(api_url=llm.url)
     for text in ("Explain what a black hole is.", "what are the benefits of walking every day",
                  "set a timer for ten minutes", "can you recommend a book", "tell me a joke",
-                 "sag mir einen Witz", "dis-moi une blague", "diz-me uma piada"):
+                 "sag mir einen Witz", "dis-moi une blague", "diz-me uma piada", "erkläre mir das",
+                 "explique-moi la relativité", "spiel mir ein Lied"):
         say(memory, text, "Sure.")
     assert injected(memory) == [] and llm.count("/chat/completions") == 0
     # Asked with something of the user in it, or "call me ...", it is read.
@@ -905,12 +906,17 @@ def test_digit_words_outside_a_secret_are_left_as_they_are():
     assert secrets_given("my PIN is um four three two one") == {"4321"}  # a hesitation, not a digit
     for said in ("my code is one of the best", "O código é um pouco confuso", "Mon code est un peu long",
                  "my pin is oh so rusty", "my code is twenty lines long", "User's code is eleven years old",
-                 "The code was ten times faster", "O código é mil vezes melhor"):
+                 "The code was ten times faster", "O código é mil vezes melhor",
+                 "my code is twenty-one thousand lines long", "my code is nineteen eighty-four style",
+                 "o código é dez e um pouco"):  # a number that does not end the clause names no secret
         assert not holds_secret(said), said
     # Numbers said as numbers: a fact or summary line holding one is a secret with no given value.
     for said in ("User's pin is forty two seventeen", "User's PIN is nineteen eighty four", "User's code is fifty",
                  "Meine PIN ist zweiundvierzig siebzehn", "Mon code est quarante-deux dix-sept",
-                 "O pin é quarenta e dois dezassete", "o código é novecentos e dez", "Su clave es mil novecientos"):
+                 "O pin é quarenta e dois dezassete", "o código é novecentos e dez", "Su clave es mil novecientos",
+                 "mi código es quince", "o pin é dezesseis dezenove", "my code is four thousand two hundred",
+                 "my code is one hundred twenty three", "mon code est quatre-vingt-quatre", "mi clave es dos mil",
+                 "meine PIN ist zweitausend", "ma combinaison est vingt-deux", "my PIN is forty two seventeen, ok?"):
         assert holds_secret(said), said
     # Matched without case, "NİNE" is "nine"; its casefold is not: read as said, never a crash
     # (which stalled the session's extraction and summaries for good).

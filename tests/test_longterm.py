@@ -145,7 +145,7 @@ def test_a_reference_sqlite_database_loads(tmp_path):
 
 
 @pytest.mark.parametrize("backend, read, said", [
-    ("sqllite", "json", "'sqllite', not one of"), ("mongo", "json", "'mongo', not one of"),
+    ("sqllite", "json", "'sqllite' (did you mean 'sqlite'?), not one of"), ("mongo", "json", "'mongo', not one of"),
     ("", "json", "'', not one of"), ("SQLite", "sqlite", "'SQLite', not one of"),
     ("JSON", "json", "'JSON', not one of"), (None, "json", "null; its default 'json' is used")])
 def test_an_unknown_store_backend_is_json_as_in_the_reference_and_said(backend, read, said, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import os
 import re
 import sqlite3
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,9 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_memory_plugins._core.paths import SQLITE_HEADER
 from ovos_memory_plugins.errors import ConfigError, StorageError
 from ovos_memory_plugins.storage import WindowPolicy, backend_for, open_record_store, open_window_store
-from ovos_memory_plugins.storage.jsonfile import JsonRecordStore
+from ovos_memory_plugins.storage.jsonfile import JsonRecordStore, MemoryJsonStore
 from ovos_memory_plugins.storage.sqlite import Database
+from tests._timing import patience
 
 U, A = MessageRole.USER, MessageRole.ASSISTANT
 KEEP_ALL = WindowPolicy()
@@ -313,13 +315,17 @@ def test_a_crashed_writes_temp_file_goes_at_the_next_open(tmp_path, random):
 
 def test_a_users_file_named_like_a_temp_file_of_1_3_0_stays(tmp_path):
     # Taken for a crashed write by its name alone, a draft beside the store was deleted.
-    drafts = [tmp_path / "s.json.draft001.tmp", tmp_path / "s.json.draft002.tmp"]
+    notes = [json.dumps({"title": "notes", "tags": ["work"]}), json.dumps({"notes": {"monday": "gym"}}),
+             json.dumps([{"buffer": 1}])]
+    drafts = [tmp_path / f"s.json.draft00{i}.tmp" for i in range(len(notes) + 1)]
     drafts[0].write_text("my notes")
-    drafts[1].write_text(json.dumps({"title": "notes", "tags": []}))
-    store = JsonRecordStore(str(tmp_path / "s.json"))
-    store.save("s", {"buffer": []})
-    store.compact()
-    assert [p.read_text() for p in drafts] == ["my notes", json.dumps({"title": "notes", "tags": []})]
+    for draft, text in zip(drafts[1:], notes):
+        draft.write_text(text)
+    for make in (JsonRecordStore, MemoryJsonStore):
+        store = make(str(tmp_path / "s.json"))
+        store.save("s", {"buffer": []})
+        store.compact()
+        assert [p.read_text() for p in drafts] == ["my notes", *notes]
 
 
 def test_a_forget_removes_what_a_crashed_write_of_another_process_left(tmp_path):
@@ -931,6 +937,49 @@ def test_a_damaged_store_is_still_set_aside_not_taken_for_a_configuration_file(t
     with RecencyMemory({"db_path": str(path)}) as memory:
         memory.update_history([AgentMessage(MessageRole.USER, "new"), AgentMessage(MessageRole.ASSISTANT, "ok")], "s")
     assert (tmp_path / "recency.json.corrupt").exists()
+
+
+@pytest.mark.parametrize("damage", [(b"\n    ]", b",\n    ]"), (b"\n}", b",}")],
+                         ids=["comma in a list", "comma at the end"])
+def test_a_store_a_comma_made_invalid_is_damage_not_a_configuration_file(tmp_path, damage):
+    # A byte turned into a comma (or a hand edit) reads as JSON once trailing commas are allowed;
+    # what it holds are a store's records, so it is set aside as damage, never refused for ever.
+    from ovos_memory_plugins.recency import RecencyMemory
+
+    path = tmp_path / "recency.json"
+    with RecencyMemory({"db_path": str(path)}) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "q"), AgentMessage(MessageRole.ASSISTANT, "a")], "s")
+    data = path.read_bytes()
+    old, new = damage
+    assert old in data
+    path.write_bytes(new.join(data.rsplit(old, 1)))
+    with RecencyMemory({"db_path": str(path)}) as memory:
+        memory.update_history([AgentMessage(MessageRole.USER, "new"), AgentMessage(MessageRole.ASSISTANT, "ok")], "s")
+    assert (tmp_path / "recency.json.corrupt").exists()
+
+
+def test_a_cut_store_with_many_quotes_is_read_once_not_again_from_each(tmp_path):
+    # Cut inside a long string of escaped quotes, each quote after the cut began a scan to the
+    # end: 200 kB took 85 s to open. Read once, it takes milliseconds.
+    from ovos_memory_plugins._core.paths import foreign_content
+
+    path = tmp_path / "s.json"
+    path.write_text('{"s": {"buffer": [{"role": "user", "content": "' + '\\"' * 100_000)
+    started = time.monotonic()
+    assert foreign_content(str(path), json_store=True) is None  # damage, not someone's file
+    assert time.monotonic() - started < patience(10)
+
+
+def test_a_store_nested_past_the_interpreters_limit_opens_and_is_set_aside_as_damage(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text('{"s": ' + "[" * 200_000)
+    store = MemoryJsonStore(str(path))  # no RecursionError out of the open
+    store.save("s", {"buffer": []})
+    assert store.load("s") == {"buffer": []} and (tmp_path / "s.json.corrupt").exists()
+    (tmp_path / "s.json.k3y9qz1x.tmp").write_text("[1, 2]")  # a list, named as 1.3.0 named its temp files
+    (tmp_path / "s.json.deep0001.tmp").write_text("[" * 200_000)
+    assert store.delete("s")  # its look at them raises nothing
+    assert (tmp_path / "s.json.k3y9qz1x.tmp").exists() and (tmp_path / "s.json.deep0001.tmp").exists()
 
 
 def test_the_general_json_store_still_takes_records_of_any_shape(tmp_path):

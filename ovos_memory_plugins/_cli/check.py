@@ -6,7 +6,7 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._core.loading import did_you_mean
@@ -14,11 +14,12 @@ from .._core.paths import is_memory_path, resolve_path
 from ..errors import ConfigError, MissingDependencyError, StorageError, StoreUnavailable
 from ..storage.postgres import is_postgres_url, probe, redact
 from ..storage.windows import safe_table_name
+from .blocks import config_blocks, store_files
 from .commands import fragment_hint, read_json
 from .output import EXIT_INPUT, UI, CLIError, Text, escape
 from .persona import memory_class, parse_persona, persona_endpoint
 
-__all__ = ["cmd_check_config", "config_blocks", "config_problems", "store_files"]
+__all__ = ["cmd_check_config", "config_problems"]
 
 
 def cmd_check_config(args: argparse.Namespace, ui: UI) -> int:
@@ -159,12 +160,13 @@ def _unanswered_endpoints(module: str, block: Mapping[str, Any]) -> list[str]:
     out = []
     for url, names in named.items():
         status = _listing_status(url)
-        who = ", ".join(names)
+        who = ", ".join(names) + (" calls" if len(names) == 1 else " call")
         if status is None:
-            out.append(f"{who} calls a model at {url}, which does not answer now: it works without the model "
-                       "(offline rules and summaries) until it does")
+            out.append(f"{who} a model at {url}, which does not answer now: "
+                       f"{'it works' if len(names) == 1 else 'they work'} without the model (offline rules and "
+                       "summaries) until it does")
         elif status == 404 and not url.rstrip("/").endswith("/v1") and _listing_status(url.rstrip("/") + "/v1") == 200:
-            out.append(f"{who} calls a model at {url}, but the server answers at {url.rstrip('/')}/v1: "
+            out.append(f"{who} a model at {url}, but the server answers at {url.rstrip('/')}/v1: "
                        "an OpenAI-compatible api_url ends with /v1")
     return out
 
@@ -177,24 +179,10 @@ def _remembers_nothing(module: str, block: Mapping[str, Any]) -> list[str]:
             "add \"preset\": \"hybrid\", or list its members"]
 
 
-def store_files(module: str, block: Mapping[str, Any]) -> list[str]:
-    """The files a memory's config names as its stores (``db_path``, members' included), as the
-    memory resolves them (a relative path is under the data folder)."""
-    out = []
-    for _, config, _where in config_blocks(module, block):
-        path = config.get("db_path")
-        if isinstance(path, str) and path.strip() and not is_memory_path(path) and "://" not in path:
-            try:
-                out.append(resolve_path(path))
-            except ConfigError:
-                continue
-    return list(dict.fromkeys(out))
-
-
 def _unwritable_files(module: str, block: Mapping[str, Any]) -> list[str]:
     """A store file, or ``data_dir``, in a folder nothing can be written to (a read-only mount,
     another user's folder): the memory would fail to start, or a composite run without it."""
-    folders = [os.path.dirname(path) for path in store_files(module, block)]
+    folders = [os.path.dirname(path) for path, _ in store_files(module, block)]
     folders += [resolve_path(str(config["data_dir"]), folder=True) for _, config, _ in config_blocks(module, block)
                 if isinstance(config.get("data_dir"), str) and config["data_dir"].strip()]
     out = []
@@ -225,18 +213,6 @@ def _foreign_files(module: str, block: Mapping[str, Any]) -> list[str]:
             except ConfigError as exc:
                 out.append(f"{where}{exc}")
     return out
-
-
-def config_blocks(module: str, block: Mapping[str, Any],
-                  where: str = "") -> Iterator[tuple[str, Mapping[str, Any], str]]:
-    """``(module, config, where)`` of a memory's block and, for a composite, of each member's
-    (``where``: "members[1] ", to name it), nested composites included."""
-    yield module, block, where
-    if module != "ovos-memory-plugin-composite":
-        return
-    for i, spec in enumerate(block.get("members") or []):
-        if isinstance(spec, Mapping) and isinstance(spec.get("config") or {}, Mapping):
-            yield from config_blocks(str(spec.get("module", "")), spec.get("config") or {}, f"{where}members[{i}] ")
 
 
 def _mismatched_keys(module: str, block: Mapping[str, Any], where: str = "") -> list[str]:

@@ -196,19 +196,18 @@ def cmd_sessions(args: argparse.Namespace, ui: UI) -> int:
 def _where_looked(args: argparse.Namespace) -> str:
     """Where an empty listing looked, as the memory resolved the files its config names: a
     relative ``db_path`` is read under the data folder, not the current one."""
-    from .._core.paths import data_dir
-    from .check import config_blocks, store_files
+    from .blocks import store_files
 
     module, config = _backend_spec(args)
     files = store_files(module, config)
     if not files:
         return ""
-    absent = [f for f in files if not os.path.exists(f)]
+    absent = [f for f, _ in files if not os.path.exists(f)]
     said = f": {', '.join(absent)} {'does' if len(absent) == 1 else 'do'} not exist" if absent else \
-        f" in {', '.join(files)}"
-    relative = any(isinstance(c.get("db_path"), str) and not os.path.isabs(os.path.expanduser(c["db_path"]))
-                   for _, c, _ in config_blocks(module, config))
-    return said + (f"; a relative db_path is read under {data_dir()}" if relative else "")
+        f" in {', '.join(f for f, _ in files)}"
+    relative = any(r for _, r in files)  # under the data folder, or a composite's data_dir
+    return said + ("; a relative db_path is read under the memory's data folder, not the current one"
+                   if relative else "")
 
 
 def cmd_show(args: argparse.Namespace, ui: UI) -> int:

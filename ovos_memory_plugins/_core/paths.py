@@ -17,8 +17,9 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "MEMORY_PATH", "PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "check_store_path", "create_private_file", "data_dir",
@@ -136,12 +137,18 @@ def create_private_file(path: str) -> bool:
 
 
 def _private_if_empty(path: str) -> None:
-    try:
-        info = os.lstat(path)  # a link is not ours: its target keeps its mode (the link is refused)
-        if stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mode & 0o077:
-            os.chmod(path, PRIVATE_FILE_MODE)
+    try:  # never through a link (its target is not ours; the link is refused), nor a FIFO's open
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        pass  # not ours to change (another user's file): it is used as it is, as before
+        return  # a link, or not ours to open (another user's file): it is used as it is, as before
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_mode & 0o077:
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+    except OSError:
+        pass  # not ours to change
+    finally:
+        os.close(fd)
 
 
 #: Errors of a file system that may pass without a change of config.
@@ -308,7 +315,8 @@ def is_regular_file(path: str) -> bool:
         return False
 
 
-def quarantine_file(path: str, companions: tuple[str, ...] = (), json_store: bool = False) -> str:
+def quarantine_file(path: str, companions: tuple[str, ...] = (), json_store: bool = False,
+                    records: Callable[[Any], bool] | None = None) -> str:
     """Move a damaged store file aside and return where it went.
 
     The first quarantine of ``path`` is ``<path>.corrupt`` (as the reference names it); when that name is taken
@@ -322,7 +330,7 @@ def quarantine_file(path: str, companions: tuple[str, ...] = (), json_store: boo
 
     if not is_regular_file(path):
         raise StorageError(f"{path} is not a regular file: it is not moved aside")
-    refuse_foreign_file(path, json_store)
+    refuse_foreign_file(path, json_store, records)
     target, n = f"{path}.corrupt", 0
     while _taken(target, companions):
         n += 1
@@ -356,7 +364,7 @@ _KNOWN_FORMATS = (
 _COMMENT_LINE = re.compile(rb"^[ \t]*(//|/\*)", re.MULTILINE)
 
 
-def foreign_content(path: str, json_store: bool = False) -> str | None:
+def foreign_content(path: str, json_store: bool = False, records: Callable[[Any], bool] | None = None) -> str | None:
     """Why the file at ``path`` is someone else's rather than a damaged store of this kind, else None.
 
     A damaged store is set aside and replaced; a file that never was one (``/etc/passwd``, a
@@ -365,7 +373,10 @@ def foreign_content(path: str, json_store: bool = False) -> str | None:
     byte, so any text is not one, and binary data is one only with SQLite's header or its pages'
     structure (a damaged header); a JSON store is an object written
     without comments, so text not starting with ``{`` or ``[``, or holding a comment line, was
-    never one, nor is a SQLite database. A file of zeros (a crash's unwritten blocks) is damage.
+    never one, nor is a SQLite database; nor is text that is JSON once comments, commas before a
+    closing bracket and single quotes are allowed (a configuration file), unless ``records`` says
+    what it holds are a store's records (a byte of a store turned into a comma, a hand edit).
+    A file of zeros (a crash's unwritten blocks) is damage.
     An empty or blank file is nothing to keep.
     """
     try:
@@ -395,46 +406,54 @@ def foreign_content(path: str, json_store: bool = False) -> str | None:
     if json_store and shown[:1] == b"[":  # a store is one object: a list (a data export, say) never was one
         return "it holds a JSON list, not the JSON object a store is"
     if json_store and shown[:1] == b"{":
-        relaxed = _COMMENT_LINE.search(head) or _relaxed_json(path)
-        return "it holds JSON with comments or trailing commas, as a configuration file does" if relaxed else None
+        if _COMMENT_LINE.search(head):
+            return "it holds JSON with comments, as a configuration file does"
+        relaxed = _relaxed_json(path)
+        if relaxed is None or (records is not None and records(relaxed)):
+            return None  # damage
+        return "it holds JSON with comments or trailing commas, as a configuration file does"
     return "it holds text that is not a JSON object" if json_store else "it holds text, which no SQLite store does"
 
 
-#: The most of a file read to tell a configuration file (JSON with comments) from a damaged store.
+#: The most of a file read (in characters) to tell a configuration file from a damaged store.
 _RELAXED_MAX_BYTES = 1 << 20
-#: A string (double or single quoted), a comment, or a comma before a closing bracket.
-_RELAXED_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/|,(?=\s*[}\]])', re.DOTALL)
+#: A string (double or single quoted; one left open runs to the line's end), a comment (one left
+#: open, to the text's end), or a comma before a closing bracket. Each token is read once, so one
+#: pass over any text is linear (a cut store's open string is not read again from each quote).
+_RELAXED_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'(?:[^\'\\\n]|\\.)*\'?|//[^\n]*|/\*(?:.*?\*/|.*\Z)|,(?=\s*[}\]])',
+                            re.DOTALL)
 
 
-def _relaxed_json(path: str) -> bool:
-    """Whether the file at ``path`` is not JSON, but is once comments, commas before a closing bracket and
-    single quotes are allowed (JSON5, VS Code's settings, mycroft.conf): a configuration file.
-    The package writes strict JSON, and damage (a cut, flipped bytes) does not make its text
-    valid in that looser form, so a store that fails to load but reads so was never one."""
+def _relaxed_json(path: str) -> dict[str, Any] | None:
+    """The object in the file at ``path`` when it is not JSON but is once comments, commas before a
+    closing bracket and single quotes are allowed (JSON5, VS Code's settings, mycroft.conf), else
+    None. The package writes strict JSON; a cut store never reads so."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             text = f.read(_RELAXED_MAX_BYTES + 1)
     except (OSError, UnicodeDecodeError):
-        return False
-    if len(text) > _RELAXED_MAX_BYTES or text.count("/*") > 1000:  # each unclosed one is read to the end
-        return False
+        return None
+    if len(text) > _RELAXED_MAX_BYTES:
+        return None
     try:
         json.loads(text)
-        return False  # strict JSON: a store, or refused for what it holds
-    except ValueError:
+        return None  # strict JSON: a store, or refused for what it holds
+    except (ValueError, RecursionError):
         pass
 
     def strict(match: re.Match[str]) -> str:
         token = match.group()
-        if token[0] == "'":
-            return json.dumps(token[1:-1].replace("\\'", "'"))
-        return token if token[0] == '"' else ""
+        if token[0] not in "\"'":
+            return ""  # a comment, or a comma before a closing bracket
+        if len(token) < 2 or token[-1] != token[0]:
+            return token  # a string left open: the text stays invalid
+        return json.dumps(token[1:-1].replace("\\'", "'")) if token[0] == "'" else token
 
     try:
         data = json.loads(_RELAXED_TOKEN.sub(strict, text))
-    except ValueError:
-        return False
-    return isinstance(data, dict)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 #: The first byte of a b-tree page only.
@@ -510,10 +529,10 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
-def refuse_foreign_file(path: str, json_store: bool = False) -> None:
+def refuse_foreign_file(path: str, json_store: bool = False, records: Callable[[Any], bool] | None = None) -> None:
     """A ConfigError naming ``path`` if it is someone else's file (:func:`foreign_content`):
     checked before a store makes anything beside it, and again before it sets a file aside."""
-    why = foreign_content(path, json_store)
+    why = foreign_content(path, json_store, records)
     if why is not None:
         from ..errors import ConfigError
 

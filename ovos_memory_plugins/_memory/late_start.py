@@ -159,7 +159,8 @@ class LateStarts:
             waiting, self._waiting = self._waiting, []
         lost = sum(w.count() for w in waiting)
         if lost:
-            LOG.error(f"{self._owner}: closing before {', '.join(w.name for w in waiting)} could start (its store "
+            whose = "its store" if len(waiting) == 1 else "their stores"
+            LOG.error(f"{self._owner}: closing before {', '.join(w.name for w in waiting)} could start ({whose} "
                       f"never answered): the {lost} update(s) said meanwhile were never stored there")
 
     # -- the thread --------------------------------------------------------------------------

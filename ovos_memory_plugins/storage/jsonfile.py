@@ -75,7 +75,7 @@ class JsonRecordStore:
         #: Opened by a command that only looks (storage.readonly): read without a lock, never written.
         self.read_only = is_read_only()
         if os.path.exists(self.path):  # before any lock file is made: a file that is no store stays as it is
-            refuse_foreign_file(self.path, json_store=True)
+            refuse_foreign_file(self.path, json_store=True, records=self._holds_store_records)
             try:
                 self._check_at_open(self._read(quarantine=False))
             except StorageError:
@@ -163,10 +163,20 @@ class JsonRecordStore:
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-            self._check_is_store(data)
-        except (OSError, ValueError, ConfigError):
+        except (OSError, ValueError, RecursionError):
             return False
-        return isinstance(data, dict) and bool(data)
+        return self._holds_store_records(data)
+
+    def _holds_store_records(self, data: Any) -> bool:
+        """Whether ``data`` (an object read from a file) holds a store's records: each value an
+        object or a list, one of them naming a field a memory writes (any, for a store of any
+        records) or a window's messages. A user's ``{"title": "notes", "tags": ["work"]}`` does not."""
+        if not isinstance(data, dict) or not data or not all(isinstance(v, (dict, list)) for v in data.values()):
+            return False
+        fields = self.record_fields or RECORD_FIELDS
+        return any((isinstance(v, dict) and not fields.isdisjoint(v))
+                   or (isinstance(v, list) and bool(v) and all(isinstance(m, dict) and "role" in m for m in v))
+                   for v in data.values())
 
     def close(self) -> None:
         pass
@@ -287,7 +297,7 @@ class JsonRecordStore:
 
     def _quarantine(self, exc: Exception) -> None:
         try:
-            target = quarantine_file(self.path, json_store=True)
+            target = quarantine_file(self.path, json_store=True, records=self._holds_store_records)
         except ConfigError as refused:  # replaced by someone's file since it opened: the store failed
             raise StorageError(str(refused)) from None
         self._cache = None

@@ -62,19 +62,24 @@ def connect_read_only(path: str, busy_timeout_s: float) -> sqlite3.Connection:
     return con
 
 
-def check_migrated(con: sqlite3.Connection, path: str, component: str, migrations: Sequence[str]) -> None:
+def check_migrated(con: sqlite3.Connection, path: str, component: str, migrations: Sequence[str],
+                   first: bool = True) -> None:
     """StorageError unless every script of ``component`` was applied to this file (it cannot be
-    migrated read-only: it is another kind of store, or one written by an older version)."""
+    migrated read-only: it is another kind of store, or one written by an older version).
+    ``first``: no other component of the memory opening it was checked yet; a later one missing
+    is the memory's own store, written before that table was needed (an option turned on since,
+    a newer version), not another memory's."""
     try:
         row = con.execute("SELECT COALESCE(MAX(version), 0) FROM ovos_memory_migrations WHERE component = ?",
                           (component,)).fetchone()
     except sqlite3.DatabaseError as exc:
         raise StorageError(f"{path} is not a memory store of this kind ({exc}); it was left as it is") from exc
-    if not row[0]:  # another memory's store: opening it to write would add this one's tables to it
+    if not row[0] and first:  # another memory's store: opening it to write would add this one's tables to it
         others = sorted({str(r[0]).split(":")[-1] for r in con.execute("SELECT component FROM ovos_memory_migrations")})
         held = f" but {', '.join(map(repr, others))}" if others else ""
         raise ConfigError(f"{path} holds no {component.split(':')[-1]!r} table{held}: it is the store of another "
                           "memory; name this memory's own file; it was left as it is")
     if row[0] < len(migrations):
-        raise StorageError(f"{path} has an older version of its {component.split(':')[0]} table (open it once with "
-                           "a command that writes, which upgrades it); it was left as it is")
+        what = "holds no" if not row[0] else "has an older version of its"
+        raise StorageError(f"{path} {what} {component.split(':')[-1]!r} table yet (open it once with a command that "
+                           "writes, which adds it); it was left as it is")

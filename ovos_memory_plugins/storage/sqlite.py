@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -283,7 +284,7 @@ class Database:
                 raise
             if outermost and self._compact_owed is not None and \
                     time.monotonic() - self._compact_owed >= self.COMPACT_RETRY_S:
-                self.compact()  # a forget's bytes stayed (a full disk): writes go through again
+                self._compact_again()  # a forget's bytes stayed (a full disk): writes go through again
 
     @contextlib.contextmanager
     def _atomic(self, busy_wait: float | None) -> Iterator[sqlite3.Connection]:
@@ -414,7 +415,8 @@ class Database:
         """Apply the not-yet-applied scripts of ``migrations`` (append-only; never edit one)."""
         with self._lock:
             if self.read_only:
-                check_migrated(self._con, self.path, component, migrations)
+                check_migrated(self._con, self.path, component, migrations, first=not self._migrations)
+                self._migrations.append((component, migrations))
                 return
             try:
                 self._apply(component, migrations)
@@ -529,10 +531,33 @@ class Database:
             if self.read_only:
                 return False
             warn_set_aside_copies(self.path)
+            return self._vacuum()
+
+    def _compact_again(self) -> None:
+        """The compact a forget still owes (:meth:`compact`), tried only with room for a copy of
+        the file, which VACUUM writes (on a disk still nearly full it would take, for as long as
+        it runs, the room other writes need), and never waiting for another process's lock."""
+        self._compact_owed = time.monotonic()  # the next try waits COMPACT_RETRY_S, whatever this one does
+        try:
+            # VACUUM writes the live pages into the WAL (which reuses its own room first): at most the file's size.
+            if shutil.disk_usage(os.path.dirname(self.path) or ".").free < os.path.getsize(self.path):
+                return
+            wait = self._con.execute("PRAGMA busy_timeout").fetchone()[0]
+            self._con.execute("PRAGMA busy_timeout = 0")
+        except (OSError, sqlite3.Error):
+            return
+        try:
+            self._vacuum()
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                self._con.execute(f"PRAGMA busy_timeout = {int(wait)}")
+
+    def _vacuum(self) -> bool:
+        from .._core.log import LOG
+
+        with self._lock:
             if self._depth:
                 raise RuntimeError(f"{self.path}: compact() inside a transaction")
-            from .._core.log import LOG
-
             try:
                 with map_sqlite_errors(f"compact {self.path}"):
                     self._con.execute("VACUUM")

@@ -241,3 +241,4 @@ def test_a_forget_that_could_not_compact_on_a_nearly_full_disk_leaves_no_byte_on
             left = [p.name for p in disk.rglob("*") if p.is_file() and b"zqdropword" in p.read_bytes()]
             assert not left, f"bytes of the forgotten session stay in {left}"
             assert len(memory.export("keep")["documents"]) == 152  # the other session is whole
+            assert len([e for e in logs.errors if "compacted" in e]) == 1, logs.errors  # said once, not at each try

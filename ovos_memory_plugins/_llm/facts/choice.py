@@ -77,7 +77,7 @@ _ASKED_BY = {kind: frozenset(map(singular, words.split())) for kind, words in {
     "health": "health medical medication condition saúde medicação salud medicamento gesundheit medikament "
               "santé médicament",
     "pref": "like love favourite favorite prefer enjoy gosto gosta gostas favorito favorita preferido preferida "
-            "gusta gustan encanta mag magst lieblings aime adore préféré préférée",
+            "gusta gustan encanta mag magst aime adore préféré préférée",
 }.items()}
 # Who a fact about someone in the user's life names ("sister.name"): the kind they belong to.
 _PERSON_KIND = {**dict.fromkeys(wordset("cat dog puppy kitten hamster parrot rabbit fish horse bird"), "pet"),

@@ -195,14 +195,22 @@ _SAYS_OF_ME = re.compile(
     r"|nenn\s+mich|je|j'|m'|moi|mon|ma|mes|nous|notre|nos|appelle[sz]?-moi)(?![\w'])", re.IGNORECASE)
 
 
+#: The pronoun right after an order's verb: to whom it is said ("explain me", "erkläre mir", "joue-moi").
+_ORDERS_OBJECT = re.compile(r"[\s-]*(?:me|us|mir|mich|uns|moi|nous)(?![\w'])", re.IGNORECASE)
+
+
 def _asks_only(sentence: str) -> bool:
     """Whether ``sentence`` is a question or an order to the assistant that says nothing of the user."""
     sentence = sentence.replace("\u2019", "'")  # "j’étais", "can’t": the apostrophe a keyboard types
     if sentence.rstrip().endswith("?"):
         return True
     opening = _ASKS.match(sentence)
-    # After the opening: its own pronoun ("sag mir", "dis-moi") is the order's, not the user's.
-    return opening is not None and not _SAYS_OF_ME.search(sentence, opening.end())
+    if opening is None:
+        return False
+    # After the opening and its own pronoun ("sag mir", "erkläre mir", "explique-moi"), which is
+    # the order's, not the user's.
+    rest = _ORDERS_OBJECT.match(sentence, opening.end())
+    return not _SAYS_OF_ME.search(sentence, rest.end() if rest else opening.end())
 
 
 def worth_reading(exchange: Exchange) -> bool:

@@ -50,7 +50,8 @@ _NAMED = (
 # capitalised "Pin" or "Iban" is a name.
 _NOT_SECRET_CODES = "".join(f"(?<!{word} )" for word in ("postal", "post", "zip", "area", "country", "dress", "tax",
                                                            "source", "promo", "discount", "bar", "qr", "morse"))
-_WEAK = rf"(?-i:pin|PIN|iban|IBAN)|{_NOT_SECRET_CODES}code|clave|c[óo]digo|combination|combo|pw|otp|seed"
+_WEAK = (rf"(?-i:pin|PIN|iban|IBAN)|{_NOT_SECRET_CODES}code|clave|c[óo]digo|combination|combo|combinaison"
+         r"|combina[çc][ãa]o|combinaci[óo]n|kombination|pw|otp|seed")
 # Each piece of it opens with its own spaces and the count is bounded: no run of spaces or dashes
 # can be split two ways, so a search is linear whatever the text ("code - - - - ... x").
 _VERB = r"(?:\s*(?:(?:is|was|é|es|era|ist|lautet|est|c'est|e)(?!\w)|=|:|->|-)){1,4}\s*"
@@ -64,24 +65,30 @@ _DIGIT_WORDS = {word: str(digit) for digit, words in enumerate([
 _DIGIT_WORD = "(?:" + "|".join(sorted(map(re.escape, _DIGIT_WORDS), key=len, reverse=True)) + ")"
 _SPOKEN_DIGITS = re.compile(rf"(?i)(?<![\w-]){_DIGIT_WORD}(?:[\s,-]+{_DIGIT_WORD}){{2,}}(?![\w-])")
 # Numbers said as numbers, not digit by digit ("my PIN is forty two seventeen", "nineteen eighty
-# four"): teens, tens, hundreds and thousands in the same languages, German compounds included.
+# four", "four thousand two hundred"): teens, tens, hundreds and thousands in the same languages,
+# German compounds included.
 _NUMBER_WORD = (
     r"(?:(?:ten|eleven|twelve|(?:thir|four|fif|six|seven|eigh|nine)teen|(?:twen|thir|for|fif|six|seven|eigh|nine)ty"
-    r"|hundred|thousand|dez|onze|doze|treze|(?:c|qu)atorze|quinze|deza?sseis|deza?ssete|dezoito|deza?nove|vinte"
-    r"|trinta|quarenta|cinquenta|sessenta|setenta|oitenta|noventa|cem|cento|mil|diez|once|doce|trece|catorce"
-    r"|diecis[ée]is|diecisiete|dieciocho|diecinueve|veinte|veinti\w+|treinta|cuarenta|cincuenta|sesenta|ochenta"
-    r"|cien|ciento|(?:dos|tres|cuatro|seis|sete|ocho|nove)cientos|quinientos|(?:duz|trez|quatroc|quinh|seisc|setec"
-    r"|oitoc|novec)entos|zehn|elf|zw[öo]lf|(?:drei|vier|f[üu]nf|sech|sieb|acht|neun)zehn|(?:\w+und)?(?:zwanzig|drei(?:ß|ss)ig"
-    r"|vierzig|f[üu]nfzig|sechzig|siebzig|achtzig|neunzig)|hundert|tausend|dix|douze|treize|quatorze|seize|vingt"
-    r"|trente|quarante|cinquante|soixante|cent|mille)(?![\w]))")
+    r"|hundred|thousand|dez|onze|doze|treze|(?:c|qu)atorze|quinze|dez[ae]sseis|dez[ae]ssete|dezoito|dez[ae]nove"
+    r"|vinte|trinta|quarenta|cinquenta|sessenta|setenta|oitenta|noventa|cem|cento|mil|diez|once|doce|trece|catorce"
+    r"|quince|diecis[ée]is|diecisiete|dieciocho|diecinueve|veinte|veinti\w+|treinta|cuarenta|cincuenta|sesenta"
+    r"|ochenta|cien|ciento|(?:dos|tres|cuatro|seis|sete|ocho|nove)cientos|quinientos|(?:duz|trez|quatroc|quinh"
+    r"|seisc|setec|oitoc|novec)entos|zehn|elf|zw[öo]lf|(?:drei|vier|f[üu]nf|sech|sieb|acht|neun)zehn"
+    r"|(?:\w+und)?(?:zwanzig|drei(?:ß|ss)ig|vierzig|f[üu]nfzig|sechzig|siebzig|achtzig|neunzig)|\w*(?:hundert|tausend)"
+    r"|dix|douze|treize|quatorze|seize|vingt|trente|quarante|cinquante|soixante|cent|mille)(?!\w))")
 _NUMBER_JOIN = r"(?:[\s,-]+(?:(?:and|y|e|et|und)\s+)?)"
+_CLAUSE_END = r"\s*(?:$|[.,;:!?)\"'”’])"
+# A number said as one, digit words before and after it included ("one hundred twenty three"),
+# that ends the clause: "my code is twenty lines long", "... twenty-one thousand lines", "o código
+# é dez e um pouco" name none. Its first number word is the first word that is not a digit's,
+# so the run splits one way only (a search is linear whatever follows it).
+_NUMBER_RUN = (rf"(?:{_DIGIT_WORD}{_NUMBER_JOIN})*{_NUMBER_WORD}(?:{_NUMBER_JOIN}(?:{_NUMBER_WORD}|{_DIGIT_WORD}))*"
+               rf"{_CLAUSE_END}")
 # A digit in the next word, or a digit word ("my pin is Four, Three..." cut to "User's pin is Four").
 # A lone digit word only where the clause ends with it: "my code is one of the best", "o código é
-# um pouco confuso" ("um" is also "a") name no secret. A number word, before another number or
-# digit word or where the clause ends ("my code is fifty"; not "my code is twenty lines long").
-_DIGIT_SOON = (rf"(?=[\"'“”«‘]?(?:[^\s\d]{{0,64}}\d|{_DIGIT_WORD}(?:[\s,-]+{_DIGIT_WORD}(?![\w-])"
-               rf"|\s*(?:$|[.,;:!?)\"'”’]))|{_NUMBER_WORD}(?:{_NUMBER_JOIN}(?:{_NUMBER_WORD}|{_DIGIT_WORD}(?![\w-]))"
-               rf"|\s*(?:$|[.,;:!?)\"'”’]))))")
+# um pouco confuso" ("um" is also "a") name no secret.
+_DIGIT_SOON = (rf"(?=[\"'“”«‘]?(?:[^\s\d]{{0,64}}\d|{_DIGIT_WORD}(?:[\s,-]+{_DIGIT_WORD}(?![\w-])|{_CLAUSE_END})"
+               rf"|{_NUMBER_RUN}))")
 _OF_WHAT = r"(?:\s+(?:to|for|of|on|at)\s+(?:my|the|our)\s+\w+)?"
 # Digits that open something: "the gate opens with 2580", "I unlock it with 4 3 2 1".
 _OPENS = (r"(?:opens?|unlocks?|disarms?)(?:\s+(?:it|them))?\s+with"

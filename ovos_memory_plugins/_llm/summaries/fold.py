@@ -159,6 +159,11 @@ def _value_parts(value: str) -> list[str]:
     return [p.strip() for p in normalise(value).casefold().split(",") if len(p.strip()) >= 3]
 
 
+#: The most words of a reply read as an acknowledgement ("Noted, a lovely city."), which goes
+#: with the statement it answers when that is dropped; a longer one may say something of its own.
+ACKNOWLEDGEMENT_WORDS = 12
+
+
 def roll_narrative(old: str, piece: str, state: Mapping[str, Any], max_tokens: int) -> str:
     """``old`` then ``piece``, without repeated sentences, without sentences stating a value the
     user has changed (unless they say it changed), the oldest dropped past ``max_tokens``."""
@@ -189,7 +194,7 @@ def roll_narrative(old: str, piece: str, state: Mapping[str, Any], max_tokens: i
             answering_stale = False
             # Only a short reply right after it: its acknowledgement ("Assistant: Noted, a lovely
             # city."). The summary leaves small talk out, so what follows may answer another turn.
-            if sentence.startswith("Assistant: ") and len(sentence.split()) <= 12:
+            if sentence.startswith("Assistant: ") and len(sentence.split()) <= ACKNOWLEDGEMENT_WORDS:
                 continue
         if sentence and sentence not in kept:
             kept.append(sentence)
@@ -406,7 +411,7 @@ def without_secrets(messages: Sequence[Any]) -> list[dict[str, str]]:
         if secret:
             content = "\n".join(" ".join(s for s in split_sentences(line) if not holds_secret(s, given))
                                 for line in content.splitlines())
-        elif emptied and role == "assistant" and len(content.split()) <= 12:
+        elif emptied and role == "assistant" and len(content.split()) <= ACKNOWLEDGEMENT_WORDS:
             content = ""
         emptied = secret and role == "user" and not content.strip()
         out.append({"role": role, "content": content})
