@@ -244,7 +244,8 @@ def test_flush_is_not_done_and_close_says_what_is_lost_while_a_replay_runs(late,
     done = list(replayed)
     time.sleep(0.3)
     assert replayed == done, "a replay went on after close() returned"
-    assert len(done) < 10 and any(f"the {10 - len(done)} update(s) kept for them are lost" in e for e in errors), errors
+    assert len(done) < 10 and any(f"the {10 - len(done)} update(s) said meanwhile were never stored" in e
+                                  for e in errors), errors
 
 
 def test_a_member_given_up_after_waiting_is_said_with_what_it_loses(late, tmp_path, monkeypatch):
