@@ -634,13 +634,14 @@ def test_the_persona_default_falls_back_to_ours_when_ovos_persona_is_not_install
 
 def test_the_persona_default_not_installed_is_not_asked_of_the_plugin_manager(monkeypatch):
     # It warned "Could not find the plugin ..." each time, though our short-term memory stands in.
-    from ovos_memory_plugins._cli.persona import memory_class
+    from ovos_memory_plugins._cli import persona
     from ovos_memory_plugins._core import loading
     from ovos_memory_plugins.short_term import BasicShortTermMemory
 
     asked = []
     monkeypatch.setattr(loading, "_from_opm", lambda name, group: asked.append(name))
-    assert memory_class(PERSONA_DEFAULT_MEMORY) is BasicShortTermMemory and asked == []
+    monkeypatch.setattr(persona, "installed_plugins", lambda group: [])  # as without ovos-persona
+    assert persona.memory_class(PERSONA_DEFAULT_MEMORY) is BasicShortTermMemory and asked == []
 
 
 @pytest.mark.parametrize("value", [None, "", False])
