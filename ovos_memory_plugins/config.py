@@ -26,7 +26,7 @@ import math
 import string
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from ._core.log import LOG
@@ -129,13 +129,19 @@ def _type_name(kind: Any) -> str:
     return " or ".join(_JSON_KINDS.get(k, k.__name__) for k in sorted(kinds, key=lambda k: k.__name__))
 
 
-def _given(value: Any) -> str:
-    """``value`` as a message names what was given: "a string '30'"."""
+def described(value: Any) -> str:
+    """``value`` as a message names what was given, in JSON's terms: "a string '30'"."""
     if value is None or isinstance(value, bool):
         return json.dumps(value)  # null, true, false
     name = _JSON_KINDS.get(type(value), type(value).__name__).removesuffix(" {...}").removesuffix(" [...]")
     shown = json.dumps(value, ensure_ascii=False, default=repr) if isinstance(value, (dict, list)) else repr(value)
     return f"{name} {shown if len(shown) <= 80 else shown[:79] + '…'}"
+
+
+def _did_you_mean(word: str, options: Collection[str]) -> str:
+    """``"; did you mean 'X'?"`` for the option closest to ``word``, else ``""``."""
+    close = difflib.get_close_matches(word, sorted(options), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> Any:
@@ -149,7 +155,7 @@ def _check_value(owner: str, key: str, value: Any, meta: Mapping[str, Any]) -> A
     value = _as_written_elsewhere(value, kinds)
     bad_bool = isinstance(value, bool) and bool not in kinds
     if kind is not object and (bad_bool or not isinstance(value, kind)):
-        raise ConfigError(f"{owner}: '{key}' must be {_type_name(kind)}, got {_given(value)}")
+        raise ConfigError(f"{owner}: '{key}' must be {_type_name(kind)}, got {described(value)}")
     if meta["choices"] is not None and value not in meta["choices"]:
         allowed = ", ".join(repr(c) for c in meta["choices"])
         raise ConfigError(f"{owner}: '{key}' is {value!r}; allowed values are {allowed}")
@@ -211,7 +217,7 @@ def _check_items(owner: str, key: str, value: Any, kind: type | None) -> None:
         return
     for i, item in enumerate(value):
         if not isinstance(item, kind) or (isinstance(item, bool) and kind is not bool):
-            raise ConfigError(f"{owner}: '{key}'[{i}] must be {_type_name(kind)}, got {_given(item)}")
+            raise ConfigError(f"{owner}: '{key}'[{i}] must be {_type_name(kind)}, got {described(item)}")
 
 
 def check_template(owner: str, key: str, template: str, fields: tuple[str, ...]) -> None:
@@ -270,11 +276,9 @@ def _key_problems(cls: type, raw: Mapping[str, Any], extra_known: tuple[str, ...
             if value is not None:
                 inside = sorted(k.removeprefix(key + ".") for k in known if k.startswith(key + "."))
                 groups.append(f"'{key}' must be an object of keys ({', '.join(inside[:4])}"
-                              f"{', ...' if len(inside) > 4 else ''}), not a {type(value).__name__}")
+                              f"{', ...' if len(inside) > 4 else ''}), not {described(value)}")
             continue
-        close = difflib.get_close_matches(key, sorted(known), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        problems.append(f"unknown config key '{key}'{hint}")
+        problems.append(f"unknown config key '{key}'{_did_you_mean(key, known)}")
     inner = getattr(cls, "unknown_inner_keys", None)  # keys inside a list's items (a composite's members)
     return groups, problems + (inner(raw) if inner is not None else [])
 
@@ -379,10 +383,9 @@ def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[A
         return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {spelt!r}", spelt
     if meta["otherwise"] is not UNSET:
         read = meta["otherwise"]
-        close = difflib.get_close_matches(str(value).lower(), [str(c) for c in choices], n=1, cutoff=0.6)
-        meant = f" (did you mean {close[0]!r}?)" if close else ""
         lost = ", kept in RAM only: lost at every restart" if key == "backend" and read == "memory" else ""
-        return f"{owner}: '{key}' is {value!r}{meant}, not one of {allowed}; read as {read!r}{lost}", read
+        meant = _did_you_mean(str(value).lower(), [str(c) for c in choices])
+        return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {read!r}{lost}{meant}", read
     return None
 
 

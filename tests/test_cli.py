@@ -501,8 +501,8 @@ def test_check_config_reports_values_read_as_the_reference_reads_them(tmp_path, 
                                 "ovos-memory-plugin-longterm": {"backend": "SQLlite", "model": None, "api_url": None}}))
     assert main(["check-config", str(path)]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert ("'backend' is 'SQLlite' (did you mean 'sqlite'?), not one of 'sqlite', 'json', 'memory', 'postgres'; "
-            "read as 'json'") in err
+    assert ("'backend' is 'SQLlite', not one of 'sqlite', 'json', 'memory', 'postgres'; read as 'json'; "
+            "did you mean 'sqlite'?") in err
     assert "'model' is null; its default '' is used" in err
 
 

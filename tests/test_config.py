@@ -100,7 +100,7 @@ def test_unknown_keys_are_reported_with_the_closest_valid_key():
 def test_a_group_of_keys_given_another_value_is_named_as_such_and_null_is_no_keys():
     problems = check_config(RetrievalConfig, {"context": "hdr", "retrieval": None}, "x")
     assert problems == ["x: 'context' must be an object of keys (chunk_prefix, chunk_separator, dedup_history, "
-                        "header, ...), not a str"]
+                        "header, ...), not a string 'hdr'"]
 
 
 @pytest.mark.parametrize("config", [{"retrieval": 5}, {"context": "a header"}, {"retrieval": ["max_num_results"]}])

@@ -61,6 +61,13 @@ def test_a_malformed_people_is_a_config_error_naming_it(people, words, tmp_path)
     assert all(w in str(caught.value) for w in words), str(caught.value)
 
 
+def test_people_of_a_caller_that_is_no_json_is_named_not_a_crash():
+    from ovos_memory_plugins._memory.people import parse_people
+
+    with pytest.raises(ConfigError, match="must be an object of person name to session ids.*not a list"):
+        parse_people(["alice", {"kitchen"}])  # a set inside: no TypeError out of the message
+
+
 @pytest.mark.parametrize("people", [
     {"alice": ["kitchen"], "bob": ["kitchen"]},
     {"alice": ["kitchen"], "bob": ["kit*"]},

@@ -23,11 +23,11 @@ import dataclasses
 import fnmatch
 import functools
 import inspect
-import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from ..config import described
 from ..errors import ConfigError
 
 __all__ = ["HOUSEHOLD_KEY", "PERSON_PREFIX", "People", "inside", "is_memory_key", "keyed", "listed_as",
@@ -123,7 +123,7 @@ def parse_people(people: Any) -> dict[str, tuple[str, ...]]:
     claim (listed by both, or listed by one and matched by the other's pattern) is refused."""
     if not isinstance(people, Mapping):
         raise ConfigError("'people' must be an object of person name to session ids ({\"alice\": [\"kitchen\"]}), "
-                          f"not {json.dumps(people) if isinstance(people, (list, str)) else type(people).__name__}")
+                          f"not {described(people)}")
     owners: dict[str, tuple[str, ...]] = {}
     for name, sessions in people.items():
         if not isinstance(name, str) or not name.strip():

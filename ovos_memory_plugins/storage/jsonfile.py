@@ -174,8 +174,7 @@ class JsonRecordStore:
         if not isinstance(data, dict) or not data or not all(isinstance(v, (dict, list)) for v in data.values()):
             return False
         fields = self.record_fields or RECORD_FIELDS
-        return any((isinstance(v, dict) and not fields.isdisjoint(v))
-                   or (isinstance(v, list) and bool(v) and all(isinstance(m, dict) and "role" in m for m in v))
+        return any(v and (_looks_like_a_record(v, fields) or all(isinstance(m, dict) and "role" in m for m in v))
                    for v in data.values())
 
     def close(self) -> None:
