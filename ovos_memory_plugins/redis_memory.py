@@ -359,18 +359,24 @@ class RedisMemory(ContextMemory):
         return out
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Write what is held (Redis back) and wait for compaction; False while anything is still held."""
-        written = self._write_all_held()
+        """Write what is held (trying Redis at once, whatever the pause after its last failure)
+        and wait for compaction; False while anything is still held."""
+        written = self._write_held_now()
         return self._worker.flush(timeout) and written
 
     def close(self) -> None:
         if not self._closed:
-            if not self._write_all_held():
-                LOG.error(f"{self.plugin_name}: closing with {self._held.count()} message(s) held while Redis at "
-                          f"{self._store.where} is down; they are lost")
+            if not self._write_held_now():
+                LOG.error(f"{self.plugin_name}: closing with {self._held.count()} message(s) held; they are lost: "
+                          f"Redis at {self._store.where} {self._store.problem or 'did not take them'}")
             self._worker.close()
             self._store.close()
         super().close()
+
+    def _write_held_now(self) -> bool:
+        if self._held.sessions():
+            self._store.attempt_now()
+        return self._write_all_held()
 
     # -- reads, and what is kept for when Redis is down --------------------------------------
     def _read(self, session_id: str, newest: int = 0) -> tuple[str, list[AgentMessage], int | None]:

@@ -463,6 +463,28 @@ def test_a_summary_leaving_out_the_names_the_user_said_gets_the_users_sentence_n
     assert "ovos-memory-plugin-longterm:summary" not in memory.degraded()
 
 
+def test_a_summary_naming_what_nobody_said_is_not_committed(make, llm):
+    llm.reply = memory_model(narrative="The user said their name is Bob and they live in Tokyo.")
+    memory = make(api_url=llm.url, summarize_every=1, recent_window=0)
+    exchange(memory, 1, user="My cousin Lukas moved to Berlin last year.")
+    memory.flush(patience(10))
+    assert memory.export("s")["summary"] == ""
+    assert "names what the turns it summarises do not" in memory.degraded()["ovos-memory-plugin-longterm:summary"]
+
+
+def test_a_summary_sharing_no_word_with_the_turns_gets_every_statement_naming_something(make, llm):
+    # Junk from a server (or a placeholder) is kept, as the reference kept any text, but it covers
+    # none of the turns: the user's sentences naming something are added, not just half of them.
+    llm.reply = memory_model(narrative="asdkj qwe zxc ### {{{")
+    memory = make(api_url=llm.url, summarize_every=4, recent_window=0)
+    cousins = [("Maria", "Lisbon"), ("Pedro", "Porto"), ("Lukas", "Berlin"), ("Amara", "Lagos")]
+    for name, city in cousins:
+        memory.update_history([AgentMessage(U, f"My cousin {name} moved to {city}."), AgentMessage(A, "Nice.")], "s")
+    assert memory.flush(patience(10))
+    summary = memory.export("s")["summary"]
+    assert all(f"The user said: My cousin {name} moved to {city}." in summary for name, city in cousins), summary
+
+
 @pytest.mark.parametrize("reply", ["SUMMARY-1", "Alice, who lives in Lisbon, introduced herself; the assistant "
                                              "said nice to meet you and let me know."])
 def test_a_short_summary_or_one_reporting_the_assistants_words_is_committed(make, llm, reply):

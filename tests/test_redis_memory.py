@@ -609,6 +609,46 @@ def test_with_redis_down_the_turn_is_answered_and_the_error_logged_once(logs):
         server.cleanup()
 
 
+@pytest.mark.parametrize("ending", ["flush", "close"])
+def test_flush_and_close_try_redis_at_once_when_it_is_back_within_the_pause(ending, logs):
+    # A service restart in the minute after a Redis upgrade: the pause after the outage's last
+    # failed attempt has not run out, but flush and close must not drop what is held for it.
+    server = RedisServer().start()
+    memory = RedisMemory({"url": server.url, "api_url": None, "retry_after": 600, "socket_timeout": 0.5})
+    try:
+        exchange(memory, "s", "my name is Ana", "hi Ana")
+        server.stop()
+        exchange(memory, "s", "the spare key is under the blue pot", "noted")  # held in RAM
+        server.start()  # same port, empty
+        if ending == "flush":
+            assert memory.flush(timeout=5) is True
+        memory.close()
+        assert not [m for m in logs["error"] if "closing with" in m], logs["error"]
+        check = redis.Redis.from_url(server.url, decode_responses=True)
+        stored = [json.loads(x)["content"] for x in check.lrange(SessionKeys.of("ovos:memory", "s").short, 0, -1)]
+        check.close()
+        assert stored == ["the spare key is under the blue pot", "noted"]
+    finally:
+        memory.close()
+        server.cleanup()
+
+
+def test_close_names_why_redis_did_not_take_what_is_held(logs):
+    server = RedisServer().start()
+    memory = RedisMemory({"url": server.url, "api_url": None, "retry_after": 600, "socket_timeout": 0.5})
+    try:
+        exchange(memory, "s", "my name is Ana", "hi Ana")
+        server.stop()
+        exchange(memory, "s", "I live in Porto", "nice")
+        memory.close()
+        closing = [m for m in logs["error"] if "closing with" in m]
+        assert len(closing) == 1 and "2 message(s) held; they are lost" in closing[0], logs["error"]
+        assert "is unreachable (" in closing[0]
+    finally:
+        memory.close()
+        server.cleanup()
+
+
 # -- data ownership and the reference API ---------------------------------------------------------
 def test_forget_deletes_every_key_of_the_session_and_nothing_else(make, r):
     memory = make(compact_threshold=2, compact_token_threshold=0, keep_recent=1)

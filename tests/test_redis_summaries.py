@@ -107,6 +107,32 @@ def test_a_model_summary_keeps_the_facts_and_the_change(make):
         assert "Lisbon" not in summary and "Nova" not in summary and "Max" not in summary
 
 
+COUSINS = [("Maria", "Lisbon"), ("Pedro", "Porto"), ("Sofia", "Madrid"), ("Lukas", "Berlin"), ("Amara", "Lagos"),
+           ("Kenji", "Osaka"), ("Ingrid", "Oslo"), ("Rafael", "Seville")]
+
+
+@pytest.mark.parametrize("narrative, why", [
+    ("asdkj qwe zxc 123 ### \x00 {{{", "control characters"),
+    ("The user said their name is Bob and they live in Tokyo.", "names what the turns it summarises do not"),
+    ("asdkj qwe zxc 123 ### {{{", None),  # kept, as the reference kept any text: it covers none of the turns
+])
+def test_a_junk_or_invented_summary_loses_nothing_the_user_said(make, narrative, why):
+    # A server answering 200 with junk, or a model inventing what the user said: the turns it
+    # folds must stay in the list or be said in the summary, never vanish, and nothing invented is kept.
+    with FakeLLMServer(reply=memory_model(narrative=narrative)) as llm:
+        memory = make(api_url=llm.url, compact_token_threshold=120, request_timeout=5)
+        for name, city in COUSINS:
+            say(memory, [(f"My cousin {name} moved to {city} last year.", f"Nice, {name} in {city}.")])
+            memory.flush(patience(20))
+        summary, window = memory.load("s")
+        kept = summary + " ".join(e.user for e in window)
+        assert [name for name, _ in COUSINS if name not in kept] == []
+        assert "Bob" not in summary and "\x00" not in summary
+        if why:
+            assert why in memory.degraded()["ovos-memory-plugin-redis:summary"]
+            assert "asdkj" not in summary
+
+
 @pytest.mark.parametrize("secret", ["My wifi password is Bolacha2024.", "The wifi key is Bolacha2024.",
                                     "The gate opens with 2024.", "I use the same secret everywhere, it's Bolacha2024.",
                                     "My bank login is Bolacha2024."])

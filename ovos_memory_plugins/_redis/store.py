@@ -326,6 +326,7 @@ class RedisStore:
         self._down_until = 0.0
         self._pause = retry_after  # the wait before the next attempt once it fails; doubles while it does
         self._failed_at = 0.0  # when the last failure that lengthened the pause came (monotonic)
+        self.problem = ""  # why the last call that could not reach Redis failed ("" once one succeeds)
         self._lock = threading.Lock()
         self._tails: dict[str, bytes] = {}
 
@@ -358,14 +359,21 @@ class RedisStore:
                     self._failed_at = time.monotonic()
                     self._down_until = self._failed_at + self._pause
                     self._pause = min(max(self._pause * 2, self._retry_after), max(self._retry_after, RETRY_MAX_S))
+            self.problem = refused or f"is unreachable ({exc})"
             self._log.error("down", "%s: Redis at %s %s; turns are answered from the in-process cache and new "
-                            "messages are held until it answers", self._owner, self.where,
-                            refused or f"is unreachable ({exc})")
+                            "messages are held until it answers", self._owner, self.where, self.problem)
             raise StoreUnavailable(str(exc)) from exc
         self._pause = self._retry_after
+        self.problem = ""
         self._log.clear("down", f"{self._owner}: Redis at {self.where} is reachable again")
         self._log.clear(kind)
         return result
+
+    def attempt_now(self) -> None:
+        """Let the next call try Redis whatever the pause after the last failure (a flush, a
+        close: the caller waits for the answer, and what is held is lost if nobody tries)."""
+        with self._lock:
+            self._down_until = 0.0
 
     def failing(self) -> dict[str, str]:
         """Redis unreachable, or reads or writes failing, until a call succeeds (``degraded()``)."""

@@ -7,7 +7,10 @@ the turns it folds with nothing useful; the memory keeps its old state instead a
 later. The checks are cheap and need no model:
 
 * :func:`check_piece`: a newly written part of a summary is not empty (a short one is fine: the
-  reference kept any text), not a greeting or an assistant's reply, and not a transcript;
+  reference kept any text), not a greeting or an assistant's reply, not a transcript, holds no
+  control characters, and does not name mostly what nobody said in the turns it summarises (a
+  model inventing "the user is Bob, in Tokyo" must not replace them); :func:`is_about` tells
+  whether it shares a word with them at all;
 * :func:`check_summary`: the new summary is not empty, keeps most of the names (people, places)
   of the old summary and of what the user said in the folded turns (at most ten of the latter
   are required: a bounded summary of a long backlog cannot name everything; one of one or two),
@@ -27,7 +30,7 @@ from typing import Any
 from ..facts.kinds import wordset
 from .text import role_content
 
-__all__ = ["check_piece", "check_summary", "named_entities", "names_in", "names_required", "names_said",
+__all__ = ["check_piece", "check_summary", "is_about", "named_entities", "names_in", "names_required", "names_said",
            "trim_to_sentence", "user_statements", "without_preamble"]
 
 
@@ -42,6 +45,8 @@ Tell Give Show Remind Suggest Recommend Sounds Yeah Yep Nope Also Sorry Wow Sure
 """)
 #: "I" and its contractions are capitalised anywhere in a sentence.
 _I_WORDS = frozenset(("I", "I'm", "I've", "I'd", "I'll", "I\u2019m", "I\u2019ve", "I\u2019d", "I\u2019ll"))
+#: The sides a summary names ("the User said"): never a name of what was said.
+_ROLES = frozenset(("User", "Assistant"))
 _TOKEN = re.compile(r"[^\W_][\w'\u2019-]*|[.!?:\n]", re.UNICODE)
 # An assistant's reply opens like one, or speaks as the assistant ("how can I help") anywhere; a
 # summary may report such words in the third person ("the assistant said nice to meet you").
@@ -64,6 +69,18 @@ def named_entities(text: str) -> set[str]:
 
     A capitalised word opening a sentence counts unless it is a common opener ("The", "She").
     """
+    return _capitalised(text, _OPENERS, numbers=True)
+
+
+def _inner_names(text: str) -> set[str]:
+    """Capitalised words inside sentences, case-folded: the names a summary gives, without the
+    words capitalised only because they open a sentence ("Afterwards", "Cats")."""
+    return _capitalised(text, None, numbers=False)
+
+
+def _capitalised(text: str, openers: frozenset[str] | None, numbers: bool) -> set[str]:
+    """Capitalised words (and numbers, if asked), case-folded, possessive 's removed; one opening
+    a sentence counts when ``openers`` is given and does not hold it."""
     found: set[str] = set()
     start = True
     for token in _TOKEN.findall(text or ""):
@@ -71,8 +88,10 @@ def named_entities(text: str) -> set[str]:
             start = True
             continue
         if token[0].isdigit():
-            found.add(token.casefold())
-        elif token[0].isupper() and token not in _I_WORDS and not (start and token in _OPENERS):
+            if numbers:
+                found.add(token.casefold())
+        elif token[0].isupper() and token not in _I_WORDS and token not in _ROLES \
+                and not (start and (openers is None or token in openers)):
             word = token.casefold()
             found.add(word[:-2] if word.endswith(("'s", "\u2019s")) else word)
         start = False
@@ -86,8 +105,16 @@ def user_statements(messages: Iterable[Any]) -> list[str]:
     return [text for role, text in map(role_content, messages) if role == "user" and worth_reading(Exchange(text))]
 
 
-def check_piece(piece: str) -> str | None:
-    """Why a newly written part of a summary must not be used, or None if it may."""
+def check_piece(piece: str, source: str = "") -> str | None:
+    """Why a newly written part of a summary must not be used, or None if it may.
+
+    ``source``: the turns it summarises, as sent to the model ("" skips the check against them).
+
+        >>> check_piece("The user said their name is Bob and they live in Tokyo.",
+        ...             "user: My cousin Lukas moved to Berlin last year.")
+        'names what the turns it summarises do not'
+        >>> check_piece("The user's cousin Lukas moved to Berlin.", "user: My cousin Lukas moved to Berlin last year.")
+    """
     text = (piece or "").strip()
     if not text:
         return "empty"
@@ -95,9 +122,56 @@ def check_piece(piece: str) -> str | None:
         return "reads like a greeting or an assistant reply"
     if _TRANSCRIPT.search(text):
         return "copies the prompt or the transcript"
+    if _CONTROL.search(text):
+        return "holds control characters"
     # A piece naming nothing is not refused on its own: the facts kept beside it carry the names,
-    # and :func:`check_summary` refuses a whole summary that loses most of them.
+    # and :func:`check_summary` refuses a whole summary that loses most of them. One naming mostly
+    # what nobody said is refused: a model inventing "the user is Bob, in Tokyo" would be kept
+    # and sent with every turn.
+    if source.strip():
+        known = _stems(source)
+        named = _inner_names(text)
+        invented = {n for n in named if _stem(n) not in known}
+        if len(invented) >= 2 and 2 * len(invented) > len(named):
+            return "names what the turns it summarises do not"
     return None
+
+
+def is_about(piece: str, source: str) -> bool:
+    """Whether ``piece`` shares a word with the turns it summarises (``source``), besides the
+    words any summary uses ("the user said"): one that shares none (junk from a server, a
+    placeholder) may still be kept, but it covers none of them.
+
+        >>> is_about("asdkj qwe zxc 123", "user: My cousin Lukas moved to Berlin.")
+        False
+        >>> is_about("The user talked about family moves.", "user: My cousin Lukas moved to Berlin.")
+        True
+    """
+    known = _stems(source)
+    return any(_stem(w) in known for w in _words(piece) if w not in _SUMMARY_WORDS)
+
+
+# Control characters other than line breaks and tabs: a model never writes them in prose.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_WORD = re.compile(r"[^\W\d_]{3,}", re.UNICODE)
+#: The words a summary uses about any conversation: sharing only these says nothing of the turns.
+_SUMMARY_WORDS = wordset("""
+user users assistant said says say told tells asked asks talked talks mentioned mentions shared shares
+conversation discussed discusses about the and that this they their them with for was were has have had
+""")
+
+
+def _words(text: str) -> list[str]:
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def _stems(text: str) -> set[str]:
+    return {_stem(w) for w in _words(text)}
+
+
+def _stem(word: str) -> str:
+    # The first four letters: "moves" and "moved", "Lisboa" and "Lisbon" match; enough for a check.
+    return word.casefold()[:4]
 
 
 def check_summary(new: str, old: str, messages: Sequence[Any], changed: Iterable[str] = ()) -> str | None:

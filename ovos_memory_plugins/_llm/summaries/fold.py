@@ -26,8 +26,8 @@ whole summary here. The summary has two parts::
   changed, and drops the oldest sentences past the budget. Without a model, the most
   informative statements (:func:`~ovos_memory_plugins._llm.summaries.text.extractive_summary`).
 * **Checks** (:mod:`~ovos_memory_plugins._llm.summaries.checks`): a narrative that reads like a
-  greeting, copies the transcript or names nothing said while the user named things, and a
-  summary that loses most of the names it should keep, are not committed: :attr:`Fold.rejected` says why, and the caller
+  greeting, copies the transcript, holds control characters or names mostly what nobody said,
+  and a summary that loses most of the names it should keep, are not committed: :attr:`Fold.rejected` says why, and the caller
   keeps its old state and tries again later (with more turns, a different request).
 
 Every request fits the endpoint's context (:meth:`~ovos_memory_plugins._llm.client.ChatClient.fits`);
@@ -48,8 +48,10 @@ from ..facts.merging import fact_of, merge, withdraw_denied
 from ..facts.rules import Fact, extract_facts, normalise
 from ..facts.secrets import holds_secret, secrets_given
 from .checks import (
+    MAX_REQUIRED,
     check_piece,
     check_summary,
+    is_about,
     named_entities,
     names_in,
     names_required,
@@ -234,16 +236,18 @@ def commitments_missing(messages: Sequence[Any], narrative: str) -> list[str]:
     return out[-MAX_COMMITMENTS:]
 
 
-def statements_missing(messages: Sequence[Any], summary: str) -> list[str]:
+def statements_missing(messages: Sequence[Any], summary: str, everything: bool = False) -> list[str]:
     """The user's sentences in ``messages`` naming what ``summary`` leaves out, as sentences to
-    add ("The user said: ..."): as few as make it keep the share of the names the checks ask for,
-    those naming most first. A small model asked for a few sentences about two dozen exchanges
-    named one place of thirteen; the fold then kept failing, and the turns stayed unfolded."""
+    add ("The user said: ..."): as few as make it keep the share of the names the checks ask for
+    (``everything``: every name, up to :data:`MAX_REQUIRED`), those naming most first. A small
+    model asked for a few sentences about two dozen exchanges named one place of thirteen; the
+    fold then kept failing, and the turns stayed unfolded."""
     said, have = names_said(messages), names_in(summary)
     sentences = [trim_to_sentence(s) for text in user_statements(messages)
                  for s in split_sentences(" ".join(text.split()))]
+    required = min(len(said), MAX_REQUIRED) if everything else names_required(said)
     out = []
-    while len(said & have) < names_required(said):
+    while len(said & have) < required:
         best = max(sentences, key=lambda s: len((names_in(s) & said) - have), default="")
         gain = (names_in(best) & said) - have
         if not gain:
@@ -299,11 +303,14 @@ class Summarizer:
             narrative = extractive_summary(str(base.get("narrative") or ""), part, budget)
             updated["narrative"] = roll_narrative(narrative, "", updated, budget)
             return Fold(render_summary(updated, self.max_tokens), updated, "extractive", folded=len(part))
-        why = check_piece(piece) if _spoken(part, small_talk=True) else None  # nothing said at all
+        said = "\n".join(_spoken(part, small_talk=True))
+        why = check_piece(piece, said) if said else None  # nothing said at all
         if why is None:
             piece = " ".join([piece, *commitments_missing(part, piece)])
             # Before the model's sentences: past the bound the oldest go first, and its overview stays.
-            piece = " ".join([*statements_missing(part, f"{render_summary(updated, 1 << 30)}\n{piece}"), piece])
+            # A piece sharing no word with the turns (junk, a placeholder) covers none of them.
+            piece = " ".join([*statements_missing(part, f"{render_summary(updated, 1 << 30)}\n{piece}",
+                                                  everything=not is_about(piece, said)), piece])
             old = str(base.get("narrative") or "")
             unbounded = render_summary({**updated, "narrative": roll_narrative(old, piece, updated, 1 << 30)}, 1 << 30)
             updated["narrative"] = roll_narrative(old, piece, updated, self._narrative_budget(updated))
