@@ -221,6 +221,24 @@ def test_the_session_named_empty_can_be_exported_searched_and_forgotten(tmp_path
     assert main(["sessions", *args]) == 0 and capsys.readouterr().out == ""
     assert main(["forget", *args]) == 2
     assert capsys.readouterr().err.strip().endswith("forget needs a SESSION or --person")
+    assert main(["forget", "--person", "", *args]) == 4
+    assert "no person '' in this memory's 'people'" in capsys.readouterr().err
+
+
+def test_a_backup_holding_the_session_named_empty_is_restored_whole(tmp_path, capsys):
+    args = remembered(tmp_path, "ovos-memory-plugin-lexical", ("", "my dog is called Biscuit"),
+                      ("kitchen", "my cat is called Bolacha"))
+    assert main(["export", "--all", *args]) == 0
+    dump = tmp_path / "all.json"
+    dump.write_text(capsys.readouterr().out)
+    target = ["--module", "ovos-memory-plugin-lexical", "--config", json.dumps({"db_path": str(tmp_path / "b.db")})]
+    assert main(["import", str(dump), "--all", *target]) == 0
+    assert "imported 2 session(s)" in capsys.readouterr().out
+    assert main(["search", "Biscuit", "--session", "", *target]) == 0
+    assert "Biscuit" in capsys.readouterr().out
+    dump.write_text(json.dumps({"sessions": [{"session_id": 7}]}))
+    assert main(["import", str(dump), "--all", *target]) == 2
+    assert "its 'session_id' is a whole number 7, not a string" in capsys.readouterr().err
 
 
 def test_export_then_forget_then_import_restores_the_session(lexical, tmp_path, capsys):
@@ -316,7 +334,7 @@ def test_an_export_the_memory_keeps_nothing_of_is_one_line_and_nothing_is_import
 
 @pytest.mark.parametrize(("content", "words"), [
     ('{"session_id": "s", "window": 5}', ["bad.json", "'s'", "'window' must be a list"]),
-    ('{"sessions": [{"session_id": 5}]}', ["bad.json", "session_id must be a str"]),
+    ('{"sessions": [{"session_id": 5}]}', ["bad.json", "'session_id' is a whole number 5, not a string"]),
     ('{"session_id": "s", "window": [{"role": "wizard", "content": "x"}]}', ["bad.json", "role 'wizard'"]),
     ('{"session_id": "s", "documents": [{"content": null}]}', ["bad.json", "'documents'[0]"]),
     ("[" * 100_000 + "]" * 100_000, ["bad.json", "nested too deeply"]),

@@ -248,6 +248,27 @@ def test_a_session_moved_to_a_person_brings_its_window_and_documents_with_their_
         assert len(memory.export_person("alice")["documents"]) == len(docs)
 
 
+def test_a_long_running_memory_forgets_and_exports_a_person_whole_after_an_old_config_wrote_apart(tmp_path):
+    # The web page runs for days with the new people; a persona still on the old one writes its
+    # device's session under its own id after the page's memory moved the sessions once.
+    old = {"db_path": str(tmp_path / "lex.db"), "scope": "person", "people": {"alice": ["alice-*"]}}
+    new = {**old, "people": {"alice": ["alice-*", "kitchen"]}}
+    with LexicalMemory(new) as page:
+        tell(page, "alice-phone", "my bike is green")
+        with LexicalMemory(old) as persona:
+            tell(persona, "kitchen", "the kitchen secret is kitchensecret99")
+        assert "kitchen" in page.sessions()
+        exported = json.dumps(page.export_person("alice"))
+        assert "kitchensecret99" in exported and "my bike is green" in exported
+        tell(page, "alice-phone", "and my car is red")
+        with LexicalMemory(old) as persona:
+            tell(persona, "kitchen", "the pantry code word is pantryword77")
+        page.forget_person("alice")
+        assert page.sessions() == []
+    assert b"kitchensecret99" not in (tmp_path / "lex.db").read_bytes()
+    assert b"pantryword77" not in (tmp_path / "lex.db").read_bytes()
+
+
 def test_a_moved_session_joins_the_persons_summary_and_facts(tmp_path):
     lt = {"db_path": str(tmp_path / "lt.json"), "api_url": None, "summarize_every": 1, "recent_window": 0}
     with LongTermMemory({**lt, **PERSON}) as memory:

@@ -330,6 +330,19 @@ def test_an_import_runs_in_the_background_and_reports_its_progress(fresh):
     assert server.request("GET", "/api/status").body == {"backlog": 0}
 
 
+def test_the_page_imports_the_export_of_the_session_named_empty(fresh):
+    folder, server = fresh
+    exported = server.request("GET", "/api/sessions/rui-car/export").body
+    job = server.request("POST", "/api/import", body={**exported, "session_id": ""})
+    assert job.status == 202, job.body
+    deadline = time.monotonic() + patience(60)
+    while job.body["phase"] not in ("done", "failed") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        job = server.request("GET", f"/api/jobs/{job.body['id']}")
+    assert job.body["phase"] == "done", job.body
+    assert "" in [s["id"] for s in server.request("GET", "/api/sessions").body["sessions"]]
+
+
 def test_an_import_job_that_fails_names_the_session_and_stores_nothing_of_it(fresh):
     folder, server = fresh
     exported = server.request("GET", "/api/sessions/rui-car/export").body

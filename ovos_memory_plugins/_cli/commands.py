@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from .._memory.people import PERSON_PREFIX, inside, listed_as, listed_keys, move_sessions_of_people
+from ..config import described
 from ..errors import MemoryPluginError
 from ..storage import read_only as storage_read_only
 from .output import EXIT_ERROR, EXIT_INPUT, EXIT_NO_SESSION, UI, CLIError, Text, count_items, escape, printable
@@ -288,7 +289,7 @@ def _person_of(memory: Any, key: str) -> str:
 
 def _target(memory: Any, args: argparse.Namespace) -> tuple[str, str]:
     """``(session, what)`` the command acts on: ``--person NAME`` or a SESSION, checked."""
-    if getattr(args, "person", None):
+    if getattr(args, "person", None) is not None:
         if args.session is not None:
             raise CLIError("give a SESSION or --person, not both")
         people = list(memory.people()) if callable(getattr(memory, "people", None)) else []
@@ -379,8 +380,11 @@ def _import_items(data: Any, path: str, every: bool = False) -> list[Mapping[str
     items = data.get("sessions") if whole else data
     items = items if isinstance(items, list) else [items]
     for i, item in enumerate(items):
-        if not isinstance(item, Mapping) or not item.get("session_id"):
-            raise CLIError(f"{path!r}: item {i} is not a session export (no 'session_id')")
+        # "" is a session id like any other ("session=" alone names it): its export comes back.
+        if not isinstance(item, Mapping) or not isinstance(item.get("session_id"), str):
+            why = "no 'session_id'" if not isinstance(item, Mapping) or "session_id" not in item else \
+                f"its 'session_id' is {described(item['session_id'])}, not a string"
+            raise CLIError(f"{path!r}: item {i} is not a session export ({why})")
     return items
 
 

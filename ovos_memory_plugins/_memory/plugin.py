@@ -198,14 +198,33 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
         """Forget everything of person ``name``, whichever of their sessions stored it (the
         household's memory when it is shared)."""
         key = self._person_key(name)
+        self._gather_person(key)
         with inside():  # the key is this package's, not a caller's session id
             return self.forget(key)
 
     def export_person(self, name: str) -> dict[str, Any]:
         """Everything of person ``name``, shaped as :meth:`export`."""
         key = self._person_key(name)
+        self._gather_person(key)
         with inside():
             return self.export(key)
+
+    def _gather_person(self, key: str) -> None:
+        """Move into ``key`` what its sessions stored under their own ids since this memory moved
+        them (a process still on the old ``people`` wrote there): a long-running process (the
+        web page) forgets or exports a person whole, as a command starting afresh does."""
+        assert self._people is not None
+        if _storage_read_only():  # a command that only looks moves nothing (it names them instead)
+            return
+        self._adopt_moved_sessions()
+        with self._adoption:
+            for session_id in self.sessions():
+                try:
+                    owner = self._people.memory_key(session_id, from_caller=False)
+                except ConfigError:  # two people claim it: it stays (said at the adoption)
+                    continue
+                if session_id != key and owner == key:
+                    self._move(session_id, key)
 
     def memory_key(self, session_id: str) -> str:
         """The key ``session_id``'s memory is stored under: its person's in ``scope: person``, else
