@@ -686,6 +686,39 @@ def test_an_import_keeps_the_facts_dates_and_the_superseded_ones(make, tmp_path)
         [(h["text"], h["superseded_at"], "t") for h in exported["superseded"]]
 
 
+def test_an_older_export_imported_again_brings_back_no_withdrawn_fact(make):
+    # A backup restored over a session that has moved on since: the newer fact stays current.
+    memory = make()
+    say(memory, "I live in Paris")
+    memory.flush(patience(10))
+    old = memory.export("s")
+    for fact in old["facts"]:
+        fact["ts"] -= 60  # said a minute before the move, whatever the clock's resolution
+    say(memory, "I live in Berlin")
+    memory.flush(patience(10))
+    memory.import_session(old, "s")
+    after = memory.export("s")
+    assert [f["text"] for f in after["facts"]] == ["User lives in Berlin"]
+    assert [h["text"] for h in after["superseded"]] == ["User lives in Paris"]
+
+
+def test_sessions_moved_into_a_person_keep_the_newest_fact_whatever_their_names(make):
+    memory = make(scope="session")
+    say(memory, "I live in Paris", sid="kitchen")  # said first, on a device named after 'alice-phone'
+    memory.flush(patience(10))
+    record = memory.export("kitchen")
+    for fact in record["facts"]:
+        fact["ts"] -= 60
+    memory.forget("kitchen")
+    memory.import_session(record, "kitchen")
+    say(memory, "I live in Berlin", sid="alice-phone")
+    memory.flush(patience(10))
+    memory.close()
+    alice = make(scope="person", people={"alice": ["alice-*", "kitchen"]})
+    assert alice.facts("alice-watch") == ["User lives in Berlin"]
+    assert [h["text"] for h in alice.export_person("alice")["superseded"]] == ["User lives in Paris"]
+
+
 @pytest.mark.parametrize("bad, why", [
     ({"facts": [{"text": 5}]}, "'facts'\\[0\\]"),
     ({"facts": [{"text": "x", "ts": "yesterday"}]}, "'ts'"),

@@ -70,9 +70,15 @@ def merge(state: Mapping[str, Any], found: Iterable[Fact], sid: str, max_facts: 
           now: float | None = None) -> dict[str, Any]:
     """``state`` with ``found`` added: repeats ignored, changes superseded, at most ``max_facts`` (0: all).
 
+    ``now``: when ``found`` was said (an import's time; default: now). A fact dated before the
+    fact it contradicts was stated goes to the history, superseded by it, instead of replacing
+    it. Without ``now`` a fact always supersedes: the user said it just now, whatever a clock
+    set back since stamped on the old one.
+
     Returns a new dict (the caller's is not changed) with ``facts``, ``meta`` and ``history``,
     and any other keys ``state`` had.
     """
+    dated = now is not None  # said just now, a fact supersedes whatever the clock said before
     now = time.time() if now is None else now
     facts = [str(f) for f in state.get("facts") or []]
     known = {text: fact_of(state, text) for text in facts}
@@ -85,6 +91,15 @@ def merge(state: Mapping[str, Any], found: Iterable[Fact], sid: str, max_facts: 
         if any(known[t].kind == fact.kind and known[t].subject == fact.subject and known[t].negated == fact.negated
                for t in rivals):
             continue  # the same thing said again, in other words
+        newer = [t for t in rivals if _said_at(meta[t]) > now] if dated else []
+        if newer:
+            # Said before what is known now (an older export imported, a session moved into its
+            # person late): what was said since already superseded it.
+            if not any(isinstance(h, Mapping) and h.get("text") == fact.text for h in history):
+                history.append({**_meta(fact, sid, now, source), "text": fact.text,
+                                "superseded_at": _said_at(meta[newer[0]]), "superseded_by": newer[0]})
+                history.sort(key=_superseded_at)
+            continue
         for old in rivals:
             facts.remove(old)
             old_meta = meta.pop(old)
@@ -112,6 +127,11 @@ def add_history(state: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) 
     history += new
     history.sort(key=_superseded_at)
     return {**state, "history": history[-MAX_HISTORY:]}
+
+
+def _said_at(meta: Mapping[str, Any]) -> float:
+    when = meta.get("ts")
+    return float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else 0.0
 
 
 def _superseded_at(entry: Any) -> float:
