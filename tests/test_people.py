@@ -83,12 +83,21 @@ def test_a_session_claimed_by_two_people_is_refused_at_construction_naming_it_an
     {"alice": ["x-*"], "bob": ["x-*"]},
     {"alice": ["*"], "bob": ["bob-*"]},
     {"bob": ["bob-?"], "alice": ["alice-*", "b*"]},
+    {"alice": ["a-*"], "bob": ["a-[0-9]*"]},  # a set: every one of bob's ids is alice's too
+    {"alice": ["a-[!x]"], "bob": ["a-[ab]"]},
 ])
 def test_patterns_of_two_people_that_claim_the_same_sessions_are_refused_at_construction(people):
     # They were accepted, and every session of the shared kind refused once it came.
     with pytest.raises(ConfigError, match="claim the same sessions") as caught:
         RecencyMemory({"scope": "person", "people": people})
     assert "'alice'" in str(caught.value) and "'bob'" in str(caught.value)
+
+
+@pytest.mark.parametrize("people", [{"alice": ["a-[!0-9]*"], "bob": ["a-[0-9]*"]},
+                                    {"alice": ["kitchen-[ab]"], "bob": ["kitchen-[cd]"]}])
+def test_patterns_with_sets_that_share_no_session_are_accepted(people):
+    with RecencyMemory({"scope": "person", "people": people}) as memory:
+        assert sorted(memory.people()) == ["alice", "bob"]
 
 
 def test_a_session_two_patterns_claim_is_refused_when_it_comes(tmp_path):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import re
 import functools
 import inspect
 import threading
@@ -167,9 +168,34 @@ def _refuse_shared_ids(owners: Mapping[str, tuple[str, ...]]) -> None:
 
 
 def _takes_in(pattern: str, other: str) -> bool:
-    """Whether ``other``, read as a session id, is one ``pattern`` claims: then both claim it.
-    Not tried for an ``other`` holding ``[``: read as text, its set reads as other characters."""
-    return "[" not in other and fnmatch.fnmatchcase(other, pattern)
+    """Whether a session id ``other`` claims is one ``pattern`` claims too: ``other`` read as a
+    session id, or (holding a ``[`` set, read as text otherwise) one id it matches, each set read
+    as a character it takes ("a-[0-9]*" as "a-0", which "a-*" claims too)."""
+    if "[" not in other:
+        return fnmatch.fnmatchcase(other, pattern)
+    example = _example(other)
+    return example is not None and fnmatch.fnmatchcase(example, other) and fnmatch.fnmatchcase(example, pattern)
+
+
+_PART = re.compile(r"\[(!?)(\]?[^\]]*)\]|.", re.DOTALL)
+
+
+def _example(pattern: str) -> str | None:
+    """A session id ``pattern`` matches, if one is easily had: each ``[set]`` as a character of it
+    (one outside it for ``[!set]``), ``?`` as "x", ``*`` as nothing; None when no candidate fits."""
+    out = []
+    for part in _PART.finditer(pattern):
+        token = part.group(0)
+        if len(token) == 1:
+            out.append({"*": "", "?": "x"}.get(token, token))
+            continue
+        negated, chars = part.group(1), part.group(2)
+        candidates = "x0a_-Z9" if negated else chars.replace("-", "") + "x0a_-"
+        char = next((c for c in candidates if fnmatch.fnmatchcase(c, token)), None)
+        if char is None:
+            return None
+        out.append(char)
+    return "".join(out)
 
 
 # -- the boundary ------------------------------------------------------------------------------
