@@ -52,9 +52,9 @@ from ._llm.memory import LLMMemory
 from ._memory.exports import export_fact_list, session_export
 from .config import option
 from .context import ContextConfig, ContextParts
-from .errors import ConfigError, LLMError
+from .errors import ConfigError, LLMError, MemoryPluginError
 from .messages import check_session_id, is_role, system_message
-from .storage import BACKENDS
+from .storage import BACKENDS, is_read_only
 from .storage.records import shape_problem
 
 __all__ = ["DEFAULT_EXTRACTION_PROMPT", "EntityConfig", "EntityMemory"]
@@ -143,6 +143,8 @@ class EntityMemory(LLMMemory):
         # The question ending the assistant's last reply, per session: the next message may answer it.
         self._last_question: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._lock = threading.Lock()  # guards _last_user and _last_question
+        self._global_taken = False  # what sessions stated while the scope was global: see _key
+        self._taking = threading.Lock()
 
     def _open_sqlite(self, path: str) -> Any:
         from .storage.records import SqliteRecordStore
@@ -160,7 +162,69 @@ class EntityMemory(LLMMemory):
         if session_id in self.reserved_session_ids:  # stored but never listed, every session's in scope global
             raise ValueError(f"{self.plugin_name}: session id {GLOBAL_KEY!r} is this memory's key for scope "
                              "'global'; choose another session id")
-        return GLOBAL_KEY if self.settings.scope == "global" else session_id
+        if self.settings.scope == "global":
+            return GLOBAL_KEY
+        if not self._global_taken:
+            self._take_global_statements()
+        return session_id
+
+    def _take_global_statements(self) -> None:
+        """Outside scope global, once per instance: what each session stated while the scope was
+        global moves from the shared record into the session's own (its person's), where its turns
+        read it. It stayed listed, exported and forgotten as the session's, but no turn saw it."""
+        if is_read_only():  # a command that only looks moves nothing
+            return
+        with self._taking:
+            if self._global_taken:
+                return
+            try:
+                for sid in sorted(self._global_sids()):
+                    self._take_stated(sid)
+            except (MemoryPluginError, OSError) as exc:  # the store is down: the turn goes on, the move waits
+                self._log.warning("global", "%s: cannot move the facts sessions stated while the scope was global "
+                                            "yet (%s); trying again on the next call", self.plugin_name, exc)
+                return
+            self._log.clear("global")
+            self._global_taken = True
+
+    def _take_stated(self, sid: str) -> None:
+        """Copy what ``sid`` stated in the shared record into its own, then drop what was copied
+        from the shared one (a crash between leaves it in both: export and forget see it once)."""
+        try:
+            target = self._people.memory_key(sid, from_caller=False) if self._people is not None else sid
+        except ConfigError:  # two people claim it: it stays where it is (said where people move)
+            return
+        shared = self._load(GLOBAL_KEY)
+        meta = shared.get("meta") or {}
+        facts = [(f, dict(meta.get(f) or {})) for f in shared.get("facts") or [] if (meta.get(f) or {}).get("sid") == sid]
+        history = [dict(h) for h in _history(shared) if h.get("sid") == sid]
+        pending = [dict(p) for p in shared.get("pending") or [] if isinstance(p, Mapping) and p.get("sid") == sid]
+
+        def take(record: dict[str, Any]) -> dict[str, Any]:
+            record = self._merged(record, facts, history, sid)
+            ids = {p.get("id") for p in record.get("pending") or [] if isinstance(p, Mapping)}
+            record["pending"] = [*(p for p in pending if p.get("id") not in ids), *(record.get("pending") or [])]
+            return record
+
+        self._store.update(target, take)
+        texts, entries, ids = {f for f, _ in facts}, [(h.get("text"), h.get("superseded_at")) for h in history], \
+            {p.get("id") for p in pending}
+
+        def drop(record: dict[str, Any]) -> dict[str, Any]:
+            kept_meta = dict(record.get("meta") or {})
+            gone = [f for f in record.get("facts") or [] if f in texts and (kept_meta.get(f) or {}).get("sid") == sid]
+            record.update(facts=[f for f in record.get("facts") or [] if f not in gone],
+                          meta={k: v for k, v in kept_meta.items() if k not in gone},
+                          history=[h for h in record.get("history") or [] if not (
+                              isinstance(h, Mapping) and h.get("sid") == sid
+                              and (h.get("text"), h.get("superseded_at")) in entries)],
+                          pending=[p for p in record.get("pending") or [] if not (
+                              isinstance(p, Mapping) and p.get("id") in ids)])
+            return record
+
+        self._store.update(GLOBAL_KEY, drop)
+        if pending:
+            self._mark_due(target)
 
     # -- the OPM contract ----------------------------------------------------------------
     def get_history(self, session_id: str) -> list[AgentMessage]:
@@ -430,14 +494,17 @@ class EntityMemory(LLMMemory):
         facts = _exported_facts(data)
         history = [{**entry, "sid": sid} for entry in export_fact_list(data, "superseded")]
 
-        def apply(record: dict[str, Any]) -> dict[str, Any]:
-            for text, meta in facts:
-                fact = fact_of({"meta": {text: meta}}, text)
-                record = merge(record, [fact], sid, self.settings.max_facts, str(meta.get("source") or "import"),
-                               meta.get("ts"))
-            return add_history(record, history)
+        self._store.update(self._key(sid), lambda record: self._merged(record, facts, history, sid))
 
-        self._store.update(self._key(sid), apply)
+    def _merged(self, record: dict[str, Any], facts: list[tuple[str, Mapping[str, Any]]],
+                history: list[dict[str, Any]], sid: str) -> dict[str, Any]:
+        """``record`` with ``facts`` (text, what is known of it) merged at the times they were
+        stated, and ``history`` added to its superseded facts."""
+        for text, meta in facts:
+            fact = fact_of({"meta": {text: meta}}, text)
+            record = merge(record, [fact], sid, self.settings.max_facts, str(meta.get("source") or "import"),
+                           meta.get("ts"))
+        return add_history(record, history)
 
     def forget_fact(self, session_id: str, text: str) -> int:
         """Delete the fact ``text`` shown for ``session_id`` (with ``scope: global``, the shared

@@ -590,6 +590,24 @@ def test_facts_stated_in_global_scope_move_to_their_person_and_are_forgotten_wit
     assert b"amber" not in path.read_bytes() and b"Lisbon" not in path.read_bytes()
 
 
+@pytest.mark.parametrize("after", [{"scope": "session"}, PERSON])
+def test_facts_a_session_stated_while_global_reach_its_turns_in_its_own_scope_after(tmp_path, after):
+    # A guest (or any session of nobody's) said them while the scope was global: listed and
+    # exported as the session's, they never reached its context after the scope changed.
+    with entity(tmp_path, scope="global") as memory:
+        tell(memory, "guest-1", "My name is Mallory. I work at Evilcorp.")
+        tell(memory, "bob-phone", "I live in Berlin")
+    with entity(tmp_path, **after) as memory:
+        seen = context_text(memory, "guest-1", "what is my name and where do I work?")
+        assert "Mallory" in seen and "Evilcorp" in seen and "Berlin" not in seen
+        assert "Mallory" not in context_text(memory, "bob-phone", "what is my name?")
+        tell(memory, "guest-1", "I work at Initech now.")  # the moved facts are superseded as any are
+        assert "Initech" in context_text(memory, "guest-1", "where do I work?")
+        assert "Evilcorp" not in context_text(memory, "guest-1", "where do I work?")
+        memory.forget("guest-1")
+    assert b"Mallory" not in (tmp_path / "entity.json").read_bytes()
+
+
 def test_people_cannot_be_assigned_after_construction():
     with RecencyMemory(PERSON) as memory:
         with pytest.raises(AttributeError, match="'people' is fixed at construction"):
