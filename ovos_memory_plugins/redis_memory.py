@@ -497,24 +497,38 @@ class RedisMemory(ContextMemory):
         head = items[:cut]
         forgotten = self._held.dropped_since(session_id)  # forget drops what is held
         # The LLM calls run outside any data lock: writers keep appending meanwhile.
+        # A lost lease stops the fold before its next model request too: another process's
+        # forget deletes the lease with the session, and the forgotten turns must not go on being sent.
         try:
-            fold = self._fold(session_id, summary, [to_dict(i.message) for i in head], forgotten)
+            fold = self._fold(session_id, summary, [to_dict(i.message) for i in head],
+                              lambda: forgotten() or lease.lost)
         except FoldStopped:
+            if lease.lost and not forgotten():
+                self._lease_lost(session_id)
             return RoundOutcome.DONE
         if fold.rejected:
             return RoundOutcome.DONE  # the old summary stays; the next append over the threshold tries again
         head = head[:fold.folded]  # what the fold read; the rest waits for the next round
         status, tokens, rounds = self._store.commit(session_id, lease, read, fold.summary, head)
         if status is CommitStatus.LEASE_LOST:
-            if forgotten():  # forget deleted the lease with the rest: nothing was lost
-                return RoundOutcome.DONE
-            LOG.warning(f"{self.plugin_name}: lost the compaction lease of {session_id!r}; summary not written")
+            if not forgotten():  # forget deleted the lease with the rest: nothing was lost
+                self._lease_lost(session_id)
             return RoundOutcome.DONE
         if status is not CommitStatus.COMMITTED:
             LOG.debug(f"{self.plugin_name}: {session_id!r} changed during compaction ({status.name}); reading again")
             return RoundOutcome.CONFLICT
         LOG.debug(f"{self.plugin_name}: folded {len(head)} message(s) of {session_id!r} into its summary")
         return RoundOutcome.MORE if self._policy.due(tokens, rounds, started=True) else RoundOutcome.DONE
+
+    def _lease_lost(self, session_id: str) -> None:
+        try:
+            gone = not self._store.holds(session_id)
+        except StorageError:
+            gone = False
+        if gone:  # forgotten by another process: nothing to write, nothing lost
+            LOG.debug(f"{self.plugin_name}: {session_id!r} was forgotten during its compaction")
+        else:
+            LOG.warning(f"{self.plugin_name}: lost the compaction lease of {session_id!r}; summary not written")
 
     def _fold(self, session_id: str, previous: str, messages: list[dict[str, Any]],
               stop: Callable[[], bool]) -> Fold:

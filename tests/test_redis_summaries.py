@@ -161,6 +161,27 @@ def test_a_session_forgotten_during_its_compaction_is_sent_to_the_model_no_more(
         assert memory.load("s") == ("", []) and "lease" not in caplog.text
 
 
+def test_a_session_another_process_forgets_during_its_compaction_stops_going_to_the_model(make, caplog):
+    import time
+
+    with FakeLLMServer(reply=memory_model(FACTS), mode="slow", delay=1.0) as llm:
+        compacting = make(api_url=llm.url, model="m", compact_threshold=3, compact_token_threshold=0, keep_recent=1,
+                          lock_timeout=1.5)
+        other = RedisMemory({"url": compacting.settings.url, "prefix": compacting.settings.prefix, "api_url": None})
+        try:
+            say(compacting, TURNS[:4])
+            while llm.count("/chat/completions") == 0:  # the compaction waits on the model
+                time.sleep(0.01)
+            other.forget("s")  # another process: the lease goes with the session's keys
+            asked = llm.count("/chat/completions")
+            assert compacting.flush(patience(30))
+            # The request under way ends; the lost lease stops the fold before the next one.
+            assert llm.count("/chat/completions") <= asked + 1, "the forgotten turns went on to the model"
+            assert other.load("s") == ("", []) and "lost the compaction lease" not in caplog.text
+        finally:
+            other.close()
+
+
 @pytest.mark.llm
 @pytest.mark.timeout(1200)  # a small model on a busy CPU: minutes
 def test_a_real_model_compacts_and_the_summary_names_the_users_current_city(make, real_llm_url):

@@ -533,6 +533,10 @@ class RedisStore:
         found = sorted({sid for sid in (scripts.session_from_key(self.prefix, k) for k in keys) if sid is not None})
         return [sid for sid, held in zip(found, self.io(lambda: self._holding(found))) if held]
 
+    def holds(self, session_id: str) -> bool:
+        """Whether the session still holds messages or a summary."""
+        return bool(self.io(lambda: self._holding([session_id]))[0])
+
     def _holding(self, sessions: list[str]) -> list[bool]:
         """Whether each session still holds messages or a summary: its counters outlive both (so
         ids never repeat), and a session whose messages and summary expired is gone for the user."""
