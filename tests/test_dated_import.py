@@ -63,11 +63,13 @@ def test_an_export_import_round_trip_keeps_the_dates(tmp_path, closing):
     assert short._docs.for_session("s") == []  # imported history expires by its own date
 
 
-def test_an_exported_time_ahead_of_the_clock_or_not_finite_is_imported_as_now(tmp_path, closing):
+def test_an_exported_time_ahead_of_the_clock_is_imported_as_now_and_one_not_a_time_refused(tmp_path, closing):
     memory = closing(lexical(tmp_path))
-    memory.import_session({"session_id": "s", "documents": [
-        {"content": "Q: a\nA: b", "ts": time.time() + 10 * DAY}, {"content": "Q: c\nA: d", "ts": float("nan")}]})
+    memory.import_session({"session_id": "s", "documents": [{"content": "Q: a\nA: b", "ts": time.time() + 10 * DAY}]})
     assert all(d.ts <= time.time() for d in memory._docs.for_session("s"))
+    with pytest.raises(ValueError, match=r"'documents'\[0\]\['ts'\] is nan, not a time"):
+        memory.import_session({"session_id": "t", "documents": [{"content": "Q: c\nA: d", "ts": float("nan")}]})
+    assert memory.sessions() == ["s"]
 
 
 # -- scoring candidates found by another retriever ---------------------------------------------

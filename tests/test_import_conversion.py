@@ -168,6 +168,10 @@ def test_a_malformed_composite_export_is_a_type_error_naming_the_part(members, w
 # -- a malformed export stores nothing anywhere ----------------------------------------------------
 @pytest.mark.parametrize("bad, why", [
     ({"ts": "yesterday"}, r"'documents'\[0\]\['ts'\] must be a number"),
+    # Stored as the time of the import, silently: the document's age and date were lost.
+    ({"ts": float("nan")}, r"'documents'\[0\]\['ts'\] is nan, not a time"),
+    ({"ts": 1e308}, r"'documents'\[0\]\['ts'\] is 1e\+308, not a time"),
+    ({"ts": -1e20}, r"'documents'\[0\]\['ts'\] is -1e\+20, not a time"),
     ({"metadata": {"x": float("nan")}}, r"'documents'\[0\]\['metadata'\].*JSON"),
 ])
 def test_an_export_with_a_bad_document_is_refused_before_any_member_stores_a_part(composite, lexical_export, bad,

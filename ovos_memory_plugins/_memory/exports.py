@@ -74,10 +74,23 @@ def export_documents(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
             metadata_text(doc.get("metadata") or {})
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"the export's 'documents'[{i}]['metadata']: {exc}") from exc
-        ts = doc.get("ts")
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
-            raise TypeError(f"the export's 'documents'[{i}]['ts'] must be a number")
+        check_seconds(doc.get("ts"), f"the export's 'documents'[{i}]['ts']")
     return docs
+
+
+#: The latest time an export may hold: the end of year 9999, as datetime can show it.
+LATEST_S = 253402300799.0
+
+
+def check_seconds(ts: Any, where: str) -> None:
+    """``ts`` is None or a time a store keeps (POSIX seconds, from 1970 to the year 9999):
+    NaN, an infinity or 1e308 was stored as the time of the import, silently."""
+    if ts is None:
+        return
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+        raise TypeError(f"{where} must be a number (seconds), not {ts!r}")
+    if not 0 <= ts <= LATEST_S:  # NaN fails both comparisons
+        raise ValueError(f"{where} is {ts!r}, not a time (POSIX seconds from 1970 to the year 9999)")
 
 
 def export_fact_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
@@ -90,9 +103,7 @@ def export_fact_list(data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
         entry = dict(item) if isinstance(item, Mapping) else {"text": item}
         if not isinstance(entry.get("text"), str) or not entry["text"].strip():
             raise TypeError(f"the export's '{key}'[{i}] must be a fact text or a {{'text': ...}} dict")
-        ts = entry.get("ts")
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
-            raise TypeError(f"the export's '{key}'[{i}]['ts'] must be a number (seconds), not {ts!r}")
+        check_seconds(entry.get("ts"), f"the export's '{key}'[{i}]['ts']")
         out.append(entry)
     return out
 
