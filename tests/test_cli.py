@@ -225,6 +225,12 @@ def test_the_session_named_empty_can_be_exported_searched_and_forgotten(tmp_path
     assert "no person '' in this memory's 'people'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("query", ["", "   "])
+def test_a_search_for_nothing_is_one_line_with_exit_2(lexical, capsys, query):
+    assert main(["search", query, *lexical]) == 2
+    assert "search needs the words to search for" in capsys.readouterr().err
+
+
 def test_a_backup_holding_the_session_named_empty_is_restored_whole(tmp_path, capsys):
     args = remembered(tmp_path, "ovos-memory-plugin-lexical", ("", "my dog is called Biscuit"),
                       ("kitchen", "my cat is called Bolacha"))

@@ -340,6 +340,7 @@ def test_the_page_imports_the_export_of_the_session_named_empty(fresh):
         time.sleep(0.1)
         job = server.request("GET", f"/api/jobs/{job.body['id']}")
     assert job.body["phase"] == "done", job.body
+    assert (job.body["done"], job.body["total"]) == (1, 1)  # not 0 of 0 when nothing waited to be indexed
     assert "" in [s["id"] for s in server.request("GET", "/api/sessions").body["sessions"]]
 
 

@@ -249,6 +249,8 @@ def _highlights(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str
 def cmd_search(args: argparse.Namespace, ui: UI) -> int:
     from rich.table import Table
 
+    if not args.query.strip():  # as the page's API: 0 hits would read as nothing remembered
+        raise CLIError("search needs the words to search for (got an empty QUERY)")
     with _backend(args, read_only=True) as memory:
         if not callable(getattr(memory, "search", None)):
             raise CLIError(f"{getattr(memory, 'plugin_name', type(memory).__name__)} does not search "

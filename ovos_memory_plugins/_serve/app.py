@@ -199,7 +199,7 @@ class Jobs:
 
     A job is ``{"id", "phase", "done", "total", "sessions", "error"}``: ``phase`` "importing"
     (``done`` of ``total`` sessions), then "indexing" (``done`` of ``total`` documents), then
-    "done", or "failed" with ``error``; ``sessions`` is how many the file held.
+    "done" (all sessions of ``total``), or "failed" with ``error``; ``sessions`` is how many the file held.
     """
 
     def __init__(self) -> None:
@@ -217,7 +217,9 @@ class Jobs:
         def run() -> None:
             try:
                 work(job)
-                job["phase"] = "done"
+                # Done counts the sessions again: after an import with nothing to index, 0 of 0
+                # read as nothing imported.
+                job.update(phase="done", done=job["sessions"], total=job["sessions"])
             except Exception as exc:  # noqa: BLE001 - told to the page; only the type is logged
                 log.error("import failed: %s", type(exc).__name__)
                 job.update(phase="failed", error=f"{type(exc).__name__}: {exc}")
