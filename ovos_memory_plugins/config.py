@@ -138,7 +138,7 @@ def described(value: Any) -> str:
     return f"{name} {shown if len(shown) <= 80 else shown[:79] + '…'}"
 
 
-def _did_you_mean(word: str, options: Collection[str]) -> str:
+def did_you_mean(word: str, options: Collection[str]) -> str:
     """``"; did you mean 'X'?"`` for the option closest to ``word``, else ``""``."""
     close = difflib.get_close_matches(word, sorted(options), n=1)
     return f"; did you mean '{close[0]}'?" if close else ""
@@ -278,7 +278,7 @@ def _key_problems(cls: type, raw: Mapping[str, Any], extra_known: tuple[str, ...
                 groups.append(f"'{key}' must be an object of keys ({', '.join(inside[:4])}"
                               f"{', ...' if len(inside) > 4 else ''}), not {described(value)}")
             continue
-        problems.append(f"unknown config key '{key}'{_did_you_mean(key, known)}")
+        problems.append(f"unknown config key '{key}'{did_you_mean(key, known)}")
     inner = getattr(cls, "unknown_inner_keys", None)  # keys inside a list's items (a composite's members)
     return groups, problems + (inner(raw) if inner is not None else [])
 
@@ -384,7 +384,7 @@ def _read_otherwise(owner: str, key: str, value: Any, field: dataclasses.Field[A
     if meta["otherwise"] is not UNSET:
         read = meta["otherwise"]
         lost = ", kept in RAM only: lost at every restart" if key == "backend" and read == "memory" else ""
-        meant = _did_you_mean(str(value).lower(), [str(c) for c in choices])
+        meant = did_you_mean(str(value).lower(), [str(c) for c in choices])
         return f"{owner}: '{key}' is {value!r}, not one of {allowed}; read as {read!r}{lost}{meant}", read
     return None
 

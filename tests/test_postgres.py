@@ -99,6 +99,12 @@ def test_a_password_anywhere_in_db_url_is_never_shown(url, caplog):
     assert redact(url.replace("s3", "ab")).count("ab") == 0
 
 
+def test_a_typo_in_a_setting_of_db_url_is_named_with_the_setting_meant():
+    # libpq quotes the name it does not know, and quoted parts were hidden (they may be a password).
+    said = _said_while_down("postgresql://ovos:s3cret@127.0.0.1:1/memory?sslmod=disable")
+    assert "no setting 'sslmod'; did you mean 'sslmode'?" in said and "s3cret" not in said
+
+
 def test_a_session_postgresql_refuses_for_good_is_dropped_from_what_was_held_not_raised_by_flush(monkeypatch):
     # Held during an outage, then refused for good once the server answered: flush() and close()
     # raised at every call, and the item stayed held for ever.

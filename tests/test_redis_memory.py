@@ -113,6 +113,9 @@ def test_a_missing_redis_client_names_the_extra_to_install(monkeypatch):
     ("http://example.com", "'http://example.com' is not a Redis URL"), ("", "'' is not a Redis URL"),
     ("localhost", "'localhost' is not a Redis URL"),
     ("redis://localhost:6379/abc", "'redis://localhost:6379/abc': the database must be a number .*not 'abc'"),
+    # Read as given, the space was taken into the scheme, and the message showed the URL without it.
+    (" redis://localhost:6379/0", "'redis://localhost:6379/0' has white space before or after it"),
+    ("redis://localhost:6379/0\n", "'redis://localhost:6379/0' has white space before or after it"),
 ])
 def test_a_url_that_is_not_redis_is_a_config_error_showing_it(url, said):
     with pytest.raises(ConfigError, match=f"'url': {said}"):
@@ -628,6 +631,18 @@ def test_flush_and_close_try_redis_at_once_when_it_is_back_within_the_pause(endi
         stored = [json.loads(x)["content"] for x in check.lrange(SessionKeys.of("ovos:memory", "s").short, 0, -1)]
         check.close()
         assert stored == ["the spare key is under the blue pot", "noted"]
+    finally:
+        memory.close()
+        server.cleanup()
+
+
+def test_a_tls_url_for_a_server_without_tls_says_so(logs):
+    server = RedisServer().start()
+    memory = RedisMemory({"url": server.url.replace("redis://", "rediss://"), "api_url": None, "socket_timeout": 0.5})
+    try:
+        exchange(memory, "s", "my name is Ana", "hi Ana")
+        down = [m for m in logs["error"] if "unreachable" in m]
+        assert len(down) == 1 and "rediss:// connects with TLS" in down[0], logs["error"]
     finally:
         memory.close()
         server.cleanup()

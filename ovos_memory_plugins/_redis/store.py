@@ -223,6 +223,8 @@ URL_SCHEMES = ("redis", "rediss", "unix")
 
 def url_problem(url: str) -> str | None:
     """What is wrong with ``url`` as a Redis URL (None if nothing): checked before any connection."""
+    if url != url.strip():  # read as given, a space reads as part of the scheme or the database
+        return f"{safe_url(url.strip())!r} has white space before or after it in the config: remove it"
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
@@ -297,6 +299,9 @@ class RedisStore:
         except ImportError as exc:
             raise MissingDependencyError(f"{owner} needs the redis client: {_INSTALL}") from exc
         self.where = safe_url(url)
+        # A rediss:// URL for a server without TLS waits for a handshake that never comes.
+        self._tls_hint = "; rediss:// connects with TLS: is the server set up for it (redis:// if not)?" \
+            if url.startswith("rediss://") else ""
         self.prefix = prefix
         self._owner = owner
         self._retry_after = retry_after
@@ -359,7 +364,7 @@ class RedisStore:
                     self._failed_at = time.monotonic()
                     self._down_until = self._failed_at + self._pause
                     self._pause = min(max(self._pause * 2, self._retry_after), max(self._retry_after, RETRY_MAX_S))
-            self.problem = refused or f"is unreachable ({exc})"
+            self.problem = refused or f"is unreachable ({exc}){self._tls_hint}"
             self._log.error("down", "%s: Redis at %s %s; turns are answered from the in-process cache and new "
                             "messages are held until it answers", self._owner, self.where, self.problem)
             raise StoreUnavailable(str(exc)) from exc

@@ -723,6 +723,12 @@ def _conninfo(url: str, path: str, read_only: bool) -> dict[str, Any]:
         info = conninfo_to_dict(url)
     except psycopg.Error as exc:  # libpq's message quotes the part it cannot read: a password, maybe
         why = _QUOTED.sub('"..."', redact(str(exc).strip().replace(url, path)))
+        unknown = _UNKNOWN_SETTING.search(str(exc))
+        if unknown:  # a setting's name (a typo: "sslmod"), never a password: named
+            from ...config import did_you_mean
+
+            known = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
+            why = f"libpq has no setting {unknown.group(1)!r}{did_you_mean(unknown.group(1), known)}"
         raise ConfigError(f"{path} is not a valid PostgreSQL URL: {why}") from exc
     # Ours first: settings the operator puts in the URL's own ``options`` come later and win.
     ours = (f"-c lock_timeout={LOCK_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS} "
@@ -766,6 +772,7 @@ def _libpq_message(exc: BaseException, url: str, path: str) -> str:
 
 # A quoted part of libpq's message; and one holding "@" (the rest of a password before it).
 _QUOTED = re.compile(r'"[^"]*"')
+_UNKNOWN_SETTING = re.compile(r'invalid URI query parameter: "([A-Za-z_]{1,64})"')
 _QUOTED_AT = re.compile(r"([\"'])[^\"'\s]*@([^\"'@\s]*)\1")
 
 
