@@ -32,7 +32,7 @@ import functools
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ._core.clock import said_now
@@ -196,7 +196,8 @@ class EntityMemory(LLMMemory):
             return
         shared = self._load(GLOBAL_KEY)
         meta = shared.get("meta") or {}
-        facts = [(f, dict(meta.get(f) or {})) for f in shared.get("facts") or [] if (meta.get(f) or {}).get("sid") == sid]
+        facts = [(f, dict(meta.get(f) or {})) for f in shared.get("facts") or []
+                 if (meta.get(f) or {}).get("sid") == sid]
         history = [dict(h) for h in _history(shared) if h.get("sid") == sid]
         pending = [dict(p) for p in shared.get("pending") or [] if isinstance(p, Mapping) and p.get("sid") == sid]
 
@@ -496,7 +497,7 @@ class EntityMemory(LLMMemory):
 
         self._store.update(self._key(sid), lambda record: self._merged(record, facts, history, sid))
 
-    def _merged(self, record: dict[str, Any], facts: list[tuple[str, Mapping[str, Any]]],
+    def _merged(self, record: dict[str, Any], facts: Sequence[tuple[str, Mapping[str, Any]]],
                 history: list[dict[str, Any]], sid: str) -> dict[str, Any]:
         """``record`` with ``facts`` (text, what is known of it) merged at the times they were
         stated, and ``history`` added to its superseded facts."""

@@ -21,9 +21,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
-import re
 import functools
 import inspect
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar

@@ -27,8 +27,9 @@ whole summary here. The summary has two parts::
   informative statements (:func:`~ovos_memory_plugins._llm.summaries.text.extractive_summary`).
 * **Checks** (:mod:`~ovos_memory_plugins._llm.summaries.checks`): a narrative that reads like a
   greeting, copies the transcript, holds control characters or names mostly what nobody said,
-  and a summary that loses most of the names it should keep, are not committed: :attr:`Fold.rejected` says why, and the caller
-  keeps its old state and tries again later (with more turns, a different request).
+  and a summary that loses most of the names it should keep, are not committed:
+  :attr:`Fold.rejected` says why, and the caller keeps its old state and tries again later (with
+  more turns, a different request).
 
 Every request fits the endpoint's context (:meth:`~ovos_memory_plugins._llm.client.ChatClient.fits`);
 an overflow error teaches the client the real size and the request is rebuilt smaller.
