@@ -349,7 +349,7 @@ class EntityMemory(LLMMemory):
         reply = self.client.complete([{"role": "user", "content": prompt}], max_tokens=self.settings.max_extract_tokens)
         # Never a "fact": an instruction to the model ("ignore previous instructions", role tags)
         # or a pasted paragraph. No honest extraction looks like either.
-        secrets = secrets_given(exchange.user)
+        secrets = secrets_given(exchange.user, exchange.asked)
         proposed = [text for text in fact_strings(reply) if len(text) <= MAX_FACT_CHARS
                     and not steers(text) and not holds_secret(text, secrets)]
         if self.settings.grounded_facts or not _holds_json(reply):  # prose: facts only where the user said them

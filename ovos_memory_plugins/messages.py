@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -74,6 +75,15 @@ def role_of(msg: Any) -> str:
 
 def is_role(msg: Any, role: str) -> bool:
     return role_of(msg) == role
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` without lone surrogates (a JSON reply may escape one, "\\ud800"): no store can
+    write them as UTF-8. A valid pair is one character in a str already, so any left is lone."""
+    return text if text.isascii() else _LONE_SURROGATE.sub("", text)
 
 
 def clean_text(text: str) -> str:

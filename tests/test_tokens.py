@@ -92,10 +92,19 @@ def test_other_scripts_emoji_and_symbols_are_within_20_percent_of_the_local_mode
     assert abs(sum(map(estimate_tokens, texts)) / sum(map(count, texts)) - 1) <= 0.20
 
 
+@pytest.mark.parametrize("run", ["[" * 100_000, '"' * 5_000, "-=" * 20_000])
+def test_a_long_run_of_punctuation_is_counted_and_cut_by_its_length(run):
+    # Counted as one token whatever its length, a model's reply of 100,000 "[" passed every
+    # budget: stored as the summary, sent with every turn.
+    assert estimate_tokens(run) >= len(run) // 5
+    assert estimate_tokens(truncate_to_tokens("Summary: " + run, 50)) <= 50
+
+
 def test_each_emoji_and_symbol_outside_ascii_costs_about_a_token():
     # Counted as one run of punctuation, 600 emoji were one token: a budget never saw them.
     assert estimate_tokens("Party time! " + "\U0001f600" * 600) >= 600
-    assert estimate_tokens("\u2192" * 50) >= 50 and estimate_tokens("!" * 50) <= 2  # ASCII runs are one token
+    # A short ASCII run is one token ("!!!", "..."); a long one one per four characters at most.
+    assert estimate_tokens("\u2192" * 50) >= 50 and estimate_tokens("!!!") == 1 and estimate_tokens("!" * 50) <= 13
     assert estimate_tokens("\u0393\u03b5\u03b9\u03b1 \u03c3\u03bf\u03c5") >= 6  # Greek: near a token a letter
 
 

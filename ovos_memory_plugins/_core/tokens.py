@@ -10,7 +10,8 @@ one. So the estimate is built from the pieces a BPE pre-tokenizer cuts text into
 * each Latin-script word costs about one token, plus a share per letter beyond the third when
   the text does not read as English (how many of its words are common English words sets that
   share), plus a little per accented letter and per letter of long uncommon words and names;
-* each digit, each run of punctuation and each run of line breaks;
+* each digit, each run of punctuation (each 4 characters of a longer one) and each run of line
+  breaks;
 * letters of other alphabets (Cyrillic, Hebrew, Arabic, Thai) a fraction of a token each, Greek
   and Indic letters nearly one each (the vocabularies hold few of their words), characters of
   scripts written without spaces (CJK, kana, hangul) a bit under one each;
@@ -80,7 +81,9 @@ _W_SYMBOL = 1.0      # per symbol outside ASCII
 _W_EMOJI = 0.3       # more per emoji
 _W_CJK = 0.68        # per CJK, kana or hangul character (and full-width punctuation)
 _W_DIGIT = 0.92      # per digit: numbers are split digit by digit
-_W_PUNCT = 0.98      # per run of punctuation
+_W_PUNCT = 0.98      # per run of punctuation, and per 4 characters of a longer run (a vocabulary
+#                      merges "..." or "?!" into one token, never 100,000 "[": counted as one, a
+#                      reply of them passed every budget)
 _W_NEWLINE = 0.05    # per run of line breaks
 
 #: Chat templates wrap each message in a few special tokens ("<|im_start|>user\n...<|im_end|>\n").
@@ -142,7 +145,7 @@ def _estimate(text: str, plain: bool) -> int:
              + (0.0 if plain else _W_SYMBOL * len(_SYMBOL.findall(text)) + _W_EMOJI * len(_EMOJI.findall(text)))
              + (0.0 if plain else _W_CJK * len(_CJK.findall(text)))
              + _W_DIGIT * len(_DIGIT.findall(text))
-             + _W_PUNCT * len(_PUNCT.findall(text))
+             + _W_PUNCT * sum((len(run) + 3) // 4 for run in _PUNCT.findall(text))
              + (_W_NEWLINE * len(_NEWLINES.findall(text)) if "\n" in text else 0.0))
     return max(1, round(total))
 

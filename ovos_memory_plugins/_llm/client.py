@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from .._core.log import LOG, LogOnce
 from .._core.tokens import estimate_messages
 from ..errors import LLMContextOverflow, LLMError, LLMTimeout, LLMUnavailable
+from ..messages import without_surrogates
 from .deadline import Deadline, build_opener
 from .traits import (
     DEFAULT_CONTEXT,
@@ -669,6 +670,7 @@ def _completion(data: Any) -> Completion:
         content = ""  # reasoning models may answer with reasoning only
     if not isinstance(content, str):
         raise LLMError(f"reply content is a {type(content).__name__}, not text")
+    content = without_surrogates(content)  # escaped in the reply's JSON: no store can write one
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     finish = choice.get("finish_reason") if isinstance(choice, dict) else None
     return Completion(strip_think(content), finish if isinstance(finish, str) else None,

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._core.tokens import estimate_tokens, truncate_to_tokens
+from ..._core.untrusted import frames_a_prompt
 from ...errors import LLMContextOverflow
 from .choice import CORE_ATTRIBUTES
 from .kinds import ATTRIBUTES, about, is_single_valued, person_attribute, statement
@@ -606,7 +607,9 @@ def clean(items: Iterable[Any], exchange: Exchange) -> list[Fact]:
             if all(f.text.casefold() != fact.text.casefold() for f in sentences):
                 sentences.append(fact)
     facts = [_fact(*found) for found in kept]
-    secrets = secrets_given(exchange.user)
+    if frames_a_prompt(exchange.user):  # written for the model, not said: no fact from it
+        return []
+    secrets = secrets_given(exchange.user, exchange.asked)
     return [f for f in [*facts, *sentences] if len(f.text) <= MAX_FACT_CHARS and not holds_secret(f.text, secrets)]
 
 

@@ -23,6 +23,8 @@ import json
 import re
 from typing import Any
 
+from ...messages import without_surrogates
+
 __all__ = ["MAX_FAILED_DECODES", "MAX_SCAN_CHARS", "close_json", "fact_strings", "find_json_arrays", "json_object",
            "parse_items", "reply_items"]
 
@@ -156,7 +158,19 @@ def json_object(reply: str, max_chars: int = MAX_SCAN_CHARS) -> dict[str, Any] |
         value = _DECODER.raw_decode(text[start:])[0]
     except (ValueError, RecursionError):
         return None
-    return value if isinstance(value, dict) else None
+    return _valid(value) if isinstance(value, dict) else None
+
+
+def _valid(value: Any) -> Any:
+    """``value`` with its strings valid UTF-8: JSON may escape a lone surrogate ("\\ud800"),
+    which no store can write; kept, one such fact made every retry of its exchange fail."""
+    if isinstance(value, str):
+        return without_surrogates(value)
+    if isinstance(value, list):
+        return [_valid(item) for item in value]
+    if isinstance(value, dict):
+        return {_valid(k): _valid(v) for k, v in value.items()}
+    return value
 
 
 def _cut_inside(last: Any, closed: str, prefix: str) -> bool:
@@ -202,10 +216,11 @@ def reply_items(reply: str) -> list[Any]:
         loose = _loose_list(text)
         items = loose if len(loose) > len(items) else items
     if items or "[" in text or "{" in text:
-        return [_sentence_of(item) for item in items]
+        return [_sentence_of(item) for item in _valid(items)]
     lines = [_BULLET.sub("", raw).strip() for raw in text.splitlines()]
     # Prose ("Sure! The user likes fado.") is read sentence by sentence: the filler fails the checks alone.
-    return [part for line in lines if line and not _NOT_A_FACT_LINE.search(line) for part in _SENTENCES.split(line)]
+    return [_valid(part) for line in lines if line and not _NOT_A_FACT_LINE.search(line)
+            for part in _SENTENCES.split(line)]
 
 
 # Quotes a model may write instead of JSON's: typographic and angle quotes around a string, and

@@ -43,15 +43,16 @@ _NAMED = (
     r"|senhas?|palavras?[\s-]passe|c[óo]digo\s+(?:pin|secreto|de\s+acesso|de\s+seguran[çc]a|de\s+acceso|da\s+porta"
     r"|do\s+alarme|de\s+la\s+puerta|del\s+alarma)|n[úu]mero\s+(?:do|de)\s+(?:cart[ãa]o|tarjeta|conta|cuenta)"
     r"|contrase[ñn]as?|clave\s+(?:secreta|de\s+acceso|del\s+wifi|wifi)|passw[öo]rt(?:er)?|kennw[öo]rt(?:er)?"
-    r"|geheimzahl|zugangscode|t[üu]rcode|wlan-schl[üu]ssel|kartennummer|kontonummer|mots?\s+de\s+passe"
-    r"|code\s+(?:secret|d'acc[èe]s|pin|de\s+la\s+porte|wifi)|digicode|num[ée]ro\s+de\s+(?:carte|compte)")
+    r"|geheimzahl|zugangscode|t[üu]rcode|wlan-schl[üu]ssel|(?:wlan|wifi|wi-fi)-passw[öo]rt|kartennummer|kontonummer"
+    r"|mots?\s+de\s+passe|code\s+(?:secret|d'acc[èe]s|pin|de\s+(?:la\s+)?porte|wifi)|digicode"
+    r"|num[ée]ro\s+de\s+(?:carte|compte)")
 # Words that name a secret only when one follows: "my PIN is 4321", "mi clave es gato99", "my code
 # is 4321" (not "pin-up", "my code is on GitHub", "my name is Iban"). Lower case or capitals: a
 # capitalised "Pin" or "Iban" is a name.
 _NOT_SECRET_CODES = "".join(f"(?<!{word} )" for word in ("postal", "post", "zip", "area", "country", "dress", "tax",
                                                            "source", "promo", "discount", "bar", "qr", "morse"))
 _WEAK = (rf"(?-i:pin|PIN|iban|IBAN)|{_NOT_SECRET_CODES}code|clave|c[óo]digo|combination|combo|combinaison"
-         r"|combina[çc][ãa]o|combinaci[óo]n|kombination|pw|otp|seed")
+         r"|combina[çc][ãa]o|combinaci[óo]n|kombination|pw|otp|seed|key")
 # Each piece of it opens with its own spaces and the count is bounded: no run of spaces or dashes
 # can be split two ways, so a search is linear whatever the text ("code - - - - ... x").
 _VERB = r"(?:\s*(?:(?:is|was|é|es|era|ist|lautet|est|c'est|e)(?!\w)|=|:|->|-)){1,4}\s*"
@@ -89,7 +90,9 @@ _NUMBER_RUN = (rf"(?:{_DIGIT_WORD}{_NUMBER_JOIN})*{_NUMBER_WORD}(?:{_NUMBER_JOIN
 # um pouco confuso" ("um" is also "a") name no secret.
 _DIGIT_SOON = (rf"(?=[\"'“”«‘]?(?:[^\s\d]{{0,64}}\d|{_DIGIT_WORD}(?:[\s,-]+{_DIGIT_WORD}(?![\w-])|{_CLAUSE_END})"
                rf"|{_NUMBER_RUN}))")
-_OF_WHAT = r"(?:\s+(?:to|for|of|on|at)\s+(?:my|the|our)\s+\w+)?"
+_OF_WHAT = r"(?:\s+(?:to|for|of|on|at)\s+(?:my|the|our)(?:\s+\w+){1,2}?)?"
+# Who uses it, between the kind and its verb: "the password I use everywhere is swordfish".
+_WHOSE = r"(?:\s+(?:that\s+)?(?:I|we)\s+(?:use|used|have|had|chose|picked|set|made)(?:\s+\w+)?)?"
 # Digits that open something: "the gate opens with 2580", "I unlock it with 4 3 2 1".
 _OPENS = (r"(?:opens?|unlocks?|disarms?)(?:\s+(?:it|them))?\s+with"
           r"(?:\s+(?:the|a|my|code|pin|number|combination)){0,2}\s+")
@@ -105,10 +108,10 @@ _GIVEN = r"(?P<secret>\d(?:[\s-]?\d){2,}|\S{1,200})"
 # After the kind and a verb ("my password is hunter2"): a word, or digits spoken apart.
 # A hesitation before the value: "my PIN is, um, 4321".
 _FILLER = r"(?:[\s,]*(?:um|uh|er|erm|oh)[\s,]+)?"
-_AFTER = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}{_VERB}{_QUOTES}{_FILLER}{_GIVEN}")
+_AFTER = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}{_WHOSE}{_VERB}{_QUOTES}{_FILLER}{_GIVEN}")
 # Only a value holding a digit: after a word that names a secret only then ("my code is 4321"),
 # after a kind with no verb ("my password, hunter2, is weak"; not "my password again").
-_AFTER_LOOSELY = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}[\s,?]+{_FILLER}"
+_AFTER_LOOSELY = re.compile(rf"(?i)(?<![\w-])(?:(?:{_NAMED}|{_PIN}){_OF_WHAT}(?:[\s,?]+|['’]s\s+){_FILLER}"
                             rf"|(?:{_WEAK}){_OF_WHAT}{_VERB}{_FILLER}){_QUOTES}{_GIVEN}")
 # Asked and answered: "My wifi password? It's hunter22." (a word needs the answer's verb, as above).
 _ANSWERED = re.compile(rf"(?i)(?<![\w-])(?:{_NAMED}|{_PIN}){_OF_WHAT}\s*[?:]\s*(?:(?:it|that)(?:'s|’s|\s+is|\s+was)"
@@ -136,6 +139,20 @@ _EDGE = "\"'`.,;:!?()[]{}<>“”«»‘’"
 #: Digit words that are also a hesitation ("my PIN is um, four three two one"): not a digit
 #: where a run starts with them.
 _FILLERS = frozenset({"um", "oh"})
+
+
+#: An answer to a question asking for a secret is the secret when it is this short (in words).
+ANSWER_WORDS = 4
+
+
+def _answered_secret(user: str, asked: str) -> list[str]:
+    """The words of a short answer to a question that asks for a secret ("What PIN do you want
+    for the alarm?" - "123456."): each with a digit, or of five letters or more."""
+    words = [w.strip(_EDGE).casefold() for w in user.split()]
+    if not words or len(words) > ANSWER_WORDS or "?" not in asked or not _ANY_KIND.search(asked):
+        return []
+    return [w for w in words if (any(c.isdigit() for c in w) and len(w) >= 3)
+            or (len(w) >= 5 and w not in _NOT_GIVEN and not w.startswith(("it's", "that's")))]
 
 
 def _spelled(run: str) -> str:
@@ -167,15 +184,21 @@ def _holds_number_secret(text: str) -> bool:
             or bool(_SSN.search(text)))
 
 
-def secrets_given(user: str) -> frozenset[str]:
+def secrets_given(user: str, asked: str = "") -> frozenset[str]:
     """What the user's message gave as secrets, case-folded: read once per message, then handed
     to :func:`holds_secret` for each fact drawn from it. A word needs a digit unless a verb
-    gave it after a kind of secret ("my password is swordfish")."""
+    gave it after a kind of secret ("my password is swordfish"). ``asked``: the assistant's
+    question the message answers; a short answer to one asking for a secret ("What's your
+    password?" - "bluebird") is one, whatever its words.
+
+        >>> sorted(secrets_given("bluebird", asked="What's your email password?"))
+        ['bluebird']
+    """
     user = _as_digits(user[:MAX_SECRET_SCAN])
+    found = set(_answered_secret(user, asked)) if asked else set()
     if not _ANY_KIND.search(user):
-        return frozenset()
-    found = set()
-    for pattern, needs_digit in ((_AFTER, False), (_ANSWERED, False), (_AFTER_LOOSELY, True), (_BEFORE, True),
+        return frozenset(found)
+    for pattern, needs_digit in ((_AFTER, False), (_ANSWERED, False), (_AFTER_LOOSELY, True), (_BEFORE, False),
                                  (_CALLED_SECRET, True), (_OPENED_WITH, True)):
         for match in pattern.finditer(user):
             word = match.group("secret").strip(_EDGE)

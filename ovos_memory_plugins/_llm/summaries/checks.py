@@ -8,9 +8,10 @@ later. The checks are cheap and need no model:
 
 * :func:`check_piece`: a newly written part of a summary is not empty (a short one is fine: the
   reference kept any text), not a greeting or an assistant's reply, not a transcript, holds no
-  control characters, and does not name mostly what nobody said in the turns it summarises (a
-  model inventing "the user is Bob, in Tokyo" must not replace them); :func:`is_about` tells
-  whether it shares a word with them at all;
+  control characters nor an instruction to the model (what a fact may not hold), is not JSON
+  nor mostly symbols, and does not name mostly what nobody
+  said in the turns it summarises (a model inventing "the user is Bob, in Tokyo" must not
+  replace them); :func:`is_about` tells whether it shares a word with them at all;
 * :func:`check_summary`: the new summary is not empty, keeps most of the names (people, places)
   of the old summary and of what the user said in the folded turns (at most ten of the latter
   are required: a bounded summary of a long backlog cannot name everything; one of one or two),
@@ -27,6 +28,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..._core.untrusted import steers
 from ..facts.kinds import wordset
 from .text import role_content
 
@@ -124,6 +126,13 @@ def check_piece(piece: str, source: str = "") -> str | None:
         return "copies the prompt or the transcript"
     if _CONTROL.search(text):
         return "holds control characters"
+    if steers(text):  # as a fact would be refused: it would sit in every turn's system message
+        return "holds an instruction to the model"
+    if _is_json(text):
+        return "is JSON, not sentences"
+    visible = sum(not c.isspace() for c in text)
+    if sum(c.isalpha() for c in text) * 2 < visible:  # "[[[[", "null" passes below, "asdf ]]} {{ [" not
+        return "is mostly symbols, not sentences"
     # A piece naming nothing is not refused on its own: the facts kept beside it carry the names,
     # and :func:`check_summary` refuses a whole summary that loses most of them. One naming mostly
     # what nobody said is refused: a model inventing "the user is Bob, in Tokyo" would be kept
@@ -135,6 +144,19 @@ def check_piece(piece: str, source: str = "") -> str | None:
         if len(invented) >= 2 and 2 * len(invented) > len(named):
             return "names what the turns it summarises do not"
     return None
+
+
+def _is_json(text: str) -> bool:
+    """``text`` is a JSON value other than a string ("null", an object, a list): a reply in the
+    shape of the facts request, or junk, never a summary. A plain word ("SUMMARY") is not JSON."""
+    import json
+
+    if text[:1] not in ("{", "[") and text not in ("null", "true", "false"):
+        return False
+    try:
+        return not isinstance(json.loads(text), str)
+    except (ValueError, RecursionError):
+        return False
 
 
 def is_about(piece: str, source: str) -> bool:

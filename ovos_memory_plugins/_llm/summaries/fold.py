@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._core.log import LOG
 from ..._core.tokens import estimate_tokens, truncate_to_tokens
+from ..._core.untrusted import steers
 from ...errors import LLMContextOverflow, LLMError
 from ..facts.extraction import exchanges_of, extract, is_small_talk
 from ..facts.merging import fact_of, merge, withdraw_denied
@@ -187,6 +188,12 @@ def roll_narrative(old: str, piece: str, state: Mapping[str, Any], max_tokens: i
     kept: list[str] = []
     answering_stale = False  # the assistant's acknowledgement of a dropped "User: ..." line goes with it
     for sentence in [*split_sentences(old), *split_sentences(piece)]:
+        # An order to the model, as no fact may hold one; an offline narrative's "User: ..." line is
+        # judged by its words, and one already quoted as said ("User: (quoted) ...") stays so.
+        label = _QUOTED.match(sentence)
+        said = sentence[label.end():] if label else sentence
+        if not said.startswith("(quoted) ") and steers(said):
+            continue
         low = normalise(sentence).casefold()
         hits = [a for v, a in stale.items() if re.search(r"\b" + re.escape(v) + r"\b", low)]
         # "moved from Lisbon to Porto" names the current value too: it stays.
@@ -305,6 +312,7 @@ class Summarizer:
             updated["narrative"] = roll_narrative(narrative, "", updated, budget)
             return Fold(render_summary(updated, self.max_tokens), updated, "extractive", folded=len(part))
         said = "\n".join(_spoken(part, small_talk=True))
+        piece = _without_given_secrets(piece, whole)
         why = check_piece(piece, said) if said else None  # nothing said at all
         if why is None:
             piece = " ".join([piece, *commitments_missing(part, piece)])
@@ -404,6 +412,16 @@ class Summarizer:
         raise LLMError("the narrative request did not fit the model's context")
 
 
+def _without_given_secrets(piece: str, messages: Sequence[Any]) -> str:
+    """The model's ``piece`` without its sentences holding a secret (a PIN, a password the user
+    gave in ``messages``): the request left them out, but a sentence the filter missed there
+    ("my PIN's 4321") may come back in the model's words ("The user's PIN is 4321")."""
+    given = _secrets_given([role_content(m) for m in messages])
+    sentences = split_sentences(piece)
+    kept = [s for s in sentences if not holds_secret(s, given)]
+    return piece if len(kept) == len(sentences) else " ".join(kept)
+
+
 def without_secrets(messages: Sequence[Any]) -> list[dict[str, str]]:
     """``messages`` without the sentences that name or hold a secret the user gave ("My wifi
     password is hunter2.", the assistant's "Your PIN 4321 is noted."): a summary is sent with
@@ -411,7 +429,7 @@ def without_secrets(messages: Sequence[Any]) -> list[dict[str, str]]:
     nor does the model asked to write its narrative receive them. A short reply to a message
     that held nothing else goes with it ("Noted." would answer nothing)."""
     pairs = [role_content(m) for m in messages]
-    given = frozenset().union(*(secrets_given(content) for role, content in pairs if role == "user"))
+    given = _secrets_given(pairs)
     out = []
     emptied = False  # the last message was the user's, and it held nothing but secrets
     for role, content in pairs:
@@ -424,6 +442,18 @@ def without_secrets(messages: Sequence[Any]) -> list[dict[str, str]]:
         emptied = secret and role == "user" and not content.strip()
         out.append({"role": role, "content": content})
     return out
+
+
+def _secrets_given(pairs: Sequence[tuple[str, str]]) -> frozenset[str]:
+    """What the user's messages of ``pairs`` (role, text) gave as secrets, each read with the
+    assistant's message before it ("What's your password?" - "bluebird")."""
+    given: set[str] = set()
+    asked = ""
+    for role, text in pairs:
+        if role == "user":
+            given |= secrets_given(text, asked)
+        asked = text if role == "assistant" else ""
+    return frozenset(given)
 
 
 def _exchange_spans(messages: Sequence[Any]) -> list[tuple[int, int]]:
