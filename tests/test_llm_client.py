@@ -17,7 +17,7 @@ from ovos_memory_plugins._llm.client import (
     resolve_model,
     strip_think,
 )
-from ovos_memory_plugins.errors import LLMError, LLMTimeout, LLMUnavailable
+from ovos_memory_plugins.errors import LLMContextOverflow, LLMError, LLMTimeout, LLMUnavailable
 from ovos_memory_plugins.testing.llm import FakeLLMServer, closed_port_url
 from tests._timing import patience
 
@@ -329,6 +329,20 @@ def test_replies_with_no_text_are_logged_once_naming_the_cut_and_their_end_once(
     assert client.complete(HI) == "OK"
     client.complete(HI)
     assert [level for level, _ in log_lines] == ["warning", "info", "info"]
+
+
+def test_requests_that_keep_exceeding_the_context_are_said_once(llm, log_lines):
+    # The first overflow teaches the client the context; every request after it still too long
+    # was answered without the model, and nothing said so.
+    llm.context = 40
+    client = ChatClient(llm.url, model="m")
+    long = [{"role": "user", "content": "tell me about " + "the sea and the sky " * 40}]
+    for _ in range(4):
+        with pytest.raises(LLMContextOverflow):
+            client.complete(long, max_tokens=8)
+    warned = [line for level, line in log_lines if level == "warning"]
+    assert len(warned) == 1 and "keep exceeding the model's context (40 tokens)" in warned[0]
+    assert "-c 4096" in warned[0]
 
 
 # -- the reference module's functions ----------------------------------------------------------

@@ -218,6 +218,7 @@ class ChatClient:
         self._resolved: str | None = None
         self._json_mode: bool | None = None  # None: not tried yet; False: the server rejected it
         self._log = LogOnce()
+        self._overflows = 0  # requests the server refused as longer than its context
         self._problem: str | None = None
         self._answered = False  # a completion succeeded: the server is worth asking about itself
         #: HTTP requests sent so far (tests and benchmarks read it).
@@ -307,8 +308,9 @@ class ChatClient:
             raise LLMUnavailable(f"{self.api_url}: endpoint unavailable; next try in {self.retry_in:.0f}s")
         try:
             completion = self._patiently(lambda: self._chat(messages, max_tokens, temperature, schema, json_mode))
-        except LLMContextOverflow:
+        except LLMContextOverflow as exc:
             self._breaker.release()  # the request was too long; the endpoint is fine
+            self._say_overflow(exc)
             raise
         except LLMError as exc:
             self._on_failure(exc)
@@ -320,6 +322,15 @@ class ChatClient:
         self._answered = True  # a completion, not a model listing: only then is the server probed
         self._note_blank(completion)
         return completion
+
+    def _say_overflow(self, exc: LLMContextOverflow) -> None:
+        """The first overflow teaches the client the context (the request is rebuilt smaller);
+        one after that means the requests do not fit even so: said once, as any failure is."""
+        self._overflows += 1
+        if self._overflows > 1:
+            self._log.warning("overflow", "%sLLM endpoint %s: memory requests keep exceeding the model's context "
+                              "(%s tokens); those turns are read without the model: give the server a larger "
+                              "context (llama.cpp: -c 4096)", self._who, self.api_url, exc.limit or "unknown")
 
     def context_limit(self) -> int:
         """The model's context size in tokens: configured, told by the server, learnt, or a safe default.
