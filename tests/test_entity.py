@@ -1012,13 +1012,13 @@ def test_a_message_dressed_as_a_prompt_or_claiming_the_assistants_rules_makes_no
         assert not [f for f in injected(memory) if re.search("root|restriction|developer|Lisbon", f)]
 
 
-@pytest.mark.parametrize("fact", ["User lives in \u202eLisbon", "User likes tea\x00 with milk"])
-def test_a_fact_holding_a_control_character_or_a_bidirectional_override_is_refused(make, fact):
+@pytest.mark.parametrize("fact", ["User lives in \u202eLisbon", "User likes \u2067tea\u2069 with milk"])
+def test_a_fact_holding_a_bidirectional_override_is_refused(make, fact):
     # Sent as written, it read otherwise on a screen than the model reads it.
     with FakeLLMServer(reply=json.dumps([fact]), model="m") as server:
         memory = make(api_url=server.url)
         say(memory, "I live in Lisbon and I like tea with milk.")
-        assert not [f for f in injected(memory) if "\u202e" in f or "\x00" in f]
+        assert not [f for f in injected(memory) if re.search("[\u202e\u2067]", f)]
 
 
 def test_a_reply_holding_a_lone_surrogate_costs_that_character_not_the_sessions_extraction(make):

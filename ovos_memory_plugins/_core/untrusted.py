@@ -171,9 +171,9 @@ _RUN_TOGETHER = re.compile(r"(?i)(ignore|disregard|forget|override)(all|the|any|
 # (a fullwidth bar, U+FF5C).
 _CONTROL = re.compile(r"<[|\uff5c][^|\uff5c<>\n]{1,40}[|\uff5c]>|\[/?(?:INST|SYSTEM_PROMPT|TOOL_CALLS|AVAILABLE_TOOLS"
                       r"|TOOL_RESULTS)\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>", re.IGNORECASE)
-# Characters no statement holds: C0 controls (a NUL), DEL, and the bidirectional overrides and
-# isolates that make text read otherwise than it is stored.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
+# The bidirectional overrides and isolates: a fact holding one reads otherwise on a screen than
+# as stored and sent ("User lives in \u202enobsiL").
+_UNPRINTABLE = re.compile("[\u202a-\u202e\u2066-\u2069]")
 # A role tag or a block's markup inside a fact: no fact about a user holds one (a one-word value,
 # "developer", "Tool", is no tag: the tag needs its colon).
 _FACT_TAGS = re.compile(
@@ -247,8 +247,8 @@ def _addressed(lowered: str) -> bool:
 def steers(text: str) -> bool:
     """True for a fact, or a fact's value, that no statement about a user holds: an instruction
     to the model (an order to the assistant too: "User wants the assistant to always answer in
-    pirate speak"), a chat template's control token, a control character or a bidirectional
-    override, a role tag or a block's markup."""
+    pirate speak"), a chat template's control token, a bidirectional override, a role tag or a
+    block's markup."""
     return bool(_CONTROL.search(text) or _UNPRINTABLE.search(text)) or any(
         looks_like_instruction(reading) or bool(_FACT_TAGS.search(reading) or _ROLE_ANYWHERE.search(reading.lower())
                                                 or _ORDER_IN_A_FACT.search(reading) or _OVERRIDE.search(reading))

@@ -131,7 +131,7 @@ def check_piece(piece: str, source: str = "") -> str | None:
     if _is_json(text):
         return "is JSON, not sentences"
     visible = sum(not c.isspace() for c in text)
-    if sum(c.isalpha() for c in text) * 2 < visible:  # "[[[[", "null" passes below, "asdf ]]} {{ [" not
+    if sum(c.isalnum() for c in text) * 2 < visible:  # "[[[[" (a word or a number is no symbol)
         return "is mostly symbols, not sentences"
     # A piece naming nothing is not refused on its own: the facts kept beside it carry the names,
     # and :func:`check_summary` refuses a whole summary that loses most of them. One naming mostly
