@@ -42,7 +42,7 @@ from ._core.tokens import truncate_to_tokens
 from ._core.untrusted import one_line, quote_untrusted
 from ._llm.endpoint import EndpointConfig
 from ._llm.facts.choice import choose_facts
-from ._llm.facts.extraction import Exchange, extract, question_in
+from ._llm.facts.extraction import Exchange, extract, forget_replies, question_in
 from ._llm.facts.merging import add_history, fact_of, merge, withdraw_denied, without_fact
 from ._llm.facts.parsing import fact_strings
 from ._llm.facts.rules import MAX_FACT_CHARS, Fact, extract_facts, make_fact
@@ -411,6 +411,7 @@ class EntityMemory(LLMMemory):
         with self._lock:
             self._last_user.pop(session_id, None)
             self._last_question.pop(session_id, None)
+        forget_replies()
         stated = _texts_of(self._load(GLOBAL_KEY), session_id)
         if self.settings.scope == "global":
             counts = self._forget_stated(session_id)
@@ -545,6 +546,7 @@ class EntityMemory(LLMMemory):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
         key, dropped = self._key(sid), 0
         self._require_held_written(sid)
+        forget_replies()
 
         def drop(record: dict[str, Any]) -> dict[str, Any]:
             nonlocal dropped

@@ -34,6 +34,7 @@ from ._core.clock import said_now
 from ._core.compat import AgentMessage
 from ._core.tokens import estimate_tokens
 from ._llm.endpoint import EndpointConfig
+from ._llm.facts.extraction import forget_replies
 from ._llm.facts.merging import without_fact
 from ._llm.memory import LLMMemory
 from ._llm.summaries.fold import Fold, FoldStopped, Summarizer, parse_summary, render_summary
@@ -265,6 +266,7 @@ class LongTermMemory(LLMMemory):
         record = self._load(session_id)
         self._delete(session_id)
         self._problems.forget(session_id)
+        forget_replies()
         return {"messages": len(record.get("recent") or []) + held, "summaries": 1 if record.get("summary") else 0}
 
     def export(self, session_id: str) -> dict[str, Any]:
@@ -377,6 +379,7 @@ class LongTermMemory(LLMMemory):
         sid = check_session_id(session_id)
         if not isinstance(content, str):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
+        forget_replies()
         dropped, narratives = 0, 0
         quoted = _quoted_part(content)
         self._require_held_written(sid)

@@ -38,6 +38,7 @@ from ._core.log import LOG, LogOnce, Problems
 from ._core.tokens import truncate_to_tokens
 from ._core.worker import BackgroundWorker
 from ._llm.endpoint import EndpointConfig, chat_client, with_endpoint
+from ._llm.facts.extraction import forget_replies
 from ._llm.summaries.fold import Fold, FoldStopped, Summarizer
 from ._llm.summaries.text import summary_block
 from ._memory.exports import export_messages, merged_summary, session_export, unseen_messages
@@ -313,6 +314,7 @@ class RedisMemory(ContextMemory):
         with self._held.turn(session_id):  # after a write in flight, which it then deletes
             messages, summaries = self._store.forget(session_id)  # raises while Redis is down: RAM stays as is
             held = self._held.drop(session_id)
+        forget_replies()
         with self._lock:
             self._cache.pop(session_id, None)
             self._rejections.pop(session_id, None)  # a new conversation under this id starts afresh

@@ -1021,6 +1021,36 @@ def test_a_fact_holding_a_bidirectional_override_is_refused(make, fact):
         assert not [f for f in injected(memory) if re.search("[\u202e\u2067]", f)]
 
 
+@pytest.mark.parametrize("said, reply", [
+    ("You're called Jarvis? I love that name.", ["User's name is Jarvis"]),
+    ("You live in Paris, right? I've never been there.", ["User lives in Paris"]),
+])
+def test_a_models_sentence_giving_the_assistants_name_or_a_city_asked_about_supersedes_nothing(make, said, reply):
+    # Structured items needed the user's own cue; the same fact written as a sentence did not.
+    memory = make()
+    say(memory, "My name is Ana and I live in Lisbon.")
+    assert injected(memory) == ["User's name is Ana", "User lives in Lisbon"]
+    memory.close()
+    with FakeLLMServer(reply=json.dumps(reply), model="m") as server:
+        memory = make(api_url=server.url)
+        say(memory, said)
+        assert injected(memory) == ["User's name is Ana", "User lives in Lisbon"]
+
+
+def test_forget_leaves_no_copy_of_the_exchange_in_the_replies_kept_in_ram(make):
+    from ovos_memory_plugins._llm.facts import extraction
+
+    def kept() -> str:
+        return repr(list(extraction._replies._items))
+
+    with FakeLLMServer(reply=json.dumps(["User's name is Zorblatt"]), model="m") as server:
+        memory = make(api_url=server.url)
+        say(memory, "My name is Zorblatt.")
+        assert injected(memory) == ["User's name is Zorblatt"] and "Zorblatt" in kept()
+        memory.forget("s")
+        assert "Zorblatt" not in kept()
+
+
 def test_a_reply_holding_a_lone_surrogate_costs_that_character_not_the_sessions_extraction(make):
     # Valid JSON that no store can write: every retry of the exchange failed the same way, and
     # the session's extraction stopped until the process restarted.

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ..client import ChatClient
 
 __all__ = ["EXAMPLE_VALUES", "Exchange", "clean_items", "exchanges_of", "extract", "extraction_messages",
-           "is_small_talk", "model_items", "question_in", "worth_reading"]
+           "forget_replies", "is_small_talk", "model_items", "question_in", "worth_reading"]
 
 #: Items read per exchange of a request, at most (a reply looping on one item stops there).
 MAX_ITEMS = 8
@@ -507,7 +507,12 @@ def _sentence(text: str, exchange: Exchange) -> list[Fact]:
         return []  # about no one ("Near the river"): a fact says whose it is
     if mentions and not names_them and any(said_of(w, exchange.user) for w in _content_words(text)):
         return []  # the user said it of someone else; this sentence puts it on the user
-    return [read_fact(text)]
+    fact = read_fact(text)
+    if fact.attribute in ("name", "home_city") and _reason_to_drop(fact.attribute, fact.said or fact.subject, exchange):
+        # As for a structured item: "You're called Jarvis?" or "You live in Paris, right?" would
+        # replace the user's own name or city.
+        return []
+    return [fact]
 
 
 # A model that writes its own labels instead of sentences ("Location: Lyon", {"city": "Lyon"}):
@@ -668,8 +673,18 @@ class _Replies:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
 
 _replies = _Replies()
+
+
+def forget_replies() -> None:
+    """Drop every parsed reply kept in RAM: its key holds what the user said, and a forget must
+    leave that nowhere (a reply is asked again when the same words come again)."""
+    _replies.clear()
 
 
 def extract(client: ChatClient, exchanges: Sequence[Exchange], max_tokens: int = 128) -> list[tuple[int, Fact]]:
