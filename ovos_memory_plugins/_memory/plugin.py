@@ -218,13 +218,7 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
             return
         self._adopt_moved_sessions()
         with self._adoption:
-            for session_id in self.sessions():
-                try:
-                    owner = self._people.memory_key(session_id, from_caller=False)
-                except ConfigError:  # two people claim it: it stays (said at the adoption)
-                    continue
-                if session_id != key and owner == key:
-                    self._move(session_id, key)
+            self._move_sessions_of_people(into=key)
 
     def memory_key(self, session_id: str) -> str:
         """The key ``session_id``'s memory is stored under: its person's in ``scope: person``, else
@@ -263,7 +257,9 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
             else:
                 self._adoption_log.clear("move")
 
-    def _move_sessions_of_people(self) -> None:
+    def _move_sessions_of_people(self, into: str | None = None) -> None:
+        """Move each session stored under its own id into the key it belongs to now (only those
+        of ``into``, when given)."""
         people = self._people
         assert people is not None
         for session_id in self.sessions():
@@ -273,7 +269,7 @@ class MemoryPlugin(AgentContextManager, metaclass=WaitsForStore):
                 self._adoption_log.error(f"claimed:{session_id}", "%s: %s; its memory stays under %r",
                                          self.plugin_name, exc, session_id)
                 continue
-            if key != session_id:
+            if key != session_id and (into is None or key == into):
                 self._move(session_id, key)
 
     def _move(self, session_id: str, key: str) -> None:

@@ -599,6 +599,8 @@ def _fact(attribute: str, value: str, negated: bool, person: str) -> Fact:
 def clean(items: Iterable[Any], exchange: Exchange) -> list[Fact]:
     """The model's items (objects or sentences, or values under labels of its own) that the user
     really stated, as facts."""
+    if frames_a_prompt(exchange.user):  # written for the model, not said: no fact from it
+        return []
     kept: list[tuple[str, str, bool, str]] = []
     sentences: list[Fact] = []
     for item in items:
@@ -612,8 +614,6 @@ def clean(items: Iterable[Any], exchange: Exchange) -> list[Fact]:
             if all(f.text.casefold() != fact.text.casefold() for f in sentences):
                 sentences.append(fact)
     facts = [_fact(*found) for found in kept]
-    if frames_a_prompt(exchange.user):  # written for the model, not said: no fact from it
-        return []
     secrets = secrets_given(exchange.user, exchange.asked)
     return [f for f in [*facts, *sentences] if len(f.text) <= MAX_FACT_CHARS and not holds_secret(f.text, secrets)]
 

@@ -163,7 +163,8 @@ def json_object(reply: str, max_chars: int = MAX_SCAN_CHARS) -> dict[str, Any] |
 
 def _valid(value: Any) -> Any:
     """``value`` with its strings valid UTF-8: JSON may escape a lone surrogate ("\\ud800"),
-    which no store can write; kept, one such fact made every retry of its exchange fail."""
+    which no store can write; kept, one such fact made every retry of its exchange fail. (The
+    reply's own text has none: the client drops them.)"""
     if isinstance(value, str):
         return without_surrogates(value)
     if isinstance(value, list):
@@ -219,8 +220,7 @@ def reply_items(reply: str) -> list[Any]:
         return [_sentence_of(item) for item in _valid(items)]
     lines = [_BULLET.sub("", raw).strip() for raw in text.splitlines()]
     # Prose ("Sure! The user likes fado.") is read sentence by sentence: the filler fails the checks alone.
-    return [_valid(part) for line in lines if line and not _NOT_A_FACT_LINE.search(line)
-            for part in _SENTENCES.split(line)]
+    return [part for line in lines if line and not _NOT_A_FACT_LINE.search(line) for part in _SENTENCES.split(line)]
 
 
 # Quotes a model may write instead of JSON's: typographic and angle quotes around a string, and

@@ -24,6 +24,7 @@ later. The checks are cheap and need no model:
 """
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -149,8 +150,6 @@ def check_piece(piece: str, source: str = "") -> str | None:
 def _is_json(text: str) -> bool:
     """``text`` is a JSON value other than a string ("null", an object, a list): a reply in the
     shape of the facts request, or junk, never a summary. A plain word ("SUMMARY") is not JSON."""
-    import json
-
     if text[:1] not in ("{", "[") and text not in ("null", "true", "false"):
         return False
     try:

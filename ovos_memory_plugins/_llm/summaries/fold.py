@@ -293,7 +293,9 @@ class Summarizer:
             else parse_summary(previous)
         # The narrative reads the turns without the secrets in them; the facts read them whole (a
         # fact holding a secret is dropped there), so "I'm Marta, my PIN is 4321" keeps the name.
-        whole, messages = list(messages), without_secrets(messages)
+        whole = list(messages)
+        given = _secrets_given([role_content(m) for m in whole])
+        messages = without_secrets(whole, given)
         use_model = self.client is not None and self.client.available
         part, piece, narrated = list(messages), "", False
         if use_model:
@@ -312,7 +314,7 @@ class Summarizer:
             updated["narrative"] = roll_narrative(narrative, "", updated, budget)
             return Fold(render_summary(updated, self.max_tokens), updated, "extractive", folded=len(part))
         said = "\n".join(_spoken(part, small_talk=True))
-        piece = _without_given_secrets(piece, whole)
+        piece = _without_given_secrets(piece, given)
         why = check_piece(piece, said) if said else None  # nothing said at all
         if why is None:
             piece = " ".join([piece, *commitments_missing(part, piece)])
@@ -412,24 +414,24 @@ class Summarizer:
         raise LLMError("the narrative request did not fit the model's context")
 
 
-def _without_given_secrets(piece: str, messages: Sequence[Any]) -> str:
-    """The model's ``piece`` without its sentences holding a secret (a PIN, a password the user
-    gave in ``messages``): the request left them out, but a sentence the filter missed there
-    ("my PIN's 4321") may come back in the model's words ("The user's PIN is 4321")."""
-    given = _secrets_given([role_content(m) for m in messages])
+def _without_given_secrets(piece: str, given: frozenset[str]) -> str:
+    """The model's ``piece`` without its sentences holding a secret (a PIN, a password, or one
+    of ``given``, what the user gave): the request left them out, but a sentence the filter
+    missed there ("my PIN's 4321") may come back in the model's words ("The user's PIN is 4321")."""
     sentences = split_sentences(piece)
     kept = [s for s in sentences if not holds_secret(s, given)]
     return piece if len(kept) == len(sentences) else " ".join(kept)
 
 
-def without_secrets(messages: Sequence[Any]) -> list[dict[str, str]]:
+def without_secrets(messages: Sequence[Any], given: frozenset[str] | None = None) -> list[dict[str, str]]:
     """``messages`` without the sentences that name or hold a secret the user gave ("My wifi
     password is hunter2.", the assistant's "Your PIN 4321 is noted."): a summary is sent with
     every turn, as facts are, so it keeps none (see :mod:`~ovos_memory_plugins._llm.facts.secrets`);
     nor does the model asked to write its narrative receive them. A short reply to a message
-    that held nothing else goes with it ("Noted." would answer nothing)."""
+    that held nothing else goes with it ("Noted." would answer nothing). ``given``: the secrets
+    already read from ``messages`` (:func:`_secrets_given`), when the caller has them."""
     pairs = [role_content(m) for m in messages]
-    given = _secrets_given(pairs)
+    given = _secrets_given(pairs) if given is None else given
     out = []
     emptied = False  # the last message was the user's, and it held nothing but secrets
     for role, content in pairs:
